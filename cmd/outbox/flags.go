@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+
+	"github.com/txoutbox/txoutbox"
+)
+
+// errHelp is returned when -h was asked for; the usage is already printed.
+var errHelp = errors.New("help requested")
+
+// commonFlags are the flags every command that touches the database takes.
+type commonFlags struct {
+	databaseURL string
+	schema      string
+	table       string
+	json        bool
+}
+
+func (c *commonFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
+	fs.StringVar(&c.schema, "schema", "", "schema of the outbox table (default: the search_path)")
+	fs.StringVar(&c.table, "table", txoutbox.DefaultTableName, "name of the outbox table")
+	fs.BoolVar(&c.json, "json", false, "print JSON for scripts instead of text for humans")
+}
+
+// outboxTable validates the table flags.
+func (c *commonFlags) outboxTable() (txoutbox.Table, error) {
+	t := txoutbox.Table{Schema: c.schema, Name: c.table}
+	if err := t.Validate(); err != nil {
+		return t, usagef("%v", err)
+	}
+	return t, nil
+}
+
+// open connects to the database and checks it answers.
+func (c *commonFlags) open(ctx context.Context) (*sql.DB, error) {
+	if c.databaseURL == "" {
+		return nil, usagef("no database: pass --database-url or set DATABASE_URL")
+	}
+	db, err := sql.Open("pgx", c.databaseURL)
+	if err != nil {
+		return nil, usagef("--database-url: %v", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pingCtx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return db, nil
+}
+
+// parseFlags parses args into fs, turning flag errors into usage errors.
+// The flag package prints its own message and usage to the FlagSet's output.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stderr)
+			fs.Usage()
+			return errHelp
+		}
+		return usagef("%v", err)
+	}
+	return nil
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// joinInts renders versions for humans.
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,104 @@
+// Command outbox operates a txoutbox outbox: it migrates the schema, and
+// later issues add the relay worker, status and dead-letter tools.
+//
+//	outbox migrate up|down|status [--database-url URL] [--schema S] [--table T] [--json]
+//
+// Every command reads the database URL from --database-url, defaulting to
+// the DATABASE_URL environment variable. Output is for humans unless --json
+// is given. Exit codes: 0 success, 1 failure, 2 bad usage (nothing touched).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// command is one subcommand. run returns a usageError for bad input.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout io.Writer) error
+}
+
+// commands is the command tree; later subcommands register here.
+var commands = map[string]command{
+	"migrate": {summary: "apply, revert or show the outbox schema migrations", run: runMigrate},
+}
+
+// usageError is bad input: exit code 2, and nothing was touched.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes the command line and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printUsage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "outbox: unknown command %q\n\n", args[0])
+		printUsage(stderr)
+		return 2
+	}
+	err := cmd.run(ctx, args[1:], stdout)
+	var uerr usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errHelp):
+		return 0
+	case errors.As(err, &uerr):
+		fmt.Fprintf(stderr, "outbox %s: %s\n", args[0], uerr.msg)
+		return 2
+	case errors.As(err, new(exitError)):
+		fmt.Fprintf(stderr, "outbox %s: %v\n", args[0], err)
+		return err.(exitError).code
+	default:
+		fmt.Fprintf(stderr, "outbox %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+// exitError ends the command with a specific exit code, e.g. a health check
+// that found the lag too high.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string { return e.msg }
+
+func printUsage(w io.Writer) {
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("usage: outbox <command> [flags]\n\ncommands:\n")
+	for _, name := range names {
+		fmt.Fprintf(&b, "  %-10s %s\n", name, commands[name].summary)
+	}
+	b.WriteString("\nRun 'outbox <command> -h' for a command's flags.\n")
+	io.WriteString(w, b.String())
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/txoutbox/txoutbox/migrations"
+)
+
+func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 || (args[0] != "up" && args[0] != "down" && args[0] != "status") {
+		return usagef("want a subcommand: up, down or status")
+	}
+	action := args[0]
+	fs := flag.NewFlagSet("outbox migrate "+action, flag.ContinueOnError)
+	var common commonFlags
+	common.register(fs)
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments: %v", fs.Args())
+	}
+	table, err := common.outboxTable()
+	if err != nil {
+		return err
+	}
+	db, err := common.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	m, err := migrations.New(db, migrations.Config{Table: table})
+	if err != nil {
+		return usagef("%v", err)
+	}
+
+	switch action {
+	case "up":
+		applied, err := m.Up(ctx)
+		if err != nil {
+			return err
+		}
+		if common.json {
+			return printJSON(stdout, map[string]any{"applied": nonNil(applied)})
+		}
+		if len(applied) == 0 {
+			fmt.Fprintln(stdout, "schema is up to date")
+		} else {
+			fmt.Fprintf(stdout, "applied version(s) %s\n", joinInts(applied))
+		}
+	case "down":
+		v, err := m.Down(ctx)
+		if err != nil {
+			return err
+		}
+		if common.json {
+			return printJSON(stdout, map[string]any{"reverted": v})
+		}
+		if v == 0 {
+			fmt.Fprintln(stdout, "nothing to revert")
+		} else {
+			fmt.Fprintf(stdout, "reverted version %d\n", v)
+		}
+	case "status":
+		st, err := m.Status(ctx)
+		if err != nil {
+			return err
+		}
+		if common.json {
+			return printJSON(stdout, st)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "VERSION\tNAME\tAPPLIED")
+		for _, s := range st {
+			applied := "pending"
+			if s.AppliedAt != nil {
+				applied = s.AppliedAt.Format("2006-01-02 15:04:05 MST")
+			}
+			fmt.Fprintf(tw, "%04d\t%s\t%s\n", s.Version, s.Name, applied)
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+func nonNil(v []int) []int {
+	if v == nil {
+		return []int{}
+	}
+	return v
+}

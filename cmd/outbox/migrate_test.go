@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+// outbox runs the CLI in-process and returns its exit code and output.
+func outbox(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestMigrateCommands(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewDB(t)
+	flags := []string{"--database-url", db.URL, "--schema", db.Schema}
+
+	code, out, errOut := outbox(t, append([]string{"migrate", "up"}, flags...)...)
+	if code != 0 || !strings.Contains(out, "applied version(s) 1") {
+		t.Fatalf("migrate up: %d %q %q", code, out, errOut)
+	}
+	code, out, _ = outbox(t, append([]string{"migrate", "up", "--json"}, flags...)...)
+	if code != 0 || strings.TrimSpace(out) != "{\n  \"applied\": []\n}" {
+		t.Fatalf("second migrate up --json: %d %q", code, out)
+	}
+	code, out, _ = outbox(t, append([]string{"migrate", "status", "--json"}, flags...)...)
+	var st []map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st) != 1 || st[0]["applied_at"] == nil {
+		t.Fatalf("migrate status --json: %d %q", code, out)
+	}
+	code, out, _ = outbox(t, append([]string{"migrate", "status"}, flags...)...)
+	if code != 0 || !strings.Contains(out, "0001") || strings.Contains(out, "pending") {
+		t.Fatalf("migrate status: %d %q", code, out)
+	}
+	code, out, _ = outbox(t, append([]string{"migrate", "down"}, flags...)...)
+	if code != 0 || !strings.Contains(out, "reverted version 1") {
+		t.Fatalf("migrate down: %d %q", code, out)
+	}
+	code, out, _ = outbox(t, append([]string{"migrate", "status"}, flags...)...)
+	if code != 0 || !strings.Contains(out, "pending") {
+		t.Fatalf("migrate status after down: %d %q", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{nil, "usage: outbox"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"migrate"}, "want a subcommand: up, down or status"},
+		{[]string{"migrate", "sideways"}, "want a subcommand"},
+		{[]string{"migrate", "up", "--database-url", "", "--table", "x; drop table y"}, "invalid table name"},
+		{[]string{"migrate", "up", "--database-url", ""}, "no database: pass --database-url or set DATABASE_URL"},
+		{[]string{"migrate", "up", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"migrate", "up", "--database-url", "x", "extra"}, "unexpected arguments"},
+	} {
+		code, _, errOut := outbox(t, tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.msg) {
+			t.Errorf("outbox %v = exit %d, stderr %q; want exit 2 mentioning %q", tc.args, code, errOut, tc.msg)
+		}
+	}
+}

@@ -1,0 +1,85 @@
+// Package outboxsql holds every SQL statement txoutbox runs against the
+// outbox tables, in one place. Statements are templates over the table
+// names, rendered once when a component is built from an already validated
+// and quoted txoutbox.Table, so no user input is ever interpolated.
+package outboxsql
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Names are the quoted, schema-qualified names of the outbox tables and the
+// NOTIFY channel. Build them with txoutbox.Table.SQLNames.
+type Names struct {
+	Table   string // the events table, e.g. "public"."outbox"
+	Relays  string // live relays and their heartbeats
+	Shards  string // which relay owns which shard
+	Channel string // the LISTEN/NOTIFY channel, a plain string (not an identifier)
+}
+
+// Render substitutes the placeholders {{table}}, {{relays}}, {{shards}} and
+// {{channel}} (the latter as a SQL string literal) in a statement template.
+func (n Names) Render(tmpl string) string {
+	return strings.NewReplacer(
+		"{{table}}", n.Table,
+		"{{relays}}", n.Relays,
+		"{{shards}}", n.Shards,
+		"{{channel}}", quoteLiteral(n.Channel),
+	).Replace(tmpl)
+}
+
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// InsertColumns is the column list of an event insert; InsertParamsPerRow
+// placeholders are bound per event, in this order.
+const InsertColumns = "event_id, topic, aggregate_type, aggregate_id, event_type, content_type, payload, headers, created_at"
+
+// InsertParamsPerRow is the number of bind parameters one event takes.
+const InsertParamsPerRow = 9
+
+// Insert builds a multi-row insert of rows events. With notify, the same
+// statement also sends one NOTIFY on the channel; PostgreSQL delivers it at
+// commit, and only if the transaction commits. One statement means one round
+// trip for any number of rows.
+func Insert(n Names, rows int, notify bool) string {
+	var b strings.Builder
+	b.Grow(96 + rows*72)
+	if notify {
+		b.WriteString("WITH ins AS (")
+	}
+	b.WriteString("INSERT INTO ")
+	b.WriteString(n.Table)
+	b.WriteString(" (" + InsertColumns + ") VALUES ")
+	p := 1
+	for r := 0; r < rows; r++ {
+		if r > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("($")
+		b.WriteString(strconv.Itoa(p))
+		b.WriteString("::uuid")
+		for c := 1; c < InsertParamsPerRow; c++ {
+			b.WriteString(",$")
+			b.WriteString(strconv.Itoa(p + c))
+			switch c {
+			case 6:
+				b.WriteString("::bytea")
+			case 7:
+				b.WriteString("::jsonb")
+			case 8:
+				b.WriteString("::timestamptz")
+			}
+		}
+		b.WriteByte(')')
+		p += InsertParamsPerRow
+	}
+	if notify {
+		b.WriteString(" RETURNING 1) SELECT pg_notify(")
+		b.WriteString(quoteLiteral(n.Channel))
+		b.WriteString(", '') FROM (SELECT 1 FROM ins LIMIT 1) AS one")
+	}
+	return b.String()
+}

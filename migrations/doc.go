@@ -1,0 +1,16 @@
+// Package migrations embeds txoutbox's versioned SQL schema and applies it.
+//
+//	m, err := migrations.New(db, migrations.Config{})
+//	applied, err := m.Up(ctx) // idempotent; safe from many processes at once
+//
+// The SQL lives in plain NNNN_name.up.sql / NNNN_name.down.sql files (see
+// Set.FS and the migrations/outbox directory), so teams that run their own
+// migration tool can use them instead: golang-migrate reads the directory as
+// it is, and Atlas imports it with format=golang-migrate. Those files use the
+// default table name "outbox"; a custom Config.Table needs this migrator,
+// which renames the tables as it applies them.
+//
+// The migrator records applied versions in <table>_schema_migrations and
+// runs each Up, Down or Status in one transaction under an advisory lock, so
+// concurrent deploys apply every version exactly once.
+package migrations

@@ -1,0 +1,104 @@
+package migrations
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/txoutbox/txoutbox/internal/ident"
+)
+
+//go:embed outbox/*.sql
+var files embed.FS
+
+// Set is one versioned series of migrations, such as the outbox schema. Its
+// SQL files name their tables after the set's base name ("outbox"); the
+// migrator renames them to the configured table.
+type Set struct {
+	name string // directory in the embedded FS and the tables' base name
+}
+
+// Outbox is the schema of the outbox table and the relay's coordination
+// tables.
+var Outbox = Set{name: "outbox"}
+
+// FS returns the set's SQL files: NNNN_name.up.sql and NNNN_name.down.sql,
+// plain SQL with the default table names, usable as they are by
+// golang-migrate and Atlas.
+func (s Set) FS() fs.FS {
+	sub, err := fs.Sub(files, s.name)
+	if err != nil {
+		// Only reachable with a Set value not declared in this package.
+		return files
+	}
+	return sub
+}
+
+// Migration is one version of a set.
+type Migration struct {
+	Version int
+	Name    string
+	up      string
+	down    string
+}
+
+var fileName = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.(up|down)\.sql$`)
+
+// load reads the set's migrations in version order.
+func (s Set) load() ([]Migration, error) {
+	entries, err := fs.ReadDir(files, s.name)
+	if err != nil {
+		return nil, fmt.Errorf("read %s migrations: %w", s.name, err)
+	}
+	byVersion := map[int]*Migration{}
+	for _, e := range entries {
+		m := fileName.FindStringSubmatch(e.Name())
+		if m == nil {
+			return nil, fmt.Errorf("migration file %s/%s: name is not NNNN_name.up|down.sql", s.name, e.Name())
+		}
+		v, _ := strconv.Atoi(m[1])
+		body, err := fs.ReadFile(files, path.Join(s.name, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("read migration %s: %w", e.Name(), err)
+		}
+		mig := byVersion[v]
+		if mig == nil {
+			mig = &Migration{Version: v, Name: m[2]}
+			byVersion[v] = mig
+		}
+		if m[3] == "up" {
+			mig.up = string(body)
+		} else {
+			mig.down = string(body)
+		}
+	}
+	out := make([]Migration, 0, len(byVersion))
+	for _, m := range byVersion {
+		if m.up == "" || m.down == "" {
+			return nil, fmt.Errorf("migration %04d_%s lacks its up or down file", m.Version, m.Name)
+		}
+		out = append(out, *m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	for i, m := range out {
+		if m.Version != i+1 {
+			return nil, fmt.Errorf("%s migrations: version %d follows %d; versions must be consecutive from 1", s.name, m.Version, i)
+		}
+	}
+	return out, nil
+}
+
+// rename returns the migration SQL with the set's base table names replaced
+// by quoted names derived from table. Schema qualification comes from the
+// search_path the migrator sets, because index names cannot be qualified.
+func (s Set) rename(sql, table string) string {
+	re := regexp.MustCompile(`\b` + s.name + `(_[a-z0-9_]+)?\b`)
+	return re.ReplaceAllStringFunc(sql, func(word string) string {
+		return ident.Quote(table + strings.TrimPrefix(word, s.name))
+	})
+}

@@ -1,0 +1,208 @@
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/ident"
+)
+
+// Config configures a Migrator. The zero value migrates the outbox schema
+// for the default table "outbox" on the connection's search_path.
+type Config struct {
+	// Set is the series to apply. Default: Outbox.
+	Set Set
+	// Table names the tables to create; the set's base name is replaced by
+	// Table.Name, and the tables are created in Table.Schema (which is
+	// created if missing). Default: the set's own names, unqualified.
+	Table txoutbox.Table
+}
+
+// Migrator applies and reverts a set of migrations and records the applied
+// versions in the table <name>_schema_migrations. It is safe to run from
+// several processes at once: every operation runs in one transaction under
+// an advisory lock keyed by the table, and DDL in PostgreSQL is
+// transactional, so a failed migration leaves nothing half applied.
+type Migrator struct {
+	db         *sql.DB
+	set        Set
+	migrations []Migration
+	schema     string // unquoted, may be empty
+	table      string // unquoted base name of the tables
+	versions   string // quoted, qualified version table
+	lockKey    string
+}
+
+// New validates cfg and returns a Migrator on db.
+func New(db *sql.DB, cfg Config) (*Migrator, error) {
+	if db == nil {
+		return nil, errors.New("migrations: db is nil")
+	}
+	if cfg.Set == (Set{}) {
+		cfg.Set = Outbox
+	}
+	if cfg.Table.Name == "" {
+		cfg.Table.Name = cfg.Set.name
+	}
+	if err := cfg.Table.Validate(); err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	migs, err := cfg.Set.load()
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return &Migrator{
+		db:         db,
+		set:        cfg.Set,
+		migrations: migs,
+		schema:     cfg.Table.Schema,
+		table:      cfg.Table.Name,
+		versions:   ident.Qualified(cfg.Table.Schema, cfg.Table.Name+"_schema_migrations"),
+		lockKey:    "txoutbox.migrate." + cfg.Table.Schema + "." + cfg.Table.Name,
+	}, nil
+}
+
+// Status is the state of one migration version.
+type Status struct {
+	Version   int        `json:"version"`
+	Name      string     `json:"name"`
+	AppliedAt *time.Time `json:"applied_at,omitempty"` // nil: not applied
+}
+
+// Up applies every migration not yet applied, in version order, and returns
+// the versions it applied (none when the schema is current).
+func (m *Migrator) Up(ctx context.Context) ([]int, error) {
+	var applied []int
+	err := m.inLockedTx(ctx, func(tx *sql.Tx, current map[int]time.Time) error {
+		for _, mig := range m.migrations {
+			if _, ok := current[mig.Version]; ok {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, m.set.rename(mig.up, m.table)); err != nil {
+				return fmt.Errorf("apply %04d_%s: %w", mig.Version, mig.Name, err)
+			}
+			if _, err := tx.ExecContext(ctx, "INSERT INTO "+m.versions+" (version, name) VALUES ($1, $2)", mig.Version, mig.Name); err != nil {
+				return fmt.Errorf("record %04d_%s: %w", mig.Version, mig.Name, err)
+			}
+			applied = append(applied, mig.Version)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("migrations: up: %w", err)
+	}
+	return applied, nil
+}
+
+// Down reverts the latest applied migration and returns its version, or 0
+// when none is applied.
+func (m *Migrator) Down(ctx context.Context) (int, error) {
+	reverted := 0
+	err := m.inLockedTx(ctx, func(tx *sql.Tx, current map[int]time.Time) error {
+		for i := len(m.migrations) - 1; i >= 0; i-- {
+			mig := m.migrations[i]
+			if _, ok := current[mig.Version]; !ok {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, m.set.rename(mig.down, m.table)); err != nil {
+				return fmt.Errorf("revert %04d_%s: %w", mig.Version, mig.Name, err)
+			}
+			if _, err := tx.ExecContext(ctx, "DELETE FROM "+m.versions+" WHERE version = $1", mig.Version); err != nil {
+				return fmt.Errorf("unrecord %04d_%s: %w", mig.Version, mig.Name, err)
+			}
+			reverted = mig.Version
+			return nil
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("migrations: down: %w", err)
+	}
+	return reverted, nil
+}
+
+// Status lists every migration of the set with when it was applied.
+func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
+	var out []Status
+	err := m.inLockedTx(ctx, func(_ *sql.Tx, current map[int]time.Time) error {
+		for _, mig := range m.migrations {
+			s := Status{Version: mig.Version, Name: mig.Name}
+			if at, ok := current[mig.Version]; ok {
+				s.AppliedAt = &at
+			}
+			out = append(out, s)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("migrations: status: %w", err)
+	}
+	return out, nil
+}
+
+// inLockedTx runs fn in a transaction holding the set's advisory lock, with
+// the search_path set to the configured schema and the version table in
+// place, and commits if fn succeeds.
+func (m *Migrator) inLockedTx(ctx context.Context, fn func(*sql.Tx, map[int]time.Time) error) (err error) {
+	tx, err := m.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", m.lockKey); err != nil {
+		return fmt.Errorf("take migration lock: %w", err)
+	}
+	if m.schema != "" {
+		q := ident.Quote(m.schema)
+		if _, err := tx.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+q); err != nil {
+			return fmt.Errorf("create schema: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, "SET LOCAL search_path TO "+q); err != nil {
+			return fmt.Errorf("set search_path: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+m.versions+
+		" (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"); err != nil {
+		return fmt.Errorf("create version table: %w", err)
+	}
+	current, err := m.applied(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx, current); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+func (m *Migrator) applied(ctx context.Context, tx *sql.Tx) (map[int]time.Time, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT version, applied_at FROM "+m.versions)
+	if err != nil {
+		return nil, fmt.Errorf("read applied versions: %w", err)
+	}
+	defer rows.Close()
+	out := map[int]time.Time{}
+	for rows.Next() {
+		var v int
+		var at time.Time
+		if err := rows.Scan(&v, &at); err != nil {
+			return nil, fmt.Errorf("read applied versions: %w", err)
+		}
+		out[v] = at
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read applied versions: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,173 @@
+package migrations_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"sync"
+	"testing"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/migrations"
+)
+
+func tableExists(t *testing.T, db *testkit.DB, schema, name string) bool {
+	t.Helper()
+	var ok bool
+	if err := db.SQL.QueryRow("SELECT to_regclass($1) IS NOT NULL", `"`+schema+`"."`+name+`"`).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func TestUpUpDownUp(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewDB(t)
+	ctx := context.Background()
+	m, err := migrations.New(db.SQL, migrations.Config{Table: txoutbox.Table{Schema: db.Schema}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := m.Up(ctx); err != nil || len(applied) != 1 || applied[0] != 1 {
+		t.Fatalf("first Up = %v, %v; want [1]", applied, err)
+	}
+	if applied, err := m.Up(ctx); err != nil || len(applied) != 0 {
+		t.Fatalf("second Up = %v, %v; want a no-op", applied, err)
+	}
+	st, err := m.Status(ctx)
+	if err != nil || len(st) != 1 || st[0].AppliedAt == nil || st[0].Name != "outbox" {
+		t.Fatalf("Status = %+v, %v", st, err)
+	}
+	for _, tbl := range []string{"outbox", "outbox_relays", "outbox_shards"} {
+		if !tableExists(t, db, db.Schema, tbl) {
+			t.Fatalf("%s missing after Up", tbl)
+		}
+	}
+	if v, err := m.Down(ctx); err != nil || v != 1 {
+		t.Fatalf("Down = %d, %v; want 1", v, err)
+	}
+	if tableExists(t, db, db.Schema, "outbox") {
+		t.Fatal("outbox still there after Down")
+	}
+	if v, err := m.Down(ctx); err != nil || v != 0 {
+		t.Fatalf("Down with nothing applied = %d, %v; want 0", v, err)
+	}
+	if st, _ := m.Status(ctx); st[0].AppliedAt != nil {
+		t.Fatalf("Status after Down = %+v", st)
+	}
+	if applied, err := m.Up(ctx); err != nil || len(applied) != 1 {
+		t.Fatalf("Up after Down = %v, %v", applied, err)
+	}
+	if !tableExists(t, db, db.Schema, "outbox") {
+		t.Fatal("outbox missing after the second Up")
+	}
+}
+
+func TestConcurrentUpAppliesOnce(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewDB(t)
+	ctx := context.Background()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total []int
+		errs  []error
+	)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m, err := migrations.New(db.SQL, migrations.Config{Table: txoutbox.Table{Schema: db.Schema}})
+			if err == nil {
+				var applied []int
+				applied, err = m.Up(ctx)
+				mu.Lock()
+				total = append(total, applied...)
+				mu.Unlock()
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("concurrent Up failed: %v", errs)
+	}
+	if len(total) != 1 || total[0] != 1 {
+		t.Fatalf("versions applied across 4 goroutines = %v, want [1] exactly once", total)
+	}
+	var n int
+	if err := db.SQL.QueryRow(`SELECT count(*) FROM outbox_schema_migrations`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("recorded versions = %d, %v", n, err)
+	}
+}
+
+func TestCustomSchemaAndTable(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewDB(t)
+	ctx := context.Background()
+	table := txoutbox.Table{Schema: db.Schema + "_app", Name: "events"}
+	t.Cleanup(func() { db.SQL.Exec(`DROP SCHEMA "` + table.Schema + `" CASCADE`) })
+	m, err := migrations.New(db.SQL, migrations.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, tbl := range []string{"events", "events_relays", "events_shards", "events_schema_migrations"} {
+		if !tableExists(t, db, table.Schema, tbl) {
+			t.Fatalf("%s.%s missing", table.Schema, tbl)
+		}
+	}
+	var idx int
+	if err := db.SQL.QueryRow(`SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = 'events_claim_idx'`, table.Schema).Scan(&idx); err != nil || idx != 1 {
+		t.Fatalf("claim index renamed: count=%d err=%v", idx, err)
+	}
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, _ := db.SQL.Begin()
+	e, _ := txoutbox.NewEvent("t", "a", "1", "x", 1)
+	if err := w.Write(ctx, tx, e); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInjectionRefused(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewDB(t)
+	for _, table := range []txoutbox.Table{{Name: "x; drop table y"}, {Schema: "x; drop table y"}, {Name: `a"b`}} {
+		_, err := migrations.New(db.SQL, migrations.Config{Table: table})
+		if !errors.Is(err, txoutbox.ErrInvalidTable) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidTable", table, err)
+		}
+	}
+}
+
+func TestFilesArePlainSQL(t *testing.T) {
+	t.Parallel()
+	// The files must work unchanged with golang-migrate: pairs of
+	// NNNN_name.up.sql / .down.sql with the default names.
+	entries, err := fs.Glob(migrations.Outbox.FS(), "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"0001_outbox.down.sql", "0001_outbox.up.sql"}
+	if len(entries) != len(want) {
+		t.Fatalf("files = %v, want %v", entries, want)
+	}
+	for i := range want {
+		if entries[i] != want[i] {
+			t.Fatalf("files = %v, want %v", entries, want)
+		}
+	}
+}

@@ -1,0 +1,3 @@
+DROP TABLE IF EXISTS outbox_shards;
+DROP TABLE IF EXISTS outbox_relays;
+DROP TABLE IF EXISTS outbox;

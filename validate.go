@@ -1,0 +1,98 @@
+package txoutbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrInvalidEvent is matched (with errors.Is) by every error that rejects an
+// event at write time. The concrete error is a *ValidationError naming the
+// field.
+var ErrInvalidEvent = errors.New("txoutbox: invalid event")
+
+// DefaultMaxPayloadBytes is the default payload limit: 1 MiB, the order of
+// Kafka's default maximum message size (message.max.bytes), so a payload the
+// broker would refuse is rejected in the writer's transaction instead of
+// becoming a dead event later.
+const DefaultMaxPayloadBytes = 1 << 20
+
+// maxTopicLen is Kafka's topic name limit.
+const maxTopicLen = 249
+
+// ValidationError says which field of which event was rejected and why.
+type ValidationError struct {
+	Index  int    // position of the event in the written batch
+	Field  string // e.g. "Topic", "Payload", "Headers"
+	Reason string
+}
+
+// Error implements error.
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("txoutbox: invalid event %d: %s: %s", e.Index, e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidEvent) true.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalidEvent }
+
+// Validate checks e against the rules the Writer applies, with the default
+// payload limit. The Writer validates every event itself; call this to
+// reject bad input early, e.g. before opening a transaction.
+func (e *Event) Validate() error {
+	return e.validate(0, DefaultMaxPayloadBytes)
+}
+
+func (e *Event) validate(index, maxPayload int) error {
+	bad := func(field, format string, args ...any) error {
+		return &ValidationError{Index: index, Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	if reason := topicProblem(e.Topic); reason != "" {
+		return bad("Topic", "%s", reason)
+	}
+	if e.Type == "" {
+		return bad("Type", "empty")
+	}
+	if e.AggregateID == "" {
+		return bad("AggregateID", "empty")
+	}
+	if len(e.Payload) > maxPayload {
+		return bad("Payload", "%d bytes is over the limit of %d", len(e.Payload), maxPayload)
+	}
+	if isJSON(e.contentType()) && !json.Valid(e.Payload) {
+		return bad("Payload", "not valid JSON (content type %s)", e.contentType())
+	}
+	for name := range e.Headers {
+		if name == "" {
+			return bad("Headers", "a header name is empty")
+		}
+	}
+	return nil
+}
+
+// isJSON reports whether a content type declares JSON, ignoring parameters
+// such as charset and structured suffixes such as application/cloudevents+json.
+func isJSON(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+// topicProblem returns why Kafka would refuse the topic name, or "".
+func topicProblem(topic string) string {
+	switch {
+	case topic == "":
+		return "empty"
+	case len(topic) > maxTopicLen:
+		return fmt.Sprintf("%d bytes is longer than Kafka's limit of %d", len(topic), maxTopicLen)
+	case topic == "." || topic == "..":
+		return fmt.Sprintf("%q is not a valid Kafka topic", topic)
+	}
+	for i := 0; i < len(topic); i++ {
+		c := topic[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Sprintf("%q has characters outside [a-zA-Z0-9._-]", topic)
+		}
+	}
+	return ""
+}

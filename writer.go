@@ -1,0 +1,171 @@
+package txoutbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+)
+
+// maxRowsPerStatement keeps one insert under PostgreSQL's 65,535 bind
+// parameter limit. Up to this many events are written in one round trip.
+const maxRowsPerStatement = 5000
+
+// SQLExecer is what the Writer needs of a database/sql transaction: *sql.Tx,
+// and the transaction types of GORM and ent, have it.
+type SQLExecer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// PgxExecer is what the Writer needs of a pgx transaction (pgx.Tx).
+type PgxExecer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// WriterConfig configures a Writer. The zero value is valid.
+type WriterConfig struct {
+	// Table is the outbox table. Default: "outbox" on the search_path.
+	Table Table
+
+	// MaxPayloadBytes rejects larger payloads at write time. Default:
+	// DefaultMaxPayloadBytes (1 MiB). Keep it at or below what the broker
+	// accepts, so an oversize event fails the business transaction instead
+	// of going dead in the relay.
+	MaxPayloadBytes int
+
+	// DisableNotify turns off the NOTIFY that wakes relays as soon as a
+	// transaction with events commits. Relays then find new events by
+	// polling. NOTIFY is sent in the insert statement itself (no extra
+	// round trip) but takes a short global lock at commit; turn it off if
+	// that shows up under very high write concurrency, or if the
+	// connection goes through a pooler that drops notifications.
+	DisableNotify bool
+}
+
+// Writer inserts events into the outbox on the caller's transaction. It is
+// safe for concurrent use; build one per outbox table and share it.
+type Writer struct {
+	names      outboxsql.Names
+	maxPayload int
+	notify     bool
+	insertOne  string // the statement for one event, rendered once
+}
+
+// NewWriter validates cfg and returns a Writer.
+func NewWriter(cfg WriterConfig) (*Writer, error) {
+	names, err := cfg.Table.SQLNames()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.MaxPayloadBytes < 0 {
+		return nil, fmt.Errorf("txoutbox: WriterConfig.MaxPayloadBytes is negative (%d)", cfg.MaxPayloadBytes)
+	}
+	if cfg.MaxPayloadBytes == 0 {
+		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	w := &Writer{names: names, maxPayload: cfg.MaxPayloadBytes, notify: !cfg.DisableNotify}
+	w.insertOne = outboxsql.Insert(names, 1, w.notify)
+	return w, nil
+}
+
+// Write validates events and inserts them on tx, the caller's transaction,
+// in one statement (one round trip) per 5,000 events. The events commit or
+// roll back with tx.
+//
+// Events with a zero ID or CreatedAt get a new UUIDv7 and the current time;
+// Write sets them in the slice passed, so a caller that passes a slice
+// (events...) can read them back.
+//
+// If any event is invalid, Write returns an error matching ErrInvalidEvent
+// and writes nothing; the transaction stays usable and its fate is the
+// caller's. A database error is returned wrapped; PostgreSQL then aborts the
+// transaction, which the caller must roll back.
+//
+// tx must be a transaction. Write cannot tell a transaction from a pool
+// (*sql.DB has ExecContext too); on a pool the events would commit on their
+// own, which defeats the outbox.
+func (w *Writer) Write(ctx context.Context, tx SQLExecer, events ...Event) error {
+	return w.write(ctx, events, func(query string, args []any) error {
+		_, err := tx.ExecContext(ctx, query, args...)
+		return err
+	})
+}
+
+// WritePgx is Write for a pgx transaction (pgx.Tx).
+func (w *Writer) WritePgx(ctx context.Context, tx PgxExecer, events ...Event) error {
+	return w.write(ctx, events, func(query string, args []any) error {
+		_, err := tx.Exec(ctx, query, args...)
+		return err
+	})
+}
+
+func (w *Writer) write(ctx context.Context, events []Event, exec func(string, []any) error) error {
+	if len(events) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("txoutbox: write events: %w", err)
+	}
+	for i := range events {
+		if err := events[i].validate(i, w.maxPayload); err != nil {
+			return err
+		}
+	}
+	now := time.Now()
+	for i := range events {
+		e := &events[i]
+		if e.ID == uuid.Nil {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return fmt.Errorf("txoutbox: generate event id: %w", err)
+			}
+			e.ID = id
+		}
+		if e.CreatedAt.IsZero() {
+			e.CreatedAt = now
+		}
+	}
+	for start := 0; start < len(events); start += maxRowsPerStatement {
+		chunk := events[start:min(start+maxRowsPerStatement, len(events))]
+		query := w.insertOne
+		if len(chunk) > 1 {
+			query = outboxsql.Insert(w.names, len(chunk), w.notify)
+		}
+		args, err := insertArgs(chunk)
+		if err != nil {
+			return err
+		}
+		if err := exec(query, args); err != nil {
+			return fmt.Errorf("txoutbox: insert %d events into %s: %w", len(chunk), w.names.Table, err)
+		}
+	}
+	return nil
+}
+
+func insertArgs(events []Event) ([]any, error) {
+	args := make([]any, 0, len(events)*outboxsql.InsertParamsPerRow)
+	for i := range events {
+		e := &events[i]
+		headers := "{}"
+		if len(e.Headers) > 0 {
+			b, err := json.Marshal(e.Headers)
+			if err != nil {
+				return nil, fmt.Errorf("txoutbox: encode headers: %w", err)
+			}
+			headers = string(b)
+		}
+		payload := e.Payload
+		if payload == nil {
+			payload = []byte{} // the column is NOT NULL; an empty body is allowed for non-JSON types
+		}
+		args = append(args, e.ID.String(), e.Topic, e.AggregateType, e.AggregateID, e.Type,
+			e.contentType(), payload, headers, e.CreatedAt)
+	}
+	return args, nil
+}

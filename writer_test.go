@@ -1,0 +1,225 @@
+package txoutbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+func newWriter(t *testing.T, db *testkit.DB) *txoutbox.Writer {
+	t.Helper()
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func countRows(t *testing.T, db *sql.DB, query string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(query).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func event(aggregate string, n int) txoutbox.Event {
+	e, _ := txoutbox.NewEvent("orders", "order", aggregate, "order.placed", map[string]int{"n": n})
+	return e
+}
+
+func TestWriterCommitAndRollback(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	w := newWriter(t, db)
+	ctx := context.Background()
+
+	tx, err := db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := []txoutbox.Event{event("1", 1), event("1", 2)}
+	events[0].Headers = map[string]string{"tenant": "acme"}
+	if err := w.Write(ctx, tx, events...); err != nil {
+		t.Fatal(err)
+	}
+	if events[0].ID == uuid.Nil || events[0].ID.Version() != 7 || events[0].CreatedAt.IsZero() {
+		t.Fatalf("Write did not assign a UUIDv7 and time: %+v", events[0])
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	tx, err = db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(ctx, tx, event("2", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+
+	if n := countRows(t, db.SQL, "SELECT count(*) FROM outbox"); n != 2 {
+		t.Fatalf("outbox has %d rows, want the 2 committed", n)
+	}
+	var (
+		id, state, headers, topic string
+		payload                   []byte
+		shard                     int
+	)
+	err = db.SQL.QueryRow(`SELECT event_id::text, state, headers::text, topic, payload, shard FROM outbox ORDER BY id LIMIT 1`).
+		Scan(&id, &state, &headers, &topic, &payload, &shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != events[0].ID.String() || state != "pending" || headers != `{"tenant": "acme"}` || topic != "orders" ||
+		string(payload) != `{"n":1}` || shard < 0 || shard > 255 {
+		t.Fatalf("row = %s %s %s %s %s %d", id, state, headers, topic, payload, shard)
+	}
+}
+
+func TestWriterRejectsInvalidEventAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	w := newWriter(t, db)
+	ctx := context.Background()
+
+	tx, err := db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	bad := event("1", 2)
+	bad.Topic = "no spaces allowed"
+	err = w.Write(ctx, tx, event("1", 1), bad)
+	if !errors.Is(err, txoutbox.ErrInvalidEvent) || !strings.Contains(err.Error(), "invalid event 1: Topic") {
+		t.Fatalf("Write = %v, want ErrInvalidEvent naming event 1's Topic", err)
+	}
+	// The transaction is still the caller's: usable, and empty of events.
+	var n int
+	if err := tx.QueryRow("SELECT count(*) FROM outbox").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("after a rejected write: count=%d err=%v, want 0 rows and a usable transaction", n, err)
+	}
+}
+
+func TestWriterMissingTableFails(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewDB(t) // not migrated
+	w := newWriter(t, db)
+	tx, err := db.SQL.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	err = w.Write(context.Background(), tx, event("1", 1))
+	if err == nil || !strings.Contains(err.Error(), "insert 1 events into") {
+		t.Fatalf("Write without a table = %v, want a wrapped insert error", err)
+	}
+}
+
+// countingTracer counts the queries a pgx connection sends.
+type countingTracer struct{ queries atomic.Int64 }
+
+func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.queries.Add(1)
+	return ctx
+}
+func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func TestWriterThousandEventsInOneStatement(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	w := newWriter(t, db)
+	ctx := context.Background()
+
+	cfg, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracer := &countingTracer{}
+	cfg.Tracer = tracer
+	traced := stdlib.OpenDB(*cfg)
+	defer traced.Close()
+
+	events := make([]txoutbox.Event, 1000)
+	for i := range events {
+		events[i] = event("agg", i)
+	}
+	tx, err := traced.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := tracer.queries.Load()
+	if err := w.Write(ctx, tx, events...); err != nil {
+		t.Fatal(err)
+	}
+	if got := tracer.queries.Load() - before; got != 1 {
+		t.Fatalf("writing 1000 events sent %d queries, want 1", got)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, db.SQL, "SELECT count(*) FROM outbox"); n != 1000 {
+		t.Fatalf("got %d rows", n)
+	}
+	// Rows keep the order they were written in.
+	if n := countRows(t, db.SQL, `SELECT count(*) FROM (SELECT payload, lag(payload) OVER (ORDER BY id) AS prev FROM outbox) s
+		WHERE prev IS NOT NULL AND (convert_from(payload,'UTF8')::jsonb->>'n')::int < (convert_from(prev,'UTF8')::jsonb->>'n')::int`); n != 0 {
+		t.Fatalf("%d rows out of write order", n)
+	}
+}
+
+func TestWritePgxAndNotify(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	w := newWriter(t, db)
+	ctx := context.Background()
+
+	listener, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close(ctx)
+	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{db.Table().Channel()}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WritePgx(ctx, tx, event("9", 1), event("9", 2), event("9", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n, err := listener.WaitForNotification(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Channel != db.Table().Channel() {
+		t.Fatalf("notification on %q", n.Channel)
+	}
+	if got := countRows(t, db.SQL, "SELECT count(*) FROM outbox WHERE aggregate_id = '9'"); got != 3 {
+		t.Fatalf("got %d rows", got)
+	}
+}
