@@ -13,7 +13,7 @@ import (
 	"github.com/txoutbox/txoutbox/internal/ident"
 )
 
-//go:embed outbox/*.sql
+//go:embed outbox/*.sql inbox/*.sql
 var files embed.FS
 
 // Set is one versioned series of migrations, such as the outbox schema. Its
@@ -26,6 +26,11 @@ type Set struct {
 // Outbox is the schema of the outbox table and the relay's coordination
 // tables.
 var Outbox = Set{name: "outbox"}
+
+// Inbox is the schema of the consumer-side processed-events table used by
+// package inbox. Its tables are named after Config.Table.Name (default
+// "inbox"), with versions recorded in <name>_schema_migrations.
+var Inbox = Set{name: "inbox"}
 
 // FS returns the set's SQL files: NNNN_name.up.sql and NNNN_name.down.sql,
 // plain SQL with the default table names, usable as they are by
