@@ -1,0 +1,230 @@
+package gormoutbox_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/txoutbox/txoutbox/gormoutbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+// Order records domain events; Items record their own.
+type Order struct {
+	ID     uint `gorm:"primaryKey"`
+	Total  int64
+	Status string
+	Items  []Item
+
+	gormoutbox.Events `gorm:"-"`
+}
+
+func (o *Order) Place() {
+	o.Status = "placed"
+	o.Record("order.placed", map[string]any{"total": o.Total})
+}
+
+func (o *Order) Pay() {
+	o.Status = "paid"
+	o.Record("order.paid", map[string]any{"total": o.Total})
+}
+
+func (o *Order) Cancel() {
+	o.Status = "cancelled"
+	o.Record("order.cancelled", nil)
+}
+
+type Item struct {
+	ID      uint `gorm:"primaryKey"`
+	OrderID uint
+	SKU     string
+
+	gormoutbox.Events `gorm:"-"`
+}
+
+// Invoice records its event in AfterCreate, when its key exists, and counts
+// BeforeCreate calls so tests can tell whether the chain ran.
+type Invoice struct {
+	ID     uint `gorm:"primaryKey"`
+	Amount int64
+
+	gormoutbox.Events `gorm:"-"`
+	beforeCalls       int
+}
+
+func (i *Invoice) BeforeCreate(*gorm.DB) error { i.beforeCalls++; return nil }
+
+func (i *Invoice) AfterCreate(*gorm.DB) error {
+	i.Record("invoice.issued", map[string]any{"id": i.ID, "amount": i.Amount})
+	return nil
+}
+
+// Product opts in to change events on its own topic.
+type Product struct {
+	ID    uint `gorm:"primaryKey"`
+	Name  string
+	Price int64
+}
+
+func (*Product) OutboxChangeEvents()  {}
+func (*Product) OutboxTopic() string { return "catalog" }
+
+// Note is a plain model the plugin must leave alone.
+type Note struct {
+	ID   uint `gorm:"primaryKey"`
+	Text string
+}
+
+type bundle struct {
+	t    *testing.T
+	db   *gorm.DB
+	raw  *sql.DB
+	tkdb *testkit.DB
+}
+
+// setup opens GORM on a fresh migrated schema, registers the plugin with
+// cfg (its Table defaults to the test schema's outbox) and creates the
+// models' tables.
+func setup(t *testing.T, cfg gormoutbox.Config, gcfg *gorm.Config) *bundle {
+	t.Helper()
+	tk := testkit.NewOutbox(t)
+	if cfg.Table.Name == "" && cfg.Table.Schema == "" {
+		cfg.Table = tk.Table()
+	}
+	if cfg.DefaultTopic == "" {
+		cfg.DefaultTopic = "orders"
+	}
+	if gcfg == nil {
+		gcfg = &gorm.Config{}
+	}
+	if gcfg.Logger == nil {
+		gcfg.Logger = logger.Discard
+	}
+	db, err := gorm.Open(postgres.Open(tk.URL), gcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if s, err := db.DB(); err == nil {
+			s.Close()
+		}
+	})
+	if err := db.Session(&gorm.Session{SkipDefaultTransaction: true}).AutoMigrate(&Order{}, &Item{}, &Invoice{}, &Product{}, &Note{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := gormoutbox.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Use(p); err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{t: t, db: db, raw: tk.SQL, tkdb: tk}
+}
+
+// event is an outbox row as the tests compare it.
+type event struct {
+	Topic, AggregateType, AggregateID, Type string
+	Payload                                 map[string]any
+}
+
+func (e event) String() string {
+	return fmt.Sprintf("%s/%s/%s/%s", e.Topic, e.AggregateType, e.AggregateID, e.Type)
+}
+
+// events returns the outbox rows in insertion order.
+func (b *bundle) events() []event {
+	b.t.Helper()
+	rows, err := b.raw.Query(`SELECT topic, aggregate_type, aggregate_id, event_type, payload FROM outbox ORDER BY id`)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []event
+	for rows.Next() {
+		var e event
+		var payload []byte
+		if err := rows.Scan(&e.Topic, &e.AggregateType, &e.AggregateID, &e.Type, &payload); err != nil {
+			b.t.Fatal(err)
+		}
+		if err := json.Unmarshal(payload, &e.Payload); err != nil {
+			b.t.Fatalf("payload %q: %v", payload, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		b.t.Fatal(err)
+	}
+	return out
+}
+
+// eventNames renders events as "aggregate_type/id/type" for comparison.
+func (b *bundle) eventNames() []string {
+	b.t.Helper()
+	var out []string
+	for _, e := range b.events() {
+		out = append(out, e.AggregateType+"/"+e.AggregateID+"/"+e.Type)
+	}
+	return out
+}
+
+func (b *bundle) count(table string) int {
+	b.t.Helper()
+	var n int
+	if err := b.raw.QueryRow(`SELECT count(*) FROM ` + table).Scan(&n); err != nil {
+		b.t.Fatal(err)
+	}
+	return n
+}
+
+// sameTx checks that the model row and every outbox row of the aggregate
+// were last written by one transaction (PostgreSQL's xmin).
+func (b *bundle) sameTx(table string, id uint, aggregateType string) {
+	b.t.Helper()
+	var modelXmin string
+	if err := b.raw.QueryRow(`SELECT xmin::text FROM `+table+` WHERE id = $1`, id).Scan(&modelXmin); err != nil {
+		b.t.Fatalf("read %s %d: %v", table, id, err)
+	}
+	rows, err := b.raw.Query(`SELECT xmin::text FROM outbox WHERE aggregate_type = $1 AND aggregate_id = $2`, aggregateType, fmt.Sprint(id))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var x string
+		if err := rows.Scan(&x); err != nil {
+			b.t.Fatal(err)
+		}
+		n++
+		if x != modelXmin {
+			b.t.Fatalf("%s %d written by transaction %s, its outbox row by %s", table, id, modelXmin, x)
+		}
+	}
+	if n == 0 {
+		b.t.Fatalf("no outbox row for %s %d", aggregateType, id)
+	}
+}
+
+func equal(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%s:\n got %q\nwant %q", what, got, want)
+	}
+}
+
+func mustErrIs(t *testing.T, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("error = %v, want one matching %v", err, target)
+	}
+}
+
+var ctx = context.Background()
