@@ -1,6 +1,7 @@
 package gormoutbox_test
 
 import (
+	"errors"
 	"strconv"
 
 	"github.com/txoutbox/txoutbox"
@@ -12,3 +13,13 @@ func itoa(i int) string { return strconv.Itoa(i) }
 func badTopicEvent() txoutbox.Event {
 	return txoutbox.Event{Topic: "bad topic!", Type: "x", Payload: []byte(`{}`)}
 }
+
+func mustEvent(t interface{ Fatal(...any) }, topic, aggType, aggID, typ string) txoutbox.Event {
+	ev, err := txoutbox.NewEvent(topic, aggType, aggID, typ, map[string]string{"k": "v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func isInvalidTable(err error) bool { return errors.Is(err, txoutbox.ErrInvalidTable) }
