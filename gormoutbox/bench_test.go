@@ -21,11 +21,7 @@ func benchDBs(b *testing.B) (off, on *gorm.DB) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() {
-			if s, err := db.DB(); err == nil {
-				s.Close()
-			}
-		})
+		closeDB(b, db)
 		return db
 	}
 	off = open()

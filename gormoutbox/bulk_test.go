@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
@@ -128,10 +129,11 @@ func TestEmit(t *testing.T) {
 		t.Fatalf("DryRun Emit: %v, %d events", err, len(b.events()))
 	}
 	// Without the plugin.
-	plain, err := gorm.Open(b.db.Dialector, &gorm.Config{Logger: b.db.Logger})
+	plain, err := gorm.Open(postgres.Open(b.tkdb.URL), &gorm.Config{Logger: b.db.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeDB(t, plain)
 	err = plain.Transaction(func(tx *gorm.DB) error { return gormoutbox.Emit(tx, ev) })
 	mustErrIs(t, err, gormoutbox.ErrNotRegistered)
 }

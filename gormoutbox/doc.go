@@ -32,6 +32,9 @@
 // code: "<aggregate>.created", ".updated" and ".deleted", the model as JSON
 // after the write, keyed by the primary key.
 //
+// Record from pointer-receiver methods and hooks: a value receiver records
+// on a copy, and the event is lost. Embed Events by value, not *Events.
+//
 // For code without a model at hand, Emit writes events on the tx of
 // db.Transaction.
 //
@@ -41,6 +44,10 @@
 //     Save of a key that does not exist is an update of 0 rows followed by
 //     a create, and the create writes the events, once.
 //   - DryRun and ToSQL write nothing and keep the events.
+//   - Save of a slice is GORM's upsert (the create chain), so change events
+//     of its rows are ".created" even for rows that existed. A create with
+//     ON CONFLICT DO NOTHING that inserted some rows writes the events of
+//     all the statement's models: GORM does not say which rows it skipped.
 //   - A statement that failed (or whose events were invalid, or whose
 //     outbox insert failed) returns the error, GORM rolls the model write
 //     back, and the recorder is emptied: a later, unrelated save of the same

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
@@ -256,10 +257,11 @@ func TestConfigValidation(t *testing.T) {
 func TestRegisterConflictReported(t *testing.T) {
 	t.Parallel()
 	b := setup(t, gormoutbox.Config{}, nil)
-	db, err := gorm.Open(b.db.Dialector, &gorm.Config{Logger: logger.Discard})
+	db, err := gorm.Open(postgres.Open(b.tkdb.URL), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeDB(t, db)
 	// Another plugin insists on running after GORM's commit but before
 	// the outbox write, which the outbox write cannot allow.
 	if err := db.Callback().Create().After("gorm:commit_or_rollback_transaction").Before("gormoutbox:write_create").

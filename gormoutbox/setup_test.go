@@ -111,11 +111,7 @@ func setup(t *testing.T, cfg gormoutbox.Config, gcfg *gorm.Config) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if s, err := db.DB(); err == nil {
-			s.Close()
-		}
-	})
+	closeDB(t, db)
 	if err := db.Session(&gorm.Session{SkipDefaultTransaction: true}).AutoMigrate(&Order{}, &Item{}, &Invoice{}, &Product{}, &Note{}); err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +123,15 @@ func setup(t *testing.T, cfg gormoutbox.Config, gcfg *gorm.Config) *bundle {
 		t.Fatal(err)
 	}
 	return &bundle{t: t, db: db, raw: tk.SQL, tkdb: tk}
+}
+
+// closeDB closes the GORM handle's pool when the test ends.
+func closeDB(t testing.TB, db *gorm.DB) {
+	t.Cleanup(func() {
+		if s, err := db.DB(); err == nil {
+			s.Close()
+		}
+	})
 }
 
 // event is an outbox row as the tests compare it.
