@@ -1,0 +1,147 @@
+package outboxsql
+
+// Relay statements. $1 is always the relay's id where a statement takes one.
+// Id lists are passed as array literals ('{1,2,3}') and per-row values as a
+// JSON document, so the statements work with any database/sql driver.
+
+// Claim takes up to $2 due rows of the shards this relay owns, under a lease
+// of $3, and returns them. One statement, so one short transaction.
+//
+//   - "me" locks the relay's own heartbeat row FOR SHARE: a peer that declares
+//     this relay dead (deleting the row) waits for an in-progress claim to
+//     commit, and a relay that was declared dead claims nothing.
+//   - "fence" lists aggregates that must hold back their later rows: a row in
+//     retry backoff, or a row claimed by another live relay under a valid
+//     lease (after a shard moved). A dead row does not fence its aggregate.
+//   - Rows claimed by a relay that is gone, or whose lease expired, are taken
+//     over. This relay's own claimed rows are in its memory and never
+//     re-claimed by it.
+const Claim = `
+WITH me AS (
+    SELECT id FROM {{relays}} WHERE id = $1 FOR SHARE
+), owned AS (
+    SELECT s.shard FROM {{shards}} s JOIN me ON s.owner = me.id
+), fence AS (
+    SELECT o.aggregate_id, min(o.id) AS first_id
+    FROM {{table}} o
+    WHERE o.shard IN (SELECT shard FROM owned)
+      AND ((o.state = 'pending' AND o.attempts > 0 AND o.next_attempt_at > now())
+        OR (o.state = 'claimed' AND o.lease_owner <> $1 AND o.lease_expires_at > now()
+            AND o.lease_owner IN (SELECT id FROM {{relays}})))
+    GROUP BY o.aggregate_id
+), due AS (
+    SELECT o.id
+    FROM {{table}} o
+    WHERE o.state IN ('pending', 'claimed')
+      AND o.shard IN (SELECT shard FROM owned)
+      AND ((o.state = 'pending' AND o.next_attempt_at <= now())
+        OR (o.state = 'claimed' AND o.lease_owner <> $1
+            AND (o.lease_expires_at <= now() OR o.lease_owner NOT IN (SELECT id FROM {{relays}}))))
+      AND NOT EXISTS (SELECT 1 FROM fence f WHERE f.aggregate_id = o.aggregate_id AND f.first_id < o.id)
+    ORDER BY o.id
+    LIMIT $2
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {{table}} o
+SET state = 'claimed', lease_owner = $1, lease_expires_at = now() + $3::interval
+FROM due
+WHERE o.id = due.id
+RETURNING o.id, o.event_id::text, o.topic, o.aggregate_type, o.aggregate_id, o.event_type,
+          o.content_type, o.payload, o.headers::text, o.created_at, o.attempts`
+
+// MarkPublished records broker acknowledgements for the ids in $1. A row
+// another relay took over meanwhile is still marked: the broker has it.
+const MarkPublished = `
+UPDATE {{table}}
+SET state = 'published', published_at = now(), lease_owner = NULL, lease_expires_at = NULL
+WHERE id = ANY($1::bigint[]) AND state IN ('claimed', 'pending')`
+
+// Fail records failed publishes: $1 is a JSON array of {id, err, delay_ms},
+// $2 the relay id, $3 MaxAttempts. Rows reaching MaxAttempts become dead.
+const Fail = `
+UPDATE {{table}} o
+SET attempts = o.attempts + 1,
+    state = CASE WHEN o.attempts + 1 >= $3 THEN 'dead' ELSE 'pending' END,
+    next_attempt_at = now() + f.delay_ms * interval '1 millisecond',
+    last_error = f.err,
+    lease_owner = NULL,
+    lease_expires_at = NULL
+FROM jsonb_to_recordset($1::jsonb) AS f(id bigint, err text, delay_ms bigint)
+WHERE o.id = f.id AND o.state = 'claimed' AND o.lease_owner = $2
+RETURNING o.id, o.state`
+
+// Release returns claimed rows this relay will not publish (shutdown, or
+// held back behind a failed row of their aggregate) to pending, unchanged.
+const Release = `
+UPDATE {{table}}
+SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL
+WHERE id = ANY($1::bigint[]) AND state = 'claimed' AND lease_owner = $2`
+
+// Heartbeat registers the relay or refreshes its row.
+const Heartbeat = `
+INSERT INTO {{relays}} (id, host) VALUES ($1, $2)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()`
+
+// ForgetStaleRelays deletes relays whose heartbeat is older than $1. Their
+// shards become free and their claims can be taken over.
+const ForgetStaleRelays = `
+DELETE FROM {{relays}} WHERE heartbeat_at < now() - $1::interval RETURNING id`
+
+// LiveRelays lists the live relays in a stable order.
+const LiveRelays = `SELECT id FROM {{relays}} ORDER BY id`
+
+// ReleaseShards gives up this relay's shards that are not in $2.
+const ReleaseShards = `
+UPDATE {{shards}} SET owner = NULL, updated_at = now()
+WHERE owner = $1 AND shard <> ALL($2::smallint[])`
+
+// AcquireShards takes the shards in $2 that are free or owned by a relay
+// that is gone, and returns the shards this relay owns afterwards.
+const AcquireShards = `
+WITH taken AS (
+    UPDATE {{shards}} SET owner = $1, updated_at = now()
+    WHERE shard = ANY($2::smallint[])
+      AND (owner IS NULL OR owner NOT IN (SELECT id FROM {{relays}}))
+    RETURNING shard
+)
+SELECT shard FROM taken
+UNION
+SELECT shard FROM {{shards}} WHERE owner = $1`
+
+// Leave releases every shard of the relay and deletes its heartbeat, so
+// peers take over at once on a clean shutdown.
+const LeaveShards = `UPDATE {{shards}} SET owner = NULL, updated_at = now() WHERE owner = $1`
+
+// LeaveRelay deletes the relay's heartbeat row.
+const LeaveRelay = `DELETE FROM {{relays}} WHERE id = $1`
+
+// Prune deletes up to $2 published rows older than $1.
+const Prune = `
+DELETE FROM {{table}} WHERE id IN (
+    SELECT id FROM {{table}}
+    WHERE state = 'published' AND published_at < now() - $1::interval
+    ORDER BY id
+    LIMIT $2)`
+
+// PruneLock is taken (pg_try_advisory_xact_lock) so one relay prunes at a time.
+const PruneLock = `SELECT pg_try_advisory_xact_lock(hashtext({{channel}} || '.prune'))`
+
+// Stats summarises the outbox for health checks: backlog (pending and
+// claimed rows), the creation time of the oldest of them, and dead rows.
+const Stats = `
+SELECT
+    (SELECT count(*) FROM {{table}} WHERE state IN ('pending', 'claimed')),
+    (SELECT created_at FROM {{table}} WHERE state IN ('pending', 'claimed') ORDER BY id LIMIT 1),
+    (SELECT count(*) FROM {{table}} WHERE state = 'dead'),
+    now()`
+
+// TopicStats is Stats per topic.
+const TopicStats = `
+SELECT topic,
+       count(*) FILTER (WHERE state IN ('pending', 'claimed')),
+       min(created_at) FILTER (WHERE state IN ('pending', 'claimed')),
+       count(*) FILTER (WHERE state = 'dead')
+FROM {{table}}
+WHERE state IN ('pending', 'claimed', 'dead')
+GROUP BY topic
+ORDER BY topic`

@@ -1,0 +1,260 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// completer records the outcome of publishes in the database, in batches:
+// one UPDATE marks every acknowledged row since the last flush, and failed
+// and released rows are recorded in the same transaction. It flushes as soon
+// as it is idle, so a flush's round trip overlaps the next publishes.
+//
+// Rows stay counted in flight until their outcome is committed, which bounds
+// memory while the database is unreachable: the dispatcher stops claiming,
+// and the completer retries the same outcomes until they commit.
+type completer struct {
+	r *Relay
+
+	mu       sync.Mutex
+	acks     []*claimedRow
+	fails    []failedRow
+	releases []releasedRow
+	closed   bool
+	kick     chan struct{}
+}
+
+type releasedRow struct {
+	row        *claimedRow
+	onRecorded func(claimSeq uint64) // may be nil
+}
+
+type failedRow struct {
+	row        *claimedRow
+	err        string
+	delay      time.Duration
+	onRecorded func(claimSeq uint64)
+}
+
+func newCompleter(r *Relay) *completer {
+	return &completer{r: r, kick: make(chan struct{}, 1)}
+}
+
+func (c *completer) ack(row *claimedRow) {
+	c.mu.Lock()
+	c.acks = append(c.acks, row)
+	c.mu.Unlock()
+	signal(c.kick)
+}
+
+// release returns a row unpublished; onRecorded, if not nil, runs once the
+// release is committed, with the claim sequence number current then.
+func (c *completer) release(row *claimedRow, onRecorded func(uint64)) {
+	c.mu.Lock()
+	c.releases = append(c.releases, releasedRow{row: row, onRecorded: onRecorded})
+	c.mu.Unlock()
+	signal(c.kick)
+}
+
+// fail records a failed publish; onRecorded runs once the failure is
+// committed, with the claim sequence number current at that moment.
+func (c *completer) fail(row *claimedRow, err error, onRecorded func(uint64)) {
+	msg := err.Error()
+	if len(msg) > 2000 {
+		msg = msg[:2000]
+	}
+	f := failedRow{
+		row:        row,
+		err:        msg,
+		delay:      backoff(row.attempts+1, c.r.cfg.BackoffMin, c.r.cfg.BackoffMax),
+		onRecorded: onRecorded,
+	}
+	c.mu.Lock()
+	c.fails = append(c.fails, f)
+	c.mu.Unlock()
+	signal(c.kick)
+}
+
+// close makes run flush what is left and return.
+func (c *completer) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	signal(c.kick)
+}
+
+func (c *completer) run() {
+	var (
+		acks     []*claimedRow
+		releases []releasedRow
+		fails    []failedRow
+		attempt  int
+	)
+	for {
+		<-c.kick
+		c.mu.Lock()
+		acks = append(acks, c.acks...)
+		releases = append(releases, c.releases...)
+		fails = append(fails, c.fails...)
+		c.acks, c.releases, c.fails = nil, nil, nil
+		closed := c.closed
+		c.mu.Unlock()
+
+		if len(acks)+len(releases)+len(fails) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := c.flush(ctx, acks, fails, releases)
+			cancel()
+			if err != nil {
+				attempt++
+				d := backoff(attempt, 50*time.Millisecond, 5*time.Second)
+				c.r.log.Warn("relay: recording publish outcomes failed; retrying", "err", err, "rows", len(acks)+len(fails)+len(releases), "in", d)
+				if closed && attempt >= 5 {
+					// Shutting down with the database gone: the rows
+					// stay claimed and are taken over once this relay's
+					// heartbeat goes stale. Acknowledged ones are
+					// published again (at least once).
+					c.r.log.Error("relay: giving up recording outcomes at shutdown", "err", err)
+					return
+				}
+				time.Sleep(d)
+				signal(c.kick)
+				continue
+			}
+			attempt = 0
+			n := len(acks) + len(fails) + len(releases)
+			acks, releases, fails = acks[:0], releases[:0], fails[:0]
+			c.r.inflight.Add(-int64(n))
+			signal(c.r.capacity)
+		}
+		if closed {
+			c.mu.Lock()
+			empty := len(c.acks)+len(c.releases)+len(c.fails) == 0
+			c.mu.Unlock()
+			if empty {
+				return
+			}
+			signal(c.kick)
+		}
+	}
+}
+
+// flush commits the outcomes: in one statement when there are only
+// acknowledgements (the common case), in one transaction otherwise.
+func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []failedRow, releases []releasedRow) error {
+	r := c.r
+	if len(fails) == 0 && len(releases) == 0 {
+		if _, err := r.db.ExecContext(ctx, r.sql.markPublished, idArray(acks)); err != nil {
+			return fmt.Errorf("mark %d published: %w", len(acks), err)
+		}
+		r.met.published.Add(ctx, int64(len(acks)))
+		return nil
+	}
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	var retried, dead int64
+	if len(fails) > 0 {
+		retried, dead, err = c.recordFailures(ctx, tx, fails)
+		if err != nil {
+			return err
+		}
+	}
+	if len(releases) > 0 {
+		ids := make([]*claimedRow, len(releases))
+		for i, rel := range releases {
+			ids[i] = rel.row
+		}
+		if _, err := tx.ExecContext(ctx, r.sql.release, idArray(ids), r.cfg.ID); err != nil {
+			return fmt.Errorf("release %d rows: %w", len(releases), err)
+		}
+	}
+	if len(acks) > 0 {
+		if _, err := tx.ExecContext(ctx, r.sql.markPublished, idArray(acks)); err != nil {
+			return fmt.Errorf("mark %d published: %w", len(acks), err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit outcomes: %w", err)
+	}
+	recordedAt := r.claimSeq.Load()
+	for _, f := range fails {
+		f.onRecorded(recordedAt)
+	}
+	for _, rel := range releases {
+		if rel.onRecorded != nil {
+			rel.onRecorded(recordedAt)
+		}
+	}
+	r.met.published.Add(ctx, int64(len(acks)))
+	r.met.retried.Add(ctx, retried)
+	r.met.dead.Add(ctx, dead)
+	return nil
+}
+
+func (c *completer) recordFailures(ctx context.Context, tx *sql.Tx, fails []failedRow) (retried, dead int64, err error) {
+	type failure struct {
+		ID      int64  `json:"id"`
+		Err     string `json:"err"`
+		DelayMS int64  `json:"delay_ms"`
+	}
+	doc := make([]failure, len(fails))
+	for i, f := range fails {
+		doc[i] = failure{ID: f.row.id, Err: f.err, DelayMS: f.delay.Milliseconds()}
+	}
+	js, err := json.Marshal(doc)
+	if err != nil {
+		return 0, 0, fmt.Errorf("encode failures: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, c.r.sql.fail, string(js), c.r.cfg.ID, c.r.cfg.MaxAttempts)
+	if err != nil {
+		return 0, 0, fmt.Errorf("record %d failures: %w", len(fails), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id    int64
+			state string
+		)
+		if err := rows.Scan(&id, &state); err != nil {
+			return 0, 0, fmt.Errorf("record failures: %w", err)
+		}
+		if state == "dead" {
+			dead++
+			c.r.log.Error("relay: event is dead after MaxAttempts", "row", id, "max_attempts", c.r.cfg.MaxAttempts)
+		} else {
+			retried++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, fmt.Errorf("record failures: %w", err)
+	}
+	for _, f := range fails {
+		c.r.log.Warn("relay: publish failed", "row", f.row.id, "event_id", f.row.event.ID, "topic", f.row.event.Topic,
+			"aggregate_id", f.row.event.AggregateID, "attempt", f.row.attempts+1, "err", f.err)
+	}
+	return retried, dead, nil
+}
+
+// idArray renders row ids as a PostgreSQL array literal, which any driver
+// passes as text.
+func idArray(rows []*claimedRow) string {
+	var b strings.Builder
+	b.Grow(len(rows) * 8)
+	b.WriteByte('{')
+	for i, row := range rows {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(row.id, 10))
+	}
+	b.WriteByte('}')
+	return b.String()
+}

@@ -1,0 +1,191 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/txoutbox/txoutbox"
+)
+
+// Defaults of Config, used where a field is left zero.
+const (
+	BatchSizeDefault         = 500
+	LanesDefault             = 64
+	PollIntervalDefault      = time.Second
+	LeaseDurationDefault     = 30 * time.Second
+	MaxAttemptsDefault       = 10
+	BackoffMinDefault        = time.Second
+	BackoffMaxDefault        = 5 * time.Minute
+	HeartbeatIntervalDefault = 2 * time.Second
+	StaleAfterDefault        = 15 * time.Second
+	RetentionDefault         = 7 * 24 * time.Hour
+	PruneIntervalDefault     = time.Minute
+	PruneBatchDefault        = 1000
+	StatsIntervalDefault     = 10 * time.Second
+	FlushIntervalDefault     = 5 * time.Millisecond
+)
+
+// Config configures a Relay. The zero value is valid: every zero field
+// takes its documented default.
+type Config struct {
+	// Table is the outbox table. Default: "outbox" on the search_path.
+	Table txoutbox.Table
+
+	// ID names this relay in the coordination tables and in lease_owner.
+	// It must be unique among running relays. Default: host-pid-random,
+	// fresh for every New.
+	ID string
+
+	// BatchSize is the most rows one claim takes. Default 500.
+	BatchSize int
+
+	// Lanes is how many events are published concurrently. Events are
+	// spread over lanes by aggregate id, so one aggregate's events are
+	// published one after another, in order, while the broker sees up to
+	// Lanes requests in flight. Default 64.
+	Lanes int
+
+	// MaxInFlight bounds the claimed rows held in memory: the relay claims
+	// more only while fewer are waiting to be published and recorded. It
+	// is also the most events one crash can publish twice. Default
+	// 2 × BatchSize, so the next batch is claimed while one publishes.
+	MaxInFlight int
+
+	// PollInterval is how often the relay looks for due rows when nothing
+	// woke it: the fallback behind LISTEN/NOTIFY, and the only way rows in
+	// retry backoff become due. Default 1s.
+	PollInterval time.Duration
+
+	// DisableListen turns off LISTEN/NOTIFY wake-ups, for connections
+	// through PgBouncer in transaction mode. The relay then polls every
+	// PollInterval; lower it for latency.
+	DisableListen bool
+
+	// LeaseDuration is how long a claim holds rows before another relay
+	// may take them over. It backs up the relay's heartbeat: rows of a
+	// relay that stopped heartbeating are taken over as soon as it is
+	// declared dead. Default 30s.
+	LeaseDuration time.Duration
+
+	// MaxAttempts is how many failed publishes make an event dead.
+	// Default 10.
+	MaxAttempts int
+
+	// BackoffMin and BackoffMax bound the delay before a failed event is
+	// retried: BackoffMin × 2^(attempts-1), capped at BackoffMax, with
+	// jitter. Defaults 1s and 5m.
+	BackoffMin, BackoffMax time.Duration
+
+	// HeartbeatInterval is how often the relay refreshes its liveness and
+	// rebalances shards. Default 2s.
+	HeartbeatInterval time.Duration
+
+	// StaleAfter is how old a relay's heartbeat may get before peers
+	// declare it dead and take over its shards and claims. It must exceed
+	// HeartbeatInterval comfortably. Default 15s.
+	StaleAfter time.Duration
+
+	// Retention is how long published rows are kept before they are
+	// pruned. Dead rows are never pruned. Default 7 days. Negative
+	// disables pruning.
+	Retention time.Duration
+
+	// PruneInterval is how often pruning runs; PruneBatch how many rows
+	// one delete removes. Defaults 1m and 1000.
+	PruneInterval time.Duration
+	PruneBatch    int
+
+	// StatsInterval is how often the lag and backlog gauges are
+	// refreshed from the database. Default 10s.
+	StatsInterval time.Duration
+
+	// Logger receives the relay's logs. Default: slog.Default().
+	Logger *slog.Logger
+
+	// MeterProvider provides the relay's metrics. Default: no-op.
+	MeterProvider metric.MeterProvider
+
+	// TracerProvider provides the relay's publish spans. Default: no-op.
+	TracerProvider trace.TracerProvider
+}
+
+// ErrInvalidConfig is matched by every error New returns for a bad Config.
+var ErrInvalidConfig = errors.New("relay: invalid config")
+
+func (c *Config) setDefaults() {
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomSuffix())
+	}
+	setDefault(&c.BatchSize, BatchSizeDefault)
+	setDefault(&c.Lanes, LanesDefault)
+	setDefault(&c.MaxInFlight, 2*max(c.BatchSize, 0))
+	setDefault(&c.PollInterval, PollIntervalDefault)
+	setDefault(&c.LeaseDuration, LeaseDurationDefault)
+	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
+	setDefault(&c.BackoffMin, BackoffMinDefault)
+	setDefault(&c.BackoffMax, BackoffMaxDefault)
+	setDefault(&c.HeartbeatInterval, HeartbeatIntervalDefault)
+	setDefault(&c.StaleAfter, StaleAfterDefault)
+	setDefault(&c.Retention, RetentionDefault)
+	setDefault(&c.PruneInterval, PruneIntervalDefault)
+	setDefault(&c.PruneBatch, PruneBatchDefault)
+	setDefault(&c.StatsInterval, StatsIntervalDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+func (c *Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	if err := c.Table.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if len(c.ID) > 200 {
+		return bad("ID is longer than 200 bytes")
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"BatchSize", c.BatchSize}, {"Lanes", c.Lanes}, {"MaxInFlight", c.MaxInFlight}, {"MaxAttempts", c.MaxAttempts}, {"PruneBatch", c.PruneBatch}} {
+		if f.v < 0 {
+			return bad("%s is negative (%d)", f.name, f.v)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"PollInterval", c.PollInterval}, {"LeaseDuration", c.LeaseDuration}, {"BackoffMin", c.BackoffMin}, {"BackoffMax", c.BackoffMax},
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"StaleAfter", c.StaleAfter}, {"PruneInterval", c.PruneInterval}, {"StatsInterval", c.StatsInterval}} {
+		if f.v < 0 {
+			return bad("%s is negative (%s)", f.name, f.v)
+		}
+	}
+	if c.MaxInFlight < c.BatchSize {
+		return bad("MaxInFlight (%d) is smaller than BatchSize (%d)", c.MaxInFlight, c.BatchSize)
+	}
+	if c.BackoffMax < c.BackoffMin {
+		return bad("BackoffMax (%s) is smaller than BackoffMin (%s)", c.BackoffMax, c.BackoffMin)
+	}
+	if c.StaleAfter < 2*c.HeartbeatInterval {
+		return bad("StaleAfter (%s) must be at least twice HeartbeatInterval (%s), or live relays are declared dead", c.StaleAfter, c.HeartbeatInterval)
+	}
+	if c.LeaseDuration < c.HeartbeatInterval {
+		return bad("LeaseDuration (%s) is shorter than HeartbeatInterval (%s)", c.LeaseDuration, c.HeartbeatInterval)
+	}
+	return nil
+}

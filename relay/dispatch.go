@@ -1,0 +1,134 @@
+package relay
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// dispatch claims due rows and hands them to the lanes until ctx ends. It
+// claims the next batch while earlier ones publish (bounded by MaxInFlight),
+// and waits for a NOTIFY, the poll interval or free capacity otherwise.
+func (r *Relay) dispatch(ctx context.Context) {
+	poll := time.NewTicker(r.cfg.PollInterval)
+	defer poll.Stop()
+	var (
+		more     = true // the last claim was full: claim again at once
+		dbErrors int
+	)
+	for ctx.Err() == nil {
+		free := r.cfg.MaxInFlight - int(r.inflight.Load())
+		if free < min(r.cfg.BatchSize, r.cfg.MaxInFlight)/2 {
+			// Wait for room: claiming a sliver at a time costs a
+			// round trip per sliver.
+			select {
+			case <-r.capacity:
+			case <-poll.C:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		if !more {
+			select {
+			case <-r.wake:
+			case <-poll.C:
+			case <-r.capacity:
+				if r.inflight.Load() != 0 {
+					continue // not a reason to look for new rows yet
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+		if n := r.outage.Load(); n > 0 {
+			// Every recent publish failed: the broker is likely down.
+			// Back off before claiming more rows only to fail them.
+			if !sleep(ctx, backoff(int(n), 50*time.Millisecond, 10*time.Second)) {
+				return
+			}
+		}
+		rows, err := r.claim(ctx, min(r.cfg.BatchSize, free))
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			dbErrors++
+			d := backoff(dbErrors, 100*time.Millisecond, 10*time.Second)
+			r.log.Warn("relay: claim failed; retrying", "err", err, "in", d)
+			if !sleep(ctx, d) {
+				return
+			}
+			more = true
+			continue
+		}
+		dbErrors = 0
+		more = len(rows) == min(r.cfg.BatchSize, free)
+		if len(rows) > 0 {
+			r.met.batchSize.Record(ctx, int64(len(rows)))
+		}
+		r.inflight.Add(int64(len(rows)))
+		for _, row := range rows {
+			r.laneFor(row.event.AggregateID).queue <- row
+		}
+	}
+}
+
+// laneFor picks the lane of an aggregate: always the same one, so its events
+// are published one after another in claim (id) order.
+func (r *Relay) laneFor(aggregateID string) *lane {
+	h := fnv.New32a()
+	h.Write([]byte(aggregateID))
+	return r.lanes[h.Sum32()%uint32(len(r.lanes))]
+}
+
+// claim runs the claim statement and returns the rows in id order.
+func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
+	r.shardMu.Lock()
+	defer r.shardMu.Unlock()
+	seq := r.claimSeq.Add(1)
+	rows, err := r.db.QueryContext(ctx, r.sql.claim, r.cfg.ID, limit, intervalLiteral(r.cfg.LeaseDuration))
+	if err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	defer rows.Close()
+	var out []*claimedRow
+	for rows.Next() {
+		var (
+			c       = &claimedRow{seq: seq}
+			eventID string
+			headers string
+		)
+		e := &c.event
+		if err := rows.Scan(&c.id, &eventID, &e.Topic, &e.AggregateType, &e.AggregateID, &e.Type,
+			&e.ContentType, &e.Payload, &headers, &e.CreatedAt, &c.attempts); err != nil {
+			return nil, fmt.Errorf("claim batch: scan: %w", err)
+		}
+		if e.ID, err = uuid.Parse(eventID); err != nil {
+			return nil, fmt.Errorf("claim batch: row %d: event id: %w", c.id, err)
+		}
+		if headers != "{}" {
+			if err := json.Unmarshal([]byte(headers), &e.Headers); err != nil {
+				return nil, fmt.Errorf("claim batch: row %d: headers: %w", c.id, err)
+			}
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	// UPDATE ... RETURNING does not keep the subquery's order.
+	slices.SortFunc(out, func(a, b *claimedRow) int { return cmp.Compare(a.id, b.id) })
+	return out, nil
+}
+
+// intervalLiteral renders d for a $n::interval parameter.
+func intervalLiteral(d time.Duration) string {
+	return fmt.Sprintf("%d microseconds", d.Microseconds())
+}

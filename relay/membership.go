@@ -1,0 +1,124 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// numShards is fixed by the schema: shard = hashtext(aggregate_id) & 255.
+const numShards = 256
+
+// membershipLoop heartbeats, declares relays with stale heartbeats dead, and
+// moves shards so each is owned by exactly one live relay.
+func (r *Relay) membershipLoop(ctx context.Context) {
+	host, _ := os.Hostname()
+	t := time.NewTicker(r.cfg.HeartbeatInterval)
+	defer t.Stop()
+	failures := 0
+	for {
+		if err := r.rebalance(ctx, host); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			r.log.Warn("relay: heartbeat failed", "err", err, "failures", failures)
+		} else {
+			failures = 0
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// rebalance runs one heartbeat round.
+func (r *Relay) rebalance(ctx context.Context, host string) error {
+	if _, err := r.db.ExecContext(ctx, r.sql.heartbeat, r.cfg.ID, host); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	forgotten, err := r.queryStrings(ctx, r.sql.forgetStale, intervalLiteral(r.cfg.StaleAfter))
+	if err != nil {
+		return fmt.Errorf("forget stale relays: %w", err)
+	}
+	for _, id := range forgotten {
+		r.log.Warn("relay: declared a relay dead after its heartbeat went stale; taking over its work", "dead_relay", id)
+	}
+	live, err := r.queryStrings(ctx, r.sql.liveRelays)
+	if err != nil {
+		return fmt.Errorf("list relays: %w", err)
+	}
+	want := shardArray(assignShards(r.cfg.ID, live))
+
+	// Releasing must not overlap a claim: see Relay.shardMu.
+	r.shardMu.Lock()
+	defer r.shardMu.Unlock()
+	if _, err := r.db.ExecContext(ctx, r.sql.releaseShards, r.cfg.ID, want); err != nil {
+		return fmt.Errorf("release shards: %w", err)
+	}
+	owned, err := r.queryStrings(ctx, r.sql.acquireShards, r.cfg.ID, want)
+	if err != nil {
+		return fmt.Errorf("acquire shards: %w", err)
+	}
+	if prev := r.owned.Swap(int64(len(owned))); prev != int64(len(owned)) {
+		r.log.Info("relay: shards rebalanced", "owned", len(owned), "live_relays", len(live))
+		signal(r.wake)
+	}
+	return nil
+}
+
+// assignShards returns the shards relay me should own among the live relays,
+// by rendezvous hashing: each shard goes to the relay with the highest
+// hash(shard, relay). Every relay computes the same assignment from the same
+// list, and a relay joining or leaving moves only the shards it gains or
+// loses.
+func assignShards(me string, live []string) []int {
+	var mine []int
+	for shard := range numShards {
+		best, bestScore := "", uint64(0)
+		for _, id := range live {
+			h := fnv.New64a()
+			h.Write([]byte(strconv.Itoa(shard)))
+			h.Write([]byte{0})
+			h.Write([]byte(id))
+			if s := h.Sum64(); best == "" || s > bestScore || (s == bestScore && id < best) {
+				best, bestScore = id, s
+			}
+		}
+		if best == me {
+			mine = append(mine, shard)
+		}
+	}
+	return mine
+}
+
+func shardArray(shards []int) string {
+	s := make([]string, len(shards))
+	for i, n := range shards {
+		s[i] = strconv.Itoa(n)
+	}
+	return "{" + strings.Join(s, ",") + "}"
+}
+
+func (r *Relay) queryStrings(ctx context.Context, query string, args ...any) ([]string, error) {
+	rows, err := r.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}

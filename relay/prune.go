@@ -1,0 +1,76 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// pruneLoop deletes published rows older than Retention, a batch per
+// statement so no delete holds many locks or a long transaction. An advisory
+// lock lets one relay prune at a time; the others skip the round.
+func (r *Relay) pruneLoop(ctx context.Context) {
+	if r.cfg.Retention < 0 {
+		return
+	}
+	t := time.NewTicker(r.cfg.PruneInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		n, err := r.Prune(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("relay: prune failed", "err", err)
+		}
+		if n > 0 {
+			r.log.Info("relay: pruned published events", "rows", n, "older_than", r.cfg.Retention)
+		}
+	}
+}
+
+// Prune deletes published rows older than the retention window now, in
+// batches, unless another relay is pruning, and returns how many it deleted.
+// Run calls it every PruneInterval; call it directly from a maintenance job
+// if you prefer.
+func (r *Relay) Prune(ctx context.Context) (int64, error) {
+	var total int64
+	for ctx.Err() == nil {
+		n, locked, err := r.pruneBatch(ctx)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if !locked || n < int64(r.cfg.PruneBatch) {
+			return total, nil
+		}
+	}
+	return total, ctx.Err()
+}
+
+func (r *Relay) pruneBatch(ctx context.Context) (deleted int64, locked bool, err error) {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, false, fmt.Errorf("prune: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if err := tx.QueryRowContext(ctx, r.sql.pruneLock).Scan(&locked); err != nil {
+		return 0, false, fmt.Errorf("prune: lock: %w", err)
+	}
+	if !locked {
+		return 0, false, nil
+	}
+	res, err := tx.ExecContext(ctx, r.sql.prune, intervalLiteral(r.cfg.Retention), r.cfg.PruneBatch)
+	if err != nil {
+		return 0, true, fmt.Errorf("prune: delete: %w", err)
+	}
+	if deleted, err = res.RowsAffected(); err != nil {
+		return 0, true, fmt.Errorf("prune: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, true, fmt.Errorf("prune: commit: %w", err)
+	}
+	return deleted, true, nil
+}

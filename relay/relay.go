@@ -1,0 +1,205 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/txoutbox/txoutbox"
+)
+
+// ErrAlreadyRunning is returned by Run when the relay is running already.
+var ErrAlreadyRunning = errors.New("relay: already running")
+
+// Relay publishes the outbox. Build it with New and call Run; several relays,
+// in one process or many, may run against one table at once.
+type Relay struct {
+	db    *sql.DB
+	pub   message.Publisher
+	cfg   Config
+	sql   statements
+	log   *slog.Logger
+	met   *metrics
+	trace trace.Tracer
+
+	// shardMu serializes claims with giving up shards, so a shard is never
+	// released while a claim on it is uncommitted; see Claim in outboxsql.
+	shardMu sync.Mutex
+	// claimSeq numbers claims; rows carry the number of the claim that
+	// took them, which the lanes' fences compare against.
+	claimSeq atomic.Uint64
+
+	inflight atomic.Int64  // claimed rows not yet recorded as published, failed or released
+	capacity chan struct{} // signalled when inflight drops
+	wake     chan struct{} // signalled by NOTIFY
+
+	// outage counts publishes failed in a row across lanes; the
+	// dispatcher backs off while it grows, so a broker outage is not
+	// hammered.
+	outage atomic.Int64
+
+	lanes     []*lane
+	completer *completer
+	running   atomic.Bool
+	owned     atomic.Int64 // shards owned, for metrics
+}
+
+// New validates cfg and returns a relay that reads the outbox through db and
+// publishes through pub.
+//
+// db is a database/sql pool; a pgx pool converts with stdlib.OpenDBFromPool.
+// With the pgx driver the relay holds one connection for LISTEN; with another
+// driver it polls.
+//
+// pub is any Watermill publisher; its Publish must return only once the
+// broker acknowledged the message (watermill-kafka's does; see
+// NewKafkaPublisher). The relay does not close it.
+func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
+	}
+	if pub == nil {
+		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
+	}
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	names, err := cfg.Table.SQLNames()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	met, err := newMetrics(cfg.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("relay: metrics: %w", err)
+	}
+	r := &Relay{
+		db:       db,
+		pub:      pub,
+		cfg:      cfg,
+		sql:      render(names),
+		log:      cfg.Logger.With("relay", cfg.ID),
+		met:      met,
+		trace:    tracer(cfg.TracerProvider),
+		capacity: make(chan struct{}, 1),
+		wake:     make(chan struct{}, 1),
+	}
+	return r, nil
+}
+
+// ID returns the relay's id, as recorded in lease_owner and the relays table.
+func (r *Relay) ID() string { return r.cfg.ID }
+
+// Run publishes the outbox until ctx ends, then shuts down cleanly: it
+// stops claiming, lets publishes already sent to the broker finish, records
+// their outcome, returns the rest of its claimed rows to pending, and gives
+// up its shards so peers take over at once. It never marks an event the
+// broker did not acknowledge.
+//
+// Run does not return on database or broker errors: it logs them, backs off
+// and resumes when they heal. It returns nil after a clean shutdown, or
+// ErrAlreadyRunning.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	defer r.running.Store(false)
+	r.log.Info("relay starting", "table", r.cfg.Table.String(), "lanes", r.cfg.Lanes, "batch", r.cfg.BatchSize)
+
+	unregister, err := r.met.observe(r)
+	if err != nil {
+		r.log.Warn("relay: metrics callback not registered", "err", err)
+	}
+
+	r.completer = newCompleter(r)
+	r.lanes = make([]*lane, r.cfg.Lanes)
+	var lanesDone sync.WaitGroup
+	for i := range r.lanes {
+		r.lanes[i] = newLane(r, r.cfg.MaxInFlight)
+		lanesDone.Add(1)
+		go func(l *lane) {
+			defer lanesDone.Done()
+			l.run(ctx)
+		}(r.lanes[i])
+	}
+	completerDone := make(chan struct{})
+	go func() {
+		defer close(completerDone)
+		r.completer.run()
+	}()
+
+	var background sync.WaitGroup
+	for _, loop := range []func(context.Context){r.membershipLoop, r.listenLoop, r.pruneLoop, r.statsLoop} {
+		background.Add(1)
+		go func() {
+			defer background.Done()
+			loop(ctx)
+		}()
+	}
+
+	r.dispatch(ctx) // returns when ctx ends
+
+	for _, l := range r.lanes {
+		close(l.queue)
+	}
+	lanesDone.Wait()
+	r.completer.close()
+	<-completerDone
+	background.Wait()
+	r.leave()
+	if unregister != nil {
+		_ = unregister()
+	}
+	r.log.Info("relay stopped")
+	return nil
+}
+
+// leave gives up the relay's shards and heartbeat so peers take over now
+// rather than after StaleAfter.
+func (r *Relay) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.db.ExecContext(ctx, r.sql.leaveShards, r.cfg.ID); err != nil {
+		r.log.Warn("relay: release shards on shutdown", "err", err)
+	}
+	if _, err := r.db.ExecContext(ctx, r.sql.leaveRelay, r.cfg.ID); err != nil {
+		r.log.Warn("relay: unregister on shutdown", "err", err)
+	}
+	r.owned.Store(0)
+}
+
+// signal does a non-blocking send on a wake-up channel of capacity 1.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits d or until ctx ends, and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// claimedRow is one claimed outbox row on its way through the relay.
+type claimedRow struct {
+	id       int64
+	event    txoutbox.Event
+	attempts int    // failed publishes before this claim
+	seq      uint64 // the claim that took it
+}

@@ -1,0 +1,31 @@
+package relay
+
+import "github.com/txoutbox/txoutbox/internal/outboxsql"
+
+// statements are the relay's SQL, rendered once for its table.
+type statements struct {
+	claim, markPublished, fail, release                   string
+	heartbeat, forgetStale, liveRelays                    string
+	releaseShards, acquireShards, leaveShards, leaveRelay string
+	prune, pruneLock, stats, topicStats                   string
+}
+
+func render(n outboxsql.Names) statements {
+	return statements{
+		claim:         n.Render(outboxsql.Claim),
+		markPublished: n.Render(outboxsql.MarkPublished),
+		fail:          n.Render(outboxsql.Fail),
+		release:       n.Render(outboxsql.Release),
+		heartbeat:     n.Render(outboxsql.Heartbeat),
+		forgetStale:   n.Render(outboxsql.ForgetStaleRelays),
+		liveRelays:    n.Render(outboxsql.LiveRelays),
+		releaseShards: n.Render(outboxsql.ReleaseShards),
+		acquireShards: n.Render(outboxsql.AcquireShards),
+		leaveShards:   n.Render(outboxsql.LeaveShards),
+		leaveRelay:    n.Render(outboxsql.LeaveRelay),
+		prune:         n.Render(outboxsql.Prune),
+		pruneLock:     n.Render(outboxsql.PruneLock),
+		stats:         n.Render(outboxsql.Stats),
+		topicStats:    n.Render(outboxsql.TopicStats),
+	}
+}
