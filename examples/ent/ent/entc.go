@@ -1,0 +1,20 @@
+//go:build ignore
+
+package main
+
+import (
+	"log"
+
+	"entgo.io/ent/entc"
+	"entgo.io/ent/entc/gen"
+
+	"github.com/txoutbox/txoutbox/entoutbox/entoutboxext"
+)
+
+func main() {
+	// The one extra line entoutbox needs: its extension.
+	err := entc.Generate("./schema", &gen.Config{}, entc.Extensions(entoutboxext.New()))
+	if err != nil {
+		log.Fatalf("running ent codegen: %v", err)
+	}
+}
