@@ -68,7 +68,8 @@ type Change struct {
 	// AggregateID is ID as the event's aggregate id (fmt.Sprint(ID)).
 	AggregateID string
 	// Old holds the values before an UpdateOne of the fields it set,
-	// cleared or added, unless SkipOldValues. Nil for other operations.
+	// cleared or added, unless SkipOldValues, Sensitive fields included.
+	// Nil for other operations.
 	Old map[string]ent.Value
 
 	topic, aggregateType string

@@ -365,3 +365,16 @@ func TestConcurrentChangeFailsUpdate(t *testing.T) {
 		t.Errorf("order %d status %q (%v), want placed: the update was rolled back", ids[1], status, err)
 	}
 }
+
+func TestUpdateOneOfMissingRowKeepsNotFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	err := entoutbox.WithTx(ctx, b.client, func(tx *entest.Tx) error {
+		return tx.Order.UpdateOneID(424242).SetStatus("paid").Exec(ctx)
+	})
+	if !entest.IsNotFound(err) {
+		t.Fatalf("err = %v, want ent's not-found error", err)
+	}
+	wantOutbox(t, b.outbox(t))
+}
