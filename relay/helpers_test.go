@@ -28,11 +28,15 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	db := testkit.NewOutbox(t)
 	kafka := testkit.Kafka(t)
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
+	w, err := newWriterFor(db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &bundle{db: db, brokers: kafka.ListenAddrs(), writer: w}
+}
+
+func newWriterFor(db *testkit.DB) (*txoutbox.Writer, error) {
+	return txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
 }
 
 // fastConfig shortens every interval so tests run in seconds.

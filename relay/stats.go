@@ -76,17 +76,16 @@ func ReadTopicStats(ctx context.Context, db *sql.DB, table txoutbox.Table) (Stat
 		return Stats{}, fmt.Errorf("read topic stats: %w", err)
 	}
 	defer rows.Close()
-	now := time.Now()
 	for rows.Next() {
 		var (
-			t      TopicStats
-			oldest sql.NullTime
+			t   TopicStats
+			lag sql.NullFloat64
 		)
-		if err := rows.Scan(&t.Topic, &t.Backlog, &oldest, &t.Dead); err != nil {
+		if err := rows.Scan(&t.Topic, &t.Backlog, &lag, &t.Dead); err != nil {
 			return Stats{}, fmt.Errorf("read topic stats: %w", err)
 		}
-		if oldest.Valid {
-			t.Lag = max(now.Sub(oldest.Time), 0)
+		if lag.Valid {
+			t.Lag = max(time.Duration(lag.Float64*float64(time.Second)), 0)
 		}
 		s.Topics = append(s.Topics, t)
 	}

@@ -139,7 +139,7 @@ SELECT
 const TopicStats = `
 SELECT topic,
        count(*) FILTER (WHERE state IN ('pending', 'claimed')),
-       min(created_at) FILTER (WHERE state IN ('pending', 'claimed')),
+       extract(epoch FROM now() - min(created_at) FILTER (WHERE state IN ('pending', 'claimed')))::float8,
        count(*) FILTER (WHERE state = 'dead')
 FROM {{table}}
 WHERE state IN ('pending', 'claimed', 'dead')
