@@ -1,11 +1,14 @@
 // Command quickstart writes a few events transactionally with the core
-// writer and shows what the outbox holds: committed events are pending for
-// the relay, a rolled-back transaction left nothing.
+// writer, runs the relay, and shows them arriving at a Kafka broker: the
+// committed events arrive, keyed by order id; the rolled-back one never
+// existed.
 //
 //	go run ./examples/quickstart
 //
 // It uses DATABASE_URL, or the local PostgreSQL with trust auth, and works in
-// its own schema "txoutbox_quickstart".
+// its own schema "txoutbox_quickstart". It publishes to KAFKA_BROKERS, or to
+// an embedded Kafka-protocol broker (kfake) on a loopback port when that is
+// empty.
 package main
 
 import (
@@ -14,12 +17,18 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
+	"strings"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/migrations"
+	"github.com/txoutbox/txoutbox/relay"
 )
 
 func main() {
@@ -67,22 +76,67 @@ func run(ctx context.Context) error {
 		}
 	}
 
-	rows, err := db.QueryContext(ctx, `SELECT id, event_id, aggregate_id, event_type, state, convert_from(payload, 'UTF8')
-		FROM txoutbox_quickstart.outbox WHERE state = 'pending' ORDER BY id`)
+	// The relay publishes what committed.
+	brokers := strings.FieldsFunc(os.Getenv("KAFKA_BROKERS"), func(r rune) bool { return r == ',' })
+	if len(brokers) == 0 {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+		if err != nil {
+			return err
+		}
+		defer cluster.Close()
+		brokers = cluster.ListenAddrs()
+		fmt.Printf("started an embedded Kafka-protocol broker at %s\n", strings.Join(brokers, ","))
+	}
+	pub, err := relay.NewKafkaPublisher(brokers, relay.KafkaConfig{})
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	fmt.Println("pending outbox rows (the relay publishes these):")
-	for rows.Next() {
-		var id int64
-		var eventID, aggregate, typ, state, payload string
-		if err := rows.Scan(&id, &eventID, &aggregate, &typ, &state, &payload); err != nil {
-			return err
-		}
-		fmt.Printf("  #%d %s order=%s %s %s %s\n", id, eventID, aggregate, typ, state, payload)
+	defer pub.Close()
+	r, err := relay.New(db, pub, relay.Config{Table: table, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		return err
 	}
-	return rows.Err()
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- r.Run(relayCtx) }()
+	defer stopRelay()
+
+	// An independent consumer reads them back.
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("orders"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer consumer.Close()
+	readCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for received := 0; received < 2; {
+		fetches := consumer.PollFetches(readCtx)
+		if err := readCtx.Err(); err != nil {
+			return fmt.Errorf("waiting for events at the broker: %w", err)
+		}
+		fetches.EachRecord(func(rec *kgo.Record) {
+			received++
+			fmt.Printf("broker: topic=%s key=%s value=%s headers:", rec.Topic, rec.Key, rec.Value)
+			for _, h := range rec.Headers {
+				if h.Key == relay.MetadataEventID || h.Key == relay.MetadataEventType {
+					fmt.Printf(" %s=%s", h.Key, h.Value)
+				}
+			}
+			fmt.Println()
+		})
+	}
+	// A clean shutdown records every acknowledgement before it returns.
+	stopRelay()
+	if err := <-relayDone; err != nil {
+		return err
+	}
+	s, err := r.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("outbox: backlog=%d lag=%s dead=%d\n", s.Backlog, s.Lag, s.Dead)
+	return nil
 }
 
 var errRolledBack = errors.New("rolled back on purpose")
