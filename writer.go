@@ -3,12 +3,12 @@ package txoutbox
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
@@ -46,6 +46,15 @@ type WriterConfig struct {
 	// that shows up under very high write concurrency, or if the
 	// connection goes through a pooler that drops notifications.
 	DisableNotify bool
+
+	// Propagator captures the trace context of the ctx passed to Write
+	// into each event's headers, so the relay's publish span can link to
+	// the span that wrote the event. It injects only when ctx carries a
+	// valid span, and never into an event that already has one of the
+	// propagator's headers. Default: propagation.TraceContext{} (W3C
+	// traceparent and tracestate). To capture nothing, set an empty
+	// propagation.NewCompositeTextMapPropagator().
+	Propagator propagation.TextMapPropagator
 }
 
 // Writer inserts events into the outbox on the caller's transaction. It is
@@ -55,6 +64,7 @@ type Writer struct {
 	maxPayload int
 	notify     bool
 	insertOne  string // the statement for one event, rendered once
+	propagator propagation.TextMapPropagator
 }
 
 // NewWriter validates cfg and returns a Writer.
@@ -69,7 +79,10 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
-	w := &Writer{names: names, maxPayload: cfg.MaxPayloadBytes, notify: !cfg.DisableNotify}
+	if cfg.Propagator == nil {
+		cfg.Propagator = propagation.TraceContext{}
+	}
+	w := &Writer{names: names, maxPayload: cfg.MaxPayloadBytes, notify: !cfg.DisableNotify, propagator: cfg.Propagator}
 	w.insertOne = outboxsql.Insert(names, 1, w.notify)
 	return w, nil
 }
@@ -81,6 +94,10 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 // Events with a zero ID or CreatedAt get a new UUIDv7 and the current time;
 // Write sets them in the slice passed, so a caller that passes a slice
 // (events...) can read them back.
+//
+// The trace context of ctx, if it carries a span, is stored in each event's
+// headers (see WriterConfig.Propagator); the events' Headers maps are not
+// modified.
 //
 // If any event is invalid, Write returns an error matching ErrInvalidEvent
 // and writes nothing; the transaction stays usable and its fate is the
@@ -131,13 +148,14 @@ func (w *Writer) write(ctx context.Context, events []Event, exec func(string, []
 			e.CreatedAt = now
 		}
 	}
+	traced := traceHeaders(ctx, w.propagator)
 	for start := 0; start < len(events); start += maxRowsPerStatement {
 		chunk := events[start:min(start+maxRowsPerStatement, len(events))]
 		query := w.insertOne
 		if len(chunk) > 1 {
 			query = outboxsql.Insert(w.names, len(chunk), w.notify)
 		}
-		args, err := insertArgs(chunk)
+		args, err := insertArgs(chunk, traced)
 		if err != nil {
 			return err
 		}
@@ -148,17 +166,13 @@ func (w *Writer) write(ctx context.Context, events []Event, exec func(string, []
 	return nil
 }
 
-func insertArgs(events []Event) ([]any, error) {
+func insertArgs(events []Event, traced propagation.MapCarrier) ([]any, error) {
 	args := make([]any, 0, len(events)*outboxsql.InsertParamsPerRow)
 	for i := range events {
 		e := &events[i]
-		headers := "{}"
-		if len(e.Headers) > 0 {
-			b, err := json.Marshal(e.Headers)
-			if err != nil {
-				return nil, fmt.Errorf("txoutbox: encode headers: %w", err)
-			}
-			headers = string(b)
+		headers, err := encodeHeaders(e.Headers, traced)
+		if err != nil {
+			return nil, err
 		}
 		payload := e.Payload
 		if payload == nil {

@@ -1,0 +1,60 @@
+package txoutbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// traceHeaders returns the headers the propagator injects for the span in
+// ctx, or nil when ctx carries no valid span. The check comes first so a
+// write without tracing allocates nothing here.
+func traceHeaders(ctx context.Context, p propagation.TextMapPropagator) propagation.MapCarrier {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	c := propagation.MapCarrier{}
+	p.Inject(ctx, c)
+	if len(c) == 0 {
+		return nil
+	}
+	return c
+}
+
+// encodeHeaders renders an event's headers column. The captured trace
+// context is added unless the event already carries any of its headers: a
+// caller that set traceparent itself (say, an event relayed on behalf of
+// another request) keeps its trace context whole rather than mixed with
+// ours.
+func encodeHeaders(own map[string]string, traced propagation.MapCarrier) (string, error) {
+	if len(traced) > 0 {
+		for k := range traced {
+			if _, set := own[k]; set {
+				traced = nil
+				break
+			}
+		}
+	}
+	if len(own) == 0 && len(traced) == 0 {
+		return "{}", nil
+	}
+	merged := own
+	if len(traced) > 0 {
+		// A copy: the caller's map may be shared between events or requests.
+		merged = make(map[string]string, len(own)+len(traced))
+		for k, v := range own {
+			merged[k] = v
+		}
+		for k, v := range traced {
+			merged[k] = v
+		}
+	}
+	b, err := json.Marshal(merged)
+	if err != nil {
+		return "", fmt.Errorf("txoutbox: encode headers: %w", err)
+	}
+	return string(b), nil
+}
