@@ -1,0 +1,100 @@
+package outboxsql
+
+// Operator statements (package outboxadmin, the outbox CLI). Selections are
+// fixed statements whose optional filters are NULL when unset, so no SQL is
+// built from input: $ids is a bigint array literal or NULL, $topic,
+// $aggregate and $type are exact matches or NULL, and $since a timestamptz
+// or NULL.
+
+// opsRowColumns is what an operator sees of a row.
+const opsRowColumns = `id, event_id::text, topic, aggregate_type, aggregate_id, event_type, content_type,
+       length(payload), headers::text, created_at, state, attempts, next_attempt_at,
+       coalesce(last_error, ''), published_at, coalesce(lease_owner, '')`
+
+// deadFilter selects dead rows by $1 ids, $2 topic, $3 aggregate id, $4
+// event type and $5 created at or after. The dead-letter partial index
+// serves it.
+const deadFilter = `state = 'dead'
+  AND ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
+  AND ($2::text IS NULL OR topic = $2)
+  AND ($3::text IS NULL OR aggregate_id = $3)
+  AND ($4::text IS NULL OR event_type = $4)
+  AND ($5::timestamptz IS NULL OR created_at >= $5)`
+
+// OpsDeadList pages through dead rows matching deadFilter in id order: ids
+// above $6, at most $7.
+const OpsDeadList = `SELECT ` + opsRowColumns + `
+FROM {{table}}
+WHERE ` + deadFilter + ` AND id > $6
+ORDER BY id
+LIMIT $7`
+
+// OpsRow reads one row ($1) in any state, with its payload.
+const OpsRow = `SELECT ` + opsRowColumns + `, payload FROM {{table}} WHERE id = $1`
+
+// OpsDeadLock locks the dead rows matching deadFilter, in id order, for a
+// retry or drop in the same transaction.
+const OpsDeadLock = `SELECT ` + opsRowColumns + `
+FROM {{table}}
+WHERE ` + deadFilter + `
+ORDER BY id
+FOR UPDATE`
+
+// OpsLockUnpublished locks the pending and claimed rows of the aggregates in
+// $1 (a text array literal). FOR UPDATE without SKIP LOCKED waits for a
+// claim in progress, so the rows it returns show which are in flight for
+// certain, and no relay can claim them until the retry commits.
+const OpsLockUnpublished = `SELECT id, aggregate_id, state
+FROM {{table}}
+WHERE state IN ('pending', 'claimed') AND aggregate_id = ANY($1::text[])
+ORDER BY id
+FOR UPDATE`
+
+// OpsRetry returns the dead rows $1 to pending, due now, with fresh
+// attempts. last_error is kept: it says why the event died until the relay
+// publishes it or records a new failure.
+const OpsRetry = `UPDATE {{table}}
+SET state = 'pending', attempts = 0, next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL
+WHERE id = ANY($1::bigint[]) AND state = 'dead'`
+
+// OpsDrop deletes the dead rows $1.
+const OpsDrop = `DELETE FROM {{table}} WHERE id = ANY($1::bigint[]) AND state = 'dead'`
+
+// OpsWake wakes the relays listening on the channel once the transaction
+// commits, so retried and replayed rows go out without waiting for a poll.
+const OpsWake = `SELECT pg_notify({{channel}}, '')`
+
+// OpsPruneLock takes the advisory lock the relay's pruning takes (see
+// Prune and PruneLock: the same key), waiting for a prune in progress. A
+// replay holds it so a concurrent prune cannot delete a row the replay has
+// just returned to pending.
+const OpsPruneLock = `SELECT pg_advisory_xact_lock(hashtext({{channel}} || '.prune'))`
+
+// OpsReplay returns up to $5 published rows to pending, in id order: ids
+// above $1, published at or after $2, with $3 topic and $4 aggregate id
+// when not NULL. It returns the ids and topics reset.
+const OpsReplay = `WITH picked AS (
+    SELECT id FROM {{table}}
+    WHERE state = 'published' AND id > $1 AND published_at >= $2
+      AND ($3::text IS NULL OR topic = $3)
+      AND ($4::text IS NULL OR aggregate_id = $4)
+    ORDER BY id
+    LIMIT $5
+    FOR UPDATE
+)
+UPDATE {{table}} o
+SET state = 'pending', attempts = 0, next_attempt_at = now(), published_at = NULL,
+    lease_owner = NULL, lease_expires_at = NULL
+FROM picked
+WHERE o.id = picked.id
+RETURNING o.id, o.topic`
+
+// OpsRelays lists the relays with their heartbeat age by the database
+// clock.
+const OpsRelays = `SELECT id, host, started_at, heartbeat_at,
+       extract(epoch FROM now() - heartbeat_at)::float8
+FROM {{relays}}
+ORDER BY id`
+
+// OpsShards lists every shard and its owner, empty when free.
+const OpsShards = `SELECT shard, coalesce(owner, '') FROM {{shards}} ORDER BY shard`

@@ -1,0 +1,98 @@
+package outboxadmin
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/relay"
+)
+
+// StaleAfterDefault is Config.StaleAfter's default, the relays' own default.
+const StaleAfterDefault = relay.StaleAfterDefault
+
+// ReplayBatchDefault is Config.ReplayBatch's default.
+const ReplayBatchDefault = 1000
+
+var (
+	// ErrInvalidConfig is matched by every error New returns for a bad
+	// Config.
+	ErrInvalidConfig = errors.New("outboxadmin: invalid config")
+
+	// ErrNoSelection is returned by Retry and Drop for a Filter that
+	// selects nothing explicitly: no IDs, no filters and not All. A zero
+	// Filter never means every event by accident.
+	ErrNoSelection = errors.New("outboxadmin: no event ids or filters given (set All to select every dead event)")
+
+	// ErrNotFound is returned by Event for an id with no row.
+	ErrNotFound = errors.New("outboxadmin: no such event")
+)
+
+// Config configures an Admin. The zero value is valid.
+type Config struct {
+	// Table is the outbox table. Default: "outbox" on the search_path.
+	Table txoutbox.Table
+
+	// StaleAfter is how old a relay's heartbeat may be for Status to count
+	// it alive. Use the relays' Config.StaleAfter. Default 15s.
+	StaleAfter time.Duration
+
+	// ReplayBatch is how many rows one replay transaction returns to
+	// pending. Default 1000.
+	ReplayBatch int
+}
+
+// Admin runs operator tasks on one outbox. It is safe for concurrent use.
+type Admin struct {
+	db  *sql.DB
+	cfg Config
+	sql statements
+}
+
+// New validates cfg and returns an Admin working on db.
+func New(db *sql.DB, cfg Config) (*Admin, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil *sql.DB", ErrInvalidConfig)
+	}
+	names, err := cfg.Table.SQLNames()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if cfg.StaleAfter < 0 {
+		return nil, fmt.Errorf("%w: StaleAfter is negative (%s)", ErrInvalidConfig, cfg.StaleAfter)
+	}
+	if cfg.ReplayBatch < 0 {
+		return nil, fmt.Errorf("%w: ReplayBatch is negative (%d)", ErrInvalidConfig, cfg.ReplayBatch)
+	}
+	if cfg.StaleAfter == 0 {
+		cfg.StaleAfter = StaleAfterDefault
+	}
+	if cfg.ReplayBatch == 0 {
+		cfg.ReplayBatch = ReplayBatchDefault
+	}
+	return &Admin{db: db, cfg: cfg, sql: render(names)}, nil
+}
+
+// statements are the operator statements rendered for one table.
+type statements struct {
+	deadList, row, deadLock, lockUnpublished, retry, drop, wake, pruneLock, replay, relays, shards string
+}
+
+func render(n outboxsql.Names) statements {
+	return statements{
+		deadList:        n.Render(outboxsql.OpsDeadList),
+		row:             n.Render(outboxsql.OpsRow),
+		deadLock:        n.Render(outboxsql.OpsDeadLock),
+		lockUnpublished: n.Render(outboxsql.OpsLockUnpublished),
+		retry:           n.Render(outboxsql.OpsRetry),
+		drop:            n.Render(outboxsql.OpsDrop),
+		wake:            n.Render(outboxsql.OpsWake),
+		pruneLock:       n.Render(outboxsql.OpsPruneLock),
+		replay:          n.Render(outboxsql.OpsReplay),
+		relays:          n.Render(outboxsql.OpsRelays),
+		shards:          n.Render(outboxsql.OpsShards),
+	}
+}

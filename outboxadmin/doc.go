@@ -1,0 +1,27 @@
+// Package outboxadmin is the operator's API to an outbox: its status, its
+// dead events and replays. The outbox CLI (outbox status, outbox dead,
+// outbox replay) is a thin layer over it; use it to build the same tools
+// into an admin page or a runbook job.
+//
+//	adm, err := outboxadmin.New(db, outboxadmin.Config{})
+//	st, err := adm.Status(ctx)                                    // backlog, lag, dead; relays and shards
+//	dead, err := adm.ListDead(ctx, outboxadmin.Filter{Topic: "orders"}, 0, 50)
+//	retried, err := adm.Retry(ctx, outboxadmin.Filter{IDs: []int64{dead[0].ID}}, false)
+//
+// # Dead events
+//
+// A dead event failed the relay's MaxAttempts publishes. It does not hold
+// back its aggregate: the later events flow. Retry returns it to pending with
+// fresh attempts; it goes out before every later event of its aggregate that
+// is still pending (see Retry for the ones already in flight). Drop deletes
+// it. Both act on rows that are dead when they run, under row locks, so a
+// concurrent relay never sees half an operation, and both take a Filter that
+// must select something explicitly (ErrNoSelection).
+//
+// # Replay
+//
+// Replay returns published events still in the outbox (within the relays'
+// Retention) to pending, so the relays publish them again with their
+// original event ids, in order per aggregate. Consumers that deduplicate on
+// the event id (package inbox) skip what they already have.
+package outboxadmin

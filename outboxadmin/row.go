@@ -1,0 +1,120 @@
+package outboxadmin
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Row is an outbox row as an operator sees it.
+type Row struct {
+	// ID is the row's position in the outbox (its bigint key), which the
+	// CLI takes as an event's ID. EventID is the event's own id, the one
+	// consumers deduplicate on.
+	ID            int64
+	EventID       uuid.UUID
+	Topic         string
+	AggregateType string
+	AggregateID   string
+	Type          string
+	ContentType   string
+	// Payload is read by Event only; PayloadBytes is always set.
+	Payload       []byte
+	PayloadBytes  int
+	Headers       map[string]string
+	CreatedAt     time.Time
+	State         string // pending, claimed, published or dead
+	Attempts      int
+	NextAttemptAt time.Time
+	LastError     string
+	PublishedAt   *time.Time
+	LeaseOwner    string // the relay holding a claimed row
+}
+
+// scanner is *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// scanRow reads the columns of outboxsql's opsRowColumns, then extra.
+func scanRow(s scanner, extra ...any) (Row, error) {
+	var (
+		r         Row
+		eventID   string
+		headers   string
+		published sql.NullTime
+	)
+	dest := append([]any{&r.ID, &eventID, &r.Topic, &r.AggregateType, &r.AggregateID, &r.Type, &r.ContentType,
+		&r.PayloadBytes, &headers, &r.CreatedAt, &r.State, &r.Attempts, &r.NextAttemptAt,
+		&r.LastError, &published, &r.LeaseOwner}, extra...)
+	if err := s.Scan(dest...); err != nil {
+		return Row{}, err
+	}
+	id, err := uuid.Parse(eventID)
+	if err != nil {
+		return Row{}, fmt.Errorf("row %d: event id: %w", r.ID, err)
+	}
+	r.EventID = id
+	if err := json.Unmarshal([]byte(headers), &r.Headers); err != nil {
+		return Row{}, fmt.Errorf("row %d: headers: %w", r.ID, err)
+	}
+	if published.Valid {
+		t := published.Time
+		r.PublishedAt = &t
+	}
+	return r, nil
+}
+
+// idArray renders ids as a PostgreSQL array literal, or nil (SQL NULL) for
+// none, which every database/sql driver can bind.
+func idArray(ids []int64) any {
+	if ids == nil {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(id, 10))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// textArray renders strings as a PostgreSQL array literal, quoting each
+// element, so any text (commas, quotes, braces) stays one element.
+func textArray(values []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, v := range values {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		b.WriteString(strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(v))
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// nullString binds "" as SQL NULL (the filter is off).
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// nullTime binds the zero time as SQL NULL.
+func nullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}

@@ -1,0 +1,106 @@
+package outboxadmin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/txoutbox/txoutbox/relay"
+)
+
+// Status is the state of an outbox and its relays.
+type Status struct {
+	// Stats are backlog, lag and dead count, in total and per topic.
+	relay.Stats
+	// Relays are the registered relays, alive or stale, by id.
+	Relays []RelayStatus
+	// Unowned lists the shards no live relay owns. Their events are not
+	// published until a relay takes them (within a heartbeat of one
+	// running).
+	Unowned []int
+}
+
+// RelayStatus is one registered relay.
+type RelayStatus struct {
+	ID          string
+	Host        string
+	StartedAt   time.Time
+	HeartbeatAt time.Time
+	// HeartbeatAge is the heartbeat's age by the database clock.
+	HeartbeatAge time.Duration
+	// Alive is HeartbeatAge < Config.StaleAfter. A stale relay's row is
+	// deleted, and its shards taken over, by the next live relay's
+	// heartbeat.
+	Alive bool
+	// Shards are the shards it owns, ascending.
+	Shards []int
+}
+
+// Status reads the outbox's figures (relay.ReadTopicStats), the relays and
+// their shards.
+func (a *Admin) Status(ctx context.Context) (Status, error) {
+	stats, err := relay.ReadTopicStats(ctx, a.db, a.cfg.Table)
+	if err != nil {
+		return Status{}, fmt.Errorf("outboxadmin: status: %w", err)
+	}
+	st := Status{Stats: stats}
+	relays, err := a.relays(ctx)
+	if err != nil {
+		return Status{}, fmt.Errorf("outboxadmin: status: %w", err)
+	}
+	byID := map[string]int{}
+	for i, r := range relays {
+		byID[r.ID] = i
+	}
+	rows, err := a.db.QueryContext(ctx, a.sql.shards)
+	if err != nil {
+		return Status{}, fmt.Errorf("outboxadmin: status: read shards: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			shard int
+			owner string
+		)
+		if err := rows.Scan(&shard, &owner); err != nil {
+			return Status{}, fmt.Errorf("outboxadmin: status: read shards: %w", err)
+		}
+		i, ok := byID[owner]
+		if ok {
+			relays[i].Shards = append(relays[i].Shards, shard)
+		}
+		if !ok || !relays[i].Alive {
+			st.Unowned = append(st.Unowned, shard)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return Status{}, fmt.Errorf("outboxadmin: status: read shards: %w", err)
+	}
+	st.Relays = relays
+	return st, nil
+}
+
+func (a *Admin) relays(ctx context.Context) ([]RelayStatus, error) {
+	rows, err := a.db.QueryContext(ctx, a.sql.relays)
+	if err != nil {
+		return nil, fmt.Errorf("read relays: %w", err)
+	}
+	defer rows.Close()
+	var out []RelayStatus
+	for rows.Next() {
+		var (
+			r   RelayStatus
+			age float64
+		)
+		if err := rows.Scan(&r.ID, &r.Host, &r.StartedAt, &r.HeartbeatAt, &age); err != nil {
+			return nil, fmt.Errorf("read relays: %w", err)
+		}
+		r.HeartbeatAge = max(time.Duration(age*float64(time.Second)), 0)
+		r.Alive = r.HeartbeatAge < a.cfg.StaleAfter
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read relays: %w", err)
+	}
+	return out, nil
+}
