@@ -60,3 +60,33 @@ func TestPruneRefusesBadInput(t *testing.T) {
 		t.Fatalf("rows left = %d, want 1", n)
 	}
 }
+
+func TestConcurrentPrunersDeleteEachRowOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.db.SQL.Exec(`INSERT INTO inbox (consumer, event_id, processed_at)
+		SELECT 'c', gen_random_uuid(), now() - interval '2 days' FROM generate_series(1, 5000)`); err != nil {
+		t.Fatal(err)
+	}
+	ib, err := inbox.New(inbox.Config{Table: txoutbox.Table{Schema: b.db.Schema}, PruneBatch: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := make(chan int64, 3)
+	for range 3 {
+		go func() {
+			n, err := ib.Prune(context.Background(), b.db.SQL, time.Hour)
+			if err != nil {
+				t.Error(err)
+			}
+			counts <- n
+		}()
+	}
+	var total int64
+	for range 3 {
+		total += <-counts
+	}
+	if total != 5000 || count(t, b.db.SQL, `SELECT count(*) FROM inbox`) != 0 {
+		t.Fatalf("three pruners deleted %d rows in total, want 5000 and an empty table", total)
+	}
+}

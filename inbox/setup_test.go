@@ -22,7 +22,7 @@ type bundle struct {
 	ib *inbox.Inbox
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	db := testkit.NewDB(t)
 	ctx := context.Background()

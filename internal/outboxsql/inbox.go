@@ -7,10 +7,14 @@ package outboxsql
 // so exactly one transaction wins. Render with the inbox table as {{table}}.
 const InboxClaim = `INSERT INTO {{table}} (consumer, event_id) VALUES ($1, $2::uuid) ON CONFLICT (consumer, event_id) DO NOTHING`
 
-// InboxPrune deletes up to $2 rows processed more than $1 seconds ago,
-// served by the processed_at index. Keys come from a LIMITed subquery
-// because DELETE has no LIMIT; rows are never updated, so the key is stable.
-const InboxPrune = `DELETE FROM {{table}} WHERE (consumer, event_id) IN (
-	SELECT consumer, event_id FROM {{table}}
+// InboxPrune deletes up to $2 of the oldest rows processed more than $1
+// seconds ago. DELETE has no LIMIT, so the rows are picked by a LIMITed
+// subquery on the processed_at index and deleted by ctid (a TID scan): a
+// join back on the (consumer, event_id) key plans as a scan of the whole
+// table per batch. Rows are never updated, so a row's ctid is stable, and a
+// row deleted meanwhile by a concurrent Prune is skipped.
+const InboxPrune = `DELETE FROM {{table}} WHERE ctid = ANY (ARRAY(
+	SELECT ctid FROM {{table}}
 	WHERE processed_at < now() - $1::float8 * interval '1 second'
-	LIMIT $2)`
+	ORDER BY processed_at
+	LIMIT $2))`
