@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/inbox"
@@ -380,5 +381,48 @@ func TestConsumersAreIndependent(t *testing.T) {
 		if got := effectsOf(t, b.db.SQL, consumer); got[id] != 1 {
 			t.Errorf("%s effects = %v, want one", consumer, got)
 		}
+	}
+}
+
+// Under REPEATABLE READ a duplicate that waited for the first transaction
+// cannot see its row, so PostgreSQL fails it instead of skipping it; the
+// redelivery then skips. Either way the handler runs once.
+func TestConcurrentDuplicateUnderRepeatableRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ib, err := inbox.New(inbox.Config{Table: txoutbox.Table{Schema: b.db.Schema}, TxOptions: &sql.TxOptions{Isolation: sql.LevelRepeatableRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := uuid.Must(uuid.NewV7())
+	txA, err := b.db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txA.Rollback()
+	if first, err := ib.Claim(ctx, txA, "billing", id); !first || err != nil {
+		t.Fatalf("A: Claim = %v, %v", first, err)
+	}
+	var runsB atomic.Int32
+	fnB := func(tx *sql.Tx) error { runsB.Add(1); return nil }
+	done := make(chan error, 1)
+	go func() {
+		_, err := ib.Run(ctx, b.db.SQL, "billing", id, fnB)
+		done <- err
+	}()
+	waitForLockWait(t, b.db.SQL, b.db.Schema)
+	if err := txA.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var pgErr *pgconn.PgError
+	if err := <-done; !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+		t.Fatalf("B under REPEATABLE READ = %v, want a serialization failure (40001)", err)
+	}
+	if processed, err := ib.Run(ctx, b.db.SQL, "billing", id, fnB); processed || err != nil {
+		t.Fatalf("redelivery = %v, %v; want skipped", processed, err)
+	}
+	if runsB.Load() != 0 {
+		t.Fatalf("B's handler ran %d times", runsB.Load())
 	}
 }

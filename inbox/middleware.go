@@ -96,6 +96,10 @@ type MiddlewareConfig struct {
 // back, the inbox row included, and is returned, so the router nacks and the
 // event is processed again on redelivery.
 //
+// Add it after middleware that retries (router.AddMiddleware(retry.Middleware,
+// mw)), so that each attempt runs in a fresh transaction: PostgreSQL
+// refuses further statements in a transaction after one failed.
+//
 // Messages the handler returns are published by the router after the
 // commit, so they are at-most-once: if publishing fails, the redelivery is
 // a duplicate and skipped. Write follow-up events to the outbox on the

@@ -9,9 +9,9 @@ import (
 )
 
 // Prune deletes the records of events processed more than olderThan ago,
-// by the database clock, in statements of at most Config.PruneBatch rows,
-// until none is left or ctx ends. It returns how many rows it deleted, also
-// when it fails part way.
+// by the database clock, oldest first, in statements of at most
+// Config.PruneBatch rows, until a statement deletes fewer than that or ctx
+// ends. It returns how many rows it deleted, also when it fails part way.
 //
 // Pass a *sql.DB, so that each batch commits on its own and holds its locks
 // briefly. Prune is safe to run from several processes at once.
