@@ -111,6 +111,9 @@ func (ib *Inbox) Claim(ctx context.Context, tx txoutbox.SQLExecer, consumer stri
 	if err := checkArgs(consumer, eventID); err != nil {
 		return false, err
 	}
+	if tx == nil {
+		return false, fmt.Errorf("%w: Claim got a nil transaction", ErrNotInTransaction)
+	}
 	if _, ok := tx.(*sql.DB); ok {
 		return false, fmt.Errorf("%w: Claim got a *sql.DB; pass the *sql.Tx of the business change", ErrNotInTransaction)
 	}
@@ -170,6 +173,9 @@ func (ib *Inbox) run(ctx context.Context, db Beginner, consumer string, eventID 
 		if err := checkArgs(consumer, eventID); err != nil {
 			return false, err
 		}
+	}
+	if db == nil {
+		return false, errors.New("inbox: run: the database is nil")
 	}
 	tx, err := db.BeginTx(ctx, ib.txOptions)
 	if err != nil {

@@ -89,6 +89,15 @@ func TestBadInputWritesNothing(t *testing.T) {
 	if _, err := b.ib.Run(ctx, b.db.SQL, "", id, func(*sql.Tx) error { ran = true; return nil }); !errors.Is(err, inbox.ErrInvalidConsumer) {
 		t.Errorf("Run with an empty consumer = %v", err)
 	}
+	if _, err := b.ib.Claim(ctx, nil, "billing", id); !errors.Is(err, inbox.ErrNotInTransaction) {
+		t.Errorf("Claim on a nil transaction = %v", err)
+	}
+	if _, err := b.ib.Run(ctx, nil, "billing", id, func(*sql.Tx) error { ran = true; return nil }); err == nil {
+		t.Error("Run on a nil database succeeded")
+	}
+	if _, err := b.ib.Prune(ctx, nil, time.Hour); err == nil {
+		t.Error("Prune on a nil database succeeded")
+	}
 	if ran {
 		t.Error("the handler ran for bad input")
 	}

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -31,6 +32,9 @@ import (
 func (ib *Inbox) Prune(ctx context.Context, db txoutbox.SQLExecer, olderThan time.Duration) (int64, error) {
 	if olderThan <= 0 {
 		return 0, fmt.Errorf("inbox: prune: olderThan must be positive, got %v", olderThan)
+	}
+	if db == nil {
+		return 0, errors.New("inbox: prune: the database is nil")
 	}
 	var total int64
 	for {
