@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+// opsEnv is an outbox to run the operator commands against.
+type opsEnv struct {
+	db     *testkit.DB
+	flags  []string
+	writer *txoutbox.Writer
+}
+
+func newOps(t *testing.T) *opsEnv {
+	t.Helper()
+	db := testkit.NewOutbox(t)
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &opsEnv{db: db, flags: []string{"--database-url", db.URL, "--schema", db.Schema}, writer: w}
+}
+
+// write commits one event and returns its row id and event id.
+func (e *opsEnv) write(t *testing.T, topic, aggregate, eventType string) (int64, string) {
+	t.Helper()
+	ctx := context.Background()
+	ev, err := txoutbox.NewEvent(topic, "order", aggregate, eventType, map[string]string{"aggregate": aggregate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.Headers = map[string]string{"tenant": "acme"}
+	tx, err := e.db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.writer.Write(ctx, tx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	if err := e.db.SQL.QueryRow(`SELECT id FROM outbox WHERE event_id = $1`, ev.ID.String()).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id, ev.ID.String()
+}
+
+// kill makes rows dead as the relay does after MaxAttempts.
+func (e *opsEnv) kill(t *testing.T, ids ...int64) {
+	t.Helper()
+	for _, id := range ids {
+		e.exec(t, `UPDATE outbox SET state = 'dead', attempts = 10, last_error = 'publish: broker said no', next_attempt_at = now() + interval '5 minutes' WHERE id = $1`, id)
+	}
+}
+
+func (e *opsEnv) exec(t *testing.T, query string, args ...any) {
+	t.Helper()
+	if _, err := e.db.SQL.Exec(query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+// state returns a row's state and attempts ("gone" if deleted).
+func (e *opsEnv) state(t *testing.T, id int64) (string, int) {
+	t.Helper()
+	var (
+		state    string
+		attempts int
+	)
+	err := e.db.SQL.QueryRow(`SELECT state, attempts FROM outbox WHERE id = $1`, id).Scan(&state, &attempts)
+	if err != nil {
+		return "gone", 0
+	}
+	return state, attempts
+}
+
+// run runs the CLI with the outbox's connection flags appended.
+func (e *opsEnv) run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	return outbox(t, append(args, e.flags...)...)
+}
+
+// runJSON runs with --json and decodes stdout, failing on a non-zero exit.
+func (e *opsEnv) runJSON(t *testing.T, v any, args ...string) {
+	t.Helper()
+	code, out, errOut := e.run(t, append(args, "--json")...)
+	if code != 0 {
+		t.Fatalf("outbox %v: exit %d, stderr %q", args, code, errOut)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("outbox %v: %v in %q", args, err, out)
+	}
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/txoutbox/txoutbox/outboxadmin"
+)
+
+func init() {
+	commands["replay"] = command{summary: "publish again the events published since a time, through the relays", run: runReplay}
+}
+
+func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("outbox replay", flag.ContinueOnError)
+	var (
+		common    commonFlags
+		since     sinceFlag
+		topic     = fs.String("topic", "", "only events of this topic")
+		aggregate = fs.String("aggregate", "", "only events of this aggregate id")
+		dryRun    = fs.Bool("dry-run", false, "count what would be replayed, change nothing")
+	)
+	common.register(fs)
+	fs.Var(&since, "since", "replay events published since: a duration ago (2h) or an RFC 3339 time (required)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments: %v", fs.Args())
+	}
+	if since.t.IsZero() {
+		return usagef("--since is required: replay events published since when?")
+	}
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	res, err := adm.Replay(ctx, outboxadmin.ReplayFilter{Since: since.t, Topic: *topic, AggregateID: *aggregate}, *dryRun)
+	if err != nil {
+		return err
+	}
+	if common.json {
+		topics := make([]map[string]any, len(res.Topics))
+		for i, t := range res.Topics {
+			topics[i] = map[string]any{"topic": t.Topic, "events": t.Events}
+		}
+		return printJSON(stdout, map[string]any{"replayed": res.Events, "first_id": res.FirstID, "last_id": res.LastID,
+			"topics": topics, "dry_run": *dryRun})
+	}
+	verb := "replayed"
+	if *dryRun {
+		verb = "would replay"
+	}
+	fmt.Fprintf(stdout, "%s %d event(s)", verb, res.Events)
+	if res.Events > 0 {
+		fmt.Fprintf(stdout, " (ids %d..%d)", res.FirstID, res.LastID)
+		if !*dryRun {
+			fmt.Fprint(stdout, ": pending again, the running relays publish them with their original event ids")
+		}
+	}
+	fmt.Fprintln(stdout)
+	for _, t := range res.Topics {
+		fmt.Fprintf(stdout, "  %s: %d\n", t.Topic, t.Events)
+	}
+	if *dryRun {
+		fmt.Fprintln(stdout, "dry run: nothing changed")
+	}
+	return nil
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/txoutbox/txoutbox/outboxadmin"
+)
+
+// sinceFlag is a point in time given as a duration ago (90m, 24h) or an
+// RFC 3339 time.
+type sinceFlag struct{ t time.Time }
+
+func (s *sinceFlag) String() string {
+	if s.t.IsZero() {
+		return ""
+	}
+	return s.t.Format(time.RFC3339)
+}
+
+func (s *sinceFlag) Set(v string) error {
+	if d, err := time.ParseDuration(v); err == nil {
+		if d < 0 {
+			return fmt.Errorf("negative duration %s", v)
+		}
+		s.t = time.Now().Add(-d)
+		return nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		s.t = t
+		return nil
+	}
+	return errors.New("want a duration ago (90m, 24h) or an RFC 3339 time (2026-11-29T10:00:00Z)")
+}
+
+// filterFlags select dead events.
+type filterFlags struct {
+	topic, aggregate, eventType string
+	since                       sinceFlag
+}
+
+func (f *filterFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.topic, "topic", "", "only events of this topic")
+	fs.StringVar(&f.aggregate, "aggregate", "", "only events of this aggregate id")
+	fs.StringVar(&f.eventType, "type", "", "only events of this event type")
+	fs.Var(&f.since, "since", "only events created since: a duration ago (24h) or an RFC 3339 time")
+}
+
+func (f *filterFlags) filter(ids []int64) outboxadmin.Filter {
+	return outboxadmin.Filter{IDs: ids, Topic: f.topic, AggregateID: f.aggregate, Type: f.eventType, Since: f.since.t}
+}
+
+// parseIDs reads outbox row ids (the ID column of outbox dead list).
+func parseIDs(args []string) ([]int64, error) {
+	var ids []int64
+	seen := map[int64]bool{}
+	for _, a := range args {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, usagef("bad event ID %q: want a positive integer (the ID column of 'outbox dead list')", a)
+		}
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// openAdmin connects and builds the operator API for the table flags.
+func openAdmin(ctx context.Context, common *commonFlags, cfg outboxadmin.Config) (*outboxadmin.Admin, *sql.DB, error) {
+	table, err := common.outboxTable()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.Table = table
+	if cfg.StaleAfter < 0 {
+		return nil, nil, usagef("--stale-after is negative (%s)", cfg.StaleAfter)
+	}
+	db, err := common.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	adm, err := outboxadmin.New(db, cfg)
+	if err != nil {
+		db.Close()
+		return nil, nil, usagef("%v", err)
+	}
+	return adm, db, nil
+}
+
+// shardRanges renders ascending shards compactly: "0-63, 128, 200-255".
+func shardRanges(shards []int) string {
+	if len(shards) == 0 {
+		return "none"
+	}
+	var parts []string
+	for i := 0; i < len(shards); {
+		j := i
+		for j+1 < len(shards) && shards[j+1] == shards[j]+1 {
+			j++
+		}
+		if i == j {
+			parts = append(parts, strconv.Itoa(shards[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", shards[i], shards[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ", ")
+}
+
+// seconds renders a duration for humans, rounded to what matters.
+func seconds(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+// oneLine shortens s to n runes on one line, for tables.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/txoutbox/txoutbox/outboxadmin"
+)
+
+// exitLagExceeded is status's exit code when the lag exceeds --max-lag, so a
+// health check can tell "too far behind" (3) from "could not look" (1).
+const exitLagExceeded = 3
+
+func init() {
+	commands["status"] = command{summary: "show backlog, lag and dead events, and the relays with their shards", run: runStatus}
+}
+
+func runStatus(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("outbox status", flag.ContinueOnError)
+	var (
+		common     commonFlags
+		staleAfter = fs.Duration("stale-after", outboxadmin.StaleAfterDefault, "count a relay alive if its heartbeat is younger (the relays' --stale-after)")
+		maxLag     = fs.Duration("max-lag", 0, fmt.Sprintf("exit with code %d if the lag exceeds this (0: never)", exitLagExceeded))
+	)
+	common.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments: %v", fs.Args())
+	}
+	if *maxLag < 0 {
+		return usagef("--max-lag is negative (%s)", *maxLag)
+	}
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{StaleAfter: *staleAfter})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	st, err := adm.Status(ctx)
+	if err != nil {
+		return err
+	}
+	exceeded := *maxLag > 0 && st.Lag > *maxLag
+	if common.json {
+		err = printJSON(stdout, statusJSON(st, *maxLag, exceeded))
+	} else {
+		err = printStatus(stdout, st, *staleAfter)
+	}
+	if err != nil {
+		return err
+	}
+	if exceeded {
+		return exitError{code: exitLagExceeded, msg: fmt.Sprintf("lag %s exceeds --max-lag %s", seconds(st.Lag), *maxLag)}
+	}
+	return nil
+}
+
+func printStatus(w io.Writer, st outboxadmin.Status, staleAfter time.Duration) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "backlog\t%d\n", st.Backlog)
+	fmt.Fprintf(tw, "lag\t%s\n", seconds(st.Lag))
+	fmt.Fprintf(tw, "dead\t%d\n", st.Dead)
+	if len(st.Topics) > 0 {
+		fmt.Fprintln(tw, "\nTOPIC\tBACKLOG\tLAG\tDEAD")
+		for _, t := range st.Topics {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", t.Topic, t.Backlog, seconds(t.Lag), t.Dead)
+		}
+	}
+	alive := 0
+	for _, r := range st.Relays {
+		if r.Alive {
+			alive++
+		}
+	}
+	fmt.Fprintf(tw, "\nrelays: %d alive (heartbeat younger than %s)\n", alive, staleAfter)
+	if len(st.Relays) > 0 {
+		fmt.Fprintln(tw, "RELAY\tHOST\tSTATE\tHEARTBEAT\tSHARDS")
+		for _, r := range st.Relays {
+			state := "alive"
+			if !r.Alive {
+				state = "stale"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%s (%d)\n", r.ID, r.Host, state, seconds(r.HeartbeatAge), shardRanges(r.Shards), len(r.Shards))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.Unowned) > 0 {
+		fmt.Fprintf(w, "unowned shards: %s (%d); their events wait for a live relay\n", shardRanges(st.Unowned), len(st.Unowned))
+	}
+	return nil
+}
+
+type topicJSON struct {
+	Topic      string  `json:"topic"`
+	Backlog    int64   `json:"backlog"`
+	LagSeconds float64 `json:"lag_seconds"`
+	Dead       int64   `json:"dead"`
+}
+
+type relayJSON struct {
+	ID                  string    `json:"id"`
+	Host                string    `json:"host"`
+	Alive               bool      `json:"alive"`
+	StartedAt           time.Time `json:"started_at"`
+	HeartbeatAt         time.Time `json:"heartbeat_at"`
+	HeartbeatAgeSeconds float64   `json:"heartbeat_age_seconds"`
+	Shards              []int     `json:"shards"`
+}
+
+type statusOutput struct {
+	Backlog        int64       `json:"backlog"`
+	LagSeconds     float64     `json:"lag_seconds"`
+	Dead           int64       `json:"dead"`
+	Topics         []topicJSON `json:"topics"`
+	Relays         []relayJSON `json:"relays"`
+	UnownedShards  []int       `json:"unowned_shards"`
+	MaxLagSeconds  float64     `json:"max_lag_seconds,omitempty"`
+	MaxLagExceeded bool        `json:"max_lag_exceeded"`
+}
+
+func statusJSON(st outboxadmin.Status, maxLag time.Duration, exceeded bool) statusOutput {
+	out := statusOutput{
+		Backlog: st.Backlog, LagSeconds: st.Lag.Seconds(), Dead: st.Dead,
+		Topics: []topicJSON{}, Relays: []relayJSON{}, UnownedShards: []int{},
+		MaxLagSeconds: maxLag.Seconds(), MaxLagExceeded: exceeded,
+	}
+	for _, t := range st.Topics {
+		out.Topics = append(out.Topics, topicJSON{Topic: t.Topic, Backlog: t.Backlog, LagSeconds: t.Lag.Seconds(), Dead: t.Dead})
+	}
+	for _, r := range st.Relays {
+		shards := r.Shards
+		if shards == nil {
+			shards = []int{}
+		}
+		out.Relays = append(out.Relays, relayJSON{ID: r.ID, Host: r.Host, Alive: r.Alive, StartedAt: r.StartedAt,
+			HeartbeatAt: r.HeartbeatAt, HeartbeatAgeSeconds: r.HeartbeatAge.Seconds(), Shards: shards})
+	}
+	if st.Unowned != nil {
+		out.UnownedShards = st.Unowned
+	}
+	return out
+}
