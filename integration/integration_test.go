@@ -1,0 +1,120 @@
+package integration_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox/integration/internal/harness"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+var (
+	soak     = flag.Bool("soak", os.Getenv("CHAOS_SOAK") != "", "run the crash scenario with at least 1,000,000 events (also: CHAOS_SOAK=1)")
+	seedFlag = flag.Uint64("seed", 0, "random seed of the scenarios (default: CHAOS_SEED, else the clock)")
+)
+
+var (
+	bin      harness.Binaries
+	totalMu  sync.Mutex
+	total    harness.Result
+	scenario int
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "txoutbox-chaos-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	bin, err = harness.Build(ctx, dir)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if scenario > 0 {
+		fmt.Printf("%d scenarios: %s\n", scenario, total.Line())
+	}
+	os.Exit(code)
+}
+
+func seed() uint64 {
+	if *seedFlag != 0 {
+		return *seedFlag
+	}
+	if s, err := strconv.ParseUint(os.Getenv("CHAOS_SEED"), 10, 64); err == nil {
+		return s
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// run runs a scenario on a fresh schema and fails the test on any broken
+// promise.
+func run(t *testing.T, plan harness.Plan) harness.Result {
+	t.Helper()
+	db := testkit.NewOutbox(t)
+	env := &harness.Env{
+		DB:   harness.DB{SQL: db.SQL, URL: db.URL, Schema: db.Schema},
+		Bin:  bin,
+		Dir:  t.TempDir(),
+		Logf: t.Logf,
+		Seed: seed(),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	res, err := harness.Run(ctx, env, plan)
+	if err != nil {
+		dumpLogs(t, env.Dir)
+		t.Fatalf("%s (seed %d): %v", plan.Name, env.Seed, err)
+	}
+	if err := res.Check(); err != nil {
+		dumpLogs(t, env.Dir)
+		t.Fatalf("seed %d: %v", env.Seed, err)
+	}
+	totalMu.Lock()
+	total = total.Add(res)
+	scenario++
+	totalMu.Unlock()
+	t.Log(res.Line())
+	return res
+}
+
+// dumpLogs prints the tail of every child process log of a failed scenario.
+func dumpLogs(t *testing.T, dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(dir + "/" + e.Name())
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		if len(b) > 3000 {
+			b = b[len(b)-3000:]
+		}
+		t.Logf("--- %s (tail) ---\n%s", e.Name(), b)
+	}
+}
+
+func TestCrash(t *testing.T) {
+	size := harness.Size{Events: 8000, Over: 25 * time.Second}
+	if *soak {
+		size = harness.Size{Events: 1_000_000, Over: 0}
+	}
+	res := run(t, harness.Crash(size, 10))
+	if res.Crashes < 10 {
+		t.Fatalf("only %d crashes, want at least 10", res.Crashes)
+	}
+}

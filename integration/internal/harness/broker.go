@@ -1,0 +1,160 @@
+package harness
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// BrokerConfig describes the broker process of a scenario.
+type BrokerConfig struct {
+	// Topics are created at the first start, with Partitions each.
+	Topics     []string
+	Partitions int
+	// NoAutoCreate makes the broker refuse produces to any other topic.
+	NoAutoCreate bool
+	// MaxMessageBytes is the broker's message.max.bytes (0: kfake's
+	// default, 1048588).
+	MaxMessageBytes int
+}
+
+// Broker is a kfakeproc child process on a fixed loopback port with a data
+// directory, so it can be stopped and started again with what it
+// acknowledged intact, as a real broker restart.
+type Broker struct {
+	env  *Env
+	cfg  BrokerConfig
+	port int
+	dir  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartBroker picks a free loopback port and starts the broker on it.
+func StartBroker(ctx context.Context, env *Env, cfg BrokerConfig) (*Broker, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("pick a broker port: %w", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 8
+	}
+	b := &Broker{env: env, cfg: cfg, port: port, dir: filepath.Join(env.Dir, "broker-data")}
+	if err := b.Start(ctx); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Addr is the broker's address; it does not change across restarts.
+func (b *Broker) Addr() string { return "127.0.0.1:" + strconv.Itoa(b.port) }
+
+// Start starts the broker process and waits until it listens.
+func (b *Broker) Start(ctx context.Context) error {
+	if b.cmd != nil {
+		return errors.New("broker: already running")
+	}
+	args := []string{
+		"-port", strconv.Itoa(b.port),
+		"-dir", b.dir,
+		"-topics", strings.Join(b.cfg.Topics, ","),
+		"-partitions", strconv.Itoa(b.cfg.Partitions),
+		"-auto-create=" + strconv.FormatBool(!b.cfg.NoAutoCreate),
+		"-max-message-bytes", strconv.Itoa(b.cfg.MaxMessageBytes),
+	}
+	logf, err := b.env.logFile("broker.log")
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	// The port was just released by the previous process or by the probe
+	// listener; retry briefly in case the kernel has not let go of it.
+	var lastErr error
+	for attempt := 0; attempt < 20; attempt++ {
+		if lastErr = b.start(ctx, args, logf); lastErr == nil {
+			return nil
+		}
+		if !sleep(ctx, 250*time.Millisecond) {
+			break
+		}
+	}
+	return fmt.Errorf("start broker on %s: %w", b.Addr(), lastErr)
+}
+
+func (b *Broker) start(ctx context.Context, args []string, logf *os.File) error {
+	cmd := exec.Command(b.env.Bin.Broker, args...)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "kfakeproc: listening on") {
+				ready <- nil
+				break
+			}
+		}
+		ready <- errors.New("exited before listening (see broker.log)")
+		for sc.Scan() { // keep draining so the child never blocks on stdout
+		}
+	}()
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case err = <-ready:
+	case <-t.C:
+		err = errors.New("not listening after 10s")
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		_ = cmd.Process.Kill()
+		<-done
+		return err
+	}
+	b.cmd, b.done = cmd, done
+	return nil
+}
+
+// Stop stops the broker with SIGTERM, so it flushes its data directory, and
+// waits for it to exit.
+func (b *Broker) Stop() error {
+	if b.cmd == nil {
+		return nil
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(15 * time.Second)
+	defer t.Stop()
+	select {
+	case <-b.done:
+	case <-t.C:
+		_ = b.cmd.Process.Kill()
+		<-b.done
+		b.cmd = nil
+		return errors.New("broker: did not stop within 15s of SIGTERM; killed")
+	}
+	b.cmd = nil
+	return nil
+}

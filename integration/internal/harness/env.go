@@ -1,0 +1,94 @@
+package harness
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// DB is the scenario's PostgreSQL schema: a pool whose connections use
+// Schema as their search_path, the URL that does the same (for the ORMs and
+// the relay processes), and the outbox migrated into it.
+type DB struct {
+	SQL    *sql.DB
+	URL    string
+	Schema string
+}
+
+// Binaries are the programs a scenario runs as child processes.
+type Binaries struct {
+	Outbox string // the `outbox` CLI (cmd/outbox)
+	Broker string // kfakeproc (internal/kfakeproc)
+}
+
+// Build compiles the relay CLI and the broker process into dir. It runs
+// `go build` without -race: the children are the system under test, not the
+// race detector's subject, and a race build of them would dominate the run
+// time.
+func Build(ctx context.Context, dir string) (Binaries, error) {
+	b := Binaries{Outbox: filepath.Join(dir, "outbox"), Broker: filepath.Join(dir, "kfakeproc")}
+	for pkg, out := range map[string]string{
+		"github.com/txoutbox/txoutbox/cmd/outbox":         b.Outbox,
+		"github.com/txoutbox/txoutbox/internal/kfakeproc": b.Broker,
+	} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return Binaries{}, fmt.Errorf("go build %s: %w\n%s", pkg, err, msg)
+		}
+	}
+	return b, nil
+}
+
+// Env is what every scenario needs: the database, the binaries, a directory
+// for the broker's data and the processes' logs, a logger and a seeded
+// random source, so a failing run can be repeated with the same seed.
+type Env struct {
+	DB   DB
+	Bin  Binaries
+	Dir  string
+	Logf func(format string, args ...any)
+	Seed uint64
+
+	once sync.Once
+	mu   sync.Mutex
+	rng  *rand.Rand
+}
+
+// Intn returns a random int in [0, n) from the scenario's seeded source.
+func (e *Env) Intn(n int) int {
+	e.once.Do(func() { e.rng = rand.New(rand.NewPCG(e.Seed, e.Seed^0x9e3779b97f4a7c15)) })
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.rng.IntN(n)
+}
+
+// Duration returns a random duration in [lo, hi).
+func (e *Env) Duration(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(e.Intn(int(hi-lo)))
+}
+
+// logFile opens a log file for a child process in the scenario directory.
+func (e *Env) logFile(name string) (*os.File, error) {
+	return os.OpenFile(filepath.Join(e.Dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+}
+
+// sleep waits d or until ctx ends, and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

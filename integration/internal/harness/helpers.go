@@ -1,0 +1,64 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/gormoutbox"
+)
+
+// jsonEvent builds an event whose payload is a JSON string of size bytes.
+func jsonEvent(topic, aggregateID, typ string, size int) txoutbox.Event {
+	id, _ := uuid.NewV7()
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = 'x'
+	}
+	payload[0], payload[size-1] = '"', '"'
+	return txoutbox.Event{ID: id, Topic: topic, AggregateType: "poison", AggregateID: aggregateID, Type: typ, Payload: payload}
+}
+
+// Emit writes events in a GORM transaction of their own with
+// gormoutbox.Emit, and counts them as committed.
+func (w *Writers) Emit(ctx context.Context, events ...txoutbox.Event) error {
+	err := w.gorm.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		return gormoutbox.Emit(tx, events...)
+	})
+	if err != nil {
+		return fmt.Errorf("emit: %w", err)
+	}
+	for _, ev := range events {
+		w.Count(ev.Topic, 1)
+	}
+	return nil
+}
+
+// holdsClaims reports whether relay id holds claimed rows right now.
+func holdsClaims(ctx context.Context, env *Env, id string) bool {
+	names, err := txoutbox.Table{Schema: env.DB.Schema}.SQLNames()
+	if err != nil {
+		return false
+	}
+	var ok bool
+	err = env.DB.SQL.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+names.Table+` WHERE state = 'claimed' AND lease_owner = $1)`, id).Scan(&ok)
+	return err == nil && ok
+}
+
+// waitUntil polls cond every 10ms for up to limit.
+func waitUntil(ctx context.Context, limit time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) || !sleep(ctx, 10*time.Millisecond) {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -1,0 +1,104 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Result is what a scenario proved. Committed counts every committed event,
+// dead ones included: an event is either delivered or dead, or it is lost.
+type Result struct {
+	Scenario        string
+	Committed       int // events in the outbox after the run
+	RolledBack      int // events written in transactions that rolled back
+	DeliveredUnique int // distinct committed events on the broker
+	Lost            int // committed, not dead, never delivered
+	Phantom         int // records whose event id the outbox does not hold (rolled back, or never existed)
+	OrderViolations int // first deliveries of a key out of outbox id order
+	Duplicates      int // records beyond the first of an event id
+	Dead            int // events the relay gave up on
+	Crashes         int // relays SIGKILLed
+
+	Records   int // records read from the broker
+	Misrouted int // records whose topic or key differ from their outbox row
+	Unsettled int // rows neither published nor dead at the end
+
+	// DupBound is the most duplicates the scenario's faults may cause:
+	// one in-flight window (MaxInFlight) per fault that can interrupt a
+	// relay between the broker's ack and the mark.
+	DupBound   int
+	DeadEvents []DeadEvent
+	Notes      []string // the first problems found, for the failure message
+}
+
+// DeadEvent is an outbox row in state dead.
+type DeadEvent struct {
+	EventID, Topic, AggregateID, Error string
+	Delivered                          bool
+}
+
+func (r *Result) note(format string, args ...any) {
+	if len(r.Notes) < 20 {
+		r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+	}
+}
+
+// Line is the suite's result contract.
+func (r Result) Line() string {
+	return fmt.Sprintf("chaos: committed=%d rolled_back=%d delivered_unique=%d lost=%d phantom=%d order_violations=%d duplicates=%d dead=%d crashes=%d",
+		r.Committed, r.RolledBack, r.DeliveredUnique, r.Lost, r.Phantom, r.OrderViolations, r.Duplicates, r.Dead, r.Crashes)
+}
+
+// Add sums two results, for the suite's total line.
+func (r Result) Add(o Result) Result {
+	r.Committed += o.Committed
+	r.RolledBack += o.RolledBack
+	r.DeliveredUnique += o.DeliveredUnique
+	r.Lost += o.Lost
+	r.Phantom += o.Phantom
+	r.OrderViolations += o.OrderViolations
+	r.Duplicates += o.Duplicates
+	r.Dead += o.Dead
+	r.Crashes += o.Crashes
+	r.Records += o.Records
+	r.Misrouted += o.Misrouted
+	r.Unsettled += o.Unsettled
+	r.DupBound += o.DupBound
+	return r
+}
+
+// Check returns an error for every broken promise: a lost, phantom,
+// misrouted or out-of-order event, an unsettled row, or more duplicates
+// than the faults allow. Dead events are the scenario's to judge.
+func (r Result) Check() error {
+	var errs []error
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"lost", r.Lost}, {"phantom", r.Phantom}, {"order_violations", r.OrderViolations}, {"misrouted", r.Misrouted}, {"unsettled", r.Unsettled}} {
+		if c.n != 0 {
+			errs = append(errs, fmt.Errorf("%s=%d", c.name, c.n))
+		}
+	}
+	if r.Duplicates > r.DupBound {
+		errs = append(errs, fmt.Errorf("duplicates=%d exceed the bound %d (one MaxInFlight window per fault)", r.Duplicates, r.DupBound))
+	}
+	if r.DeliveredUnique+r.Dead-countDelivered(r.DeadEvents) != r.Committed-r.Lost {
+		errs = append(errs, fmt.Errorf("accounting: delivered_unique=%d + undelivered dead != committed=%d - lost=%d", r.DeliveredUnique, r.Committed, r.Lost))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %w\n%s", r.Scenario, errors.Join(errs...), strings.Join(r.Notes, "\n"))
+}
+
+func countDelivered(dead []DeadEvent) int {
+	n := 0
+	for _, d := range dead {
+		if d.Delivered {
+			n++
+		}
+	}
+	return n
+}

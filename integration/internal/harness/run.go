@@ -1,0 +1,205 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/txoutbox/txoutbox"
+)
+
+// World is a running scenario, handed to its fault.
+type World struct {
+	Env     *Env
+	Broker  *Broker
+	Fleet   *Fleet
+	Writers *Writers
+	Flags   RelayFlags
+}
+
+// Plan describes a scenario.
+type Plan struct {
+	Name   string
+	Broker BrokerConfig
+	Relays int // started before the writers
+	Flags  RelayFlags
+	Write  WriteConfig
+	// Fault runs alongside the writers and returns when its faults are
+	// done, with how many in-flight windows they may have duplicated
+	// (see Result.DupBound). It must leave at least one relay running.
+	Fault func(ctx context.Context, w *World) (dupWindows int, err error)
+	// Drain bounds the wait for the outbox to empty after the writers and
+	// the fault finished. Default 2 minutes.
+	Drain time.Duration
+	// Check, if set, runs after the verifier, with the outbox rows.
+	Check func(ctx context.Context, w *World, res *Result) error
+}
+
+// Run builds the scenario's world, writes under the fault, waits until the
+// relays drained the outbox, stops them cleanly and verifies the broker
+// against the database. Result.Check tells whether the promises held; an
+// error means the scenario could not run or a component failed outright.
+func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
+	env.Logf("%s: seed %d, %d relays, %d writers, %d events", plan.Name, env.Seed, plan.Relays, plan.Write.Writers, plan.Write.Events)
+	broker, err := StartBroker(ctx, env, plan.Broker)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if serr := broker.Stop(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	fleet, err := NewFleet(env, broker.Addr(), plan.Flags)
+	if err != nil {
+		return res, err
+	}
+	defer fleet.KillAll() // only relays left running after a failure
+	writers, err := NewWriters(ctx, env, plan.Write)
+	if err != nil {
+		return res, err
+	}
+	defer writers.Close()
+	for range plan.Relays {
+		if _, err := fleet.Start(); err != nil {
+			return res, err
+		}
+	}
+	w := &World{Env: env, Broker: broker, Fleet: fleet, Writers: writers, Flags: plan.Flags}
+
+	start := time.Now()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	faultDone := make(chan error, 1)
+	windows := 0
+	go func() {
+		if plan.Fault == nil {
+			faultDone <- nil
+			return
+		}
+		n, err := plan.Fault(runCtx, w)
+		windows = n
+		faultDone <- err
+	}()
+	werr := writers.Run(runCtx)
+	if werr != nil {
+		cancel()
+	}
+	ferr := <-faultDone
+	if err := errors.Join(werr, ferr); err != nil {
+		return res, err
+	}
+	env.Logf("%s: writers and faults done after %s: %d events committed, %d rolled back; draining",
+		plan.Name, time.Since(start).Round(time.Millisecond), writers.Committed(), writers.RolledBack())
+
+	drain := plan.Drain
+	if drain == 0 {
+		drain = 2 * time.Minute
+	}
+	if err := waitDrained(ctx, env, drain); err != nil {
+		return res, errors.Join(err, fleet.Unexpected())
+	}
+	if err := fleet.Unexpected(); err != nil {
+		return res, err
+	}
+	if err := fleet.StopAll(); err != nil {
+		return res, err
+	}
+	env.Logf("%s: drained and stopped after %s; verifying", plan.Name, time.Since(start).Round(time.Millisecond))
+
+	topics := append([]string{TopicEnt, TopicGorm}, plan.Broker.Topics...)
+	res, byID, err := Verify(ctx, env, broker.Addr(), dedupe(topics))
+	if err != nil {
+		return res, err
+	}
+	res.Scenario = plan.Name
+	res.RolledBack = writers.RolledBack()
+	res.Crashes = fleet.Kills()
+	res.DupBound = windows * plan.Flags.MaxInFlight()
+	if err := writers.CrossCheck(byID); err != nil {
+		return res, fmt.Errorf("writers and outbox disagree: %w", err)
+	}
+	if plan.Check != nil {
+		if err := plan.Check(ctx, w, &res); err != nil {
+			return res, err
+		}
+	}
+	env.Logf("%s: %s (records=%d dup_bound=%d) in %s", plan.Name, res.Line(), res.Records, res.DupBound, time.Since(start).Round(time.Millisecond))
+	return res, nil
+}
+
+func dedupe(s []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, v := range s {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Backlog counts the outbox rows not yet published or dead.
+func Backlog(ctx context.Context, env *Env) (int, error) {
+	names, err := txoutbox.Table{Schema: env.DB.Schema}.SQLNames()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	err = env.DB.SQL.QueryRowContext(ctx, `SELECT count(*) FROM `+names.Table+` WHERE state IN ('pending', 'claimed')`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count backlog: %w", err)
+	}
+	return n, nil
+}
+
+// waitDrained waits until the backlog is empty. On timeout it describes
+// what is stuck, for a relay bug report.
+func waitDrained(ctx context.Context, env *Env, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		n, err := Backlog(ctx, env)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("outbox not drained after %s: %d rows pending or claimed; %s", limit, n, describeStuck(ctx, env))
+		}
+		if !sleep(ctx, 200*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+func describeStuck(ctx context.Context, env *Env) string {
+	names, err := txoutbox.Table{Schema: env.DB.Schema}.SQLNames()
+	if err != nil {
+		return err.Error()
+	}
+	rows, err := env.DB.SQL.QueryContext(ctx, `SELECT state, coalesce(lease_owner, '-'), attempts, count(*), min(id), max(id), min(coalesce(last_error, ''))
+		FROM `+names.Table+` WHERE state IN ('pending', 'claimed') GROUP BY 1, 2, 3 ORDER BY 4 DESC LIMIT 10`)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	out := "stuck rows (state, lease_owner, attempts, count, min id, max id, an error):"
+	for rows.Next() {
+		var (
+			state, owner, lastErr string
+			attempts, n           int
+			lo, hi                int64
+		)
+		if err := rows.Scan(&state, &owner, &attempts, &n, &lo, &hi, &lastErr); err != nil {
+			return err.Error()
+		}
+		out += fmt.Sprintf("\n  %s %s %d %d %d..%d %q", state, owner, attempts, n, lo, hi, lastErr)
+	}
+	var relays string
+	_ = env.DB.SQL.QueryRowContext(ctx, `SELECT coalesce(string_agg(id || ' ' || (now() - heartbeat_at)::text, ', '), 'none') FROM `+names.Relays).Scan(&relays)
+	return out + "\n  live relays: " + relays
+}

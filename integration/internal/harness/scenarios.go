@@ -1,0 +1,276 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/txoutbox/txoutbox"
+)
+
+// Size scales a scenario: Events committed over about Over.
+type Size struct {
+	Events int
+	Over   time.Duration
+}
+
+func writeLoad(s Size) WriteConfig {
+	return WriteConfig{Writers: 8, Events: s.Events, Over: s.Over, RollbackPercent: 10}
+}
+
+// Crash: 3 relays, 8 writers with 10% rollbacks; a chaos loop SIGKILLs a
+// random relay at least kills times and starts a replacement. Every other
+// kill waits until the victim holds claimed rows, so it dies with a batch in
+// flight: published rows it has not marked yet.
+func Crash(s Size, kills int) Plan {
+	return Plan{
+		Name:   "crash",
+		Relays: 3,
+		Flags:  DefaultRelayFlags(),
+		Write:  writeLoad(s),
+		Fault: func(ctx context.Context, w *World) (int, error) {
+			for k := 0; k < kills || w.Writers.Committed() < w.Writers.cfg.Events; k++ {
+				if !sleep(ctx, w.Env.Duration(300*time.Millisecond, 2*time.Second)) {
+					return 0, ctx.Err()
+				}
+				live := w.Fleet.Live()
+				victim := live[w.Env.Intn(len(live))]
+				if k%2 == 1 {
+					// Wait (briefly) until it holds claims.
+					waitUntil(ctx, 2*time.Second, func() bool { return holdsClaims(ctx, w.Env, victim) })
+				}
+				if err := w.Fleet.Kill(victim); err != nil {
+					return 0, err
+				}
+				if !sleep(ctx, w.Env.Duration(0, time.Second)) {
+					return 0, ctx.Err()
+				}
+				if _, err := w.Fleet.Start(); err != nil {
+					return 0, err
+				}
+			}
+			return w.Fleet.Kills(), nil
+		},
+	}
+}
+
+// CommitGap: writers hold their transactions open for random delays, and
+// writer 0 for seconds, so higher outbox ids commit and get published long
+// before lower ones commit. No fault: a relay that tracked a high-water mark
+// of ids would skip the late commits.
+func CommitGap(s Size) Plan {
+	load := writeLoad(s)
+	load.HoldMax = 150 * time.Millisecond
+	load.LongHold = 3 * time.Second
+	return Plan{Name: "commit-gap", Relays: 3, Flags: DefaultRelayFlags(), Write: load}
+}
+
+// BrokerOutage: the broker process is stopped (SIGTERM) for outage mid-run
+// and started again on the same port with the same data directory. The
+// backlog must grow while it is down and drain after.
+func BrokerOutage(s Size, outage time.Duration) Plan {
+	flags := DefaultRelayFlags()
+	// Publishes that fail in the outage count as attempts; with the
+	// default backoff schedule (1s doubling to 5m) ten attempts take far
+	// longer than the outage.
+	flags.BackoffMin, flags.BackoffMax = time.Second, 5*time.Minute
+	var before, during int
+	return Plan{
+		Name:   "broker-outage",
+		Relays: 3,
+		Flags:  flags,
+		Write:  writeLoad(s),
+		Fault: func(ctx context.Context, w *World) (int, error) {
+			if !sleep(ctx, s.Over/4) {
+				return 0, ctx.Err()
+			}
+			var err error
+			if before, err = Backlog(ctx, w.Env); err != nil {
+				return 0, err
+			}
+			if err := w.Broker.Stop(); err != nil {
+				return 0, err
+			}
+			w.Env.Logf("broker-outage: broker stopped, backlog %d", before)
+			if !sleep(ctx, outage) {
+				return 0, ctx.Err()
+			}
+			if during, err = Backlog(ctx, w.Env); err != nil {
+				return 0, err
+			}
+			if err := w.Broker.Start(ctx); err != nil {
+				return 0, err
+			}
+			w.Env.Logf("broker-outage: broker restarted on %s, backlog %d", w.Broker.Addr(), during)
+			// A publish in flight when the broker stopped may be stored
+			// and still reported failed: one window per relay.
+			return len(w.Fleet.Live()), nil
+		},
+		Check: func(_ context.Context, _ *World, res *Result) error {
+			if during <= before {
+				return fmt.Errorf("broker-outage: backlog did not grow during the outage (%d before, %d after %s)", before, during, outage)
+			}
+			if res.Dead != 0 {
+				return fmt.Errorf("broker-outage: %d events went dead during a %s outage", res.Dead, outage)
+			}
+			return nil
+		},
+	}
+}
+
+// DBConnLoss: every relay connection (found by application_name) is
+// terminated with pg_terminate_backend, rounds times, mid-run. The relays
+// must reconnect by themselves and keep running.
+func DBConnLoss(s Size, rounds int) Plan {
+	return Plan{
+		Name:   "db-connection-loss",
+		Relays: 3,
+		Flags:  DefaultRelayFlags(),
+		Write:  writeLoad(s),
+		Fault: func(ctx context.Context, w *World) (int, error) {
+			total := 0
+			for i := 0; i < rounds; i++ {
+				if !sleep(ctx, w.Env.Duration(s.Over/time.Duration(2*rounds), s.Over/time.Duration(rounds))) {
+					return 0, ctx.Err()
+				}
+				var n int
+				err := w.Env.DB.SQL.QueryRowContext(ctx,
+					`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`,
+					w.Fleet.AppName()).Scan(&n)
+				if err != nil {
+					return 0, fmt.Errorf("terminate relay connections: %w", err)
+				}
+				if n == 0 {
+					return 0, fmt.Errorf("round %d: no relay connection found with application_name %q", i, w.Fleet.AppName())
+				}
+				total += n
+			}
+			w.Env.Logf("db-connection-loss: terminated %d relay connections in %d rounds", total, rounds)
+			return rounds * len(w.Fleet.Live()), nil
+		},
+	}
+}
+
+// Rebalance: relays join and leave (SIGTERM, a clean shutdown) while the
+// writers run; shards move between them. Per-key order must hold through
+// every move, and a clean move must not publish anything twice.
+func Rebalance(s Size, steps int) Plan {
+	return Plan{
+		Name:   "rebalance",
+		Relays: 1,
+		Flags:  DefaultRelayFlags(),
+		Write:  writeLoad(s),
+		Fault: func(ctx context.Context, w *World) (int, error) {
+			for i := 0; i < steps; i++ {
+				if !sleep(ctx, s.Over/time.Duration(steps+1)) {
+					return 0, ctx.Err()
+				}
+				live := w.Fleet.Live()
+				grow := len(live) < 2 || (len(live) < 5 && w.Env.Intn(100) < 55)
+				if grow {
+					id, err := w.Fleet.Start()
+					if err != nil {
+						return 0, err
+					}
+					w.Env.Logf("rebalance: %s joined (%d live)", id, len(live)+1)
+					continue
+				}
+				victim := live[w.Env.Intn(len(live))]
+				if err := w.Fleet.Stop(victim); err != nil {
+					return 0, err
+				}
+				w.Env.Logf("rebalance: %s left (%d live)", victim, len(live)-1)
+			}
+			return 0, nil
+		},
+	}
+}
+
+// Poison error texts: what the relay records as last_error for each kind.
+const (
+	// The broker's message.max.bytes refused the record batch.
+	ErrTextTooLarge = "kafka server: Message was too large, server rejected it to avoid allocation error"
+	// The producer refused a record over its MaxMessageBytes before
+	// sending it: an event at the writer's 1 MiB payload limit plus its
+	// headers.
+	ErrTextProducerLimit = "Attempt to produce message larger than configured Producer.MaxMessageBytes"
+	// Auto-creation is off and the topic does not exist.
+	ErrTextUnknownTopic = "kafka server: Request was for a topic or partition that does not exist on this broker"
+)
+
+// PoisonTopic is a topic the poison scenario's broker refuses.
+const PoisonTopic = "no-such-topic"
+
+// Poison mixes poison events into a normal load: payloads over the
+// broker's message.max.bytes (256 KiB here), payloads at the writer's
+// limit (1 MiB, which with headers is over the producer's limit) and a
+// topic the broker refuses (auto-creation off). Each goes on a poison
+// aggregate between normal events of that aggregate. They must end dead
+// with their error, every other event must arrive, and the aggregate's
+// later events must flow past the dead one (the fence policy).
+func Poison(s Size, perKind int) Plan {
+	flags := DefaultRelayFlags()
+	flags.MaxAttempts = 4
+	flags.BackoffMin, flags.BackoffMax = 100*time.Millisecond, time.Second
+	want := map[string]string{} // poison event id -> expected error text
+	return Plan{
+		Name:   "poison",
+		Relays: 3,
+		Flags:  flags,
+		Broker: BrokerConfig{Topics: []string{TopicEnt, TopicGorm}, NoAutoCreate: true, MaxMessageBytes: 256 << 10},
+		Write:  writeLoad(s),
+		Fault: func(ctx context.Context, w *World) (int, error) {
+			kinds := []struct {
+				topic, errText string
+				size           int
+			}{
+				{TopicGorm, ErrTextTooLarge, 300 << 10},
+				{TopicGorm, ErrTextProducerLimit, txoutbox.DefaultMaxPayloadBytes},
+				{PoisonTopic, ErrTextUnknownTopic, 64},
+			}
+			for i := 0; i < perKind; i++ {
+				for k, kind := range kinds {
+					agg := fmt.Sprintf("poison-%d-%d", k, i)
+					// before, poison, after, after: each its own transaction.
+					events := []txoutbox.Event{
+						jsonEvent(TopicGorm, agg, "poison.before", 64),
+						jsonEvent(kind.topic, agg, "poison.bad", kind.size),
+						jsonEvent(TopicGorm, agg, "poison.after", 64),
+						jsonEvent(TopicGorm, agg, "poison.after", 64),
+					}
+					want[events[1].ID.String()] = kind.errText
+					for _, ev := range events {
+						if err := w.Writers.Emit(ctx, ev); err != nil {
+							return 0, err
+						}
+						if !sleep(ctx, w.Env.Duration(0, 100*time.Millisecond)) {
+							return 0, ctx.Err()
+						}
+					}
+				}
+				if !sleep(ctx, s.Over/time.Duration(perKind)) {
+					return 0, ctx.Err()
+				}
+			}
+			return 0, nil
+		},
+		Check: func(_ context.Context, _ *World, res *Result) error {
+			var errs []error
+			for _, d := range res.DeadEvents {
+				text, ok := want[d.EventID]
+				switch {
+				case !ok:
+					errs = append(errs, fmt.Errorf("innocent event %s (%s key %q) is dead: %s", d.EventID, d.Topic, d.AggregateID, d.Error))
+				case !contains(d.Error, text):
+					errs = append(errs, fmt.Errorf("poison %s (%s key %q) died of %q, want an error containing %q", d.EventID, d.Topic, d.AggregateID, d.Error, text))
+				}
+				delete(want, d.EventID)
+			}
+			for id, text := range want {
+				errs = append(errs, fmt.Errorf("poison %s (want %q) is not dead", id, text))
+			}
+			return errors.Join(errs...)
+		},
+	}
+}

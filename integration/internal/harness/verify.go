@@ -1,0 +1,109 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/txoutbox/txoutbox"
+)
+
+// dbRow is what the verifier needs of an outbox row.
+type dbRow struct {
+	id          int64
+	topic       string
+	aggregateID string
+	state       string
+	lastError   string
+}
+
+// readOutbox returns the outbox rows by event id.
+func readOutbox(ctx context.Context, env *Env) (map[string]dbRow, error) {
+	names, err := txoutbox.Table{Schema: env.DB.Schema}.SQLNames()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := env.DB.SQL.QueryContext(ctx, `SELECT id, event_id::text, topic, aggregate_id, state, coalesce(last_error, '') FROM `+names.Table)
+	if err != nil {
+		return nil, fmt.Errorf("read outbox: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]dbRow{}
+	for rows.Next() {
+		var (
+			r  dbRow
+			id string
+		)
+		if err := rows.Scan(&r.id, &id, &r.topic, &r.aggregateID, &r.state, &r.lastError); err != nil {
+			return nil, fmt.Errorf("read outbox: %w", err)
+		}
+		out[id] = r
+	}
+	return out, rows.Err()
+}
+
+// Verify compares the broker's records with the database's committed
+// events. It reads the outbox after the relays drained it and the broker up
+// to its end offsets.
+func Verify(ctx context.Context, env *Env, broker string, topics []string) (Result, map[string]dbRow, error) {
+	byID, err := readOutbox(ctx, env)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	var (
+		res       Result
+		delivered = map[string]bool{}
+		lastFirst = map[string]int64{} // topic/key -> highest row id first-delivered so far
+	)
+	res.Committed = len(byID)
+	err = ReadAll(ctx, broker, topics, func(d Delivery) error {
+		res.Records++
+		row, known := byID[d.EventID]
+		if !known {
+			res.Phantom++
+			res.note("phantom record %s/%d@%d event_id=%q", d.Topic, d.Partition, d.Offset, d.EventID)
+			return nil
+		}
+		if row.topic != d.Topic || row.aggregateID != d.Key {
+			res.Misrouted++
+			res.note("event %s (row %d) is in the outbox as %s key %q, on the broker as %s key %q", d.EventID, row.id, row.topic, row.aggregateID, d.Topic, d.Key)
+		}
+		if delivered[d.EventID] {
+			res.Duplicates++
+			return nil
+		}
+		delivered[d.EventID] = true
+		k := d.Topic + "\x00" + d.Key
+		if last, ok := lastFirst[k]; ok && row.id < last {
+			res.OrderViolations++
+			res.note("order violation: key %q of %s: row %d first delivered after row %d", d.Key, d.Topic, row.id, last)
+		} else {
+			lastFirst[k] = row.id
+		}
+		return nil
+	})
+	if err != nil {
+		return Result{}, nil, err
+	}
+	res.DeliveredUnique = len(delivered)
+	ids := make([]string, 0, len(byID))
+	for id := range byID {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return byID[ids[i]].id < byID[ids[j]].id })
+	for _, id := range ids {
+		r := byID[id]
+		switch {
+		case r.state == "dead":
+			res.Dead++
+			res.DeadEvents = append(res.DeadEvents, DeadEvent{EventID: id, Topic: r.topic, AggregateID: r.aggregateID, Error: r.lastError, Delivered: delivered[id]})
+		case !delivered[id]:
+			res.Lost++
+			res.note("lost: row %d event %s (%s key %q) state %s last_error %q", r.id, id, r.topic, r.aggregateID, r.state, r.lastError)
+		}
+		if r.state != "dead" && r.state != "published" {
+			res.Unsettled++
+		}
+	}
+	return res, byID, nil
+}

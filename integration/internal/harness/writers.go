@@ -1,0 +1,387 @@
+package harness
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
+	gormpg "gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/entoutbox"
+	"github.com/txoutbox/txoutbox/examples/ent/ent"
+	"github.com/txoutbox/txoutbox/examples/ent/ent/order"
+	_ "github.com/txoutbox/txoutbox/examples/ent/ent/runtime" // installs the outbox mixin's hook
+	"github.com/txoutbox/txoutbox/gormoutbox"
+)
+
+// Topics the writers publish to: the ent example's Order schema writes to
+// "orders"; GORM orders get their own topic because their ids count from 1
+// too, and two aggregates sharing a key would be ordered by nobody.
+const (
+	TopicEnt  = "orders"
+	TopicGorm = "gorm-orders"
+)
+
+// gormOrder is the GORM writers' aggregate: its domain events are recorded
+// with ids assigned here, so the harness knows exactly which event ids
+// committed and which rolled back.
+type gormOrder struct {
+	ID                uint `gorm:"primaryKey"`
+	Status            string
+	Total             int64
+	gormoutbox.Events `gorm:"-"`
+}
+
+func (gormOrder) TableName() string   { return "chaos_gorm_orders" }
+func (gormOrder) OutboxTopic() string { return TopicGorm }
+
+// WriteConfig shapes the write load.
+type WriteConfig struct {
+	// Writers is the number of writer goroutines; even ones use GORM, odd
+	// ones ent. Each owns its orders, so one aggregate is never written by
+	// two transactions at once (the relay's documented requirement, which
+	// ORM saves meet by locking the row anyway).
+	Writers int
+	// Events is how many committed events to write in total.
+	Events int
+	// Over spreads the events over about this long, so faults land under
+	// load rather than after the writers finished. Zero: as fast as
+	// possible.
+	Over time.Duration
+	// RollbackPercent of transactions write everything, then roll back.
+	RollbackPercent int
+	// HoldMax keeps each transaction open a random time up to HoldMax after
+	// its inserts, so that higher outbox ids commit before lower ones.
+	HoldMax time.Duration
+	// LongHold makes writer 0 hold each transaction this long instead: the
+	// trap for a relay that tracks a high-water mark of ids.
+	LongHold time.Duration
+}
+
+// Writers runs the write load and counts what committed and rolled back.
+type Writers struct {
+	env  *Env
+	cfg  WriteConfig
+	gorm *gorm.DB
+	ent  *ent.Client
+	sql  *sql.DB // the ent client's pool
+
+	committed  atomic.Int64
+	rolledBack atomic.Int64
+	txs        atomic.Int64
+
+	mu          sync.Mutex
+	perTopic    map[string]int
+	gormCommit  map[uuid.UUID]bool // GORM events by id: true committed, false rolled back
+	extraEvents int
+}
+
+// entSchema serializes ent's Schema.Create, which writes the generated
+// package's global table definitions.
+var entSchema sync.Mutex
+
+// NewWriters opens the GORM and ent clients on env's schema and creates
+// their tables.
+func NewWriters(ctx context.Context, env *Env, cfg WriteConfig) (*Writers, error) {
+	gdb, err := gorm.Open(gormpg.Open(env.DB.URL), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return nil, fmt.Errorf("open gorm: %w", err)
+	}
+	p, err := gormoutbox.New(gormoutbox.Config{})
+	if err != nil {
+		return nil, err
+	}
+	if err := gdb.Use(p); err != nil {
+		return nil, fmt.Errorf("register gormoutbox: %w", err)
+	}
+	if err := gdb.WithContext(ctx).AutoMigrate(&gormOrder{}); err != nil {
+		return nil, fmt.Errorf("gorm automigrate: %w", err)
+	}
+	sqlDB, err := sql.Open("pgx", env.DB.URL)
+	if err != nil {
+		return nil, err
+	}
+	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, sqlDB)))
+	entSchema.Lock()
+	err = client.Schema.Create(ctx)
+	entSchema.Unlock()
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("create ent schema: %w", err)
+	}
+	return &Writers{env: env, cfg: cfg, gorm: gdb, ent: client, sql: sqlDB,
+		perTopic: map[string]int{}, gormCommit: map[uuid.UUID]bool{}}, nil
+}
+
+// Close closes the clients.
+func (w *Writers) Close() {
+	w.ent.Close()
+	if db, err := w.gorm.DB(); err == nil {
+		db.Close()
+	}
+}
+
+// GORM returns the GORM client, for scenarios that write events of their
+// own (the poison scenario).
+func (w *Writers) GORM() *gorm.DB { return w.gorm }
+
+// Committed and RolledBack count events.
+func (w *Writers) Committed() int  { return int(w.committed.Load()) }
+func (w *Writers) RolledBack() int { return int(w.rolledBack.Load()) }
+
+// Run writes until cfg.Events events committed or ctx ends. It returns the
+// first error of any writer: the scenarios inject no fault on the writers'
+// connections, so every error is a failure.
+func (w *Writers) Run(ctx context.Context) error {
+	n := max(w.cfg.Writers, 1)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		quota := w.cfg.Events / n
+		if i < w.cfg.Events%n {
+			quota++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.writer(ctx, i, quota, start); err != nil && ctx.Err() == nil {
+				cancel(fmt.Errorf("writer %d: %w", i, err))
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// errRollback makes a transaction roll back on purpose.
+var errRollback = errors.New("chaos: roll back on purpose")
+
+func (w *Writers) writer(ctx context.Context, i, quota int, start time.Time) error {
+	var (
+		gormOpen []*gormOrder
+		entOpen  []*ent.Order
+		done     int
+	)
+	for done < quota && ctx.Err() == nil {
+		if w.cfg.Over > 0 {
+			// Pace: stay at or behind an even spread of the quota.
+			due := start.Add(time.Duration(float64(w.cfg.Over) * float64(done) / float64(quota)))
+			if d := time.Until(due); d > 0 && !sleep(ctx, d) {
+				return nil
+			}
+		}
+		hold := w.env.Duration(0, w.cfg.HoldMax)
+		if i == 0 && w.cfg.LongHold > 0 {
+			hold = w.env.Duration(w.cfg.LongHold/2, w.cfg.LongHold)
+		}
+		rollback := w.env.Intn(100) < w.cfg.RollbackPercent
+		var (
+			n   int
+			err error
+		)
+		if i%2 == 0 {
+			n, gormOpen, err = w.gormTx(ctx, gormOpen, hold, rollback)
+		} else {
+			n, entOpen, err = w.entTx(ctx, entOpen, hold, rollback)
+		}
+		if err != nil {
+			return err
+		}
+		w.txs.Add(1)
+		if rollback {
+			w.rolledBack.Add(int64(n))
+			continue
+		}
+		w.committed.Add(int64(n))
+		done += n
+	}
+	return nil
+}
+
+// gormTx places a GORM order with 1 to 3 events, or moves an open one to its
+// next status with one event (an UPDATE, which locks the row).
+func (w *Writers) gormTx(ctx context.Context, open []*gormOrder, hold time.Duration, rollback bool) (int, []*gormOrder, error) {
+	var (
+		o      *gormOrder
+		create = len(open) < 3 || w.env.Intn(100) < 40
+		ids    []uuid.UUID
+		prev   string
+	)
+	record := func(typ string, payload any) {
+		b, _ := json.Marshal(payload)
+		id, _ := uuid.NewV7()
+		o.RecordEvent(txoutbox.Event{ID: id, Type: typ, Payload: b})
+		ids = append(ids, id)
+	}
+	idx := 0
+	if create {
+		o = &gormOrder{Status: "placed", Total: int64(100 + w.env.Intn(10000))}
+		record("order.placed", map[string]any{"total": o.Total})
+		for k := w.env.Intn(3); k > 0; k-- {
+			record("order.line_added", map[string]any{"sku": w.env.Intn(1000)})
+		}
+	} else {
+		idx = w.env.Intn(len(open))
+		o = open[idx]
+		prev = o.Status
+		o.Status = map[string]string{"placed": "paid", "paid": "shipped"}[prev]
+		record("order."+o.Status, map[string]any{"from": prev})
+	}
+	err := w.gorm.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		if create {
+			err = tx.Create(o).Error
+		} else {
+			err = tx.Save(o).Error
+		}
+		if err != nil {
+			return err
+		}
+		if !sleep(ctx, hold) {
+			return ctx.Err()
+		}
+		if rollback {
+			return errRollback
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errRollback) {
+		return 0, open, fmt.Errorf("gorm transaction: %w", err)
+	}
+	w.mu.Lock()
+	for _, id := range ids {
+		w.gormCommit[id] = !rollback
+	}
+	if !rollback {
+		w.perTopic[TopicGorm] += len(ids)
+	}
+	w.mu.Unlock()
+	switch {
+	case rollback && !create:
+		o.Status = prev
+	case rollback:
+	case create:
+		open = append(open, o)
+	case o.Status == "shipped":
+		open = append(open[:idx], open[idx+1:]...)
+	}
+	return len(ids), open, nil
+}
+
+// entTx places one or two ent orders (one order.placed event each), or pays
+// or cancels an open one (one event, an UPDATE that checks the status).
+func (w *Writers) entTx(ctx context.Context, open []*ent.Order, hold time.Duration, rollback bool) (int, []*ent.Order, error) {
+	var (
+		placed []*ent.Order
+		idx    = -1
+		next   order.Status
+		n      int
+	)
+	if len(open) >= 3 && w.env.Intn(100) >= 40 {
+		idx = w.env.Intn(len(open))
+		next = order.StatusCancelled
+		if open[idx].Status == order.StatusPlaced && w.env.Intn(100) < 70 {
+			next = order.StatusPaid
+		}
+	}
+	err := entoutbox.WithTx(ctx, w.ent, func(tx *ent.Tx) error {
+		if idx >= 0 {
+			o := open[idx]
+			u := tx.Order.UpdateOneID(o.ID).Where(order.StatusEQ(o.Status)).SetStatus(next)
+			if next == order.StatusCancelled {
+				u = u.SetCancelReason("chaos")
+			}
+			if err := u.Exec(ctx); err != nil {
+				return err
+			}
+			n = 1
+		} else {
+			for k := 1 + w.env.Intn(2); k > 0; k-- {
+				o, err := tx.Order.Create().SetTotal(int64(100 + w.env.Intn(10000))).Save(ctx)
+				if err != nil {
+					return err
+				}
+				placed = append(placed, o)
+				n++
+			}
+		}
+		if !sleep(ctx, hold) {
+			return ctx.Err()
+		}
+		if rollback {
+			return errRollback
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errRollback) {
+		return 0, open, fmt.Errorf("ent transaction: %w", err)
+	}
+	if rollback {
+		return n, open, nil
+	}
+	w.mu.Lock()
+	w.perTopic[TopicEnt] += n
+	w.mu.Unlock()
+	if idx >= 0 {
+		if next == order.StatusCancelled {
+			open = append(open[:idx], open[idx+1:]...)
+		} else {
+			open[idx].Status = next
+		}
+	}
+	return n, append(open, placed...), nil
+}
+
+// Count adds events written outside the ORM writers (poison scenario) to
+// the committed totals per topic.
+func (w *Writers) Count(topic string, n int) {
+	w.mu.Lock()
+	w.perTopic[topic] += n
+	w.extraEvents += n
+	w.mu.Unlock()
+	w.committed.Add(int64(n))
+}
+
+// CrossCheck compares what the writers believe with the database: per-topic
+// committed counts, every committed GORM event id present, every rolled-back
+// one absent. byID is the outbox read by the verifier.
+func (w *Writers) CrossCheck(byID map[string]dbRow) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	perTopic := map[string]int{}
+	for _, r := range byID {
+		perTopic[r.topic]++
+	}
+	var errs []error
+	for topic, n := range w.perTopic {
+		if perTopic[topic] != n {
+			errs = append(errs, fmt.Errorf("topic %s: writers committed %d events, the outbox holds %d", topic, n, perTopic[topic]))
+		}
+	}
+	for id, committed := range w.gormCommit {
+		_, inDB := byID[id.String()]
+		if committed != inDB {
+			errs = append(errs, fmt.Errorf("gorm event %s: committed=%v but in outbox=%v", id, committed, inDB))
+			if len(errs) > 10 {
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
