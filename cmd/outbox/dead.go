@@ -22,7 +22,7 @@ func init() {
 }
 
 func runDead(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return usagef("want a subcommand: list, show, retry or drop")
 	}
 	switch args[0] {
@@ -103,15 +103,10 @@ func runDeadShow(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("outbox dead show", flag.ContinueOnError)
 	var common commonFlags
 	common.register(fs)
-	// The ID may come before or after the flags.
-	var positional []string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		positional, args = args[:1], args[1:]
-	}
-	if err := parseFlags(fs, args); err != nil {
+	positional, err := parseInterleaved(fs, args)
+	if err != nil {
 		return err
 	}
-	positional = append(positional, fs.Args()...)
 	if len(positional) != 1 {
 		return usagef("want one event ID, got %d arguments", len(positional))
 	}
@@ -181,15 +176,11 @@ func runDeadChange(ctx context.Context, action string, args []string, stdout io.
 	if action == "drop" {
 		yes = fs.Bool("yes", false, "really delete: dropped events are gone for good")
 	}
-	// IDs may come before the flags, after them, or both.
-	var positional []string
-	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		positional, args = append(positional, args[0]), args[1:]
-	}
-	if err := parseFlags(fs, args); err != nil {
+	positional, err := parseInterleaved(fs, args)
+	if err != nil {
 		return err
 	}
-	ids, err := parseIDs(append(positional, fs.Args()...))
+	ids, err := parseIDs(positional)
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,24 @@ func (f *filterFlags) filter(ids []int64) outboxadmin.Filter {
 	return outboxadmin.Filter{IDs: ids, Topic: f.topic, AggregateID: f.aggregate, Type: f.eventType, Since: f.since.t}
 }
 
+// parseInterleaved parses flags that may come before, between and after
+// the positional arguments (IDs), which the flag package alone stops at,
+// and returns the positional arguments.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
 // parseIDs reads outbox row ids (the ID column of outbox dead list).
 func parseIDs(args []string) ([]int64, error) {
 	var ids []int64
