@@ -3,6 +3,7 @@ package relay
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -92,11 +93,35 @@ func (r *Relay) laneFor(aggregateID string) *lane {
 func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 	r.shardMu.Lock()
 	defer r.shardMu.Unlock()
+	if r.ownedShards == "{}" {
+		return nil, nil
+	}
 	seq := r.claimSeq.Add(1)
-	rows, err := r.db.QueryContext(ctx, r.sql.claim, r.cfg.ID, limit, intervalLiteral(r.cfg.LeaseDuration))
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("claim batch: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if _, err := tx.ExecContext(ctx, r.sql.claimPlan); err != nil {
+		return nil, fmt.Errorf("claim batch: plan settings: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, r.sql.claim, r.cfg.ID, limit, intervalLiteral(r.cfg.LeaseDuration), r.ownedShards)
 	if err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
 	}
+	out, err := scanClaimed(rows, seq)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("claim batch: commit: %w", err)
+	}
+	// UPDATE ... RETURNING does not keep the subquery's order.
+	slices.SortFunc(out, func(a, b *claimedRow) int { return cmp.Compare(a.id, b.id) })
+	return out, nil
+}
+
+func scanClaimed(rows *sql.Rows, seq uint64) ([]*claimedRow, error) {
 	defer rows.Close()
 	var out []*claimedRow
 	for rows.Next() {
@@ -110,6 +135,7 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 			&e.ContentType, &e.Payload, &headers, &e.CreatedAt, &c.attempts); err != nil {
 			return nil, fmt.Errorf("claim batch: scan: %w", err)
 		}
+		var err error
 		if e.ID, err = uuid.Parse(eventID); err != nil {
 			return nil, fmt.Errorf("claim batch: row %d: event id: %w", c.id, err)
 		}
@@ -123,8 +149,6 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
 	}
-	// UPDATE ... RETURNING does not keep the subquery's order.
-	slices.SortFunc(out, func(a, b *claimedRow) int { return cmp.Compare(a.id, b.id) })
 	return out, nil
 }
 

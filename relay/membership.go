@@ -38,8 +38,12 @@ func (r *Relay) membershipLoop(ctx context.Context) {
 	}
 }
 
-// rebalance runs one heartbeat round.
+// rebalance runs one heartbeat round. It holds shardMu throughout, so no
+// claim runs between re-registering (after peers declared this relay dead)
+// and learning which shards it still owns.
 func (r *Relay) rebalance(ctx context.Context, host string) error {
+	r.shardMu.Lock()
+	defer r.shardMu.Unlock()
 	if _, err := r.db.ExecContext(ctx, r.sql.heartbeat, r.cfg.ID, host); err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
@@ -56,16 +60,15 @@ func (r *Relay) rebalance(ctx context.Context, host string) error {
 	}
 	want := shardArray(assignShards(r.cfg.ID, live))
 
-	// Releasing must not overlap a claim: see Relay.shardMu.
-	r.shardMu.Lock()
-	defer r.shardMu.Unlock()
 	if _, err := r.db.ExecContext(ctx, r.sql.releaseShards, r.cfg.ID, want); err != nil {
 		return fmt.Errorf("release shards: %w", err)
 	}
 	owned, err := r.queryStrings(ctx, r.sql.acquireShards, r.cfg.ID, want)
 	if err != nil {
+		r.ownedShards = "{}" // unknown: claim nothing until the next round
 		return fmt.Errorf("acquire shards: %w", err)
 	}
+	r.ownedShards = "{" + strings.Join(owned, ",") + "}"
 	if prev := r.owned.Swap(int64(len(owned))); prev != int64(len(owned)) {
 		r.log.Info("relay: shards rebalanced", "owned", len(owned), "live_relays", len(live))
 		signal(r.wake)

@@ -30,9 +30,11 @@ type Relay struct {
 	met   *metrics
 	trace trace.Tracer
 
-	// shardMu serializes claims with giving up shards, so a shard is never
-	// released while a claim on it is uncommitted; see Claim in outboxsql.
-	shardMu sync.Mutex
+	// shardMu serializes claims with rebalancing, so a shard is never
+	// released while a claim on it is uncommitted, and ownedShards is what
+	// the shards table says whenever a claim runs; see Claim in outboxsql.
+	shardMu     sync.Mutex
+	ownedShards string // array literal of owned shards; guarded by shardMu
 	// claimSeq numbers claims; rows carry the number of the claim that
 	// took them, which the lanes' fences compare against.
 	claimSeq atomic.Uint64
@@ -82,15 +84,16 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		return nil, fmt.Errorf("relay: metrics: %w", err)
 	}
 	r := &Relay{
-		db:       db,
-		pub:      pub,
-		cfg:      cfg,
-		sql:      render(names),
-		log:      cfg.Logger.With("relay", cfg.ID),
-		met:      met,
-		trace:    tracer(cfg.TracerProvider),
-		capacity: make(chan struct{}, 1),
-		wake:     make(chan struct{}, 1),
+		db:          db,
+		pub:         pub,
+		cfg:         cfg,
+		sql:         render(names),
+		log:         cfg.Logger.With("relay", cfg.ID),
+		met:         met,
+		trace:       tracer(cfg.TracerProvider),
+		capacity:    make(chan struct{}, 1),
+		ownedShards: "{}",
+		wake:        make(chan struct{}, 1),
 	}
 	return r, nil
 }

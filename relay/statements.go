@@ -4,7 +4,7 @@ import "github.com/txoutbox/txoutbox/internal/outboxsql"
 
 // statements are the relay's SQL, rendered once for its table.
 type statements struct {
-	claim, markPublished, fail, release                   string
+	claim, claimPlan, markPublished, fail, release        string
 	heartbeat, forgetStale, liveRelays                    string
 	releaseShards, acquireShards, leaveShards, leaveRelay string
 	prune, pruneLock, stats, topicStats                   string
@@ -13,6 +13,7 @@ type statements struct {
 func render(n outboxsql.Names) statements {
 	return statements{
 		claim:         n.Render(outboxsql.Claim),
+		claimPlan:     outboxsql.ClaimPlan,
 		markPublished: n.Render(outboxsql.MarkPublished),
 		fail:          n.Render(outboxsql.Fail),
 		release:       n.Render(outboxsql.Release),

@@ -4,40 +4,46 @@ package outboxsql
 // Id lists are passed as array literals ('{1,2,3}') and per-row values as a
 // JSON document, so the statements work with any database/sql driver.
 
-// Claim takes up to $2 due rows of the shards this relay owns, under a lease
-// of $3, and returns them. One statement, so one short transaction.
+// Claim takes up to $2 due rows of the shards in $4 (the shards this relay
+// owns), under a lease of $3, and returns them. One statement, so one short
+// transaction.
 //
 //   - "me" locks the relay's own heartbeat row FOR SHARE: a peer that declares
 //     this relay dead (deleting the row) waits for an in-progress claim to
-//     commit, and a relay that was declared dead claims nothing.
+//     commit, and a relay that was declared dead claims nothing. The relay
+//     changes its shard list only under the same lock as its claims, so the
+//     list in $4 is what the shards table says.
+//   - "fence" is MATERIALIZED: computed once, not once per candidate row.
 //   - "fence" lists aggregates that must hold back their later rows: a row in
 //     retry backoff, or a row claimed by another live relay under a valid
 //     lease (after a shard moved). A dead row does not fence its aggregate.
 //   - Rows claimed by a relay that is gone, or whose lease expired, are taken
 //     over. This relay's own claimed rows are in its memory and never
 //     re-claimed by it.
+//   - The shard list is a parameter, not a join, so the planner walks the
+//     claim index in id order and stops at the limit instead of sorting every
+//     unpublished row.
 const Claim = `
 WITH me AS (
     SELECT id FROM {{relays}} WHERE id = $1 FOR SHARE
-), owned AS (
-    SELECT s.shard FROM {{shards}} s JOIN me ON s.owner = me.id
-), fence AS (
+), fence AS MATERIALIZED (
     SELECT o.aggregate_id, min(o.id) AS first_id
     FROM {{table}} o
-    WHERE o.shard IN (SELECT shard FROM owned)
-      AND ((o.state = 'pending' AND o.attempts > 0 AND o.next_attempt_at > now())
+    WHERE ((o.state = 'pending' AND o.attempts > 0 AND o.next_attempt_at > now())
         OR (o.state = 'claimed' AND o.lease_owner <> $1 AND o.lease_expires_at > now()
             AND o.lease_owner IN (SELECT id FROM {{relays}})))
+      AND o.shard = ANY($4::smallint[])
     GROUP BY o.aggregate_id
 ), due AS (
     SELECT o.id
     FROM {{table}} o
     WHERE o.state IN ('pending', 'claimed')
-      AND o.shard IN (SELECT shard FROM owned)
+      AND o.shard = ANY($4::smallint[])
       AND ((o.state = 'pending' AND o.next_attempt_at <= now())
         OR (o.state = 'claimed' AND o.lease_owner <> $1
             AND (o.lease_expires_at <= now() OR o.lease_owner NOT IN (SELECT id FROM {{relays}}))))
       AND NOT EXISTS (SELECT 1 FROM fence f WHERE f.aggregate_id = o.aggregate_id AND f.first_id < o.id)
+      AND EXISTS (SELECT 1 FROM me)
     ORDER BY o.id
     LIMIT $2
     FOR UPDATE OF o SKIP LOCKED
@@ -48,6 +54,13 @@ FROM due
 WHERE o.id = due.id
 RETURNING o.id, o.event_id::text, o.topic, o.aggregate_type, o.aggregate_id, o.event_type,
           o.content_type, o.payload, o.headers::text, o.created_at, o.attempts`
+
+// ClaimPlan runs first in the claim's transaction. Outbox statistics are
+// often stale (a burst arrives after the table was analyzed nearly empty), and
+// with a low row estimate the planner sorts every unpublished row to return a
+// batch, which makes draining a backlog quadratic. Without sorts and bitmap
+// scans it walks the claim index in id order and stops at the limit.
+const ClaimPlan = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 // MarkPublished records broker acknowledgements for the ids in $1. A row
 // another relay took over meanwhile is still marked: the broker has it.
