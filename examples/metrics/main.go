@@ -82,7 +82,7 @@ func run(ctx context.Context, addr string, once bool) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln) //nolint:errcheck // ends with Shutdown
+	go srv.Serve(ln)                         //nolint:errcheck // ends with Shutdown
 	defer srv.Shutdown(context.Background()) //nolint:errcheck // best effort at exit
 	url := "http://" + ln.Addr().String() + "/metrics"
 	fmt.Printf("metrics at %s\n", url)
