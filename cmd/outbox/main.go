@@ -1,11 +1,20 @@
-// Command outbox operates a txoutbox outbox: it migrates the schema, and
-// later issues add the relay worker, status and dead-letter tools.
+// Command outbox operates a txoutbox outbox: it migrates the schema, runs
+// the relay, shows the outbox's health, and handles dead events and replays.
 //
-//	outbox migrate up|down|status [--database-url URL] [--schema S] [--table T] [--json]
+//	outbox migrate up|down|status
+//	outbox relay [--brokers B]
+//	outbox status [--max-lag 1m] [--stale-after 15s]
+//	outbox dead list [--topic T] [--aggregate A] [--type E] [--since 24h] [--limit N] [--after ID]
+//	outbox dead show ID
+//	outbox dead retry ID... | --topic T ... | --all [--dry-run]
+//	outbox dead drop ID... | --topic T ... | --all --yes|--dry-run
+//	outbox replay --since 2h [--topic T] [--aggregate A] [--dry-run]
 //
 // Every command reads the database URL from --database-url, defaulting to
-// the DATABASE_URL environment variable. Output is for humans unless --json
-// is given. Exit codes: 0 success, 1 failure, 2 bad usage (nothing touched).
+// the DATABASE_URL environment variable, and takes --schema and --table.
+// Output is for humans unless --json is given. Exit codes: 0 success, 1
+// failure, 2 bad usage (nothing touched), 3 the lag exceeds status's
+// --max-lag.
 package main
 
 import (
