@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/txoutbox/txoutbox"
+)
+
+// payloadPad makes every event about 200 bytes, the size the targets were
+// set for: {"agg":"agg-00042","seq":12345,"pad":"xxx..."}.
+var payloadPad = strings.Repeat("x", 150)
+
+// benchPayload is an event's body: its aggregate and its position among
+// that aggregate's events, which the order check reads back.
+type benchPayload struct {
+	Agg string `json:"agg"`
+	Seq int    `json:"seq"`
+	Pad string `json:"pad,omitempty"`
+}
+
+// aggregateID is the id of event i's aggregate: events go round-robin over
+// the aggregates, so event i is number i/aggregates of its aggregate.
+func aggregateID(i, aggregates int) string { return fmt.Sprintf("agg-%05d", i%aggregates) }
+
+// benchEvent is event i of a backlog, built in Go for the write paths that
+// go through txoutbox or Watermill.
+func benchEvent(topic string, i, aggregates int) txoutbox.Event {
+	agg := aggregateID(i, aggregates)
+	payload, _ := json.Marshal(benchPayload{Agg: agg, Seq: i / aggregates, Pad: payloadPad})
+	ev, _ := txoutbox.NewEvent(topic, "bench", agg, "bench.event", json.RawMessage(payload))
+	return ev
+}
+
+// insertBacklogSQL writes $2 events into the outbox in one statement, the
+// same events benchEvent builds, in state $4. Setup only: generating the
+// rows in the server takes seconds for a million of them, where the Writer
+// would take a minute, and the backlog's rows are the same either way.
+const insertBacklogSQL = `
+INSERT INTO {{table}} (event_id, topic, aggregate_type, aggregate_id, event_type, payload, state, published_at)
+SELECT gen_random_uuid(), $1, 'bench', 'agg-' || lpad((g % $3)::text, 5, '0'), 'bench.event',
+       convert_to(format('{"agg":"agg-%s","seq":%s,"pad":"%s"}', lpad((g % $3)::text, 5, '0'), g / $3, $5::text), 'UTF8'),
+       $4::text, CASE WHEN $4::text = 'published' THEN now() END
+FROM generate_series($6::bigint, $6::bigint + $2 - 1) AS g`
+
+// insertBacklog writes n events for topic over aggregates, numbered from
+// first, then vacuums and analyzes the table so the planner sees what a
+// relay would see on a table autovacuum keeps up with.
+func insertBacklog(ctx context.Context, s *schemaDB, topic string, n, aggregates int, state string, first int) error {
+	q := s.Names.Render(insertBacklogSQL)
+	const chunk = 200_000 // no statement runs for long
+	for done := 0; done < n; done += chunk {
+		k := min(chunk, n-done)
+		if _, err := s.SQL.ExecContext(ctx, q, topic, k, aggregates, state, payloadPad, first+done); err != nil {
+			return fmt.Errorf("write backlog of %d events: %w", n, err)
+		}
+	}
+	if _, err := s.SQL.ExecContext(ctx, "VACUUM ANALYZE "+s.Names.Table); err != nil {
+		return fmt.Errorf("analyze backlog: %w", err)
+	}
+	return nil
+}
+
+// insertBacklogRows writes n pending events numbered from first in one
+// statement.
+func insertBacklogRows(ctx context.Context, s *schemaDB, topic string, n, aggregates, first int) error {
+	if _, err := s.SQL.ExecContext(ctx, s.Names.Render(insertBacklogSQL), topic, n, aggregates, "pending", payloadPad, first); err != nil {
+		return fmt.Errorf("write %d events: %w", n, err)
+	}
+	return nil
+}
+
+// unpublishedSQL is true while any row is pending or claimed; it reads the
+// claim index, so polling it stays cheap as the backlog drains.
+const unpublishedSQL = `SELECT EXISTS (SELECT 1 FROM {{table}} WHERE state IN ('pending', 'claimed'))`
+
+// deadSQL counts dead rows: a benchmark run must have none.
+const deadSQL = `SELECT count(*) FROM {{table}} WHERE state = 'dead'`
+
+// waitDrained polls until no row is pending or claimed and returns when it
+// saw that; it fails on a dead row or after timeout.
+func waitDrained(ctx context.Context, s *schemaDB, timeout time.Duration) (time.Time, error) {
+	q := s.Names.Render(unpublishedSQL)
+	deadline := time.Now().Add(timeout)
+	for {
+		var left bool
+		if err := s.SQL.QueryRowContext(ctx, q).Scan(&left); err != nil {
+			return time.Time{}, fmt.Errorf("poll backlog: %w", err)
+		}
+		if !left {
+			now := time.Now()
+			var dead int
+			if err := s.SQL.QueryRowContext(ctx, s.Names.Render(deadSQL)).Scan(&dead); err != nil {
+				return time.Time{}, fmt.Errorf("count dead rows: %w", err)
+			}
+			if dead > 0 {
+				return time.Time{}, fmt.Errorf("%d events went dead", dead)
+			}
+			return now, nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("backlog not drained after %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// countPublished counts the rows marked published.
+func countPublished(ctx context.Context, s *schemaDB) (int, error) {
+	var n int
+	if err := s.SQL.QueryRowContext(ctx, "SELECT count(*) FROM "+s.Names.Table+" WHERE state = 'published'").Scan(&n); err != nil {
+		return 0, fmt.Errorf("count published rows: %w", err)
+	}
+	return n, nil
+}

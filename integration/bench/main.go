@@ -1,0 +1,343 @@
+// Command bench measures txoutbox's relay and write path side by side with
+// the alternatives a Go user would otherwise pick, in one run on the same
+// PostgreSQL and broker, so the ratios hold on a noisy machine.
+//
+//	go run ./integration/bench                       # defaults: about 5 minutes on 2 cores
+//	go run ./integration/bench -events 50000 -skip memory,claim
+//
+// It needs PostgreSQL (-database-url, default $DATABASE_URL or the local
+// server with trust auth) and the Go toolchain: it builds the kfake broker
+// (internal/kfakeproc), which runs in its own OS process on loopback, and the
+// outbox CLI, whose relay runs as its own process for the memory scenario.
+// Every scenario works in a fresh schema of the database txoutbox_bench,
+// dropped afterwards.
+//
+// It prints one JSON object per scenario on stdout, then the summary line
+//
+//	bench: relay_eps=… relay3_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_naive=… relay_vs_forwarder=… relay_vs_ceiling=… order_violations=… p50_ms=… p99_ms=… gorm_overhead=… ent_overhead=… claim_flatness=… relay_rss_mib=…
+//
+// Scenarios (names for -skip):
+//
+//   - relay, relay3: the relay (defaults: batch 500, 64 lanes) draining the
+//     backlog, one replica and three (goroutines of this process, each its
+//     own relay.New and Kafka publisher); the topic is read back with
+//     franz-go and per-key order violations counted.
+//   - naive: the design articles' sketch: claim 100 with SKIP LOCKED in a
+//     short transaction, publish one by one, mark each row in its own
+//     statement.
+//   - forwarder: Watermill's outbox: the watermill-sql Postgres publisher in
+//     transactions, components/forwarder to watermill-kafka, at subscriber
+//     batch 100 and 1000; the better one counts.
+//   - dblimit: the relay with a publisher that acknowledges at once, batch
+//     1000: the claim/mark cycle alone.
+//   - kafkalimit: the watermill-kafka publisher alone, 64 concurrent
+//     publishers.
+//   - latency: events committed at a steady rate through the GORM plugin;
+//     commit-to-ack p50/p99 with LISTEN/NOTIFY, and polling only.
+//   - write: GORM and ent Create with the outbox against without, and the
+//     Writer's NOTIFY on against off under 16 concurrent writers.
+//   - claim: the relay's claim statement with a million published rows
+//     retained against an empty table.
+//   - memory: peak RSS of an `outbox relay` process draining a million
+//     events.
+//
+// Every Kafka scenario publishes through relay.NewKafkaPublisher (Sarama via
+// watermill-kafka, idempotent, acks=all), so they differ only in what drives
+// the publisher.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options are the command's flags.
+type options struct {
+	databaseURL     string
+	events          int
+	aggregates      int
+	naiveEvents     int
+	forwarderEvents int
+	memoryEvents    int
+	claimRows       int
+	claimRounds     int
+	latencyRate     int
+	latencyDuration time.Duration
+	writeOps        int
+	notifyRounds    int
+	notifyPhase     time.Duration
+	batch, lanes    int
+	partitions      int
+	timeout         time.Duration
+	skip            string
+	cpuprofile      string
+}
+
+var scenarioNames = []string{"relay", "relay3", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory"}
+
+func main() {
+	var o options
+	defaultURL := os.Getenv("DATABASE_URL")
+	if defaultURL == "" {
+		defaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	flag.StringVar(&o.databaseURL, "database-url", defaultURL, "PostgreSQL server; scenarios use schemas of its database "+benchDatabase)
+	flag.IntVar(&o.events, "events", 100_000, "backlog of the relay, relay3, dblimit and kafkalimit scenarios")
+	flag.IntVar(&o.aggregates, "aggregates", 1000, "aggregates the events are spread over (round-robin)")
+	flag.IntVar(&o.naiveEvents, "naive-events", 20_000, "backlog of the naive scenario (it runs at about 1k/s)")
+	flag.IntVar(&o.forwarderEvents, "forwarder-events", 20_000, "backlog of each forwarder run (it runs at a few k/s)")
+	flag.IntVar(&o.memoryEvents, "memory-events", 1_000_000, "backlog the relay process drains in the memory scenario")
+	flag.IntVar(&o.claimRows, "claim-rows", 1_000_000, "published rows retained in the claim scenario")
+	flag.IntVar(&o.claimRounds, "claim-rounds", 30, "timed claims per table in the claim scenario")
+	flag.IntVar(&o.latencyRate, "latency-rate", 1000, "events committed per second in the latency scenario")
+	flag.DurationVar(&o.latencyDuration, "latency-duration", 10*time.Second, "how long each latency run writes")
+	flag.IntVar(&o.writeOps, "write-ops", 2000, "Creates per arm in the GORM and ent overhead measurements")
+	flag.IntVar(&o.notifyRounds, "notify-rounds", 3, "on/off phase pairs of the NOTIFY cost measurement")
+	flag.DurationVar(&o.notifyPhase, "notify-phase", 2*time.Second, "length of one NOTIFY cost phase")
+	flag.IntVar(&o.batch, "batch", 0, "relay BatchSize for relay, relay3 and latency (0: the relay's default)")
+	flag.IntVar(&o.lanes, "lanes", 0, "relay Lanes for relay, relay3 and latency (0: the relay's default)")
+	flag.IntVar(&o.partitions, "partitions", 8, "partitions of the broker's topics")
+	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest a single drain may take")
+	flag.StringVar(&o.skip, "skip", "", "comma-separated scenarios to skip: "+strings.Join(scenarioNames, ","))
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process while the one-replica relay drains")
+	flag.Parse()
+	if err := o.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func (o options) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"events", o.events}, {"aggregates", o.aggregates}, {"naive-events", o.naiveEvents}, {"forwarder-events", o.forwarderEvents},
+		{"memory-events", o.memoryEvents}, {"claim-rows", o.claimRows}, {"claim-rounds", o.claimRounds}, {"latency-rate", o.latencyRate},
+		{"write-ops", o.writeOps}, {"notify-rounds", o.notifyRounds}, {"partitions", o.partitions}} {
+		if f.v < 1 {
+			return fmt.Errorf("-%s must be at least 1, got %d", f.name, f.v)
+		}
+	}
+	if o.aggregates > 99_999 {
+		return fmt.Errorf("-aggregates must be at most 99999, got %d", o.aggregates)
+	}
+	if o.batch < 0 || o.lanes < 0 {
+		return fmt.Errorf("-batch and -lanes must not be negative")
+	}
+	if o.latencyDuration < time.Second || o.notifyPhase <= 0 || o.timeout <= 0 {
+		return fmt.Errorf("-latency-duration must be at least 1s, -notify-phase and -timeout positive")
+	}
+	for _, name := range strings.Split(o.skip, ",") {
+		if name = strings.TrimSpace(name); name != "" && !contains(scenarioNames, name) {
+			return fmt.Errorf("-skip: unknown scenario %q (want %s)", name, strings.Join(scenarioNames, ","))
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (o options) skipped(name string) bool {
+	for _, s := range strings.Split(o.skip, ",") {
+		if strings.TrimSpace(s) == name {
+			return true
+		}
+	}
+	return false
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+func run(ctx context.Context, o options) error {
+	if err := ensureDatabase(ctx, o.databaseURL); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "txoutbox-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	e := &env{serverURL: o.databaseURL, tmp: tmp, opts: o}
+
+	logf("building the broker and the outbox CLI")
+	var outboxBin string
+	if !o.skipped("memory") {
+		if outboxBin, err = buildBinary(ctx, "github.com/txoutbox/txoutbox/cmd/outbox", tmp); err != nil {
+			return err
+		}
+	}
+	b, err := startBroker(ctx, tmp, o.partitions)
+	if err != nil {
+		return err
+	}
+	defer b.stop()
+	e.broker = b.addr
+	logf("broker (pid %d) at %s", b.cmd.Process.Pid, b.addr)
+
+	sum := newSummary()
+	out := json.NewEncoder(os.Stdout)
+	emit := func(v any) error { return out.Encode(v) }
+	step := func(name string, fn func() error) error {
+		if o.skipped(name) {
+			return nil
+		}
+		logf("scenario %s", name)
+		start := time.Now()
+		if err := fn(); err != nil {
+			return fmt.Errorf("scenario %s: %w", name, err)
+		}
+		logf("scenario %s done in %s", name, time.Since(start).Round(100*time.Millisecond))
+		return nil
+	}
+	profile := ""
+	if o.cpuprofile != "" {
+		profile, _ = filepath.Abs(o.cpuprofile)
+	}
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"relay", func() error {
+			r, err := runRelayScenario(ctx, e, 1, profile)
+			if err != nil {
+				return err
+			}
+			sum.RelayEPS = r.EPS
+			sum.addViolations(r.OrderViolations)
+			return emit(r)
+		}},
+		{"relay3", func() error {
+			r, err := runRelayScenario(ctx, e, 3, "")
+			if err != nil {
+				return err
+			}
+			sum.Relay3EPS = r.EPS
+			sum.addViolations(r.OrderViolations)
+			return emit(r)
+		}},
+		{"naive", func() error {
+			r, err := runNaive(ctx, e)
+			if err != nil {
+				return err
+			}
+			sum.NaiveEPS = r.EPS
+			return emit(r)
+		}},
+		{"forwarder", func() error {
+			for _, batch := range []int{100, 1000} {
+				r, err := runForwarder(ctx, e, batch)
+				if err != nil {
+					return err
+				}
+				if math.IsNaN(sum.ForwarderEPS) || r.EPS > sum.ForwarderEPS {
+					sum.ForwarderEPS = r.EPS
+				}
+				if err := emit(r); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"dblimit", func() error {
+			r, err := runDBLimit(ctx, e)
+			if err != nil {
+				return err
+			}
+			sum.DBLimitEPS = r.EPS
+			return emit(r)
+		}},
+		{"kafkalimit", func() error {
+			r, err := runKafkaLimit(ctx, e)
+			if err != nil {
+				return err
+			}
+			sum.KafkaLimitEPS = r.EPS
+			return emit(r)
+		}},
+		{"latency", func() error {
+			for _, notify := range []bool{true, false} {
+				r, err := runLatency(ctx, e, notify)
+				if err != nil {
+					return err
+				}
+				if notify {
+					sum.P50MS, sum.P99MS = r.P50MS, r.P99MS
+				}
+				if err := emit(r); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"write", func() error {
+			g, err := runGormOverhead(ctx, e)
+			if err != nil {
+				return err
+			}
+			sum.GormOverhead = g.Ratio
+			if err := emit(g); err != nil {
+				return err
+			}
+			en, err := runEntOverhead(ctx, e)
+			if err != nil {
+				return err
+			}
+			sum.EntOverhead = en.Ratio
+			if err := emit(en); err != nil {
+				return err
+			}
+			n, err := runNotifyCost(ctx, e)
+			if err != nil {
+				return err
+			}
+			return emit(n)
+		}},
+		{"claim", func() error {
+			r, err := runClaim(ctx, e)
+			if err != nil {
+				return err
+			}
+			sum.ClaimFlatness = r.Flatness
+			return emit(r)
+		}},
+		{"memory", func() error {
+			r, err := runMemory(ctx, e, outboxBin)
+			if err != nil {
+				return err
+			}
+			sum.RelayRSSMiB = r.PeakMiB
+			return emit(r)
+		}},
+	}
+	for _, s := range steps {
+		if err := step(s.name, s.fn); err != nil {
+			return err
+		}
+	}
+	fmt.Println(sum.String())
+	return nil
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/txoutbox/txoutbox/relay"
+)
+
+// relayRun is a set of in-process relays (goroutines of the harness, each
+// with its own relay.New and publisher, as separate replicas have).
+type relayRun struct {
+	replicas   int
+	cfg        relay.Config
+	publisher  func() (message.Publisher, error)
+	cpuprofile string // written while the relays run, when set
+}
+
+// start builds the relays and runs them on s until the returned stop is
+// called; stop waits for them to shut down cleanly.
+func (rr relayRun) start(ctx context.Context, s *schemaDB) (stop func(), err error) {
+	var (
+		relays []*relay.Relay
+		pubs   []message.Publisher
+	)
+	closePubs := func() {
+		for _, p := range pubs {
+			p.Close()
+		}
+	}
+	for i := range rr.replicas {
+		pub, err := rr.publisher()
+		if err != nil {
+			closePubs()
+			return nil, err
+		}
+		pubs = append(pubs, pub)
+		cfg := rr.cfg
+		cfg.Table = s.Table
+		cfg.ID = fmt.Sprintf("bench-%d", i)
+		cfg.Retention = -1 // nothing to prune, and no pruning inside the timing
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		r, err := relay.New(s.SQL, pub, cfg)
+		if err != nil {
+			closePubs()
+			return nil, fmt.Errorf("relay: %w", err)
+		}
+		relays = append(relays, r)
+	}
+	stopProfile := func() {}
+	if rr.cpuprofile != "" {
+		f, err := os.Create(rr.cpuprofile)
+		if err != nil {
+			closePubs()
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			closePubs()
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, r := range relays {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.Run(runCtx); err != nil {
+				logf("relay %s: %v", r.ID(), err)
+			}
+		}()
+	}
+	return func() {
+		stopProfile()
+		cancel()
+		wg.Wait()
+		closePubs()
+	}, nil
+}
+
+// drain runs the relays until no row of s is pending or claimed and
+// returns the time from their start to then.
+func (rr relayRun) drain(ctx context.Context, s *schemaDB, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	stop, err := rr.start(ctx, s)
+	if err != nil {
+		return 0, err
+	}
+	end, err := waitDrained(ctx, s, timeout)
+	stop()
+	if err != nil {
+		return 0, err
+	}
+	return end.Sub(start), nil
+}
+
+// runUntil runs the relays until ctx ends.
+func (rr relayRun) runUntil(ctx context.Context, s *schemaDB) error {
+	stop, err := rr.start(context.WithoutCancel(ctx), s)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stop()
+	return nil
+}
+
+// nopPublisher acknowledges every message at once: with it the relay's
+// cycle is all database work.
+type nopPublisher struct{}
+
+func (nopPublisher) Publish(string, ...*message.Message) error { return nil }
+func (nopPublisher) Close() error                              { return nil }
+
+// kafkaPublisher returns the relay's own watermill-kafka publisher for the
+// broker; every Kafka scenario uses it, so they differ only in what drives
+// it.
+func (e *env) kafkaPublisher() (message.Publisher, error) {
+	pub, err := relay.NewKafkaPublisher([]string{e.broker}, relay.KafkaConfig{ClientID: "bench"})
+	if err != nil {
+		return nil, fmt.Errorf("kafka publisher: %w", err)
+	}
+	return pub, nil
+}

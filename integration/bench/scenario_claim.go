@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/relay"
+)
+
+// claimFlatness is the result of the claim scenario.
+type claimFlatness struct {
+	Scenario   string  `json:"scenario"`
+	Retained   int     `json:"published_rows_retained"`
+	Batch      int     `json:"batch"`
+	Rounds     int     `json:"rounds"`
+	EmptyMS    float64 `json:"empty_p50_ms"`
+	RetainedMS float64 `json:"retained_p50_ms"`
+	Flatness   float64 `json:"claim_flatness"`
+}
+
+// runClaim times the relay's own claims of a batch on a table retaining a
+// million published rows and on an empty one. A relay (no-op publisher,
+// polling) runs on each table, its database handle timing every execution
+// of the claim statement, from the query to the last row read; each round
+// writes one batch of pending rows to each table in turn and waits until
+// the relay drained it. The ratio of the median claim times that took rows
+// is the flatness.
+func runClaim(ctx context.Context, e *env) (claimFlatness, error) {
+	batch := e.relayConfig().BatchSize
+	if batch == 0 {
+		batch = relay.BatchSizeDefault
+	}
+	type arm struct {
+		s     *schemaDB
+		times *claimTimes
+		stop  func()
+	}
+	var arms []*arm
+	defer func() {
+		for _, a := range arms {
+			if a.stop != nil {
+				a.stop()
+			}
+			a.s.close()
+		}
+	}()
+	for _, retained := range []int{0, e.opts.claimRows} {
+		name := "claim_empty"
+		if retained > 0 {
+			name = "claim_retained"
+		}
+		s, err := e.newSchema(ctx, name)
+		if err != nil {
+			return claimFlatness{}, err
+		}
+		a := &arm{s: s, times: &claimTimes{}}
+		arms = append(arms, a)
+		if retained > 0 {
+			if err := insertBacklog(ctx, s, "bench.claim", retained, e.opts.aggregates, "published", 0); err != nil {
+				return claimFlatness{}, err
+			}
+		}
+		timed, err := timingDB(s.URL, s.Names.Render(outboxsql.Claim), a.times)
+		if err != nil {
+			return claimFlatness{}, err
+		}
+		rs := *s
+		rs.SQL = timed
+		rr := relayRun{replicas: 1, cfg: relay.Config{BatchSize: batch, DisableListen: true, PollInterval: 20 * time.Millisecond},
+			publisher: func() (message.Publisher, error) { return nopPublisher{}, nil }}
+		stop, err := rr.start(ctx, &rs)
+		if err != nil {
+			timed.Close()
+			return claimFlatness{}, err
+		}
+		a.stop = func() { stop(); timed.Close() }
+	}
+	first := e.opts.claimRows
+	for range e.opts.claimRounds {
+		for _, a := range arms {
+			if err := insertBacklogRows(ctx, a.s, "bench.claim", batch, e.opts.aggregates, first); err != nil {
+				return claimFlatness{}, err
+			}
+			if _, err := waitDrained(ctx, a.s, e.opts.timeout); err != nil {
+				return claimFlatness{}, fmt.Errorf("claim: %w", err)
+			}
+		}
+		first += batch
+	}
+	med := make([]float64, len(arms))
+	for i, a := range arms {
+		ms := a.times.nonEmpty()
+		if len(ms) < e.opts.claimRounds/2 {
+			return claimFlatness{}, fmt.Errorf("claim: only %d claims returned rows in %d rounds", len(ms), e.opts.claimRounds)
+		}
+		med[i] = quantile(ms, 0.5)
+	}
+	return claimFlatness{Scenario: "claim", Retained: e.opts.claimRows, Batch: batch, Rounds: e.opts.claimRounds,
+		EmptyMS: med[0], RetainedMS: med[1], Flatness: med[1] / med[0]}, nil
+}
+
+// claimTimes collects the durations of claims that returned rows.
+type claimTimes struct {
+	mu sync.Mutex
+	ms []float64
+}
+
+func (c *claimTimes) add(d time.Duration) {
+	c.mu.Lock()
+	c.ms = append(c.ms, d.Seconds()*1000)
+	c.mu.Unlock()
+}
+
+func (c *claimTimes) nonEmpty() []float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := slices.Clone(c.ms)
+	slices.Sort(out)
+	return out
+}
+
+// timingDB opens a pool whose connections time every execution of query,
+// whatever transaction or settings the relay wraps it in, so the scenario
+// measures the relay's claim as the relay runs it.
+func timingDB(url, query string, times *claimTimes) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database URL: %w", err)
+	}
+	return sql.OpenDB(&timingConnector{Connector: stdlib.GetConnector(*cfg), query: query, times: times}), nil
+}
+
+type timingConnector struct {
+	driver.Connector
+	query string
+	times *claimTimes
+}
+
+func (c *timingConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sc, ok := conn.(*stdlib.Conn)
+	if !ok {
+		conn.Close()
+		return nil, fmt.Errorf("timing connector: unexpected connection type %T", conn)
+	}
+	return &timingConn{Conn: sc, c: c}, nil
+}
+
+// timingConn is a pgx connection that times the claim statement.
+type timingConn struct {
+	*stdlib.Conn
+	c *timingConnector
+}
+
+func (t *timingConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if query != t.c.query {
+		return t.Conn.QueryContext(ctx, query, args)
+	}
+	start := time.Now()
+	rows, err := t.Conn.QueryContext(ctx, query, args)
+	if err != nil {
+		return nil, err
+	}
+	return &timedRows{Rows: rows, start: start, times: t.c.times}, nil
+}
+
+// timedRows records the claim's time when its last row was read, if it
+// returned any.
+type timedRows struct {
+	driver.Rows
+	start time.Time
+	times *claimTimes
+	n     int
+	done  bool
+}
+
+func (r *timedRows) Next(dest []driver.Value) error {
+	err := r.Rows.Next(dest)
+	if err == nil {
+		r.n++
+	} else if err == io.EOF && !r.done {
+		r.done = true
+		if r.n > 0 {
+			r.times.add(time.Since(r.start))
+		}
+	}
+	return err
+}

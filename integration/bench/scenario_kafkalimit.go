@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/txoutbox/txoutbox/relay"
+)
+
+// kafkaLimitPublishers is the concurrency for the broker ceiling,
+// the same as Watermill's published Kafka figure.
+const kafkaLimitPublishers = 64
+
+// runKafkaLimit publishes the backlog's events with the relay's
+// watermill-kafka publisher alone, from 64 goroutines: the broker ceiling.
+// Messages are built before the clock starts.
+func runKafkaLimit(ctx context.Context, e *env) (throughput, error) {
+	n := e.opts.events
+	topic := "bench.kafkalimit"
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		msgs[i] = relay.Message(benchEvent(topic, i, e.opts.aggregates))
+	}
+	pub, err := e.kafkaPublisher()
+	if err != nil {
+		return throughput{}, err
+	}
+	defer pub.Close()
+	// Warm up: metadata and the idempotent producer id, as a running relay
+	// has them.
+	if err := pub.Publish(topic, relay.Message(benchEvent(topic, 0, 1))); err != nil {
+		return throughput{}, fmt.Errorf("kafkalimit: warm-up: %w", err)
+	}
+	var (
+		next  atomic.Int64
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		first error
+	)
+	start := time.Now()
+	for range kafkaLimitPublishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) || ctx.Err() != nil {
+					return
+				}
+				if err := pub.Publish(topic, msgs[i]); err != nil {
+					errMu.Lock()
+					first = err
+					errMu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	if first != nil {
+		return throughput{}, fmt.Errorf("kafkalimit: publish: %w", first)
+	}
+	return newThroughput("kafkalimit", n, took, map[string]any{"publishers": kafkaLimitPublishers, "publisher": "watermill-kafka (relay.NewKafkaPublisher)"}), nil
+}

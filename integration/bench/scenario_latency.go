@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/txoutbox/txoutbox/gormoutbox"
+	"github.com/txoutbox/txoutbox/relay"
+)
+
+// BenchOrder is the GORM model of the latency and write scenarios: an order
+// that records one event when placed.
+type BenchOrder struct {
+	ID     uint `gorm:"primaryKey"`
+	Total  int64
+	Status string
+
+	gormoutbox.Events `gorm:"-"`
+}
+
+// latencyWriters is how many goroutines share the steady write rate, so a
+// slow commit does not delay the next one's start.
+const latencyWriters = 16
+
+// latency is the result of the latency scenario.
+type latency struct {
+	Scenario string         `json:"scenario"`
+	Mode     string         `json:"mode"`
+	Rate     int            `json:"rate_per_s"`
+	Events   int            `json:"events"`
+	P50MS    float64        `json:"p50_ms"`
+	P90MS    float64        `json:"p90_ms"`
+	P99MS    float64        `json:"p99_ms"`
+	MaxMS    float64        `json:"max_ms"`
+	Behind   int            `json:"writes_late_over_10ms"`
+	Settings map[string]any `json:"settings"`
+}
+
+// runLatency commits events at a steady rate through the GORM plugin while
+// one relay publishes them, and measures each event's time from the
+// writer's commit returning to the publisher's Publish returning (the
+// broker's ack). notify selects LISTEN/NOTIFY, or polling only at the
+// relay's default PollInterval.
+func runLatency(ctx context.Context, e *env, notify bool) (latency, error) {
+	mode := "notify"
+	if !notify {
+		mode = "poll"
+	}
+	s, err := e.newSchema(ctx, "latency_"+mode)
+	if err != nil {
+		return latency{}, err
+	}
+	defer s.close()
+	topic := "bench.latency." + mode
+
+	db, err := gorm.Open(postgres.Open(s.URL), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return latency{}, err
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return latency{}, err
+	}
+	defer sqlDB.Close()
+	if err := db.AutoMigrate(&BenchOrder{}); err != nil {
+		return latency{}, err
+	}
+	plugin, err := gormoutbox.New(gormoutbox.Config{Table: s.Table, DefaultTopic: topic, DisableNotify: !notify})
+	if err != nil {
+		return latency{}, err
+	}
+	if err := db.Use(plugin); err != nil {
+		return latency{}, err
+	}
+
+	kafka, err := e.kafkaPublisher()
+	if err != nil {
+		return latency{}, err
+	}
+	acks := &ackRecorder{Publisher: kafka, at: map[string]time.Time{}}
+	defer acks.Close()
+	cfg := relay.Config{DisableListen: !notify}
+	rr := relayRun{replicas: 1, cfg: cfg, publisher: func() (message.Publisher, error) { return nopCloser{acks}, nil }}
+
+	n := e.opts.latencyRate * int(e.opts.latencyDuration/time.Second)
+	commits := make(map[uuid.UUID]time.Time, n)
+	var commitMu sync.Mutex
+	var behind atomic.Int64
+	writeErr := make(chan error, 1)
+	runCtx, stopRelay := context.WithCancel(ctx)
+	defer stopRelay()
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- rr.runUntil(runCtx, s) }()
+	time.Sleep(500 * time.Millisecond) // the relay's first heartbeat takes its shards
+
+	interval := time.Second / time.Duration(e.opts.latencyRate)
+	start := time.Now().Add(10 * time.Millisecond)
+	jobs := make(chan int, n)
+	var wg sync.WaitGroup
+	for range latencyWriters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				if time.Since(start.Add(time.Duration(i)*interval)) > 10*time.Millisecond {
+					behind.Add(1) // every writer was busy: this write started late
+				}
+				ev := benchEvent(topic, i, e.opts.aggregates)
+				ev.Topic, ev.AggregateID = "", "" // the plugin fills them from the model
+				o := BenchOrder{Total: int64(i), Status: "placed"}
+				o.RecordEvent(ev)
+				if err := db.WithContext(ctx).Create(&o).Error; err != nil {
+					select {
+					case writeErr <- fmt.Errorf("latency: create: %w", err):
+					default:
+					}
+					continue
+				}
+				at := time.Now()
+				commitMu.Lock()
+				commits[ev.ID] = at
+				commitMu.Unlock()
+			}
+		}()
+	}
+	for i := range n {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-writeErr:
+		return latency{}, err
+	default:
+	}
+	if err := acks.waitFor(n, 60*time.Second); err != nil {
+		return latency{}, fmt.Errorf("latency %s: %w", mode, err)
+	}
+	stopRelay()
+	if err := <-relayDone; err != nil {
+		return latency{}, err
+	}
+
+	lat := make([]float64, 0, n)
+	acks.mu.Lock()
+	for id, c := range commits {
+		a, ok := acks.at[id.String()]
+		if !ok {
+			acks.mu.Unlock()
+			return latency{}, fmt.Errorf("latency %s: event %s committed but never acknowledged", mode, id)
+		}
+		lat = append(lat, max(a.Sub(c), 0).Seconds()*1000)
+	}
+	acks.mu.Unlock()
+	slices.Sort(lat)
+	settings := relaySettings(cfg, 1)
+	settings["writers"] = latencyWriters
+	settings["writer_notify"] = notify
+	if !notify {
+		settings["poll_interval"] = relay.PollIntervalDefault.String()
+	}
+	return latency{
+		Scenario: "latency", Mode: mode, Rate: e.opts.latencyRate, Events: len(lat),
+		P50MS: quantile(lat, 0.50), P90MS: quantile(lat, 0.90), P99MS: quantile(lat, 0.99), MaxMS: lat[len(lat)-1],
+		Behind: int(behind.Load()), Settings: settings,
+	}, nil
+}
+
+// quantile returns the q-quantile of sorted values (nearest rank).
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// ackRecorder records when each message's Publish returned, which for
+// watermill-kafka is when the broker acknowledged it.
+type ackRecorder struct {
+	message.Publisher
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (a *ackRecorder) Publish(topic string, msgs ...*message.Message) error {
+	if err := a.Publisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	now := time.Now()
+	a.mu.Lock()
+	for _, m := range msgs {
+		if _, ok := a.at[m.UUID]; !ok {
+			a.at[m.UUID] = now
+		}
+	}
+	a.mu.Unlock()
+	return nil
+}
+
+func (a *ackRecorder) waitFor(n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		a.mu.Lock()
+		got := len(a.at)
+		a.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d events acknowledged after %s", got, n, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// nopCloser keeps relayRun from closing a publisher the scenario owns.
+type nopCloser struct{ message.Publisher }
+
+func (nopCloser) Close() error { return nil }

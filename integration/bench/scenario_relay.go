@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/txoutbox/txoutbox/relay"
+)
+
+// throughput is the result of a scenario that drains a backlog.
+type throughput struct {
+	Scenario string         `json:"scenario"`
+	Events   int            `json:"events"`
+	Seconds  float64        `json:"seconds"`
+	EPS      float64        `json:"eps"`
+	Settings map[string]any `json:"settings"`
+	*delivery
+}
+
+func newThroughput(scenario string, events int, d time.Duration, settings map[string]any) throughput {
+	return throughput{Scenario: scenario, Events: events, Seconds: d.Seconds(), EPS: float64(events) / d.Seconds(), Settings: settings}
+}
+
+// relayConfig is the relay configuration the throughput scenarios use: the
+// defaults, unless flags override batch size or lanes.
+func (e *env) relayConfig() relay.Config {
+	return relay.Config{BatchSize: e.opts.batch, Lanes: e.opts.lanes}
+}
+
+// relaySettings describes cfg for the JSON output, with defaults resolved.
+func relaySettings(cfg relay.Config, replicas int) map[string]any {
+	batch, lanes := cfg.BatchSize, cfg.Lanes
+	if batch == 0 {
+		batch = relay.BatchSizeDefault
+	}
+	if lanes == 0 {
+		lanes = relay.LanesDefault
+	}
+	inflight := cfg.MaxInFlight
+	if inflight == 0 {
+		inflight = 2 * batch
+	}
+	return map[string]any{"replicas": replicas, "batch": batch, "lanes": lanes, "max_in_flight": inflight, "listen": !cfg.DisableListen}
+}
+
+// runRelayScenario drains the backlog with replicas in-process relays
+// publishing to the broker, and reads the topic back.
+func runRelayScenario(ctx context.Context, e *env, replicas int, cpuprofile string) (throughput, error) {
+	name := fmt.Sprintf("relay%d", replicas)
+	s, err := e.newSchema(ctx, name)
+	if err != nil {
+		return throughput{}, err
+	}
+	defer s.close()
+	topic := "bench." + name
+	if err := insertBacklog(ctx, s, topic, e.opts.events, e.opts.aggregates, "pending", 0); err != nil {
+		return throughput{}, err
+	}
+	rr := relayRun{replicas: replicas, cfg: e.relayConfig(), publisher: e.kafkaPublisher, cpuprofile: cpuprofile}
+	took, err := rr.drain(ctx, s, e.opts.timeout)
+	if err != nil {
+		return throughput{}, fmt.Errorf("%s: %w", name, err)
+	}
+	res := newThroughput("relay", e.opts.events, took, relaySettings(rr.cfg, replicas))
+	d, err := readBack(ctx, e.broker, topic, e.opts.events, 10*time.Second)
+	if err != nil {
+		return throughput{}, err
+	}
+	res.delivery = &d
+	return res, nil
+}
+
+// runDBLimit drains the backlog with the relay and a publisher that
+// acknowledges at once, batch 1000: the claim/mark cycle alone.
+func runDBLimit(ctx context.Context, e *env) (throughput, error) {
+	s, err := e.newSchema(ctx, "dblimit")
+	if err != nil {
+		return throughput{}, err
+	}
+	defer s.close()
+	if err := insertBacklog(ctx, s, "bench.dblimit", e.opts.events, e.opts.aggregates, "pending", 0); err != nil {
+		return throughput{}, err
+	}
+	cfg := relay.Config{BatchSize: 1000}
+	rr := relayRun{replicas: 1, cfg: cfg, publisher: func() (message.Publisher, error) { return nopPublisher{}, nil }}
+	took, err := rr.drain(ctx, s, e.opts.timeout)
+	if err != nil {
+		return throughput{}, fmt.Errorf("dblimit: %w", err)
+	}
+	settings := relaySettings(cfg, 1)
+	settings["publisher"] = "no-op"
+	return newThroughput("dblimit", e.opts.events, took, settings), nil
+}

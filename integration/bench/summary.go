@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// summary holds the figures of the final line. A figure of a scenario that
+// did not run is NaN and prints as "-".
+type summary struct {
+	RelayEPS, Relay3EPS, NaiveEPS, ForwarderEPS float64
+	DBLimitEPS, KafkaLimitEPS                   float64
+	OrderViolations                             float64
+	P50MS, P99MS                                float64
+	GormOverhead, EntOverhead                   float64
+	ClaimFlatness                               float64
+	RelayRSSMiB                                 float64
+}
+
+func newSummary() summary {
+	nan := math.NaN()
+	return summary{nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan}
+}
+
+// ceiling is what claim, publish and mark done one after another allow:
+// 1/(1/dblimit + 1/kafkalimit).
+func (s summary) ceiling() float64 { return 1 / (1/s.DBLimitEPS + 1/s.KafkaLimitEPS) }
+
+// String renders the summary line.
+func (s summary) String() string {
+	eps := func(v float64) string {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return "-"
+		}
+		return strconv.FormatFloat(math.Round(v), 'f', 0, 64)
+	}
+	ratio := func(v float64) string {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return "-"
+		}
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	fields := []struct {
+		name, value string
+	}{
+		{"relay_eps", eps(s.RelayEPS)},
+		{"relay3_eps", eps(s.Relay3EPS)},
+		{"naive_eps", eps(s.NaiveEPS)},
+		{"forwarder_eps", eps(s.ForwarderEPS)},
+		{"dblimit_eps", eps(s.DBLimitEPS)},
+		{"kafkalimit_eps", eps(s.KafkaLimitEPS)},
+		{"ceiling_eps", eps(s.ceiling())},
+		{"relay_vs_naive", ratio(s.RelayEPS / s.NaiveEPS)},
+		{"relay_vs_forwarder", ratio(s.RelayEPS / s.ForwarderEPS)},
+		{"relay_vs_ceiling", ratio(s.RelayEPS / s.ceiling())},
+		{"order_violations", eps(s.OrderViolations)},
+		{"p50_ms", ratio(s.P50MS)},
+		{"p99_ms", ratio(s.P99MS)},
+		{"gorm_overhead", ratio(s.GormOverhead)},
+		{"ent_overhead", ratio(s.EntOverhead)},
+		{"claim_flatness", ratio(s.ClaimFlatness)},
+		{"relay_rss_mib", ratio(s.RelayRSSMiB)},
+	}
+	var b strings.Builder
+	b.WriteString("bench:")
+	for _, f := range fields {
+		fmt.Fprintf(&b, " %s=%s", f.name, f.value)
+	}
+	return b.String()
+}
+
+// addViolations adds a scenario's order violations to the total.
+func (s *summary) addViolations(n int) {
+	if math.IsNaN(s.OrderViolations) {
+		s.OrderViolations = 0
+	}
+	s.OrderViolations += float64(n)
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"math"
+	"testing"
+)
+
+func TestSummaryLine(t *testing.T) {
+	s := newSummary()
+	s.RelayEPS, s.Relay3EPS, s.NaiveEPS, s.ForwarderEPS = 30000, 28000.4, 1200, 4000
+	s.DBLimitEPS, s.KafkaLimitEPS = 50000, 40000
+	s.addViolations(0)
+	s.P50MS, s.P99MS = 3.456, 42
+	s.GormOverhead, s.EntOverhead, s.ClaimFlatness, s.RelayRSSMiB = 1.1, 1.234, 1.005, 37.5
+	want := "bench: relay_eps=30000 relay3_eps=28000 naive_eps=1200 forwarder_eps=4000 dblimit_eps=50000 kafkalimit_eps=40000 ceiling_eps=22222" +
+		" relay_vs_naive=25.00 relay_vs_forwarder=7.50 relay_vs_ceiling=1.35 order_violations=0 p50_ms=3.46 p99_ms=42.00" +
+		" gorm_overhead=1.10 ent_overhead=1.23 claim_flatness=1.00 relay_rss_mib=37.50"
+	if got := s.String(); got != want {
+		t.Errorf("summary line:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestSummaryLineMissing(t *testing.T) {
+	s := newSummary()
+	s.RelayEPS = 30000
+	want := "bench: relay_eps=30000 relay3_eps=- naive_eps=- forwarder_eps=- dblimit_eps=- kafkalimit_eps=- ceiling_eps=-" +
+		" relay_vs_naive=- relay_vs_forwarder=- relay_vs_ceiling=- order_violations=- p50_ms=- p99_ms=-" +
+		" gorm_overhead=- ent_overhead=- claim_flatness=- relay_rss_mib=-"
+	if got := s.String(); got != want {
+		t.Errorf("summary line:\n got %s\nwant %s", got, want)
+	}
+	if !math.IsNaN(s.ceiling()) {
+		t.Errorf("ceiling without its inputs = %v, want NaN", s.ceiling())
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	v := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	for _, c := range []struct{ q, want float64 }{{0.5, 5}, {0.99, 10}, {0.1, 1}, {0, 1}} {
+		if got := quantile(v, c.q); got != c.want {
+			t.Errorf("quantile(%v) = %v, want %v", c.q, got, c.want)
+		}
+	}
+	if got := quantile(nil, 0.5); got != 0 {
+		t.Errorf("quantile of nothing = %v, want 0", got)
+	}
+}
