@@ -1,0 +1,103 @@
+package outboxadmin_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/outboxadmin"
+)
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewDB(t)
+	for _, cfg := range []outboxadmin.Config{
+		{Table: txoutbox.Table{Name: "x; drop table y"}},
+		{StaleAfter: -time.Second},
+		{ReplayBatch: -1},
+	} {
+		if _, err := outboxadmin.New(db.SQL, cfg); !errors.Is(err, outboxadmin.ErrInvalidConfig) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+	if _, err := outboxadmin.New(nil, outboxadmin.Config{}); !errors.Is(err, outboxadmin.ErrInvalidConfig) {
+		t.Errorf("New(nil) = %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestSelectionsMustBeExplicit(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	adm, err := outboxadmin.New(db.SQL, outboxadmin.Config{Table: db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := adm.Retry(ctx, outboxadmin.Filter{}, false); !errors.Is(err, outboxadmin.ErrNoSelection) {
+		t.Errorf("Retry(zero Filter) = %v, want ErrNoSelection", err)
+	}
+	if _, err := adm.Drop(ctx, outboxadmin.Filter{}, false); !errors.Is(err, outboxadmin.ErrNoSelection) {
+		t.Errorf("Drop(zero Filter) = %v, want ErrNoSelection", err)
+	}
+	if _, err := adm.Replay(ctx, outboxadmin.ReplayFilter{Topic: "orders"}, false); !errors.Is(err, outboxadmin.ErrNoSince) {
+		t.Errorf("Replay without Since = %v, want ErrNoSince", err)
+	}
+	if _, err := adm.ListDead(ctx, outboxadmin.Filter{}, 0, outboxadmin.DeadPageMax+1); err == nil {
+		t.Errorf("ListDead over DeadPageMax succeeded")
+	}
+	if _, err := adm.Event(ctx, 42); !errors.Is(err, outboxadmin.ErrNotFound) {
+		t.Errorf("Event(42) = %v, want ErrNotFound", err)
+	}
+}
+
+// Aggregate ids are arbitrary text: the retry's lock of later events must
+// treat one with commas, quotes and braces as one id.
+func TestRetryWithAwkwardAggregateIDs(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	adm, err := outboxadmin.New(db.SQL, outboxadmin.Config{Table: db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	awkward := `a,"b"} \c {d`
+	var events []txoutbox.Event
+	for _, agg := range []string{awkward, awkward, "plain"} {
+		e, err := txoutbox.NewEvent("orders", "order", agg, "order.placed", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, e)
+	}
+	tx, err := db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(ctx, tx, events...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SQL.Exec(`UPDATE outbox SET state = 'dead' WHERE id IN (1, 3)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SQL.Exec(`UPDATE outbox SET state = 'claimed', lease_owner = 'r' WHERE id = 2`); err != nil {
+		t.Fatal(err)
+	}
+	retried, err := adm.Retry(ctx, outboxadmin.Filter{All: true}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(retried) != 2 || retried[0].AggregateID != awkward || len(retried[0].Overtaken) != 1 || retried[0].Overtaken[0] != 2 ||
+		retried[1].AggregateID != "plain" || len(retried[1].Overtaken) != 0 {
+		t.Fatalf("retried = %+v", retried)
+	}
+}
