@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -221,5 +222,50 @@ func TestWritePgxAndNotify(t *testing.T) {
 	}
 	if got := countRows(t, db.SQL, "SELECT count(*) FROM outbox WHERE aggregate_id = '9'"); got != 3 {
 		t.Fatalf("got %d rows", got)
+	}
+}
+
+func TestWriterDebouncesNotify(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	ctx := context.Background()
+	listener, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close(ctx)
+	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{db.Table().Channel()}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	notifications := func(interval time.Duration, writes int) int {
+		w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table(), NotifyInterval: interval})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range writes {
+			tx, _ := db.SQL.BeginTx(ctx, nil)
+			if err := w.Write(ctx, tx, event("d", i)); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n := 0
+		for {
+			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			_, err := listener.WaitForNotification(wctx)
+			cancel()
+			if err != nil {
+				return n
+			}
+			n++
+		}
+	}
+	if n := notifications(time.Hour, 3); n != 1 {
+		t.Fatalf("3 writes within NotifyInterval sent %d notifications, want 1", n)
+	}
+	if n := notifications(-1, 3); n != 3 {
+		t.Fatalf("3 writes with NotifyInterval < 0 sent %d notifications, want 3", n)
 	}
 }

@@ -13,6 +13,16 @@ import (
 	"github.com/google/uuid"
 )
 
+// After a NOTIFY, or a claim that found rows, the dispatcher polls every
+// hotPollInterval for hotPollWindow: writers send at most one NOTIFY per
+// txoutbox.WriterConfig.NotifyInterval (50ms by default), so rows committed
+// just after a NOTIFY are found within hotPollInterval instead of at the next
+// PollInterval.
+const (
+	hotPollInterval = 10 * time.Millisecond
+	hotPollWindow   = 100 * time.Millisecond
+)
+
 // dispatch claims due rows and hands them to the lanes until ctx ends. It
 // claims the next batch while earlier ones publish (bounded by MaxInFlight),
 // and waits for a NOTIFY, the poll interval or free capacity otherwise.
@@ -22,7 +32,10 @@ func (r *Relay) dispatch(ctx context.Context) {
 	var (
 		more     = true // the last claim was full: claim again at once
 		dbErrors int
+		hotUntil time.Time // poll every hotPollInterval until then
+		hot      = time.NewTimer(time.Hour)
 	)
+	defer hot.Stop()
 	for ctx.Err() == nil {
 		free := r.cfg.MaxInFlight - int(r.inflight.Load())
 		if free < min(r.cfg.BatchSize, r.cfg.MaxInFlight)/2 {
@@ -37,8 +50,13 @@ func (r *Relay) dispatch(ctx context.Context) {
 			continue
 		}
 		if !more {
+			if wait := time.Until(hotUntil); wait > 0 {
+				hot.Reset(min(wait, hotPollInterval))
+			}
 			select {
 			case <-r.wake:
+				hotUntil = time.Now().Add(hotPollWindow)
+			case <-hot.C:
 			case <-poll.C:
 			case <-r.capacity:
 				if r.inflight.Load() != 0 {
@@ -73,6 +91,7 @@ func (r *Relay) dispatch(ctx context.Context) {
 		more = len(rows) == min(r.cfg.BatchSize, free)
 		if len(rows) > 0 {
 			r.met.batchSize.Record(ctx, int64(len(rows)))
+			hotUntil = time.Now().Add(hotPollWindow)
 		}
 		r.inflight.Add(int64(len(rows)))
 		for _, row := range rows {
