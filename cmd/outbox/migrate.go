@@ -18,8 +18,21 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("outbox migrate "+action, flag.ContinueOnError)
 	var common commonFlags
 	common.register(fs)
+	set := fs.String("set", "outbox", "which schema to migrate: outbox (the outbox and relay tables) or inbox (the consumers' processed-events table)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
+	}
+	var migrationSet migrations.Set
+	switch *set {
+	case "outbox":
+		migrationSet = migrations.Outbox
+	case "inbox":
+		migrationSet = migrations.Inbox
+		if !flagSet(fs, "table") {
+			common.table = "inbox"
+		}
+	default:
+		return usagef("--set: want outbox or inbox, not %q", *set)
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments: %v", fs.Args())
@@ -33,7 +46,7 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer db.Close()
-	m, err := migrations.New(db, migrations.Config{Table: table})
+	m, err := migrations.New(db, migrations.Config{Set: migrationSet, Table: table})
 	if err != nil {
 		return usagef("%v", err)
 	}
@@ -85,6 +98,13 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 		return tw.Flush()
 	}
 	return nil
+}
+
+// flagSet reports whether the flag was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
 }
 
 func nonNil(v []int) []int {

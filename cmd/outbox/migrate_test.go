@@ -50,6 +50,19 @@ func TestMigrateCommands(t *testing.T) {
 	}
 }
 
+func TestMigrateInboxSet(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewDB(t)
+	code, out, errOut := outbox(t, "migrate", "up", "--set", "inbox", "--database-url", db.URL, "--schema", db.Schema)
+	if code != 0 || !strings.Contains(out, "applied version(s) 1") {
+		t.Fatalf("migrate up --set inbox: %d %q %q", code, out, errOut)
+	}
+	var ok bool
+	if err := db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, db.Schema+".inbox").Scan(&ok); err != nil || !ok {
+		t.Fatalf("inbox table missing: %v %v", ok, err)
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -64,6 +77,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"migrate", "up", "--database-url", ""}, "no database: pass --database-url or set DATABASE_URL"},
 		{[]string{"migrate", "up", "--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"migrate", "up", "--database-url", "x", "extra"}, "unexpected arguments"},
+		{[]string{"migrate", "up", "--set", "sideways"}, `--set: want outbox or inbox, not "sideways"`},
 	} {
 		code, _, errOut := outbox(t, tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.msg) {
