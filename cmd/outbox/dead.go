@@ -161,6 +161,9 @@ func runDeadShow(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
+// maxListed bounds the events retry and drop list for humans.
+const maxListed = 50
+
 // runDeadChange is retry and drop: the same selection, a different change.
 func runDeadChange(ctx context.Context, action string, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("outbox dead "+action, flag.ContinueOnError)
@@ -251,11 +254,14 @@ func runDeadChange(ctx context.Context, action string, args []string, stdout io.
 	if len(rows) > 0 {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tEVENT ID\tTOPIC\tAGGREGATE\tTYPE")
-		for _, r := range rows {
+		for _, r := range rows[:min(len(rows), maxListed)] {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.ID, r.EventID, r.Topic, oneLine(r.AggregateID, 40), r.Type)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if len(rows) > maxListed {
+			fmt.Fprintf(stdout, "... and %d more (--json lists them all)\n", len(rows)-maxListed)
 		}
 	}
 	for _, r := range rows {
