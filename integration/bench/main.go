@@ -80,6 +80,7 @@ type options struct {
 	timeout         time.Duration
 	skip            string
 	cpuprofile      string
+	sqlStats        bool
 }
 
 var scenarioNames = []string{"relay", "relay3", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory"}
@@ -109,6 +110,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest a single drain may take")
 	flag.StringVar(&o.skip, "skip", "", "comma-separated scenarios to skip: "+strings.Join(scenarioNames, ","))
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process while the one-replica relay drains")
+	flag.BoolVar(&o.sqlStats, "sql-stats", false, "record the relay's claim and mark statements (count, rows, time) in relay, relay3 and dblimit; the relays then poll instead of LISTENing")
 	flag.Parse()
 	if err := o.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -21,6 +21,8 @@ type relayRun struct {
 	cfg        relay.Config
 	publisher  func() (message.Publisher, error)
 	cpuprofile string // written while the relays run, when set
+	// stats, when set, records the relays' claim and mark statements.
+	stats *sqlStats
 }
 
 // start builds the relays and runs them on s until the returned stop is
@@ -29,10 +31,19 @@ func (rr relayRun) start(ctx context.Context, s *schemaDB) (stop func(), err err
 	var (
 		relays []*relay.Relay
 		pubs   []message.Publisher
+		db     = s.SQL
 	)
+	if rr.stats != nil {
+		if db, err = observedDB(s.URL, rr.stats.observe); err != nil {
+			return nil, err
+		}
+	}
 	closePubs := func() {
 		for _, p := range pubs {
 			p.Close()
+		}
+		if db != s.SQL {
+			db.Close()
 		}
 	}
 	for i := range rr.replicas {
@@ -47,7 +58,7 @@ func (rr relayRun) start(ctx context.Context, s *schemaDB) (stop func(), err err
 		cfg.ID = fmt.Sprintf("bench-%d", i)
 		cfg.Retention = -1 // nothing to prune, and no pruning inside the timing
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		r, err := relay.New(s.SQL, pub, cfg)
+		r, err := relay.New(db, pub, cfg)
 		if err != nil {
 			closePubs()
 			return nil, fmt.Errorf("relay: %w", err)

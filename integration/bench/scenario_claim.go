@@ -3,16 +3,12 @@ package main
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"fmt"
-	"io"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/relay"
@@ -134,69 +130,9 @@ func (c *claimTimes) nonEmpty() []float64 {
 // whatever transaction or settings the relay wraps it in, so the scenario
 // measures the relay's claim as the relay runs it.
 func timingDB(url, query string, times *claimTimes) (*sql.DB, error) {
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("parse database URL: %w", err)
-	}
-	return sql.OpenDB(&timingConnector{Connector: stdlib.GetConnector(*cfg), query: query, times: times}), nil
-}
-
-type timingConnector struct {
-	driver.Connector
-	query string
-	times *claimTimes
-}
-
-func (c *timingConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := c.Connector.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sc, ok := conn.(*stdlib.Conn)
-	if !ok {
-		conn.Close()
-		return nil, fmt.Errorf("timing connector: unexpected connection type %T", conn)
-	}
-	return &timingConn{Conn: sc, c: c}, nil
-}
-
-// timingConn is a pgx connection that times the claim statement.
-type timingConn struct {
-	*stdlib.Conn
-	c *timingConnector
-}
-
-func (t *timingConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	if query != t.c.query {
-		return t.Conn.QueryContext(ctx, query, args)
-	}
-	start := time.Now()
-	rows, err := t.Conn.QueryContext(ctx, query, args)
-	if err != nil {
-		return nil, err
-	}
-	return &timedRows{Rows: rows, start: start, times: t.c.times}, nil
-}
-
-// timedRows records the claim's time when its last row was read, if it
-// returned any.
-type timedRows struct {
-	driver.Rows
-	start time.Time
-	times *claimTimes
-	n     int
-	done  bool
-}
-
-func (r *timedRows) Next(dest []driver.Value) error {
-	err := r.Rows.Next(dest)
-	if err == nil {
-		r.n++
-	} else if err == io.EOF && !r.done {
-		r.done = true
-		if r.n > 0 {
-			r.times.add(time.Since(r.start))
+	return observedDB(url, func(q string, rows int, d time.Duration) {
+		if q == query && rows > 0 {
+			times.add(d)
 		}
-	}
-	return err
+	})
 }

@@ -17,6 +17,8 @@ type throughput struct {
 	Seconds  float64        `json:"seconds"`
 	EPS      float64        `json:"eps"`
 	Settings map[string]any `json:"settings"`
+	// SQL sums the relay's statements by kind, where they were recorded.
+	SQL map[string]sqlStat `json:"sql,omitempty"`
 	*delivery
 }
 
@@ -59,12 +61,15 @@ func runRelayScenario(ctx context.Context, e *env, replicas int, cpuprofile stri
 	if err := insertBacklog(ctx, s, topic, e.opts.events, e.opts.aggregates, "pending", 0); err != nil {
 		return throughput{}, err
 	}
-	rr := relayRun{replicas: replicas, cfg: e.relayConfig(), publisher: e.kafkaPublisher, cpuprofile: cpuprofile}
+	rr := relayRun{replicas: replicas, cfg: e.relayConfig(), publisher: e.kafkaPublisher, cpuprofile: cpuprofile, stats: e.sqlStats(s)}
 	took, err := rr.drain(ctx, s, e.opts.timeout)
 	if err != nil {
 		return throughput{}, fmt.Errorf("%s: %w", name, err)
 	}
 	res := newThroughput("relay", e.opts.events, took, relaySettings(rr.cfg, replicas))
+	if rr.stats != nil {
+		res.SQL = rr.stats.snapshot()
+	}
 	d, err := readBack(ctx, e.broker, topic, e.opts.events, 10*time.Second)
 	if err != nil {
 		return throughput{}, err
@@ -85,12 +90,26 @@ func runDBLimit(ctx context.Context, e *env) (throughput, error) {
 		return throughput{}, err
 	}
 	cfg := relay.Config{BatchSize: 1000}
-	rr := relayRun{replicas: 1, cfg: cfg, publisher: func() (message.Publisher, error) { return nopPublisher{}, nil }}
+	rr := relayRun{replicas: 1, cfg: cfg, publisher: func() (message.Publisher, error) { return nopPublisher{}, nil }, stats: e.sqlStats(s)}
 	took, err := rr.drain(ctx, s, e.opts.timeout)
 	if err != nil {
 		return throughput{}, fmt.Errorf("dblimit: %w", err)
 	}
 	settings := relaySettings(cfg, 1)
 	settings["publisher"] = "no-op"
-	return newThroughput("dblimit", e.opts.events, took, settings), nil
+	res := newThroughput("dblimit", e.opts.events, took, settings)
+	if rr.stats != nil {
+		res.SQL = rr.stats.snapshot()
+	}
+	return res, nil
+}
+
+// sqlStats returns a statement recorder for the relays of s when -sql-stats
+// asks for one. It is off by default: the recording pool does not hand the
+// relay a *stdlib.Conn, so the relay polls instead of LISTENing.
+func (e *env) sqlStats(s *schemaDB) *sqlStats {
+	if !e.opts.sqlStats {
+		return nil
+	}
+	return newSQLStats(s.Names)
 }
