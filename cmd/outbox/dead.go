@@ -247,7 +247,7 @@ func runDeadChange(ctx context.Context, action string, args []string, stdout io.
 		verb = "would " + action
 	}
 	fmt.Fprintf(stdout, "%s %d dead event(s)", verb, len(rows))
-	if action == "retry" && len(rows) > 0 {
+	if action == "retry" && len(rows) > 0 && !*dryRun {
 		fmt.Fprint(stdout, ": pending now, a running relay publishes them")
 	}
 	fmt.Fprintln(stdout)
