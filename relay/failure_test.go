@@ -236,7 +236,7 @@ func TestRetentionPrunesOnlyOldPublishedRows(t *testing.T) {
 	b.write(t, "orders", 30, 3)
 	// 10 published long ago, 10 published just now, 5 dead long ago, 5 pending.
 	if _, err := b.db.SQL.Exec(`
-		UPDATE outbox SET state = 'published', published_at = now() - interval '2 hours' WHERE id <= 10;
+		UPDATE outbox SET state = 'published', published_at = now() - interval '2 hours', created_at = now() - interval '2 hours' WHERE id <= 10;
 		UPDATE outbox SET state = 'published', published_at = now() WHERE id > 10 AND id <= 20;
 		UPDATE outbox SET state = 'dead', attempts = 10, created_at = now() - interval '3 hours' WHERE id > 20 AND id <= 25;`); err != nil {
 		t.Fatal(err)

@@ -128,12 +128,22 @@ const LeaveShards = `UPDATE {{shards}} SET owner = NULL, updated_at = now() WHER
 // LeaveRelay deletes the relay's heartbeat row.
 const LeaveRelay = `DELETE FROM {{relays}} WHERE id = $1`
 
-// Prune deletes up to $2 published rows older than $1.
+// Prune deletes up to $2 published rows older than $1. It walks the primary
+// key only up to the first row created inside the window ("bound", found
+// from the start of the key, where pruning leaves few rows), because a row
+// created inside the window cannot have been published before it; without
+// the bound every round would scan the whole retained history.
 const Prune = `
+WITH bound AS (
+    SELECT coalesce(
+        (SELECT id FROM {{table}} WHERE created_at >= now() - $1::interval ORDER BY id LIMIT 1),
+        (SELECT max(id) + 1 FROM {{table}})) AS id
+)
 DELETE FROM {{table}} WHERE id IN (
-    SELECT id FROM {{table}}
-    WHERE state = 'published' AND published_at < now() - $1::interval
-    ORDER BY id
+    SELECT o.id FROM {{table}} o, bound
+    WHERE o.id < bound.id
+      AND o.state = 'published' AND o.published_at < now() - $1::interval
+    ORDER BY o.id
     LIMIT $2)`
 
 // PruneLock is taken (pg_try_advisory_xact_lock) so one relay prunes at a time.
