@@ -93,7 +93,9 @@ type Config struct {
 
 	// Retention is how long published rows are kept before they are
 	// pruned. Dead rows are never pruned. Default 7 days. Negative
-	// disables pruning.
+	// disables pruning. Pruning assumes an event's CreatedAt is not in the
+	// future: it stops at the first row created inside the window, so a
+	// row stamped far ahead holds back pruning of the rows after it.
 	Retention time.Duration
 
 	// PruneInterval is how often pruning runs; PruneBatch how many rows
