@@ -118,3 +118,39 @@ func TestCrash(t *testing.T) {
 		t.Fatalf("only %d crashes, want at least 10", res.Crashes)
 	}
 }
+
+func TestCommitOrderGap(t *testing.T) {
+	res := run(t, harness.CommitGap(harness.Size{Events: 2500, Over: 12 * time.Second}))
+	if res.Dead != 0 {
+		t.Fatalf("dead=%d, want 0", res.Dead)
+	}
+}
+
+func TestBrokerOutage(t *testing.T) {
+	res := run(t, harness.BrokerOutage(harness.Size{Events: 4000, Over: 24 * time.Second}, 10*time.Second))
+	if res.Dead != 0 {
+		t.Fatalf("dead=%d, want 0", res.Dead)
+	}
+}
+
+func TestDBConnectionLoss(t *testing.T) {
+	res := run(t, harness.DBConnLoss(harness.Size{Events: 3000, Over: 12 * time.Second}, 5))
+	if res.Dead != 0 {
+		t.Fatalf("dead=%d, want 0", res.Dead)
+	}
+}
+
+func TestPoison(t *testing.T) {
+	const perKind = 3
+	res := run(t, harness.Poison(harness.Size{Events: 2000, Over: 10 * time.Second}, perKind))
+	if res.Dead != 3*perKind {
+		t.Fatalf("dead=%d, want %d (the poison events only)", res.Dead, 3*perKind)
+	}
+}
+
+func TestRebalance(t *testing.T) {
+	res := run(t, harness.Rebalance(harness.Size{Events: 4000, Over: 20 * time.Second}, 8))
+	if res.Dead != 0 {
+		t.Fatalf("dead=%d, want 0", res.Dead)
+	}
+}

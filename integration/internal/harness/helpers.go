@@ -61,4 +61,11 @@ func waitUntil(ctx context.Context, limit time.Duration, cond func() bool) bool 
 	return true
 }
 
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}

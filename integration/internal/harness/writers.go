@@ -64,7 +64,8 @@ type WriteConfig struct {
 	// HoldMax keeps each transaction open a random time up to HoldMax after
 	// its inserts, so that higher outbox ids commit before lower ones.
 	HoldMax time.Duration
-	// LongHold makes writer 0 hold each transaction this long instead: the
+	// LongHold adds one GORM writer that holds each of its transactions
+	// open between LongHold/2 and LongHold while the others commit: the
 	// trap for a relay that tracks a high-water mark of ids.
 	LongHold time.Duration
 }
@@ -80,6 +81,7 @@ type Writers struct {
 	committed  atomic.Int64
 	rolledBack atomic.Int64
 	txs        atomic.Int64
+	overtaken  atomic.Int64
 
 	mu          sync.Mutex
 	perTopic    map[string]int
@@ -162,6 +164,19 @@ func (w *Writers) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	if w.cfg.LongHold > 0 {
+		// The long holder has no quota: it keeps a transaction open for
+		// seconds at a time until the others are done, and never gets
+		// interrupted mid-transaction.
+		var stop atomic.Bool
+		held := make(chan error, 1)
+		go func() { held <- w.longHolder(ctx, &stop) }()
+		wg.Wait()
+		stop.Store(true)
+		if err := <-held; err != nil && ctx.Err() == nil {
+			cancel(fmt.Errorf("long-holding writer: %w", err))
+		}
+	}
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
@@ -187,16 +202,13 @@ func (w *Writers) writer(ctx context.Context, i, quota int, start time.Time) err
 			}
 		}
 		hold := w.env.Duration(0, w.cfg.HoldMax)
-		if i == 0 && w.cfg.LongHold > 0 {
-			hold = w.env.Duration(w.cfg.LongHold/2, w.cfg.LongHold)
-		}
 		rollback := w.env.Intn(100) < w.cfg.RollbackPercent
 		var (
 			n   int
 			err error
 		)
 		if i%2 == 0 {
-			n, gormOpen, err = w.gormTx(ctx, gormOpen, hold, rollback)
+			n, gormOpen, err = w.gormTx(ctx, gormOpen, hold, rollback, nil)
 		} else {
 			n, entOpen, err = w.entTx(ctx, entOpen, hold, rollback)
 		}
@@ -214,9 +226,31 @@ func (w *Writers) writer(ctx context.Context, i, quota int, start time.Time) err
 	return nil
 }
 
+func (w *Writers) longHolder(ctx context.Context, stop *atomic.Bool) error {
+	var open []*gormOrder
+	for !stop.Load() && ctx.Err() == nil {
+		rollback := w.env.Intn(100) < w.cfg.RollbackPercent
+		n, next, err := w.gormTx(ctx, open, w.env.Duration(w.cfg.LongHold/2, w.cfg.LongHold), rollback, w.countOvertaken)
+		if err != nil {
+			return err
+		}
+		open = next
+		w.txs.Add(1)
+		if rollback {
+			w.rolledBack.Add(int64(n))
+		} else {
+			w.committed.Add(int64(n))
+		}
+	}
+	return nil
+}
+
 // gormTx places a GORM order with 1 to 3 events, or moves an open one to its
 // next status with one event (an UPDATE, which locks the row).
-func (w *Writers) gormTx(ctx context.Context, open []*gormOrder, hold time.Duration, rollback bool) (int, []*gormOrder, error) {
+//
+// beforeCommit, if set, runs at the end of the transaction, before it
+// commits, with the ids of the events it wrote.
+func (w *Writers) gormTx(ctx context.Context, open []*gormOrder, hold time.Duration, rollback bool, beforeCommit func(context.Context, *gorm.DB, []uuid.UUID) error) (int, []*gormOrder, error) {
 	var (
 		o      *gormOrder
 		create = len(open) < 3 || w.env.Intn(100) < 40
@@ -258,6 +292,9 @@ func (w *Writers) gormTx(ctx context.Context, open []*gormOrder, hold time.Durat
 		}
 		if rollback {
 			return errRollback
+		}
+		if beforeCommit != nil {
+			return beforeCommit(ctx, tx, ids)
 		}
 		return nil
 	})
@@ -347,6 +384,35 @@ func (w *Writers) entTx(ctx context.Context, open []*ent.Order, hold time.Durati
 	}
 	return n, append(open, placed...), nil
 }
+
+// countOvertaken counts the events published already whose outbox ids are
+// higher than those of the transaction about to commit: proof that the
+// commit-order gap happened, and that the relays did not wait for it.
+func (w *Writers) countOvertaken(ctx context.Context, tx *gorm.DB, ids []uuid.UUID) error {
+	names, err := txoutbox.Table{Schema: w.env.DB.Schema}.SQLNames()
+	if err != nil {
+		return err
+	}
+	strs := make([]string, len(ids))
+	for i, id := range ids {
+		strs[i] = id.String()
+	}
+	var mine int64
+	if err := tx.Raw(`SELECT min(id) FROM `+names.Table+` WHERE event_id::text IN ?`, strs).Scan(&mine).Error; err != nil {
+		return fmt.Errorf("own outbox ids: %w", err)
+	}
+	var n int64
+	// Through the pool, not tx: what other sessions see committed.
+	if err := w.env.DB.SQL.QueryRowContext(ctx, `SELECT count(*) FROM `+names.Table+` WHERE id > $1 AND state = 'published'`, mine).Scan(&n); err != nil {
+		return fmt.Errorf("count overtaking events: %w", err)
+	}
+	w.overtaken.Add(n)
+	return nil
+}
+
+// Overtaken is how many events with higher outbox ids were published while
+// the long-holding writer's transactions were still open (summed over them).
+func (w *Writers) Overtaken() int64 { return w.overtaken.Load() }
 
 // Count adds events written outside the ORM writers (poison scenario) to
 // the committed totals per topic.
