@@ -154,3 +154,10 @@ func TestRebalance(t *testing.T) {
 		t.Fatalf("dead=%d, want 0", res.Dead)
 	}
 }
+
+// TestCrashInbox is the crash scenario with the consumer switched to the
+// inbox: every effect exactly once despite the relays' duplicates and two
+// consumers reading everything at once.
+func TestCrashInbox(t *testing.T) {
+	run(t, harness.WithInbox(harness.Crash(harness.Size{Events: 2500, Over: 8 * time.Second}, 3)))
+}
