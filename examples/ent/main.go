@@ -1,8 +1,9 @@
 // Command ent is a small order service on ent whose Order schema carries
 // entoutbox's mixin: each mutation writes its domain events in its own
-// transaction. It places, pays and cancels orders, then runs the relay
-// against an in-process Kafka-protocol broker (kfake) and prints what a
-// consumer reads, keyed by order id.
+// transaction. It places, pays and cancels orders, then runs the relay and
+// prints what a consumer reads, keyed by order id. It publishes to
+// KAFKA_BROKERS, or to an embedded Kafka-protocol broker (kfake) when that is
+// empty.
 //
 //	go run ./examples/ent
 //
@@ -13,29 +14,19 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log"
-	"log/slog"
-	"net/url"
-	"os"
-	"sort"
-	"time"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
 	_ "github.com/jackc/pgx/v5/stdlib"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/entoutbox"
 	"github.com/txoutbox/txoutbox/examples/ent/ent"
 	"github.com/txoutbox/txoutbox/examples/ent/ent/order"
 	_ "github.com/txoutbox/txoutbox/examples/ent/ent/runtime" // installs the mixin's hook
-	"github.com/txoutbox/txoutbox/migrations"
-	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/examples/internal/demo"
 )
 
 const schema = "txoutbox_ent_example"
@@ -47,11 +38,7 @@ func main() {
 }
 
 func run(ctx context.Context) error {
-	dbURL := os.Getenv("DATABASE_URL")
-	if dbURL == "" {
-		dbURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	sqlDB, err := setupSchema(ctx, dbURL)
+	sqlDB, _, table, err := demo.Schema(ctx, schema)
 	if err != nil {
 		return err
 	}
@@ -94,7 +81,24 @@ func run(ctx context.Context) error {
 		return err
 	}
 	fmt.Printf("outbox: %d pending events\n", pending)
-	return relayAndConsume(ctx, sqlDB, txoutbox.Table{Schema: schema}, pending)
+
+	// The relay publishes them; an independent consumer reads them back.
+	brokers, stopBroker, err := demo.Brokers()
+	if err != nil {
+		return err
+	}
+	defer stopBroker()
+	_, stopRelay, err := demo.StartRelay(ctx, sqlDB, table, brokers)
+	if err != nil {
+		return err
+	}
+	defer stopRelay()
+	records, err := demo.Consume(ctx, brokers, "orders", pending)
+	if err != nil {
+		return err
+	}
+	demo.PrintByKey("orders", "order", records)
+	return nil
 }
 
 // ErrNotPayable is returned by Pay for an order that is not awaiting payment.
@@ -148,102 +152,5 @@ func (s *Service) transition(ctx context.Context, id int, what string, change fu
 		return fmt.Errorf("%s order %d: %w", what, id, err)
 	}
 	fmt.Printf("order %d: %s\n", id, what)
-	return nil
-}
-
-// setupSchema recreates the example's schema, migrates the outbox into it,
-// and returns a pool whose connections use it as their search_path.
-func setupSchema(ctx context.Context, dbURL string) (*sql.DB, error) {
-	admin, err := sql.Open("pgx", dbURL)
-	if err != nil {
-		return nil, err
-	}
-	defer admin.Close()
-	if _, err := admin.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`); err != nil {
-		return nil, fmt.Errorf("reset schema: %w", err)
-	}
-	m, err := migrations.New(admin, migrations.Config{Table: txoutbox.Table{Schema: schema}})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := m.Up(ctx); err != nil {
-		return nil, err
-	}
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		return nil, err
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return sql.Open("pgx", u.String())
-}
-
-// relayAndConsume publishes the outbox with the relay to an in-process
-// broker and prints what a consumer reads, grouped by key (the order id).
-func relayAndConsume(ctx context.Context, sqlDB *sql.DB, table txoutbox.Table, want int) error {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
-	if err != nil {
-		return fmt.Errorf("start broker: %w", err)
-	}
-	defer cluster.Close()
-	pub, err := relay.NewKafkaPublisher(cluster.ListenAddrs(), relay.KafkaConfig{})
-	if err != nil {
-		return err
-	}
-	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	r, err := relay.New(sqlDB, pub, relay.Config{Table: table, Logger: quiet})
-	if err != nil {
-		return err
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
-	defer func() {
-		stop()
-		<-done
-		pub.Close()
-	}()
-
-	consumer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics("orders"),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return err
-	}
-	defer consumer.Close()
-	byKey := map[string][]string{}
-	read := 0
-	deadline, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for read < want {
-		fetches := consumer.PollFetches(deadline)
-		if deadline.Err() != nil {
-			return fmt.Errorf("read %d of %d events before the deadline", read, want)
-		}
-		if errs := fetches.Errors(); len(errs) > 0 {
-			return fmt.Errorf("consume: %v", errs[0].Err)
-		}
-		fetches.EachRecord(func(rec *kgo.Record) {
-			typ := ""
-			for _, h := range rec.Headers {
-				if h.Key == relay.MetadataEventType {
-					typ = string(h.Value)
-				}
-			}
-			byKey[string(rec.Key)] = append(byKey[string(rec.Key)], fmt.Sprintf("%s %s", typ, rec.Value))
-			read++
-		})
-	}
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	fmt.Println("a consumer of topic \"orders\" read, by key (order id):")
-	for _, k := range keys {
-		for _, e := range byKey[k] {
-			fmt.Printf("  order %s: %s\n", k, e)
-		}
-	}
 	return nil
 }

@@ -36,12 +36,11 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/twmb/franz-go/pkg/kfake"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/txoutbox/txoutbox"
-	"github.com/txoutbox/txoutbox/migrations"
+	"github.com/txoutbox/txoutbox/examples/internal/demo"
 	"github.com/txoutbox/txoutbox/relay"
 )
 
@@ -59,12 +58,11 @@ func main() {
 }
 
 func run(ctx context.Context, addr string, once bool) error {
-	db, err := setup(ctx)
+	db, _, table, err := demo.Schema(ctx, schema)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	table := txoutbox.Table{Schema: schema}
 
 	// Metrics: an OpenTelemetry MeterProvider read by the Prometheus
 	// exporter, on a registry of our own, served at /metrics.
@@ -87,16 +85,11 @@ func run(ctx context.Context, addr string, once bool) error {
 	url := "http://" + ln.Addr().String() + "/metrics"
 	fmt.Printf("metrics at %s\n", url)
 
-	brokers := strings.FieldsFunc(os.Getenv("KAFKA_BROKERS"), func(r rune) bool { return r == ',' })
-	if len(brokers) == 0 {
-		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
-		if err != nil {
-			return err
-		}
-		defer cluster.Close()
-		brokers = cluster.ListenAddrs()
-		fmt.Printf("publishing to an embedded kfake broker at %s\n", strings.Join(brokers, ","))
+	brokers, stopBroker, err := demo.Brokers()
+	if err != nil {
+		return err
 	}
+	defer stopBroker()
 	// A small broker limit, so the example's one oversized event goes dead.
 	pub, err := relay.NewKafkaPublisher(brokers, relay.KafkaConfig{MaxMessageBytes: 64 << 10})
 	if err != nil {
@@ -220,30 +213,4 @@ func printScrape(url string, out io.Writer) error {
 		}
 	}
 	return sc.Err()
-}
-
-// setup recreates the example's schema and migrates the outbox into it.
-func setup(ctx context.Context) (*sql.DB, error) {
-	url := os.Getenv("DATABASE_URL")
-	if url == "" {
-		url = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := db.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("reset schema (is PostgreSQL running? DATABASE_URL=%s): %w", url, err)
-	}
-	m, err := migrations.New(db, migrations.Config{Table: txoutbox.Table{Schema: schema}})
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	if _, err := m.Up(ctx); err != nil {
-		db.Close()
-		return nil, err
-	}
-	return db, nil
 }

@@ -19,14 +19,11 @@ import (
 	"log"
 	"log/slog"
 	"os"
-	"strings"
-	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/examples/internal/demo"
 	"github.com/txoutbox/txoutbox/migrations"
 	"github.com/txoutbox/txoutbox/relay"
 )
@@ -38,11 +35,7 @@ func main() {
 }
 
 func run(ctx context.Context) error {
-	url := os.Getenv("DATABASE_URL")
-	if url == "" {
-		url = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	db, err := sql.Open("pgx", url)
+	db, err := sql.Open("pgx", demo.DatabaseURL())
 	if err != nil {
 		return err
 	}
@@ -77,16 +70,11 @@ func run(ctx context.Context) error {
 	}
 
 	// The relay publishes what committed.
-	brokers := strings.FieldsFunc(os.Getenv("KAFKA_BROKERS"), func(r rune) bool { return r == ',' })
-	if len(brokers) == 0 {
-		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
-		if err != nil {
-			return err
-		}
-		defer cluster.Close()
-		brokers = cluster.ListenAddrs()
-		fmt.Printf("started an embedded Kafka-protocol broker at %s\n", strings.Join(brokers, ","))
+	brokers, stopBroker, err := demo.Brokers()
+	if err != nil {
+		return err
 	}
+	defer stopBroker()
 	pub, err := relay.NewKafkaPublisher(brokers, relay.KafkaConfig{})
 	if err != nil {
 		return err
@@ -102,29 +90,12 @@ func run(ctx context.Context) error {
 	defer stopRelay()
 
 	// An independent consumer reads them back.
-	consumer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("orders"),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	records, err := demo.Consume(ctx, brokers, "orders", 2)
 	if err != nil {
 		return err
 	}
-	defer consumer.Close()
-	readCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for received := 0; received < 2; {
-		fetches := consumer.PollFetches(readCtx)
-		if err := readCtx.Err(); err != nil {
-			return fmt.Errorf("waiting for events at the broker: %w", err)
-		}
-		fetches.EachRecord(func(rec *kgo.Record) {
-			received++
-			fmt.Printf("broker: topic=%s key=%s value=%s headers:", rec.Topic, rec.Key, rec.Value)
-			for _, h := range rec.Headers {
-				if h.Key == relay.MetadataEventID || h.Key == relay.MetadataEventType {
-					fmt.Printf(" %s=%s", h.Key, h.Value)
-				}
-			}
-			fmt.Println()
-		})
+	for _, rec := range records {
+		fmt.Printf("broker: topic=orders key=%s value=%s event_type=%s event_id=%s\n", rec.Key, rec.Value, rec.EventType, rec.EventID)
 	}
 	// A clean shutdown records every acknowledgement before it returns.
 	stopRelay()

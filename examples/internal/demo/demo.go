@@ -1,0 +1,164 @@
+// Package demo is the plumbing the examples share, so each example shows
+// only what a user of its integration writes: a fresh schema with the
+// outbox migrated, a broker (KAFKA_BROKERS, or an embedded one), a running
+// relay, and a consumer that prints what arrived.
+package demo
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/migrations"
+	"github.com/txoutbox/txoutbox/relay"
+)
+
+// DatabaseURL is DATABASE_URL, or the local PostgreSQL with trust auth.
+func DatabaseURL() string {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+}
+
+// Schema drops and recreates schema, migrates the outbox into it, and
+// returns a pool whose connections use it as their search_path, with its URL
+// (for GORM or ent) and the outbox table.
+func Schema(ctx context.Context, schema string) (*sql.DB, string, txoutbox.Table, error) {
+	table := txoutbox.Table{Schema: schema}
+	admin, err := sql.Open("pgx", DatabaseURL())
+	if err != nil {
+		return nil, "", table, err
+	}
+	defer admin.Close()
+	if _, err := admin.ExecContext(ctx, `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
+		return nil, "", table, fmt.Errorf("reset schema (is PostgreSQL running at %s?): %w", DatabaseURL(), err)
+	}
+	m, err := migrations.New(admin, migrations.Config{Table: table})
+	if err != nil {
+		return nil, "", table, err
+	}
+	if _, err := m.Up(ctx); err != nil {
+		return nil, "", table, err
+	}
+	u, err := url.Parse(DatabaseURL())
+	if err != nil {
+		return nil, "", table, err
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	db, err := sql.Open("pgx", u.String())
+	return db, u.String(), table, err
+}
+
+// Brokers returns KAFKA_BROKERS, or starts an embedded Kafka-protocol broker
+// (kfake) on a loopback port and returns its address; stop shuts it down.
+func Brokers() (brokers []string, stop func(), err error) {
+	if brokers = strings.FieldsFunc(os.Getenv("KAFKA_BROKERS"), func(r rune) bool { return r == ',' }); len(brokers) > 0 {
+		return brokers, func() {}, nil
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3))
+	if err != nil {
+		return nil, nil, fmt.Errorf("start embedded broker: %w", err)
+	}
+	fmt.Printf("no KAFKA_BROKERS: started an embedded Kafka-protocol broker at %s\n", strings.Join(cluster.ListenAddrs(), ","))
+	return cluster.ListenAddrs(), cluster.Close, nil
+}
+
+// StartRelay runs a relay for table on brokers until stop is called; stop
+// waits for its clean shutdown, which records every acknowledgement.
+func StartRelay(ctx context.Context, db *sql.DB, table txoutbox.Table, brokers []string) (r *relay.Relay, stop func() error, err error) {
+	pub, err := relay.NewKafkaPublisher(brokers, relay.KafkaConfig{})
+	if err != nil {
+		return nil, nil, err
+	}
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	r, err = relay.New(db, pub, relay.Config{Table: table, Logger: quiet})
+	if err != nil {
+		pub.Close()
+		return nil, nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	return r, func() error {
+		cancel()
+		err := <-done
+		pub.Close()
+		return err
+	}, nil
+}
+
+// Record is one event as a consumer read it.
+type Record struct {
+	Key, EventType, EventID string
+	Value                   []byte
+}
+
+// Consume reads topic from its start with an independent franz-go client
+// until it has want records, or fails after 30 seconds.
+func Consume(ctx context.Context, brokers []string, topic string, want int) ([]Record, error) {
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, err
+	}
+	defer consumer.Close()
+	deadline, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var out []Record
+	for len(out) < want {
+		fetches := consumer.PollFetches(deadline)
+		if deadline.Err() != nil {
+			return out, fmt.Errorf("read %d of %d events before the deadline", len(out), want)
+		}
+		if errs := fetches.Errors(); len(errs) > 0 {
+			return out, fmt.Errorf("consume: %w", errs[0].Err)
+		}
+		fetches.EachRecord(func(rec *kgo.Record) {
+			r := Record{Key: string(rec.Key), Value: rec.Value}
+			for _, h := range rec.Headers {
+				switch h.Key {
+				case relay.MetadataEventType:
+					r.EventType = string(h.Value)
+				case relay.MetadataEventID:
+					r.EventID = string(h.Value)
+				}
+			}
+			out = append(out, r)
+		})
+	}
+	return out, nil
+}
+
+// PrintByKey prints records grouped by key, in the order each key's records
+// arrived: the order a consumer of that key sees.
+func PrintByKey(topic, keyName string, records []Record) {
+	byKey := map[string][]Record{}
+	for _, r := range records {
+		byKey[r.Key] = append(byKey[r.Key], r)
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Printf("a consumer of topic %q read, by key (%s):\n", topic, keyName)
+	for _, k := range keys {
+		for _, r := range byKey[k] {
+			fmt.Printf("  %s %s: %s %s\n", keyName, k, r.EventType, r.Value)
+		}
+	}
+}
