@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
@@ -38,6 +39,7 @@ func main() {
 }
 
 func run(ctx context.Context) error {
+	started := time.Now()
 	sqlDB, _, table, err := demo.Schema(ctx, schema)
 	if err != nil {
 		return err
@@ -93,7 +95,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer stopRelay()
-	records, err := demo.Consume(ctx, brokers, "orders", pending)
+	records, err := demo.Consume(ctx, brokers, "orders", started, pending)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
@@ -35,6 +36,7 @@ func main() {
 }
 
 func run(ctx context.Context) error {
+	started := time.Now()
 	sqlDB, _, table, err := demo.Schema(ctx, schema)
 	if err != nil {
 		return err
@@ -96,7 +98,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer stopRelay()
-	records, err := demo.Consume(ctx, brokers, "orders", pending)
+	records, err := demo.Consume(ctx, brokers, "orders", started, pending)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"log"
 	"log/slog"
 	"os"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
@@ -35,6 +36,7 @@ func main() {
 }
 
 func run(ctx context.Context) error {
+	started := time.Now()
 	db, err := sql.Open("pgx", demo.DatabaseURL())
 	if err != nil {
 		return err
@@ -90,7 +92,7 @@ func run(ctx context.Context) error {
 	defer stopRelay()
 
 	// An independent consumer reads them back.
-	records, err := demo.Consume(ctx, brokers, "orders", 2)
+	records, err := demo.Consume(ctx, brokers, "orders", started, 2)
 	if err != nil {
 		return err
 	}

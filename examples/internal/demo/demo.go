@@ -107,9 +107,11 @@ type Record struct {
 	Value                   []byte
 }
 
-// Consume reads topic from its start with an independent franz-go client
-// until it has want records, or fails after 30 seconds.
-func Consume(ctx context.Context, brokers []string, topic string, want int) ([]Record, error) {
+// Consume reads the records published to topic since the given time with an
+// independent franz-go client, until it has want records, or fails after 30
+// seconds. Skipping records older than since skips what earlier runs left
+// on a real cluster.
+func Consume(ctx context.Context, brokers []string, topic string, since time.Time, want int) ([]Record, error) {
 	consumer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
@@ -128,6 +130,9 @@ func Consume(ctx context.Context, brokers []string, topic string, want int) ([]R
 			return out, fmt.Errorf("consume: %w", errs[0].Err)
 		}
 		fetches.EachRecord(func(rec *kgo.Record) {
+			if rec.Timestamp.Before(since.Add(-time.Second)) {
+				return
+			}
 			r := Record{Key: string(rec.Key), Value: rec.Value}
 			for _, h := range rec.Headers {
 				switch h.Key {
