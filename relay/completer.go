@@ -160,6 +160,9 @@ func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []faile
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if _, err := tx.ExecContext(ctx, r.sql.asyncCommit); err != nil {
+		return fmt.Errorf("async commit: %w", err)
+	}
 	var retried, dead int64
 	if len(fails) > 0 {
 		retried, dead, err = c.recordFailures(ctx, tx, fails)

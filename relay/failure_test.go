@@ -259,3 +259,51 @@ func TestRetentionPrunesOnlyOldPublishedRows(t *testing.T) {
 		t.Fatalf("dead rows pruned: %d left", dead)
 	}
 }
+
+// gatedPublisher holds every publish until the gate opens, then passes it on.
+type gatedPublisher struct {
+	next    message.Publisher
+	gate    chan struct{}
+	started chan struct{}
+	once    sync.Once
+}
+
+func (p *gatedPublisher) Publish(topic string, msgs ...*message.Message) error {
+	p.once.Do(func() { close(p.started) })
+	<-p.gate
+	return p.next.Publish(topic, msgs...)
+}
+func (p *gatedPublisher) Close() error { return nil }
+
+// When shards move to a relay that joins, the previous owner's in-flight
+// events are published before the new owner publishes anything later of
+// the same aggregates.
+func TestShardHandoverWaitsForThePreviousOwner(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	kafka := b.kafkaPublisher(t, relay.KafkaConfig{})
+	want := b.write(t, "orders", 200, 40) // rows 1-40 are each aggregate's first
+
+	gated := &gatedPublisher{next: kafka, gate: make(chan struct{}), started: make(chan struct{})}
+	cfgA := b.fastConfig()
+	cfgA.ID, cfgA.BatchSize, cfgA.LeaseDuration = "relay-a", 40, time.Minute
+	_, stopA := runRelay(t, b.db, gated, cfgA)
+	var open sync.Once
+	openGate := func() { open.Do(func() { close(gated.gate) }) }
+	t.Cleanup(openGate) // before stopA's cleanup runs, on failure too
+	<-gated.started // A holds the first row of every aggregate in flight
+
+	cfgB := b.fastConfig()
+	cfgB.ID, cfgB.LeaseDuration = "relay-b", time.Minute
+	runRelay(t, b.db, kafka, cfgB)
+	waitFor(t, 10*time.Second, "relay-b to own shards", func() bool {
+		return count(t, b.db, "SELECT count(*) FROM outbox_shards WHERE owner = 'relay-b'") > 0
+	})
+	time.Sleep(500 * time.Millisecond) // several heartbeats: B would have claimed by now
+	if n := count(t, b.db, "SELECT count(*) FROM outbox WHERE state = 'published'"); n != 0 {
+		t.Fatalf("%d events published while the previous owner still held their aggregates' first events", n)
+	}
+	openGate()
+	check(t, want, consume(t, b.brokers, "orders", len(want), 60*time.Second))
+	stopA()
+}

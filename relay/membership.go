@@ -68,12 +68,51 @@ func (r *Relay) rebalance(ctx context.Context, host string) error {
 		r.ownedShards = "{}" // unknown: claim nothing until the next round
 		return fmt.Errorf("acquire shards: %w", err)
 	}
-	r.ownedShards = "{" + strings.Join(owned, ",") + "}"
-	if prev := r.owned.Swap(int64(len(owned))); prev != int64(len(owned)) {
-		r.log.Info("relay: shards rebalanced", "owned", len(owned), "live_relays", len(live))
+	ready, err := r.takeOver(ctx, owned)
+	if err != nil {
+		r.ownedShards = "{}"
+		return err
+	}
+	r.ownedShards = "{" + strings.Join(ready, ",") + "}"
+	if prev := r.owned.Swap(int64(len(ready))); prev != int64(len(ready)) {
+		r.log.Info("relay: shards rebalanced", "owned", len(owned), "claiming_from", len(ready), "live_relays", len(live))
 		signal(r.wake)
 	}
 	return nil
+}
+
+// takeOver returns the owned shards the relay may claim from: those it has
+// claimed from before, and newly acquired ones whose previous owner has no
+// claimed rows in flight any more (see outboxsql.ShardsInHandover). Shards
+// still in handover are checked again at the next heartbeat.
+func (r *Relay) takeOver(ctx context.Context, owned []string) ([]string, error) {
+	var fresh []string
+	for _, s := range owned {
+		if !r.ready[s] {
+			fresh = append(fresh, s)
+		}
+	}
+	var busy map[string]bool
+	if len(fresh) > 0 {
+		inHandover, err := r.queryStrings(ctx, r.sql.shardsInHandover, r.cfg.ID, "{"+strings.Join(fresh, ",")+"}")
+		if err != nil {
+			return nil, fmt.Errorf("check shard handover: %w", err)
+		}
+		busy = make(map[string]bool, len(inHandover))
+		for _, s := range inHandover {
+			busy[s] = true
+		}
+	}
+	ready := make(map[string]bool, len(owned))
+	out := make([]string, 0, len(owned))
+	for _, s := range owned {
+		if !busy[s] {
+			ready[s] = true
+			out = append(out, s)
+		}
+	}
+	r.ready = ready
+	return out, nil
 }
 
 // assignShards returns the shards relay me should own among the live relays,

@@ -34,7 +34,8 @@ type Relay struct {
 	// released while a claim on it is uncommitted, and ownedShards is what
 	// the shards table says whenever a claim runs; see Claim in outboxsql.
 	shardMu     sync.Mutex
-	ownedShards string // array literal of owned shards; guarded by shardMu
+	ownedShards string          // array literal of the shards claimed from; guarded by shardMu
+	ready       map[string]bool // owned shards out of handover; guarded by shardMu
 	// claimSeq numbers claims; rows carry the number of the claim that
 	// took them, which the lanes' fences compare against.
 	claimSeq atomic.Uint64

@@ -5,21 +5,22 @@ package outboxsql
 // JSON document, so the statements work with any database/sql driver.
 
 // Claim takes up to $2 due rows of the shards in $4 (the shards this relay
-// owns), under a lease of $3, and returns them. One statement, so one short
-// transaction.
+// owns and has taken over), under a lease of $3, and returns them. One
+// statement in a short transaction.
 //
 //   - "me" locks the relay's own heartbeat row FOR SHARE: a peer that declares
 //     this relay dead (deleting the row) waits for an in-progress claim to
 //     commit, and a relay that was declared dead claims nothing. The relay
 //     changes its shard list only under the same lock as its claims, so the
 //     list in $4 is what the shards table says.
-//   - "fence" is MATERIALIZED: computed once, not once per candidate row.
 //   - "fence" lists aggregates that must hold back their later rows: a row in
-//     retry backoff, or a row claimed by another live relay under a valid
-//     lease (after a shard moved). A dead row does not fence its aggregate.
-//   - Rows claimed by a relay that is gone, or whose lease expired, are taken
-//     over. This relay's own claimed rows are in its memory and never
-//     re-claimed by it.
+//     retry backoff. A dead row does not fence its aggregate. (Rows claimed by
+//     a previous owner of a shard are handled before the shard is claimed
+//     from: see ShardsInHandover.)
+//   - Claimed rows are taken over when their lease expired or their relay is
+//     gone. A live relay's own claimed rows are in its memory; it re-claims
+//     them only once their lease expired.
+//   - "fence" is MATERIALIZED: computed once, not once per candidate row.
 //   - The shard list is a parameter, not a join, so the planner walks the
 //     claim index in id order and stops at the limit instead of sorting every
 //     unpublished row.
@@ -29,9 +30,7 @@ WITH me AS (
 ), fence AS MATERIALIZED (
     SELECT o.aggregate_id, min(o.id) AS first_id
     FROM {{table}} o
-    WHERE ((o.state = 'pending' AND o.attempts > 0 AND o.next_attempt_at > now())
-        OR (o.state = 'claimed' AND o.lease_owner <> $1 AND o.lease_expires_at > now()
-            AND o.lease_owner IN (SELECT id FROM {{relays}})))
+    WHERE o.state = 'pending' AND o.attempts > 0 AND o.next_attempt_at > now()
       AND o.shard = ANY($4::smallint[])
     GROUP BY o.aggregate_id
 ), due AS (
@@ -40,8 +39,8 @@ WITH me AS (
     WHERE o.state IN ('pending', 'claimed')
       AND o.shard = ANY($4::smallint[])
       AND ((o.state = 'pending' AND o.next_attempt_at <= now())
-        OR (o.state = 'claimed' AND o.lease_owner <> $1
-            AND (o.lease_expires_at <= now() OR o.lease_owner NOT IN (SELECT id FROM {{relays}}))))
+        OR (o.state = 'claimed' AND (o.lease_expires_at <= now()
+            OR (o.lease_owner <> $1 AND o.lease_owner NOT IN (SELECT id FROM {{relays}})))))
       AND NOT EXISTS (SELECT 1 FROM fence f WHERE f.aggregate_id = o.aggregate_id AND f.first_id < o.id)
       AND EXISTS (SELECT 1 FROM me)
     ORDER BY o.id
@@ -55,19 +54,45 @@ WHERE o.id = due.id
 RETURNING o.id, o.event_id::text, o.topic, o.aggregate_type, o.aggregate_id, o.event_type,
           o.content_type, o.payload, o.headers::text, o.created_at, o.attempts`
 
+// ShardsInHandover returns which of the shards in $2 still hold rows claimed
+// by another live relay under a valid lease: rows the shard's previous owner
+// is still publishing. The relay claims from a newly acquired shard only once
+// it is out of handover, so the previous owner's in-flight events are
+// published before any later event of their aggregates. It scans the claim
+// index, so it runs only while some acquired shard is in handover.
+const ShardsInHandover = `
+SELECT DISTINCT o.shard FROM {{table}} o
+WHERE o.state = 'claimed' AND o.shard = ANY($2::smallint[])
+  AND o.lease_owner <> $1 AND o.lease_expires_at > now()
+  AND o.lease_owner IN (SELECT id FROM {{relays}})`
+
 // ClaimPlan runs first in the claim's transaction. Outbox statistics are
 // often stale (a burst arrives after the table was analyzed nearly empty), and
 // with a low row estimate the planner sorts every unpublished row to return a
 // batch, which makes draining a backlog quadratic. Without sorts and bitmap
 // scans it walks the claim index in id order and stops at the limit.
-const ClaimPlan = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+//
+// It also turns off synchronous commit for the claim, as AsyncCommit does.
+const ClaimPlan = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('synchronous_commit', 'off', true)`
+
+// AsyncCommit makes the relay's own bookkeeping transaction commit without
+// waiting for its WAL flush. Losing such a commit in a database crash is
+// harmless: a lost claim leaves rows pending (published again: at least
+// once), a lost mark republishes, a lost failure forgets one attempt, a lost
+// release leaves rows to lease expiry. Applications' writes are unaffected.
+const AsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
 
 // MarkPublished records broker acknowledgements for the ids in $1. A row
-// another relay took over meanwhile is still marked: the broker has it.
+// another relay took over meanwhile is still marked: the broker has it. The
+// statement runs as its own transaction and turns off synchronous commit for
+// it (see AsyncCommit) in the same round trip: the setting is read at commit.
 const MarkPublished = `
+WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
 UPDATE {{table}}
 SET state = 'published', published_at = now(), lease_owner = NULL, lease_expires_at = NULL
-WHERE id = ANY($1::bigint[]) AND state IN ('claimed', 'pending')`
+WHERE id = ANY($1::bigint[]) AND state IN ('claimed', 'pending')
+  AND EXISTS (SELECT 1 FROM async)`
 
 // Fail records failed publishes: $1 is a JSON array of {id, err, delay_ms},
 // $2 the relay id, $3 MaxAttempts. Rows reaching MaxAttempts become dead.

@@ -37,10 +37,10 @@ CREATE TABLE outbox (
 -- rows, so it stays small however many published rows are retained.
 CREATE INDEX outbox_claim_idx ON outbox (id) WHERE state IN ('pending', 'claimed');
 
--- Aggregates that must hold back their later events: a row in retry backoff,
--- or claimed by another relay. Small by construction.
+-- Aggregates that must hold back their later events: rows that failed and
+-- wait for a retry. Small by construction, and not touched by claims.
 CREATE INDEX outbox_fence_idx ON outbox (aggregate_id, id)
-    WHERE state = 'claimed' OR (state = 'pending' AND attempts > 0);
+    WHERE state = 'pending' AND attempts > 0;
 
 -- Dead letters, for operators.
 CREATE INDEX outbox_dead_idx ON outbox (id) WHERE state = 'dead';
