@@ -291,7 +291,7 @@ func TestShardHandoverWaitsForThePreviousOwner(t *testing.T) {
 	var open sync.Once
 	openGate := func() { open.Do(func() { close(gated.gate) }) }
 	t.Cleanup(openGate) // before stopA's cleanup runs, on failure too
-	<-gated.started // A holds the first row of every aggregate in flight
+	<-gated.started     // A holds the first row of every aggregate in flight
 
 	cfgB := b.fastConfig()
 	cfgB.ID, cfgB.LeaseDuration = "relay-b", time.Minute
