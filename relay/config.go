@@ -103,6 +103,11 @@ type Config struct {
 	PruneInterval time.Duration
 	PruneBatch    int
 
+	// FlushInterval is how long acknowledged events may wait to be marked
+	// published together, so one statement marks many. It delays only the
+	// bookkeeping, not the publishing. Default 5ms.
+	FlushInterval time.Duration
+
 	// StatsInterval is how often the lag and backlog gauges are
 	// refreshed from the database. Default 10s.
 	StatsInterval time.Duration
@@ -139,6 +144,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.PruneInterval, PruneIntervalDefault)
 	setDefault(&c.PruneBatch, PruneBatchDefault)
 	setDefault(&c.StatsInterval, StatsIntervalDefault)
+	setDefault(&c.FlushInterval, FlushIntervalDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -172,7 +178,7 @@ func (c *Config) validate() error {
 		name string
 		v    time.Duration
 	}{{"PollInterval", c.PollInterval}, {"LeaseDuration", c.LeaseDuration}, {"BackoffMin", c.BackoffMin}, {"BackoffMax", c.BackoffMax},
-		{"HeartbeatInterval", c.HeartbeatInterval}, {"StaleAfter", c.StaleAfter}, {"PruneInterval", c.PruneInterval}, {"StatsInterval", c.StatsInterval}} {
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"StaleAfter", c.StaleAfter}, {"PruneInterval", c.PruneInterval}, {"StatsInterval", c.StatsInterval}, {"FlushInterval", c.FlushInterval}} {
 		if f.v < 0 {
 			return bad("%s is negative (%s)", f.name, f.v)
 		}
