@@ -9,7 +9,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/entoutbox"
-	"github.com/txoutbox/txoutbox/entoutbox/internal/entest"
+	"github.com/txoutbox/txoutbox/internal/entest"
 )
 
 // BenchmarkCreate measures the write-path overhead of the mixin: Create of

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/txoutbox/txoutbox/entoutbox"
-	"github.com/txoutbox/txoutbox/entoutbox/internal/entest"
+	"github.com/txoutbox/txoutbox/internal/entest"
 )
 
 // 32 writers commit or roll back at once; each committed order has exactly

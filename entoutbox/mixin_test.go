@@ -10,10 +10,10 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/entoutbox"
-	"github.com/txoutbox/txoutbox/entoutbox/internal/entest"
-	"github.com/txoutbox/txoutbox/entoutbox/internal/entest/order"
-	"github.com/txoutbox/txoutbox/entoutbox/internal/entest/plain"
-	"github.com/txoutbox/txoutbox/entoutbox/internal/entest/schema"
+	"github.com/txoutbox/txoutbox/internal/entest"
+	"github.com/txoutbox/txoutbox/internal/entest/order"
+	"github.com/txoutbox/txoutbox/internal/entest/plain"
+	"github.com/txoutbox/txoutbox/internal/entest/schema"
 )
 
 var errAbort = errors.New("abort on purpose")

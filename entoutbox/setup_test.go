@@ -12,8 +12,8 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/txoutbox/txoutbox/entoutbox/internal/entest"
-	_ "github.com/txoutbox/txoutbox/entoutbox/internal/entest/runtime"
+	"github.com/txoutbox/txoutbox/internal/entest"
+	_ "github.com/txoutbox/txoutbox/internal/entest/runtime"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 

@@ -18,8 +18,8 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/entoutbox"
 	"github.com/txoutbox/txoutbox/gormoutbox"
-	"github.com/txoutbox/txoutbox/integration/bench/internal/entbench"
-	_ "github.com/txoutbox/txoutbox/integration/bench/internal/entbench/runtime" // installs the mixin's hook
+	"github.com/txoutbox/txoutbox/internal/entest"
+	_ "github.com/txoutbox/txoutbox/internal/entest/runtime" // installs the mixin's hook
 )
 
 // overhead is a write-path cost ratio: the same work with and without the
@@ -126,17 +126,17 @@ func runEntOverhead(ctx context.Context, e *env) (overhead, error) {
 		return overhead{}, err
 	}
 	defer s.close()
-	client := entbench.NewClient(entbench.Driver(entsql.OpenDB(dialect.Postgres, s.SQL)))
+	client := entest.NewClient(entest.Driver(entsql.OpenDB(dialect.Postgres, s.SQL)))
 	if err := client.Schema.Create(ctx); err != nil {
 		return overhead{}, fmt.Errorf("ent schema: %w", err)
 	}
 	plain := func() error {
-		return entoutbox.WithTx(ctx, client, func(tx *entbench.Tx) error {
+		return entoutbox.WithTx(ctx, client, func(tx *entest.Tx) error {
 			return tx.Plain.Create().SetTotal(1250).SetNote("gift").Exec(ctx)
 		})
 	}
 	order := func() error {
-		return entoutbox.WithTx(ctx, client, func(tx *entbench.Tx) error {
+		return entoutbox.WithTx(ctx, client, func(tx *entest.Tx) error {
 			return tx.Order.Create().SetTotal(1250).SetNote("gift").Exec(ctx)
 		})
 	}
