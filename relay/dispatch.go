@@ -99,6 +99,7 @@ func (r *Relay) dispatch(ctx context.Context) {
 			hotUntil = time.Now().Add(hotPollWindow)
 		}
 		r.inflight.Add(int64(len(rows)))
+		r.hold(rows)
 		for _, row := range rows {
 			r.laneFor(row.event.AggregateID).queue <- row
 		}
@@ -117,6 +118,12 @@ func (r *Relay) laneFor(aggregateID string) *lane {
 func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 	r.shardMu.Lock()
 	defer r.shardMu.Unlock()
+	if r.unsure {
+		if err := r.releaseUnheld(ctx); err != nil {
+			return nil, err
+		}
+		r.unsure = false
+	}
 	if r.ownedShards == "{}" {
 		return nil, nil
 	}
@@ -138,11 +145,50 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
+		r.unsure = true
 		return nil, fmt.Errorf("claim batch: commit: %w", err)
 	}
 	// UPDATE ... RETURNING does not keep the subquery's order.
 	slices.SortFunc(out, func(a, b *claimedRow) int { return cmp.Compare(a.id, b.id) })
 	return out, nil
+}
+
+// hold records rows as held in memory until their outcome is recorded.
+func (r *Relay) hold(rows []*claimedRow) {
+	r.heldMu.Lock()
+	for _, row := range rows {
+		r.held[row.id] = struct{}{}
+	}
+	r.heldMu.Unlock()
+}
+
+// unhold forgets rows whose outcome is committed.
+func (r *Relay) unhold(rows []*claimedRow) {
+	r.heldMu.Lock()
+	for _, row := range rows {
+		delete(r.held, row.id)
+	}
+	r.heldMu.Unlock()
+}
+
+// releaseUnheld returns to pending the rows the database says this relay
+// claimed but that it does not hold: those of a claim whose commit reply
+// was lost.
+func (r *Relay) releaseUnheld(ctx context.Context) error {
+	r.heldMu.Lock()
+	ids := make([]*claimedRow, 0, len(r.held))
+	for id := range r.held {
+		ids = append(ids, &claimedRow{id: id})
+	}
+	r.heldMu.Unlock()
+	res, err := r.db.ExecContext(ctx, r.sql.releaseUnheld, r.cfg.ID, idArray(ids))
+	if err != nil {
+		return fmt.Errorf("release rows of an unconfirmed claim: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		r.log.Warn("relay: released rows of a claim whose commit was not confirmed", "rows", n)
+	}
+	return nil
 }
 
 func scanClaimed(rows *sql.Rows, seq uint64) ([]*claimedRow, error) {

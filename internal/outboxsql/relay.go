@@ -115,6 +115,16 @@ UPDATE {{table}}
 SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL
 WHERE id = ANY($1::bigint[]) AND state = 'claimed' AND lease_owner = $2`
 
+// ReleaseUnheld returns to pending the rows claimed by relay $1 other than
+// those in $2, the rows it holds in memory. It repairs a claim whose commit
+// succeeded but whose reply never arrived: without it those rows would stay
+// claimed until their lease expired, while later events of their aggregates
+// went ahead.
+const ReleaseUnheld = `
+UPDATE {{table}}
+SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL
+WHERE state = 'claimed' AND published_at IS NULL AND lease_owner = $1 AND id <> ALL($2::bigint[])`
+
 // Heartbeat registers the relay or refreshes its row.
 const Heartbeat = `
 INSERT INTO {{relays}} (id, host) VALUES ($1, $2)
