@@ -12,11 +12,13 @@ import (
 // field.
 var ErrInvalidEvent = errors.New("txoutbox: invalid event")
 
-// DefaultMaxPayloadBytes is the default payload limit: 1 MiB, the order of
-// Kafka's default maximum message size (message.max.bytes), so a payload the
-// broker would refuse is rejected in the writer's transaction instead of
-// becoming a dead event later.
-const DefaultMaxPayloadBytes = 1 << 20
+// DefaultMaxPayloadBytes is the default limit on an event's size: its
+// payload plus aggregate id, type, aggregate type and headers. It is Kafka's
+// default message size (1 MiB) less 8 KiB kept for the metadata the relay
+// adds and the record's framing, so an event the writer accepts is one the
+// broker accepts: an oversize event fails the business transaction instead
+// of going dead in the relay.
+const DefaultMaxPayloadBytes = 1<<20 - 8<<10
 
 // maxTopicLen is Kafka's topic name limit.
 const maxTopicLen = 249
@@ -56,8 +58,9 @@ func (e *Event) validate(index, maxPayload int) error {
 	if e.AggregateID == "" {
 		return bad("AggregateID", "empty")
 	}
-	if len(e.Payload) > maxPayload {
-		return bad("Payload", "%d bytes is over the limit of %d", len(e.Payload), maxPayload)
+	if size := e.size(); size > maxPayload {
+		return bad("Payload", "the event is %d bytes (payload %d, plus aggregate id, type and headers), over the limit of %d",
+			size, len(e.Payload), maxPayload)
 	}
 	if isJSON(e.contentType()) && !json.Valid(e.Payload) {
 		return bad("Payload", "not valid JSON (content type %s)", e.contentType())
@@ -68,6 +71,15 @@ func (e *Event) validate(index, maxPayload int) error {
 		}
 	}
 	return nil
+}
+
+// size is what the event adds to the message the broker receives.
+func (e *Event) size() int {
+	n := len(e.Payload) + len(e.AggregateID) + len(e.Type) + len(e.AggregateType) + len(e.ContentType)
+	for k, v := range e.Headers {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // isJSON reports whether a content type declares JSON, ignoring parameters

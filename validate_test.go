@@ -30,8 +30,13 @@ func TestValidate(t *testing.T) {
 		{"empty type", func(e *Event) { e.Type = "" }, "Type", "empty"},
 		{"empty aggregate id", func(e *Event) { e.AggregateID = "" }, "AggregateID", "empty"},
 		{"empty aggregate type is fine", func(e *Event) { e.AggregateType = "" }, "", ""},
-		{"payload at limit", func(e *Event) { e.Payload = jsonString(DefaultMaxPayloadBytes) }, "", ""},
-		{"payload over limit", func(e *Event) { e.Payload = jsonString(DefaultMaxPayloadBytes + 1) }, "Payload", "over the limit of 1048576"},
+		{"event at limit", func(e *Event) { e.Payload = jsonString(DefaultMaxPayloadBytes - eventOverhead) }, "", ""},
+		{"payload over limit", func(e *Event) { e.Payload = jsonString(DefaultMaxPayloadBytes - eventOverhead + 1) },
+			"Payload", "the event is 1040385 bytes (payload 1040366, plus aggregate id, type and headers), over the limit of 1040384"},
+		{"headers count toward the limit", func(e *Event) {
+			e.Payload = jsonString(DefaultMaxPayloadBytes - eventOverhead)
+			e.Headers = map[string]string{"h": ""}
+		}, "Payload", "over the limit of 1040384"},
 		{"invalid JSON", func(e *Event) { e.Payload = []byte(`{"a":`) }, "Payload", "not valid JSON"},
 		{"empty JSON payload", func(e *Event) { e.Payload = nil }, "Payload", "not valid JSON"},
 		{"invalid JSON declared with charset", func(e *Event) { e.ContentType = "application/json; charset=utf-8"; e.Payload = []byte("x") }, "Payload", "not valid JSON"},
@@ -65,6 +70,10 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// eventOverhead is what validEvent adds to its payload's size: aggregate id
+// "42", type "order.placed" and aggregate type "order".
+const eventOverhead = len("42") + len("order.placed") + len("order")
 
 func jsonString(size int) []byte {
 	b := make([]byte, size)

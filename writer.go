@@ -34,10 +34,11 @@ type WriterConfig struct {
 	// Table is the outbox table. Default: "outbox" on the search_path.
 	Table Table
 
-	// MaxPayloadBytes rejects larger payloads at write time. Default:
-	// DefaultMaxPayloadBytes (1 MiB). Keep it at or below what the broker
-	// accepts, so an oversize event fails the business transaction instead
-	// of going dead in the relay.
+	// MaxPayloadBytes rejects larger events at write time: payload plus
+	// aggregate id, type, aggregate type and headers. Default:
+	// DefaultMaxPayloadBytes (1 MiB less 8 KiB for the relay's metadata).
+	// Keep it 8 KiB below what the broker accepts, so an oversize event
+	// fails the business transaction instead of going dead in the relay.
 	MaxPayloadBytes int
 
 	// DisableNotify turns off the NOTIFY that wakes relays as soon as a

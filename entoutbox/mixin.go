@@ -49,7 +49,7 @@ type Mixin struct {
 	Events func(ctx context.Context, c Change) ([]txoutbox.Event, error)
 
 	// Writer configures the outbox table, the payload limit and NOTIFY.
-	// Default: table "outbox" on the connection's search_path, 1 MiB.
+	// Default: table "outbox" on the connection's search_path, 1 MiB less 8 KiB.
 	Writer txoutbox.WriterConfig
 }
 

@@ -37,7 +37,7 @@ func (p TxPolicy) String() string {
 
 // Config configures the plugin. The zero value is valid: the "outbox" table
 // on the connection's search_path, no default topic (every event or model
-// names its topic), 1 MiB payload limit, NOTIFY on, and TxRequire.
+// names its topic), txoutbox.DefaultMaxPayloadBytes, NOTIFY on, and TxRequire.
 type Config struct {
 	// Table is the outbox table. Default: "outbox" on the search_path.
 	Table txoutbox.Table
@@ -47,8 +47,9 @@ type Config struct {
 	// rejected at write time (txoutbox.ErrInvalidEvent, field Topic).
 	DefaultTopic string
 
-	// MaxPayloadBytes rejects larger payloads at write time. Default:
-	// txoutbox.DefaultMaxPayloadBytes (1 MiB).
+	// MaxPayloadBytes rejects larger events at write time (payload plus
+	// key, type and headers). Default: txoutbox.DefaultMaxPayloadBytes
+	// (1 MiB less 8 KiB).
 	MaxPayloadBytes int
 
 	// DisableNotify turns off the NOTIFY sent with each insert to wake

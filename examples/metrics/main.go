@@ -175,8 +175,8 @@ func writeOrders(ctx context.Context, db *sql.DB, w *txoutbox.Writer, first, cou
 	return nil
 }
 
-// writeOversized commits an event the writer accepts (under its 1 MiB
-// limit) but the example's broker does not (over 64 KiB).
+// writeOversized commits an event the writer accepts (under its limit of
+// 1 MiB less 8 KiB) but the example's broker does not (over 64 KiB).
 func writeOversized(ctx context.Context, db *sql.DB, w *txoutbox.Writer) error {
 	e, err := txoutbox.NewEvent("invoices", "invoice", "invoice-1", "invoice.issued", map[string]string{"pdf": strings.Repeat("x", 100<<10)})
 	if err != nil {

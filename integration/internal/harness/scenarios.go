@@ -204,8 +204,8 @@ const (
 	// The broker's message.max.bytes refused the record batch.
 	ErrTextTooLarge = "kafka server: Message was too large, server rejected it to avoid allocation error"
 	// The producer refused a record over its MaxMessageBytes before
-	// sending it: an event at the writer's 1 MiB payload limit plus its
-	// headers.
+	// sending it. With the writer's default limit this should not happen;
+	// it is accepted for the event just under that limit.
 	ErrTextProducerLimit = "Attempt to produce message larger than configured Producer.MaxMessageBytes"
 	// Auto-creation is off and the topic does not exist.
 	ErrTextUnknownTopic = "kafka server: Request was for a topic or partition that does not exist on this broker"
@@ -220,8 +220,8 @@ const (
 const PoisonTopic = "no-such-topic"
 
 // Poison mixes poison events into a normal load: payloads over the
-// broker's message.max.bytes (256 KiB here), payloads at the writer's
-// limit (1 MiB, which with headers is over the producer's limit) and a
+// broker's message.max.bytes (256 KiB here), payloads just under the
+// writer's limit (which Kafka's default limit would accept) and a
 // topic the broker refuses (auto-creation off). Each goes on a poison
 // aggregate between normal events of that aggregate. They must end dead
 // with their error, every other event must arrive, and the aggregate's
@@ -244,7 +244,9 @@ func Poison(s Size, perKind int) Plan {
 				size     int
 			}{
 				{TopicGorm, []string{ErrTextTooLarge}, 300 << 10},
-				{TopicGorm, []string{ErrTextProducerLimit}, txoutbox.DefaultMaxPayloadBytes},
+				// Just under the writer's limit: the writer accepts it,
+				// and so would Kafka's default limit, but not this broker's.
+				{TopicGorm, []string{ErrTextTooLarge, ErrTextProducerLimit}, txoutbox.DefaultMaxPayloadBytes - 1024},
 				{PoisonTopic, []string{ErrTextUnknownTopic, ErrTextBreakerOpen}, 64},
 			}
 			for i := 0; i < perKind; i++ {
