@@ -67,7 +67,11 @@
 // Losing the database or the broker makes the relay log, back off and retry;
 // it never exits on them and resumes by itself. A payload the broker rejects
 // (too large, unknown topic) is retried with backoff, then dead; it never
-// blocks other aggregates.
+// blocks other aggregates. Two effects of the Kafka producer show there: an
+// event sent in the same produce request as a refused one may fail that
+// attempt too (it is retried and arrives), and after three failed lookups of
+// an unknown topic Sarama's circuit breaker answers "circuit breaker is
+// open" for a while, which then becomes the dead event's last error.
 //
 // # Retention and health
 //
