@@ -89,6 +89,7 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer db.Close()
+	db.SetMaxIdleConns(8) // the relay's loops use up to six connections at once
 	pub, err := relay.NewKafkaPublisher(addrs, relay.KafkaConfig{})
 	if err != nil {
 		return err

@@ -60,6 +60,9 @@ func Schema(ctx context.Context, schema string) (*sql.DB, string, txoutbox.Table
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	db, err := sql.Open("pgx", u.String())
+	if err == nil {
+		db.SetMaxIdleConns(8) // the relay's loops use up to six connections at once
+	}
 	return db, u.String(), table, err
 }
 
