@@ -104,6 +104,10 @@ func (e *env) newSchema(ctx context.Context, scenario string) (*schemaDB, error)
 		s.close()
 		return nil, err
 	}
+	// As relay.New's documentation asks: room for the relay's concurrent
+	// loops (and for 3 relays sharing this pool), so no scenario pays for
+	// reconnecting.
+	s.SQL.SetMaxIdleConns(24)
 	if s.Names, err = s.Table.SQLNames(); err != nil {
 		s.close()
 		return nil, err
