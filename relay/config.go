@@ -15,7 +15,7 @@ import (
 
 // Defaults of Config, used where a field is left zero.
 const (
-	BatchSizeDefault         = 500
+	BatchSizeDefault         = 1000
 	LanesDefault             = 64
 	PollIntervalDefault      = time.Second
 	LeaseDurationDefault     = 30 * time.Second
@@ -42,7 +42,7 @@ type Config struct {
 	// fresh for every New.
 	ID string
 
-	// BatchSize is the most rows one claim takes. Default 500.
+	// BatchSize is the most rows one claim takes. Default 1000.
 	BatchSize int
 
 	// Lanes is how many events are published concurrently. Events are

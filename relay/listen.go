@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // listenLoop holds one connection in LISTEN on the table's channel and wakes
@@ -56,10 +58,15 @@ func (r *Relay) listen(ctx context.Context) error {
 		}
 		signal(r.wake) // anything committed before LISTEN took effect
 		for {
-			if _, err := c.WaitForNotification(ctx); err != nil {
+			n, err := c.WaitForNotification(ctx)
+			if err != nil {
 				// Never hand a LISTENing (or broken) connection back to
 				// the pool: ErrBadConn makes database/sql discard it.
 				return fmt.Errorf("wait for notification: %w: %w", err, driver.ErrBadConn)
+			}
+			if n.Payload == outboxsql.RebalancePayload {
+				signal(r.rebalanceNow)
+				continue
 			}
 			signal(r.wake)
 		}

@@ -13,15 +13,26 @@ import (
 // numShards is fixed by the schema: shard = hashtext(aggregate_id) & 255.
 const numShards = 256
 
+// convergeInterval is how soon the relay rebalances again while it does not
+// yet claim from every shard it should own: a peer has not released them yet,
+// or their previous owner still has events in flight.
+const convergeInterval = 200 * time.Millisecond
+
 // membershipLoop heartbeats, declares relays with stale heartbeats dead, and
-// moves shards so each is owned by exactly one live relay.
+// moves shards so each is owned by exactly one live relay. Besides every
+// HeartbeatInterval, it rebalances when a peer announces a change (NOTIFY
+// with RebalancePayload) and, until converged, every convergeInterval, so
+// relays that join or leave take effect in a fraction of a heartbeat.
 func (r *Relay) membershipLoop(ctx context.Context) {
 	host, _ := os.Hostname()
 	t := time.NewTicker(r.cfg.HeartbeatInterval)
 	defer t.Stop()
+	converge := time.NewTimer(time.Hour)
+	defer converge.Stop()
 	failures := 0
 	for {
-		if err := r.rebalance(ctx, host); err != nil {
+		converged, err := r.rebalance(ctx, host)
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -30,8 +41,13 @@ func (r *Relay) membershipLoop(ctx context.Context) {
 		} else {
 			failures = 0
 		}
+		if err == nil && !converged {
+			converge.Reset(convergeInterval)
+		}
 		select {
 		case <-t.C:
+		case <-converge.C:
+		case <-r.rebalanceNow:
 		case <-ctx.Done():
 			return
 		}
@@ -41,44 +57,63 @@ func (r *Relay) membershipLoop(ctx context.Context) {
 // rebalance runs one heartbeat round. It holds shardMu throughout, so no
 // claim runs between re-registering (after peers declared this relay dead)
 // and learning which shards it still owns.
-func (r *Relay) rebalance(ctx context.Context, host string) error {
+//
+// It reports whether the relay claims from every shard it should own.
+func (r *Relay) rebalance(ctx context.Context, host string) (converged bool, err error) {
 	r.shardMu.Lock()
 	defer r.shardMu.Unlock()
-	if _, err := r.db.ExecContext(ctx, r.sql.heartbeat, r.cfg.ID, host); err != nil {
-		return fmt.Errorf("heartbeat: %w", err)
+	var joined bool
+	if err := r.db.QueryRowContext(ctx, r.sql.heartbeat, r.cfg.ID, host).Scan(&joined); err != nil {
+		return false, fmt.Errorf("heartbeat: %w", err)
+	}
+	if joined {
+		r.announce(ctx)
 	}
 	forgotten, err := r.queryStrings(ctx, r.sql.forgetStale, intervalLiteral(r.cfg.StaleAfter))
 	if err != nil {
-		return fmt.Errorf("forget stale relays: %w", err)
+		return false, fmt.Errorf("forget stale relays: %w", err)
 	}
 	for _, id := range forgotten {
 		r.log.Warn("relay: declared a relay dead after its heartbeat went stale; taking over its work", "dead_relay", id)
 	}
 	live, err := r.queryStrings(ctx, r.sql.liveRelays)
 	if err != nil {
-		return fmt.Errorf("list relays: %w", err)
+		return false, fmt.Errorf("list relays: %w", err)
 	}
-	want := shardArray(assignShards(r.cfg.ID, live))
+	mine := assignShards(r.cfg.ID, live)
+	want := shardArray(mine)
 
-	if _, err := r.db.ExecContext(ctx, r.sql.releaseShards, r.cfg.ID, want); err != nil {
-		return fmt.Errorf("release shards: %w", err)
+	res, err := r.db.ExecContext(ctx, r.sql.releaseShards, r.cfg.ID, want)
+	if err != nil {
+		return false, fmt.Errorf("release shards: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		r.announce(ctx) // the shards' new owners can take them now
 	}
 	owned, err := r.queryStrings(ctx, r.sql.acquireShards, r.cfg.ID, want)
 	if err != nil {
 		r.ownedShards = "{}" // unknown: claim nothing until the next round
-		return fmt.Errorf("acquire shards: %w", err)
+		return false, fmt.Errorf("acquire shards: %w", err)
 	}
 	ready, err := r.takeOver(ctx, owned)
 	if err != nil {
 		r.ownedShards = "{}"
-		return err
+		return false, err
 	}
 	r.ownedShards = "{" + strings.Join(ready, ",") + "}"
 	if prev := r.owned.Swap(int64(len(ready))); prev != int64(len(ready)) {
 		r.log.Info("relay: shards rebalanced", "owned", len(owned), "claiming_from", len(ready), "live_relays", len(live))
 		signal(r.wake)
 	}
-	return nil
+	return len(ready) == len(mine), nil
+}
+
+// announce asks the peers to rebalance now. It is an optimisation: peers
+// that miss it rebalance at their next heartbeat.
+func (r *Relay) announce(ctx context.Context) {
+	if _, err := r.db.ExecContext(ctx, r.sql.notifyRebalance); err != nil {
+		r.log.Debug("relay: announce rebalance", "err", err)
+	}
 }
 
 // takeOver returns the owned shards the relay may claim from: those it has

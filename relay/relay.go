@@ -50,6 +50,8 @@ type Relay struct {
 	inflight atomic.Int64  // claimed rows not yet recorded as published, failed or released
 	capacity chan struct{} // signalled when inflight drops
 	wake     chan struct{} // signalled by NOTIFY
+	// rebalanceNow is signalled when a peer announces a membership change.
+	rebalanceNow chan struct{}
 
 	// outage counts publishes failed in a row across lanes; the
 	// dispatcher backs off while it grows, so a broker outage is not
@@ -189,6 +191,7 @@ func (r *Relay) leave() {
 	if _, err := r.db.ExecContext(ctx, r.sql.leaveRelay, r.cfg.ID); err != nil {
 		r.log.Warn("relay: unregister on shutdown", "err", err)
 	}
+	r.announce(ctx)
 	r.owned.Store(0)
 }
 

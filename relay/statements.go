@@ -5,7 +5,7 @@ import "github.com/txoutbox/txoutbox/internal/outboxsql"
 // statements are the relay's SQL, rendered once for its table.
 type statements struct {
 	claim, claimPlan, asyncCommit, shardsInHandover, markPublished, fail, release, releaseUnheld string
-	heartbeat, forgetStale, liveRelays                                                           string
+	heartbeat, notifyRebalance, forgetStale, liveRelays                                          string
 	releaseShards, acquireShards, leaveShards, leaveRelay                                        string
 	prune, pruneLock, stats, topicStats                                                          string
 }
@@ -21,6 +21,7 @@ func render(n outboxsql.Names) statements {
 		release:          n.Render(outboxsql.Release),
 		releaseUnheld:    n.Render(outboxsql.ReleaseUnheld),
 		heartbeat:        n.Render(outboxsql.Heartbeat),
+		notifyRebalance:  n.Render(outboxsql.NotifyRebalance),
 		forgetStale:      n.Render(outboxsql.ForgetStaleRelays),
 		liveRelays:       n.Render(outboxsql.LiveRelays),
 		releaseShards:    n.Render(outboxsql.ReleaseShards),

@@ -43,7 +43,7 @@ func TestClaimAfterUnconfirmedCommitReleasesUnheldRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.rebalance(ctx, "test"); err != nil {
+	if _, err := r.rebalance(ctx, "test"); err != nil {
 		t.Fatal(err)
 	}
 	// The lost claim: rows 1-3 claimed by r1, which holds nothing.

@@ -18,7 +18,7 @@
 //
 // Scenarios (names for -skip):
 //
-//   - relay, relay3: the relay (defaults: batch 500, 64 lanes) draining the
+//   - relay, relay3: the relay (defaults: batch 1000, 64 lanes) draining the
 //     backlog, one replica and three (goroutines of this process, each its
 //     own relay.New and Kafka publisher); the topic is read back with
 //     franz-go and per-key order violations counted.

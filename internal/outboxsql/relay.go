@@ -125,10 +125,19 @@ UPDATE {{table}}
 SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL
 WHERE state = 'claimed' AND published_at IS NULL AND lease_owner = $1 AND id <> ALL($2::bigint[])`
 
-// Heartbeat registers the relay or refreshes its row.
+// RebalancePayload is the NOTIFY payload that asks relays to rebalance now
+// (a relay joined, or gave up shards); writers' notifications carry none.
+const RebalancePayload = "rebalance"
+
+// NotifyRebalance asks every listening relay of the table to rebalance now.
+const NotifyRebalance = `SELECT pg_notify({{channel}}, 'rebalance')`
+
+// Heartbeat registers the relay or refreshes its row, and returns whether
+// it registered (a new member, which peers should learn of at once).
 const Heartbeat = `
 INSERT INTO {{relays}} (id, host) VALUES ($1, $2)
-ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()`
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()
+RETURNING xmax = 0`
 
 // ForgetStaleRelays deletes relays whose heartbeat is older than $1. Their
 // shards become free and their claims can be taken over.
