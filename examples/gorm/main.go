@@ -81,29 +81,8 @@ func run(ctx context.Context) error {
 	}
 	fmt.Printf("order %d: pay refused (%v); nothing written\n", b.ID, err)
 
-	var pending int
-	if err := sqlDB.QueryRowContext(ctx, `SELECT count(*) FROM `+schema+`.outbox WHERE state = 'pending'`).Scan(&pending); err != nil {
-		return err
-	}
-	fmt.Printf("outbox: %d pending events\n", pending)
-
-	// The relay publishes them; an independent consumer reads them back.
-	brokers, stopBroker, err := demo.Brokers()
-	if err != nil {
-		return err
-	}
-	defer stopBroker()
-	_, stopRelay, err := demo.StartRelay(ctx, sqlDB, table, brokers)
-	if err != nil {
-		return err
-	}
-	defer stopRelay()
-	records, err := demo.Consume(ctx, brokers, "orders", started, pending)
-	if err != nil {
-		return err
-	}
-	demo.PrintByKey("orders", "order", records)
-	return nil
+	// The relay publishes the events; an independent consumer reads them.
+	return demo.RelayAndPrint(ctx, sqlDB, table, "orders", "order", started)
 }
 
 // ErrNotPayable is returned by Pay for an order that is not awaiting payment.

@@ -170,3 +170,37 @@ func PrintByKey(topic, keyName string, records []Record) {
 		}
 	}
 }
+
+// RelayAndPrint shows the outbox at work: it counts the pending events in
+// table, runs a relay on KAFKA_BROKERS (or an embedded broker) until a
+// consumer of topic has read them all, and prints them grouped by key.
+// since is when the example started, to skip older records of a real
+// cluster.
+func RelayAndPrint(ctx context.Context, db *sql.DB, table txoutbox.Table, topic, keyName string, since time.Time) error {
+	names, err := table.SQLNames()
+	if err != nil {
+		return err
+	}
+	var pending int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+names.Table+` WHERE state = 'pending'`).Scan(&pending); err != nil {
+		return err
+	}
+	fmt.Printf("outbox: %d pending events\n", pending)
+
+	brokers, stopBroker, err := Brokers()
+	if err != nil {
+		return err
+	}
+	defer stopBroker()
+	_, stopRelay, err := StartRelay(ctx, db, table, brokers)
+	if err != nil {
+		return err
+	}
+	defer stopRelay() //nolint:errcheck // the records read are the result
+	records, err := Consume(ctx, brokers, topic, since, pending)
+	if err != nil {
+		return err
+	}
+	PrintByKey(topic, keyName, records)
+	return nil
+}
