@@ -123,7 +123,7 @@ WHERE id = ANY($1::bigint[]) AND state = 'claimed' AND lease_owner = $2`
 const ReleaseUnheld = `
 UPDATE {{table}}
 SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL
-WHERE state = 'claimed' AND published_at IS NULL AND lease_owner = $1 AND id <> ALL($2::bigint[])`
+WHERE state = 'claimed' AND lease_owner = $1 AND id <> ALL($2::bigint[])`
 
 // RebalancePayload is the NOTIFY payload that asks relays to rebalance now
 // (a relay joined, or gave up shards); writers' notifications carry none.
