@@ -23,22 +23,26 @@
 // # Ordering
 //
 // Kafka keeps order per partition, and the aggregate id is the message key,
-// so order per aggregate is what matters. Three mechanisms keep it:
+// so order per aggregate is what matters. Four mechanisms keep it:
 //
 //   - Shards. The schema hashes each aggregate id into one of 256 shards.
 //     Each live relay heartbeats, and shards are assigned to live relays by
 //     rendezvous hashing; a relay claims only rows of shards it owns, so one
 //     aggregate is published by one relay at a time. Relays joining or
-//     leaving move only the shards they gain or lose. A relay whose heartbeat
-//     is older than StaleAfter is declared dead and its shards and claims are
-//     taken over; its claims also expire after LeaseDuration.
+//     leaving move only the shards they gain or lose, and announce it with a
+//     NOTIFY so peers rebalance at once. A relay whose heartbeat is older
+//     than StaleAfter is declared dead and its shards and claims are taken
+//     over; its claims also expire after LeaseDuration.
+//   - Handover. A relay claims from a shard it has just acquired only once
+//     the shard's previous owner, if still alive, has no rows of it in
+//     flight, so those are published before anything later of their
+//     aggregates.
 //   - Lanes. Within a relay, an aggregate always maps to the same lane, which
 //     publishes its rows one at a time in id order and waits for each ack.
 //   - Fences. A row that fails holds back the later rows of its aggregate
 //     (and only those): in the lane at once, and in the claim query once the
-//     failure is recorded, until the failed row is retried. A row claimed by
-//     another live relay (after a shard moved) fences its aggregate the same
-//     way. A dead row does not fence: its aggregate's later events flow, and
+//     failure is recorded, until the failed row is retried. A dead row does
+//     not fence: its aggregate's later events flow, and
 //     the dead one waits for an operator (the fence policy). Retrying it
 //     publishes it before any later event of its aggregate still pending.
 //
