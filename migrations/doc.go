@@ -6,9 +6,10 @@
 // The SQL lives in plain NNNN_name.up.sql / NNNN_name.down.sql files (see
 // Set.FS and the migrations/outbox directory), so teams that run their own
 // migration tool can use them instead: golang-migrate reads the directory as
-// it is, and Atlas imports it with format=golang-migrate. Those files use the
-// default table name "outbox"; a custom Config.Table needs this migrator,
-// which renames the tables as it applies them.
+// it is, and Atlas imports it with format=golang-migrate. goose needs one
+// annotated file per version: Migrator.Export (and `outbox migrate export`)
+// writes those, and either format with the tables renamed for a custom
+// Config.Table; this migrator renames them as it applies them.
 //
 // The migrator records applied versions in <table>_schema_migrations and
 // runs each Up, Down or Status in one transaction under an advisory lock, so

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"strings"
 	"sync"
 	"testing"
 
@@ -169,5 +170,40 @@ func TestFilesArePlainSQL(t *testing.T) {
 		if entries[i] != want[i] {
 			t.Fatalf("files = %v, want %v", entries, want)
 		}
+	}
+}
+
+func TestExport(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewDB(t)
+	m, err := migrations.New(db.SQL, migrations.Config{Table: txoutbox.Table{Name: "events"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goose, err := m.Export(migrations.FormatGoose)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(goose) != 1 || goose[0].Name != "0001_outbox.sql" ||
+		!strings.HasPrefix(goose[0].Body, "-- +goose Up\n") || !strings.Contains(goose[0].Body, "\n-- +goose Down\n") ||
+		!strings.Contains(goose[0].Body, `CREATE TABLE "events" (`) || strings.Contains(goose[0].Body, "outbox_") {
+		t.Fatalf("goose export = %+v", goose)
+	}
+	gm, err := m.Export(migrations.FormatGolangMigrate)
+	if err != nil || len(gm) != 2 || gm[0].Name != "0001_outbox.up.sql" || gm[1].Name != "0001_outbox.down.sql" {
+		t.Fatalf("golang-migrate export = %+v, %v", gm, err)
+	}
+	// The exported up file applies as it is, and the down file reverts it.
+	if _, err := db.SQL.Exec(gm[0].Body); err != nil {
+		t.Fatalf("apply exported up: %v", err)
+	}
+	if !tableExists(t, db, db.Schema, "events_shards") {
+		t.Fatal("exported up did not create events_shards")
+	}
+	if _, err := db.SQL.Exec(gm[1].Body); err != nil {
+		t.Fatalf("apply exported down: %v", err)
+	}
+	if _, err := m.Export("flyway"); err == nil || !strings.Contains(err.Error(), `unknown export format "flyway"`) {
+		t.Fatalf("Export(flyway) = %v", err)
 	}
 }

@@ -2,23 +2,29 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"text/tabwriter"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/migrations"
 )
 
 func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 || (args[0] != "up" && args[0] != "down" && args[0] != "status") {
-		return usagef("want a subcommand: up, down or status")
+	if len(args) == 0 || (args[0] != "up" && args[0] != "down" && args[0] != "status" && args[0] != "export") {
+		return usagef("want a subcommand: up, down, status or export")
 	}
 	action := args[0]
 	fs := flag.NewFlagSet("outbox migrate "+action, flag.ContinueOnError)
 	var common commonFlags
 	common.register(fs)
 	set := fs.String("set", "outbox", "which schema to migrate: outbox (the outbox and relay tables) or inbox (the consumers' processed-events table)")
+	format := fs.String("format", migrations.FormatGoose, "export: goose or golang-migrate")
+	dir := fs.String("dir", "", "export: directory to write the files to (created if missing)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
@@ -40,6 +46,9 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 	table, err := common.outboxTable()
 	if err != nil {
 		return err
+	}
+	if action == "export" {
+		return exportMigrations(migrationSet, table.Name, *format, *dir, stdout)
 	}
 	db, err := common.open(ctx)
 	if err != nil {
@@ -96,6 +105,41 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(tw, "%04d\t%s\t%s\n", s.Version, s.Name, applied)
 		}
 		return tw.Flush()
+	}
+	return nil
+}
+
+// exportMigrations writes the set's files for another migration tool. It
+// needs no database.
+func exportMigrations(set migrations.Set, tableName, format, dir string, stdout io.Writer) error {
+	if dir == "" {
+		return usagef("export: --dir is required")
+	}
+	if format != migrations.FormatGoose && format != migrations.FormatGolangMigrate {
+		return usagef("--format: want %s or %s, not %q", migrations.FormatGoose, migrations.FormatGolangMigrate, format)
+	}
+	lazy, err := sql.Open("pgx", "postgres://export-only") // never connected to
+	if err != nil {
+		return err
+	}
+	defer lazy.Close()
+	m, err := migrations.New(lazy, migrations.Config{Set: set, Table: txoutbox.Table{Name: tableName}})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	files, err := m.Export(format)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	for _, f := range files {
+		path := filepath.Join(dir, f.Name)
+		if err := os.WriteFile(path, []byte(f.Body), 0o644); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		fmt.Fprintln(stdout, path)
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -50,6 +52,19 @@ func TestMigrateCommands(t *testing.T) {
 	}
 }
 
+func TestMigrateExport(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	code, out, errOut := outbox(t, "migrate", "export", "--format", "goose", "--dir", dir, "--table", "events")
+	if code != 0 || !strings.Contains(out, "0001_outbox.sql") {
+		t.Fatalf("migrate export: %d %q %q", code, out, errOut)
+	}
+	body, err := os.ReadFile(filepath.Join(dir, "0001_outbox.sql"))
+	if err != nil || !strings.HasPrefix(string(body), "-- +goose Up\n") || !strings.Contains(string(body), `CREATE TABLE "events_relays"`) {
+		t.Fatalf("exported goose file: %v\n%s", err, body)
+	}
+}
+
 func TestMigrateInboxSet(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewDB(t)
@@ -71,7 +86,9 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, "usage: outbox"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
-		{[]string{"migrate"}, "want a subcommand: up, down or status"},
+		{[]string{"migrate"}, "want a subcommand: up, down, status or export"},
+		{[]string{"migrate", "export"}, "export: --dir is required"},
+		{[]string{"migrate", "export", "--dir", "x", "--format", "flyway"}, `--format: want goose or golang-migrate, not "flyway"`},
 		{[]string{"migrate", "sideways"}, "want a subcommand"},
 		{[]string{"migrate", "up", "--database-url", "", "--table", "x; drop table y"}, "invalid table name"},
 		{[]string{"migrate", "up", "--database-url", ""}, "no database: pass --database-url or set DATABASE_URL"},
