@@ -1,7 +1,8 @@
 // Command outbox operates a txoutbox outbox: it migrates the schema, runs
 // the relay, shows the outbox's health, and handles dead events and replays.
 //
-//	outbox migrate up|down|status
+//	outbox migrate up|down|status [--set outbox|inbox]
+//	outbox migrate export --format goose|golang-migrate --dir DIR
 //	outbox relay [--brokers B]
 //	outbox status [--max-lag 1m] [--stale-after 15s]
 //	outbox dead list [--topic T] [--aggregate A] [--type E] [--since 24h] [--limit N] [--after ID]
@@ -37,7 +38,7 @@ type command struct {
 
 // commands is the command tree; later subcommands register here.
 var commands = map[string]command{
-	"migrate": {summary: "apply, revert or show the outbox schema migrations", run: runMigrate},
+	"migrate": {summary: "apply, revert, show or export the schema migrations (outbox or inbox)", run: runMigrate},
 }
 
 // usageError is bad input: exit code 2, and nothing was touched.
