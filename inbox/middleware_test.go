@@ -57,7 +57,7 @@ func TestMiddlewareProcessesOnce(t *testing.T) {
 	h := mw(ledgerHandler(t, "billing", &runs, nil))
 	for i := range 3 {
 		msg := newMessage(strings.ToUpper(id.String())) // the same event, spelled differently
-		ctx := context.WithValue(context.Background(), struct{}{}, "original")
+		ctx := context.WithValue(context.Background(), originalKey{}, "original")
 		msg.SetContext(ctx)
 		if _, err := h(msg); err != nil {
 			t.Fatalf("delivery %d: %v", i+1, err)
@@ -210,3 +210,6 @@ func TestMiddlewareConfig(t *testing.T) {
 		}
 	}
 }
+
+// originalKey marks the context a message arrived with.
+type originalKey struct{}

@@ -111,12 +111,3 @@ func waitDrained(ctx context.Context, s *schemaDB, timeout time.Duration) (time.
 		}
 	}
 }
-
-// countPublished counts the rows marked published.
-func countPublished(ctx context.Context, s *schemaDB) (int, error) {
-	var n int
-	if err := s.SQL.QueryRowContext(ctx, "SELECT count(*) FROM "+s.Names.Table+" WHERE state = 'published'").Scan(&n); err != nil {
-		return 0, fmt.Errorf("count published rows: %w", err)
-	}
-	return n, nil
-}
