@@ -73,9 +73,8 @@
 //
 // The relay's own statements (claims, marks, failures, releases) commit with
 // synchronous_commit off: losing one in a database crash only republishes or
-// retries an event, never loses one, and not waiting for the WAL flush
-// roughly doubles what one relay drains. Applications' transactions are not
-// affected.
+// retries an event, never loses one, and not waiting for the WAL flush keeps
+// claims and marks short. Applications' transactions are not affected.
 //
 // # Failures
 //
