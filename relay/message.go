@@ -30,9 +30,14 @@ const (
 // metadata.
 var propagator = propagation.TraceContext{}
 
+// tracer returns the relay's tracer, or nil when no provider is configured
+// (the default), which turns per-event tracing off entirely.
 func tracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
-		tp = noop.NewTracerProvider()
+		return nil
+	}
+	if _, ok := tp.(noop.TracerProvider); ok {
+		return nil
 	}
 	return tp.Tracer("github.com/txoutbox/txoutbox/relay")
 }
@@ -59,13 +64,19 @@ func Message(e txoutbox.Event) *message.Message {
 	return msg
 }
 
-// publish sends one row and returns once the broker acknowledged it. The
-// publish span is linked to the span that wrote the event (its traceparent
-// header) and its own context replaces traceparent in the message, so a
-// consumer continues the trace from the publish.
-func (r *Relay) publish(ctx context.Context, row *claimedRow) (err error) {
+// publish sends one row and returns once the broker acknowledged it. With a
+// TracerProvider configured, the publish span is linked to the span that
+// wrote the event (its traceparent header) and its own context replaces
+// traceparent in the message, so a consumer continues the trace from the
+// publish. Without one, the writer's traceparent travels as it is and no
+// tracing work is done per event.
+func (r *Relay) publish(ctx context.Context, row *claimedRow) error {
 	e := row.event
 	msg := Message(e)
+	if r.trace == nil {
+		msg.SetContext(ctx)
+		return r.send(e, msg)
+	}
 
 	written := trace.SpanContextFromContext(propagator.Extract(context.Background(), propagation.MapCarrier(e.Headers)))
 	opts := []trace.SpanStartOption{
@@ -82,18 +93,20 @@ func (r *Relay) publish(ctx context.Context, row *claimedRow) (err error) {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: written}))
 	}
 	spanCtx, span := r.trace.Start(ctx, "send "+e.Topic, opts...)
-	defer func() {
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
-		}
-		span.End()
-	}()
+	defer span.End()
 	if span.SpanContext().IsValid() {
 		propagator.Inject(spanCtx, propagation.MapCarrier(msg.Metadata))
 	}
 	msg.SetContext(spanCtx)
+	err := r.send(e, msg)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
 
+func (r *Relay) send(e txoutbox.Event, msg *message.Message) error {
 	if err := r.pub.Publish(e.Topic, msg); err != nil {
 		return fmt.Errorf("publish event %s to %s: %w", e.ID, e.Topic, err)
 	}
