@@ -42,7 +42,7 @@
 //     events.
 //
 // Every Kafka scenario publishes through relay.NewKafkaPublisher (Sarama via
-// watermill-kafka, idempotent, acks=all), so they differ only in what drives
+// watermill-kafka, acks=all), so they differ only in what drives
 // the publisher.
 package main
 

@@ -31,7 +31,7 @@ func runKafkaLimit(ctx context.Context, e *env) (throughput, error) {
 		return throughput{}, err
 	}
 	defer pub.Close()
-	// Warm up: metadata and the idempotent producer id, as a running relay
+	// Warm up: metadata and connections, as a running relay
 	// has them.
 	if err := pub.Publish(topic, relay.Message(benchEvent(topic, 0, 1))); err != nil {
 		return throughput{}, fmt.Errorf("kafkalimit: warm-up: %w", err)
