@@ -147,7 +147,6 @@ func (c *completer) run() {
 				continue
 			}
 			attempt = 0
-			c.unholdAll(acks, fails, releases)
 			n := len(acks) + len(fails) + len(releases)
 			acks, releases, fails = acks[:0], releases[:0], fails[:0]
 			c.r.inflight.Add(-int64(n))
@@ -163,18 +162,6 @@ func (c *completer) run() {
 			signal(c.kick)
 		}
 	}
-}
-
-func (c *completer) unholdAll(acks []*claimedRow, fails []failedRow, releases []releasedRow) {
-	rows := make([]*claimedRow, 0, len(acks)+len(fails)+len(releases))
-	rows = append(rows, acks...)
-	for _, f := range fails {
-		rows = append(rows, f.row)
-	}
-	for _, rel := range releases {
-		rows = append(rows, rel.row)
-	}
-	c.r.unhold(rows)
 }
 
 // flushAt is how many acknowledgements make a mark worth sending at once.

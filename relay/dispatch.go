@@ -99,7 +99,6 @@ func (r *Relay) dispatch(ctx context.Context) {
 			hotUntil = time.Now().Add(hotPollWindow)
 		}
 		r.inflight.Add(int64(len(rows)))
-		r.hold(rows)
 		for _, row := range rows {
 			r.laneFor(row.event.AggregateID).queue <- row
 		}
@@ -118,11 +117,10 @@ func (r *Relay) laneFor(aggregateID string) *lane {
 func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 	r.shardMu.Lock()
 	defer r.shardMu.Unlock()
-	if r.unsure {
-		if err := r.releaseUnheld(ctx); err != nil {
+	if len(r.unconfirmed) > 0 {
+		if err := r.releaseUnconfirmed(ctx); err != nil {
 			return nil, err
 		}
-		r.unsure = false
 	}
 	if r.ownedShards == "{}" {
 		return nil, nil
@@ -145,7 +143,7 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
-		r.unsure = true
+		r.unconfirmed = out
 		return nil, fmt.Errorf("claim batch: commit: %w", err)
 	}
 	// UPDATE ... RETURNING does not keep the subquery's order.
@@ -153,41 +151,19 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 	return out, nil
 }
 
-// hold records rows as held in memory until their outcome is recorded.
-func (r *Relay) hold(rows []*claimedRow) {
-	r.heldMu.Lock()
-	for _, row := range rows {
-		r.held[row.id] = struct{}{}
-	}
-	r.heldMu.Unlock()
-}
-
-// unhold forgets rows whose outcome is committed.
-func (r *Relay) unhold(rows []*claimedRow) {
-	r.heldMu.Lock()
-	for _, row := range rows {
-		delete(r.held, row.id)
-	}
-	r.heldMu.Unlock()
-}
-
-// releaseUnheld returns to pending the rows the database says this relay
-// claimed but that it does not hold: those of a claim whose commit reply
-// was lost.
-func (r *Relay) releaseUnheld(ctx context.Context) error {
-	r.heldMu.Lock()
-	ids := make([]*claimedRow, 0, len(r.held))
-	for id := range r.held {
-		ids = append(ids, &claimedRow{id: id})
-	}
-	r.heldMu.Unlock()
-	res, err := r.db.ExecContext(ctx, r.sql.releaseUnheld, r.cfg.ID, idArray(ids))
+// releaseUnconfirmed returns to pending the rows of a claim whose commit
+// was not confirmed, if it committed after all, so they are claimed again in
+// order instead of waiting for their lease while later events of their
+// aggregates go ahead.
+func (r *Relay) releaseUnconfirmed(ctx context.Context) error {
+	res, err := r.db.ExecContext(ctx, r.sql.release, idArray(r.unconfirmed), r.cfg.ID)
 	if err != nil {
 		return fmt.Errorf("release rows of an unconfirmed claim: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n > 0 {
 		r.log.Warn("relay: released rows of a claim whose commit was not confirmed", "rows", n)
 	}
+	r.unconfirmed = nil
 	return nil
 }
 

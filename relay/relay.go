@@ -36,13 +36,10 @@ type Relay struct {
 	shardMu     sync.Mutex
 	ownedShards string          // array literal of the shards claimed from; guarded by shardMu
 	ready       map[string]bool // owned shards out of handover; guarded by shardMu
-	// unsure is set when a claim's commit failed: it may have committed
-	// without the reply arriving, leaving rows claimed that no lane holds.
-	// The next claim first releases them (see outboxsql.ReleaseUnheld).
-	unsure bool // guarded by shardMu
-
-	heldMu sync.Mutex
-	held   map[int64]struct{} // ids of claimed rows whose outcome is not yet recorded
+	// unconfirmed holds the rows of a claim whose commit failed: it may have
+	// committed without the reply arriving, leaving them claimed with no
+	// lane publishing them. The next claim first releases them.
+	unconfirmed []*claimedRow // guarded by shardMu
 	// claimSeq numbers claims; rows carry the number of the claim that
 	// took them, which the lanes' fences compare against.
 	claimSeq atomic.Uint64
@@ -107,7 +104,6 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		trace:       tracer(cfg.TracerProvider),
 		capacity:    make(chan struct{}, 1),
 		ownedShards: "{}",
-		held:        map[int64]struct{}{},
 		wake:        make(chan struct{}, 1),
 	}
 	return r, nil

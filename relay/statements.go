@@ -4,10 +4,10 @@ import "github.com/txoutbox/txoutbox/internal/outboxsql"
 
 // statements are the relay's SQL, rendered once for its table.
 type statements struct {
-	claim, claimPlan, asyncCommit, shardsInHandover, markPublished, fail, release, releaseUnheld string
-	heartbeat, notifyRebalance, forgetStale, liveRelays                                          string
-	releaseShards, acquireShards, leaveShards, leaveRelay                                        string
-	prune, pruneLock, stats, topicStats                                                          string
+	claim, claimPlan, asyncCommit, shardsInHandover, markPublished, fail, release string
+	heartbeat, notifyRebalance, forgetStale, liveRelays                           string
+	releaseShards, acquireShards, leaveShards, leaveRelay                         string
+	prune, pruneLock, stats, topicStats                                           string
 }
 
 func render(n outboxsql.Names) statements {
@@ -19,7 +19,6 @@ func render(n outboxsql.Names) statements {
 		markPublished:    n.Render(outboxsql.MarkPublished),
 		fail:             n.Render(outboxsql.Fail),
 		release:          n.Render(outboxsql.Release),
-		releaseUnheld:    n.Render(outboxsql.ReleaseUnheld),
 		heartbeat:        n.Render(outboxsql.Heartbeat),
 		notifyRebalance:  n.Render(outboxsql.NotifyRebalance),
 		forgetStale:      n.Render(outboxsql.ForgetStaleRelays),

@@ -108,22 +108,13 @@ FROM jsonb_to_recordset($1::jsonb) AS f(id bigint, err text, delay_ms bigint)
 WHERE o.id = f.id AND o.state = 'claimed' AND o.lease_owner = $2
 RETURNING o.id, o.state`
 
-// Release returns claimed rows this relay will not publish (shutdown, or
-// held back behind a failed row of their aggregate) to pending, unchanged.
+// Release returns claimed rows this relay will not publish (shutdown, held
+// back behind a failed row of their aggregate, or from a claim whose commit
+// was not confirmed) to pending, unchanged.
 const Release = `
 UPDATE {{table}}
 SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL
 WHERE id = ANY($1::bigint[]) AND state = 'claimed' AND lease_owner = $2`
-
-// ReleaseUnheld returns to pending the rows claimed by relay $1 other than
-// those in $2, the rows it holds in memory. It repairs a claim whose commit
-// succeeded but whose reply never arrived: without it those rows would stay
-// claimed until their lease expired, while later events of their aggregates
-// went ahead.
-const ReleaseUnheld = `
-UPDATE {{table}}
-SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL
-WHERE state = 'claimed' AND lease_owner = $1 AND id <> ALL($2::bigint[])`
 
 // RebalancePayload is the NOTIFY payload that asks relays to rebalance now
 // (a relay joined, or gave up shards); writers' notifications carry none.
