@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,14 +31,14 @@ func TestUpUpDownUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := m.Up(ctx); err != nil || len(applied) != 1 || applied[0] != 1 {
-		t.Fatalf("first Up = %v, %v; want [1]", applied, err)
+	if applied, err := m.Up(ctx); err != nil || len(applied) != 2 || applied[0] != 1 || applied[1] != 2 {
+		t.Fatalf("first Up = %v, %v; want [1 2]", applied, err)
 	}
 	if applied, err := m.Up(ctx); err != nil || len(applied) != 0 {
 		t.Fatalf("second Up = %v, %v; want a no-op", applied, err)
 	}
 	st, err := m.Status(ctx)
-	if err != nil || len(st) != 1 || st[0].AppliedAt == nil || st[0].Name != "outbox" {
+	if err != nil || len(st) != 2 || st[0].AppliedAt == nil || st[0].Name != "outbox" || st[1].AppliedAt == nil || st[1].Name != "fencing" {
 		t.Fatalf("Status = %+v, %v", st, err)
 	}
 	for _, tbl := range []string{"outbox", "outbox_relays", "outbox_shards"} {
@@ -45,8 +46,11 @@ func TestUpUpDownUp(t *testing.T) {
 			t.Fatalf("%s missing after Up", tbl)
 		}
 	}
+	if v, err := m.Down(ctx); err != nil || v != 2 {
+		t.Fatalf("Down = %d, %v; want 2 (one version at a time)", v, err)
+	}
 	if v, err := m.Down(ctx); err != nil || v != 1 {
-		t.Fatalf("Down = %d, %v; want 1", v, err)
+		t.Fatalf("second Down = %d, %v; want 1", v, err)
 	}
 	if tableExists(t, db, db.Schema, "outbox") {
 		t.Fatal("outbox still there after Down")
@@ -57,7 +61,7 @@ func TestUpUpDownUp(t *testing.T) {
 	if st, _ := m.Status(ctx); st[0].AppliedAt != nil {
 		t.Fatalf("Status after Down = %+v", st)
 	}
-	if applied, err := m.Up(ctx); err != nil || len(applied) != 1 {
+	if applied, err := m.Up(ctx); err != nil || len(applied) != 2 {
 		t.Fatalf("Up after Down = %v, %v", applied, err)
 	}
 	if !tableExists(t, db, db.Schema, "outbox") {
@@ -98,11 +102,12 @@ func TestConcurrentUpAppliesOnce(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatalf("concurrent Up failed: %v", errs)
 	}
-	if len(total) != 1 || total[0] != 1 {
-		t.Fatalf("versions applied across 4 goroutines = %v, want [1] exactly once", total)
+	slices.Sort(total)
+	if !slices.Equal(total, []int{1, 2}) {
+		t.Fatalf("versions applied across 4 goroutines = %v, want [1 2] exactly once", total)
 	}
 	var n int
-	if err := db.SQL.QueryRow(`SELECT count(*) FROM outbox_schema_migrations`).Scan(&n); err != nil || n != 1 {
+	if err := db.SQL.QueryRow(`SELECT count(*) FROM outbox_schema_migrations`).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("recorded versions = %d, %v", n, err)
 	}
 }
@@ -162,7 +167,7 @@ func TestFilesArePlainSQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"0001_outbox.down.sql", "0001_outbox.up.sql"}
+	want := []string{"0001_outbox.down.sql", "0001_outbox.up.sql", "0002_fencing.down.sql", "0002_fencing.up.sql"}
 	if len(entries) != len(want) {
 		t.Fatalf("files = %v, want %v", entries, want)
 	}
@@ -184,24 +189,30 @@ func TestExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(goose) != 1 || goose[0].Name != "0001_outbox.sql" ||
+	if len(goose) != 2 || goose[0].Name != "0001_outbox.sql" || goose[1].Name != "0002_fencing.sql" ||
 		!strings.HasPrefix(goose[0].Body, "-- +goose Up\n") || !strings.Contains(goose[0].Body, "\n-- +goose Down\n") ||
-		!strings.Contains(goose[0].Body, `CREATE TABLE "events" (`) || strings.Contains(goose[0].Body, "outbox_") {
+		!strings.Contains(goose[0].Body, `CREATE TABLE "events" (`) || strings.Contains(goose[0].Body, "outbox_") ||
+		!strings.Contains(goose[1].Body, `CREATE INDEX "events_aggregate_idx" ON "events"`) {
 		t.Fatalf("goose export = %+v", goose)
 	}
 	gm, err := m.Export(migrations.FormatGolangMigrate)
-	if err != nil || len(gm) != 2 || gm[0].Name != "0001_outbox.up.sql" || gm[1].Name != "0001_outbox.down.sql" {
+	if err != nil || len(gm) != 4 || gm[0].Name != "0001_outbox.up.sql" || gm[1].Name != "0001_outbox.down.sql" ||
+		gm[2].Name != "0002_fencing.up.sql" || gm[3].Name != "0002_fencing.down.sql" {
 		t.Fatalf("golang-migrate export = %+v, %v", gm, err)
 	}
-	// The exported up file applies as it is, and the down file reverts it.
-	if _, err := db.SQL.Exec(gm[0].Body); err != nil {
-		t.Fatalf("apply exported up: %v", err)
+	// The exported up files apply as they are, and the down files revert them.
+	for _, f := range []int{0, 2} {
+		if _, err := db.SQL.Exec(gm[f].Body); err != nil {
+			t.Fatalf("apply exported %s: %v", gm[f].Name, err)
+		}
 	}
 	if !tableExists(t, db, db.Schema, "events_shards") {
 		t.Fatal("exported up did not create events_shards")
 	}
-	if _, err := db.SQL.Exec(gm[1].Body); err != nil {
-		t.Fatalf("apply exported down: %v", err)
+	for _, f := range []int{3, 1} {
+		if _, err := db.SQL.Exec(gm[f].Body); err != nil {
+			t.Fatalf("apply exported %s: %v", gm[f].Name, err)
+		}
 	}
 	if _, err := m.Export("flyway"); err == nil || !strings.Contains(err.Error(), `unknown export format "flyway"`) {
 		t.Fatalf("Export(flyway) = %v", err)

@@ -17,32 +17,3 @@ func TestBackoffGrowsWithJitterUpToTheCap(t *testing.T) {
 		}
 	}
 }
-
-func TestAssignShardsCoversEveryShardOnce(t *testing.T) {
-	t.Parallel()
-	live := []string{"a", "b", "c"}
-	owner := map[int]string{}
-	for _, id := range live {
-		for _, s := range assignShards(id, live) {
-			if prev, ok := owner[s]; ok {
-				t.Fatalf("shard %d assigned to %s and %s", s, prev, id)
-			}
-			owner[s] = id
-		}
-	}
-	if len(owner) != numShards {
-		t.Fatalf("%d of %d shards assigned", len(owner), numShards)
-	}
-	// Rendezvous hashing: when c leaves, a and b keep every shard they had.
-	for _, id := range []string{"a", "b"} {
-		after := map[int]bool{}
-		for _, s := range assignShards(id, []string{"a", "b"}) {
-			after[s] = true
-		}
-		for _, s := range assignShards(id, live) {
-			if !after[s] {
-				t.Fatalf("shard %d moved away from %s when c left", s, id)
-			}
-		}
-	}
-}

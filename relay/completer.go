@@ -3,12 +3,11 @@ package relay
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // completer records the outcome of publishes in the database, in batches:
@@ -127,7 +126,7 @@ func (c *completer) run() {
 			continue
 		}
 		if len(acks)+len(releases)+len(fails) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), c.r.cfg.StatementTimeout)
 			err := c.flush(ctx, acks, fails, releases)
 			cancel()
 			if err != nil {
@@ -167,48 +166,49 @@ func (c *completer) run() {
 // flushAt is how many acknowledgements make a mark worth sending at once.
 func (c *completer) flushAt() int { return max(c.r.cfg.BatchSize/2, 1) }
 
-// flush commits the outcomes: in one statement when there are only
-// acknowledgements (the common case), in one transaction otherwise.
+// flush commits the outcomes: acknowledgements alone in one statement (the
+// common case, committed asynchronously: a lost mark only republishes), and
+// with failures or releases in one durable transaction, since those take
+// rows out of memory (see outboxsql.SettleSettings).
 func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []failedRow, releases []releasedRow) error {
 	r := c.r
 	if len(fails) == 0 && len(releases) == 0 {
-		if _, err := r.db.ExecContext(ctx, r.sql.markPublished, idArray(acks)); err != nil {
-			return fmt.Errorf("mark %d published: %w", len(acks), err)
+		for owner, ids := range byOwner(acks) {
+			if _, err := r.db.ExecContext(ctx, r.sql.markPublished, outboxsql.RowsArgs{IDs: ids, Owner: owner}.Args()...); err != nil {
+				return fmt.Errorf("mark %d published: %w", len(ids), err)
+			}
 		}
 		r.met.published.Add(ctx, int64(len(acks)))
 		return nil
 	}
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, r.sql.asyncCommit); err != nil {
-		return fmt.Errorf("async commit: %w", err)
-	}
 	var retried, dead int64
-	if len(fails) > 0 {
-		retried, dead, err = c.recordFailures(ctx, tx, fails)
-		if err != nil {
-			return err
+	_, err := r.settle(ctx, func(tx *sql.Tx) (int64, error) {
+		var err error
+		if len(fails) > 0 {
+			if retried, dead, err = c.recordFailures(ctx, tx, fails); err != nil {
+				return 0, err
+			}
 		}
-	}
-	if len(releases) > 0 {
-		ids := make([]*claimedRow, len(releases))
-		for i, rel := range releases {
-			ids[i] = rel.row
+		if len(releases) > 0 {
+			rows := make([]*claimedRow, len(releases))
+			for i, rel := range releases {
+				rows[i] = rel.row
+			}
+			for owner, ids := range byOwner(rows) {
+				if _, err := tx.ExecContext(ctx, r.sql.release, outboxsql.RowsArgs{IDs: ids, Owner: owner}.Args()...); err != nil {
+					return 0, fmt.Errorf("release %d rows: %w", len(ids), err)
+				}
+			}
 		}
-		if _, err := tx.ExecContext(ctx, r.sql.release, idArray(ids), r.cfg.ID); err != nil {
-			return fmt.Errorf("release %d rows: %w", len(releases), err)
+		for owner, ids := range byOwner(acks) {
+			if _, err := tx.ExecContext(ctx, r.sql.markPublished, outboxsql.RowsArgs{IDs: ids, Owner: owner}.Args()...); err != nil {
+				return 0, fmt.Errorf("mark %d published: %w", len(ids), err)
+			}
 		}
-	}
-	if len(acks) > 0 {
-		if _, err := tx.ExecContext(ctx, r.sql.markPublished, idArray(acks)); err != nil {
-			return fmt.Errorf("mark %d published: %w", len(acks), err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit outcomes: %w", err)
+		return 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("record outcomes: %w", err)
 	}
 	recordedAt := r.claimSeq.Load()
 	for _, f := range fails {
@@ -226,20 +226,15 @@ func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []faile
 }
 
 func (c *completer) recordFailures(ctx context.Context, tx *sql.Tx, fails []failedRow) (retried, dead int64, err error) {
-	type failure struct {
-		ID      int64  `json:"id"`
-		Err     string `json:"err"`
-		DelayMS int64  `json:"delay_ms"`
-	}
-	doc := make([]failure, len(fails))
+	doc := make([]outboxsql.Failure, len(fails))
 	for i, f := range fails {
-		doc[i] = failure{ID: f.row.id, Err: f.err, DelayMS: f.delay.Milliseconds()}
+		doc[i] = outboxsql.Failure{ID: f.row.id, Owner: f.row.inc.token, Err: f.err, DelayMS: f.delay.Milliseconds()}
 	}
-	js, err := json.Marshal(doc)
+	args, err := outboxsql.FailArgs{Failures: doc, MaxAttempts: c.r.cfg.MaxAttempts}.Args()
 	if err != nil {
 		return 0, 0, fmt.Errorf("encode failures: %w", err)
 	}
-	rows, err := tx.QueryContext(ctx, c.r.sql.fail, string(js), c.r.cfg.ID, c.r.cfg.MaxAttempts)
+	rows, err := tx.QueryContext(ctx, c.r.sql.fail, args...)
 	if err != nil {
 		return 0, 0, fmt.Errorf("record %d failures: %w", len(fails), err)
 	}
@@ -267,20 +262,4 @@ func (c *completer) recordFailures(ctx context.Context, tx *sql.Tx, fails []fail
 			"aggregate_id", f.row.event.AggregateID, "attempt", f.row.attempts+1, "err", f.err)
 	}
 	return retried, dead, nil
-}
-
-// idArray renders row ids as a PostgreSQL array literal, which any driver
-// passes as text.
-func idArray(rows []*claimedRow) string {
-	var b strings.Builder
-	b.Grow(len(rows) * 8)
-	b.WriteByte('{')
-	for i, row := range rows {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.FormatInt(row.id, 10))
-	}
-	b.WriteByte('}')
-	return b.String()
 }

@@ -29,6 +29,7 @@ const (
 	PruneBatchDefault        = 1000
 	StatsIntervalDefault     = 10 * time.Second
 	FlushIntervalDefault     = 5 * time.Millisecond
+	StatementTimeoutDefault  = 10 * time.Second
 )
 
 // Config configures a Relay. The zero value is valid: every zero field
@@ -37,9 +38,13 @@ type Config struct {
 	// Table is the outbox table. Default: "outbox" on the search_path.
 	Table txoutbox.Table
 
-	// ID names this relay in the coordination tables and in lease_owner.
-	// It must be unique among running relays. Default: host-pid-random,
-	// fresh for every New.
+	// ID names this relay. It may stay the same across restarts (a
+	// StatefulSet pod name, a systemd unit), but must be unique among
+	// running relays: a relay that starts under an id declares the
+	// earlier incarnation of that id dead and takes over its work at once.
+	// In the relays table, lease_owner and the shards' owner each run
+	// appears as "<ID>#<random>". Default: host-pid-random, fresh for
+	// every New.
 	ID string
 
 	// BatchSize is the most rows one claim takes. Default 1000.
@@ -67,10 +72,13 @@ type Config struct {
 	// PollInterval; lower it for latency.
 	DisableListen bool
 
-	// LeaseDuration is how long a claim holds rows before another relay
-	// may take them over. It backs up the relay's heartbeat: rows of a
-	// relay that stopped heartbeating are taken over as soon as it is
-	// declared dead. Default 30s.
+	// LeaseDuration is how long a claim holds rows before any relay may
+	// claim them again. It backs up the relay's heartbeat: rows of a relay
+	// that stopped heartbeating are taken over as soon as it is declared
+	// dead. A publish that takes longer than the lease (a slow broker) is
+	// not cut short: the row may be published twice, never out of order,
+	// since a claim never passes over an earlier row of the aggregate that
+	// another relay holds. Default 30s.
 	LeaseDuration time.Duration
 
 	// MaxAttempts is how many failed publishes make an event dead.
@@ -88,7 +96,11 @@ type Config struct {
 
 	// StaleAfter is how old a relay's heartbeat may get before peers
 	// declare it dead and take over its shards and claims. It must exceed
-	// HeartbeatInterval comfortably. Default 15s.
+	// HeartbeatInterval comfortably. A relay that has not heartbeaten for
+	// StaleAfter less one HeartbeatInterval (cut off from the database,
+	// paused) stops publishing and drops the events it holds, before its
+	// peers may take them over; it registers anew once it reaches the
+	// database again. Default 15s.
 	StaleAfter time.Duration
 
 	// Retention is how long published rows are kept before they are
@@ -107,6 +119,14 @@ type Config struct {
 	// published together, so one statement marks many. It delays only the
 	// bookkeeping, not the publishing. Default 5ms.
 	FlushInterval time.Duration
+
+	// StatementTimeout bounds every statement the relay runs, and on the
+	// server its transactions' statements, lock waits and idle time
+	// (statement_timeout, lock_timeout, idle_in_transaction_session_timeout
+	// set locally), so a relay frozen or cut off inside a transaction
+	// releases its locks, and no relay waits on a peer's locks for long.
+	// Default 10s.
+	StatementTimeout time.Duration
 
 	// StatsInterval is how often the lag and backlog gauges are
 	// refreshed from the database. Default 10s.
@@ -145,6 +165,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.PruneBatch, PruneBatchDefault)
 	setDefault(&c.StatsInterval, StatsIntervalDefault)
 	setDefault(&c.FlushInterval, FlushIntervalDefault)
+	setDefault(&c.StatementTimeout, StatementTimeoutDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -178,7 +199,7 @@ func (c *Config) validate() error {
 		name string
 		v    time.Duration
 	}{{"PollInterval", c.PollInterval}, {"LeaseDuration", c.LeaseDuration}, {"BackoffMin", c.BackoffMin}, {"BackoffMax", c.BackoffMax},
-		{"HeartbeatInterval", c.HeartbeatInterval}, {"StaleAfter", c.StaleAfter}, {"PruneInterval", c.PruneInterval}, {"StatsInterval", c.StatsInterval}, {"FlushInterval", c.FlushInterval}} {
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"StaleAfter", c.StaleAfter}, {"PruneInterval", c.PruneInterval}, {"StatsInterval", c.StatsInterval}, {"FlushInterval", c.FlushInterval}, {"StatementTimeout", c.StatementTimeout}} {
 		if f.v < 0 {
 			return bad("%s is negative (%s)", f.name, f.v)
 		}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // After a NOTIFY, or a claim that found rows, the dispatcher polls every
@@ -113,16 +115,18 @@ func (r *Relay) laneFor(aggregateID string) *lane {
 	return r.lanes[h.Sum32()%uint32(len(r.lanes))]
 }
 
-// claim runs the claim statement and returns the rows in id order.
+// claim runs the claim statement and returns the rows in id order. Only the
+// dispatcher calls it.
 func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
-	r.shardMu.Lock()
-	defer r.shardMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
 	if len(r.unconfirmed) > 0 {
 		if err := r.releaseUnconfirmed(ctx); err != nil {
 			return nil, err
 		}
 	}
-	if r.ownedShards == "{}" {
+	inc, shards := r.members.claimable()
+	if inc == nil || len(shards) == 0 {
 		return nil, nil
 	}
 	seq := r.claimSeq.Add(1)
@@ -131,16 +135,22 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 		return nil, fmt.Errorf("claim batch: begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, r.sql.claimPlan); err != nil {
-		return nil, fmt.Errorf("claim batch: plan settings: %w", err)
+	if _, err := tx.ExecContext(ctx, r.sql.claimSettings, outboxsql.TimeoutArgs{Timeout: r.cfg.StatementTimeout}.Args()...); err != nil {
+		return nil, fmt.Errorf("claim batch: settings: %w", err)
 	}
-	rows, err := tx.QueryContext(ctx, r.sql.claim, r.cfg.ID, limit, intervalLiteral(r.cfg.LeaseDuration), r.ownedShards)
+	args := outboxsql.ClaimArgs{Owner: inc.token, Limit: limit, Lease: r.cfg.LeaseDuration, Shards: shards}
+	rows, err := tx.QueryContext(ctx, r.sql.claim, args.Args()...)
 	if err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
 	}
-	out, err := scanClaimed(rows, seq)
+	out, bad, err := scanClaimed(rows, seq, inc)
 	if err != nil {
 		return nil, err
+	}
+	if len(bad) > 0 {
+		if err := r.markUndecodable(ctx, tx, inc, bad); err != nil {
+			return nil, err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		r.unconfirmed = out
@@ -151,54 +161,112 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 	return out, nil
 }
 
+// markUndecodable makes the claimed rows that cannot become a message dead,
+// in the claim's transaction, so they never block a claim again.
+func (r *Relay) markUndecodable(ctx context.Context, tx *sql.Tx, inc *incarnation, bad []outboxsql.RowError) error {
+	args, err := outboxsql.MarkUndecodableArgs{Rows: bad, Owner: inc.token}.Args()
+	if err != nil {
+		return fmt.Errorf("claim batch: encode undecodable rows: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, r.sql.markUndecodable, args...); err != nil {
+		return fmt.Errorf("claim batch: mark undecodable rows dead: %w", err)
+	}
+	for _, b := range bad {
+		r.log.Error("relay: event cannot be decoded; it is dead", "row", b.ID, "err", b.Err)
+	}
+	r.met.dead.Add(ctx, int64(len(bad)))
+	return nil
+}
+
 // releaseUnconfirmed returns to pending the rows of a claim whose commit
 // was not confirmed, if it committed after all, so they are claimed again in
-// order instead of waiting for their lease while later events of their
-// aggregates go ahead.
+// order instead of waiting for their lease. The release is durable before
+// the incarnation claims again: until then the rows would count as held in
+// its memory.
 func (r *Relay) releaseUnconfirmed(ctx context.Context) error {
-	res, err := r.db.ExecContext(ctx, r.sql.release, idArray(r.unconfirmed), r.cfg.ID)
+	n, err := r.settle(ctx, func(tx *sql.Tx) (int64, error) {
+		var n int64
+		for owner, ids := range byOwner(r.unconfirmed) {
+			res, err := tx.ExecContext(ctx, r.sql.release, outboxsql.RowsArgs{IDs: ids, Owner: owner}.Args()...)
+			if err != nil {
+				return 0, err
+			}
+			m, _ := res.RowsAffected()
+			n += m
+		}
+		return n, nil
+	})
 	if err != nil {
 		return fmt.Errorf("release rows of an unconfirmed claim: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n > 0 {
+	if n > 0 {
 		r.log.Warn("relay: released rows of a claim whose commit was not confirmed", "rows", n)
 	}
 	r.unconfirmed = nil
 	return nil
 }
 
-func scanClaimed(rows *sql.Rows, seq uint64) ([]*claimedRow, error) {
+// settle runs fn in a transaction that commits durably (see
+// outboxsql.SettleSettings) and returns what fn returned.
+func (r *Relay) settle(ctx context.Context, fn func(*sql.Tx) (int64, error)) (int64, error) {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if _, err := tx.ExecContext(ctx, r.sql.settleSettings, outboxsql.TimeoutArgs{Timeout: r.cfg.StatementTimeout}.Args()...); err != nil {
+		return 0, fmt.Errorf("settings: %w", err)
+	}
+	n, err := fn(tx)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("commit: %w", err)
+	}
+	return n, nil
+}
+
+// byOwner groups rows' ids by the incarnation that claimed them: one group
+// but around a change of incarnation.
+func byOwner(rows []*claimedRow) map[string][]int64 {
+	out := make(map[string][]int64, 1)
+	for _, row := range rows {
+		out[row.inc.token] = append(out[row.inc.token], row.id)
+	}
+	return out
+}
+
+// scanClaimed reads claimed rows. A row that cannot become a message (its
+// headers are not a JSON object of strings) is returned in bad instead, to
+// be made dead: one bad row must not fail every claim.
+func scanClaimed(rows *sql.Rows, seq uint64, inc *incarnation) (out []*claimedRow, bad []outboxsql.RowError, err error) {
 	defer rows.Close()
-	var out []*claimedRow
 	for rows.Next() {
 		var (
-			c       = &claimedRow{seq: seq}
+			c       = &claimedRow{seq: seq, inc: inc}
 			eventID string
 			headers string
 		)
 		e := &c.event
 		if err := rows.Scan(&c.id, &eventID, &e.Topic, &e.AggregateType, &e.AggregateID, &e.Type,
 			&e.ContentType, &e.Payload, &headers, &e.CreatedAt, &c.attempts); err != nil {
-			return nil, fmt.Errorf("claim batch: scan: %w", err)
+			return nil, nil, fmt.Errorf("claim batch: scan: %w", err)
 		}
-		var err error
 		if e.ID, err = uuid.Parse(eventID); err != nil {
-			return nil, fmt.Errorf("claim batch: row %d: event id: %w", c.id, err)
+			bad = append(bad, outboxsql.RowError{ID: c.id, Err: "undecodable event: event_id: " + err.Error()})
+			continue
 		}
 		if headers != "{}" {
 			if err := json.Unmarshal([]byte(headers), &e.Headers); err != nil {
-				return nil, fmt.Errorf("claim batch: row %d: headers: %w", c.id, err)
+				bad = append(bad, outboxsql.RowError{ID: c.id, Err: "undecodable event: headers must be a JSON object of strings: " + err.Error()})
+				continue
 			}
 		}
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim batch: %w", err)
+		return nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
-	return out, nil
-}
-
-// intervalLiteral renders d for a $n::interval parameter.
-func intervalLiteral(d time.Duration) string {
-	return fmt.Sprintf("%d microseconds", d.Microseconds())
+	return out, bad, nil
 }

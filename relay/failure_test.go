@@ -213,7 +213,7 @@ func TestFailoverAfterRelayDiesWithoutCleanup(t *testing.T) {
 	<-hang.started
 	deadDB.Close() // every later query of A fails: no cleanup is possible
 	t.Cleanup(func() { close(hang.release); cancelA(); <-doneA })
-	claimedByA := count(t, b.db, "SELECT count(*) FROM outbox WHERE lease_owner = 'relay-a'")
+	claimedByA := count(t, b.db, "SELECT count(*) FROM outbox WHERE lease_owner LIKE 'relay-a#%'")
 	if claimedByA == 0 {
 		t.Fatal("relay A claimed nothing")
 	}
@@ -297,7 +297,7 @@ func TestShardHandoverWaitsForThePreviousOwner(t *testing.T) {
 	cfgB.ID, cfgB.LeaseDuration = "relay-b", time.Minute
 	runRelay(t, b.db, kafka, cfgB)
 	waitFor(t, 10*time.Second, "relay-b to own shards", func() bool {
-		return count(t, b.db, "SELECT count(*) FROM outbox_shards WHERE owner = 'relay-b'") > 0
+		return count(t, b.db, "SELECT count(*) FROM outbox_shards WHERE owner LIKE 'relay-b#%'") > 0
 	})
 	time.Sleep(500 * time.Millisecond) // several heartbeats: B would have claimed by now
 	if n := count(t, b.db, "SELECT count(*) FROM outbox WHERE state = 'published'"); n != 0 {

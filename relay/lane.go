@@ -38,6 +38,13 @@ func newLane(r *Relay, capacity int) *lane {
 
 func (l *lane) run(ctx context.Context) {
 	for row := range l.queue {
+		if !row.inc.live(l.r.clock.now()) {
+			// Declared dead, or past its deadline: peers may hold
+			// this row's aggregate now. Publish nothing more of what
+			// the incarnation claimed, and record nothing either.
+			l.r.drop(row)
+			continue
+		}
 		if ctx.Err() != nil {
 			l.r.completer.release(row, nil) // shutting down: give it back unpublished
 			continue
@@ -51,10 +58,17 @@ func (l *lane) run(ctx context.Context) {
 		l.r.met.publishDuration.Record(context.Background(), time.Since(start).Seconds())
 		if err == nil {
 			l.r.outage.Store(0)
+			// Marked even if the incarnation ended meanwhile: the
+			// broker has it, and the mark applies only if no one
+			// claimed the row since.
 			l.r.completer.ack(row)
 			continue
 		}
 		l.r.outage.Add(1)
+		if !row.inc.live(l.r.clock.now()) {
+			l.r.drop(row)
+			continue
+		}
 		l.r.completer.fail(row, err, l.hold(row.event.AggregateID))
 	}
 }

@@ -65,7 +65,7 @@ func (r *Relay) listen(ctx context.Context) error {
 				return fmt.Errorf("wait for notification: %w: %w", err, driver.ErrBadConn)
 			}
 			if n.Payload == outboxsql.RebalancePayload {
-				signal(r.rebalanceNow)
+				signal(r.members.rebalanceNow)
 				continue
 			}
 			signal(r.wake)

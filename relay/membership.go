@@ -2,12 +2,18 @@ package relay
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"os"
+	"slices"
 	"strconv"
-	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // numShards is fixed by the schema: shard = hashtext(aggregate_id) & 255.
@@ -18,26 +24,87 @@ const numShards = 256
 // or their previous owner still has events in flight.
 const convergeInterval = 200 * time.Millisecond
 
-// membershipLoop heartbeats, declares relays with stale heartbeats dead, and
-// moves shards so each is owned by exactly one live relay. Besides every
-// HeartbeatInterval, it rebalances when a peer announces a change (NOTIFY
-// with RebalancePayload) and, until converged, every convergeInterval, so
-// relays that join or leave take effect in a fraction of a heartbeat.
-func (r *Relay) membershipLoop(ctx context.Context) {
+// membership is the relay's place among its peers: its incarnation and its
+// heartbeat, and which shards it claims from. It alone writes the relays and
+// shards tables.
+//
+// Shards spread the work: each is owned by one live incarnation, chosen by
+// rendezvous hashing of the relays' names, so a relay restarted under the
+// same Config.ID gets the same shards back. Order does not rest on them:
+// outboxsql.Claim keeps it even while two relays' shard lists overlap (a
+// stale list, a handover in progress).
+type membership struct {
+	db    *sql.DB
+	sql   *statements
+	cfg   *Config
+	log   *slog.Logger
+	clock *clock
+	host  string
+
+	// wake asks the dispatcher to claim now (new shards to claim from).
+	wake chan struct{}
+	// rebalanceNow is signalled when a peer announces a membership change
+	// (NOTIFY with outboxsql.RebalancePayload).
+	rebalanceNow chan struct{}
+
+	cur atomic.Pointer[incarnation]
+
+	mu     sync.Mutex
+	shards []int16        // owned shards out of handover, claimed from; guarded by mu
+	ready  map[int16]bool // the same as a set; guarded by mu
+	owned  atomic.Int64   // len(shards), for metrics
+}
+
+func newMembership(db *sql.DB, q *statements, cfg *Config, log *slog.Logger, c *clock, wake chan struct{}) *membership {
 	host, _ := os.Hostname()
-	t := time.NewTicker(r.cfg.HeartbeatInterval)
+	return &membership{db: db, sql: q, cfg: cfg, log: log, clock: c, host: host, wake: wake, rebalanceNow: make(chan struct{}, 1)}
+}
+
+// claimable returns the incarnation to claim under and the shards to claim
+// from, or nil when the relay must not claim: it is not registered yet, or
+// its incarnation ended and the next heartbeat round has not replaced it.
+func (m *membership) claimable() (*incarnation, []int16) {
+	inc := m.cur.Load()
+	if inc == nil || !inc.live(m.clock.now()) {
+		return nil, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return inc, m.shards
+}
+
+func (m *membership) setShards(shards []int16) {
+	m.mu.Lock()
+	m.shards = shards
+	m.ready = make(map[int16]bool, len(shards))
+	for _, s := range shards {
+		m.ready[s] = true
+	}
+	m.mu.Unlock()
+	if prev := m.owned.Swap(int64(len(shards))); prev != int64(len(shards)) && len(shards) > 0 {
+		signal(m.wake)
+	}
+}
+
+// run heartbeats, declares relays with stale heartbeats dead, and moves
+// shards so each is owned by exactly one live relay. Besides every
+// HeartbeatInterval, it rebalances when a peer announces a change and, until
+// converged, every convergeInterval, so relays that join or leave take
+// effect in a fraction of a heartbeat.
+func (m *membership) run(ctx context.Context) {
+	t := time.NewTicker(m.cfg.HeartbeatInterval)
 	defer t.Stop()
 	converge := time.NewTimer(time.Hour)
 	defer converge.Stop()
 	failures := 0
 	for {
-		converged, err := r.rebalance(ctx, host)
+		converged, err := m.round(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			failures++
-			r.log.Warn("relay: heartbeat failed", "err", err, "failures", failures)
+			m.log.Warn("relay: heartbeat failed", "err", err, "failures", failures)
 		} else {
 			failures = 0
 		}
@@ -47,107 +114,199 @@ func (r *Relay) membershipLoop(ctx context.Context) {
 		select {
 		case <-t.C:
 		case <-converge.C:
-		case <-r.rebalanceNow:
+		case <-m.rebalanceNow:
 		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-// rebalance runs one heartbeat round. It holds shardMu throughout, so no
-// claim runs between re-registering (after peers declared this relay dead)
-// and learning which shards it still owns.
-//
-// It reports whether the relay claims from every shard it should own.
-func (r *Relay) rebalance(ctx context.Context, host string) (converged bool, err error) {
-	r.shardMu.Lock()
-	defer r.shardMu.Unlock()
-	var joined bool
-	if err := r.db.QueryRowContext(ctx, r.sql.heartbeat, r.cfg.ID, host).Scan(&joined); err != nil {
-		return false, fmt.Errorf("heartbeat: %w", err)
+// round runs one heartbeat round. It reports whether the relay claims from
+// every shard it should own. After an error the relay claims from no shard
+// until a round succeeds: its view of the fleet is unknown.
+func (m *membership) round(ctx context.Context) (converged bool, err error) {
+	defer func() {
+		if err != nil {
+			m.setShards(nil)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.StatementTimeout)
+	defer cancel()
+	start := m.clock.now()
+	inc, err := m.heartbeat(ctx, start)
+	if err != nil {
+		return false, err
 	}
-	if joined {
-		r.announce(ctx)
-	}
-	forgotten, err := r.queryStrings(ctx, r.sql.forgetStale, intervalLiteral(r.cfg.StaleAfter))
+	forgotten, err := m.queryStrings(ctx, m.sql.forgetStale, outboxsql.Interval(m.cfg.StaleAfter))
 	if err != nil {
 		return false, fmt.Errorf("forget stale relays: %w", err)
 	}
 	for _, id := range forgotten {
-		r.log.Warn("relay: declared a relay dead after its heartbeat went stale; taking over its work", "dead_relay", id)
+		m.log.Warn("relay: declared a relay dead after its heartbeat went stale; taking over its work", "dead_relay", id)
 	}
-	live, err := r.queryStrings(ctx, r.sql.liveRelays)
+	names, err := m.liveNames(ctx)
 	if err != nil {
 		return false, fmt.Errorf("list relays: %w", err)
 	}
-	mine := assignShards(r.cfg.ID, live)
-	want := shardArray(mine)
-
-	res, err := r.db.ExecContext(ctx, r.sql.releaseShards, r.cfg.ID, want)
+	mine := assignShards(m.cfg.ID, names)
+	want := outboxsql.ShardsArgs{Owner: inc.token, Shards: mine}
+	res, err := m.db.ExecContext(ctx, m.sql.releaseShards, want.Args()...)
 	if err != nil {
 		return false, fmt.Errorf("release shards: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n > 0 {
-		r.announce(ctx) // the shards' new owners can take them now
+		m.announce(ctx) // the shards' new owners can take them now
 	}
-	owned, err := r.queryStrings(ctx, r.sql.acquireShards, r.cfg.ID, want)
+	owned, err := m.queryShards(ctx, m.sql.acquireShards, want.Args()...)
 	if err != nil {
-		r.ownedShards = "{}" // unknown: claim nothing until the next round
 		return false, fmt.Errorf("acquire shards: %w", err)
 	}
-	ready, err := r.takeOver(ctx, owned)
+	ready, err := m.outOfHandover(ctx, inc, owned)
 	if err != nil {
-		r.ownedShards = "{}"
 		return false, err
 	}
-	r.ownedShards = "{" + strings.Join(ready, ",") + "}"
-	if prev := r.owned.Swap(int64(len(ready))); prev != int64(len(ready)) {
-		r.log.Info("relay: shards rebalanced", "owned", len(owned), "claiming_from", len(ready), "live_relays", len(live))
-		signal(r.wake)
+	if len(ready) != int(m.owned.Load()) {
+		m.log.Info("relay: shards rebalanced", "owned", len(owned), "claiming_from", len(ready), "live_relays", len(names))
 	}
+	m.setShards(ready)
 	return len(ready) == len(mine), nil
+}
+
+// heartbeat refreshes the incarnation's row, or registers a new incarnation
+// when there is none yet or the current one ended: declared dead by peers
+// (its row is gone), or its deadline passed (it dropped what it held).
+// Success extends the deadline from start, the moment before the statement
+// was sent, which is no later than the heartbeat_at the database records.
+func (m *membership) heartbeat(ctx context.Context, start time.Duration) (*incarnation, error) {
+	inc := m.cur.Load()
+	if inc != nil && inc.live(start) {
+		res, err := m.db.ExecContext(ctx, m.sql.heartbeat, inc.token)
+		if err != nil {
+			return nil, fmt.Errorf("heartbeat: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return nil, fmt.Errorf("heartbeat: %w", err)
+		} else if n == 0 {
+			m.log.Warn("relay: peers declared this relay dead (its heartbeat went stale); dropping the events it holds and registering anew",
+				"incarnation", inc.token)
+			inc.fence()
+		}
+	}
+	if inc == nil || !inc.live(start) {
+		if inc != nil {
+			m.setShards(nil)
+		}
+		next := newIncarnation(m.cfg.ID)
+		next.extend(start + m.cfg.StaleAfter - m.cfg.HeartbeatInterval)
+		if err := m.register(ctx, next); err != nil {
+			return nil, err
+		}
+		m.cur.Store(next)
+		return next, nil
+	}
+	inc.extend(start + m.cfg.StaleAfter - m.cfg.HeartbeatInterval)
+	return inc, nil
+}
+
+// register records a new incarnation, replaces earlier incarnations of the
+// same name (a restart under a fixed Config.ID) so their work is taken over
+// now, and announces the change.
+func (m *membership) register(ctx context.Context, inc *incarnation) error {
+	tx, err := m.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if _, err := tx.ExecContext(ctx, m.sql.register, outboxsql.RegisterArgs{Owner: inc.token, Name: m.cfg.ID, Host: m.host}.Args()...); err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, m.sql.replacePredecessors, outboxsql.ReplaceArgs{Name: m.cfg.ID, Owner: inc.token}.Args()...)
+	if err != nil {
+		return fmt.Errorf("register: replace earlier incarnations: %w", err)
+	}
+	replaced, err := scanStrings(rows)
+	if err != nil {
+		return fmt.Errorf("register: replace earlier incarnations: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("register: commit: %w", err)
+	}
+	for _, old := range replaced {
+		m.log.Warn("relay: replaced an earlier incarnation of this relay id; taking over its work (relay ids must be unique among running relays)",
+			"replaced", old)
+	}
+	m.log.Info("relay: registered", "incarnation", inc.token)
+	m.announce(ctx)
+	return nil
 }
 
 // announce asks the peers to rebalance now. It is an optimisation: peers
 // that miss it rebalance at their next heartbeat.
-func (r *Relay) announce(ctx context.Context) {
-	if _, err := r.db.ExecContext(ctx, r.sql.notifyRebalance); err != nil {
-		r.log.Debug("relay: announce rebalance", "err", err)
+func (m *membership) announce(ctx context.Context) {
+	if _, err := m.db.ExecContext(ctx, m.sql.notifyRebalance); err != nil {
+		m.log.Debug("relay: announce rebalance", "err", err)
 	}
 }
 
-// takeOver returns the owned shards the relay may claim from: those it has
-// claimed from before, and newly acquired ones whose previous owner has no
-// claimed rows in flight any more (see outboxsql.ShardsInHandover). Shards
-// still in handover are checked again at the next heartbeat.
-func (r *Relay) takeOver(ctx context.Context, owned []string) ([]string, error) {
-	var fresh []string
+// outOfHandover returns the owned shards the relay may claim from: those it
+// has claimed from before, and newly acquired ones whose previous owner has
+// no claimed rows in flight any more (see outboxsql.ShardsInHandover).
+// Shards still in handover are checked again at the next round.
+func (m *membership) outOfHandover(ctx context.Context, inc *incarnation, owned []int16) ([]int16, error) {
+	m.mu.Lock()
+	var fresh []int16
 	for _, s := range owned {
-		if !r.ready[s] {
+		if !m.ready[s] {
 			fresh = append(fresh, s)
 		}
 	}
-	var busy map[string]bool
-	if len(fresh) > 0 {
-		inHandover, err := r.queryStrings(ctx, r.sql.shardsInHandover, r.cfg.ID, "{"+strings.Join(fresh, ",")+"}")
-		if err != nil {
-			return nil, fmt.Errorf("check shard handover: %w", err)
-		}
-		busy = make(map[string]bool, len(inHandover))
-		for _, s := range inHandover {
-			busy[s] = true
-		}
+	m.mu.Unlock()
+	if len(fresh) == 0 {
+		return owned, nil
 	}
-	ready := make(map[string]bool, len(owned))
-	out := make([]string, 0, len(owned))
-	for _, s := range owned {
-		if !busy[s] {
-			ready[s] = true
-			out = append(out, s)
-		}
+	busy, err := m.queryShards(ctx, m.sql.shardsInHandover, outboxsql.ShardsArgs{Owner: inc.token, Shards: fresh}.Args()...)
+	if err != nil {
+		return nil, fmt.Errorf("check shard handover: %w", err)
 	}
-	r.ready = ready
-	return out, nil
+	return slices.DeleteFunc(owned, func(s int16) bool { return slices.Contains(busy, s) }), nil
+}
+
+// leave gives up the incarnation's shards and heartbeat so peers take over
+// now rather than after StaleAfter.
+func (m *membership) leave() {
+	inc := m.cur.Load()
+	if inc == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StatementTimeout)
+	defer cancel()
+	if _, err := m.db.ExecContext(ctx, m.sql.leaveShards, inc.token); err != nil {
+		m.log.Warn("relay: release shards on shutdown", "err", err)
+	}
+	if _, err := m.db.ExecContext(ctx, m.sql.leaveRelay, inc.token); err != nil {
+		m.log.Warn("relay: unregister on shutdown", "err", err)
+	}
+	m.announce(ctx)
+	m.setShards(nil)
+	m.cur.Store(nil)
+}
+
+// liveNames lists the names of the live incarnations.
+func (m *membership) liveNames(ctx context.Context) ([]string, error) {
+	rows, err := m.db.QueryContext(ctx, m.sql.liveRelays)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var id, name string
+		if err := rows.Scan(&id, &name); err != nil {
+			return nil, err
+		}
+		names = append(names, name)
+	}
+	return names, rows.Err()
 }
 
 // assignShards returns the shards relay me should own among the live relays,
@@ -155,8 +314,8 @@ func (r *Relay) takeOver(ctx context.Context, owned []string) ([]string, error) 
 // hash(shard, relay). Every relay computes the same assignment from the same
 // list, and a relay joining or leaving moves only the shards it gains or
 // loses.
-func assignShards(me string, live []string) []int {
-	var mine []int
+func assignShards(me string, live []string) []int16 {
+	var mine []int16
 	for shard := range numShards {
 		best, bestScore := "", uint64(0)
 		for _, id := range live {
@@ -169,25 +328,42 @@ func assignShards(me string, live []string) []int {
 			}
 		}
 		if best == me {
-			mine = append(mine, shard)
+			mine = append(mine, int16(shard))
 		}
 	}
 	return mine
 }
 
-func shardArray(shards []int) string {
-	s := make([]string, len(shards))
-	for i, n := range shards {
-		s[i] = strconv.Itoa(n)
-	}
-	return "{" + strings.Join(s, ",") + "}"
-}
-
-func (r *Relay) queryStrings(ctx context.Context, query string, args ...any) ([]string, error) {
-	rows, err := r.db.QueryContext(ctx, query, args...)
+func (m *membership) queryStrings(ctx context.Context, query string, args ...any) ([]string, error) {
+	rows, err := m.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
+	return scanStrings(rows)
+}
+
+func (m *membership) queryShards(ctx context.Context, query string, args ...any) ([]int16, error) {
+	rows, err := m.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int16
+	for rows.Next() {
+		var s int16
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func scanStrings(rows *sql.Rows) ([]string, error) {
 	defer rows.Close()
 	var out []string
 	for rows.Next() {

@@ -75,7 +75,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 // observe registers the gauge callback for r and returns its unregister.
 func (m *metrics) observe(r *Relay) (func() error, error) {
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(m.shards, r.owned.Load())
+		o.ObserveInt64(m.shards, r.members.owned.Load())
 		m.mu.Lock()
 		last := m.last
 		m.mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // pruneLoop deletes published rows older than Retention, a batch per
@@ -51,6 +53,8 @@ func (r *Relay) Prune(ctx context.Context) (int64, error) {
 }
 
 func (r *Relay) pruneBatch(ctx context.Context) (deleted int64, locked bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, false, fmt.Errorf("prune: begin: %w", err)
@@ -62,7 +66,7 @@ func (r *Relay) pruneBatch(ctx context.Context) (deleted int64, locked bool, err
 	if !locked {
 		return 0, false, nil
 	}
-	res, err := tx.ExecContext(ctx, r.sql.prune, intervalLiteral(r.cfg.Retention), r.cfg.PruneBatch)
+	res, err := tx.ExecContext(ctx, r.sql.prune, outboxsql.Interval(r.cfg.Retention), r.cfg.PruneBatch)
 	if err != nil {
 		return 0, true, fmt.Errorf("prune: delete: %w", err)
 	}

@@ -25,30 +25,26 @@ type Relay struct {
 	db    *sql.DB
 	pub   message.Publisher
 	cfg   Config
-	sql   statements
+	sql   *statements
 	log   *slog.Logger
 	met   *metrics
 	trace trace.Tracer
+	clock *clock
 
-	// shardMu serializes claims with rebalancing, so a shard is never
-	// released while a claim on it is uncommitted, and ownedShards is what
-	// the shards table says whenever a claim runs; see Claim in outboxsql.
-	shardMu     sync.Mutex
-	ownedShards string          // array literal of the shards claimed from; guarded by shardMu
-	ready       map[string]bool // owned shards out of handover; guarded by shardMu
+	members *membership
+
 	// unconfirmed holds the rows of a claim whose commit failed: it may have
-	// committed without the reply arriving, leaving them claimed with no
-	// lane publishing them. The next claim first releases them.
-	unconfirmed []*claimedRow // guarded by shardMu
+	// committed without the reply arriving, leaving them claimed by the
+	// incarnation with no lane publishing them. The next claim first
+	// releases them. Only the dispatcher touches it.
+	unconfirmed []*claimedRow
 	// claimSeq numbers claims; rows carry the number of the claim that
 	// took them, which the lanes' fences compare against.
 	claimSeq atomic.Uint64
 
-	inflight atomic.Int64  // claimed rows not yet recorded as published, failed or released
+	inflight atomic.Int64  // claimed rows not yet recorded as published, failed or released, nor dropped
 	capacity chan struct{} // signalled when inflight drops
 	wake     chan struct{} // signalled by NOTIFY
-	// rebalanceNow is signalled when a peer announces a membership change.
-	rebalanceNow chan struct{}
 
 	// outage counts publishes failed in a row across lanes; the
 	// dispatcher backs off while it grows, so a broker outage is not
@@ -58,7 +54,6 @@ type Relay struct {
 	lanes     []*lane
 	completer *completer
 	running   atomic.Bool
-	owned     atomic.Int64 // shards owned, for metrics
 }
 
 // New validates cfg and returns a relay that reads the outbox through db and
@@ -95,21 +90,24 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		return nil, fmt.Errorf("relay: metrics: %w", err)
 	}
 	r := &Relay{
-		db:          db,
-		pub:         pub,
-		cfg:         cfg,
-		sql:         render(names),
-		log:         cfg.Logger.With("relay", cfg.ID),
-		met:         met,
-		trace:       tracer(cfg.TracerProvider),
-		capacity:    make(chan struct{}, 1),
-		ownedShards: "{}",
-		wake:        make(chan struct{}, 1),
+		db:       db,
+		pub:      pub,
+		cfg:      cfg,
+		sql:      render(names),
+		log:      cfg.Logger.With("relay", cfg.ID),
+		met:      met,
+		trace:    tracer(cfg.TracerProvider),
+		clock:    &clock{base: time.Now()},
+		capacity: make(chan struct{}, 1),
+		wake:     make(chan struct{}, 1),
 	}
+	r.members = newMembership(db, r.sql, &r.cfg, r.log, r.clock, r.wake)
 	return r, nil
 }
 
-// ID returns the relay's id, as recorded in lease_owner and the relays table.
+// ID returns the relay's id (Config.ID). In the relays table, lease_owner
+// and the shards' owner the relay appears as "<id>#<random>": one
+// incarnation per Run, and a new one after it was declared dead.
 func (r *Relay) ID() string { return r.cfg.ID }
 
 // Run publishes the outbox until ctx ends, then shuts down cleanly: it
@@ -151,7 +149,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 
 	var background sync.WaitGroup
-	for _, loop := range []func(context.Context){r.membershipLoop, r.listenLoop, r.pruneLoop, r.statsLoop} {
+	for _, loop := range []func(context.Context){r.members.run, r.listenLoop, r.pruneLoop, r.statsLoop} {
 		background.Add(1)
 		go func() {
 			defer background.Done()
@@ -168,27 +166,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.completer.close()
 	<-completerDone
 	background.Wait()
-	r.leave()
+	r.members.leave()
 	if unregister != nil {
 		_ = unregister()
 	}
 	r.log.Info("relay stopped")
 	return nil
-}
-
-// leave gives up the relay's shards and heartbeat so peers take over now
-// rather than after StaleAfter.
-func (r *Relay) leave() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := r.db.ExecContext(ctx, r.sql.leaveShards, r.cfg.ID); err != nil {
-		r.log.Warn("relay: release shards on shutdown", "err", err)
-	}
-	if _, err := r.db.ExecContext(ctx, r.sql.leaveRelay, r.cfg.ID); err != nil {
-		r.log.Warn("relay: unregister on shutdown", "err", err)
-	}
-	r.announce(ctx)
-	r.owned.Store(0)
 }
 
 // signal does a non-blocking send on a wake-up channel of capacity 1.
@@ -215,6 +198,14 @@ func sleep(ctx context.Context, d time.Duration) bool {
 type claimedRow struct {
 	id       int64
 	event    txoutbox.Event
-	attempts int    // failed publishes before this claim
-	seq      uint64 // the claim that took it
+	attempts int          // failed publishes before this claim
+	seq      uint64       // the claim that took it
+	inc      *incarnation // the incarnation that claimed it
+}
+
+// drop forgets a row without recording anything: its incarnation ended, so
+// the row is someone else's to claim (see incarnation).
+func (r *Relay) drop(row *claimedRow) {
+	r.inflight.Add(-1)
+	signal(r.capacity)
 }

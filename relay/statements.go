@@ -4,32 +4,36 @@ import "github.com/txoutbox/txoutbox/internal/outboxsql"
 
 // statements are the relay's SQL, rendered once for its table.
 type statements struct {
-	claim, claimPlan, asyncCommit, shardsInHandover, markPublished, fail, release string
-	heartbeat, notifyRebalance, forgetStale, liveRelays                           string
-	releaseShards, acquireShards, leaveShards, leaveRelay                         string
-	prune, pruneLock, stats, topicStats                                           string
+	claim, claimSettings, settleSettings, markUndecodable, shardsInHandover string
+	markPublished, fail, release                                            string
+	register, replacePredecessors, heartbeat, notifyRebalance, forgetStale  string
+	liveRelays, releaseShards, acquireShards, leaveShards, leaveRelay       string
+	prune, pruneLock, stats, topicStats                                     string
 }
 
-func render(n outboxsql.Names) statements {
-	return statements{
-		claim:            n.Render(outboxsql.Claim),
-		claimPlan:        outboxsql.ClaimPlan,
-		asyncCommit:      outboxsql.AsyncCommit,
-		shardsInHandover: n.Render(outboxsql.ShardsInHandover),
-		markPublished:    n.Render(outboxsql.MarkPublished),
-		fail:             n.Render(outboxsql.Fail),
-		release:          n.Render(outboxsql.Release),
-		heartbeat:        n.Render(outboxsql.Heartbeat),
-		notifyRebalance:  n.Render(outboxsql.NotifyRebalance),
-		forgetStale:      n.Render(outboxsql.ForgetStaleRelays),
-		liveRelays:       n.Render(outboxsql.LiveRelays),
-		releaseShards:    n.Render(outboxsql.ReleaseShards),
-		acquireShards:    n.Render(outboxsql.AcquireShards),
-		leaveShards:      n.Render(outboxsql.LeaveShards),
-		leaveRelay:       n.Render(outboxsql.LeaveRelay),
-		prune:            n.Render(outboxsql.Prune),
-		pruneLock:        n.Render(outboxsql.PruneLock),
-		stats:            n.Render(outboxsql.Stats),
-		topicStats:       n.Render(outboxsql.TopicStats),
+func render(n outboxsql.Names) *statements {
+	return &statements{
+		claim:               n.Render(outboxsql.Claim),
+		claimSettings:       outboxsql.ClaimSettings,
+		settleSettings:      outboxsql.SettleSettings,
+		markUndecodable:     n.Render(outboxsql.MarkUndecodable),
+		shardsInHandover:    n.Render(outboxsql.ShardsInHandover),
+		markPublished:       n.Render(outboxsql.MarkPublished),
+		fail:                n.Render(outboxsql.Fail),
+		release:             n.Render(outboxsql.Release),
+		register:            n.Render(outboxsql.Register),
+		replacePredecessors: n.Render(outboxsql.ReplacePredecessors),
+		heartbeat:           n.Render(outboxsql.Heartbeat),
+		notifyRebalance:     n.Render(outboxsql.NotifyRebalance),
+		forgetStale:         n.Render(outboxsql.ForgetStaleRelays),
+		liveRelays:          n.Render(outboxsql.LiveRelays),
+		releaseShards:       n.Render(outboxsql.ReleaseShards),
+		acquireShards:       n.Render(outboxsql.AcquireShards),
+		leaveShards:         n.Render(outboxsql.LeaveShards),
+		leaveRelay:          n.Render(outboxsql.LeaveRelay),
+		prune:               n.Render(outboxsql.Prune),
+		pruneLock:           n.Render(outboxsql.PruneLock),
+		stats:               n.Render(outboxsql.Stats),
+		topicStats:          n.Render(outboxsql.TopicStats),
 	}
 }

@@ -43,7 +43,7 @@ func ReadStats(ctx context.Context, db *sql.DB, table txoutbox.Table) (Stats, er
 	return readStats(ctx, db, render(names))
 }
 
-func readStats(ctx context.Context, db *sql.DB, q statements) (Stats, error) {
+func readStats(ctx context.Context, db *sql.DB, q *statements) (Stats, error) {
 	var (
 		s      Stats
 		oldest sql.NullTime
@@ -103,7 +103,10 @@ func (r *Relay) statsLoop(ctx context.Context) {
 	t := time.NewTicker(r.cfg.StatsInterval)
 	defer t.Stop()
 	for {
-		if s, err := r.Stats(ctx); err == nil {
+		sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+		s, err := r.Stats(sctx)
+		cancel()
+		if err == nil {
 			r.met.setStats(s)
 		} else if ctx.Err() == nil {
 			r.log.Debug("relay: read stats", "err", err)

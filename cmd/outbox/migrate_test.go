@@ -26,7 +26,7 @@ func TestMigrateCommands(t *testing.T) {
 	flags := []string{"--database-url", db.URL, "--schema", db.Schema}
 
 	code, out, errOut := outbox(t, append([]string{"migrate", "up"}, flags...)...)
-	if code != 0 || !strings.Contains(out, "applied version(s) 1") {
+	if code != 0 || !strings.Contains(out, "applied version(s) 1, 2") {
 		t.Fatalf("migrate up: %d %q %q", code, out, errOut)
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "up", "--json"}, flags...)...)
@@ -35,7 +35,7 @@ func TestMigrateCommands(t *testing.T) {
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "status", "--json"}, flags...)...)
 	var st []map[string]any
-	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st) != 1 || st[0]["applied_at"] == nil {
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st) != 2 || st[0]["applied_at"] == nil || st[1]["applied_at"] == nil {
 		t.Fatalf("migrate status --json: %d %q", code, out)
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "status"}, flags...)...)
@@ -43,7 +43,7 @@ func TestMigrateCommands(t *testing.T) {
 		t.Fatalf("migrate status: %d %q", code, out)
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "down"}, flags...)...)
-	if code != 0 || !strings.Contains(out, "reverted version 1") {
+	if code != 0 || !strings.Contains(out, "reverted version 2") {
 		t.Fatalf("migrate down: %d %q", code, out)
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "status"}, flags...)...)
@@ -69,7 +69,7 @@ func TestMigrateInboxSet(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewDB(t)
 	code, out, errOut := outbox(t, "migrate", "up", "--set", "inbox", "--database-url", db.URL, "--schema", db.Schema)
-	if code != 0 || !strings.Contains(out, "applied version(s) 1") {
+	if code != 0 || !strings.Contains(out, "applied version(s) 1\n") {
 		t.Fatalf("migrate up --set inbox: %d %q %q", code, out, errOut)
 	}
 	var ok bool

@@ -7,6 +7,7 @@ package outboxsql
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Names are the quoted, schema-qualified names of the outbox tables and the
@@ -81,5 +82,41 @@ func Insert(n Names, rows int, notify bool) string {
 		b.WriteString(quoteLiteral(n.Channel))
 		b.WriteString(", '') FROM (SELECT 1 FROM ins LIMIT 1) AS one")
 	}
+	return b.String()
+}
+
+// Interval renders d for a $n::interval parameter.
+func Interval(d time.Duration) string {
+	return strconv.FormatInt(d.Microseconds(), 10) + " microseconds"
+}
+
+// Int64Array renders ids as a PostgreSQL array literal, which any driver
+// passes as text.
+func Int64Array(ids []int64) string {
+	var b strings.Builder
+	b.Grow(len(ids)*8 + 2)
+	b.WriteByte('{')
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(id, 10))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// Int16Array renders shard numbers as a PostgreSQL array literal.
+func Int16Array(v []int16) string {
+	var b strings.Builder
+	b.Grow(len(v)*4 + 2)
+	b.WriteByte('{')
+	for i, n := range v {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(int(n)))
+	}
+	b.WriteByte('}')
 	return b.String()
 }

@@ -1,116 +1,261 @@
 package outboxsql
 
-// Relay statements. $1 is always the relay's id where a statement takes one.
-// Id lists are passed as array literals ('{1,2,3}') and per-row values as a
-// JSON document, so the statements work with any database/sql driver.
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+)
 
-// Claim takes up to $2 due rows of the shards in $4 (the shards this relay
-// owns and has taken over), under a lease of $3, and returns them. One
-// statement in a short transaction.
+// Relay statements. Each statement that takes parameters has an Args type
+// beside it that binds them in order, so no statement is called with
+// positional values chosen far from its text. Id and shard lists are passed
+// as array literals ('{1,2,3}') and per-row values as a JSON document, so the
+// statements work with any database/sql driver.
 //
-//   - "me" locks the relay's own heartbeat row FOR SHARE: a peer that declares
-//     this relay dead (deleting the row) waits for an in-progress claim to
-//     commit, and a relay that was declared dead claims nothing. The relay
-//     changes its shard list only under the same lock as its claims, so the
-//     list in $4 is what the shards table says.
-//   - "fence" lists aggregates that must hold back their later rows: a row in
-//     retry backoff. A dead row does not fence its aggregate. (Rows claimed by
-//     a previous owner of a shard are handled before the shard is claimed
-//     from: see ShardsInHandover.)
-//   - Claimed rows are taken over when their lease expired or their relay is
-//     gone. A live relay's own claimed rows are in its memory; it re-claims
-//     them only once their lease expired.
-//   - "fence" is MATERIALIZED: computed once, not once per candidate row.
-//   - The shard list is a parameter, not a join, so the planner walks the
-//     claim index in id order and stops at the limit instead of sorting every
-//     unpublished row.
+// Ordering rests on one rule that Claim enforces in the database: a row is
+// claimed only if every earlier unpublished row of its aggregate is claimed
+// by the same relay incarnation (which holds it in memory ahead of the new
+// row, or had it acknowledged) or is taken by the same claim. See package
+// relay's documentation for why that keeps first deliveries in order.
+
+// Claim takes up to Limit due rows of the shards in Shards for Owner (a
+// relay incarnation), under a lease of Lease, and returns them. One
+// statement in a short transaction (see ClaimSettings).
+//
+//   - "fence" lists aggregates with a row in retry backoff: their later rows
+//     are not candidates. It only keeps them from filling the batch with
+//     rows "blocker" would drop; it is MATERIALIZED (computed once) and small
+//     by construction (outbox_fence_idx).
+//   - "cand" walks the claim index in id order: pending rows that are due,
+//     and claimed rows whose lease expired or whose incarnation is gone
+//     (deleted from the relays table as dead or replaced). The shard list is
+//     a parameter, not a join, so the planner stops at the limit instead of
+//     sorting every unpublished row. SKIP LOCKED passes over rows another
+//     transaction holds: a concurrent claim, an operator's retry, a frozen
+//     session.
+//   - "blocker" is, per aggregate among the candidates, its first unpublished
+//     row that is neither a candidate nor claimed by Owner: a row in
+//     backoff, a row another incarnation holds, or a row SKIP LOCKED passed
+//     over. Candidates at or after it are left alone, so no row is ever
+//     claimed while an earlier row of its aggregate is held by anyone else
+//     or by no one. One ordered walk of outbox_aggregate_idx per aggregate.
+//   - A row claimed by Owner is not a blocker: the incarnation holds it in
+//     memory, ahead of later rows of its aggregate in the same lane, or the
+//     broker acknowledged it and its mark is not committed yet. A relay that
+//     drops rows from memory without recording them starts a new
+//     incarnation, so its old rows block like anyone else's.
+//   - Nothing here locks the relays table: a relay frozen inside a claim
+//     holds only outbox rows, which its peers skip.
 const Claim = `
-WITH me AS (
-    SELECT id FROM {{relays}} WHERE id = $1 FOR SHARE
-), fence AS MATERIALIZED (
+WITH fence AS MATERIALIZED (
     SELECT o.aggregate_id, min(o.id) AS first_id
     FROM {{table}} o
     WHERE o.state = 'pending' AND o.attempts > 0 AND o.next_attempt_at > now()
       AND o.shard = ANY($4::smallint[])
     GROUP BY o.aggregate_id
-), due AS (
-    SELECT o.id
+), live AS MATERIALIZED (
+    SELECT id FROM {{relays}}
+), cand AS MATERIALIZED (
+    SELECT o.id, o.aggregate_id
     FROM {{table}} o
     WHERE o.state IN ('pending', 'claimed')
       AND o.shard = ANY($4::smallint[])
       AND ((o.state = 'pending' AND o.next_attempt_at <= now())
         OR (o.state = 'claimed' AND (o.lease_expires_at <= now()
-            OR (o.lease_owner <> $1 AND o.lease_owner NOT IN (SELECT id FROM {{relays}})))))
+            OR o.lease_owner NOT IN (SELECT id FROM live))))
       AND NOT EXISTS (SELECT 1 FROM fence f WHERE f.aggregate_id = o.aggregate_id AND f.first_id < o.id)
-      AND EXISTS (SELECT 1 FROM me)
+      AND EXISTS (SELECT 1 FROM live WHERE id = $1)
     ORDER BY o.id
     LIMIT $2
     FOR UPDATE OF o SKIP LOCKED
+), blocker AS (
+    SELECT a.aggregate_id,
+           (SELECT p.id FROM {{table}} p
+            WHERE p.aggregate_id = a.aggregate_id AND p.state IN ('pending', 'claimed')
+              AND (p.state = 'pending' OR p.lease_owner <> $1)
+              AND p.id NOT IN (SELECT id FROM cand)
+            ORDER BY p.id
+            LIMIT 1) AS first_id
+    FROM (SELECT DISTINCT aggregate_id FROM cand) a
 )
 UPDATE {{table}} o
 SET state = 'claimed', lease_owner = $1, lease_expires_at = now() + $3::interval
-FROM due
-WHERE o.id = due.id
+FROM cand c JOIN blocker b ON b.aggregate_id = c.aggregate_id
+WHERE o.id = c.id AND (b.first_id IS NULL OR c.id < b.first_id)
 RETURNING o.id, o.event_id::text, o.topic, o.aggregate_type, o.aggregate_id, o.event_type,
           o.content_type, o.payload, o.headers::text, o.created_at, o.attempts`
 
-// ShardsInHandover returns which of the shards in $2 still hold rows claimed
-// by another live relay under a valid lease: rows the shard's previous owner
-// is still publishing. The relay claims from a newly acquired shard only once
-// it is out of handover, so the previous owner's in-flight events are
-// published before any later event of their aggregates. It scans the claim
-// index, so it runs only while some acquired shard is in handover.
+// ClaimArgs binds Claim.
+type ClaimArgs struct {
+	Owner  string        // $1: the claiming incarnation
+	Limit  int           // $2: the most rows to claim
+	Lease  time.Duration // $3: how long the claim holds them
+	Shards []int16       // $4: the shards to claim from
+}
+
+// Args returns Claim's parameters in order.
+func (a ClaimArgs) Args() []any {
+	return []any{a.Owner, a.Limit, Interval(a.Lease), Int16Array(a.Shards)}
+}
+
+// ClaimSettings runs first in the claim's transaction.
+//
+// Outbox statistics are often stale (a burst arrives after the table was
+// analyzed nearly empty), and with a low row estimate the planner sorts every
+// unpublished row to return a batch, which makes draining a backlog
+// quadratic. Without sorts and bitmap scans it walks the claim index in id
+// order and stops at the limit.
+//
+// The claim commits asynchronously: a claim lost in a database crash only
+// returns its rows to their earlier state, which Claim treats as held by
+// nobody (see the ordering rule above), so the incarnation that still holds
+// them publishes them and anyone else may publish them again, in order.
+//
+// The timeouts bound the transaction on the server: a relay frozen or cut
+// off inside it loses its session after Timeout, which releases its row
+// locks, instead of holding them until TCP keepalive notices.
+const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('synchronous_commit', 'off', true),
+       set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
+       set_config('idle_in_transaction_session_timeout', $1, true)`
+
+// SettleSettings runs first in the transaction that records failures and
+// releases. Those records take rows out of a relay's memory, so they must be
+// durable before the relay acts on them: a lost release would leave a row
+// claimed by the incarnation, which Claim would then treat as held in
+// memory. The transaction commits with the server's synchronous_commit, and
+// at least 'local' where the server's is 'off'. The timeouts are
+// ClaimSettings'.
+const SettleSettings = `SELECT set_config('synchronous_commit',
+           CASE current_setting('synchronous_commit') WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true),
+       set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
+       set_config('idle_in_transaction_session_timeout', $1, true)`
+
+// TimeoutArgs binds ClaimSettings and SettleSettings.
+type TimeoutArgs struct {
+	Timeout time.Duration // $1: statement, lock and idle-in-transaction timeout
+}
+
+// Args returns the settings' parameters.
+func (a TimeoutArgs) Args() []any {
+	return []any{strconv.FormatInt(max(a.Timeout.Milliseconds(), 1), 10) + "ms"}
+}
+
+// MarkUndecodable makes claimed rows the relay cannot turn into a message
+// dead, with the reason, in the claim's transaction, so one bad row never
+// blocks a claim. A dead row does not hold back its aggregate. $1 is a JSON
+// array of {id, err}, $2 the claiming incarnation.
+const MarkUndecodable = `
+UPDATE {{table}} o
+SET state = 'dead', attempts = o.attempts + 1, last_error = f.err,
+    lease_owner = NULL, lease_expires_at = NULL
+FROM jsonb_to_recordset($1::jsonb) AS f(id bigint, err text)
+WHERE o.id = f.id AND o.state = 'claimed' AND o.lease_owner = $2`
+
+// MarkUndecodableArgs binds MarkUndecodable.
+type MarkUndecodableArgs struct {
+	Rows  []RowError // $1
+	Owner string     // $2
+}
+
+// RowError is a row id with the reason it failed.
+type RowError struct {
+	ID  int64  `json:"id"`
+	Err string `json:"err"`
+}
+
+// Args returns MarkUndecodable's parameters.
+func (a MarkUndecodableArgs) Args() ([]any, error) {
+	js, err := json.Marshal(a.Rows)
+	if err != nil {
+		return nil, err
+	}
+	return []any{string(js), a.Owner}, nil
+}
+
+// ShardsInHandover returns which of Shards still hold rows claimed by
+// another live incarnation under a valid lease: rows the shard's previous
+// owner is still publishing. Claim alone keeps order; this only keeps a new
+// owner from filling its batches with candidates Claim would drop while the
+// previous owner finishes. It scans the claim index, so it runs only while
+// some acquired shard is in handover.
 const ShardsInHandover = `
 SELECT DISTINCT o.shard FROM {{table}} o
 WHERE o.state = 'claimed' AND o.shard = ANY($2::smallint[])
   AND o.lease_owner <> $1 AND o.lease_expires_at > now()
   AND o.lease_owner IN (SELECT id FROM {{relays}})`
 
-// ClaimPlan runs first in the claim's transaction. Outbox statistics are
-// often stale (a burst arrives after the table was analyzed nearly empty), and
-// with a low row estimate the planner sorts every unpublished row to return a
-// batch, which makes draining a backlog quadratic. Without sorts and bitmap
-// scans it walks the claim index in id order and stops at the limit.
-//
-// It also turns off synchronous commit for the claim, as AsyncCommit does.
-const ClaimPlan = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
-       set_config('synchronous_commit', 'off', true)`
+// ShardsArgs binds ShardsInHandover, ReleaseShards and AcquireShards.
+type ShardsArgs struct {
+	Owner  string  // $1: the incarnation
+	Shards []int16 // $2
+}
 
-// AsyncCommit makes the relay's own bookkeeping transaction commit without
-// waiting for its WAL flush. Losing such a commit in a database crash is
-// harmless: a lost claim leaves rows pending (published again: at least
-// once), a lost mark republishes, a lost failure forgets one attempt, a lost
-// release leaves rows to lease expiry. Applications' writes are unaffected.
-const AsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
+// Args returns the parameters in order.
+func (a ShardsArgs) Args() []any { return []any{a.Owner, Int16Array(a.Shards)} }
 
-// MarkPublished records broker acknowledgements for the ids in $1. A row
-// another relay took over meanwhile is still marked: the broker has it. The
-// statement runs as its own transaction and turns off synchronous commit for
-// it (see AsyncCommit) in the same round trip: the setting is read at commit.
+// MarkPublished records broker acknowledgements for the rows IDs that Owner
+// still holds. A row taken over by another incarnation meanwhile is left to
+// it (it publishes the row again: at least once), and so is a row an
+// operator returned to pending (a replay), which a late mark must not undo.
+// The statement runs as its own transaction and turns off synchronous
+// commit for it in the same round trip (the setting is read at commit): a
+// lost mark only republishes what the broker has.
 const MarkPublished = `
 WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
 UPDATE {{table}}
 SET state = 'published', published_at = now(), lease_owner = NULL, lease_expires_at = NULL
-WHERE id = ANY($1::bigint[]) AND state IN ('claimed', 'pending')
+WHERE id = ANY($1::bigint[]) AND state = 'claimed' AND lease_owner = $2
   AND EXISTS (SELECT 1 FROM async)`
 
-// Fail records failed publishes: $1 is a JSON array of {id, err, delay_ms},
-// $2 the relay id, $3 MaxAttempts. Rows reaching MaxAttempts become dead.
+// RowsArgs binds MarkPublished and Release.
+type RowsArgs struct {
+	IDs   []int64 // $1
+	Owner string  // $2: the incarnation that claimed them
+}
+
+// Args returns the parameters in order.
+func (a RowsArgs) Args() []any { return []any{Int64Array(a.IDs), a.Owner} }
+
+// Fail records failed publishes. Rows reaching MaxAttempts become dead.
 const Fail = `
 UPDATE {{table}} o
 SET attempts = o.attempts + 1,
-    state = CASE WHEN o.attempts + 1 >= $3 THEN 'dead' ELSE 'pending' END,
+    state = CASE WHEN o.attempts + 1 >= $2 THEN 'dead' ELSE 'pending' END,
     next_attempt_at = now() + f.delay_ms * interval '1 millisecond',
     last_error = f.err,
     lease_owner = NULL,
     lease_expires_at = NULL
-FROM jsonb_to_recordset($1::jsonb) AS f(id bigint, err text, delay_ms bigint)
-WHERE o.id = f.id AND o.state = 'claimed' AND o.lease_owner = $2
+FROM jsonb_to_recordset($1::jsonb) AS f(id bigint, owner text, err text, delay_ms bigint)
+WHERE o.id = f.id AND o.state = 'claimed' AND o.lease_owner = f.owner
 RETURNING o.id, o.state`
 
-// Release returns claimed rows this relay will not publish (shutdown, held
+// FailArgs binds Fail.
+type FailArgs struct {
+	Failures    []Failure // $1
+	MaxAttempts int       // $2
+}
+
+// Failure is one failed publish.
+type Failure struct {
+	ID      int64  `json:"id"`
+	Owner   string `json:"owner"` // the incarnation that claimed it
+	Err     string `json:"err"`
+	DelayMS int64  `json:"delay_ms"`
+}
+
+// Args returns Fail's parameters.
+func (a FailArgs) Args() ([]any, error) {
+	js, err := json.Marshal(a.Failures)
+	if err != nil {
+		return nil, err
+	}
+	return []any{string(js), a.MaxAttempts}, nil
+}
+
+// Release returns claimed rows the relay will not publish (shutdown, held
 // back behind a failed row of their aggregate, or from a claim whose commit
-// was not confirmed) to pending, unchanged.
+// was not confirmed) to pending, unchanged. Binds RowsArgs.
 const Release = `
 UPDATE {{table}}
 SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL
@@ -123,28 +268,54 @@ const RebalancePayload = "rebalance"
 // NotifyRebalance asks every listening relay of the table to rebalance now.
 const NotifyRebalance = `SELECT pg_notify({{channel}}, 'rebalance')`
 
-// Heartbeat registers the relay or refreshes its row, and returns whether
-// it registered (a new member, which peers should learn of at once).
-const Heartbeat = `
-INSERT INTO {{relays}} (id, host) VALUES ($1, $2)
-ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()
-RETURNING xmax = 0`
+// Register records a new incarnation ($1 id, $2 name, $3 host).
+const Register = `INSERT INTO {{relays}} (id, name, host) VALUES ($1, $2, $3)`
+
+// RegisterArgs binds Register.
+type RegisterArgs struct {
+	Owner, Name, Host string
+}
+
+// Args returns Register's parameters.
+func (a RegisterArgs) Args() []any { return []any{a.Owner, a.Name, a.Host} }
+
+// ReplacePredecessors deletes the other incarnations of name $1 (an earlier
+// run of a relay restarted under the same id), so their shards and claims
+// are taken over at once instead of after StaleAfter. Relay ids must be
+// unique among running relays for this to be right; see Config.ID.
+const ReplacePredecessors = `DELETE FROM {{relays}} WHERE name = $1 AND id <> $2 RETURNING id`
+
+// ReplaceArgs binds ReplacePredecessors.
+type ReplaceArgs struct {
+	Name, Owner string
+}
+
+// Args returns ReplacePredecessors' parameters.
+func (a ReplaceArgs) Args() []any { return []any{a.Name, a.Owner} }
+
+// Heartbeat refreshes an incarnation's row ($1). It changes no row when the
+// incarnation was declared dead (or replaced): the relay then drops what it
+// holds and registers anew.
+const Heartbeat = `UPDATE {{relays}} SET heartbeat_at = now() WHERE id = $1`
 
 // ForgetStaleRelays deletes relays whose heartbeat is older than $1. Their
 // shards become free and their claims can be taken over.
 const ForgetStaleRelays = `
 DELETE FROM {{relays}} WHERE heartbeat_at < now() - $1::interval RETURNING id`
 
-// LiveRelays lists the live relays in a stable order.
-const LiveRelays = `SELECT id FROM {{relays}} ORDER BY id`
+// LiveRelays lists the live incarnations with the name shards are assigned
+// by (the id for rows registered before schema version 2).
+const LiveRelays = `SELECT id, CASE WHEN name = '' THEN id ELSE name END FROM {{relays}} ORDER BY id`
 
-// ReleaseShards gives up this relay's shards that are not in $2.
+// ReleaseShards gives up the incarnation's shards that are not in $2.
+// Binds ShardsArgs.
 const ReleaseShards = `
 UPDATE {{shards}} SET owner = NULL, updated_at = now()
 WHERE owner = $1 AND shard <> ALL($2::smallint[])`
 
-// AcquireShards takes the shards in $2 that are free or owned by a relay
-// that is gone, and returns the shards this relay owns afterwards.
+// AcquireShards takes the shards in $2 that are free or owned by an
+// incarnation that is gone, and returns the shards $1 owns afterwards.
+// Binds ShardsArgs.
 const AcquireShards = `
 WITH taken AS (
     UPDATE {{shards}} SET owner = $1, updated_at = now()
@@ -156,11 +327,11 @@ SELECT shard FROM taken
 UNION
 SELECT shard FROM {{shards}} WHERE owner = $1`
 
-// Leave releases every shard of the relay and deletes its heartbeat, so
-// peers take over at once on a clean shutdown.
+// LeaveShards releases every shard of the incarnation $1, so peers take
+// over at once on a clean shutdown.
 const LeaveShards = `UPDATE {{shards}} SET owner = NULL, updated_at = now() WHERE owner = $1`
 
-// LeaveRelay deletes the relay's heartbeat row.
+// LeaveRelay deletes the incarnation's heartbeat row ($1).
 const LeaveRelay = `DELETE FROM {{relays}} WHERE id = $1`
 
 // Prune deletes up to $2 published rows older than $1. It walks the primary

@@ -1,0 +1,2 @@
+ALTER TABLE outbox_relays DROP COLUMN name;
+DROP INDEX outbox_aggregate_idx;

@@ -1,0 +1,270 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+// The tests in this file drive the claim statement directly: each sets up
+// rows in the states a fault leaves behind and checks what one claim takes.
+
+type internalBundle struct {
+	db *testkit.DB
+	w  *txoutbox.Writer
+}
+
+func setupInternal(t *testing.T) *internalBundle {
+	t.Helper()
+	db := testkit.NewOutbox(t)
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &internalBundle{db: db, w: w}
+}
+
+func (b *internalBundle) newRelay(t *testing.T, id string) *Relay {
+	t.Helper()
+	r, err := New(b.db.SQL, testkit.NopPublisher{}, Config{Table: b.db.Table(), ID: id, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// write commits n events of each aggregate, aggregates interleaved: rows
+// 1..n*len(aggs) in id order.
+func (b *internalBundle) write(t *testing.T, n int, aggs ...string) {
+	t.Helper()
+	tx, err := b.db.SQL.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		for _, agg := range aggs {
+			e, err := txoutbox.NewEvent("orders", "order", agg, "order.changed", i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.w.Write(context.Background(), tx, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *internalBundle) exec(t *testing.T, query string, args ...any) {
+	t.Helper()
+	if _, err := b.db.SQL.Exec(query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+func (b *internalBundle) relayIDs(t *testing.T) []string {
+	t.Helper()
+	rows, err := b.db.SQL.Query(`SELECT id FROM outbox_relays ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := scanStrings(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// ready registers r and gives it every shard.
+func ready(t *testing.T, r *Relay) {
+	t.Helper()
+	if _, err := r.members.round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, shards := r.members.claimable(); len(shards) != numShards {
+		t.Fatalf("relay claims from %d shards, want %d", len(shards), numShards)
+	}
+}
+
+func claimIDs(t *testing.T, r *Relay) string {
+	t.Helper()
+	rows, err := r.claim(context.Background(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, row := range rows {
+		ids = append(ids, fmt.Sprint(row.id))
+	}
+	return strings.Join(ids, " ")
+}
+
+// A claim whose commit reply was lost leaves rows claimed that no lane
+// publishes. The next claim releases them first, so they are published in
+// order instead of after a lease expiry, behind later events.
+func TestClaimAfterUnconfirmedCommitReleasesItsRows(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 6, "k")
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	inc := r.members.cur.Load()
+	// The lost claim: rows 1-3 claimed by r1, whose commit reply never came.
+	b.exec(t, `UPDATE outbox SET state = 'claimed', lease_owner = $1, lease_expires_at = now() + interval '1 hour' WHERE id <= 3`, inc.token)
+	r.unconfirmed = []*claimedRow{{id: 1, inc: inc}, {id: 2, inc: inc}, {id: 3, inc: inc}}
+	if got := claimIDs(t, r); got != "1 2 3 4 5 6" {
+		t.Fatalf("claimed rows %q, want 1 2 3 4 5 6: the unconfirmed claim's rows first, in order", got)
+	}
+	if len(r.unconfirmed) != 0 {
+		t.Fatal("unconfirmed rows kept after releasing them")
+	}
+}
+
+// Restart under the same id: the earlier incarnation's rows, still under
+// lease, are claimed again first, never skipped for the later ones.
+func TestClaimAfterSameIDRestartTakesEarlierRowsFirst(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 3, "k", "m")
+	first := b.newRelay(t, "r1")
+	ready(t, first)
+	if got := claimIDs(t, first); got != "1 2 3 4 5 6" {
+		t.Fatalf("first run claimed %q", got)
+	}
+	b.write(t, 2, "k", "m") // rows 7-10
+	second := b.newRelay(t, "r1")
+	ready(t, second)
+	if got := claimIDs(t, second); got != "1 2 3 4 5 6 7 8 9 10" {
+		t.Fatalf("restarted relay claimed %q, want 1..10: the earlier run's rows again, then the new ones", got)
+	}
+}
+
+// Rows another live incarnation holds under a valid lease hold back the
+// later rows of their aggregates; other aggregates flow.
+func TestClaimWaitsForRowsAnotherRelayHolds(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 3, "k", "m") // k: 1 3 5, m: 2 4 6
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	b.exec(t, `INSERT INTO outbox_relays (id, name) VALUES ('r2#x', 'r2')`)
+	b.exec(t, `UPDATE outbox SET state = 'claimed', lease_owner = 'r2#x', lease_expires_at = now() + interval '1 hour' WHERE id = 1`)
+	if got := claimIDs(t, r); got != "2 4 6" {
+		t.Fatalf("claimed %q, want only m's rows 2 4 6 while r2 holds k's row 1", got)
+	}
+	// Once r2's lease expired, k's rows go, the held one first.
+	b.exec(t, `UPDATE outbox SET lease_expires_at = now() - interval '1 second' WHERE id = 1`)
+	if got := claimIDs(t, r); got != "1 3 5" {
+		t.Fatalf("claimed %q after r2's lease expired, want 1 3 5", got)
+	}
+}
+
+// SKIP LOCKED passes over a row another transaction locked (an operator's
+// retry, a frozen session): the later rows of its aggregate must wait too.
+func TestClaimDoesNotPassOverALockedRow(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 3, "k", "m") // k: 1 3 5, m: 2 4 6
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	tx, err := b.db.SQL.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	if _, err := tx.Exec(`SELECT 1 FROM outbox WHERE id = 3 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimIDs(t, r); got != "1 2 4 6" {
+		t.Fatalf("claimed %q while row 3 is locked, want 1 2 4 6 (k's row 5 waits behind 3)", got)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimIDs(t, r); got != "3 5" {
+		t.Fatalf("claimed %q after the lock went, want 3 5", got)
+	}
+}
+
+// A row in retry backoff holds back its aggregate; a dead row does not.
+func TestClaimHoldsBackBehindBackoffNotBehindDead(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 2, "k", "m") // k: 1 3, m: 2 4
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	b.exec(t, `UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 hour' WHERE id = 1`)
+	b.exec(t, `UPDATE outbox SET state = 'dead', attempts = 10 WHERE id = 2`)
+	if got := claimIDs(t, r); got != "4" {
+		t.Fatalf("claimed %q, want 4: k waits behind its row in backoff, m goes on past its dead row", got)
+	}
+}
+
+// Rows another incarnation claimed and that are pending again before this
+// relay's claims (a lost release) are nobody's: claimed again, in order.
+func TestClaimTakesRowsOfAGoneIncarnationInOrder(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 4, "k")
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	b.exec(t, `UPDATE outbox SET state = 'claimed', lease_owner = 'gone#1', lease_expires_at = now() + interval '1 hour' WHERE id IN (1, 2)`)
+	if got := claimIDs(t, r); got != "1 2 3 4" {
+		t.Fatalf("claimed %q, want 1 2 3 4", got)
+	}
+}
+
+// A row whose headers cannot become message metadata goes dead with the
+// reason in the claim that meets it; it never fails the claim, and the
+// later rows of its aggregate go on (a dead row does not hold them back).
+func TestClaimMakesUndecodableRowsDead(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 3, "k")
+	b.exec(t, `UPDATE outbox SET headers = '{"n": 1}' WHERE id = 2`)
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	if got := claimIDs(t, r); got != "1 3" {
+		t.Fatalf("claimed %q, want 1 3", got)
+	}
+	var state, lastErr string
+	if err := b.db.SQL.QueryRow(`SELECT state, coalesce(last_error, '') FROM outbox WHERE id = 2`).Scan(&state, &lastErr); err != nil {
+		t.Fatal(err)
+	}
+	if state != "dead" || !strings.Contains(lastErr, "headers") {
+		t.Fatalf("undecodable row: state %s, last_error %q; want dead, naming the headers", state, lastErr)
+	}
+}
+
+// A mark arriving after an operator returned the row to pending (a replay)
+// must not turn it back to published.
+func TestLateMarkDoesNotUndoAReplay(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 1, "k")
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	rows, err := r.claim(context.Background(), 10)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("claim: %v, %d rows", err, len(rows))
+	}
+	b.exec(t, `UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL WHERE id = 1`)
+	c := newCompleter(r)
+	if err := c.flush(context.Background(), rows, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	if err := b.db.SQL.QueryRow(`SELECT state FROM outbox WHERE id = 1`).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if state != "pending" {
+		t.Fatalf("state %s after a late mark, want pending", state)
+	}
+}

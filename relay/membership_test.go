@@ -1,0 +1,136 @@
+package relay
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestAssignShardsCoversEveryShardOnce(t *testing.T) {
+	t.Parallel()
+	live := []string{"a", "b", "c"}
+	owner := map[int16]string{}
+	for _, id := range live {
+		for _, s := range assignShards(id, live) {
+			if prev, ok := owner[s]; ok {
+				t.Fatalf("shard %d assigned to %s and %s", s, prev, id)
+			}
+			owner[s] = id
+		}
+	}
+	if len(owner) != numShards {
+		t.Fatalf("%d of %d shards assigned", len(owner), numShards)
+	}
+	// Rendezvous hashing: when c leaves, a and b keep every shard they had.
+	for _, id := range []string{"a", "b"} {
+		after := map[int16]bool{}
+		for _, s := range assignShards(id, []string{"a", "b"}) {
+			after[s] = true
+		}
+		for _, s := range assignShards(id, live) {
+			if !after[s] {
+				t.Fatalf("shard %d moved away from %s when c left", s, id)
+			}
+		}
+	}
+}
+
+func TestIncarnationEndsAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	inc := newIncarnation("r")
+	inc.extend(10 * time.Second)
+	if !inc.live(9 * time.Second) {
+		t.Fatal("not live before its deadline")
+	}
+	inc.extend(5 * time.Second) // never moves back
+	if !inc.live(9 * time.Second) {
+		t.Fatal("deadline moved back")
+	}
+	if inc.live(10 * time.Second) {
+		t.Fatal("live at its deadline")
+	}
+	inc.extend(time.Hour)
+	if inc.live(11 * time.Second) {
+		t.Fatal("an ended incarnation came back to life when its deadline moved")
+	}
+}
+
+// A relay restarted under the same id replaces its earlier incarnation at
+// once: the old one's row is gone, so its shards and claims are taken over
+// without waiting for StaleAfter, and the two never count as one.
+func TestRestartUnderSameIDReplacesEarlierIncarnation(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	ctx := context.Background()
+	first := b.newRelay(t, "r1")
+	if _, err := first.members.round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old := first.members.cur.Load()
+	second := b.newRelay(t, "r1")
+	if _, err := second.members.round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cur := second.members.cur.Load()
+	if cur.token == old.token {
+		t.Fatal("two runs of r1 share an incarnation")
+	}
+	if ids := b.relayIDs(t); len(ids) != 1 || ids[0] != cur.token {
+		t.Fatalf("relays = %v, want only %s", ids, cur.token)
+	}
+	// The first incarnation learns at its next heartbeat that it was
+	// replaced: it ends (its lanes drop what it holds) and registers anew.
+	if _, err := first.members.round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if old.live(first.clock.now()) {
+		t.Fatal("a replaced incarnation is still live")
+	}
+	if first.members.cur.Load() == old {
+		t.Fatal("no new incarnation after being replaced")
+	}
+}
+
+// A relay whose heartbeat went stale is declared dead by a peer; at its own
+// next heartbeat it ends that incarnation instead of carrying on.
+func TestDeclaredDeadRelayEndsItsIncarnation(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	ctx := context.Background()
+	r := b.newRelay(t, "r1")
+	if _, err := r.members.round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old := r.members.cur.Load()
+	if _, err := b.db.SQL.Exec(`DELETE FROM outbox_relays`); err != nil { // what a peer's ForgetStaleRelays does
+		t.Fatal(err)
+	}
+	if _, err := r.members.round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if old.live(r.clock.now()) {
+		t.Fatal("the incarnation declared dead is still live")
+	}
+	if cur := r.members.cur.Load(); cur == old || !cur.live(r.clock.now()) {
+		t.Fatal("no live new incarnation after being declared dead")
+	}
+}
+
+// A relay that cannot heartbeat stops claiming and publishing at its
+// deadline, before peers may declare it dead.
+func TestNoClaimsPastTheDeadline(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	ctx := context.Background()
+	r := b.newRelay(t, "r1")
+	if _, err := r.members.round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if inc, shards := r.members.claimable(); inc == nil || len(shards) != numShards {
+		t.Fatalf("claimable = %v, %d shards; want the incarnation and every shard", inc, len(shards))
+	}
+	r.clock.base = r.clock.base.Add(-r.cfg.StaleAfter) // as if no heartbeat for StaleAfter
+	if inc, _ := r.members.claimable(); inc != nil {
+		t.Fatal("claimable past the deadline")
+	}
+}
