@@ -17,6 +17,9 @@ const StaleAfterDefault = relay.StaleAfterDefault
 // ReplayBatchDefault is Config.ReplayBatch's default.
 const ReplayBatchDefault = 1000
 
+// StatementTimeoutDefault is Config.StatementTimeout's default.
+const StatementTimeoutDefault = 30 * time.Second
+
 var (
 	// ErrInvalidConfig is matched by every error New returns for a bad
 	// Config.
@@ -40,9 +43,15 @@ type Config struct {
 	// it alive. Use the relays' Config.StaleAfter. Default 15s.
 	StaleAfter time.Duration
 
-	// ReplayBatch is how many rows one replay transaction returns to
-	// pending. Default 1000.
+	// ReplayBatch is about how many rows one replay transaction returns to
+	// pending: whole aggregates, so a larger aggregate makes a larger
+	// transaction. Default 1000.
 	ReplayBatch int
+
+	// StatementTimeout bounds each statement, lock wait and idle moment of
+	// the operator transactions (retry, drop, replay), so an operator
+	// never holds rows the relays wait behind for long. Default 30s.
+	StatementTimeout time.Duration
 }
 
 // Admin runs operator tasks on one outbox. It is safe for concurrent use.
@@ -73,12 +82,19 @@ func New(db *sql.DB, cfg Config) (*Admin, error) {
 	if cfg.ReplayBatch == 0 {
 		cfg.ReplayBatch = ReplayBatchDefault
 	}
+	if cfg.StatementTimeout < 0 {
+		return nil, fmt.Errorf("%w: StatementTimeout is negative (%s)", ErrInvalidConfig, cfg.StatementTimeout)
+	}
+	if cfg.StatementTimeout == 0 {
+		cfg.StatementTimeout = StatementTimeoutDefault
+	}
 	return &Admin{db: db, cfg: cfg, sql: render(names)}, nil
 }
 
 // statements are the operator statements rendered for one table.
 type statements struct {
-	deadList, row, deadLock, lockUnpublished, retry, drop, wake, pruneLock, replay, relays, shards string
+	deadList, row, deadLock, lockUnpublished, retry, drop, wake, pruneLock string
+	replaySelect, replay, timeouts, relays, shards                         string
 }
 
 func render(n outboxsql.Names) statements {
@@ -91,7 +107,9 @@ func render(n outboxsql.Names) statements {
 		drop:            n.Render(outboxsql.OpsDrop),
 		wake:            n.Render(outboxsql.OpsWake),
 		pruneLock:       n.Render(outboxsql.OpsPruneLock),
+		replaySelect:    n.Render(outboxsql.OpsReplaySelect),
 		replay:          n.Render(outboxsql.OpsReplay),
+		timeouts:        outboxsql.OpsTimeouts,
 		relays:          n.Render(outboxsql.OpsRelays),
 		shards:          n.Render(outboxsql.OpsShards),
 	}

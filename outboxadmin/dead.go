@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"strconv"
 	"strings"
 	"time"
@@ -208,6 +209,9 @@ func (a *Admin) inTx(ctx context.Context, dryRun bool, fn func(*sql.Tx) error) e
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if _, err := tx.ExecContext(ctx, a.sql.timeouts, outboxsql.TimeoutArgs{Timeout: a.cfg.StatementTimeout}.Args()...); err != nil {
+		return fmt.Errorf("set timeouts: %w", err)
+	}
 	if err := fn(tx); err != nil {
 		return err
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // ErrNoSince is returned by Replay without ReplayFilter.Since.
@@ -40,41 +42,67 @@ type TopicCount struct {
 // Replay publishes again the published events f selects that are still in
 // the outbox (within the relays' retention window), keeping their event ids
 // and payloads, for a consumer that lost its state. It does so by returning
-// them to pending, in id order, Config.ReplayBatch rows per transaction;
-// the running relays publish them.
+// them to pending; the running relays publish them.
 //
 // Going through the relay rather than publishing from here keeps its
 // guarantees: at least once (the rows are durable until acknowledged; a
-// crash of anything resumes), per-aggregate order (a replayed event has a
-// lower id than any later event of its aggregate still pending, so it goes
-// first; events already claimed are in flight and may go before), and the
-// relay's publisher, lanes and shards. While they drain, the replayed events
-// count in the backlog and lag (by their creation time): expect the lag
-// alert to see them.
+// crash of anything resumes), per-aggregate order, and the relay's
+// publisher, lanes and shards. Each aggregate's selected rows return to
+// pending in one statement, so the relays publish them as one run in id
+// order: a relay claims no later event of the aggregate while an earlier one
+// is pending. Only events already in flight when an aggregate's rows are
+// reset can go out before them. Aggregates are reset
+// Config.ReplayBatch rows (whole aggregates) per transaction. While they
+// drain, the replayed events count in the backlog and lag (by their
+// creation time): expect the lag alert to see them.
 //
-// Each batch takes the relays' prune lock, so pruning cannot delete a row
-// the replay has just reset. With dryRun nothing changes and the result
-// says what would be replayed.
+// Replay first reads the selected rows' ids into memory (16 bytes and the
+// aggregate id per row). Each transaction takes the relays' prune lock, so
+// pruning cannot delete a row the replay has just reset. With dryRun
+// nothing changes and the result says what would be replayed.
 func (a *Admin) Replay(ctx context.Context, f ReplayFilter, dryRun bool) (ReplayResult, error) {
 	if f.Since.IsZero() {
 		return ReplayResult{}, ErrNoSince
 	}
+	groups, err := a.replaySelection(ctx, f)
+	if err != nil {
+		return ReplayResult{}, fmt.Errorf("outboxadmin: replay: %w", err)
+	}
 	var (
 		res    ReplayResult
-		after  int64
 		topics = map[string]int64{}
 	)
-	for {
-		n := 0
-		err := a.inTx(ctx, dryRun, func(tx *sql.Tx) error {
+	count := func(id int64, topic string) {
+		res.Events++
+		topics[topic]++
+		if res.FirstID == 0 || id < res.FirstID {
+			res.FirstID = id
+		}
+		res.LastID = max(res.LastID, id)
+	}
+	if dryRun {
+		for _, g := range groups {
+			for i, id := range g.ids {
+				count(id, g.topics[i])
+			}
+		}
+	}
+	for len(groups) > 0 && !dryRun {
+		var batch []int64
+		for len(groups) > 0 && (len(batch) == 0 || len(batch)+len(groups[0].ids) <= a.cfg.ReplayBatch) {
+			batch = append(batch, groups[0].ids...)
+			groups = groups[1:]
+		}
+		err := a.inTx(ctx, false, func(tx *sql.Tx) error {
 			if _, err := tx.ExecContext(ctx, a.sql.pruneLock); err != nil {
 				return fmt.Errorf("take the prune lock: %w", err)
 			}
-			rows, err := tx.QueryContext(ctx, a.sql.replay, after, f.Since, nullString(f.Topic), nullString(f.AggregateID), a.cfg.ReplayBatch)
+			rows, err := tx.QueryContext(ctx, a.sql.replay, outboxsql.Int64Array(batch))
 			if err != nil {
 				return fmt.Errorf("reset to pending: %w", err)
 			}
 			defer rows.Close()
+			n := 0
 			for rows.Next() {
 				var (
 					id    int64
@@ -83,13 +111,8 @@ func (a *Admin) Replay(ctx context.Context, f ReplayFilter, dryRun bool) (Replay
 				if err := rows.Scan(&id, &topic); err != nil {
 					return fmt.Errorf("reset to pending: %w", err)
 				}
+				count(id, topic)
 				n++
-				topics[topic]++
-				if res.FirstID == 0 || id < res.FirstID {
-					res.FirstID = id
-				}
-				// RETURNING is in no particular order.
-				after = max(after, id)
 			}
 			if err := rows.Err(); err != nil {
 				return fmt.Errorf("reset to pending: %w", err)
@@ -104,15 +127,48 @@ func (a *Admin) Replay(ctx context.Context, f ReplayFilter, dryRun bool) (Replay
 		if err != nil {
 			return res, fmt.Errorf("outboxadmin: replay (after %d events): %w", res.Events, err)
 		}
-		res.Events += int64(n)
-		if n < a.cfg.ReplayBatch {
-			break
-		}
 	}
-	res.LastID = after
 	for t, n := range topics {
 		res.Topics = append(res.Topics, TopicCount{Topic: t, Events: n})
 	}
 	sort.Slice(res.Topics, func(i, j int) bool { return res.Topics[i].Topic < res.Topics[j].Topic })
 	return res, nil
+}
+
+// replayGroup is one aggregate's selected rows, in id order.
+type replayGroup struct {
+	ids    []int64
+	topics []string
+}
+
+func (a *Admin) replaySelection(ctx context.Context, f ReplayFilter) ([]replayGroup, error) {
+	rows, err := a.db.QueryContext(ctx, a.sql.replaySelect, f.Since, nullString(f.Topic), nullString(f.AggregateID))
+	if err != nil {
+		return nil, fmt.Errorf("select: %w", err)
+	}
+	defer rows.Close()
+	var (
+		groups []replayGroup
+		last   string
+	)
+	for rows.Next() {
+		var (
+			agg, topic string
+			id         int64
+		)
+		if err := rows.Scan(&agg, &id, &topic); err != nil {
+			return nil, fmt.Errorf("select: %w", err)
+		}
+		if len(groups) == 0 || agg != last {
+			groups = append(groups, replayGroup{})
+			last = agg
+		}
+		g := &groups[len(groups)-1]
+		g.ids = append(g.ids, id)
+		g.topics = append(g.topics, topic)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("select: %w", err)
+	}
+	return groups, nil
 }

@@ -70,24 +70,35 @@ const OpsWake = `SELECT pg_notify({{channel}}, '')`
 // just returned to pending.
 const OpsPruneLock = `SELECT pg_advisory_xact_lock(hashtext({{channel}} || '.prune'))`
 
-// OpsReplay returns up to $5 published rows to pending, in id order: ids
-// above $1, published at or after $2, with $3 topic and $4 aggregate id
-// when not NULL. It returns the ids and topics reset.
-const OpsReplay = `WITH picked AS (
-    SELECT id FROM {{table}}
-    WHERE state = 'published' AND id > $1 AND published_at >= $2
-      AND ($3::text IS NULL OR topic = $3)
-      AND ($4::text IS NULL OR aggregate_id = $4)
-    ORDER BY id
-    LIMIT $5
-    FOR UPDATE
-)
-UPDATE {{table}} o
+// OpsReplaySelect lists the published rows a replay selects: published at
+// or after $1, with $2 topic and $3 aggregate id when not NULL. Rows come
+// grouped by aggregate, each aggregate's in id order, aggregates in the
+// order of their first row, so the replay can reset each aggregate's rows
+// in one statement.
+const OpsReplaySelect = `SELECT aggregate_id, id, topic FROM (
+    SELECT aggregate_id, id, topic, min(id) OVER (PARTITION BY aggregate_id) AS first_id
+    FROM {{table}}
+    WHERE state = 'published' AND published_at >= $1
+      AND ($2::text IS NULL OR topic = $2)
+      AND ($3::text IS NULL OR aggregate_id = $3)
+) s
+ORDER BY first_id, id`
+
+// OpsReplay returns the rows $1 (a bigint array literal of whole
+// aggregates' rows) to pending, due now, if they are still published, and
+// returns the ids and topics reset.
+const OpsReplay = `UPDATE {{table}}
 SET state = 'pending', attempts = 0, next_attempt_at = now(), published_at = NULL,
     lease_owner = NULL, lease_expires_at = NULL
-FROM picked
-WHERE o.id = picked.id
-RETURNING o.id, o.topic`
+WHERE id = ANY($1::bigint[]) AND state = 'published'
+RETURNING id, topic`
+
+// OpsTimeouts runs first in every operator transaction: a statement or a
+// lock wait longer than $1 fails instead of stalling the operator, and a
+// session left idle in the transaction (a tool frozen or cut off) is ended,
+// releasing the rows it locked, which relays would otherwise wait behind.
+const OpsTimeouts = `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
+       set_config('idle_in_transaction_session_timeout', $1, true)`
 
 // OpsRelays lists the relays with their heartbeat age by the database
 // clock.
