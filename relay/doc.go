@@ -23,28 +23,60 @@
 // # Ordering
 //
 // Kafka keeps order per partition, and the aggregate id is the message key,
-// so order per aggregate is what matters. Four mechanisms keep it:
+// so order per aggregate is what matters. The guarantee: an event is first
+// published only after every earlier event of its aggregate (in outbox id
+// order) that is not dead has been acknowledged by the broker. Its
+// preconditions: events of one aggregate commit in id order (see the limit
+// below), and the publisher returns from Publish only after the broker
+// acknowledged the message. It holds with any number of relays, under
+// restarts with the same or fresh ids, pauses, partitions, broker stalls,
+// database crashes and operators retrying, dropping or replaying events;
+// what they cost is duplicates, never order.
 //
-//   - Shards. The schema hashes each aggregate id into one of 256 shards.
-//     Each live relay heartbeats, and shards are assigned to live relays by
-//     rendezvous hashing; a relay claims only rows of shards it owns, so one
-//     aggregate is published by one relay at a time. Relays joining or
-//     leaving move only the shards they gain or lose, and announce it with a
-//     NOTIFY so peers rebalance at once. A relay whose heartbeat is older
-//     than StaleAfter is declared dead and its shards and claims are taken
-//     over; its claims also expire after LeaseDuration.
-//   - Handover. A relay claims from a shard it has just acquired only once
-//     the shard's previous owner, if still alive, has no rows of it in
-//     flight, so those are published before anything later of their
-//     aggregates.
+// One rule, checked by the claim statement in the database, carries it: a
+// relay claims a row only if every earlier unpublished row of its aggregate
+// is claimed by the same relay incarnation or taken by the same claim. A
+// row another relay holds, a row in retry backoff, a row an operator or a
+// frozen session has locked (which SKIP LOCKED passes over), all hold back
+// the later rows of their aggregate. What the rule trusts, each part of the
+// relay makes true:
+//
+//   - Incarnations. Each Run registers as "<ID>#<random>" and claims under
+//     that name, so a relay restarted under a fixed ID (a StatefulSet pod)
+//     never mistakes its predecessor's rows for its own; the new incarnation
+//     replaces the old one in the relays table at once, and the old one's
+//     rows are claimed again, in order. A relay that drops rows from memory
+//     without recording them (it was declared dead, or could not heartbeat
+//     for StaleAfter less one HeartbeatInterval) ends its incarnation:
+//     it publishes nothing more of what it held, and registers anew.
 //   - Lanes. Within a relay, an aggregate always maps to the same lane, which
 //     publishes its rows one at a time in id order and waits for each ack.
 //   - Fences. A row that fails holds back the later rows of its aggregate
-//     (and only those): in the lane at once, and in the claim query once the
-//     failure is recorded, until the failed row is retried. A dead row does
-//     not fence: its aggregate's later events flow, and
-//     the dead one waits for an operator (the fence policy). Retrying it
-//     publishes it before any later event of its aggregate still pending.
+//     (and only those): in the lane at once, which returns them to pending,
+//     and in the claim once the failure is recorded, until the failed row is
+//     retried. A dead row does not hold back: its aggregate's later events
+//     flow, and the dead one waits for an operator (the fence policy).
+//     Retrying it publishes it before any later event of its aggregate still
+//     pending.
+//   - Durable records. A failure or release takes a row out of memory, so it
+//     commits durably before the lane lets later rows go. Claims and marks
+//     commit asynchronously: losing one in a database crash leaves its rows
+//     claimed by nobody or by their holder, which the rule handles.
+//
+// A publish that outlives its lease (a stalled broker), a paused relay that
+// wakes up and finishes a publish, a takeover while the old owner's message
+// still sits in the broker's queue: each may deliver an event twice, never
+// before an earlier one, since whoever publishes the later event has the
+// earlier one acknowledged first.
+//
+// Shards spread the work and keep claims from contending: the schema hashes
+// each aggregate id into one of 256 shards, assigned to live relays by
+// rendezvous hashing of their IDs. A relay restarted under the same ID gets
+// the same shards back. Relays joining or leaving move only the shards they
+// gain or lose, and announce it with a NOTIFY so peers rebalance at once. A
+// relay claims from a newly acquired shard once its previous owner has no
+// rows of it in flight. Order does not rest on shards: the rule holds while
+// two relays' shard lists overlap.
 //
 // Remaining limit: two transactions that write events for the same aggregate
 // concurrently, without locking the aggregate's row, commit in an order the
@@ -55,9 +87,18 @@
 // # Delivery
 //
 // At least once, with the event id as the Watermill message UUID and the
-// event_id header: deduplicate on it (package inbox). A relay that crashes
-// after the broker acknowledged a row and before the row was marked
-// publishes it again after takeover; at most MaxInFlight rows per crash.
+// event_id header: deduplicate on it (package inbox). Duplicates come from
+// a relay that dies or is cut off between the broker's ack and the mark (at
+// most MaxInFlight rows each time), and from publishes that outlive
+// LeaseDuration (the row is claimed and published again).
+//
+// # Timeouts
+//
+// Every statement runs under StatementTimeout, and the relay's transactions
+// set it as their statement, lock and idle-in-transaction timeouts, so a
+// relay frozen or cut off inside a claim loses its session and its row
+// locks on the server side instead of holding them until TCP keepalive
+// notices. No statement of the relay locks the relays table.
 //
 // # Latency and polling
 //
@@ -71,17 +112,18 @@
 //
 // # Bookkeeping
 //
-// The relay's own statements (claims, marks, failures, releases) commit with
-// synchronous_commit off: losing one in a database crash only republishes or
-// retries an event, never loses one, and not waiting for the WAL flush keeps
-// claims and marks short. Applications' transactions are not affected.
+// Claims and marks commit with synchronous_commit off, which keeps them
+// short; failures and releases commit durably (see Durable records above).
+// Applications' transactions are not affected.
 //
 // # Failures
 //
 // Losing the database or the broker makes the relay log, back off and retry;
 // it never exits on them and resumes by itself. A payload the broker rejects
 // (too large, unknown topic) is retried with backoff, then dead; it never
-// blocks other aggregates. Two effects of the Kafka producer show there: an
+// blocks other aggregates. A row the relay cannot turn into a message (its
+// headers are not a JSON object of strings, as when written by other
+// tooling) goes dead at once with the reason. Two effects of the Kafka producer show there: an
 // event sent in the same produce request as a refused one may fail that
 // attempt too (it is retried and arrives), and after three failed lookups of
 // an unknown topic Sarama's circuit breaker answers "circuit breaker is

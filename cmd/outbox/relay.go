@@ -29,7 +29,7 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 		logLevel = fs.String("log-level", "info", "debug, info, warn or error")
 	)
 	common.register(fs)
-	fs.StringVar(&cfg.ID, "id", "", "relay id, unique among running relays (default host-pid-random)")
+	fs.StringVar(&cfg.ID, "id", "", "relay id, unique among running relays; may stay the same across restarts (default host-pid-random)")
 	fs.IntVar(&cfg.BatchSize, "batch", relay.BatchSizeDefault, "rows per claim")
 	fs.IntVar(&cfg.Lanes, "lanes", relay.LanesDefault, "events published concurrently")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", relay.MaxAttemptsDefault, "failed publishes before an event is dead")
@@ -41,6 +41,7 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&cfg.BackoffMin, "backoff-min", relay.BackoffMinDefault, "first retry delay of a failed event")
 	fs.DurationVar(&cfg.BackoffMax, "backoff-max", relay.BackoffMaxDefault, "longest retry delay")
 	fs.DurationVar(&cfg.Retention, "retention", relay.RetentionDefault, "keep published rows this long (negative: never prune)")
+	fs.DurationVar(&cfg.StatementTimeout, "statement-timeout", relay.StatementTimeoutDefault, "bound every statement, lock wait and idle transaction of the relay")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
