@@ -4,8 +4,9 @@
 -- aggregate is claimed by the same relay incarnation or taken in the same
 -- claim. The claim checks that with this index: one short walk over an
 -- aggregate's unpublished rows. It holds only pending and claimed rows, so
--- it stays as small as the backlog.
-CREATE INDEX outbox_aggregate_idx ON outbox (aggregate_id, id)
+-- it stays as small as the backlog. On a large live table, build it first
+-- with CREATE INDEX CONCURRENTLY under this name: this step then skips it.
+CREATE INDEX IF NOT EXISTS outbox_aggregate_idx ON outbox (aggregate_id, id)
     WHERE state IN ('pending', 'claimed');
 
 -- Relays register one row per incarnation (each Run of a relay), named
