@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -104,7 +105,11 @@ func (m *membership) run(ctx context.Context) {
 				return
 			}
 			failures++
-			m.log.Warn("relay: heartbeat failed", "err", err, "failures", failures)
+			if errors.Is(err, errStandingBy) {
+				m.log.Error("relay: "+err.Error(), "id", m.cfg.ID)
+			} else {
+				m.log.Warn("relay: heartbeat failed", "err", err, "failures", failures)
+			}
 		} else {
 			failures = 0
 		}
@@ -195,6 +200,9 @@ func (m *membership) heartbeat(ctx context.Context, start time.Duration) (*incar
 	if inc == nil || !inc.live(start) {
 		if inc != nil {
 			m.setShards(nil)
+			if err := m.standBy(ctx, inc); err != nil {
+				return nil, err
+			}
 		}
 		next := newIncarnation(m.cfg.ID)
 		next.extend(start + m.cfg.StaleAfter - m.cfg.HeartbeatInterval)
@@ -206,6 +214,26 @@ func (m *membership) heartbeat(ctx context.Context, start time.Duration) (*incar
 	}
 	inc.extend(start + m.cfg.StaleAfter - m.cfg.HeartbeatInterval)
 	return inc, nil
+}
+
+// errStandingBy is returned by a round while another incarnation of this
+// relay's id is registered.
+var errStandingBy = errors.New("another relay is registered under this relay's id; standing by until it is gone (relay ids must be unique among running relays)")
+
+// standBy fails with errStandingBy while an incarnation of the relay's id
+// other than ended is registered: the one that replaced it. Replacing it
+// back would make two relays under one id evict each other at every
+// heartbeat; the newer one wins, and this one registers anew once it is
+// gone (stopped, or declared dead after StaleAfter).
+func (m *membership) standBy(ctx context.Context, ended *incarnation) error {
+	var n int
+	if err := m.db.QueryRowContext(ctx, m.sql.otherIncarnations, outboxsql.ReplaceArgs{Name: m.cfg.ID, Owner: ended.token}.Args()...).Scan(&n); err != nil {
+		return fmt.Errorf("look for other incarnations: %w", err)
+	}
+	if n > 0 {
+		return errStandingBy
+	}
+	return nil
 }
 
 // register records a new incarnation, replaces earlier incarnations of the

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -79,15 +80,28 @@ func TestRestartUnderSameIDReplacesEarlierIncarnation(t *testing.T) {
 		t.Fatalf("relays = %v, want only %s", ids, cur.token)
 	}
 	// The first incarnation learns at its next heartbeat that it was
-	// replaced: it ends (its lanes drop what it holds) and registers anew.
-	if _, err := first.members.round(ctx); err != nil {
-		t.Fatal(err)
+	// replaced: it ends (its lanes drop what it holds) and stands by
+	// instead of replacing the second one back, so two relays started
+	// under one id by mistake do not evict each other at every heartbeat.
+	if _, err := first.members.round(ctx); !errors.Is(err, errStandingBy) {
+		t.Fatalf("round of the replaced relay = %v, want errStandingBy", err)
 	}
 	if old.live(first.clock.now()) {
 		t.Fatal("a replaced incarnation is still live")
 	}
-	if first.members.cur.Load() == old {
-		t.Fatal("no new incarnation after being replaced")
+	if inc, _ := first.members.claimable(); inc != nil {
+		t.Fatal("a relay standing by may claim")
+	}
+	if ids := b.relayIDs(t); len(ids) != 1 || ids[0] != cur.token {
+		t.Fatalf("relays = %v after the replaced one's round, want only %s", ids, cur.token)
+	}
+	// Once the second is gone, the first registers anew.
+	second.members.leave()
+	if _, err := first.members.round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if inc := first.members.cur.Load(); inc == old || !inc.live(first.clock.now()) {
+		t.Fatal("no live new incarnation after the other one left")
 	}
 }
 

@@ -6,7 +6,7 @@ import "github.com/txoutbox/txoutbox/internal/outboxsql"
 type statements struct {
 	claim, claimSettings, settleSettings, markUndecodable, shardsInHandover string
 	markPublished, fail, release                                            string
-	register, replacePredecessors, heartbeat, notifyRebalance, forgetStale  string
+	register, replacePredecessors, otherIncarnations, heartbeat, notifyRebalance, forgetStale  string
 	liveRelays, releaseShards, acquireShards, leaveShards, leaveRelay       string
 	prune, pruneLock, stats, topicStats                                     string
 }
@@ -23,6 +23,7 @@ func render(n outboxsql.Names) *statements {
 		release:             n.Render(outboxsql.Release),
 		register:            n.Render(outboxsql.Register),
 		replacePredecessors: n.Render(outboxsql.ReplacePredecessors),
+		otherIncarnations:   n.Render(outboxsql.OtherIncarnations),
 		heartbeat:           n.Render(outboxsql.Heartbeat),
 		notifyRebalance:     n.Render(outboxsql.NotifyRebalance),
 		forgetStale:         n.Render(outboxsql.ForgetStaleRelays),

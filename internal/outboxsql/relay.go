@@ -293,6 +293,13 @@ type ReplaceArgs struct {
 // Args returns ReplacePredecessors' parameters.
 func (a ReplaceArgs) Args() []any { return []any{a.Name, a.Owner} }
 
+// OtherIncarnations counts the registered incarnations of name $1 other than
+// $2. A relay whose incarnation was replaced by one of the same name (a
+// second process running under the same id, or a restart while this one was
+// cut off) stands by while one is registered, instead of replacing it back.
+// Binds ReplaceArgs.
+const OtherIncarnations = `SELECT count(*) FROM {{relays}} WHERE name = $1 AND id <> $2`
+
 // Heartbeat refreshes an incarnation's row ($1). It changes no row when the
 // incarnation was declared dead (or replaced): the relay then drops what it
 // holds and registers anew.
