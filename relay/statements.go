@@ -4,11 +4,11 @@ import "github.com/txoutbox/txoutbox/internal/outboxsql"
 
 // statements are the relay's SQL, rendered once for its table.
 type statements struct {
-	claim, claimSettings, settleSettings, markUndecodable, shardsInHandover string
-	markPublished, fail, release                                            string
-	register, replacePredecessors, otherIncarnations, heartbeat, notifyRebalance, forgetStale  string
-	liveRelays, releaseShards, acquireShards, leaveShards, leaveRelay       string
-	prune, pruneLock, stats, topicStats                                     string
+	claim, claimSettings, settleSettings, markUndecodable, shardsInHandover                   string
+	markPublished, fail, release                                                              string
+	register, replacePredecessors, otherIncarnations, heartbeat, notifyRebalance, forgetStale string
+	liveRelays, releaseShards, acquireShards, leaveShards, leaveRelay                         string
+	prune, pruneLock, stats, topicStats                                                       string
 }
 
 func render(n outboxsql.Names) *statements {
