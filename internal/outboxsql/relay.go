@@ -25,7 +25,9 @@ import (
 //   - "fence" lists aggregates with a row in retry backoff: their later rows
 //     are not candidates. It only keeps them from filling the batch with
 //     rows "blocker" would drop; it is MATERIALIZED (computed once) and small
-//     by construction (outbox_fence_idx).
+//     by construction. Its ORDER BY is the order of outbox_fence_idx, which
+//     with sorts off (ClaimSettings) keeps the planner on that index even
+//     when stale statistics make the claim index look as small.
 //   - "cand" walks the claim index in id order: pending rows that are due,
 //     and claimed rows whose lease expired or whose incarnation is gone
 //     (deleted from the relays table as dead or replaced). The shard list is
@@ -38,7 +40,16 @@ import (
 //     backoff, a row another incarnation holds, or a row SKIP LOCKED passed
 //     over. Candidates at or after it are left alone, so no row is ever
 //     claimed while an earlier row of its aggregate is held by anyone else
-//     or by no one. One ordered walk of outbox_aggregate_idx per aggregate.
+//     or by no one. It is MATERIALIZED, so it runs once per aggregate, not
+//     once per candidate. It must walk outbox_aggregate_idx: with stale
+//     statistics (a burst after the table was analyzed with no backlog) the
+//     planner would rather walk the whole claim index in id order for every
+//     aggregate, which makes a claim quadratic in the backlog. The aggregate
+//     is matched as a range (>= and <=, the same rows as = under a
+//     deterministic collation) so that ORDER BY aggregate_id, id is a
+//     two-column order only outbox_aggregate_idx provides; with sorts off
+//     (ClaimSettings) no other plan competes. One short ordered walk of the
+//     aggregate's unpublished rows each.
 //   - A row claimed by Owner is not a blocker: the incarnation holds it in
 //     memory, ahead of later rows of its aggregate in the same lane, or the
 //     broker acknowledged it and its mark is not committed yet. A relay that
@@ -48,11 +59,11 @@ import (
 //     holds only outbox rows, which its peers skip.
 const Claim = `
 WITH fence AS MATERIALIZED (
-    SELECT o.aggregate_id, min(o.id) AS first_id
+    SELECT DISTINCT ON (o.aggregate_id) o.aggregate_id, o.id AS first_id
     FROM {{table}} o
     WHERE o.state = 'pending' AND o.attempts > 0 AND o.next_attempt_at > now()
       AND o.shard = ANY($4::smallint[])
-    GROUP BY o.aggregate_id
+    ORDER BY o.aggregate_id, o.id
 ), live AS MATERIALIZED (
     SELECT id FROM {{relays}}
 ), cand AS MATERIALIZED (
@@ -68,13 +79,14 @@ WITH fence AS MATERIALIZED (
     ORDER BY o.id
     LIMIT $2
     FOR UPDATE OF o SKIP LOCKED
-), blocker AS (
+), blocker AS MATERIALIZED (
     SELECT a.aggregate_id,
            (SELECT p.id FROM {{table}} p
-            WHERE p.aggregate_id = a.aggregate_id AND p.state IN ('pending', 'claimed')
+            WHERE p.aggregate_id >= a.aggregate_id AND p.aggregate_id <= a.aggregate_id
+              AND p.state IN ('pending', 'claimed')
               AND (p.state = 'pending' OR p.lease_owner <> $1)
               AND p.id NOT IN (SELECT id FROM cand)
-            ORDER BY p.id
+            ORDER BY p.aggregate_id, p.id
             LIMIT 1) AS first_id
     FROM (SELECT DISTINCT aggregate_id FROM cand) a
 )
