@@ -3,7 +3,9 @@ package entoutbox
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
+	"sync"
 	"unicode"
 
 	"entgo.io/ent"
@@ -23,6 +25,19 @@ type generated interface {
 type hook struct {
 	mx Mixin
 	w  *txoutbox.Writer
+
+	// bulks are the CreateBulk chains in progress, by transaction driver.
+	// ent runs a bulk's hooks nested, builder 0's outermost, and each
+	// hook's code after next.Mutate runs innermost first: writing there
+	// would give the last entity the lowest outbox id. The outermost
+	// create writes the whole chain's events instead, in builder order.
+	mu    sync.Mutex
+	bulks map[any]*bulk
+}
+
+// bulk gathers the events of the creates nested inside an outer one.
+type bulk struct {
+	nested [][]txoutbox.Event // innermost first
 }
 
 func newHook(mx Mixin) (*hook, error) {
@@ -33,7 +48,27 @@ func newHook(mx Mixin) (*hook, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &hook{mx: mx, w: w}, nil
+	return &hook{mx: mx, w: w, bulks: map[any]*bulk{}}, nil
+}
+
+// enterCreate registers a create on drv's transaction. It returns the bulk
+// to add this create's events to when an outer create of the same schema is
+// in progress on the transaction, or nil when this create is the outermost
+// and done must be called once it has written.
+func (h *hook) enterCreate(drv any) (outer *bulk, done func() *bulk) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if b, ok := h.bulks[drv]; ok {
+		return b, nil
+	}
+	b := &bulk{}
+	h.bulks[drv] = b
+	return nil, func() *bulk {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		delete(h.bulks, drv)
+		return b
+	}
 }
 
 // mutate runs the mutation and writes its events on the same transaction.
@@ -51,6 +86,15 @@ func (h *hook) mutate(ctx context.Context, m ent.Mutation, next ent.Mutator) (en
 	ex, err := Execer(g)
 	if err != nil {
 		return nil, fail("%w", err)
+	}
+	var (
+		outer    *bulk
+		doneBulk func() *bulk
+	)
+	if drv, _ := g.EntoutboxDriver(); op.Is(ent.OpCreate) && reflect.TypeOf(drv).Comparable() {
+		if outer, doneBulk = h.enterCreate(drv); doneBulk != nil {
+			defer doneBulk()
+		}
 	}
 
 	// What identifies the rows, and their old values, must be read before
@@ -91,6 +135,19 @@ func (h *hook) mutate(ctx context.Context, m ent.Mutation, next ent.Mutator) (en
 	events, err := h.events(ctx, m, g, op, ids, old)
 	if err != nil {
 		return nil, fail("%w", err)
+	}
+	if outer != nil {
+		// A later builder of a CreateBulk: the outermost writes it.
+		h.mu.Lock()
+		outer.nested = append(outer.nested, events)
+		h.mu.Unlock()
+		return v, nil
+	}
+	if doneBulk != nil {
+		nested := doneBulk()
+		for i := len(nested.nested) - 1; i >= 0; i-- {
+			events = append(events, nested.nested[i]...)
+		}
 	}
 	if err := h.w.Write(ctx, ex, events...); err != nil {
 		return nil, fail("%w", err)

@@ -378,3 +378,33 @@ func TestUpdateOneOfMissingRowKeepsNotFound(t *testing.T) {
 	}
 	wantOutbox(t, b.outbox(t))
 }
+
+// CreateBulk runs its hooks nested, the first builder's outermost; the
+// events must still be written in builder order, so events a Mixin emits
+// for a shared aggregate reach consumers in the order of the creates.
+func TestCreateBulkWritesEventsInBuilderOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var orders []*entest.Order
+	err := entoutbox.WithTx(ctx, b.client, func(tx *entest.Tx) (err error) {
+		builders := make([]*entest.OrderCreate, 5)
+		for i := range builders {
+			builders[i] = tx.Order.Create().SetTotal(int64(i + 1))
+		}
+		orders, err = tx.Order.CreateBulk(builders...).Save(ctx)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := b.outbox(t) // in outbox id order
+	if len(rows) != len(orders) {
+		t.Fatalf("%d outbox rows for %d creates", len(rows), len(orders))
+	}
+	for i, o := range orders {
+		if rows[i].AggregateID != fmt.Sprint(o.ID) {
+			t.Fatalf("outbox row %d is for order %s, want order %d (builder %d): events out of builder order", i, rows[i].AggregateID, o.ID, i)
+		}
+	}
+}

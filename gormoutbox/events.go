@@ -23,10 +23,11 @@ import (
 // model's own Before/After hooks are included, so an AfterCreate hook can
 // record an event about a row whose primary key now exists.
 //
-// The recorder empties whenever a statement that changed rows reaches the
-// plugin, whether the statement then succeeded or failed. A statement that
-// changed no row (an update or delete that matched nothing, a DryRun)
-// leaves the events recorded. Events written in a transaction that later
+// The recorder empties whenever a Create, Save, Updates or Delete of the
+// model reaches the plugin, whether the statement then succeeded, failed,
+// or was refused before any SQL ran (ErrNoTransaction): retry the unit of
+// work, recording included. Only an update or delete that matched no row,
+// and DryRun or ToSQL, leave the events recorded. Events written in a transaction that later
 // rolls back are gone too: a retried transaction records them again, which
 // is what rerunning the domain code that recorded them does.
 //

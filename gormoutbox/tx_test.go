@@ -209,3 +209,23 @@ func TestFailedSaveDoesNotLeakEvents(t *testing.T) {
 	}
 	equal(t, "events", b.eventNames(), []string{"order/" + itoa(int(r.ID)) + "/order.placed"})
 }
+
+// A statement refused with ErrNoTransaction before any SQL runs empties the
+// recorder too, like any save that was attempted: the retry rule is to rerun
+// the domain code that records, so nothing may linger for a later save.
+func TestRefusedSaveEmptiesTheRecorder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, gormoutbox.Config{}, nil)
+	o := Order{Total: 3}
+	o.Place()
+	err := b.db.Session(&gorm.Session{SkipDefaultTransaction: true}).Create(&o).Error
+	if !errors.Is(err, gormoutbox.ErrNoTransaction) {
+		t.Fatalf("Create outside a transaction = %v, want ErrNoTransaction", err)
+	}
+	if len(o.Pending()) != 0 {
+		t.Fatalf("pending after a refused save = %v, want none", o.Pending())
+	}
+	if n := b.count("orders"); n != 0 {
+		t.Fatalf("%d orders written by a refused save", n)
+	}
+}
