@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/gormoutbox"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
@@ -29,7 +30,7 @@ func benchDBs(b *testing.B) (off, on *gorm.DB) {
 		b.Fatal(err)
 	}
 	on = open()
-	p, err := gormoutbox.New(gormoutbox.Config{Table: tk.Table(), DefaultTopic: "orders"})
+	p, err := gormoutbox.New(gormoutbox.Config{Writer: txoutbox.WriterConfig{Table: tk.Table()}, DefaultTopic: "orders"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -37,24 +37,18 @@ func (p TxPolicy) String() string {
 
 // Config configures the plugin. The zero value is valid: the "outbox" table
 // on the connection's search_path, no default topic (every event or model
-// names its topic), txoutbox.DefaultMaxPayloadBytes, NOTIFY on, and TxRequire.
+// names its topic), txoutbox.MaxPayloadBytesDefault, NOTIFY on, and
+// TxRequire.
 type Config struct {
-	// Table is the outbox table. Default: "outbox" on the search_path.
-	Table txoutbox.Table
+	// Writer configures the outbox table, the payload limit, NOTIFY and
+	// trace capture, as for entoutbox.Mixin; see txoutbox.WriterConfig
+	// for each default.
+	Writer txoutbox.WriterConfig
 
 	// DefaultTopic is the topic of events that name none, when the model
 	// does not implement Topicer either. Empty means such events are
 	// rejected at write time (txoutbox.ErrInvalidEvent, field Topic).
 	DefaultTopic string
-
-	// MaxPayloadBytes rejects larger events at write time (payload plus
-	// key, type and headers). Default: txoutbox.DefaultMaxPayloadBytes
-	// (1 MiB less 8 KiB).
-	MaxPayloadBytes int
-
-	// DisableNotify turns off the NOTIFY sent with each insert to wake
-	// relays; see txoutbox.WriterConfig.
-	DisableNotify bool
 
 	// TxPolicy is what happens when a statement with events to write is
 	// not in a transaction. Default: TxRequire.

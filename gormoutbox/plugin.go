@@ -28,11 +28,7 @@ func New(cfg Config) (*Plugin, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{
-		Table:           cfg.Table,
-		MaxPayloadBytes: cfg.MaxPayloadBytes,
-		DisableNotify:   cfg.DisableNotify,
-	})
+	w, err := txoutbox.NewWriter(cfg.Writer)
 	if err != nil {
 		return nil, fmt.Errorf("gormoutbox: %w", err)
 	}

@@ -238,15 +238,15 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{gormoutbox.Config{TxPolicy: 7}, "gormoutbox: Config.TxPolicy: unknown value 7 (want TxRequire or TxBegin)"},
 		{gormoutbox.Config{DefaultTopic: "a b"}, `gormoutbox: Config.DefaultTopic: "a b" has characters outside [a-zA-Z0-9._-]`},
-		{gormoutbox.Config{MaxPayloadBytes: -1}, "gormoutbox: txoutbox: WriterConfig.MaxPayloadBytes is negative (-1)"},
-		{gormoutbox.Config{Table: txoutbox.Table{Name: "x; drop table y"}}, "gormoutbox: txoutbox: invalid table name"},
+		{gormoutbox.Config{Writer: txoutbox.WriterConfig{MaxPayloadBytes: -1}}, "gormoutbox: txoutbox: WriterConfig.MaxPayloadBytes is negative (-1)"},
+		{gormoutbox.Config{Writer: txoutbox.WriterConfig{Table: txoutbox.Table{Name: "x; drop table y"}}}, "gormoutbox: txoutbox: invalid table name"},
 	} {
 		p, err := gormoutbox.New(tc.cfg)
 		if err == nil || p != nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, %v; want error %q", tc.cfg, p, err, tc.want)
 		}
 	}
-	if _, err := gormoutbox.New(gormoutbox.Config{Table: txoutbox.Table{Name: "x; drop table y"}}); !isInvalidTable(err) {
+	if _, err := gormoutbox.New(gormoutbox.Config{Writer: txoutbox.WriterConfig{Table: txoutbox.Table{Name: "x; drop table y"}}}); !isInvalidTable(err) {
 		t.Errorf("bad table error %v does not match txoutbox.ErrInvalidTable", err)
 	}
 	if _, err := gormoutbox.New(gormoutbox.Config{}); err != nil {

@@ -95,8 +95,8 @@ type bundle struct {
 func setup(t *testing.T, cfg gormoutbox.Config, gcfg *gorm.Config) *bundle {
 	t.Helper()
 	tk := testkit.NewOutbox(t)
-	if cfg.Table.Name == "" && cfg.Table.Schema == "" {
-		cfg.Table = tk.Table()
+	if cfg.Writer.Table.Name == "" && cfg.Writer.Table.Schema == "" {
+		cfg.Writer.Table = tk.Table()
 	}
 	if cfg.DefaultTopic == "" {
 		cfg.DefaultTopic = "orders"

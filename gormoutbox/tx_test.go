@@ -123,7 +123,7 @@ func TestOutboxFailureRollsBackModel(t *testing.T) {
 	equal(t, "events", b.eventNames(), []string{"order/" + itoa(int(ok.ID)) + "/order.placed"})
 
 	// A failing insert: the outbox table is missing.
-	missing := setup(t, gormoutbox.Config{Table: txoutbox.Table{Schema: b.tkdb.Schema, Name: "no_such_outbox"}}, nil)
+	missing := setup(t, gormoutbox.Config{Writer: txoutbox.WriterConfig{Table: txoutbox.Table{Schema: b.tkdb.Schema, Name: "no_such_outbox"}}}, nil)
 	m := Order{Total: 4}
 	m.Place()
 	err = missing.db.Create(&m).Error

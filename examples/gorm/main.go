@@ -23,6 +23,7 @@ import (
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/logger"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/examples/internal/demo"
 	"github.com/txoutbox/txoutbox/gormoutbox"
 )
@@ -48,7 +49,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	plugin, err := gormoutbox.New(gormoutbox.Config{Table: table, DefaultTopic: "orders"})
+	plugin, err := gormoutbox.New(gormoutbox.Config{Writer: txoutbox.WriterConfig{Table: table}, DefaultTopic: "orders"})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/gormoutbox"
 	"github.com/txoutbox/txoutbox/relay"
 )
@@ -75,7 +76,7 @@ func runLatency(ctx context.Context, e *env, notify bool) (latency, error) {
 	if err := db.AutoMigrate(&BenchOrder{}); err != nil {
 		return latency{}, err
 	}
-	plugin, err := gormoutbox.New(gormoutbox.Config{Table: s.Table, DefaultTopic: topic, DisableNotify: !notify})
+	plugin, err := gormoutbox.New(gormoutbox.Config{Writer: txoutbox.WriterConfig{Table: s.Table, DisableNotify: !notify}, DefaultTopic: topic})
 	if err != nil {
 		return latency{}, err
 	}

@@ -94,7 +94,7 @@ func runGormOverhead(ctx context.Context, e *env) (overhead, error) {
 	if err := off.AutoMigrate(&BenchOrder{}); err != nil {
 		return overhead{}, err
 	}
-	p, err := gormoutbox.New(gormoutbox.Config{Table: s.Table, DefaultTopic: "orders"})
+	p, err := gormoutbox.New(gormoutbox.Config{Writer: txoutbox.WriterConfig{Table: s.Table}, DefaultTopic: "orders"})
 	if err != nil {
 		return overhead{}, err
 	}
