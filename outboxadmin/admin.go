@@ -8,11 +8,11 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
-	"github.com/txoutbox/txoutbox/relay"
 )
 
-// StaleAfterDefault is Config.StaleAfter's default, the relays' own default.
-const StaleAfterDefault = relay.StaleAfterDefault
+// StaleAfterDefault is Config.StaleAfter's default, the relays' own
+// default (relay.StaleAfterDefault; a test keeps them equal).
+const StaleAfterDefault = 15 * time.Second
 
 // ReplayBatchDefault is Config.ReplayBatch's default.
 const ReplayBatchDefault = 1000
@@ -94,7 +94,7 @@ func New(db *sql.DB, cfg Config) (*Admin, error) {
 // statements are the operator statements rendered for one table.
 type statements struct {
 	deadList, row, deadLock, lockUnpublished, retry, drop, wake, pruneLock string
-	replaySelect, replay, timeouts, relays, shards                         string
+	replaySelect, replay, timeouts, claimGate, relays, shards              string
 }
 
 func render(n outboxsql.Names) statements {
@@ -110,6 +110,7 @@ func render(n outboxsql.Names) statements {
 		replaySelect:    n.Render(outboxsql.OpsReplaySelect),
 		replay:          n.Render(outboxsql.OpsReplay),
 		timeouts:        outboxsql.OpsTimeouts,
+		claimGate:       n.Render(outboxsql.OpsClaimGate),
 		relays:          n.Render(outboxsql.OpsRelays),
 		shards:          n.Render(outboxsql.OpsShards),
 	}

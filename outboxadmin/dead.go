@@ -52,6 +52,8 @@ const (
 // in id order (keyset paging: pass the last ID of a page as the next
 // after). A zero Filter lists every dead event. Payloads are not read.
 func (a *Admin) ListDead(ctx context.Context, f Filter, after int64, limit int) ([]Row, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
+	defer cancel()
 	if limit == 0 {
 		limit = DeadPageDefault
 	}
@@ -80,6 +82,8 @@ func (a *Admin) ListDead(ctx context.Context, f Filter, after int64, limit int) 
 // Event reads the row id in any state, with its payload. It returns
 // ErrNotFound when there is none.
 func (a *Admin) Event(ctx context.Context, id int64) (Row, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
+	defer cancel()
 	var payload []byte
 	r, err := scanRow(a.db.QueryRowContext(ctx, a.sql.row, id), &payload)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -110,9 +114,10 @@ type Retried struct {
 // Order: a retried row has a lower id than the later events of its
 // aggregate, and the relay claims in id order per aggregate, so it is
 // published before every later event of its aggregate that is still
-// pending. Retry locks those later rows while it commits, waiting for a
-// claim in progress, so none can be claimed between its check and its
-// update; the ones already claimed (in flight) are reported in Overtaken.
+// pending. Retry holds the relays' claims back while it commits (a claim in
+// progress finishes first), so no claim sees the aggregate's later rows
+// without the retried one; the ones already claimed (in flight) are
+// reported in Overtaken.
 // Retried rows wake the relays (NOTIFY) when the retry commits.
 func (a *Admin) Retry(ctx context.Context, f Filter, dryRun bool) ([]Retried, error) {
 	if f.empty() && !f.All {
@@ -132,6 +137,14 @@ func (a *Admin) Retry(ctx context.Context, f Filter, dryRun bool) ([]Retried, er
 			if !seen[r.AggregateID] {
 				seen[r.AggregateID] = true
 				aggregates = append(aggregates, r.AggregateID)
+			}
+		}
+		if !dryRun {
+			// No claim runs from here to the commit: each sees the
+			// retry whole or not at all (see outboxsql.OpsClaimGate),
+			// and the rows in flight found next are all there are.
+			if _, err := tx.ExecContext(ctx, a.sql.claimGate); err != nil {
+				return fmt.Errorf("hold claims back: %w", err)
 			}
 		}
 		claimed, err := lockClaimed(ctx, tx, a.sql.lockUnpublished, aggregates)

@@ -50,8 +50,8 @@ type TopicCount struct {
 // publisher, lanes and shards. Each aggregate's selected rows return to
 // pending in one statement, so the relays publish them as one run in id
 // order: a relay claims no later event of the aggregate while an earlier one
-// is pending. Only events already in flight when an aggregate's rows are
-// reset can go out before them. Aggregates are reset
+// is pending, and no claim runs while a batch commits. Only events already
+// in flight when an aggregate's rows are reset can go out before them. Aggregates are reset
 // Config.ReplayBatch rows (whole aggregates) per transaction. While they
 // drain, the replayed events count in the backlog and lag (by their
 // creation time): expect the lag alert to see them.
@@ -64,7 +64,9 @@ func (a *Admin) Replay(ctx context.Context, f ReplayFilter, dryRun bool) (Replay
 	if f.Since.IsZero() {
 		return ReplayResult{}, ErrNoSince
 	}
-	groups, err := a.replaySelection(ctx, f)
+	sctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
+	groups, err := a.replaySelection(sctx, f)
+	cancel()
 	if err != nil {
 		return ReplayResult{}, fmt.Errorf("outboxadmin: replay: %w", err)
 	}
@@ -96,6 +98,9 @@ func (a *Admin) Replay(ctx context.Context, f ReplayFilter, dryRun bool) (Replay
 		err := a.inTx(ctx, false, func(tx *sql.Tx) error {
 			if _, err := tx.ExecContext(ctx, a.sql.pruneLock); err != nil {
 				return fmt.Errorf("take the prune lock: %w", err)
+			}
+			if _, err := tx.ExecContext(ctx, a.sql.claimGate); err != nil {
+				return fmt.Errorf("hold claims back: %w", err)
 			}
 			rows, err := tx.QueryContext(ctx, a.sql.replay, outboxsql.Int64Array(batch))
 			if err != nil {

@@ -3,15 +3,14 @@ package outboxadmin
 import (
 	"context"
 	"fmt"
+	"github.com/txoutbox/txoutbox"
 	"time"
-
-	"github.com/txoutbox/txoutbox/relay"
 )
 
 // Status is the state of an outbox and its relays.
 type Status struct {
 	// Stats are backlog, lag and dead count, in total and per topic.
-	relay.Stats
+	txoutbox.Stats
 	// Relays are the registered relays, alive or stale, by id.
 	Relays []RelayStatus
 	// Unowned lists the shards no live relay owns. Their events are not
@@ -36,10 +35,12 @@ type RelayStatus struct {
 	Shards []int
 }
 
-// Status reads the outbox's figures (relay.ReadTopicStats), the relays and
+// Status reads the outbox's figures (txoutbox.ReadTopicStats), the relays and
 // their shards.
 func (a *Admin) Status(ctx context.Context) (Status, error) {
-	stats, err := relay.ReadTopicStats(ctx, a.db, a.cfg.Table)
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
+	defer cancel()
+	stats, err := txoutbox.ReadTopicStats(ctx, a.db, a.cfg.Table)
 	if err != nil {
 		return Status{}, fmt.Errorf("outboxadmin: status: %w", err)
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
@@ -65,10 +67,7 @@ func (c *completer) release(row *claimedRow, onRecorded func(uint64)) {
 // fail records a failed publish; onRecorded runs once the failure is
 // committed, with the claim sequence number current at that moment.
 func (c *completer) fail(row *claimedRow, err error, onRecorded func(uint64)) {
-	msg := err.Error()
-	if len(msg) > 2000 {
-		msg = msg[:2000]
-	}
+	msg := storableText(err.Error(), maxErrorText)
 	f := failedRow{
 		row:        row,
 		err:        msg,
@@ -262,4 +261,23 @@ func (c *completer) recordFailures(ctx context.Context, tx *sql.Tx, fails []fail
 			"aggregate_id", f.row.event.AggregateID, "attempt", f.row.attempts+1, "err", f.err)
 	}
 	return retried, dead, nil
+}
+
+// maxErrorText bounds the error text kept in last_error.
+const maxErrorText = 2000
+
+// storableText makes s something PostgreSQL stores as text: no NUL bytes
+// (text cannot hold them, and jsonb refuses \u0000), valid UTF-8, at most
+// max bytes cut at a character boundary. Error texts come from publishers
+// and brokers; one a statement refuses would fail every flush after it.
+func storableText(s string, max int) string {
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD")
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }

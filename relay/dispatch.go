@@ -209,12 +209,18 @@ func (r *Relay) releaseUnconfirmed(ctx context.Context) error {
 // settle runs fn in a transaction that commits durably (see
 // outboxsql.SettleSettings) and returns what fn returned.
 func (r *Relay) settle(ctx context.Context, fn func(*sql.Tx) (int64, error)) (int64, error) {
-	tx, err := r.db.BeginTx(ctx, nil)
+	return settle(ctx, r.db, r.sql, r.cfg.StatementTimeout, fn)
+}
+
+// settle runs fn in a transaction with the relay's server-side timeouts
+// that commits durably.
+func settle(ctx context.Context, db *sql.DB, q *statements, timeout time.Duration, fn func(*sql.Tx) (int64, error)) (int64, error) {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, r.sql.settleSettings, outboxsql.TimeoutArgs{Timeout: r.cfg.StatementTimeout}.Args()...); err != nil {
+	if _, err := tx.ExecContext(ctx, q.settleSettings, outboxsql.TimeoutArgs{Timeout: timeout}.Args()...); err != nil {
 		return 0, fmt.Errorf("settings: %w", err)
 	}
 	n, err := fn(tx)
@@ -254,12 +260,12 @@ func scanClaimed(rows *sql.Rows, seq uint64, inc *incarnation) (out []*claimedRo
 			return nil, nil, fmt.Errorf("claim batch: scan: %w", err)
 		}
 		if e.ID, err = uuid.Parse(eventID); err != nil {
-			bad = append(bad, outboxsql.RowError{ID: c.id, Err: "undecodable event: event_id: " + err.Error()})
+			bad = append(bad, outboxsql.RowError{ID: c.id, Err: storableText("undecodable event: event_id: "+err.Error(), maxErrorText)})
 			continue
 		}
 		if headers != "{}" {
 			if err := json.Unmarshal([]byte(headers), &e.Headers); err != nil {
-				bad = append(bad, outboxsql.RowError{ID: c.id, Err: "undecodable event: headers must be a JSON object of strings: " + err.Error()})
+				bad = append(bad, outboxsql.RowError{ID: c.id, Err: storableText("undecodable event: headers must be a JSON object of strings: "+err.Error(), maxErrorText)})
 				continue
 			}
 		}

@@ -45,7 +45,7 @@ func (b *bundle) fastConfig() relay.Config {
 		Table:             b.db.Table(),
 		PollInterval:      50 * time.Millisecond,
 		HeartbeatInterval: 100 * time.Millisecond,
-		StaleAfter:        time.Second,
+		StaleAfter:        3 * time.Second, // a heartbeat may stall for seconds on a loaded CI machine
 		LeaseDuration:     2 * time.Second,
 		BackoffMin:        20 * time.Millisecond,
 		BackoffMax:        200 * time.Millisecond,

@@ -49,6 +49,9 @@ type membership struct {
 	rebalanceNow chan struct{}
 
 	cur atomic.Pointer[incarnation]
+	// own lists this relay's incarnations whose registration may have
+	// committed unseen; only the membership loop touches it.
+	own []string
 
 	mu     sync.Mutex
 	shards []int16        // owned shards out of handover, claimed from; guarded by mu
@@ -216,18 +219,19 @@ func (m *membership) heartbeat(ctx context.Context, start time.Duration) (*incar
 	return inc, nil
 }
 
-// errStandingBy is returned by a round while another incarnation of this
-// relay's id is registered.
+// errStandingBy is returned by a round while another live incarnation of
+// this relay's id is registered.
 var errStandingBy = errors.New("another relay is registered under this relay's id; standing by until it is gone (relay ids must be unique among running relays)")
 
-// standBy fails with errStandingBy while an incarnation of the relay's id
-// other than ended is registered: the one that replaced it. Replacing it
-// back would make two relays under one id evict each other at every
-// heartbeat; the newer one wins, and this one registers anew once it is
-// gone (stopped, or declared dead after StaleAfter).
+// standBy fails with errStandingBy while a live incarnation of the relay's
+// id other than its own is registered: the one that replaced it. Replacing
+// it back would make two relays under one id evict each other at every
+// heartbeat; the newer one wins, and this one registers anew (replacing it)
+// once it is gone: stopped, or its heartbeat older than StaleAfter.
 func (m *membership) standBy(ctx context.Context, ended *incarnation) error {
+	args := outboxsql.OtherIncarnationsArgs{Name: m.cfg.ID, Own: append(m.own, ended.token), StaleAfter: m.cfg.StaleAfter}
 	var n int
-	if err := m.db.QueryRowContext(ctx, m.sql.otherIncarnations, outboxsql.ReplaceArgs{Name: m.cfg.ID, Owner: ended.token}.Args()...).Scan(&n); err != nil {
+	if err := m.db.QueryRowContext(ctx, m.sql.otherIncarnations, args.Args()...).Scan(&n); err != nil {
 		return fmt.Errorf("look for other incarnations: %w", err)
 	}
 	if n > 0 {
@@ -240,25 +244,25 @@ func (m *membership) standBy(ctx context.Context, ended *incarnation) error {
 // same name (a restart under a fixed Config.ID) so their work is taken over
 // now, and announces the change.
 func (m *membership) register(ctx context.Context, inc *incarnation) error {
-	tx, err := m.db.BeginTx(ctx, nil)
+	var replaced []string
+	_, err := settle(ctx, m.db, m.sql, m.cfg.StatementTimeout, func(tx *sql.Tx) (int64, error) {
+		if _, err := tx.ExecContext(ctx, m.sql.register, outboxsql.RegisterArgs{Owner: inc.token, Name: m.cfg.ID, Host: m.host}.Args()...); err != nil {
+			return 0, err
+		}
+		rows, err := tx.QueryContext(ctx, m.sql.replacePredecessors, outboxsql.ReplaceArgs{Name: m.cfg.ID, Owner: inc.token}.Args()...)
+		if err != nil {
+			return 0, fmt.Errorf("replace earlier incarnations: %w", err)
+		}
+		replaced, err = scanStrings(rows)
+		return 0, err
+	})
 	if err != nil {
+		// It may have committed without the reply arriving: never stand
+		// by behind it.
+		m.own = append(m.own, inc.token)
 		return fmt.Errorf("register: %w", err)
 	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, m.sql.register, outboxsql.RegisterArgs{Owner: inc.token, Name: m.cfg.ID, Host: m.host}.Args()...); err != nil {
-		return fmt.Errorf("register: %w", err)
-	}
-	rows, err := tx.QueryContext(ctx, m.sql.replacePredecessors, outboxsql.ReplaceArgs{Name: m.cfg.ID, Owner: inc.token}.Args()...)
-	if err != nil {
-		return fmt.Errorf("register: replace earlier incarnations: %w", err)
-	}
-	replaced, err := scanStrings(rows)
-	if err != nil {
-		return fmt.Errorf("register: replace earlier incarnations: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("register: commit: %w", err)
-	}
+	m.own = m.own[:0]
 	for _, old := range replaced {
 		m.log.Warn("relay: replaced an earlier incarnation of this relay id; taking over its work (relay ids must be unique among running relays)",
 			"replaced", old)

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -55,26 +56,22 @@ func (r *Relay) Prune(ctx context.Context) (int64, error) {
 func (r *Relay) pruneBatch(ctx context.Context) (deleted int64, locked bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
-	tx, err := r.db.BeginTx(ctx, nil)
+	_, err = r.settle(ctx, func(tx *sql.Tx) (int64, error) {
+		if err := tx.QueryRowContext(ctx, r.sql.pruneLock).Scan(&locked); err != nil {
+			return 0, fmt.Errorf("lock: %w", err)
+		}
+		if !locked {
+			return 0, nil
+		}
+		res, err := tx.ExecContext(ctx, r.sql.prune, outboxsql.Interval(r.cfg.Retention), r.cfg.PruneBatch)
+		if err != nil {
+			return 0, fmt.Errorf("delete: %w", err)
+		}
+		deleted, err = res.RowsAffected()
+		return deleted, err
+	})
 	if err != nil {
-		return 0, false, fmt.Errorf("prune: begin: %w", err)
+		return 0, locked, fmt.Errorf("prune: %w", err)
 	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if err := tx.QueryRowContext(ctx, r.sql.pruneLock).Scan(&locked); err != nil {
-		return 0, false, fmt.Errorf("prune: lock: %w", err)
-	}
-	if !locked {
-		return 0, false, nil
-	}
-	res, err := tx.ExecContext(ctx, r.sql.prune, outboxsql.Interval(r.cfg.Retention), r.cfg.PruneBatch)
-	if err != nil {
-		return 0, true, fmt.Errorf("prune: delete: %w", err)
-	}
-	if deleted, err = res.RowsAffected(); err != nil {
-		return 0, true, fmt.Errorf("prune: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, true, fmt.Errorf("prune: commit: %w", err)
-	}
-	return deleted, true, nil
+	return deleted, locked, nil
 }

@@ -124,6 +124,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		return ErrAlreadyRunning
 	}
 	defer r.running.Store(false)
+	// A Run before this one may have given up recording outcomes at
+	// shutdown (the database gone): those rows are its incarnation's, to be
+	// taken over, not this run's.
+	r.inflight.Store(0)
+	r.outage.Store(0)
+	r.unconfirmed = nil
 	r.log.Info("relay starting", "table", r.cfg.Table.String(), "lanes", r.cfg.Lanes, "batch", r.cfg.BatchSize)
 
 	unregister, err := r.met.observe(r)

@@ -14,7 +14,7 @@ type statements struct {
 func render(n outboxsql.Names) *statements {
 	return &statements{
 		claim:               n.Render(outboxsql.Claim),
-		claimSettings:       outboxsql.ClaimSettings,
+		claimSettings:       n.Render(outboxsql.ClaimSettings),
 		settleSettings:      outboxsql.SettleSettings,
 		markUndecodable:     n.Render(outboxsql.MarkUndecodable),
 		shardsInHandover:    n.Render(outboxsql.ShardsInHandover),
@@ -34,7 +34,5 @@ func render(n outboxsql.Names) *statements {
 		leaveRelay:          n.Render(outboxsql.LeaveRelay),
 		prune:               n.Render(outboxsql.Prune),
 		pruneLock:           n.Render(outboxsql.PruneLock),
-		stats:               n.Render(outboxsql.Stats),
-		topicStats:          n.Render(outboxsql.TopicStats),
 	}
 }

@@ -3,100 +3,40 @@ package relay
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"time"
 
 	"github.com/txoutbox/txoutbox"
 )
 
-// Stats is the state of an outbox, for health checks and dashboards.
-type Stats struct {
-	// Backlog counts unpublished events (pending or claimed).
-	Backlog int64 `json:"backlog"`
-	// Lag is the age of the oldest unpublished event, zero when there is
-	// none. Alert on it: a relay that is up but stuck shows a growing lag,
-	// whereas the backlog alone looks the same whether its events are two
-	// seconds or two hours old.
-	Lag time.Duration `json:"lag"`
-	// Dead counts dead events waiting for an operator.
-	Dead int64 `json:"dead"`
-	// Topics breaks the same figures down per topic (ReadTopicStats only).
-	Topics []TopicStats `json:"topics,omitempty"`
-}
+// Stats is txoutbox.Stats.
+//
+// Deprecated: use txoutbox.Stats; the type moved so that packages reading
+// the outbox's state need not import the relay.
+type Stats = txoutbox.Stats
 
-// TopicStats is Stats for one topic.
-type TopicStats struct {
-	Topic   string        `json:"topic"`
-	Backlog int64         `json:"backlog"`
-	Lag     time.Duration `json:"lag"`
-	Dead    int64         `json:"dead"`
-}
+// TopicStats is txoutbox.TopicStats.
+//
+// Deprecated: use txoutbox.TopicStats.
+type TopicStats = txoutbox.TopicStats
 
-// ReadStats reads backlog, lag and dead count of the outbox in table with
-// one cheap query (it uses the claim and dead-letter partial indexes). Lag is
-// measured with the database clock.
+// ReadStats is txoutbox.ReadStats.
+//
+// Deprecated: use txoutbox.ReadStats.
 func ReadStats(ctx context.Context, db *sql.DB, table txoutbox.Table) (Stats, error) {
-	names, err := table.SQLNames()
-	if err != nil {
-		return Stats{}, err
-	}
-	return readStats(ctx, db, render(names))
+	return txoutbox.ReadStats(ctx, db, table)
 }
 
-func readStats(ctx context.Context, db *sql.DB, q *statements) (Stats, error) {
-	var (
-		s      Stats
-		oldest sql.NullTime
-		now    time.Time
-	)
-	if err := db.QueryRowContext(ctx, q.stats).Scan(&s.Backlog, &oldest, &s.Dead, &now); err != nil {
-		return Stats{}, fmt.Errorf("read outbox stats: %w", err)
-	}
-	if oldest.Valid {
-		s.Lag = max(now.Sub(oldest.Time), 0)
-	}
-	return s, nil
-}
-
-// ReadTopicStats is ReadStats with a per-topic breakdown in Stats.Topics.
-// It scans every unpublished and dead row, so it suits a CLI or an
-// occasional dashboard refresh rather than a tight health check.
+// ReadTopicStats is txoutbox.ReadTopicStats.
+//
+// Deprecated: use txoutbox.ReadTopicStats.
 func ReadTopicStats(ctx context.Context, db *sql.DB, table txoutbox.Table) (Stats, error) {
-	names, err := table.SQLNames()
-	if err != nil {
-		return Stats{}, err
-	}
-	q := render(names)
-	s, err := readStats(ctx, db, q)
-	if err != nil {
-		return Stats{}, err
-	}
-	rows, err := db.QueryContext(ctx, q.topicStats)
-	if err != nil {
-		return Stats{}, fmt.Errorf("read topic stats: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			t   TopicStats
-			lag sql.NullFloat64
-		)
-		if err := rows.Scan(&t.Topic, &t.Backlog, &lag, &t.Dead); err != nil {
-			return Stats{}, fmt.Errorf("read topic stats: %w", err)
-		}
-		if lag.Valid {
-			t.Lag = max(time.Duration(lag.Float64*float64(time.Second)), 0)
-		}
-		s.Topics = append(s.Topics, t)
-	}
-	if err := rows.Err(); err != nil {
-		return Stats{}, fmt.Errorf("read topic stats: %w", err)
-	}
-	return s, nil
+	return txoutbox.ReadTopicStats(ctx, db, table)
 }
 
-// Stats reads the relay's outbox stats (see ReadStats).
-func (r *Relay) Stats(ctx context.Context) (Stats, error) { return readStats(ctx, r.db, r.sql) }
+// Stats reads the relay's outbox stats (see txoutbox.ReadStats).
+func (r *Relay) Stats(ctx context.Context) (txoutbox.Stats, error) {
+	return txoutbox.ReadStats(ctx, r.db, r.cfg.Table)
+}
 
 // statsLoop refreshes the gauges' figures every StatsInterval.
 func (r *Relay) statsLoop(ctx context.Context) {

@@ -93,6 +93,13 @@ SET state = 'pending', attempts = 0, next_attempt_at = now(), published_at = NUL
 WHERE id = ANY($1::bigint[]) AND state = 'published'
 RETURNING id, topic`
 
+// OpsClaimGate takes the claim gate exclusively (see ClaimSettings): it waits
+// for the claims in progress to end and holds new ones back until the
+// operator's transaction ends, so every claim sees a retry or replay either
+// whole or not at all. Retry and replay take it right before they change
+// rows; operator transactions are short and bounded by OpsTimeouts.
+const OpsClaimGate = `SELECT pg_advisory_xact_lock(hashtext({{channel}} || '.claim'))`
+
 // OpsTimeouts runs first in every operator transaction: a statement or a
 // lock wait longer than $1 fails instead of stalling the operator, and a
 // session left idle in the transaction (a tool frozen or cut off) is ended,

@@ -3,6 +3,7 @@ package outboxsql
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -126,10 +127,20 @@ func (a ClaimArgs) Args() []any {
 // The timeouts bound the transaction on the server: a relay frozen or cut
 // off inside it loses its session after Timeout, which releases its row
 // locks, instead of holding them until TCP keepalive notices.
+//
+// The shared advisory lock is the claim gate (see OpsClaimGate): claims run
+// side by side, but never while an operator's retry or replay commits. The
+// claim's snapshot is taken in its next statement, after the gate, so it
+// sees every such change committed before, and none commits until it ends.
+// Without the gate, a retry committing while a claim runs would be missing
+// from the claim's snapshot (the retried row still dead) but no longer hold
+// the aggregate's later rows locked, and the claim would take them ahead of
+// the retried row.
 const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('synchronous_commit', 'off', true),
        set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
-       set_config('idle_in_transaction_session_timeout', $1, true)`
+       set_config('idle_in_transaction_session_timeout', $1, true),
+       pg_advisory_xact_lock_shared(hashtext({{channel}} || '.claim'))`
 
 // SettleSettings runs first in the transaction that records failures and
 // releases. Those records take rows out of a relay's memory, so they must be
@@ -305,12 +316,29 @@ type ReplaceArgs struct {
 // Args returns ReplacePredecessors' parameters.
 func (a ReplaceArgs) Args() []any { return []any{a.Name, a.Owner} }
 
-// OtherIncarnations counts the registered incarnations of name $1 other than
-// $2. A relay whose incarnation was replaced by one of the same name (a
-// second process running under the same id, or a restart while this one was
-// cut off) stands by while one is registered, instead of replacing it back.
-// Binds ReplaceArgs.
-const OtherIncarnations = `SELECT count(*) FROM {{relays}} WHERE name = $1 AND id <> $2`
+// OtherIncarnations counts the live incarnations of name $1 other than those
+// in $2: heartbeats younger than $3. A relay whose incarnation was replaced
+// by one of the same name (a second process running under the same id, or a
+// restart while this one was cut off) stands by while that one is live,
+// instead of replacing it back; a stale one it replaces.
+const OtherIncarnations = `SELECT count(*) FROM {{relays}}
+WHERE name = $1 AND id <> ALL($2::text[]) AND heartbeat_at >= now() - $3::interval`
+
+// OtherIncarnationsArgs binds OtherIncarnations.
+type OtherIncarnationsArgs struct {
+	Name       string
+	Own        []string // this relay's incarnations, ended or unconfirmed
+	StaleAfter time.Duration
+}
+
+// Args returns OtherIncarnations' parameters.
+func (a OtherIncarnationsArgs) Args() []any {
+	own := make([]string, len(a.Own))
+	for i, o := range a.Own {
+		own[i] = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(o) + `"`
+	}
+	return []any{a.Name, "{" + strings.Join(own, ",") + "}", Interval(a.StaleAfter)}
+}
 
 // Heartbeat refreshes an incarnation's row ($1). It changes no row when the
 // incarnation was declared dead (or replaced): the relay then drops what it
@@ -319,8 +347,15 @@ const Heartbeat = `UPDATE {{relays}} SET heartbeat_at = now() WHERE id = $1`
 
 // ForgetStaleRelays deletes relays whose heartbeat is older than $1. Their
 // shards become free and their claims can be taken over.
+//
+// A row another transaction holds locked is skipped, not waited for: a peer
+// frozen while deleting it, or registering in its place, must not stop
+// every relay's heartbeat round.
 const ForgetStaleRelays = `
-DELETE FROM {{relays}} WHERE heartbeat_at < now() - $1::interval RETURNING id`
+DELETE FROM {{relays}} WHERE id IN (
+    SELECT id FROM {{relays}} WHERE heartbeat_at < now() - $1::interval
+    FOR UPDATE SKIP LOCKED)
+RETURNING id`
 
 // LiveRelays lists the live incarnations with the name shards are assigned
 // by (the id for rows registered before schema version 2).
