@@ -30,8 +30,13 @@
 // below), and the publisher returns from Publish only after the broker
 // acknowledged the message. It holds with any number of relays, under
 // restarts with the same or fresh ids, pauses, partitions, broker stalls,
-// database crashes and operators retrying, dropping or replaying events;
-// what they cost is duplicates, never order.
+// database crashes and operators at work; what they cost is duplicates,
+// never order. A dead event is outside it by definition: its aggregate's
+// later events flow past it, and once an operator retries it, it goes
+// before every later event of its aggregate not yet claimed (the ones
+// already in flight are reported by outboxadmin.Retry as Overtaken).
+// Retries and replays take a claim gate, so no claim runs on a snapshot
+// from before one that commits meanwhile.
 //
 // One rule, checked by the claim statement in the database, carries it: a
 // relay claims a row only if every earlier unpublished row of its aggregate
@@ -76,7 +81,9 @@
 // gain or lose, and announce it with a NOTIFY so peers rebalance at once. A
 // relay claims from a newly acquired shard once its previous owner has no
 // rows of it in flight. Order does not rest on shards: the rule holds while
-// two relays' shard lists overlap.
+// two relays' shard lists overlap. (While they do, briefly, a relay's claim
+// can find its first candidates held back behind a peer's rows and return
+// fewer rows until the peer's publishes are done.)
 //
 // Remaining limit: two transactions that write events for the same aggregate
 // concurrently, without locking the aggregate's row, commit in an order the
@@ -98,7 +105,9 @@
 // set it as their statement, lock and idle-in-transaction timeouts, so a
 // relay frozen or cut off inside a claim loses its session and its row
 // locks on the server side instead of holding them until TCP keepalive
-// notices. No statement of the relay locks the relays table.
+// notices. Claims do not lock the relays table, and declaring relays dead
+// skips rows another transaction holds, so one frozen relay cannot stop
+// its peers' heartbeats.
 //
 // # Latency and polling
 //
