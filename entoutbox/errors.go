@@ -1,12 +1,20 @@
 package entoutbox
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/txoutbox/txoutbox"
+)
 
 // ErrNoTransaction is matched by the error of a mutation of an entity with
 // the Mixin that does not run in a transaction, and by Emit and Execer given
 // a client instead of a transaction. Nothing has been written: the check
-// runs before any SQL.
-var ErrNoTransaction = errors.New("entoutbox: not running in a transaction (use client.Tx or entoutbox.WithTx)")
+// runs before any SQL. It is txoutbox.ErrNoTransaction.
+var ErrNoTransaction = txoutbox.ErrNoTransaction
+
+// errNoTransaction is ErrNoTransaction with what to do about it.
+var errNoTransaction = fmt.Errorf("entoutbox: %w (use client.Tx or entoutbox.WithTx)", ErrNoTransaction)
 
 // ErrNotGenerated is matched when the generated ent code lacks the methods
 // entoutbox's entc extension adds: entoutboxext.New() is missing from the

@@ -256,7 +256,7 @@ func TestOutsideTransactionIsRefusedBeforeSQL(t *testing.T) {
 		t.Errorf("%d statements ran, want none", n)
 	}
 	err = c.Order.Create().SetTotal(1).Exec(ctx)
-	want := "entoutbox: create Order: entoutbox: not running in a transaction (use client.Tx or entoutbox.WithTx)"
+	want := "entoutbox: create Order: entoutbox: txoutbox: not in a transaction (use client.Tx or entoutbox.WithTx)"
 	if err == nil || err.Error() != want {
 		t.Errorf("err = %v, want %q", err, want)
 	}

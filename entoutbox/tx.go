@@ -25,7 +25,7 @@ type Tx interface {
 func Execer(tx Tx) (txoutbox.SQLExecer, error) {
 	drv, inTx := tx.EntoutboxDriver()
 	if !inTx {
-		return nil, ErrNoTransaction
+		return nil, errNoTransaction
 	}
 	if d := drv.Dialect(); d != dialect.Postgres {
 		return nil, fmt.Errorf("entoutbox: the outbox needs PostgreSQL, the ent driver's dialect is %q", d)

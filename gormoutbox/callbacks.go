@@ -83,7 +83,7 @@ func (p *Plugin) ensure(o op) func(*gorm.DB) {
 			return // nothing to write: leave the statement alone
 		}
 		if p.policy == TxRequire {
-			db.AddError(fmt.Errorf("%w: %s of %s has outbox events to write; run it in db.Transaction, "+
+			db.AddError(fmt.Errorf("gormoutbox: %w: %s of %s has outbox events to write; run it in db.Transaction, "+
 				"keep GORM's default transaction (SkipDefaultTransaction off), or set Config.TxPolicy to TxBegin",
 				ErrNoTransaction, o, info.aggregateType))
 			return
@@ -140,7 +140,7 @@ func (p *Plugin) write(o op) func(*gorm.DB) {
 		if !inTransaction(db) {
 			// Unreachable while ensure is registered; kept so an outbox
 			// row can never commit on its own.
-			db.AddError(fmt.Errorf("%w: %s of %s", ErrNoTransaction, o, info.aggregateType))
+			db.AddError(fmt.Errorf("gormoutbox: %w: %s of %s", ErrNoTransaction, o, info.aggregateType))
 			return
 		}
 		if err := p.writer.Write(stmt.Context, stmt.ConnPool, events...); err != nil {

@@ -34,7 +34,7 @@ func Emit(tx *gorm.DB, events ...txoutbox.Event) error {
 		return fmt.Errorf("gormoutbox: emit on a failed *gorm.DB: %w", tx.Error)
 	}
 	if !inTransaction(tx) {
-		return fmt.Errorf("%w: Emit needs the tx of db.Transaction (or db.Begin)", ErrNoTransaction)
+		return fmt.Errorf("gormoutbox: %w: Emit needs the tx of db.Transaction (or db.Begin)", ErrNoTransaction)
 	}
 	if tx.DryRun || len(events) == 0 {
 		return nil

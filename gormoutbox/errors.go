@@ -1,6 +1,10 @@
 package gormoutbox
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/txoutbox/txoutbox"
+)
 
 var (
 	// ErrNoTransaction is returned (from db.Create, Save, Updates, Delete
@@ -8,8 +12,9 @@ var (
 	// not inside a transaction, for example under SkipDefaultTransaction.
 	// With the default TxRequire policy the statement is refused before
 	// any SQL runs; set Config.TxPolicy to TxBegin to have the plugin open
-	// a transaction instead. Emit always refuses.
-	ErrNoTransaction = errors.New("gormoutbox: not in a transaction")
+	// a transaction instead. Emit always refuses. It is
+	// txoutbox.ErrNoTransaction.
+	ErrNoTransaction = txoutbox.ErrNoTransaction
 
 	// ErrNoRowData is returned when a bulk update or delete of a model
 	// that opted in to change events (ChangeEventer) carries no per-row

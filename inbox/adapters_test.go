@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"github.com/txoutbox/txoutbox/gormoutbox"
 	"testing"
 
 	entdialect "entgo.io/ent/dialect"
@@ -49,7 +50,11 @@ func TestGorm(t *testing.T) {
 			deliver := func(fail bool) (processed bool, err error) {
 				err = gdb.Transaction(func(tx *gorm.DB) error {
 					var err error
-					processed, err = b.ib.Process(ctx, inbox.Gorm(tx), "billing", id, func() error {
+					ex, err := gormoutbox.Execer(tx)
+					if err != nil {
+						return err
+					}
+					processed, err = b.ib.Process(ctx, ex, "billing", id, func() error {
 						if err := tx.Exec(`INSERT INTO ledger (consumer, event_id, account, amount) VALUES (?, ?, ?, ?)`,
 							"billing", id.String(), "acct-1", 7).Error; err != nil {
 							return err
@@ -82,11 +87,10 @@ func TestGorm(t *testing.T) {
 			if prepare {
 				pool = "*gorm.PreparedStmtDB"
 			}
-			want := "inbox: claim event " + other.String() + ` for consumer "billing" in "` + b.db.Schema + `"."inbox": ` +
-				"inbox: not in a transaction: the *gorm.DB's connection is a " + pool + "; call inside db.Transaction or on db.Begin()"
-			_, err := b.ib.Process(ctx, inbox.Gorm(gdb), "billing", other, func() error { t.Error("handler ran"); return nil })
-			if !errors.Is(err, inbox.ErrNotInTransaction) || err.Error() != want {
-				t.Fatalf("Process outside a transaction = %v\nwant %s", err, want)
+			want := "gormoutbox: txoutbox: not in a transaction: the *gorm.DB's connection is a " + pool + "; call inside db.Transaction or on db.Begin()"
+			_, err := gormoutbox.Execer(gdb)
+			if !errors.Is(err, inbox.ErrNotInTransaction) || !errors.Is(err, gormoutbox.ErrNoTransaction) || err.Error() != want {
+				t.Fatalf("Execer outside a transaction = %v\nwant %s", err, want)
 			}
 			if n := count(t, b.db.SQL, `SELECT count(*) FROM inbox WHERE event_id = $1`, other.String()); n != 0 {
 				t.Fatalf("%d inbox rows written outside a transaction", n)
@@ -103,12 +107,11 @@ func TestGormRefusesBrokenSession(t *testing.T) {
 	defer tx.Rollback()
 	broken := errors.New("earlier failure")
 	_ = tx.AddError(broken)
-	_, err := b.ib.Claim(context.Background(), inbox.Gorm(tx), "billing", uuid.Must(uuid.NewV7()))
-	if !errors.Is(err, broken) {
-		t.Fatalf("Claim on a *gorm.DB carrying an error = %v, want that error", err)
+	if _, err := gormoutbox.Execer(tx); !errors.Is(err, broken) {
+		t.Fatalf("Execer of a *gorm.DB carrying an error = %v, want that error", err)
 	}
-	if _, err := b.ib.Claim(context.Background(), inbox.Gorm(nil), "billing", uuid.Must(uuid.NewV7())); err == nil {
-		t.Fatal("Claim on a nil *gorm.DB succeeded")
+	if _, err := gormoutbox.Execer(nil); err == nil {
+		t.Fatal("Execer of a nil *gorm.DB succeeded")
 	}
 }
 

@@ -21,7 +21,7 @@
 //	processed, err := ib.Run(ctx, db, "billing", eventID, func(tx *sql.Tx) error { ... })
 //	processed, err := ib.Process(ctx, tx, "billing", eventID, func() error { ... })
 //
-// Process takes a *sql.Tx, Gorm(tx) for a *gorm.DB inside a transaction,
+// Process takes a *sql.Tx, gormoutbox.Execer(tx) for a *gorm.DB inside a transaction,
 // Pgx(tx) for a pgx.Tx, or ent's generated *ent.Tx. ent exposes raw SQL on
 // its transaction only with the sql/execquery feature (the option
 // entc.FeatureNames("sql/execquery"), or --feature sql/execquery), which is

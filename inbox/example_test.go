@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"github.com/txoutbox/txoutbox/gormoutbox"
 	"log"
 	"time"
 
@@ -82,7 +83,7 @@ func ExampleInbox_Run() {
 
 // Process on a GORM transaction: the inbox row and the update commit or roll
 // back together.
-func ExampleGorm() {
+func ExampleInbox_Process_gorm() {
 	ctx := context.Background()
 	var gdb *gorm.DB // from gorm.Open(postgres.Open(dsn))
 	ib, err := inbox.New(inbox.Config{})
@@ -91,7 +92,11 @@ func ExampleGorm() {
 	}
 	eventID := uuid.MustParse("0190f1e2-7b3c-7def-8a12-3456789abcde")
 	err = gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		_, err := ib.Process(ctx, inbox.Gorm(tx), "billing", eventID, func() error {
+		ex, err := gormoutbox.Execer(tx)
+		if err != nil {
+			return err
+		}
+		_, err = ib.Process(ctx, ex, "billing", eventID, func() error {
 			return tx.Exec(`UPDATE accounts SET balance = balance + 10 WHERE id = ?`, "acct-1").Error
 		})
 		return err

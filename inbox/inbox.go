@@ -37,7 +37,8 @@ var (
 	// to Claim or Process is not a transaction, such as a *sql.DB or a
 	// *gorm.DB outside Transaction: an inbox row that commits on its own
 	// would mark the event processed even if the business change failed.
-	ErrNotInTransaction = errors.New("inbox: not in a transaction")
+	// It is txoutbox.ErrNoTransaction.
+	ErrNotInTransaction = txoutbox.ErrNoTransaction
 )
 
 // Config configures an Inbox. The zero value is valid.
@@ -100,7 +101,7 @@ func New(cfg Config) (*Inbox, error) {
 // committed meanwhile) and the caller must skip it.
 //
 // tx must be the transaction that holds the consumer's business writes, so
-// that the record commits or rolls back with them: a *sql.Tx, Gorm(tx) for
+// that the record commits or rolls back with them: a *sql.Tx, gormoutbox.Execer(tx) for
 // GORM, Pgx(tx) for pgx, or ent's generated *ent.Tx built with the
 // sql/execquery feature. A *sql.DB is refused with ErrNotInTransaction.
 //
@@ -112,10 +113,10 @@ func (ib *Inbox) Claim(ctx context.Context, tx txoutbox.SQLExecer, consumer stri
 		return false, err
 	}
 	if tx == nil {
-		return false, fmt.Errorf("%w: Claim got a nil transaction", ErrNotInTransaction)
+		return false, fmt.Errorf("inbox: %w: Claim got a nil transaction", ErrNotInTransaction)
 	}
 	if _, ok := tx.(*sql.DB); ok {
-		return false, fmt.Errorf("%w: Claim got a *sql.DB; pass the *sql.Tx of the business change", ErrNotInTransaction)
+		return false, fmt.Errorf("inbox: %w: Claim got a *sql.DB; pass the *sql.Tx of the business change", ErrNotInTransaction)
 	}
 	res, err := tx.ExecContext(ctx, ib.claim, consumer, eventID.String())
 	if err != nil {

@@ -78,7 +78,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"empty consumer", tx, "", id, inbox.ErrInvalidConsumer, "inbox: invalid consumer name: empty"},
 		{"nil event id", tx, "billing", uuid.Nil, inbox.ErrInvalidEventID, "inbox: invalid event id: the nil UUID"},
 		{"a pool, not a transaction", b.db.SQL, "billing", id, inbox.ErrNotInTransaction,
-			"inbox: not in a transaction: Claim got a *sql.DB; pass the *sql.Tx of the business change"},
+			"inbox: txoutbox: not in a transaction: Claim got a *sql.DB; pass the *sql.Tx of the business change"},
 	}
 	for _, c := range cases {
 		processed, err := b.ib.Process(ctx, c.tx, c.consumer, c.id, fn)
