@@ -29,7 +29,7 @@ type commonFlags struct {
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL")
 	fs.StringVar(&c.schema, "schema", "", "schema of the outbox table (default: the search_path)")
 	fs.StringVar(&c.table, "table", txoutbox.DefaultTableName, "name of the outbox table")
 	fs.BoolVar(&c.json, "json", false, "print JSON for scripts instead of text for humans")
@@ -62,12 +62,23 @@ func (c *commonFlags) open(ctx context.Context) (*sql.DB, error) {
 	return db, nil
 }
 
-// parseFlags parses args into fs, turning flag errors into usage errors.
-// The flag package prints its own message and usage to the FlagSet's output.
-func parseFlags(fs *flag.FlagSet, args []string) error {
+// parseFlags parses args into fs, then fills the flags the command line
+// left unset from the environment (see applyEnv), turning errors of either
+// into usage errors.
+func parseFlags(ctx context.Context, fs *flag.FlagSet, args []string, commandLineOnly ...string) error {
+	if err := parseArgs(fs, args, commandLineOnly...); err != nil {
+		return err
+	}
+	return applyEnv(ctx, fs, commandLineOnly...)
+}
+
+// parseArgs parses the command line alone. The flag package prints its own
+// message and usage to the FlagSet's output, which is discarded but for -h.
+func parseArgs(fs *flag.FlagSet, args []string, commandLineOnly ...string) error {
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			documentEnv(fs, commandLineOnly...)
 			fs.SetOutput(os.Stderr)
 			fs.Usage()
 			return errHelp

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -23,10 +22,11 @@ func init() {
 func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("outbox relay", flag.ContinueOnError)
 	var (
-		common   commonFlags
-		cfg      relay.Config
-		brokers  = fs.String("brokers", os.Getenv("KAFKA_BROKERS"), "comma-separated Kafka brokers (default $KAFKA_BROKERS; none: start an embedded broker for development)")
-		logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+		common    commonFlags
+		cfg       relay.Config
+		brokers   = fs.String("brokers", "", "comma-separated Kafka brokers")
+		devBroker = fs.Bool("dev-broker", false, "with no brokers, start an embedded in-memory Kafka-protocol broker: for development only, everything it holds is lost on exit")
+		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
 	)
 	common.register(fs)
 	fs.StringVar(&cfg.ID, "id", "", "relay id, unique among running relays; may stay the same across restarts (default host-pid-random)")
@@ -42,7 +42,7 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&cfg.BackoffMax, "backoff-max", relay.BackoffMaxDefault, "longest retry delay")
 	fs.DurationVar(&cfg.Retention, "retention", relay.RetentionDefault, "keep published rows this long (negative: never prune)")
 	fs.DurationVar(&cfg.StatementTimeout, "statement-timeout", relay.StatementTimeoutDefault, "bound every statement, lock wait and idle transaction of the relay")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -57,9 +57,10 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	cfg.Table = table
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	logOut := processFrom(ctx).stderr
+	cfg.Logger = slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))
 	if common.json {
-		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+		cfg.Logger = slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: level}))
 	}
 	// Validate everything before touching the database or a broker
 	// (sql.Open connects lazily).
@@ -74,15 +75,22 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	addrs := splitList(*brokers)
-	if len(addrs) == 0 {
+	switch {
+	case len(addrs) > 0 && *devBroker:
+		return usagef("--dev-broker starts an embedded broker instead of --brokers/KAFKA_BROKERS (%s): give one or the other", strings.Join(addrs, ","))
+	case len(addrs) == 0 && !*devBroker:
+		// Publishing real rows into a broker that vanishes on exit would
+		// mark them published and lose them: never the default.
+		return usagef("no Kafka brokers: set --brokers or %s (or KAFKA_BROKERS) to publish to a cluster, or pass --dev-broker to publish into an embedded in-memory broker that loses everything on exit (development only)", envName("brokers"))
+	case *devBroker:
 		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
 		if err != nil {
 			return fmt.Errorf("start embedded broker: %w", err)
 		}
 		defer cluster.Close()
 		addrs = cluster.ListenAddrs()
-		fmt.Fprintf(stdout, "no --brokers or KAFKA_BROKERS: started an embedded Kafka-protocol broker (kfake) at %s; for development only, it keeps nothing after exit\n",
-			strings.Join(addrs, ","))
+		cfg.Logger.Warn("DEVELOPMENT BROKER: --dev-broker started an embedded in-memory Kafka-protocol broker (kfake); "+
+			"events published to it are marked published in the outbox and LOST when this process exits", "brokers", strings.Join(addrs, ","))
 	}
 
 	db, err := common.open(ctx)

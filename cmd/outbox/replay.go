@@ -24,7 +24,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	)
 	common.register(fs)
 	fs.Var(&since, "since", "replay events published since: a duration ago (2h) or an RFC 3339 time (required)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(ctx, fs, args, "since", "topic", "aggregate"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -58,16 +58,17 @@ func (f *filterFlags) filter(ids []int64) outboxadmin.Filter {
 
 // parseInterleaved parses flags that may come before, between and after
 // the positional arguments (IDs), which the flag package alone stops at,
-// and returns the positional arguments.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+// then the environment (see parseFlags), and returns the positional
+// arguments.
+func parseInterleaved(ctx context.Context, fs *flag.FlagSet, args []string, commandLineOnly ...string) ([]string, error) {
 	var positional []string
 	for {
-		if err := parseFlags(fs, args); err != nil {
+		if err := parseArgs(fs, args, commandLineOnly...); err != nil {
 			return nil, err
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			return positional, nil
+			return positional, applyEnv(ctx, fs, commandLineOnly...)
 		}
 		positional = append(positional, rest[0])
 		args = rest[1:]
