@@ -40,7 +40,8 @@ func mapEnv(env map[string]string) func(string) (string, bool) {
 // of the test process's).
 func outboxEnv(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
+	// Locked: goroutines of a failed Kafka client may still log after run.
+	var stdout, stderr lockedBuffer
 	code := runIn(context.Background(), &process{lookupEnv: mapEnv(env), stderr: &stderr}, args, &stdout)
 	return code, stdout.String(), stderr.String()
 }
@@ -96,4 +97,8 @@ func (b *background) waitOutput(t *testing.T, want string) {
 	waitFor(t, 20*time.Second, "output "+want, func() bool {
 		return strings.Contains(b.stdout.String(), want) || strings.Contains(b.stderr.String(), want)
 	})
+}
+
+func contextTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
 }

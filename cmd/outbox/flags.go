@@ -8,7 +8,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -102,4 +104,25 @@ func joinInts(v []int) string {
 		s[i] = fmt.Sprint(n)
 	}
 	return strings.Join(s, ", ")
+}
+
+// keywordPassword finds the password of a keyword/value connection string
+// (host=db password=secret).
+var keywordPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+
+// redactDatabaseURL is a connection string for the log: where it connects
+// and as whom, never the password.
+func redactDatabaseURL(raw string) string {
+	if !strings.Contains(raw, "://") {
+		return keywordPassword.ReplaceAllString(raw, "${1}xxxxx")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }
