@@ -60,7 +60,7 @@ func runDeadList(ctx context.Context, args []string, stdout io.Writer) error {
 	if *after < 0 {
 		return usagef("--after %d is negative", *after)
 	}
-	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{})
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{}, readerGrants)
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ func runDeadShow(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{})
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{}, readerGrants)
 	if err != nil {
 		return err
 	}
@@ -202,7 +202,8 @@ func runDeadChange(ctx context.Context, action string, args []string, stdout io.
 		return usagef("dropping deletes events for good: pass --yes (or --dry-run to see what would be dropped)")
 	}
 	f.All = *all
-	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{})
+	// Even a dry run locks the rows it would change: operator grants.
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{}, operatorGrants)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/txoutbox/txoutbox/internal/grants"
 	"github.com/txoutbox/txoutbox/relay"
 )
 
@@ -125,6 +126,13 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	defer db.Close()
 	db.SetMaxIdleConns(8) // the relay's loops use up to six connections at once
 	logger.Info("connected to the database", "database", redactDatabaseURL(common.databaseURL), "table", table.String())
+	names, err := table.SQLNames()
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if err := grants.Check(ctx, db, "the relay", grants.Relay(names)); err != nil {
+		return err
+	}
 	setSaramaLogger(logger)
 	defer saramaTarget.Store(nil)
 	pub, err := relay.NewKafkaPublisher(addrs, kcfg)

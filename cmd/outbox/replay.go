@@ -33,7 +33,8 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if since.t.IsZero() {
 		return usagef("--since is required: replay events published since when?")
 	}
-	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{})
+	// Even a dry run locks the rows it would change: operator grants.
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{}, operatorGrants)
 	if err != nil {
 		return err
 	}

@@ -36,7 +36,7 @@ func runStatus(ctx context.Context, args []string, stdout io.Writer) error {
 	if *maxLag < 0 {
 		return usagef("--max-lag is negative (%s)", *maxLag)
 	}
-	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{StaleAfter: *staleAfter})
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{StaleAfter: *staleAfter}, readerGrants)
 	if err != nil {
 		return err
 	}
