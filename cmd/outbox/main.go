@@ -3,7 +3,7 @@
 //
 //	outbox migrate up|down|status [--set outbox|inbox]
 //	outbox migrate export --format goose|golang-migrate --dir DIR
-//	outbox relay [--brokers B]
+//	outbox relay --brokers B | --dev-broker [--tls-ca F] [--sasl-mechanism M] [--metrics-addr :9464]
 //	outbox status [--max-lag 1m] [--stale-after 15s]
 //	outbox dead list [--topic T] [--aggregate A] [--type E] [--since 24h] [--limit N] [--after ID]
 //	outbox dead show ID
