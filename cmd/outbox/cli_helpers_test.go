@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // lockedBuffer is a bytes.Buffer a running command writes while the test
@@ -79,16 +81,9 @@ func (b *background) stop(t *testing.T) int {
 	}
 }
 
-// waitFor polls cond until it holds or fails the test after timeout.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitFor(t, timeout, what, cond)
 }
 
 // waitOutput waits until the command printed want on stdout or stderr.
