@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txoutbox/txoutbox"
@@ -135,11 +136,31 @@ type Config struct {
 	// Logger receives the relay's logs. Default: slog.Default().
 	Logger *slog.Logger
 
-	// MeterProvider provides the relay's metrics. Default: no-op.
+	// MeterProvider provides the relay's metrics. Default: the global
+	// provider (otel.GetMeterProvider), which records nothing until the
+	// application sets one.
 	MeterProvider metric.MeterProvider
 
-	// TracerProvider provides the relay's publish spans. Default: no-op.
+	// TracerProvider provides the relay's publish spans. Default: the
+	// global provider (otel.GetTracerProvider), looked up at each publish;
+	// while no application has set one, or with a no-op provider, the
+	// relay does no tracing work per event.
 	TracerProvider trace.TracerProvider
+
+	// Propagator reads the trace context the writer stored in an event's
+	// headers, which the publish span links to. Default: the global
+	// propagator, or W3C trace context (the writer's default) while none is
+	// set.
+	Propagator propagation.TextMapPropagator
+
+	// MessagingSystem is the publish spans' messaging.system. Default:
+	// known from the publisher ("kafka" for watermill-kafka, "rabbitmq" for
+	// watermill-amqp, ...), "_OTHER" otherwise.
+	MessagingSystem string
+
+	// CloudEvents adds CloudEvents binary-mode headers to every message
+	// when enabled. Off by default.
+	CloudEvents CloudEventsConfig
 }
 
 // ErrInvalidConfig is matched by every error New returns for a bad Config.

@@ -216,13 +216,7 @@ func check(t *testing.T, want []written, got []delivered) (duplicates int) {
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitFor(t, timeout, what, cond)
 }
 
 func count(t *testing.T, db *testkit.DB, query string, args ...any) int {

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -34,6 +35,17 @@ type KafkaConfig struct {
 
 	// Version is the Kafka protocol version to speak. Default 2.8.0.
 	Version sarama.KafkaVersion
+
+	// Compression compresses record batches: sarama.CompressionNone (the
+	// default), CompressionGZIP, CompressionSnappy, CompressionLZ4 or
+	// CompressionZSTD (which needs Version 2.1.0 or later).
+	Compression sarama.CompressionCodec
+
+	// Logger receives watermill-kafka's logs, so its errors are not
+	// dropped. Default: slog.Default(). Sarama itself logs through the
+	// package-level sarama.Logger, which a library must not set for its
+	// host program: set it with SaramaLogger.
+	Logger *slog.Logger
 
 	// Configure, if set, is called last with the Sarama configuration,
 	// as an escape hatch for settings not covered here. Do not lower
@@ -82,11 +94,15 @@ func NewKafkaPublisher(brokers []string, cfg KafkaConfig) (message.Publisher, er
 	if err != nil {
 		return nil, fmt.Errorf("relay: kafka publisher: %w", err)
 	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{
 		Brokers:               brokers,
 		Marshaler:             kafka.NewWithPartitioningMarshaler(aggregateKey),
 		OverwriteSaramaConfig: sc,
-	}, watermill.NopLogger{})
+	}, watermill.NewSlogLogger(logger))
 	if err != nil {
 		return nil, fmt.Errorf("relay: kafka publisher: %w", err)
 	}
@@ -125,6 +141,7 @@ func (cfg KafkaConfig) sarama() (*sarama.Config, error) {
 		sc.Producer.MaxMessageBytes = cfg.MaxMessageBytes
 	}
 	sc.Metadata.Retry.Backoff = 250 * time.Millisecond
+	sc.Producer.Compression = cfg.Compression
 	if cfg.TLS != nil {
 		sc.Net.TLS.Enable = true
 		sc.Net.TLS.Config = cfg.TLS

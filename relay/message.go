@@ -2,10 +2,17 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -26,20 +33,70 @@ const (
 	MetadataContentType   = "content_type"
 )
 
-// propagator carries W3C trace context between event headers and message
-// metadata.
-var propagator = propagation.TraceContext{}
-
-// tracer returns the relay's tracer, or nil when no provider is configured
-// (the default), which turns per-event tracing off entirely.
+// tracer returns the relay's tracer for tp, or nil when tp does no tracing:
+// a no-op provider, or the global provider while no application has set one.
+// With nil the relay skips per-event tracing work entirely. A nil tp (the
+// Config default) means the global provider, looked up at each publish so a
+// provider set after New is used.
 func tracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
+		return globalTracer{}
+	}
+	if _, ok := tp.(noop.TracerProvider); ok || isUnsetGlobal(tp) {
 		return nil
 	}
-	if _, ok := tp.(noop.TracerProvider); ok {
-		return nil
+	return tp.Tracer(instrumentationName)
+}
+
+// instrumentationName names the relay's tracer and meter.
+const instrumentationName = "github.com/txoutbox/txoutbox/relay"
+
+// globalTracer stands for "the global TracerProvider, whatever it is at the
+// time"; publish resolves it with currentGlobalTracer.
+type globalTracer struct{ trace.Tracer }
+
+// cachedTracer is the tracer of the global provider last seen.
+type cachedTracer struct {
+	tp trace.TracerProvider
+	t  trace.Tracer
+}
+
+var globalTracerCache atomic.Pointer[cachedTracer]
+
+// currentGlobalTracer returns the global provider's tracer, or nil while
+// it does no tracing. It costs an atomic load and a comparison per event.
+func currentGlobalTracer() trace.Tracer {
+	tp := otel.GetTracerProvider()
+	if !reflect.TypeOf(tp).Comparable() {
+		return tracer(tp)
 	}
-	return tp.Tracer("github.com/txoutbox/txoutbox/relay")
+	if c := globalTracerCache.Load(); c != nil && c.tp == tp {
+		return c.t
+	}
+	t := tracer(tp)
+	globalTracerCache.Store(&cachedTracer{tp: tp, t: t})
+	return t
+}
+
+// isUnsetGlobal reports whether tp is OpenTelemetry's global placeholder,
+// which only delegates to a provider set later: nothing is recorded through
+// it until then.
+func isUnsetGlobal(v any) bool {
+	t := reflect.TypeOf(v)
+	return t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global"
+}
+
+// textPropagator returns p, or else the global propagator, or else W3C
+// trace context when no application set a global one (the placeholder
+// propagates nothing): the writer's default, so the two agree.
+func textPropagator(p propagation.TextMapPropagator) propagation.TextMapPropagator {
+	if p != nil {
+		return p
+	}
+	if g := otel.GetTextMapPropagator(); len(g.Fields()) > 0 {
+		return g
+	}
+	return propagation.TraceContext{}
 }
 
 // Message converts an event to the Watermill message the relay publishes:
@@ -64,44 +121,60 @@ func Message(e txoutbox.Event) *message.Message {
 	return msg
 }
 
-// publish sends one row and returns once the broker acknowledged it. With a
-// TracerProvider configured, the publish span is linked to the span that
-// wrote the event (its traceparent header) and its own context replaces
-// traceparent in the message, so a consumer continues the trace from the
-// publish. Without one, the writer's traceparent travels as it is and no
+// publish sends one row and returns once the broker acknowledged it. With
+// tracing on, a producer span "send <topic>" following the messaging
+// semantic conventions covers the send and is linked to the span that
+// wrote the event, whose trace context (the creation context, in the
+// event's headers) travels to consumers unchanged. Without tracing no
 // tracing work is done per event.
 func (r *Relay) publish(ctx context.Context, row *claimedRow) error {
 	e := row.event
 	msg := Message(e)
-	if r.trace == nil {
+	if r.cfg.CloudEvents.Enabled {
+		r.cfg.CloudEvents.set(msg, e, r.cfg.Table)
+	}
+	t := r.trace
+	if _, ok := t.(globalTracer); ok {
+		t = currentGlobalTracer()
+	}
+	start := time.Now()
+	var err error
+	if t == nil {
 		msg.SetContext(ctx)
-		return r.send(e, msg)
+		err = r.send(e, msg)
+	} else {
+		err = r.sendTraced(ctx, t, e, msg)
 	}
+	r.met.recordSend(ctx, e.Topic, time.Since(start), err)
+	return err
+}
 
-	written := trace.SpanContextFromContext(propagator.Extract(context.Background(), propagation.MapCarrier(e.Headers)))
-	opts := []trace.SpanStartOption{
-		trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(
-			attribute.String("messaging.system", "kafka"),
-			attribute.String("messaging.operation.type", "send"),
-			attribute.String("messaging.destination.name", e.Topic),
-			attribute.String("messaging.message.id", e.ID.String()),
-			attribute.String("messaging.kafka.message.key", e.AggregateID),
-		),
+// sendTraced publishes msg inside a producer span.
+func (r *Relay) sendTraced(ctx context.Context, t trace.Tracer, e txoutbox.Event, msg *message.Message) error {
+	system := messagingSystem(r.cfg.MessagingSystem, r.pub)
+	attrs := []attribute.KeyValue{
+		attribute.String("messaging.system", system),
+		attribute.String("messaging.operation.name", "send"),
+		attribute.String("messaging.operation.type", "send"),
+		attribute.String("messaging.destination.name", e.Topic),
+		attribute.String("messaging.message.id", e.ID.String()),
 	}
-	if written.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: written}))
+	if system == "kafka" {
+		attrs = append(attrs, attribute.String("messaging.kafka.message.key", e.AggregateID))
 	}
-	spanCtx, span := r.trace.Start(ctx, "send "+e.Topic, opts...)
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...)}
+	created := trace.SpanContextFromContext(textPropagator(r.cfg.Propagator).Extract(context.Background(), propagation.MapCarrier(e.Headers)))
+	if created.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: created}))
+	}
+	spanCtx, span := t.Start(ctx, "send "+e.Topic, opts...)
 	defer span.End()
-	if span.SpanContext().IsValid() {
-		propagator.Inject(spanCtx, propagation.MapCarrier(msg.Metadata))
-	}
 	msg.SetContext(spanCtx)
 	err := r.send(e, msg)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
+		span.SetAttributes(attribute.String("error.type", errorType(err)))
 	}
 	return err
 }
@@ -111,4 +184,51 @@ func (r *Relay) send(e txoutbox.Event, msg *message.Message) error {
 		return fmt.Errorf("publish event %s to %s: %w", e.ID, e.Topic, err)
 	}
 	return nil
+}
+
+// messagingSystem names the broker behind pub for messaging.system: set
+// explicitly, or known from the Watermill publisher's package.
+func messagingSystem(set string, pub message.Publisher) string {
+	if set != "" {
+		return set
+	}
+	t := reflect.TypeOf(pub)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	path := t.PkgPath()
+	for _, known := range []struct{ pkg, system string }{
+		{"watermill-kafka", "kafka"},
+		{"watermill-amqp", "rabbitmq"},
+		{"watermill-googlecloud", "gcp_pubsub"},
+		{"watermill-aws", "aws_sqs"},
+		{"watermill-nats", "nats"},
+		{"watermill-redisstream", "redis"},
+		{"watermill-sql", "sql"},
+	} {
+		if strings.Contains(path, known.pkg) {
+			return known.system
+		}
+	}
+	return "_OTHER"
+}
+
+// errorType is a bounded description of a publish failure for the
+// error.type attribute: the Kafka error code, a timeout, or the Go type of
+// the innermost error.
+func errorType(err error) string {
+	var kerr sarama.KError
+	switch {
+	case errors.As(err, &kerr):
+		return "kafka_error_" + strconv.Itoa(int(kerr))
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	}
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return fmt.Sprintf("%T", err)
+		}
+		err = next
+	}
 }

@@ -6,10 +6,15 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/relay"
@@ -61,8 +66,8 @@ func TestTraceThroughTheOutbox(t *testing.T) {
 		t.Fatalf("record headers %v carry no valid trace context", headers)
 	}
 
-	// The relay's publish span: linked to the writer's span, and the parent
-	// the consumer continues from.
+	// The relay's publish span: linked to the writer's span, which the
+	// consumer continues from unchanged.
 	var publish *tracetest.SpanStub
 	waitFor(t, 5*time.Second, "the publish span to end", func() bool {
 		for _, s := range spans.GetSpans() {
@@ -80,13 +85,86 @@ func TestTraceThroughTheOutbox(t *testing.T) {
 		publish.Links[0].SpanContext.SpanID() != written.SpanID() {
 		t.Errorf("publish span links = %+v, want one link to the writer's span %s/%s", publish.Links, written.TraceID(), written.SpanID())
 	}
-	if consumed.TraceID() != publish.SpanContext.TraceID() || consumed.SpanID() != publish.SpanContext.SpanID() {
-		t.Errorf("record carries %s/%s, want the publish span %s/%s",
-			consumed.TraceID(), consumed.SpanID(), publish.SpanContext.TraceID(), publish.SpanContext.SpanID())
+	if consumed.TraceID() != written.TraceID() || consumed.SpanID() != written.SpanID() {
+		t.Errorf("record carries %s/%s, want the writer's creation context %s/%s unchanged",
+			consumed.TraceID(), consumed.SpanID(), written.TraceID(), written.SpanID())
 	}
 	if !consumed.IsSampled() {
 		t.Errorf("record trace context is not sampled")
 	}
+	attrs := map[string]string{}
+	for _, kv := range publish.Attributes {
+		attrs[string(kv.Key)] = kv.Value.Emit()
+	}
+	for k, v := range map[string]string{
+		"messaging.system": "kafka", "messaging.operation.name": "send", "messaging.operation.type": "send",
+		"messaging.destination.name": "traced", "messaging.message.id": ev.ID.String(), "messaging.kafka.message.key": "o-1",
+	} {
+		if attrs[k] != v {
+			t.Errorf("publish span %s = %q, want %q (all: %v)", k, attrs[k], v, attrs)
+		}
+	}
+}
+
+// The messaging system comes from the publisher in use, not from a
+// constant; a failed send carries error.type.
+func TestSpanNamesThePublishersSystem(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	b.write(t, "elsewhere", 1, 1)
+	cfg := b.fastConfig()
+	cfg.TracerProvider = tp
+	cfg.MaxAttempts = 1
+	runRelay(t, b.db, &flakyPublisher{failLeft: map[string]int{"agg-0": 1}}, cfg)
+	waitFor(t, 10*time.Second, "the failed send span", func() bool { return len(spans.GetSpans()) > 0 })
+	s := spans.GetSpans()[0]
+	attrs := map[string]string{}
+	for _, kv := range s.Attributes {
+		attrs[string(kv.Key)] = kv.Value.Emit()
+	}
+	if attrs["messaging.system"] != "_OTHER" || attrs["error.type"] != "*errors.errorString" {
+		t.Errorf("span attributes %v: want messaging.system _OTHER (a publisher the relay does not know) and error.type", attrs)
+	}
+	if _, ok := attrs["messaging.kafka.message.key"]; ok {
+		t.Errorf("a Kafka attribute on a span of another system: %v", attrs)
+	}
+}
+
+// With no TracerProvider configured the relay uses the global one, set
+// before or after New. Not parallel: it sets the process's global provider.
+func TestRelayDefaultsToGlobalProviders(t *testing.T) {
+	b := setup(t)
+	cfg := b.fastConfig()
+	_, stop := runRelay(t, b.db, b.kafkaPublisher(t, relay.KafkaConfig{}), cfg)
+
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	otel.SetTracerProvider(tp)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	otel.SetMeterProvider(mp)
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() {
+		otel.SetTracerProvider(tracenoop.NewTracerProvider())
+		otel.SetMeterProvider(metricnoop.NewMeterProvider())
+		_ = tp.Shutdown(context.Background())
+		_ = mp.Shutdown(context.Background())
+	})
+
+	b.write(t, "global", 3, 1)
+	consume(t, b.brokers, "global", 3, 20*time.Second)
+	waitFor(t, 10*time.Second, "three spans on the global provider", func() bool { return len(spans.GetSpans()) >= 3 })
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	if histogramPoints(rm, "txoutbox.relay.publish.duration") == nil {
+		t.Errorf("no publish duration on the global meter provider")
+	}
+	stop()
 }
 
 // firstRecord reads the first record of topic with an independent client.

@@ -48,7 +48,7 @@ func runDeadList(ctx context.Context, args []string, stdout io.Writer) error {
 	)
 	common.register(fs)
 	filters.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -60,7 +60,7 @@ func runDeadList(ctx context.Context, args []string, stdout io.Writer) error {
 	if *after < 0 {
 		return usagef("--after %d is negative", *after)
 	}
-	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{})
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{}, readerGrants)
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func runDeadShow(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("outbox dead show", flag.ContinueOnError)
 	var common commonFlags
 	common.register(fs)
-	positional, err := parseInterleaved(fs, args)
+	positional, err := parseInterleaved(ctx, fs, args)
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ func runDeadShow(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{})
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{}, readerGrants)
 	if err != nil {
 		return err
 	}
@@ -161,6 +161,10 @@ func runDeadShow(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
+// selectionFlags choose or confirm what retry and drop change: read from
+// the command line only (see applyEnv).
+var selectionFlags = []string{"all", "yes", "topic", "aggregate", "type", "since"}
+
 // maxListed bounds the events retry and drop list for humans.
 const maxListed = 50
 
@@ -179,7 +183,7 @@ func runDeadChange(ctx context.Context, action string, args []string, stdout io.
 	if action == "drop" {
 		yes = fs.Bool("yes", false, "really delete: dropped events are gone for good")
 	}
-	positional, err := parseInterleaved(fs, args)
+	positional, err := parseInterleaved(ctx, fs, args, selectionFlags...)
 	if err != nil {
 		return err
 	}
@@ -198,7 +202,8 @@ func runDeadChange(ctx context.Context, action string, args []string, stdout io.
 		return usagef("dropping deletes events for good: pass --yes (or --dry-run to see what would be dropped)")
 	}
 	f.All = *all
-	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{})
+	// Even a dry run locks the rows it would change: operator grants.
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{}, operatorGrants)
 	if err != nil {
 		return err
 	}

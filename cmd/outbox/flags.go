@@ -8,7 +8,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -29,7 +31,7 @@ type commonFlags struct {
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL")
 	fs.StringVar(&c.schema, "schema", "", "schema of the outbox table (default: the search_path)")
 	fs.StringVar(&c.table, "table", txoutbox.DefaultTableName, "name of the outbox table")
 	fs.BoolVar(&c.json, "json", false, "print JSON for scripts instead of text for humans")
@@ -62,12 +64,23 @@ func (c *commonFlags) open(ctx context.Context) (*sql.DB, error) {
 	return db, nil
 }
 
-// parseFlags parses args into fs, turning flag errors into usage errors.
-// The flag package prints its own message and usage to the FlagSet's output.
-func parseFlags(fs *flag.FlagSet, args []string) error {
+// parseFlags parses args into fs, then fills the flags the command line
+// left unset from the environment (see applyEnv), turning errors of either
+// into usage errors.
+func parseFlags(ctx context.Context, fs *flag.FlagSet, args []string, commandLineOnly ...string) error {
+	if err := parseArgs(fs, args, commandLineOnly...); err != nil {
+		return err
+	}
+	return applyEnv(ctx, fs, commandLineOnly...)
+}
+
+// parseArgs parses the command line alone. The flag package prints its own
+// message and usage to the FlagSet's output, which is discarded but for -h.
+func parseArgs(fs *flag.FlagSet, args []string, commandLineOnly ...string) error {
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			documentEnv(fs, commandLineOnly...)
 			fs.SetOutput(os.Stderr)
 			fs.Usage()
 			return errHelp
@@ -91,4 +104,25 @@ func joinInts(v []int) string {
 		s[i] = fmt.Sprint(n)
 	}
 	return strings.Join(s, ", ")
+}
+
+// keywordPassword finds the password of a keyword/value connection string
+// (host=db password=secret).
+var keywordPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+
+// redactDatabaseURL is a connection string for the log: where it connects
+// and as whom, never the password.
+func redactDatabaseURL(raw string) string {
+	if !strings.Contains(raw, "://") {
+		return keywordPassword.ReplaceAllString(raw, "${1}xxxxx")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }

@@ -3,7 +3,7 @@
 //
 //	outbox migrate up|down|status [--set outbox|inbox]
 //	outbox migrate export --format goose|golang-migrate --dir DIR
-//	outbox relay [--brokers B]
+//	outbox relay --brokers B | --dev-broker [--tls-ca F] [--sasl-mechanism M] [--metrics-addr :9464]
 //	outbox status [--max-lag 1m] [--stale-after 15s]
 //	outbox dead list [--topic T] [--aggregate A] [--type E] [--since 24h] [--limit N] [--after ID]
 //	outbox dead show ID
@@ -11,11 +11,15 @@
 //	outbox dead drop ID... | --topic T ... | --all --yes|--dry-run
 //	outbox replay --since 2h [--topic T] [--aggregate A] [--dry-run]
 //
-// Every command reads the database URL from --database-url, defaulting to
-// the DATABASE_URL environment variable, and takes --schema and --table.
-// Output is for humans unless --json is given. Exit codes: 0 success, 1
-// failure, 2 bad usage (nothing touched), 3 the lag exceeds status's
-// --max-lag.
+// Every flag can also be set in the environment as OUTBOX_ and its name in
+// upper case with underscores (--max-lag: OUTBOX_MAX_LAG); the command line
+// wins. DATABASE_URL and KAFKA_BROKERS are read after OUTBOX_DATABASE_URL
+// and OUTBOX_BROKERS. The flags that choose or confirm what dead retry,
+// dead drop and replay change are read from the command line only.
+//
+// Every command takes --database-url, --schema and --table. Output is for
+// humans unless --json is given. Exit codes: 0 success, 1 failure, 2 bad
+// usage (nothing touched), 3 the lag exceeds status's --max-lag.
 package main
 
 import (
@@ -41,6 +45,10 @@ var commands = map[string]command{
 	"migrate": {summary: "apply, revert, show or export the schema migrations (outbox or inbox)", run: runMigrate},
 }
 
+// exitUsage is the exit code of bad input: a flag, a variable, an argument.
+// Nothing was touched.
+const exitUsage = 2
+
 // usageError is bad input: exit code 2, and nothing was touched.
 type usageError struct{ msg string }
 
@@ -55,12 +63,20 @@ func main() {
 	os.Exit(code)
 }
 
-// run executes the command line and returns the exit code.
+// run executes the command line with the process's environment and returns
+// the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runIn(ctx, &process{lookupEnv: os.LookupEnv, stderr: stderr}, args, stdout)
+}
+
+// runIn executes the command line in proc and returns the exit code.
+func runIn(ctx context.Context, proc *process, args []string, stdout io.Writer) int {
+	stderr := proc.stderr
+	ctx = withProcess(ctx, proc)
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		printUsage(stderr)
 		if len(args) == 0 {
-			return 2
+			return exitUsage
 		}
 		return 0
 	}
@@ -68,7 +84,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		fmt.Fprintf(stderr, "outbox: unknown command %q\n\n", args[0])
 		printUsage(stderr)
-		return 2
+		return exitUsage
 	}
 	err := cmd.run(ctx, args[1:], stdout)
 	var uerr usageError
@@ -79,7 +95,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.As(err, &uerr):
 		fmt.Fprintf(stderr, "outbox %s: %s\n", args[0], uerr.msg)
-		return 2
+		if len(proc.fromEnv) > 0 {
+			fmt.Fprintf(stderr, "(settings taken from the environment: %s)\n", strings.Join(proc.fromEnv, ", "))
+		}
+		return exitUsage
 	case errors.As(err, new(exitError)):
 		fmt.Fprintf(stderr, "outbox %s: %v\n", args[0], err)
 		return err.(exitError).code

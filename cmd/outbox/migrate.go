@@ -25,8 +25,19 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 	set := fs.String("set", "outbox", "which schema to migrate: outbox (the outbox and relay tables) or inbox (the consumers' processed-events table)")
 	format := fs.String("format", migrations.FormatGoose, "export: goose or golang-migrate")
 	dir := fs.String("dir", "", "export: directory to write the files to (created if missing)")
-	if err := parseFlags(fs, args[1:]); err != nil {
+	if err := parseArgs(fs, args[1:]); err != nil {
 		return err
+	}
+	// OUTBOX_TABLE names the outbox table: the inbox's table comes from
+	// --table or is "inbox".
+	tableOnCommandLine := flagSet(fs, "table")
+	if err := applyEnv(ctx, fs, "table"); err != nil {
+		return err
+	}
+	if *set == "outbox" && !tableOnCommandLine {
+		if err := applyEnv(ctx, fs); err != nil {
+			return err
+		}
 	}
 	var migrationSet migrations.Set
 	switch *set {
@@ -34,7 +45,7 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 		migrationSet = migrations.Outbox
 	case "inbox":
 		migrationSet = migrations.Inbox
-		if !flagSet(fs, "table") {
+		if !tableOnCommandLine {
 			common.table = "inbox"
 		}
 	default:
@@ -144,7 +155,8 @@ func exportMigrations(set migrations.Set, tableName, format, dir string, stdout 
 	return nil
 }
 
-// flagSet reports whether the flag was given on the command line.
+// flagSet reports whether the flag was set, on the command line or, once
+// applyEnv ran, from the environment.
 func flagSet(fs *flag.FlagSet, name string) bool {
 	found := false
 	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/txoutbox/txoutbox/internal/grants"
 	"github.com/txoutbox/txoutbox/relay"
 )
 
@@ -23,12 +25,14 @@ func init() {
 func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("outbox relay", flag.ContinueOnError)
 	var (
-		common   commonFlags
-		cfg      relay.Config
-		brokers  = fs.String("brokers", os.Getenv("KAFKA_BROKERS"), "comma-separated Kafka brokers (default $KAFKA_BROKERS; none: start an embedded broker for development)")
-		logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+		common      commonFlags
+		kafka       kafkaFlags
+		cfg         relay.Config
+		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
+		metricsAddr = fs.String("metrics-addr", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9464 (empty: off)")
 	)
 	common.register(fs)
+	kafka.register(fs)
 	fs.StringVar(&cfg.ID, "id", "", "relay id, unique among running relays; may stay the same across restarts (default host-pid-random)")
 	fs.IntVar(&cfg.BatchSize, "batch", relay.BatchSizeDefault, "rows per claim")
 	fs.IntVar(&cfg.Lanes, "lanes", relay.LanesDefault, "events published concurrently")
@@ -42,7 +46,9 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&cfg.BackoffMax, "backoff-max", relay.BackoffMaxDefault, "longest retry delay")
 	fs.DurationVar(&cfg.Retention, "retention", relay.RetentionDefault, "keep published rows this long (negative: never prune)")
 	fs.DurationVar(&cfg.StatementTimeout, "statement-timeout", relay.StatementTimeoutDefault, "bound every statement, lock wait and idle transaction of the relay")
-	if err := parseFlags(fs, args); err != nil {
+	fs.BoolVar(&cfg.CloudEvents.Enabled, "cloudevents", false, "add CloudEvents binary-mode headers (ce_specversion, ce_id, ce_type, ce_source, ce_time, content-type)")
+	fs.StringVar(&cfg.CloudEvents.Source, "cloudevents-source", "", "ce_source of the CloudEvents headers (default /txoutbox/<table>)")
+	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -57,9 +63,15 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	cfg.Table = table
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	proc := processFrom(ctx)
+	logger := slog.New(slog.NewTextHandler(proc.stderr, &slog.HandlerOptions{Level: level}))
 	if common.json {
-		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+		logger = slog.New(slog.NewJSONHandler(proc.stderr, &slog.HandlerOptions{Level: level}))
+	}
+	cfg.Logger = logger
+	kcfg, err := kafka.config(logger)
+	if err != nil {
+		return err
 	}
 	// Validate everything before touching the database or a broker
 	// (sql.Open connects lazily).
@@ -72,17 +84,39 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
+	addrs := splitList(kafka.brokers)
+	switch {
+	case len(addrs) > 0 && kafka.devBroker:
+		return usagef("--dev-broker starts an embedded broker instead of --brokers/KAFKA_BROKERS (%s): give one or the other", strings.Join(addrs, ","))
+	case len(addrs) == 0 && !kafka.devBroker:
+		// Publishing real rows into a broker that vanishes on exit would
+		// mark them published and lose them: never the default.
+		return usagef("no Kafka brokers: set --brokers or %s (or KAFKA_BROKERS) to publish to a cluster, or pass --dev-broker to publish into an embedded in-memory broker that loses everything on exit (development only)", envName("brokers"))
+	}
+	tp, stopTracing, err := tracing(ctx, proc.lookupEnv)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	cfg.TracerProvider = tp
+	var metricsSrv *metricsServer
+	if *metricsAddr != "" {
+		if metricsSrv, err = newMetricsServer(*metricsAddr); err != nil {
+			return err
+		}
+		defer metricsSrv.shutdown()
+		cfg.MeterProvider = metricsSrv.mp
+	}
 
-	addrs := splitList(*brokers)
-	if len(addrs) == 0 {
+	if kafka.devBroker {
 		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
 		if err != nil {
 			return fmt.Errorf("start embedded broker: %w", err)
 		}
 		defer cluster.Close()
 		addrs = cluster.ListenAddrs()
-		fmt.Fprintf(stdout, "no --brokers or KAFKA_BROKERS: started an embedded Kafka-protocol broker (kfake) at %s; for development only, it keeps nothing after exit\n",
-			strings.Join(addrs, ","))
+		logger.Warn("DEVELOPMENT BROKER: --dev-broker started an embedded in-memory Kafka-protocol broker (kfake); "+
+			"events published to it are marked published in the outbox and LOST when this process exits", "brokers", strings.Join(addrs, ","))
 	}
 
 	db, err := common.open(ctx)
@@ -91,14 +125,29 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer db.Close()
 	db.SetMaxIdleConns(8) // the relay's loops use up to six connections at once
-	pub, err := relay.NewKafkaPublisher(addrs, relay.KafkaConfig{})
+	logger.Info("connected to the database", "database", redactDatabaseURL(common.databaseURL), "table", table.String())
+	names, err := table.SQLNames()
 	if err != nil {
+		return usagef("%v", err)
+	}
+	if err := grants.Check(ctx, db, "the relay", grants.Relay(names)); err != nil {
 		return err
 	}
+	setSaramaLogger(logger)
+	defer saramaTarget.Store(nil)
+	pub, err := relay.NewKafkaPublisher(addrs, kcfg)
+	if err != nil {
+		return fmt.Errorf("connect to kafka (%s): %w", strings.Join(addrs, ","), err)
+	}
 	defer pub.Close()
+	logger.Info("connected to kafka", kafka.logAttrs(addrs)...)
 	r, err := relay.New(db, pub, cfg)
 	if err != nil {
 		return usagef("%v", err)
+	}
+	if metricsSrv != nil {
+		metricsSrv.serve(r, db, logger)
+		logger.Info("serving /metrics, /healthz and /readyz", "addr", metricsSrv.ln.Addr().String())
 	}
 	fmt.Fprintf(stdout, "relay %s publishing %s to %s\n", r.ID(), table, strings.Join(addrs, ","))
 	start := time.Now()
@@ -107,6 +156,41 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "relay %s stopped after %s\n", r.ID(), time.Since(start).Round(time.Second))
 	return nil
+}
+
+// saramaLogger forwards Sarama's package-level logger to the running
+// relay's slog logger. Sarama reads sarama.Logger from its goroutines, so it
+// is installed once, before any publisher exists, and only its target
+// changes.
+var saramaTarget atomic.Pointer[sarama.StdLogger]
+
+func init() {
+	sarama.Logger = saramaForwarder{}
+}
+
+type saramaForwarder struct{}
+
+func (saramaForwarder) Print(v ...any) {
+	if l := saramaTarget.Load(); l != nil {
+		(*l).Print(v...)
+	}
+}
+
+func (saramaForwarder) Printf(format string, v ...any) {
+	if l := saramaTarget.Load(); l != nil {
+		(*l).Printf(format, v...)
+	}
+}
+
+func (saramaForwarder) Println(v ...any) {
+	if l := saramaTarget.Load(); l != nil {
+		(*l).Println(v...)
+	}
+}
+
+func setSaramaLogger(l *slog.Logger) {
+	sl := relay.SaramaLogger(l)
+	saramaTarget.Store(&sl)
 }
 
 func splitList(s string) []string {

@@ -24,7 +24,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	)
 	common.register(fs)
 	fs.Var(&since, "since", "replay events published since: a duration ago (2h) or an RFC 3339 time (required)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(ctx, fs, args, "since", "topic", "aggregate"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -33,7 +33,8 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if since.t.IsZero() {
 		return usagef("--since is required: replay events published since when?")
 	}
-	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{})
+	// Even a dry run locks the rows it would change: operator grants.
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{}, operatorGrants)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/grants"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
@@ -58,16 +61,17 @@ func (f *filterFlags) filter(ids []int64) outboxadmin.Filter {
 
 // parseInterleaved parses flags that may come before, between and after
 // the positional arguments (IDs), which the flag package alone stops at,
-// and returns the positional arguments.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+// then the environment (see parseFlags), and returns the positional
+// arguments.
+func parseInterleaved(ctx context.Context, fs *flag.FlagSet, args []string, commandLineOnly ...string) ([]string, error) {
 	var positional []string
 	for {
-		if err := parseFlags(fs, args); err != nil {
+		if err := parseArgs(fs, args, commandLineOnly...); err != nil {
 			return nil, err
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			return positional, nil
+			return positional, applyEnv(ctx, fs, commandLineOnly...)
 		}
 		positional = append(positional, rest[0])
 		args = rest[1:]
@@ -91,8 +95,30 @@ func parseIDs(args []string) ([]int64, error) {
 	return ids, nil
 }
 
-// openAdmin connects and builds the operator API for the table flags.
-func openAdmin(ctx context.Context, common *commonFlags, cfg outboxadmin.Config) (*outboxadmin.Admin, *sql.DB, error) {
+// The privileges an operator command needs (see internal/grants).
+var (
+	readerGrants   = grantsFor{"a read-only operator command", grants.Reader}
+	operatorGrants = grantsFor{"an operator command that changes events", grants.Operator}
+)
+
+// grantsFor names who needs what, for the message of a missing grant.
+type grantsFor struct {
+	who   string
+	needs func(outboxsql.Names) []grants.Need
+}
+
+// check fails with the GRANT to run when the connection lacks a privilege.
+func (g grantsFor) check(ctx context.Context, db *sql.DB, table txoutbox.Table) error {
+	names, err := table.SQLNames()
+	if err != nil {
+		return usagef("%v", err)
+	}
+	return grants.Check(ctx, db, g.who, g.needs(names))
+}
+
+// openAdmin connects, checks the role has what the command needs, and
+// builds the operator API for the table flags.
+func openAdmin(ctx context.Context, common *commonFlags, cfg outboxadmin.Config, need grantsFor) (*outboxadmin.Admin, *sql.DB, error) {
 	table, err := common.outboxTable()
 	if err != nil {
 		return nil, nil, err
@@ -103,6 +129,10 @@ func openAdmin(ctx context.Context, common *commonFlags, cfg outboxadmin.Config)
 	}
 	db, err := common.open(ctx)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := need.check(ctx, db, table); err != nil {
+		db.Close()
 		return nil, nil, err
 	}
 	adm, err := outboxadmin.New(db, cfg)

@@ -27,7 +27,7 @@ func runStatus(ctx context.Context, args []string, stdout io.Writer) error {
 		maxLag     = fs.Duration("max-lag", 0, fmt.Sprintf("exit with code %d if the lag exceeds this (0: never)", exitLagExceeded))
 	)
 	common.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -36,7 +36,7 @@ func runStatus(ctx context.Context, args []string, stdout io.Writer) error {
 	if *maxLag < 0 {
 		return usagef("--max-lag is negative (%s)", *maxLag)
 	}
-	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{StaleAfter: *staleAfter})
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{StaleAfter: *staleAfter}, readerGrants)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+// lockedBuffer is a bytes.Buffer a running command writes while the test
+// reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// mapEnv is an environment for one run: only these variables are set.
+func mapEnv(env map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		v, ok := env[name]
+		return v, ok
+	}
+}
+
+// outboxEnv runs the CLI to completion in the environment env (and nothing
+// of the test process's).
+func outboxEnv(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	// Locked: goroutines of a failed Kafka client may still log after run.
+	var stdout, stderr lockedBuffer
+	code := runIn(context.Background(), &process{lookupEnv: mapEnv(env), stderr: &stderr}, args, &stdout)
+	return code, stdout.String(), stderr.String()
+}
+
+// background is a command running until the test stops it.
+type background struct {
+	stdout, stderr *lockedBuffer
+	cancel         context.CancelFunc
+	done           chan int
+}
+
+// startOutbox runs the CLI in env until stop is called or the test ends.
+func startOutbox(t *testing.T, env map[string]string, args ...string) *background {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &background{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, cancel: cancel, done: make(chan int, 1)}
+	go func() {
+		b.done <- runIn(ctx, &process{lookupEnv: mapEnv(env), stderr: b.stderr}, args, b.stdout)
+	}()
+	t.Cleanup(func() { b.stop(t) })
+	return b
+}
+
+// stop ends the command as SIGTERM does and returns its exit code.
+func (b *background) stop(t *testing.T) int {
+	t.Helper()
+	b.cancel()
+	select {
+	case code := <-b.done:
+		b.done <- code
+		return code
+	case <-time.After(30 * time.Second):
+		t.Fatalf("command did not stop within 30s; stderr:\n%s", b.stderr)
+		return -1
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	testkit.WaitFor(t, timeout, what, cond)
+}
+
+// waitOutput waits until the command printed want on stdout or stderr.
+func (b *background) waitOutput(t *testing.T, want string) {
+	t.Helper()
+	waitFor(t, 20*time.Second, "output "+want, func() bool {
+		return strings.Contains(b.stdout.String(), want) || strings.Contains(b.stderr.String(), want)
+	})
+}
+
+func contextTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+// roleKit creates login roles for one test, granted what the README's
+// "Grants" table says, and drops them when the test ends. Roles are
+// cluster-wide: their names carry the test's schema, which is unique.
+type roleKit struct {
+	e *opsEnv
+}
+
+// role creates a login role with USAGE on the test's schema and the given
+// grants ("SELECT, UPDATE ON outbox"), and returns the flags and a pool
+// that connect as it.
+func (k roleKit) role(t *testing.T, kind string, grants ...string) ([]string, *sql.DB) {
+	t.Helper()
+	name := "txo_" + kind + "_" + k.e.db.Schema[len(k.e.db.Schema)-8:]
+	admin := k.e.db.SQL
+	k.e.exec(t, fmt.Sprintf(`CREATE ROLE %s LOGIN`, name))
+	t.Cleanup(func() {
+		for _, stmt := range []string{`DROP OWNED BY ` + name + ` CASCADE`, `DROP ROLE ` + name} {
+			if _, err := admin.Exec(stmt); err != nil {
+				t.Logf("%s: %v", stmt, err)
+			}
+		}
+	})
+	k.e.exec(t, fmt.Sprintf(`GRANT USAGE ON SCHEMA %q TO %s`, k.e.db.Schema, name))
+	for _, g := range grants {
+		k.e.exec(t, fmt.Sprintf(`GRANT %s TO %s`, g, name))
+	}
+	u, err := url.Parse(k.e.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(name)
+	db, err := sql.Open("pgx", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return []string{"--database-url", u.String(), "--schema", k.e.db.Schema}, db
+}
+
+// The grants of the README, as the tests run them.
+var (
+	appGrants      = []string{"INSERT ON outbox"}
+	relayGrants    = []string{"SELECT, UPDATE, DELETE ON outbox", "SELECT, INSERT, UPDATE, DELETE ON outbox_relays", "SELECT, UPDATE ON outbox_shards"}
+	readerGrantSQL = []string{"SELECT ON outbox, outbox_relays, outbox_shards"}
+	operatorSQL    = []string{"SELECT, UPDATE, DELETE ON outbox", "SELECT ON outbox_relays, outbox_shards"}
+)
+
+// The application's role needs INSERT on the outbox alone: the writer's
+// statement (insert and NOTIFY) runs with nothing more.
+func TestWriterNeedsOnlyInsert(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	_, db := roleKit{e}.role(t, "app", appGrants...)
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: e.db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := txoutbox.NewEvent("orders", "order", "o-1", "order.placed", map[string]string{"id": "o-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(ctx, tx, ev); err != nil {
+		t.Fatalf("write with INSERT alone: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// And it cannot read or change the outbox.
+	if _, err := db.Exec(`SELECT count(*) FROM outbox`); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("the application role can read the outbox: %v", err)
+	}
+}
+
+// A relay runs with its documented grants; without one it stops at
+// start-up naming the grant, before claiming anything.
+func TestRelayRunsWithItsGrants(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	id, _ := e.write(t, "orders", "o-1", "order.placed")
+	brokers := testkit.Kafka(t).ListenAddrs()
+	env := map[string]string{"OUTBOX_BROKERS": strings.Join(brokers, ",")}
+
+	short, _ := roleKit{e}.role(t, "relay_short", relayGrants[0], relayGrants[2], "SELECT, INSERT, UPDATE ON outbox_relays")
+	code, _, errOut := outboxEnv(t, env, append([]string{"relay"}, short...)...)
+	if code != 1 || !strings.Contains(errOut, "missing grant: the relay needs DELETE on") || !strings.Contains(errOut, "GRANT DELETE ON") {
+		t.Fatalf("relay without DELETE on the relays table: exit %d, stderr:\n%s", code, errOut)
+	}
+	if s, _ := e.state(t, id); s != "pending" {
+		t.Fatalf("row is %s, want pending: nothing may be claimed", s)
+	}
+
+	flags, _ := roleKit{e}.role(t, "relay", relayGrants...)
+	b := startOutbox(t, env, append([]string{"relay", "--poll-interval", "50ms", "--retention", "1ms"}, flags...)...)
+	waitFor(t, 20*time.Second, "the event published by the relay role", func() bool { s, _ := e.state(t, id); return s == "published" || s == "gone" })
+	if code := b.stop(t); code != 0 || strings.Contains(b.stderr.String(), "permission denied") {
+		t.Errorf("exit %d; stderr:\n%s", code, b.stderr)
+	}
+}
+
+// status and dead list need SELECT; retry, drop and replay need UPDATE and
+// DELETE on the outbox too, and say so at start-up.
+func TestOperatorGrants(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	id1, _ := e.write(t, "orders", "o-1", "order.placed")
+	id2, _ := e.write(t, "orders", "o-2", "order.placed")
+	e.kill(t, id1, id2)
+	reader, _ := roleKit{e}.role(t, "reader", readerGrantSQL...)
+	for _, args := range [][]string{{"status"}, {"dead", "list"}, {"dead", "show", fmt.Sprint(id1)}} {
+		if code, _, errOut := outboxEnv(t, nil, append(args, reader...)...); code != 0 {
+			t.Errorf("read-only %v: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+	code, _, errOut := outboxEnv(t, nil, append([]string{"dead", "retry", fmt.Sprint(id1)}, reader...)...)
+	if code != 1 || !strings.Contains(errOut, "needs UPDATE, DELETE on") || !strings.Contains(errOut, "GRANT UPDATE, DELETE ON") {
+		t.Errorf("retry as the read-only role: exit %d, stderr %q", code, errOut)
+	}
+	if s, _ := e.state(t, id1); s != "dead" {
+		t.Errorf("row %d is %s, want dead", id1, s)
+	}
+
+	operator, _ := roleKit{e}.role(t, "operator", operatorSQL...)
+	for _, args := range [][]string{{"dead", "retry", fmt.Sprint(id1)}, {"dead", "drop", fmt.Sprint(id2), "--yes"}, {"replay", "--since", "1h"}} {
+		if code, _, errOut := outboxEnv(t, nil, append(args, operator...)...); code != 0 {
+			t.Errorf("operator %v: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+	if s, _ := e.state(t, id2); s != "gone" {
+		t.Errorf("row %d is %s after drop, want gone", id2, s)
+	}
+}
+
+// The migrator needs CREATE on the schema its search_path names; the tables
+// it creates are its own. (With --schema it also creates the schema if
+// missing, which needs CREATE on the database.)
+func TestMigratorGrants(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewDB(t)
+	e := &opsEnv{db: db}
+	flags, _ := roleKit{e}.role(t, "migrator")
+	flags = flags[:2] // the URL's search_path, no --schema
+	code, _, errOut := outboxEnv(t, nil, append([]string{"migrate", "up"}, flags...)...)
+	if code != 1 || !strings.Contains(errOut, "permission denied for schema") {
+		t.Errorf("migrate up without CREATE: exit %d, stderr %q", code, errOut)
+	}
+	e.exec(t, fmt.Sprintf(`GRANT CREATE ON SCHEMA %q TO %s`, db.Schema, "txo_migrator_"+db.Schema[len(db.Schema)-8:]))
+	if code, out, errOut := outboxEnv(t, nil, append([]string{"migrate", "up"}, flags...)...); code != 0 {
+		t.Fatalf("migrate up with CREATE on the schema: exit %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut := outboxEnv(t, nil, append([]string{"migrate", "down"}, flags...)...); code != 0 {
+		t.Errorf("migrate down by the owner: exit %d %q", code, errOut)
+	}
+}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+// testPKI is a CA, a broker certificate for 127.0.0.1 and a client
+// certificate, generated for one test, with the client's files on disk.
+type testPKI struct {
+	caFile, certFile, keyFile string
+	server                    tls.Certificate
+	pool                      *x509.CertPool
+}
+
+func newTestPKI(t *testing.T) *testPKI {
+	t.Helper()
+	dir := t.TempDir()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "txoutbox test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	issue := func(serial int64, name string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyDER, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	}
+	p := &testPKI{caFile: filepath.Join(dir, "ca.pem"), certFile: filepath.Join(dir, "client.pem"), keyFile: filepath.Join(dir, "client-key.pem"),
+		pool: x509.NewCertPool()}
+	p.pool.AddCert(ca)
+	serverCert, serverKey := issue(2, "broker", x509.ExtKeyUsageServerAuth)
+	if p.server, err = tls.X509KeyPair(serverCert, serverKey); err != nil {
+		t.Fatal(err)
+	}
+	clientCert, clientKey := issue(3, "relay", x509.ExtKeyUsageClientAuth)
+	for file, body := range map[string][]byte{p.caFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), p.certFile: clientCert, p.keyFile: clientKey} {
+		if err := os.WriteFile(file, body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// A broker that requires TLS with client certificates: the relay verifies
+// it against --tls-ca and presents --tls-cert, and the record arrives.
+func TestRelayOverMutualTLS(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t)
+	brokers := testkit.Kafka(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{pki.server}, ClientCAs: pki.pool,
+		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})).ListenAddrs()
+	e := newOps(t)
+	id, eventID := e.write(t, "orders", "o-1", "order.placed")
+	env := map[string]string{"OUTBOX_BROKERS": strings.Join(brokers, ","), "OUTBOX_TLS_CA": pki.caFile,
+		"OUTBOX_TLS_CERT": pki.certFile, "OUTBOX_TLS_KEY": pki.keyFile}
+	b := startOutbox(t, env, append([]string{"relay", "--poll-interval", "50ms"}, e.flags...)...)
+	waitFor(t, 20*time.Second, "the event published over TLS", func() bool { s, _ := e.state(t, id); return s == "published" })
+	log := b.stderr.String()
+	for _, want := range []string{"connected to kafka", "tls=true", "tls_ca=" + pki.caFile, "tls_client_cert=" + pki.certFile} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log does not say %q:\n%s", want, log)
+		}
+	}
+
+	// A consumer with the same CA reads it back.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("orders"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.DialTLSConfig(&tls.Config{RootCAs: pki.pool, Certificates: []tls.Certificate{mustLoad(t, pki)}, MinVersion: tls.VersionTLS12}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := contextTimeout(20 * time.Second)
+	defer cancel()
+	recs := cl.PollFetches(ctx).Records()
+	if len(recs) != 1 || string(recs[0].Key) != "o-1" || headerValue(recs[0], "event_id") != eventID {
+		t.Fatalf("read back %v, want the event %s keyed o-1", recs, eventID)
+	}
+}
+
+func mustLoad(t *testing.T, p *testPKI) tls.Certificate {
+	t.Helper()
+	c, err := tls.LoadX509KeyPair(p.certFile, p.keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func headerValue(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// A broker whose certificate the relay cannot verify: the relay fails to
+// start and Sarama's reason reaches the log. Not parallel: Sarama has one
+// logger per process.
+func TestRelayRefusesAnUnverifiedBroker(t *testing.T) {
+	pki := newTestPKI(t)
+	brokers := testkit.Kafka(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{pki.server}, MinVersion: tls.VersionTLS12})).ListenAddrs()
+	e := newOps(t)
+	id, _ := e.write(t, "orders", "o-1", "order.placed")
+	code, _, errOut := outboxEnv(t, map[string]string{"OUTBOX_BROKERS": strings.Join(brokers, ","), "OUTBOX_TLS": "true"},
+		append([]string{"relay"}, e.flags...)...)
+	if code != 1 || !strings.Contains(errOut, "connect to kafka") {
+		t.Fatalf("exit %d, want 1; stderr:\n%s", code, errOut)
+	}
+	if !strings.Contains(errOut, "x509") || !strings.Contains(errOut, "component=sarama") {
+		t.Errorf("Sarama's reason (x509) is not in the log:\n%s", errOut)
+	}
+	if s, _ := e.state(t, id); s != "pending" {
+		t.Errorf("row is %s, want pending", s)
+	}
+}
+
+// SASL with each mechanism against a broker that requires it; the password
+// comes from the environment and appears in no output.
+func TestRelayOverSASL(t *testing.T) {
+	t.Parallel()
+	const password = "pa55-w0rd-never-logged"
+	for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"} {
+		t.Run(mech, func(t *testing.T) {
+			t.Parallel()
+			brokers := testkit.Kafka(t, kfake.EnableSASL(), kfake.Superuser(mech, "relay", password)).ListenAddrs()
+			e := newOps(t)
+			id, _ := e.write(t, "orders", "o-1", "order.placed")
+			env := map[string]string{"OUTBOX_BROKERS": strings.Join(brokers, ","), "OUTBOX_SASL_MECHANISM": mech,
+				"OUTBOX_SASL_USER": "relay", "OUTBOX_SASL_PASSWORD": password}
+			b := startOutbox(t, env, append([]string{"relay", "--poll-interval", "50ms", "--log-level", "debug"}, e.flags...)...)
+			waitFor(t, 20*time.Second, "the event published with SASL", func() bool { s, _ := e.state(t, id); return s == "published" })
+			b.stop(t)
+			out := b.stdout.String() + b.stderr.String()
+			if strings.Contains(out, password) {
+				t.Errorf("the password is in the output:\n%s", out)
+			}
+			if !strings.Contains(out, "sasl="+mech) || !strings.Contains(out, "sasl_user=relay") {
+				t.Errorf("log does not say how it authenticated:\n%s", out)
+			}
+
+			// The wrong password: no connection, nothing published.
+			e2 := newOps(t)
+			id2, _ := e2.write(t, "orders", "o-2", "order.placed")
+			env["OUTBOX_SASL_PASSWORD"] = "wrong"
+			code, _, errOut := outboxEnv(t, env, append([]string{"relay"}, e2.flags...)...)
+			if code != 1 || !strings.Contains(errOut, "connect to kafka") {
+				t.Errorf("wrong password: exit %d, stderr:\n%s", code, errOut)
+			}
+			if s, _ := e2.state(t, id2); s != "pending" {
+				t.Errorf("row is %s after a refused login, want pending", s)
+			}
+		})
+	}
+}
+
+func TestKafkaFlagErrors(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t)
+	base := []string{"relay", "--database-url", "postgres://nobody@127.0.0.1:1/none", "--brokers", "127.0.0.1:1"}
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		msg  string
+	}{
+		{[]string{"--tls-ca", "/no/such/ca.pem"}, nil, "--tls-ca"},
+		{[]string{"--tls-ca", pki.keyFile}, nil, "no PEM certificate"},
+		{[]string{"--tls-cert", pki.certFile}, nil, "--tls-cert and --tls-key go together"},
+		{[]string{"--tls-cert", pki.certFile, "--tls-key", pki.caFile}, nil, "--tls-cert/--tls-key"},
+		{[]string{"--sasl-mechanism", "GSSAPI"}, nil, "want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"},
+		{[]string{"--sasl-mechanism", "SCRAM-SHA-512", "--sasl-user", "u"}, nil, "OUTBOX_SASL_PASSWORD"},
+		{[]string{"--sasl-user", "u"}, nil, "without --sasl-mechanism"},
+		{[]string{"--kafka-version", "banana"}, nil, "--kafka-version"},
+		{[]string{"--kafka-compression", "brotli"}, nil, "--kafka-compression"},
+		{[]string{"--kafka-compression", "zstd", "--kafka-version", "1.0.0"}, nil, "zstd needs"},
+		{nil, map[string]string{"OUTBOX_TLS_INSECURE_SKIP_VERIFY": "yes please"}, "OUTBOX_TLS_INSECURE_SKIP_VERIFY"},
+		{nil, map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, "otlp only"},
+		{nil, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "http/protobuf only"},
+		{[]string{"--metrics-addr", "not an address"}, nil, "--metrics-addr"},
+	} {
+		code, _, errOut := outboxEnv(t, tc.env, append(base, tc.args...)...)
+		if code != exitUsage || !strings.Contains(errOut, tc.msg) {
+			t.Errorf("%v %v: exit %d, stderr %q; want %d mentioning %q", tc.args, tc.env, code, errOut, exitUsage, tc.msg)
+		}
+	}
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/txoutbox/txoutbox/relay"
+)
+
+// ServiceNameDefault is the service.name of the relay's spans when
+// OTEL_SERVICE_NAME does not set one.
+const ServiceNameDefault = "outbox-relay"
+
+// ReadyTimeoutDefault bounds the database ping of one readiness probe.
+const ReadyTimeoutDefault = 2 * time.Second
+
+// metricsServer serves /metrics, /healthz and /readyz for one relay.
+type metricsServer struct {
+	ln  net.Listener
+	srv *http.Server
+	mp  *sdkmetric.MeterProvider
+}
+
+// newMetricsServer listens on addr, before anything else is touched, so a
+// taken port fails the start. The relay is given later with serve.
+func newMetricsServer(addr string) (*metricsServer, error) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, usagef("--metrics-addr: %v", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	m := &metricsServer{ln: ln, mp: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return m, nil
+}
+
+// serve answers the probes for r until shutdown.
+func (m *metricsServer) serve(r *relay.Relay, db *sql.DB, log *slog.Logger) {
+	mux := m.srv.Handler.(*http.ServeMux)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		h := r.Health()
+		writeProbe(w, h.Running, map[string]any{"running": h.Running})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
+		h := r.Health()
+		ctx, cancel := context.WithTimeout(req.Context(), ReadyTimeoutDefault)
+		defer cancel()
+		dbErr := db.PingContext(ctx)
+		body := map[string]any{"running": h.Running, "heartbeating": h.Heartbeating, "incarnation": h.Incarnation,
+			"since_heartbeat_seconds": h.SinceHeartbeat.Seconds(), "shards": h.Shards, "database": "ok"}
+		if dbErr != nil {
+			body["database"] = dbErr.Error()
+		}
+		writeProbe(w, h.Running && h.Heartbeating && dbErr == nil, body)
+	})
+	go func() {
+		if err := m.srv.Serve(m.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+}
+
+func writeProbe(w http.ResponseWriter, ok bool, body map[string]any) {
+	w.Header().Set("Content-Type", "application/json")
+	if !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	body["ok"] = ok
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// shutdown stops serving; a scrape in progress gets a second to finish.
+func (m *metricsServer) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = m.srv.Shutdown(ctx)
+	m.ln.Close()
+	_ = m.mp.Shutdown(ctx)
+}
+
+// tracing returns the relay's TracerProvider from the standard OTEL_*
+// variables, and a shutdown that flushes it. With none of them set, or
+// OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true, it is a no-op
+// provider: nothing is exported and the relay does no tracing work per
+// event. Spans go over OTLP/HTTP; the exporter reads the endpoint,
+// headers, certificates, compression and timeout from OTEL_EXPORTER_OTLP_*,
+// the SDK the sampler from OTEL_TRACES_SAMPLER, and the resource from
+// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
+func tracing(ctx context.Context, getenv func(string) (string, bool)) (trace.TracerProvider, func(), error) {
+	env := func(name string) string { v, _ := getenv(name); return strings.TrimSpace(v) }
+	off := tracenoop.NewTracerProvider()
+	if strings.EqualFold(env("OTEL_SDK_DISABLED"), "true") {
+		return off, func() {}, nil
+	}
+	switch exporter := env("OTEL_TRACES_EXPORTER"); exporter {
+	case "none":
+		return off, func() {}, nil
+	case "":
+		if env("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+			return off, func() {}, nil
+		}
+	case "otlp":
+	default:
+		return nil, nil, usagef("OTEL_TRACES_EXPORTER=%q: outbox exports spans over otlp only (or none)", exporter)
+	}
+	protocol := env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if protocol == "" {
+		protocol = env("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	if protocol != "" && protocol != "http/protobuf" {
+		return nil, nil, usagef("OTEL_EXPORTER_OTLP_PROTOCOL=%q: outbox speaks http/protobuf only (grpc would add a large dependency)", protocol)
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, nil, usagef("OTLP trace exporter: %v", err)
+	}
+	res, err := resource.New(ctx,
+		resource.WithAttributes(attribute.String("service.name", ServiceNameDefault)),
+		resource.WithFromEnv(), resource.WithTelemetrySDK(), resource.WithHost())
+	if err != nil {
+		return nil, nil, usagef("OTEL_RESOURCE_ATTRIBUTES: %v", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	return tp, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tp.Shutdown(ctx)
+	}, nil
+}

@@ -1,0 +1,22 @@
+package relay
+
+import (
+	"context"
+
+	"github.com/txoutbox/txoutbox/internal/grants"
+)
+
+// CheckGrants returns an error naming the first privilege the relay's
+// database role lacks on the outbox tables, with the GRANT that gives it,
+// or nil. Run calls nothing of the kind: call it before Run to fail at
+// start-up rather than with "permission denied" in a loop. A relay needs
+// SELECT, UPDATE and DELETE on the outbox table, SELECT, INSERT, UPDATE and
+// DELETE on its relays table and SELECT and UPDATE on its shards table,
+// and USAGE on their schema.
+func (r *Relay) CheckGrants(ctx context.Context) error {
+	names, err := r.cfg.Table.SQLNames()
+	if err != nil {
+		return err
+	}
+	return grants.Check(ctx, r.db, "the relay", grants.Relay(names))
+}

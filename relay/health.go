@@ -1,0 +1,48 @@
+package relay
+
+import "time"
+
+// Health is a relay's view of itself, for liveness and readiness probes.
+type Health struct {
+	// Running is true from Run's start until it returns: its loops run.
+	Running bool
+
+	// Incarnation is the current incarnation ("<id>#<random>"), empty
+	// before the first successful registration.
+	Incarnation string
+
+	// Heartbeating is true while the incarnation's heartbeats keep it
+	// alive: the relay may publish what it claims. It turns false when the
+	// relay cannot reach the database for about StaleAfter, or its peers
+	// declared it dead, until a new incarnation registers.
+	Heartbeating bool
+
+	// SinceHeartbeat is the time since the last successful heartbeat
+	// started, or zero before the first.
+	SinceHeartbeat time.Duration
+
+	// Shards is how many shards the relay claims from. Zero while it waits
+	// for shards a peer still hands over, or when more relays run than
+	// there are shards.
+	Shards int
+}
+
+// Health reports the relay's state from memory, without a query. A relay
+// that is Running and Heartbeating works, whether it owns shards or waits
+// for them; whether the database answers right now is for the caller to
+// check.
+func (r *Relay) Health() Health {
+	h := Health{Running: r.running.Load(), Shards: int(r.members.owned.Load())}
+	inc := r.members.cur.Load()
+	if inc == nil {
+		return h
+	}
+	now := r.clock.now()
+	h.Incarnation = inc.token
+	h.Heartbeating = inc.live(now)
+	// A successful heartbeat that started at s extends the deadline to
+	// s + StaleAfter - HeartbeatInterval.
+	last := time.Duration(inc.deadline.Load()) - (r.cfg.StaleAfter - r.cfg.HeartbeatInterval)
+	h.SinceHeartbeat = max(now-last, 0)
+	return h
+}
