@@ -198,6 +198,15 @@ func setDefault[T int | time.Duration](v *T, def T) {
 	}
 }
 
+// Validate reports whether c, with its zero fields taken as their
+// defaults, is a configuration New accepts; the error matches
+// ErrInvalidConfig. A command can check its configuration with it before
+// it connects to anything. c itself is not changed.
+func (c Config) Validate() error {
+	c.setDefaults()
+	return c.validate()
+}
+
 func (c *Config) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)

@@ -61,3 +61,17 @@ func TestNewValidatesConfig(t *testing.T) {
 		t.Errorf("NewKafkaPublisher(GSSAPI) = %v", err)
 	}
 }
+
+func TestConfigValidateMatchesNew(t *testing.T) {
+	t.Parallel()
+	if err := (relay.Config{}).Validate(); err != nil {
+		t.Fatalf("zero Config: %v", err)
+	}
+	bad := relay.Config{BatchSize: 100, MaxInFlight: 10}
+	if err := bad.Validate(); !errors.Is(err, relay.ErrInvalidConfig) {
+		t.Fatalf("Validate(MaxInFlight < BatchSize) = %v, want ErrInvalidConfig", err)
+	}
+	if bad.Lanes != 0 {
+		t.Fatal("Validate changed its receiver")
+	}
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"flag"
 	"fmt"
 	"io"
@@ -73,15 +72,8 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// Validate everything before touching the database or a broker
-	// (sql.Open connects lazily).
-	lazy, err := sql.Open("pgx", "postgres://validate-only")
-	if err != nil {
-		return err
-	}
-	_, err = relay.New(lazy, nopPublisher{}, cfg)
-	lazy.Close()
-	if err != nil {
+	// Validate everything before touching the database or a broker.
+	if err := cfg.Validate(); err != nil {
 		return usagef("%v", err)
 	}
 	addrs := splitList(kafka.brokers)
