@@ -9,8 +9,13 @@ import (
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
-// DefaultTableName is the outbox table's name when Table.Name is empty.
-const DefaultTableName = "outbox"
+// TableNameDefault is the outbox table's name when Table.Name is empty.
+const TableNameDefault = "outbox"
+
+// DefaultTableName is TableNameDefault.
+//
+// Deprecated: use TableNameDefault; defaults are named XDefault.
+const DefaultTableName = TableNameDefault
 
 // ErrInvalidTable is matched by errors from Table.Validate: a schema or table
 // name that is not a plain SQL identifier.
@@ -30,14 +35,14 @@ type Table struct {
 	// Schema is the PostgreSQL schema. Empty means unqualified: the
 	// connection's search_path decides (normally "public").
 	Schema string
-	// Name is the events table. Empty means DefaultTableName.
+	// Name is the events table. Empty means TableNameDefault.
 	Name string
 }
 
 // name returns the effective table name.
 func (t Table) name() string {
 	if t.Name == "" {
-		return DefaultTableName
+		return TableNameDefault
 	}
 	return t.Name
 }

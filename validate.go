@@ -12,13 +12,18 @@ import (
 // field.
 var ErrInvalidEvent = errors.New("txoutbox: invalid event")
 
-// DefaultMaxPayloadBytes is the default limit on an event's size: its
+// MaxPayloadBytesDefault is the default limit on an event's size: its
 // payload plus aggregate id, type, aggregate type and headers. It is Kafka's
 // default message size (1 MiB) less 8 KiB kept for the metadata the relay
 // adds and the record's framing, so an event the writer accepts is one the
 // broker accepts: an oversize event fails the business transaction instead
 // of going dead in the relay.
-const DefaultMaxPayloadBytes = 1<<20 - 8<<10
+const MaxPayloadBytesDefault = 1<<20 - 8<<10
+
+// DefaultMaxPayloadBytes is MaxPayloadBytesDefault.
+//
+// Deprecated: use MaxPayloadBytesDefault; defaults are named XDefault.
+const DefaultMaxPayloadBytes = MaxPayloadBytesDefault
 
 // maxTopicLen is Kafka's topic name limit.
 const maxTopicLen = 249
@@ -42,7 +47,7 @@ func (e *ValidationError) Is(target error) bool { return target == ErrInvalidEve
 // payload limit. The Writer validates every event itself; call this to
 // reject bad input early, e.g. before opening a transaction.
 func (e *Event) Validate() error {
-	return e.validate(0, DefaultMaxPayloadBytes)
+	return e.validate(0, MaxPayloadBytesDefault)
 }
 
 func (e *Event) validate(index, maxPayload int) error {

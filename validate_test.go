@@ -30,11 +30,11 @@ func TestValidate(t *testing.T) {
 		{"empty type", func(e *Event) { e.Type = "" }, "Type", "empty"},
 		{"empty aggregate id", func(e *Event) { e.AggregateID = "" }, "AggregateID", "empty"},
 		{"empty aggregate type is fine", func(e *Event) { e.AggregateType = "" }, "", ""},
-		{"event at limit", func(e *Event) { e.Payload = jsonString(DefaultMaxPayloadBytes - eventOverhead) }, "", ""},
-		{"payload over limit", func(e *Event) { e.Payload = jsonString(DefaultMaxPayloadBytes - eventOverhead + 1) },
+		{"event at limit", func(e *Event) { e.Payload = jsonString(MaxPayloadBytesDefault - eventOverhead) }, "", ""},
+		{"payload over limit", func(e *Event) { e.Payload = jsonString(MaxPayloadBytesDefault - eventOverhead + 1) },
 			"Payload", "the event is 1040385 bytes (payload 1040366, plus aggregate id, type and headers), over the limit of 1040384"},
 		{"headers count toward the limit", func(e *Event) {
-			e.Payload = jsonString(DefaultMaxPayloadBytes - eventOverhead)
+			e.Payload = jsonString(MaxPayloadBytesDefault - eventOverhead)
 			e.Headers = map[string]string{"h": ""}
 		}, "Payload", "over the limit of 1040384"},
 		{"invalid JSON", func(e *Event) { e.Payload = []byte(`{"a":`) }, "Payload", "not valid JSON"},

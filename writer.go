@@ -36,7 +36,7 @@ type WriterConfig struct {
 
 	// MaxPayloadBytes rejects larger events at write time: payload plus
 	// aggregate id, type, aggregate type and headers. Default:
-	// DefaultMaxPayloadBytes (1 MiB less 8 KiB for the relay's metadata).
+	// MaxPayloadBytesDefault (1 MiB less 8 KiB for the relay's metadata).
 	// Keep it 8 KiB below what the broker accepts, so an oversize event
 	// fails the business transaction instead of going dead in the relay.
 	MaxPayloadBytes int
@@ -94,7 +94,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 		return nil, fmt.Errorf("txoutbox: WriterConfig.MaxPayloadBytes is negative (%d)", cfg.MaxPayloadBytes)
 	}
 	if cfg.MaxPayloadBytes == 0 {
-		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
+		cfg.MaxPayloadBytes = MaxPayloadBytesDefault
 	}
 	if cfg.Propagator == nil {
 		cfg.Propagator = propagation.TraceContext{}

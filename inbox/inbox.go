@@ -12,14 +12,24 @@ import (
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
-// DefaultTableName is the inbox table's name when Config.Table.Name is
+// TableNameDefault is the inbox table's name when Config.Table.Name is
 // empty. It is also the base name of the migrations.Inbox set.
-const DefaultTableName = "inbox"
+const TableNameDefault = "inbox"
 
-// DefaultPruneBatch is how many rows one Prune statement deletes by default:
+// DefaultTableName is TableNameDefault.
+//
+// Deprecated: use TableNameDefault; defaults are named XDefault.
+const DefaultTableName = TableNameDefault
+
+// PruneBatchDefault is how many rows one Prune statement deletes by default:
 // small enough that each statement holds its locks briefly and produces
 // little WAL at once, large enough that a backlog drains in few round trips.
-const DefaultPruneBatch = 1000
+const PruneBatchDefault = 1000
+
+// DefaultPruneBatch is PruneBatchDefault.
+//
+// Deprecated: use PruneBatchDefault; defaults are named XDefault.
+const DefaultPruneBatch = PruneBatchDefault
 
 var (
 	// ErrNoEventID is returned (wrapped) for a message that carries no
@@ -49,7 +59,7 @@ type Config struct {
 	Table txoutbox.Table
 
 	// PruneBatch is the most rows one Prune statement deletes. Default:
-	// DefaultPruneBatch.
+	// PruneBatchDefault.
 	PruneBatch int
 
 	// TxOptions are the options of the transactions Run and the Watermill
@@ -74,7 +84,7 @@ type Inbox struct {
 // New validates cfg and returns an Inbox.
 func New(cfg Config) (*Inbox, error) {
 	if cfg.Table.Name == "" {
-		cfg.Table.Name = DefaultTableName
+		cfg.Table.Name = TableNameDefault
 	}
 	names, err := cfg.Table.SQLNames()
 	if err != nil {
@@ -84,7 +94,7 @@ func New(cfg Config) (*Inbox, error) {
 		return nil, fmt.Errorf("inbox: Config.PruneBatch is negative (%d)", cfg.PruneBatch)
 	}
 	if cfg.PruneBatch == 0 {
-		cfg.PruneBatch = DefaultPruneBatch
+		cfg.PruneBatch = PruneBatchDefault
 	}
 	return &Inbox{
 		table:      names.Table,

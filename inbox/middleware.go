@@ -11,9 +11,14 @@ import (
 	"github.com/google/uuid"
 )
 
-// DefaultEventIDKey is the message metadata key (a Kafka header, through
+// EventIDKeyDefault is the message metadata key (a Kafka header, through
 // watermill-kafka) that carries the event id. The txoutbox relay sets it.
-const DefaultEventIDKey = "event_id"
+const EventIDKeyDefault = "event_id"
+
+// DefaultEventIDKey is EventIDKeyDefault.
+//
+// Deprecated: use EventIDKeyDefault; defaults are named XDefault.
+const DefaultEventIDKey = EventIDKeyDefault
 
 // InvalidIDAction is what the middleware does with a message whose event id
 // is missing or is not a UUID.
@@ -62,7 +67,7 @@ type MiddlewareConfig struct {
 	DB Beginner
 
 	// EventIDKey is the metadata key holding the event id. Default:
-	// DefaultEventIDKey.
+	// EventIDKeyDefault.
 	EventIDKey string
 
 	// FallbackToUUID uses the Watermill message UUID as the event id when
@@ -115,7 +120,7 @@ func (ib *Inbox) Middleware(cfg MiddlewareConfig) (message.HandlerMiddleware, er
 		return nil, fmt.Errorf("inbox: middleware: MiddlewareConfig.OnInvalidID is %v, not one of the defined actions", cfg.OnInvalidID)
 	}
 	if cfg.EventIDKey == "" {
-		cfg.EventIDKey = DefaultEventIDKey
+		cfg.EventIDKey = EventIDKeyDefault
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -180,12 +185,12 @@ func (m *middleware) eventID(msg *message.Message) (uuid.UUID, error) {
 }
 
 // MessageEventID returns the event id a message carries in its metadata
-// under key (DefaultEventIDKey if key is empty), for handlers that call
+// under key (EventIDKeyDefault if key is empty), for handlers that call
 // Process or Run themselves, e.g. on a GORM or ent transaction. The error
 // matches ErrNoEventID or ErrInvalidEventID.
 func MessageEventID(msg *message.Message, key string) (uuid.UUID, error) {
 	if key == "" {
-		key = DefaultEventIDKey
+		key = EventIDKeyDefault
 	}
 	return parseEventID(msg.UUID, msg.Metadata.Get(key), "metadata "+key, key)
 }

@@ -33,7 +33,7 @@ type commonFlags struct {
 func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL")
 	fs.StringVar(&c.schema, "schema", "", "schema of the outbox table (default: the search_path)")
-	fs.StringVar(&c.table, "table", txoutbox.DefaultTableName, "name of the outbox table")
+	fs.StringVar(&c.table, "table", txoutbox.TableNameDefault, "name of the outbox table")
 	fs.BoolVar(&c.json, "json", false, "print JSON for scripts instead of text for humans")
 }
 
