@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/txoutbox/txoutbox"
 	"log/slog"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -13,7 +14,7 @@ import (
 
 // EventIDKeyDefault is the message metadata key (a Kafka header, through
 // watermill-kafka) that carries the event id. The txoutbox relay sets it.
-const EventIDKeyDefault = "event_id"
+const EventIDKeyDefault = txoutbox.HeaderEventID
 
 // DefaultEventIDKey is EventIDKeyDefault.
 //

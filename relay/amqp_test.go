@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"github.com/txoutbox/txoutbox"
 	"testing"
 	"time"
 
@@ -9,7 +10,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 
 	"github.com/txoutbox/txoutbox/internal/testkit"
-	"github.com/txoutbox/txoutbox/relay"
 )
 
 // The relay depends only on message.Publisher: any Watermill publisher
@@ -64,10 +64,10 @@ func TestRelayThroughRabbitMQ(t *testing.T) {
 	for len(seen) < len(want) {
 		select {
 		case m := <-msgs:
-			if m.UUID != m.Metadata.Get(relay.MetadataEventID) {
-				t.Fatalf("message UUID %s is not the event id %s", m.UUID, m.Metadata.Get(relay.MetadataEventID))
+			if m.UUID != m.Metadata.Get(txoutbox.HeaderEventID) {
+				t.Fatalf("message UUID %s is not the event id %s", m.UUID, m.Metadata.Get(txoutbox.HeaderEventID))
 			}
-			got = append(got, delivered{key: m.Metadata.Get(relay.MetadataAggregateID), eventID: m.UUID})
+			got = append(got, delivered{key: m.Metadata.Get(txoutbox.HeaderAggregateID), eventID: m.UUID})
 			seen[m.UUID] = true
 			m.Ack()
 		case <-ctx.Done():

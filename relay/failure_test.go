@@ -33,7 +33,7 @@ func (p *flakyPublisher) Publish(topic string, msgs ...*message.Message) error {
 		time.Sleep(p.delay)
 	}
 	for _, m := range msgs {
-		agg := m.Metadata.Get(relay.MetadataAggregateID)
+		agg := m.Metadata.Get(txoutbox.HeaderAggregateID)
 		p.mu.Lock()
 		p.attempts = append(p.attempts, agg)
 		fail := p.failLeft[agg] > 0

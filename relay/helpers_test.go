@@ -157,7 +157,7 @@ func consume(t *testing.T, brokers []string, topic string, want int, timeout tim
 		fetches.EachRecord(func(rec *kgo.Record) {
 			d := delivered{key: string(rec.Key), partition: rec.Partition, offset: rec.Offset}
 			for _, h := range rec.Headers {
-				if h.Key == relay.MetadataEventID {
+				if h.Key == txoutbox.HeaderEventID {
 					d.eventID = string(h.Value)
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/txoutbox/txoutbox"
 	"log/slog"
 	"time"
 
@@ -111,7 +112,7 @@ func NewKafkaPublisher(brokers []string, cfg KafkaConfig) (message.Publisher, er
 
 // aggregateKey makes the aggregate id the Kafka message key.
 func aggregateKey(_ string, msg *message.Message) (string, error) {
-	return msg.Metadata.Get(MetadataAggregateID), nil
+	return msg.Metadata.Get(txoutbox.HeaderAggregateID), nil
 }
 
 func (cfg KafkaConfig) sarama() (*sarama.Config, error) {

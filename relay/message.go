@@ -23,14 +23,17 @@ import (
 )
 
 // Metadata keys the relay sets on every message, besides the event's own
-// headers. Through watermill-kafka they become Kafka record headers.
+// headers: the txoutbox.Header* keys, under their earlier names.
+//
+// Deprecated: use txoutbox.HeaderEventID and the other txoutbox.Header*
+// constants; the wire names live in one place.
 const (
-	MetadataEventID       = "event_id"
-	MetadataEventType     = "event_type"
-	MetadataAggregateType = "aggregate_type"
-	MetadataAggregateID   = "aggregate_id"
-	MetadataCreatedAt     = "created_at" // RFC 3339 with nanoseconds
-	MetadataContentType   = "content_type"
+	MetadataEventID       = txoutbox.HeaderEventID
+	MetadataEventType     = txoutbox.HeaderEventType
+	MetadataAggregateType = txoutbox.HeaderAggregateType
+	MetadataAggregateID   = txoutbox.HeaderAggregateID
+	MetadataCreatedAt     = txoutbox.HeaderCreatedAt
+	MetadataContentType   = txoutbox.HeaderContentType
 )
 
 // tracer returns the relay's tracer for tp, or nil when tp does no tracing:
@@ -108,16 +111,16 @@ func Message(e txoutbox.Event) *message.Message {
 	for k, v := range e.Headers {
 		msg.Metadata.Set(k, v)
 	}
-	msg.Metadata.Set(MetadataEventID, e.ID.String())
-	msg.Metadata.Set(MetadataEventType, e.Type)
-	msg.Metadata.Set(MetadataAggregateType, e.AggregateType)
-	msg.Metadata.Set(MetadataAggregateID, e.AggregateID)
-	msg.Metadata.Set(MetadataCreatedAt, e.CreatedAt.UTC().Format(time.RFC3339Nano))
+	msg.Metadata.Set(txoutbox.HeaderEventID, e.ID.String())
+	msg.Metadata.Set(txoutbox.HeaderEventType, e.Type)
+	msg.Metadata.Set(txoutbox.HeaderAggregateType, e.AggregateType)
+	msg.Metadata.Set(txoutbox.HeaderAggregateID, e.AggregateID)
+	msg.Metadata.Set(txoutbox.HeaderCreatedAt, e.CreatedAt.UTC().Format(time.RFC3339Nano))
 	ct := e.ContentType
 	if ct == "" {
 		ct = txoutbox.ContentTypeJSON
 	}
-	msg.Metadata.Set(MetadataContentType, ct)
+	msg.Metadata.Set(txoutbox.HeaderContentType, ct)
 	return msg
 }
 

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"github.com/txoutbox/txoutbox"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -119,7 +120,7 @@ func TestCloudEventsHeaders(t *testing.T) {
 	}
 	for k, v := range map[string]string{
 		"ce_specversion": "1.0", "ce_id": want[0].id, "ce_type": "order.changed", "ce_source": "/orders-service",
-		"content-type": "application/json", relay.MetadataEventID: want[0].id,
+		"content-type": "application/json", txoutbox.HeaderEventID: want[0].id,
 	} {
 		if h[k] != v {
 			t.Errorf("header %s = %q, want %q", k, h[k], v)

@@ -58,8 +58,8 @@ func TestTraceThroughTheOutbox(t *testing.T) {
 	for _, h := range rec.Headers {
 		headers[h.Key] = string(h.Value)
 	}
-	if headers[relay.MetadataEventID] != ev.ID.String() {
-		t.Fatalf("record event_id = %q, want %s", headers[relay.MetadataEventID], ev.ID)
+	if headers[txoutbox.HeaderEventID] != ev.ID.String() {
+		t.Fatalf("record event_id = %q, want %s", headers[txoutbox.HeaderEventID], ev.ID)
 	}
 	consumed := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), headers))
 	if !consumed.IsValid() {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/txoutbox/txoutbox"
 	"io"
 	"log/slog"
 	"strings"
@@ -67,7 +68,7 @@ func readTopic(t *testing.T, brokers []string, topic string, n int) []record {
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
 			rec := record{key: string(r.Key)}
 			for _, h := range r.Headers {
-				if h.Key == relay.MetadataEventID {
+				if h.Key == txoutbox.HeaderEventID {
 					rec.eventID = string(h.Value)
 				}
 			}

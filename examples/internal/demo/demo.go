@@ -139,9 +139,9 @@ func Consume(ctx context.Context, brokers []string, topic string, since time.Tim
 			r := Record{Key: string(rec.Key), Value: rec.Value}
 			for _, h := range rec.Headers {
 				switch h.Key {
-				case relay.MetadataEventType:
+				case txoutbox.HeaderEventType:
 					r.EventType = string(h.Value)
-				case relay.MetadataEventID:
+				case txoutbox.HeaderEventID:
 					r.EventID = string(h.Value)
 				}
 			}
