@@ -197,7 +197,7 @@ func TestSameIDRestart(t *testing.T) {
 // TestPauseSlowBroker pauses a relay past StaleAfter and its lease while
 // the broker holds produce requests past the lease.
 func TestPauseSlowBroker(t *testing.T) {
-	res := run(t, harness.PauseSlowBroker(harness.Size{Events: 3000, Over: 14 * time.Second}, 1, 4*time.Second))
+	res := run(t, harness.PauseSlowBroker(harness.Size{Events: 3000, Over: 10 * time.Second}, 1, 4*time.Second))
 	if res.Pauses < 1 || res.SlowBroker < 1 {
 		t.Fatalf("pauses=%d slow-broker holds=%d, want at least 1 each", res.Pauses, res.SlowBroker)
 	}

@@ -225,6 +225,28 @@ func (b *Broker) Stop() error {
 	return nil
 }
 
+// HeldProduce is how many produce requests the broker held (HoldProduce)
+// since it last started: proof that the slow-broker fault hit publishes.
+func (b *Broker) HeldProduce(ctx context.Context) (int, error) {
+	if b.control == "" {
+		return 0, errors.New("broker: started without BrokerConfig.Control")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.control+"/stats", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("broker control: %w", err)
+	}
+	defer resp.Body.Close()
+	var n int
+	if _, err := fmt.Fscanf(resp.Body, "held_produce=%d", &n); err != nil {
+		return 0, fmt.Errorf("broker control stats: %w", err)
+	}
+	return n, nil
+}
+
 // Close stops the broker and its proxy.
 func (b *Broker) Close() error {
 	err := b.Stop()

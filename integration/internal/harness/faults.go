@@ -219,7 +219,23 @@ func SlowBroker(min int, period time.Duration) Fault {
 			n += len(w.Fleet.Live())
 			return nil
 		})
-		return n, err
+		if err != nil {
+			return n, err
+		}
+		// Wait for the last hold to end, then make sure holds happened:
+		// a slow-broker scenario that held nothing proved nothing.
+		if !sleep(ctx, hold) {
+			return n, ctx.Err()
+		}
+		held, err := w.Broker.HeldProduce(ctx)
+		if err != nil {
+			return n, err
+		}
+		if held == 0 {
+			return n, errors.New("slow broker: no produce request arrived in any hold window")
+		}
+		w.Env.Logf("slow broker: %d produce requests held in all", held)
+		return n, nil
 	}
 }
 
