@@ -260,10 +260,10 @@ func Poison(s Size, perKind int) Plan {
 			for i := 0; i < perKind; i++ {
 				for k, kind := range poisonKinds() {
 					agg := fmt.Sprintf("poison-%d-%d", k, i)
-					want[kind.id] = kind.errTexts
 					if err := emitPoison(ctx, w, agg, kind); err != nil {
 						return 0, err
 					}
+					want[kind.id] = kind.errTexts
 				}
 				if !sleep(ctx, s.Over/time.Duration(perKind)) {
 					return 0, ctx.Err()
