@@ -140,8 +140,7 @@ func Kills(min int) Fault {
 			if !sleep(ctx, w.Env.Duration(0, time.Second)) {
 				return ctx.Err()
 			}
-			_, err := w.Fleet.Start()
-			return err
+			return w.Fleet.startRetry(ctx, "")
 		})
 		return n, err
 	}
@@ -159,13 +158,13 @@ func SameIDRestarts(min int, period time.Duration) Fault {
 			if !ok {
 				return nil
 			}
-			if err := w.Fleet.Restart(id); err != nil {
-				if w.Fleet.isLive(id) {
+			if err := w.Fleet.Restart(ctx, id); err != nil {
+				if w.Fleet.isLive(id) || errors.Is(err, errStart) {
 					return err
 				}
-				// Killed or restarted by another fault meanwhile; make
-				// sure the id runs again.
-				if err := w.Fleet.StartAs(id); err != nil && !w.Fleet.isLive(id) {
+				// Killed by another fault meanwhile; make sure the id
+				// runs again.
+				if err := w.Fleet.startRetry(ctx, id); err != nil && !w.Fleet.isLive(id) {
 					return err
 				}
 			}

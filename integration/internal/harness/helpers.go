@@ -25,11 +25,23 @@ func jsonEvent(topic, aggregateID, typ string, size int) txoutbox.Event {
 }
 
 // Emit writes events in a GORM transaction of their own with
-// gormoutbox.Emit, and counts them as committed.
+// gormoutbox.Emit, and counts them as committed (or, with
+// WriteConfig.UnknownOutcomes, as of unknown outcome if the transaction
+// fails).
 func (w *Writers) Emit(ctx context.Context, events ...txoutbox.Event) error {
 	err := w.gorm.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		return gormoutbox.Emit(tx, events...)
 	})
+	if err != nil && w.cfg.UnknownOutcomes && ctx.Err() == nil {
+		// A database crash: the events may or may not have committed.
+		w.mu.Lock()
+		for _, ev := range events {
+			w.unknownPerTopic[ev.Topic]++
+		}
+		w.mu.Unlock()
+		w.unknownTxs.Add(1)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("emit: %w", err)
 	}

@@ -78,6 +78,7 @@ type relayProc struct {
 	done    chan struct{}
 	exitErr error
 	told    bool // killed or stopped on purpose
+	started bool // printed its ready line: an exit from now on is a death
 }
 
 // NewFleet prepares relays publishing env's outbox to brokers.
@@ -215,7 +216,7 @@ func (f *Fleet) StartAs(id string) error {
 	go func() {
 		p.exitErr = cmd.Wait()
 		f.mu.Lock()
-		if !p.told {
+		if !p.told && p.started {
 			f.unexpected = append(f.unexpected, fmt.Sprintf("%s exited by itself: %v (see %s.log)", id, p.exitErr, id))
 		}
 		if f.live[id] == p { // not yet replaced by a restart under the same id
@@ -228,25 +229,58 @@ func (f *Fleet) StartAs(id string) error {
 	defer t.Stop()
 	select {
 	case <-ready:
+		f.mu.Lock()
+		p.started = true
+		exited := f.live[id] != p
+		f.mu.Unlock()
+		if exited { // between its ready line and now
+			return fmt.Errorf("%w: %s exited right after start: %v (see %s.log)", errStart, id, p.exitErr, id)
+		}
 		return nil
 	case <-p.done:
-		return fmt.Errorf("%s exited at start: %v (see %s.log)", id, p.exitErr, id)
+		return fmt.Errorf("%w: %s exited at start: %v (see %s.log)", errStart, id, p.exitErr, id)
 	case <-t.C:
 		return fmt.Errorf("%s not ready after 30s (see %s.log)", id, id)
 	}
 }
 
+// errStart is a relay that could not start, as when PostgreSQL is down at
+// that moment (a database crash): a supervisor would start it again.
+var errStart = errors.New("relay did not start")
+
+// startRetry starts relay id (a fresh id if id is empty), trying again
+// every second for up to 30 s while it fails to start: a relay started
+// during a database crash exits at once, and a supervisor tries again.
+func (f *Fleet) startRetry(ctx context.Context, id string) error {
+	var err error
+	for attempt := 0; attempt < 30; attempt++ {
+		if id == "" {
+			_, err = f.Start()
+		} else {
+			err = f.StartAs(id)
+		}
+		if err == nil || !errors.Is(err, errStart) {
+			return err
+		}
+		if !sleep(ctx, time.Second) {
+			return ctx.Err()
+		}
+	}
+	return err
+}
+
 // Restart SIGKILLs relay id and starts it again at once under the same id,
 // well within its lease: the new process finds rows claimed under its own
-// name, by a process that no longer exists.
-func (f *Fleet) Restart(id string) error {
+// name, by a process that no longer exists. If the new process cannot start
+// (PostgreSQL down), it is tried again, as a supervisor would.
+func (f *Fleet) Restart(ctx context.Context, id string) error {
 	if err := f.Kill(id); err != nil {
 		return err
 	}
 	f.mu.Lock()
 	f.restarts++
 	f.mu.Unlock()
-	return f.StartAs(id)
+	return f.startRetry(ctx, id)
 }
 
 // isLive reports whether relay id is running.
