@@ -6,24 +6,30 @@
 //
 //   - SIGKILLed relays restarted under fresh ids (crash) and under their
 //     own fixed id within the lease, as a StatefulSet does (same-id-restart);
+//
 //   - relays paused (SIGSTOP) past StaleAfter and the lease while the broker
 //     holds produce requests past the lease (pause-slow-broker), and the
 //     reported repro of a slow broker during same-id restarts
 //     (slow-broker-same-id);
+//
 //   - network partitions through a loopback TCP proxy that freezes (silence,
 //     sockets open) or drops (a reset) one relay's PostgreSQL connections or
 //     every relay's broker connections (partition);
+//
 //   - operators running the outbox CLI under load: dead retry, dead drop,
 //     replay and their dry runs, with poison events to work on (admin-ops);
+//
 //   - PostgreSQL crashed with stop -m immediate, on a cluster of the
 //     scenario's own, port 5439 (db-crash);
+//
 //   - commit-order gaps, a broker outage, lost database connections, poison
 //     events and relays joining and leaving;
+//
 //   - all of them at once (mixed; the soak).
 //
-//	go test -race -count=1 ./integration/             # the CI-sized suite, under 6 minutes
-//	go test -count=1 -timeout 4h ./integration/ -run Mixed -soak  # every fault over ≥ 1,000,000 events
-//	go run ./integration/chaos [-soak] [-seed N]     # the same scenarios, standalone
+//     go test -race -count=1 ./integration/             # the CI-sized suite, under 6 minutes
+//     go test -count=1 -timeout 4h ./integration/ -run Mixed -soak  # every fault over ≥ 1,000,000 events
+//     go run ./integration/chaos [-soak] [-seed N]     # the same scenarios, standalone
 //
 // Every scenario ends with the line
 //

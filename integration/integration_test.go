@@ -26,8 +26,26 @@ var (
 	scenario int
 )
 
+// Two lanes of scenarios run at the same time: the scenarios on the shared
+// server one after another, and those that crash a PostgreSQL cluster of
+// their own one after another. Every test is parallel and waits for its
+// lane, so the suite fits its time budget on two cores without two
+// scenarios fighting over one server.
+var (
+	sharedLane  sync.Mutex
+	clusterLane sync.Mutex
+)
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// A test waiting for its lane holds one of -parallel's slots; unless
+	// told otherwise, allow enough that a lane is never starved by tests
+	// queued on the other. The lanes bound the real concurrency.
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", "64")
+	}
 	dir, err := os.MkdirTemp("", "txoutbox-chaos-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -65,6 +83,13 @@ func seed() uint64 {
 // hit.
 func run(t *testing.T, plan harness.Plan) harness.Result {
 	t.Helper()
+	t.Parallel()
+	lane := &sharedLane
+	if plan.OwnCluster {
+		lane = &clusterLane
+	}
+	lane.Lock()
+	defer lane.Unlock()
 	var (
 		db      *testkit.DB
 		cluster *testkit.Cluster
@@ -206,7 +231,7 @@ func TestPauseSlowBroker(t *testing.T) {
 // TestSlowBrokerSameID is the reported repro, compressed: produce held past
 // the lease in 1 s windows while fixed-id relays restart under their id.
 func TestSlowBrokerSameID(t *testing.T) {
-	res := run(t, harness.SlowBrokerSameID(harness.Size{Events: 4000, Over: 16 * time.Second}, 7*time.Second, 2*time.Second))
+	res := run(t, harness.SlowBrokerSameID(harness.Size{Events: 4000, Over: 14 * time.Second}, 6*time.Second, 2*time.Second))
 	if res.SameIDRestarts < 2 || res.SlowBroker < 1 {
 		t.Fatalf("same_id_restarts=%d slow-broker holds=%d, want at least 2 and 1", res.SameIDRestarts, res.SlowBroker)
 	}
@@ -234,7 +259,7 @@ func TestDBCrash(t *testing.T) {
 
 // TestMixed runs every fault at once; with -soak over 1,000,000 events.
 func TestMixed(t *testing.T) {
-	size := harness.Size{Events: 5000, Over: 25 * time.Second}
+	size := harness.Size{Events: 5000, Over: 20 * time.Second}
 	if *soak {
 		size = harness.Size{Events: 1_000_000}
 	}

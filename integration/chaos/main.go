@@ -88,11 +88,11 @@ func plans(soak bool) []harness.Plan {
 		harness.WithInbox(harness.Crash(harness.Size{Events: 2500, Over: 8 * time.Second}, 3)),
 		harness.SameIDRestart(harness.Size{Events: 3000, Over: 12 * time.Second}, 6, 1500*time.Millisecond),
 		harness.PauseSlowBroker(harness.Size{Events: 3000, Over: 10 * time.Second}, 1, 4*time.Second),
-		harness.SlowBrokerSameID(harness.Size{Events: 4000, Over: 16 * time.Second}, 7*time.Second, 2*time.Second),
+		harness.SlowBrokerSameID(harness.Size{Events: 4000, Over: 14 * time.Second}, 6*time.Second, 2*time.Second),
 		harness.Partition(harness.Size{Events: 3000, Over: 16 * time.Second}, 2),
 		harness.Admin(harness.Size{Events: 3000, Over: 12 * time.Second}, 12),
 		harness.DBCrash(harness.Size{Events: 3000, Over: 15 * time.Second}, 3, 4*time.Second),
-		harness.Mixed(harness.Size{Events: 5000, Over: 25 * time.Second}),
+		harness.Mixed(harness.Size{Events: 5000, Over: 20 * time.Second}),
 	}
 }
 

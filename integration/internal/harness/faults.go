@@ -221,9 +221,10 @@ func SlowBroker(min int, period time.Duration) Fault {
 		if err != nil {
 			return n, err
 		}
-		// Wait for the last hold to end, then make sure holds happened:
-		// a slow-broker scenario that held nothing proved nothing.
-		if !sleep(ctx, hold) {
+		// Let the last window close (a request is counted as it
+		// arrives), then make sure holds happened: a slow-broker
+		// scenario that held nothing proved nothing.
+		if !sleep(ctx, time.Second) {
 			return n, ctx.Err()
 		}
 		held, err := w.Broker.HeldProduce(ctx)
@@ -313,7 +314,7 @@ func DBCrashes(min int, period time.Duration) Fault {
 // a dry run), dead drop (really and as a dry run) and replay of the last
 // 2 s (really and as a dry run). To give retry and drop work, it writes a
 // poison aggregate (an event before, a poison event, two after) every few
-// rounds, and creates the refused topic halfway, so that retried
+// rounds, and creates the refused topic two thirds in, so that retried
 // unknown-topic events get delivered, after later events of their
 // aggregate: the documented policy, which the verifier accounts for. The
 // broker must refuse poison (see AdminConfig). Replays add their rows to
@@ -324,19 +325,24 @@ func AdminOps(min int) Fault {
 		kinds := poisonKinds()
 		err := until(ctx, w, min, 300*time.Millisecond, time.Second, func(k int) error {
 			if k%4 == 0 {
-				kind := kinds[(k/4)%len(kinds)]
+				// The unknown-topic kind first, so one is dead before
+				// the topic exists.
+				kind := kinds[(k/4+len(kinds)-1)%len(kinds)]
 				if err := emitPoison(ctx, w, fmt.Sprintf("admin-poison-%d", k), kind); err != nil {
 					return err
 				}
 			}
-			if !created && w.Writers.Committed() >= w.Writers.cfg.Events/3 {
+			if !created && w.Writers.Committed() >= w.Writers.cfg.Events*2/3 {
 				if err := createTopic(ctx, w.Broker.Addr(), PoisonTopic, 2); err != nil {
 					return err
 				}
 				created = true
 				w.Env.Logf("admin ops: created topic %s; retried events of it can be delivered now", PoisonTopic)
+				// Retry at once: the dead events of that topic now go
+				// out after later events of their aggregates.
+				return adminOp(ctx, w, []string{"dead", "retry", "--all"})
 			}
-			return adminOp(ctx, w, k)
+			return adminOp(ctx, w, adminOpsMenu[w.Env.Intn(len(adminOpsMenu))])
 		})
 		if err == nil && !created {
 			err = createTopic(ctx, w.Broker.Addr(), PoisonTopic, 2)
@@ -351,18 +357,20 @@ func AdminBroker() BrokerConfig {
 	return BrokerConfig{Topics: []string{TopicEnt, TopicGorm}, NoAutoCreate: true, MaxMessageBytes: 256 << 10}
 }
 
-// adminOp runs one CLI command, chosen by round k, and books its effect.
-func adminOp(ctx context.Context, w *World, k int) error {
-	ops := [][]string{
-		{"dead", "retry", "--all"},
-		{"dead", "retry", "--all", "--dry-run"},
-		{"replay", "--since", "2s"},
-		{"dead", "retry", "--all"},
-		{"replay", "--since", "2s", "--dry-run"},
-		{"dead", "drop", "--all", "--dry-run"},
-		{"dead", "drop", "--all", "--yes"},
-	}
-	op := ops[w.Env.Intn(len(ops))]
+// adminOpsMenu are the CLI commands AdminOps picks from (without the
+// connection flags).
+var adminOpsMenu = [][]string{
+	{"dead", "retry", "--all"},
+	{"dead", "retry", "--all", "--dry-run"},
+	{"replay", "--since", "2s"},
+	{"dead", "retry", "--all"},
+	{"replay", "--since", "2s", "--dry-run"},
+	{"dead", "drop", "--all", "--dry-run"},
+	{"dead", "drop", "--all", "--yes"},
+}
+
+// adminOp runs one CLI command and books its effect.
+func adminOp(ctx context.Context, w *World, op []string) error {
 	args := append(append([]string{}, op...), "--database-url", w.Env.DB.URL, "--schema", w.Env.DB.Schema, "--json")
 	var (
 		out []byte

@@ -328,13 +328,16 @@ func (f *Fleet) Close() {
 	}
 }
 
-// Live returns the ids of the running relays, sorted.
+// Live returns the ids of the running relays that finished starting,
+// sorted.
 func (f *Fleet) Live() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ids := make([]string, 0, len(f.live))
-	for id := range f.live {
-		ids = append(ids, id)
+	for id, p := range f.live {
+		if p.started { // a relay still starting is no fault's victim yet
+			ids = append(ids, id)
+		}
 	}
 	sort.Strings(ids)
 	return ids

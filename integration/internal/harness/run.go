@@ -155,7 +155,7 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 			return res, err
 		}
 	}
-	env.Logf("%s: %s (records=%d dup_bound=%d) in %s", plan.Name, res.Line(), res.Records, res.DupBound, time.Since(start).Round(time.Millisecond))
+	env.Logf("%s: %s (records=%d dup_bound=%d slow_broker_holds=%d retried=%d unordered_retried=%d) in %s", plan.Name, res.Line(), res.Records, res.DupBound, res.SlowBroker, len(w.Tally.unordered()), res.Unordered, time.Since(start).Round(time.Millisecond))
 	return res, nil
 }
 
