@@ -431,8 +431,21 @@ func adminOp(ctx context.Context, w *World, op []string) error {
 }
 
 // createTopic creates topic on the broker, as an operator fixing a missing
-// topic would.
+// topic would. It tries for up to 30 s: a partition may cut the broker off.
 func createTopic(ctx context.Context, broker, topic string, partitions int32) error {
+	var err error
+	for attempt := 0; attempt < 30; attempt++ {
+		if err = createTopicOnce(ctx, broker, topic, partitions); err == nil {
+			return nil
+		}
+		if !sleep(ctx, time.Second) {
+			return ctx.Err()
+		}
+	}
+	return err
+}
+
+func createTopicOnce(ctx context.Context, broker, topic string, partitions int32) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
 	if err != nil {
 		return err
