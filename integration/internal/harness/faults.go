@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/txoutbox/txoutbox"
 )
 
 // Fault injects one kind of fault while the writers run, until they are
@@ -318,7 +320,8 @@ func DBCrashes(min int, period time.Duration) Fault {
 // a dry run), dead drop (really and as a dry run) and replay of the last
 // 2 s (really and as a dry run). To give retry and drop work, it writes a
 // poison aggregate (an event before, a poison event, two after) every few
-// rounds, and creates the refused topic two thirds in, so that retried
+// rounds, and creates the refused topic once an event of it is dead (or
+// near the end), so that retried
 // unknown-topic events get delivered, after later events of their
 // aggregate: the documented policy, which the verifier accounts for. The
 // broker must refuse poison (see AdminConfig). Replays add their rows to
@@ -336,7 +339,7 @@ func AdminOps(min int) Fault {
 					return err
 				}
 			}
-			if !created && w.Writers.Committed() >= w.Writers.cfg.Events*2/3 {
+			if !created && (deadOn(ctx, w.Env, PoisonTopic) || w.Writers.Committed() >= w.Writers.cfg.Events*9/10) {
 				if err := createTopic(ctx, w.Broker.Addr(), PoisonTopic, 2); err != nil {
 					return err
 				}
@@ -344,14 +347,29 @@ func AdminOps(min int) Fault {
 				w.Env.Logf("admin ops: created topic %s; retried events of it can be delivered now", PoisonTopic)
 				// Retry at once: the dead events of that topic now go
 				// out after later events of their aggregates.
-				return adminOp(ctx, w, []string{"dead", "retry", "--all"})
+				return adminOp(ctx, w, []string{"dead", "retry", "--topic", PoisonTopic})
 			}
 			return adminOp(ctx, w, adminOpsMenu[w.Env.Intn(len(adminOpsMenu))])
 		})
-		if err == nil && !created {
-			err = createTopic(ctx, w.Broker.Addr(), PoisonTopic, 2)
+		if err != nil {
+			return 0, err
 		}
-		return 0, err
+		if !created {
+			return 0, createTopic(ctx, w.Broker.Addr(), PoisonTopic, 2)
+		}
+		// The relay's producer may still refuse the new topic for a while
+		// (Sarama's per-topic circuit breaker stays open 10 s, its
+		// metadata is cached): the retried events die again. Retry them,
+		// as an operator would, until none is dead, for up to 40 s.
+		for deadline := time.Now().Add(40 * time.Second); deadOn(ctx, w.Env, PoisonTopic) && time.Now().Before(deadline); {
+			if err := adminOp(ctx, w, []string{"dead", "retry", "--topic", PoisonTopic}); err != nil {
+				return 0, err
+			}
+			if !sleep(ctx, 2*time.Second) {
+				return 0, ctx.Err()
+			}
+		}
+		return 0, nil
 	}
 }
 
@@ -370,7 +388,9 @@ var adminOpsMenu = [][]string{
 	{"dead", "retry", "--all"},
 	{"replay", "--since", "2s", "--dry-run"},
 	{"dead", "drop", "--all", "--dry-run"},
-	{"dead", "drop", "--all", "--yes"},
+	// Operators drop what they gave up on (records too large for the
+	// broker) and keep what a fix will let through (the missing topic).
+	{"dead", "drop", "--topic", TopicGorm, "--yes"},
 }
 
 // adminOp runs one CLI command and books its effect.
@@ -402,6 +422,7 @@ func adminOp(ctx context.Context, w *World, op []string) error {
 	var res struct {
 		Retried []struct {
 			EventID string `json:"event_id"`
+			Topic   string `json:"topic"`
 		} `json:"retried"`
 		Dropped []struct {
 			EventID string `json:"event_id"`
@@ -429,7 +450,14 @@ func adminOp(ctx context.Context, w *World, op []string) error {
 		}
 	}
 	if n := len(res.Retried) + len(res.Dropped) + res.Replayed; n > 0 && !res.DryRun {
-		w.Env.Logf("admin ops: outbox %v: %d event(s)", op, n)
+		topics := map[string]int{}
+		for _, r := range res.Retried {
+			topics[r.Topic]++
+		}
+		for _, r := range res.Dropped {
+			topics[r.Topic]++
+		}
+		w.Env.Logf("admin ops: outbox %v: %d event(s) %v", op, n, topics)
 	}
 	return nil
 }
@@ -470,4 +498,15 @@ func createTopicOnce(ctx context.Context, broker, topic string, partitions int32
 		}
 	}
 	return nil
+}
+
+// deadOn reports whether an event of topic is dead.
+func deadOn(ctx context.Context, env *Env, topic string) bool {
+	names, err := txoutbox.Table{Schema: env.DB.Schema}.SQLNames()
+	if err != nil {
+		return false
+	}
+	var ok bool
+	err = env.DB.SQL.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+names.Table+` WHERE state = 'dead' AND topic = $1)`, topic).Scan(&ok)
+	return err == nil && ok
 }
