@@ -272,7 +272,7 @@ func Partitions(min int) Fault {
 			d := w.Env.Duration(5*time.Second, 12*time.Second)
 			p.Freeze()
 			drop := w.Env.Intn(2) == 0
-			w.Env.Logf("partition: %s frozen for %s, then %s", what, d.Round(time.Millisecond), map[bool]string{true: "dropped", false: "thawed"}[drop])
+			w.Env.Logf("partition: %s frozen (%d sockets) for %s, then %s", what, p.Conns(), d.Round(time.Millisecond), map[bool]string{true: "dropped", false: "thawed"}[drop])
 			ok := sleep(ctx, d)
 			if drop {
 				p.Drop()

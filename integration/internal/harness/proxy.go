@@ -79,6 +79,14 @@ func (p *Proxy) Drop() {
 	p.Thaw()
 }
 
+// Conns is how many connections (both sides counted) are open through the
+// proxy: a partition that froze none proved nothing.
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
 // Close stops listening and closes every connection.
 func (p *Proxy) Close() {
 	p.mu.Lock()
