@@ -12,8 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/txoutbox/txoutbox"
 )
 
 // Fault injects one kind of fault while the writers run, until they are
@@ -502,11 +500,5 @@ func createTopicOnce(ctx context.Context, broker, topic string, partitions int32
 
 // deadOn reports whether an event of topic is dead.
 func deadOn(ctx context.Context, env *Env, topic string) bool {
-	names, err := txoutbox.Table{Schema: env.DB.Schema}.SQLNames()
-	if err != nil {
-		return false
-	}
-	var ok bool
-	err = env.DB.SQL.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+names.Table+` WHERE state = 'dead' AND topic = $1)`, topic).Scan(&ok)
-	return err == nil && ok
+	return outboxHas(ctx, env, `state = 'dead' AND topic = $1`, topic)
 }

@@ -53,12 +53,18 @@ func (w *Writers) Emit(ctx context.Context, events ...txoutbox.Event) error {
 
 // holdsClaims reports whether relay id holds claimed rows right now.
 func holdsClaims(ctx context.Context, env *Env, id string) bool {
+	return outboxHas(ctx, env, `state = 'claimed' AND lease_owner = $1`, id)
+}
+
+// outboxHas reports whether an outbox row matches the SQL condition where
+// (false if the query fails, as while PostgreSQL is down).
+func outboxHas(ctx context.Context, env *Env, where string, args ...any) bool {
 	names, err := txoutbox.Table{Schema: env.DB.Schema}.SQLNames()
 	if err != nil {
 		return false
 	}
 	var ok bool
-	err = env.DB.SQL.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+names.Table+` WHERE state = 'claimed' AND lease_owner = $1)`, id).Scan(&ok)
+	err = env.DB.SQL.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+names.Table+` WHERE `+where+`)`, args...).Scan(&ok)
 	return err == nil && ok
 }
 
