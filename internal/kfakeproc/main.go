@@ -145,6 +145,7 @@ type advertised struct {
 	addr net.Addr
 }
 
+// Addr is what kfake reads to build its metadata's host and port.
 func (a advertised) Addr() net.Addr { return a.addr }
 
 // holder holds produce requests that arrive before until for hold each.
