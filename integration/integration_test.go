@@ -211,11 +211,11 @@ func TestCrashInbox(t *testing.T) {
 }
 
 // TestSameIDRestart restarts fixed-id relays under their own id every
-// ~1.5 s (bound: one window per restart).
+// ~1.2 s (bound: one window per restart).
 func TestSameIDRestart(t *testing.T) {
-	res := run(t, harness.SameIDRestart(harness.Size{Events: 3000, Over: 12 * time.Second}, 6, 1500*time.Millisecond))
-	if res.SameIDRestarts < 6 {
-		t.Fatalf("only %d same-id restarts, want at least 6", res.SameIDRestarts)
+	res := run(t, harness.SameIDRestart(harness.Size{Events: 5000, Over: 15 * time.Second}, 10, 1200*time.Millisecond))
+	if res.SameIDRestarts < 10 {
+		t.Fatalf("only %d same-id restarts, want at least 10", res.SameIDRestarts)
 	}
 }
 

@@ -86,7 +86,7 @@ func plans(soak bool) []harness.Plan {
 		harness.Poison(harness.Size{Events: 2000, Over: 10 * time.Second}, 3),
 		harness.Rebalance(harness.Size{Events: 4000, Over: 20 * time.Second}, 8),
 		harness.WithInbox(harness.Crash(harness.Size{Events: 2500, Over: 8 * time.Second}, 3)),
-		harness.SameIDRestart(harness.Size{Events: 3000, Over: 12 * time.Second}, 6, 1500*time.Millisecond),
+		harness.SameIDRestart(harness.Size{Events: 5000, Over: 15 * time.Second}, 10, 1200*time.Millisecond),
 		harness.PauseSlowBroker(harness.Size{Events: 3000, Over: 10 * time.Second}, 1, 4*time.Second),
 		harness.SlowBrokerSameID(harness.Size{Events: 4000, Over: 14 * time.Second}, 6*time.Second, 2*time.Second),
 		harness.Partition(harness.Size{Events: 3000, Over: 16 * time.Second}, 2),
