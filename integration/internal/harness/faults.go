@@ -398,8 +398,9 @@ func adminOp(ctx context.Context, w *World, op []string) error {
 		out []byte
 		err error
 	)
-	// A database crash can fail a run: try again once it is back.
-	for attempt := 0; attempt < 5; attempt++ {
+	// A database crash can fail a run: try again once it is back (crash
+	// recovery under a soak's load can take a while).
+	for attempt := 0; attempt < 30; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		out, err = exec.CommandContext(cctx, w.Env.Bin.Outbox, args...).Output()
 		cancel()
