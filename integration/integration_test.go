@@ -26,8 +26,26 @@ var (
 	scenario int
 )
 
+// Two lanes of scenarios run at the same time: the scenarios on the shared
+// server one after another, and those that crash a PostgreSQL cluster of
+// their own one after another. Every test is parallel and waits for its
+// lane, so the suite fits its time budget on two cores without two
+// scenarios fighting over one server.
+var (
+	sharedLane  sync.Mutex
+	clusterLane sync.Mutex
+)
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// A test waiting for its lane holds one of -parallel's slots; unless
+	// told otherwise, allow enough that a lane is never starved by tests
+	// queued on the other. The lanes bound the real concurrency.
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", "64")
+	}
 	dir, err := os.MkdirTemp("", "txoutbox-chaos-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -60,18 +78,48 @@ func seed() uint64 {
 }
 
 // run runs a scenario on a fresh schema and fails the test on any broken
-// promise.
+// promise. A scenario that crashes PostgreSQL gets the chaos cluster
+// (created and started if needed), so tests on the shared server are not
+// hit.
 func run(t *testing.T, plan harness.Plan) harness.Result {
 	t.Helper()
-	db := testkit.NewOutbox(t)
-	env := &harness.Env{
-		DB:   harness.DB{SQL: db.SQL, URL: db.URL, Schema: db.Schema},
-		Bin:  bin,
-		Dir:  t.TempDir(),
-		Logf: t.Logf,
-		Seed: seed(),
+	t.Parallel()
+	lane := &sharedLane
+	if plan.OwnCluster {
+		lane = &clusterLane
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	lane.Lock()
+	defer lane.Unlock()
+	var (
+		db      *testkit.DB
+		cluster *testkit.Cluster
+	)
+	if plan.OwnCluster {
+		c := testkit.ChaosCluster
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		url, err := c.Ensure(ctx)
+		cancel()
+		if err != nil {
+			// A missing service is a failure, in CI and elsewhere.
+			t.Fatalf("%s needs a PostgreSQL cluster of its own: %v", plan.Name, err)
+		}
+		db, cluster = testkit.NewOutboxAt(t, url), &c
+	} else {
+		db = testkit.NewOutbox(t)
+	}
+	env := &harness.Env{
+		DB:      harness.DB{SQL: db.SQL, URL: db.URL, Schema: db.Schema},
+		Bin:     bin,
+		Dir:     t.TempDir(),
+		Logf:    t.Logf,
+		Seed:    seed(),
+		Cluster: cluster,
+	}
+	limit := 4 * time.Minute
+	if *soak {
+		limit = 3 * time.Hour // run with -timeout 4h
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	res, err := harness.Run(ctx, env, plan)
 	if err != nil {
@@ -160,4 +208,60 @@ func TestRebalance(t *testing.T) {
 // consumers reading everything at once.
 func TestCrashInbox(t *testing.T) {
 	run(t, harness.WithInbox(harness.Crash(harness.Size{Events: 2500, Over: 8 * time.Second}, 3)))
+}
+
+// TestSameIDRestart restarts fixed-id relays under their own id every
+// ~1.2 s (bound: one window per restart).
+func TestSameIDRestart(t *testing.T) {
+	res := run(t, harness.SameIDRestart(harness.Size{Events: 5000, Over: 15 * time.Second}, 10, 1200*time.Millisecond))
+	if res.SameIDRestarts < 10 {
+		t.Fatalf("only %d same-id restarts, want at least 10", res.SameIDRestarts)
+	}
+}
+
+// TestPauseSlowBroker pauses a relay past StaleAfter and its lease while
+// the broker holds produce requests past the lease.
+func TestPauseSlowBroker(t *testing.T) {
+	res := run(t, harness.PauseSlowBroker(harness.Size{Events: 3000, Over: 10 * time.Second}, 1, 4*time.Second))
+	if res.Pauses < 1 || res.SlowBroker < 1 {
+		t.Fatalf("pauses=%d slow-broker holds=%d, want at least 1 each", res.Pauses, res.SlowBroker)
+	}
+}
+
+// TestSlowBrokerSameID is the reported repro, compressed: produce held past
+// the lease in 1 s windows while fixed-id relays restart under their id.
+func TestSlowBrokerSameID(t *testing.T) {
+	res := run(t, harness.SlowBrokerSameID(harness.Size{Events: 4000, Over: 14 * time.Second}, 6*time.Second, 2*time.Second))
+	if res.SameIDRestarts < 2 || res.SlowBroker < 1 {
+		t.Fatalf("same_id_restarts=%d slow-broker holds=%d, want at least 2 and 1", res.SameIDRestarts, res.SlowBroker)
+	}
+}
+
+// TestPartition freezes one relay's database connections, then every
+// relay's broker connections, for 5-12 s each, then drops or thaws them.
+func TestPartition(t *testing.T) {
+	res := run(t, harness.Partition(harness.Size{Events: 3000, Over: 16 * time.Second}, 2))
+	if res.Partitions < 2 {
+		t.Fatalf("only %d partitions, want at least 2", res.Partitions)
+	}
+}
+
+// TestAdminOps runs the outbox CLI (retry, drop, replay and dry runs) as
+// separate processes under load, with poison events to work on.
+func TestAdminOps(t *testing.T) {
+	run(t, harness.Admin(harness.Size{Events: 3000, Over: 12 * time.Second}, 12))
+}
+
+// TestDBCrash crashes PostgreSQL (the chaos cluster, port 5439) under load.
+func TestDBCrash(t *testing.T) {
+	run(t, harness.DBCrash(harness.Size{Events: 3000, Over: 15 * time.Second}, 3, 4*time.Second))
+}
+
+// TestMixed runs every fault at once; with -soak over 1,000,000 events.
+func TestMixed(t *testing.T) {
+	size := harness.Size{Events: 5000, Over: 20 * time.Second}
+	if *soak {
+		size = harness.Size{Events: 1_000_000}
+	}
+	run(t, harness.Mixed(size))
 }

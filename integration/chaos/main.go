@@ -2,18 +2,21 @@
 // of package integration outside `go test`, and prints one result line per
 // scenario and a final total:
 //
-//	go run ./integration/chaos                 # every scenario, CI-sized (~3 minutes)
-//	go run ./integration/chaos -soak           # the crash scenario with 1,000,000 events
+//	go run ./integration/chaos                 # every scenario, CI-sized (~6 minutes)
+//	go run ./integration/chaos -soak           # every fault at once over 1,000,000 events
 //	go run ./integration/chaos -run crash -seed 42
 //
-//	chaos: committed=N rolled_back=M delivered_unique=N lost=0 phantom=0 order_violations=0 duplicates=D dead=P crashes=K
+//	chaos: committed=N rolled_back=M delivered_unique=N lost=0 phantom=0 order_violations=0 duplicates=D dead=P crashes=K same_id_restarts=S pauses=Z partitions=X admin_ops=A db_crashes=C
 //
 // It needs PostgreSQL (-database-url, default $DATABASE_URL, else the local
 // server with trust auth) and the Go toolchain, to build the relay CLI and
 // the broker process. Each scenario works in a fresh schema of the database
-// txoutbox_chaos, dropped afterwards unless it failed. Exit status 1 means
-// a broken promise: a lost, phantom or out-of-order event, or too many
-// duplicates.
+// txoutbox_chaos, dropped afterwards unless it failed. The scenarios that
+// crash PostgreSQL (db-crash, mixed, and so the soak) run on a cluster of
+// their own instead, created and started if missing (pg_createcluster 15
+// chaos --port 5439, see -cluster-port; needs root or the postgres user),
+// so nothing else on the shared server is hit. Exit status 1 means a broken
+// promise: a lost, phantom or out-of-order event, or too many duplicates.
 package main
 
 import (
@@ -37,6 +40,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/integration/internal/harness"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/migrations"
 )
 
@@ -49,6 +53,7 @@ func main() {
 		seed  = flag.Uint64("seed", 0, "random seed (default: the clock)")
 		only  = flag.String("run", "", "run only the scenarios whose name contains this")
 		keep  = flag.Bool("keep", false, "keep the scenario directories (logs, broker data) and schemas")
+		cport = flag.Int("cluster-port", testkit.ChaosCluster.Port, "port of the PostgreSQL cluster \"chaos\" the database-crash scenarios run on (created if missing)")
 	)
 	flag.Parse()
 	if *dbURL == "" {
@@ -59,7 +64,9 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *dbURL, *seed, *soak, *only, *keep); err != nil {
+	cluster := testkit.ChaosCluster
+	cluster.Port = *cport
+	if err := run(ctx, *dbURL, cluster, *seed, *soak, *only, *keep); err != nil {
 		log.SetFlags(0)
 		log.Fatalf("chaos: %v", err)
 	}
@@ -67,7 +74,9 @@ func main() {
 
 func plans(soak bool) []harness.Plan {
 	if soak {
-		return []harness.Plan{harness.Crash(harness.Size{Events: 1_000_000}, 10)}
+		// Every fault at once: plain kills, same-id restarts, pauses with
+		// a slow broker, partitions, operators at work, database crashes.
+		return []harness.Plan{harness.Mixed(harness.Size{Events: 1_000_000})}
 	}
 	return []harness.Plan{
 		harness.Crash(harness.Size{Events: 8000, Over: 25 * time.Second}, 10),
@@ -77,10 +86,17 @@ func plans(soak bool) []harness.Plan {
 		harness.Poison(harness.Size{Events: 2000, Over: 10 * time.Second}, 3),
 		harness.Rebalance(harness.Size{Events: 4000, Over: 20 * time.Second}, 8),
 		harness.WithInbox(harness.Crash(harness.Size{Events: 2500, Over: 8 * time.Second}, 3)),
+		harness.SameIDRestart(harness.Size{Events: 5000, Over: 15 * time.Second}, 10, 1200*time.Millisecond),
+		harness.PauseSlowBroker(harness.Size{Events: 3000, Over: 10 * time.Second}, 1, 4*time.Second),
+		harness.SlowBrokerSameID(harness.Size{Events: 4000, Over: 14 * time.Second}, 6*time.Second, 2*time.Second),
+		harness.Partition(harness.Size{Events: 3000, Over: 16 * time.Second}, 2),
+		harness.Admin(harness.Size{Events: 3000, Over: 12 * time.Second}, 12),
+		harness.DBCrash(harness.Size{Events: 3000, Over: 15 * time.Second}, 3, 4*time.Second),
+		harness.Mixed(harness.Size{Events: 5000, Over: 20 * time.Second}),
 	}
 }
 
-func run(ctx context.Context, dbURL string, seed uint64, soak bool, only string, keep bool) error {
+func run(ctx context.Context, dbURL string, cluster testkit.Cluster, seed uint64, soak bool, only string, keep bool) error {
 	dir, err := os.MkdirTemp("", "txoutbox-chaos-")
 	if err != nil {
 		return err
@@ -96,6 +112,7 @@ func run(ctx context.Context, dbURL string, seed uint64, soak bool, only string,
 	if err != nil {
 		return err
 	}
+	var clusterDB string // the chaos cluster's database, set up on first use
 	var (
 		total  harness.Result
 		failed []string
@@ -106,7 +123,20 @@ func run(ctx context.Context, dbURL string, seed uint64, soak bool, only string,
 			continue
 		}
 		ran++
-		res, err := runOne(ctx, serverDB, bin, dir, seed+uint64(i), plan, keep)
+		db, own := serverDB, (*testkit.Cluster)(nil)
+		if plan.OwnCluster {
+			if clusterDB == "" {
+				u, err := cluster.Ensure(ctx)
+				if err != nil {
+					return fmt.Errorf("%s needs a PostgreSQL cluster of its own: %w", plan.Name, err)
+				}
+				if clusterDB, err = ensureDatabase(ctx, u); err != nil {
+					return err
+				}
+			}
+			db, own = clusterDB, &cluster
+		}
+		res, err := runOne(ctx, db, own, bin, dir, seed+uint64(i), plan, keep)
 		if err == nil {
 			err = res.Check()
 		}
@@ -132,7 +162,7 @@ func run(ctx context.Context, dbURL string, seed uint64, soak bool, only string,
 }
 
 // runOne runs plan in a fresh schema and scenario directory.
-func runOne(ctx context.Context, serverDB string, bin harness.Binaries, dir string, seed uint64, plan harness.Plan, keep bool) (res harness.Result, err error) {
+func runOne(ctx context.Context, serverDB string, cluster *testkit.Cluster, bin harness.Binaries, dir string, seed uint64, plan harness.Plan, keep bool) (res harness.Result, err error) {
 	schema := "chaos_" + strings.ReplaceAll(plan.Name, "-", "_")
 	schema = strings.ReplaceAll(schema, "+", "_") + "_" + randomHex(4)
 	db, schemaURL, err := createSchema(ctx, serverDB, schema)
@@ -150,10 +180,11 @@ func runOne(ctx context.Context, serverDB string, bin harness.Binaries, dir stri
 		return res, err
 	}
 	env := &harness.Env{
-		DB:   harness.DB{SQL: db, URL: schemaURL, Schema: schema},
-		Bin:  bin,
-		Dir:  scenarioDir,
-		Seed: seed,
+		DB:      harness.DB{SQL: db, URL: schemaURL, Schema: schema},
+		Bin:     bin,
+		Dir:     scenarioDir,
+		Seed:    seed,
+		Cluster: cluster,
 		Logf: func(format string, args ...any) {
 			fmt.Printf("  %s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 		},

@@ -48,8 +48,17 @@ func ServerURL() string {
 	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 }
 
-var ensureDatabase = sync.OnceValue(func() error {
-	admin, err := sql.Open("pgx", ServerURL())
+// ensured remembers, per server URL, the outcome of creating the test
+// database, so each server is asked once per test binary.
+var ensured sync.Map // server URL -> func() error (a sync.OnceValue)
+
+func ensureDatabase(serverURL string) error {
+	f, _ := ensured.LoadOrStore(serverURL, sync.OnceValue(func() error { return createTestDatabase(serverURL) }))
+	return f.(func() error)()
+}
+
+func createTestDatabase(serverURL string) error {
+	admin, err := sql.Open("pgx", serverURL)
 	if err != nil {
 		return err
 	}
@@ -65,17 +74,23 @@ var ensureDatabase = sync.OnceValue(func() error {
 		return nil // created already, possibly by a test package running in parallel
 	}
 	return err
-})
+}
 
 // NewDB creates a fresh schema for the test in the shared test database and
 // drops it when the test ends.
 func NewDB(t testing.TB) *DB {
 	t.Helper()
-	if err := ensureDatabase(); err != nil {
-		t.Fatalf("testkit: PostgreSQL at %s is not usable (%v); %s", ServerURL(), err, startHint)
+	return NewDBAt(t, ServerURL())
+}
+
+// NewDBAt is NewDB on another server, such as a Cluster of the test's own.
+func NewDBAt(t testing.TB, serverURL string) *DB {
+	t.Helper()
+	if err := ensureDatabase(serverURL); err != nil {
+		t.Fatalf("testkit: PostgreSQL at %s is not usable (%v); %s", serverURL, err, startHint)
 	}
 	schema := "t_" + sanitize(t.Name()) + "_" + randomHex(4)
-	u, err := url.Parse(ServerURL())
+	u, err := url.Parse(serverURL)
 	if err != nil {
 		t.Fatalf("testkit: parse %s: %v", EnvDatabaseURL, err)
 	}
@@ -108,7 +123,14 @@ func NewDB(t testing.TB) *DB {
 // NewOutbox is NewDB with the outbox schema migrated for the default table.
 func NewOutbox(t testing.TB) *DB {
 	t.Helper()
-	db := NewDB(t)
+	return NewOutboxAt(t, ServerURL())
+}
+
+// NewOutboxAt is NewOutbox on another server, such as a Cluster of the
+// test's own.
+func NewOutboxAt(t testing.TB, serverURL string) *DB {
+	t.Helper()
+	db := NewDBAt(t, serverURL)
 	m, err := migrations.New(db.SQL, migrations.Config{Table: txoutbox.Table{Schema: db.Schema}})
 	if err != nil {
 		t.Fatalf("testkit: migrator: %v", err)

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,18 +27,28 @@ type BrokerConfig struct {
 	// MaxMessageBytes is the broker's message.max.bytes (0: kfake's
 	// default, 1048588).
 	MaxMessageBytes int
+	// Proxy puts a harness Proxy in front of the broker, and makes the
+	// broker advertise the proxy's address, so every client (relays and
+	// verifier alike) reaches the broker through it: a partition between
+	// the relays and the broker.
+	Proxy bool
+	// Control starts the broker with its fault-control endpoint, for
+	// HoldProduce (a slow broker).
+	Control bool
 }
 
 // Broker is a kfakeproc child process on a fixed loopback port with a data
 // directory, so it can be stopped and started again with what it
 // acknowledged intact, as a real broker restart.
 type Broker struct {
-	env  *Env
-	cfg  BrokerConfig
-	port int
-	dir  string
-	cmd  *exec.Cmd
-	done chan struct{}
+	env     *Env
+	cfg     BrokerConfig
+	port    int
+	dir     string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	proxy   *Proxy // nil unless cfg.Proxy
+	control string // the control endpoint's address, once started
 }
 
 // StartBroker picks a free loopback port and starts the broker on it.
@@ -51,14 +63,54 @@ func StartBroker(ctx context.Context, env *Env, cfg BrokerConfig) (*Broker, erro
 		cfg.Partitions = 8
 	}
 	b := &Broker{env: env, cfg: cfg, port: port, dir: filepath.Join(env.Dir, "broker-data")}
+	if cfg.Proxy {
+		if b.proxy, err = NewProxy("127.0.0.1:" + strconv.Itoa(port)); err != nil {
+			return nil, err
+		}
+	}
 	if err := b.Start(ctx); err != nil {
+		b.proxy.close()
 		return nil, err
 	}
 	return b, nil
 }
 
-// Addr is the broker's address; it does not change across restarts.
-func (b *Broker) Addr() string { return "127.0.0.1:" + strconv.Itoa(b.port) }
+// Addr is the address clients dial: the broker's, or its proxy's with
+// BrokerConfig.Proxy. It does not change across restarts.
+func (b *Broker) Addr() string {
+	if b.proxy != nil {
+		return b.proxy.Addr()
+	}
+	return "127.0.0.1:" + strconv.Itoa(b.port)
+}
+
+// Proxy is the proxy in front of the broker (nil without
+// BrokerConfig.Proxy).
+func (b *Broker) Proxy() *Proxy { return b.proxy }
+
+// HoldProduce makes the broker hold every produce request arriving in the
+// next window for hold before answering it (and storing its records as
+// usual). It needs BrokerConfig.Control.
+func (b *Broker) HoldProduce(ctx context.Context, window, hold time.Duration) error {
+	if b.control == "" {
+		return errors.New("broker: started without BrokerConfig.Control")
+	}
+	u := fmt.Sprintf("http://%s/hold-produce?window=%s&for=%s", b.control, window, hold)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("broker control: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("broker control: %s: %s", resp.Status, msg)
+	}
+	return nil
+}
 
 // Start starts the broker process and waits until it listens.
 func (b *Broker) Start(ctx context.Context) error {
@@ -72,6 +124,12 @@ func (b *Broker) Start(ctx context.Context) error {
 		"-partitions", strconv.Itoa(b.cfg.Partitions),
 		"-auto-create=" + strconv.FormatBool(!b.cfg.NoAutoCreate),
 		"-max-message-bytes", strconv.Itoa(b.cfg.MaxMessageBytes),
+	}
+	if b.proxy != nil {
+		args = append(args, "-advertise", b.proxy.Addr())
+	}
+	if b.cfg.Control {
+		args = append(args, "-control-addr", "127.0.0.1:0")
 	}
 	logf, err := b.env.logFile("broker.log")
 	if err != nil {
@@ -103,9 +161,13 @@ func (b *Broker) start(ctx context.Context, args []string, logf *os.File) error 
 		return err
 	}
 	ready := make(chan error, 1)
+	control := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
+			if addr, ok := strings.CutPrefix(sc.Text(), "kfakeproc: control on "); ok {
+				control <- addr
+			}
 			if strings.HasPrefix(sc.Text(), "kfakeproc: listening on") {
 				ready <- nil
 				break
@@ -135,6 +197,10 @@ func (b *Broker) start(ctx context.Context, args []string, logf *os.File) error 
 		return err
 	}
 	b.cmd, b.done = cmd, done
+	select {
+	case b.control = <-control: // printed before the listening line
+	default:
+	}
 	return nil
 }
 
@@ -157,4 +223,33 @@ func (b *Broker) Stop() error {
 	}
 	b.cmd = nil
 	return nil
+}
+
+// HeldProduce is how many produce requests the broker held (HoldProduce)
+// since it last started: proof that the slow-broker fault hit publishes.
+func (b *Broker) HeldProduce(ctx context.Context) (int, error) {
+	if b.control == "" {
+		return 0, errors.New("broker: started without BrokerConfig.Control")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.control+"/stats", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("broker control: %w", err)
+	}
+	defer resp.Body.Close()
+	var n int
+	if _, err := fmt.Fscanf(resp.Body, "held_produce=%d", &n); err != nil {
+		return 0, fmt.Errorf("broker control stats: %w", err)
+	}
+	return n, nil
+}
+
+// Close stops the broker and its proxy.
+func (b *Broker) Close() error {
+	err := b.Stop()
+	b.proxy.close()
+	return err
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // DB is the scenario's PostgreSQL schema: a pool whose connections use
@@ -54,6 +56,9 @@ type Env struct {
 	Dir  string
 	Logf func(format string, args ...any)
 	Seed uint64
+	// Cluster is the PostgreSQL cluster DB lives on, when the scenario
+	// has one of its own (Plan.OwnCluster): the one it may crash.
+	Cluster *testkit.Cluster
 
 	once sync.Once
 	mu   sync.Mutex

@@ -25,11 +25,23 @@ func jsonEvent(topic, aggregateID, typ string, size int) txoutbox.Event {
 }
 
 // Emit writes events in a GORM transaction of their own with
-// gormoutbox.Emit, and counts them as committed.
+// gormoutbox.Emit, and counts them as committed (or, with
+// WriteConfig.UnknownOutcomes, as of unknown outcome if the transaction
+// fails).
 func (w *Writers) Emit(ctx context.Context, events ...txoutbox.Event) error {
 	err := w.gorm.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		return gormoutbox.Emit(tx, events...)
 	})
+	if err != nil && w.cfg.UnknownOutcomes && ctx.Err() == nil {
+		// A database crash: the events may or may not have committed.
+		w.mu.Lock()
+		for _, ev := range events {
+			w.unknownPerTopic[ev.Topic]++
+		}
+		w.mu.Unlock()
+		w.unknownTxs.Add(1)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("emit: %w", err)
 	}
@@ -41,12 +53,18 @@ func (w *Writers) Emit(ctx context.Context, events ...txoutbox.Event) error {
 
 // holdsClaims reports whether relay id holds claimed rows right now.
 func holdsClaims(ctx context.Context, env *Env, id string) bool {
+	return outboxHas(ctx, env, `state = 'claimed' AND lease_owner = $1`, id)
+}
+
+// outboxHas reports whether an outbox row matches the SQL condition where
+// (false if the query fails, as while PostgreSQL is down).
+func outboxHas(ctx context.Context, env *Env, where string, args ...any) bool {
 	names, err := txoutbox.Table{Schema: env.DB.Schema}.SQLNames()
 	if err != nil {
 		return false
 	}
 	var ok bool
-	err = env.DB.SQL.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+names.Table+` WHERE state = 'claimed' AND lease_owner = $1)`, id).Scan(&ok)
+	err = env.DB.SQL.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+names.Table+` WHERE `+where+`)`, args...).Scan(&ok)
 	return err == nil && ok
 }
 

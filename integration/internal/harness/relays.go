@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -63,6 +64,12 @@ type Fleet struct {
 	live       map[string]*relayProc
 	unexpected []string // relays that exited without being told to
 	kills      int
+	restarts   int // SIGKILLs followed by a start under the same id
+
+	// proxyDB gives every relay id its own Proxy to PostgreSQL, kept
+	// across restarts under that id.
+	proxyDB bool
+	proxies map[string]*Proxy
 }
 
 type relayProc struct {
@@ -71,6 +78,7 @@ type relayProc struct {
 	done    chan struct{}
 	exitErr error
 	told    bool // killed or stopped on purpose
+	started bool // printed its ready line: an exit from now on is a death
 }
 
 // NewFleet prepares relays publishing env's outbox to brokers.
@@ -86,18 +94,74 @@ func NewFleet(env *Env, brokers string, flags RelayFlags) (*Fleet, error) {
 	q := u.Query()
 	q.Set("application_name", app)
 	u.RawQuery = q.Encode()
-	return &Fleet{env: env, flags: flags, brokers: brokers, dbURL: u.String(), appName: app, live: map[string]*relayProc{}}, nil
+	return &Fleet{env: env, flags: flags, brokers: brokers, dbURL: u.String(), appName: app,
+		live: map[string]*relayProc{}, proxies: map[string]*Proxy{}}, nil
 }
 
-// Start starts one more relay and returns its id.
+// ProxyDatabase makes every relay started from now on reach PostgreSQL
+// through a Proxy of its own (see DBProxy), so a scenario can partition one
+// relay from the database while the others keep working.
+func (f *Fleet) ProxyDatabase() {
+	f.mu.Lock()
+	f.proxyDB = true
+	f.mu.Unlock()
+}
+
+// DBProxy is relay id's proxy to PostgreSQL, nil without ProxyDatabase.
+func (f *Fleet) DBProxy(id string) *Proxy {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.proxies[id]
+}
+
+// relayDBURL is the database URL relay id connects to: the fleet's, or
+// its proxy's.
+func (f *Fleet) relayDBURL(id string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.proxyDB {
+		return f.dbURL, nil
+	}
+	u, err := url.Parse(f.dbURL)
+	if err != nil {
+		return "", err
+	}
+	p := f.proxies[id]
+	if p == nil {
+		if p, err = NewProxy(u.Host); err != nil {
+			return "", err
+		}
+		f.proxies[id] = p
+	}
+	u.Host = p.Addr()
+	return u.String(), nil
+}
+
+// Start starts one more relay under a fresh id and returns the id.
 func (f *Fleet) Start() (string, error) {
 	f.mu.Lock()
 	f.seq++
 	id := fmt.Sprintf("relay-%02d", f.seq)
 	f.mu.Unlock()
+	return id, f.StartAs(id)
+}
+
+// StartAs starts a relay under a given id, as a StatefulSet or a systemd
+// unit with --id set from its name does. The id must not be running.
+func (f *Fleet) StartAs(id string) error {
+	f.mu.Lock()
+	_, running := f.live[id]
+	f.mu.Unlock()
+	if running {
+		return fmt.Errorf("relay %s is running already", id)
+	}
+	dbURL, err := f.relayDBURL(id)
+	if err != nil {
+		return err
+	}
 	fl := f.flags
 	args := []string{"relay",
-		"--database-url", f.dbURL,
+		"--database-url", dbURL,
 		"--schema", f.env.DB.Schema,
 		"--brokers", f.brokers,
 		"--id", id,
@@ -114,17 +178,17 @@ func (f *Fleet) Start() (string, error) {
 	}
 	logf, err := f.env.logFile(id + ".log")
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer logf.Close()
 	cmd := exec.Command(f.env.Bin.Outbox, args...)
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return "", err
+		return err
 	}
 	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("start %s: %w", id, err)
+		return fmt.Errorf("start %s: %w", id, err)
 	}
 	// The relay prints "relay <id> publishing ..." once it is set up and
 	// its signal handler is installed; a SIGTERM before that would kill it
@@ -132,7 +196,7 @@ func (f *Fleet) Start() (string, error) {
 	ready := make(chan struct{})
 	logw, err := f.env.logFile(id + ".log")
 	if err != nil {
-		return "", err
+		return err
 	}
 	go func() {
 		defer logw.Close()
@@ -152,10 +216,12 @@ func (f *Fleet) Start() (string, error) {
 	go func() {
 		p.exitErr = cmd.Wait()
 		f.mu.Lock()
-		if !p.told {
+		if !p.told && p.started {
 			f.unexpected = append(f.unexpected, fmt.Sprintf("%s exited by itself: %v (see %s.log)", id, p.exitErr, id))
 		}
-		delete(f.live, id)
+		if f.live[id] == p { // not yet replaced by a restart under the same id
+			delete(f.live, id)
+		}
 		f.mu.Unlock()
 		close(p.done)
 	}()
@@ -163,21 +229,115 @@ func (f *Fleet) Start() (string, error) {
 	defer t.Stop()
 	select {
 	case <-ready:
-		return id, nil
+		f.mu.Lock()
+		p.started = true
+		exited := f.live[id] != p
+		f.mu.Unlock()
+		if exited { // between its ready line and now
+			return fmt.Errorf("%w: %s exited right after start: %v (see %s.log)", errStart, id, p.exitErr, id)
+		}
+		return nil
 	case <-p.done:
-		return "", fmt.Errorf("%s exited at start: %v (see %s.log)", id, p.exitErr, id)
+		return fmt.Errorf("%w: %s exited at start: %v (see %s.log)", errStart, id, p.exitErr, id)
 	case <-t.C:
-		return "", fmt.Errorf("%s not ready after 30s (see %s.log)", id, id)
+		return fmt.Errorf("%s not ready after 30s (see %s.log)", id, id)
 	}
 }
 
-// Live returns the ids of the running relays, sorted.
+// errStart is a relay that could not start, as when PostgreSQL is down at
+// that moment (a database crash): a supervisor would start it again.
+var errStart = errors.New("relay did not start")
+
+// startRetry starts relay id (a fresh id if id is empty), trying again
+// every second for up to 30 s while it fails to start: a relay started
+// during a database crash exits at once, and a supervisor tries again.
+func (f *Fleet) startRetry(ctx context.Context, id string) error {
+	var err error
+	for attempt := 0; attempt < 30; attempt++ {
+		if id == "" {
+			_, err = f.Start()
+		} else {
+			err = f.StartAs(id)
+		}
+		if err == nil || !errors.Is(err, errStart) {
+			return err
+		}
+		if !sleep(ctx, time.Second) {
+			return ctx.Err()
+		}
+	}
+	return err
+}
+
+// Restart SIGKILLs relay id and starts it again at once under the same id,
+// well within its lease: the new process finds rows claimed under its own
+// name, by a process that no longer exists. If the new process cannot start
+// (PostgreSQL down), it is tried again, as a supervisor would.
+func (f *Fleet) Restart(ctx context.Context, id string) error {
+	if err := f.Kill(id); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.restarts++
+	f.mu.Unlock()
+	return f.startRetry(ctx, id)
+}
+
+// isLive reports whether relay id is running.
+func (f *Fleet) isLive(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.live[id]
+	return ok
+}
+
+// Restarts is how many relays were SIGKILLed and restarted under their id.
+func (f *Fleet) Restarts() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.restarts
+}
+
+// Pause stops relay id with SIGSTOP for d and continues it with SIGCONT: a
+// GC or VM stall, CPU throttling, docker pause. The process keeps its
+// sockets and its claims; its heartbeat stops. It reports false if the relay
+// was not running or died meanwhile (killed by another fault).
+func (f *Fleet) Pause(ctx context.Context, id string, d time.Duration) bool {
+	f.mu.Lock()
+	p, ok := f.live[id]
+	f.mu.Unlock()
+	if !ok || p.cmd.Process.Signal(syscall.SIGSTOP) != nil {
+		return false
+	}
+	// SIGCONT even if ctx ends: a stopped relay would never drain.
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	case <-p.done:
+	}
+	return p.cmd.Process.Signal(syscall.SIGCONT) == nil
+}
+
+// Close kills what is still running and closes the relays' proxies.
+func (f *Fleet) Close() {
+	f.KillAll()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.proxies {
+		p.Close()
+	}
+}
+
+// Live returns the ids of the running relays that finished starting,
+// sorted.
 func (f *Fleet) Live() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ids := make([]string, 0, len(f.live))
-	for id := range f.live {
-		ids = append(ids, id)
+	for id, p := range f.live {
+		if p.started { // a relay still starting is no fault's victim yet
+			ids = append(ids, id)
+		}
 	}
 	sort.Strings(ids)
 	return ids

@@ -16,6 +16,8 @@ type World struct {
 	Fleet   *Fleet
 	Writers *Writers
 	Flags   RelayFlags
+	// Tally counts the faults injected and the operators' work.
+	Tally *Tally
 }
 
 // Plan describes a scenario.
@@ -23,12 +25,24 @@ type Plan struct {
 	Name   string
 	Broker BrokerConfig
 	Relays int // started before the writers
-	Flags  RelayFlags
-	Write  WriteConfig
+	// FixedIDs starts the relays as relay-0, relay-1, ... (a StatefulSet)
+	// instead of fresh ids.
+	FixedIDs bool
+	// ProxyDB gives every relay its own Proxy to PostgreSQL (partitions).
+	ProxyDB bool
+	// OwnCluster runs the scenario on a PostgreSQL cluster of its own,
+	// which the runner must set up (Env.Cluster, and Env.DB on it): the
+	// scenario crashes it.
+	OwnCluster bool
+	// ExtraTopics are read back by the verifier besides the writers' and
+	// the broker's seeded topics (topics created during the run).
+	ExtraTopics []string
+	Flags       RelayFlags
+	Write       WriteConfig
 	// Fault runs alongside the writers and returns when its faults are
 	// done, with how many in-flight windows they may have duplicated
 	// (see Result.DupBound). It must leave at least one relay running.
-	Fault func(ctx context.Context, w *World) (dupWindows int, err error)
+	Fault Fault
 	// Drain bounds the wait for the outbox to empty after the writers and
 	// the fault finished. Default 2 minutes.
 	Drain time.Duration
@@ -42,12 +56,15 @@ type Plan struct {
 // error means the scenario could not run or a component failed outright.
 func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 	env.Logf("%s: seed %d, %d relays, %d writers, %d events", plan.Name, env.Seed, plan.Relays, plan.Write.Writers, plan.Write.Events)
+	if plan.OwnCluster && env.Cluster == nil {
+		return res, fmt.Errorf("%s: needs a PostgreSQL cluster of its own (Env.Cluster)", plan.Name)
+	}
 	broker, err := StartBroker(ctx, env, plan.Broker)
 	if err != nil {
 		return res, err
 	}
 	defer func() {
-		if serr := broker.Stop(); serr != nil && err == nil {
+		if serr := broker.Close(); serr != nil && err == nil {
 			err = serr
 		}
 	}()
@@ -55,18 +72,26 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	defer fleet.KillAll() // only relays left running after a failure
+	defer fleet.Close() // kills only relays left running after a failure
+	if plan.ProxyDB {
+		fleet.ProxyDatabase()
+	}
 	writers, err := NewWriters(ctx, env, plan.Write)
 	if err != nil {
 		return res, err
 	}
 	defer writers.Close()
-	for range plan.Relays {
-		if _, err := fleet.Start(); err != nil {
+	for i := range plan.Relays {
+		if plan.FixedIDs {
+			err = fleet.StartAs(fmt.Sprintf("relay-%d", i))
+		} else {
+			_, err = fleet.Start()
+		}
+		if err != nil {
 			return res, err
 		}
 	}
-	w := &World{Env: env, Broker: broker, Fleet: fleet, Writers: writers, Flags: plan.Flags}
+	w := &World{Env: env, Broker: broker, Fleet: fleet, Writers: writers, Flags: plan.Flags, Tally: &Tally{}}
 
 	start := time.Now()
 	runCtx, cancel := context.WithCancel(ctx)
@@ -90,8 +115,8 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 	if err := errors.Join(werr, ferr); err != nil {
 		return res, err
 	}
-	env.Logf("%s: writers and faults done after %s: %d events committed, %d rolled back; draining",
-		plan.Name, time.Since(start).Round(time.Millisecond), writers.Committed(), writers.RolledBack())
+	env.Logf("%s: writers and faults done after %s: %d events committed, %d rolled back, %d transactions of unknown outcome; draining",
+		plan.Name, time.Since(start).Round(time.Millisecond), writers.Committed(), writers.RolledBack(), writers.UnknownTxs())
 
 	drain := plan.Drain
 	if drain == 0 {
@@ -108,15 +133,20 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 	}
 	env.Logf("%s: drained and stopped after %s; verifying", plan.Name, time.Since(start).Round(time.Millisecond))
 
-	topics := append([]string{TopicEnt, TopicGorm}, plan.Broker.Topics...)
-	res, byID, err := Verify(ctx, env, broker.Addr(), dedupe(topics))
+	topics := append(append([]string{TopicEnt, TopicGorm}, plan.Broker.Topics...), plan.ExtraTopics...)
+	res, byID, err := Verify(ctx, env, broker.Addr(), dedupe(topics), w.Tally.unordered())
 	if err != nil {
 		return res, err
 	}
 	res.Scenario = plan.Name
 	res.RolledBack = writers.RolledBack()
 	res.Crashes = fleet.Kills()
-	res.DupBound = windows * plan.Flags.MaxInFlight()
+	res.SameIDRestarts = fleet.Restarts()
+	w.Tally.fill(&res)
+	// One in-flight window per fault that can interrupt a relay between
+	// the broker's ack and the mark, plus every replayed row (delivered
+	// once more on purpose).
+	res.DupBound = windows*plan.Flags.MaxInFlight() + w.Tally.replayed
 	if err := writers.CrossCheck(byID); err != nil {
 		return res, fmt.Errorf("writers and outbox disagree: %w", err)
 	}
@@ -125,7 +155,7 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 			return res, err
 		}
 	}
-	env.Logf("%s: %s (records=%d dup_bound=%d) in %s", plan.Name, res.Line(), res.Records, res.DupBound, time.Since(start).Round(time.Millisecond))
+	env.Logf("%s: %s (records=%d dup_bound=%d slow_broker_holds=%d retried=%d unordered_retried=%d) in %s", plan.Name, res.Line(), res.Records, res.DupBound, res.SlowBroker, len(w.Tally.unordered()), res.Unordered, time.Since(start).Round(time.Millisecond))
 	return res, nil
 }
 
@@ -162,7 +192,15 @@ func waitDrained(ctx context.Context, env *Env, limit time.Duration) error {
 	for {
 		n, err := Backlog(ctx, env)
 		if err != nil {
-			return err
+			// The server may be recovering from a crash: retry until the
+			// deadline.
+			if time.Now().After(deadline) {
+				return err
+			}
+			if !sleep(ctx, 500*time.Millisecond) {
+				return ctx.Err()
+			}
+			continue
 		}
 		if n == 0 {
 			return nil

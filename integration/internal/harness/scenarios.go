@@ -29,29 +29,7 @@ func Crash(s Size, kills int) Plan {
 		Relays: 3,
 		Flags:  DefaultRelayFlags(),
 		Write:  writeLoad(s),
-		Fault: func(ctx context.Context, w *World) (int, error) {
-			for k := 0; k < kills || w.Writers.Committed() < w.Writers.cfg.Events; k++ {
-				if !sleep(ctx, w.Env.Duration(300*time.Millisecond, 2*time.Second)) {
-					return 0, ctx.Err()
-				}
-				live := w.Fleet.Live()
-				victim := live[w.Env.Intn(len(live))]
-				if k%2 == 1 {
-					// Wait (briefly) until it holds claims.
-					waitUntil(ctx, 2*time.Second, func() bool { return holdsClaims(ctx, w.Env, victim) })
-				}
-				if err := w.Fleet.Kill(victim); err != nil {
-					return 0, err
-				}
-				if !sleep(ctx, w.Env.Duration(0, time.Second)) {
-					return 0, ctx.Err()
-				}
-				if _, err := w.Fleet.Start(); err != nil {
-					return 0, err
-				}
-			}
-			return w.Fleet.Kills(), nil
-		},
+		Fault:  Kills(kills),
 	}
 }
 
@@ -219,6 +197,47 @@ const (
 // PoisonTopic is a topic the poison scenario's broker refuses.
 const PoisonTopic = "no-such-topic"
 
+// poisonKind is one way an event can be refused by the broker for good.
+type poisonKind struct {
+	topic    string
+	errTexts []string // the last_error texts it may die of
+	size     int      // payload bytes
+	id       string   // set by emitPoison: the poison event's id
+}
+
+// poisonKinds are the poison events of the Poison and AdminOps faults.
+func poisonKinds() []*poisonKind {
+	return []*poisonKind{
+		{topic: TopicGorm, errTexts: []string{ErrTextTooLarge}, size: 300 << 10},
+		// Just under the writer's limit: the writer accepts it, and so
+		// would Kafka's default limit, but not this broker's.
+		{topic: TopicGorm, errTexts: []string{ErrTextTooLarge, ErrTextProducerLimit}, size: txoutbox.DefaultMaxPayloadBytes - 1024},
+		{topic: PoisonTopic, errTexts: []string{ErrTextUnknownTopic, ErrTextBreakerOpen}, size: 64},
+	}
+}
+
+// emitPoison writes a poison aggregate agg: an event before, the poison
+// event of kind (its id is stored in kind.id), two after, each in its own
+// transaction, a little apart.
+func emitPoison(ctx context.Context, w *World, agg string, kind *poisonKind) error {
+	events := []txoutbox.Event{
+		jsonEvent(TopicGorm, agg, "poison.before", 64),
+		jsonEvent(kind.topic, agg, "poison.bad", kind.size),
+		jsonEvent(TopicGorm, agg, "poison.after", 64),
+		jsonEvent(TopicGorm, agg, "poison.after", 64),
+	}
+	kind.id = events[1].ID.String()
+	for _, ev := range events {
+		if err := w.Writers.Emit(ctx, ev); err != nil {
+			return err
+		}
+		if !sleep(ctx, w.Env.Duration(0, 100*time.Millisecond)) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 // Poison mixes poison events into a normal load: payloads over the
 // broker's message.max.bytes (256 KiB here), payloads just under the
 // writer's limit (which Kafka's default limit would accept) and a
@@ -238,36 +257,13 @@ func Poison(s Size, perKind int) Plan {
 		Broker: BrokerConfig{Topics: []string{TopicEnt, TopicGorm}, NoAutoCreate: true, MaxMessageBytes: 256 << 10},
 		Write:  writeLoad(s),
 		Fault: func(ctx context.Context, w *World) (int, error) {
-			kinds := []struct {
-				topic    string
-				errTexts []string
-				size     int
-			}{
-				{TopicGorm, []string{ErrTextTooLarge}, 300 << 10},
-				// Just under the writer's limit: the writer accepts it,
-				// and so would Kafka's default limit, but not this broker's.
-				{TopicGorm, []string{ErrTextTooLarge, ErrTextProducerLimit}, txoutbox.DefaultMaxPayloadBytes - 1024},
-				{PoisonTopic, []string{ErrTextUnknownTopic, ErrTextBreakerOpen}, 64},
-			}
 			for i := 0; i < perKind; i++ {
-				for k, kind := range kinds {
+				for k, kind := range poisonKinds() {
 					agg := fmt.Sprintf("poison-%d-%d", k, i)
-					// before, poison, after, after: each its own transaction.
-					events := []txoutbox.Event{
-						jsonEvent(TopicGorm, agg, "poison.before", 64),
-						jsonEvent(kind.topic, agg, "poison.bad", kind.size),
-						jsonEvent(TopicGorm, agg, "poison.after", 64),
-						jsonEvent(TopicGorm, agg, "poison.after", 64),
+					if err := emitPoison(ctx, w, agg, kind); err != nil {
+						return 0, err
 					}
-					want[events[1].ID.String()] = kind.errTexts
-					for _, ev := range events {
-						if err := w.Writers.Emit(ctx, ev); err != nil {
-							return 0, err
-						}
-						if !sleep(ctx, w.Env.Duration(0, 100*time.Millisecond)) {
-							return 0, ctx.Err()
-						}
-					}
+					want[kind.id] = kind.errTexts
 				}
 				if !sleep(ctx, s.Over/time.Duration(perKind)) {
 					return 0, ctx.Err()

@@ -68,6 +68,14 @@ type WriteConfig struct {
 	// open between LongHold/2 and LongHold while the others commit: the
 	// trap for a relay that tracks a high-water mark of ids.
 	LongHold time.Duration
+	// UnknownOutcomes makes the writers survive a database crash: a
+	// transaction that fails for any reason other than a planned rollback
+	// may have committed (the server can crash after the commit and before
+	// its reply), so its events are booked as unknown, accepted in the
+	// outbox or not, and the writer carries on after a short pause.
+	// Without it every failure is an error, as no other fault touches the
+	// writers' connections.
+	UnknownOutcomes bool
 }
 
 // Writers runs the write load and counts what committed and rolled back.
@@ -87,7 +95,20 @@ type Writers struct {
 	perTopic    map[string]int
 	gormCommit  map[uuid.UUID]bool // GORM events by id: true committed, false rolled back
 	extraEvents int
+
+	// Events of transactions whose commit outcome is unknown (see
+	// WriteConfig.UnknownOutcomes): per topic, and the GORM ones by id.
+	unknownPerTopic map[string]int
+	gormUnknown     map[uuid.UUID]bool
+	unknownTxs      atomic.Int64
 }
+
+// errUnknown marks a transaction that failed in a way that may have
+// committed it.
+var errUnknown = errors.New("commit outcome unknown")
+
+// UnknownTxs is how many transactions ended with an unknown outcome.
+func (w *Writers) UnknownTxs() int { return int(w.unknownTxs.Load()) }
 
 // entSchema serializes ent's Schema.Create, which writes the generated
 // package's global table definitions.
@@ -123,7 +144,8 @@ func NewWriters(ctx context.Context, env *Env, cfg WriteConfig) (*Writers, error
 		return nil, fmt.Errorf("create ent schema: %w", err)
 	}
 	return &Writers{env: env, cfg: cfg, gorm: gdb, ent: client, sql: sqlDB,
-		perTopic: map[string]int{}, gormCommit: map[uuid.UUID]bool{}}, nil
+		perTopic: map[string]int{}, gormCommit: map[uuid.UUID]bool{},
+		unknownPerTopic: map[string]int{}, gormUnknown: map[uuid.UUID]bool{}}, nil
 }
 
 // Close closes the clients.
@@ -212,6 +234,14 @@ func (w *Writers) writer(ctx context.Context, i, quota int, start time.Time) err
 		} else {
 			n, entOpen, err = w.entTx(ctx, entOpen, hold, rollback)
 		}
+		if errors.Is(err, errUnknown) {
+			// The database is likely down: give it a moment.
+			w.unknownTxs.Add(1)
+			if !sleep(ctx, 200*time.Millisecond) {
+				return nil
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -231,6 +261,14 @@ func (w *Writers) longHolder(ctx context.Context, stop *atomic.Bool) error {
 	for !stop.Load() && ctx.Err() == nil {
 		rollback := w.env.Intn(100) < w.cfg.RollbackPercent
 		n, next, err := w.gormTx(ctx, open, w.env.Duration(w.cfg.LongHold/2, w.cfg.LongHold), rollback, w.countOvertaken)
+		if errors.Is(err, errUnknown) {
+			w.unknownTxs.Add(1)
+			open = next
+			if !sleep(ctx, 200*time.Millisecond) {
+				return nil
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -299,7 +337,28 @@ func (w *Writers) gormTx(ctx context.Context, open []*gormOrder, hold time.Durat
 		return nil
 	})
 	if err != nil && !errors.Is(err, errRollback) {
-		return 0, open, fmt.Errorf("gorm transaction: %w", err)
+		if !w.cfg.UnknownOutcomes || ctx.Err() != nil {
+			return 0, open, fmt.Errorf("gorm transaction: %w", err)
+		}
+		// A planned rollback never sent COMMIT: nothing committed. Any
+		// other transaction may have. Either way the order's state in
+		// the database is unknown now: forget it.
+		w.mu.Lock()
+		for _, id := range ids {
+			if rollback {
+				w.gormCommit[id] = false
+			} else {
+				w.gormUnknown[id] = true
+			}
+		}
+		if !rollback {
+			w.unknownPerTopic[TopicGorm] += len(ids)
+		}
+		w.mu.Unlock()
+		if !create {
+			open = append(open[:idx], open[idx+1:]...)
+		}
+		return 0, open, fmt.Errorf("%w: gorm transaction: %v", errUnknown, err)
 	}
 	w.mu.Lock()
 	for _, id := range ids {
@@ -367,7 +426,20 @@ func (w *Writers) entTx(ctx context.Context, open []*ent.Order, hold time.Durati
 		return nil
 	})
 	if err != nil && !errors.Is(err, errRollback) {
-		return 0, open, fmt.Errorf("ent transaction: %w", err)
+		if !w.cfg.UnknownOutcomes || ctx.Err() != nil {
+			return 0, open, fmt.Errorf("ent transaction: %w", err)
+		}
+		// As in gormTx. n counts the events written before the failure:
+		// if the commit's reply was lost, all of them.
+		if !rollback {
+			w.mu.Lock()
+			w.unknownPerTopic[TopicEnt] += n
+			w.mu.Unlock()
+		}
+		if idx >= 0 {
+			open = append(open[:idx], open[idx+1:]...)
+		}
+		return 0, open, fmt.Errorf("%w: ent transaction: %v", errUnknown, err)
 	}
 	if rollback {
 		return n, open, nil
@@ -424,9 +496,22 @@ func (w *Writers) Count(topic string, n int) {
 	w.committed.Add(int64(n))
 }
 
+// Dropped books an event an operator deleted from the outbox (outbox dead
+// drop): it no longer counts as committed.
+func (w *Writers) Dropped(topic, eventID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.perTopic[topic]--
+	if id, err := uuid.Parse(eventID); err == nil {
+		delete(w.gormCommit, id)
+	}
+}
+
 // CrossCheck compares what the writers believe with the database: per-topic
 // committed counts, every committed GORM event id present, every rolled-back
-// one absent. byID is the outbox read by the verifier.
+// one absent. byID is the outbox read by the verifier. Events of a
+// transaction with an unknown outcome may be present or not; if present,
+// the verifier holds them to the same promise as every other event.
 func (w *Writers) CrossCheck(byID map[string]dbRow) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -435,9 +520,17 @@ func (w *Writers) CrossCheck(byID map[string]dbRow) error {
 		perTopic[r.topic]++
 	}
 	var errs []error
-	for topic, n := range w.perTopic {
-		if perTopic[topic] != n {
-			errs = append(errs, fmt.Errorf("topic %s: writers committed %d events, the outbox holds %d", topic, n, perTopic[topic]))
+	topics := map[string]bool{}
+	for topic := range w.perTopic {
+		topics[topic] = true
+	}
+	for topic := range w.unknownPerTopic {
+		topics[topic] = true
+	}
+	for topic := range topics {
+		n, unknown := w.perTopic[topic], w.unknownPerTopic[topic]
+		if got := perTopic[topic]; got < n || got > n+unknown {
+			errs = append(errs, fmt.Errorf("topic %s: writers committed %d events (and %d of unknown outcome), the outbox holds %d", topic, n, unknown, got))
 		}
 	}
 	for id, committed := range w.gormCommit {

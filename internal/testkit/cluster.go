@@ -1,0 +1,125 @@
+package testkit
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Cluster is a PostgreSQL cluster of a test's own, managed with Debian's
+// postgresql-common tools (pg_createcluster, pg_ctlcluster). A test that
+// crashes the server needs one: crashing the shared server would fail every
+// other test running at the same time.
+type Cluster struct {
+	Version string // major version, e.g. "15"
+	Name    string // cluster name, e.g. "chaos"
+	Port    int
+}
+
+// ChaosCluster is the cluster the crash suite's database-crash scenarios
+// run on: PostgreSQL 15, port 5439.
+var ChaosCluster = Cluster{Version: "15", Name: "chaos", Port: 5439}
+
+// URL is the cluster's server URL (trust authentication on loopback).
+func (c Cluster) URL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.Port)
+}
+
+// hbaTrust lets the suite in without passwords, on loopback only.
+const hbaTrust = `# written by txoutbox's testkit: trust on loopback, for tests only
+local   all all               trust
+host    all all 127.0.0.1/32  trust
+host    all all ::1/128       trust
+`
+
+// Ensure creates the cluster if it does not exist (trust authentication on
+// loopback, enough connections for a few relays and writers), starts it if
+// it is down and waits until it answers. It returns the server URL. It
+// needs root or the postgres user, like pg_createcluster.
+func (c Cluster) Ensure(ctx context.Context) (string, error) {
+	conf := filepath.Join("/etc/postgresql", c.Version, c.Name)
+	if _, err := os.Stat(conf); errors.Is(err, os.ErrNotExist) {
+		if err := c.ctl(ctx, "pg_createcluster", c.Version, c.Name, "--port", strconv.Itoa(c.Port),
+			"--", "--auth-local=trust", "--auth-host=trust"); err != nil {
+			// Another process may have created it at the same time.
+			if _, serr := os.Stat(conf); serr != nil {
+				return "", err
+			}
+		}
+		if err := os.WriteFile(filepath.Join(conf, "pg_hba.conf"), []byte(hbaTrust), 0o640); err != nil {
+			return "", fmt.Errorf("write pg_hba.conf of cluster %s: %w", c.Name, err)
+		}
+		extra := "listen_addresses = '127.0.0.1'\nmax_connections = 300\n"
+		if err := os.WriteFile(filepath.Join(conf, "conf.d", "txoutbox-testkit.conf"), []byte(extra), 0o644); err != nil {
+			return "", fmt.Errorf("configure cluster %s: %w", c.Name, err)
+		}
+	}
+	if !c.running(ctx) {
+		if err := c.ctl(ctx, "pg_ctlcluster", "--skip-systemctl-redirect", c.Version, c.Name, "start"); err != nil && !c.running(ctx) {
+			return "", err
+		}
+	}
+	return c.URL(), c.wait(ctx, 30*time.Second)
+}
+
+// Crash stops the server with -m immediate (no checkpoint, no goodbye to
+// clients: a crash, recovered by WAL replay at the next start) and starts it
+// again.
+func (c Cluster) Crash(ctx context.Context) error {
+	if err := c.ctl(ctx, "pg_ctlcluster", "--skip-systemctl-redirect", c.Version, c.Name, "stop", "-m", "immediate"); err != nil {
+		return err
+	}
+	return c.Start(ctx)
+}
+
+// Start starts the server (after Crash's stop, or if something stopped it)
+// and waits until it answers.
+func (c Cluster) Start(ctx context.Context) error {
+	if err := c.ctl(ctx, "pg_ctlcluster", "--skip-systemctl-redirect", c.Version, c.Name, "start"); err != nil && !c.running(ctx) {
+		return err
+	}
+	return c.wait(ctx, 30*time.Second)
+}
+
+func (c Cluster) running(ctx context.Context) bool {
+	// pg_ctlcluster status exits 0 when the server runs, 3 when it is down.
+	return exec.CommandContext(ctx, "pg_ctlcluster", "--skip-systemctl-redirect", c.Version, c.Name, "status").Run() == nil
+}
+
+func (c Cluster) ctl(ctx context.Context, name string, args ...string) error {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// wait pings the server until it accepts connections (recovery after a
+// crash takes a moment).
+func (c Cluster) wait(ctx context.Context, limit time.Duration) error {
+	db, err := sql.Open("pgx", c.URL())
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	deadline := time.Now().Add(limit)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err = db.PingContext(pctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("cluster %s/%s on port %d not answering after %s: %w", c.Version, c.Name, c.Port, limit, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
