@@ -287,7 +287,7 @@ func joinIDs(ids []int64) string {
 // lockClaimed locks the unpublished rows of the aggregates and returns the
 // ids of those claimed, per aggregate.
 func lockClaimed(ctx context.Context, tx *sql.Tx, query string, aggregates []string) (map[string][]int64, error) {
-	rows, err := tx.QueryContext(ctx, query, textArray(aggregates))
+	rows, err := tx.QueryContext(ctx, query, outboxsql.TextArray(aggregates))
 	if err != nil {
 		return nil, fmt.Errorf("lock later events: %w", err)
 	}

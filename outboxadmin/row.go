@@ -4,8 +4,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"time"
 
 	"github.com/google/uuid"
@@ -74,33 +73,7 @@ func idArray(ids []int64) any {
 	if ids == nil {
 		return nil
 	}
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, id := range ids {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.FormatInt(id, 10))
-	}
-	b.WriteByte('}')
-	return b.String()
-}
-
-// textArray renders strings as a PostgreSQL array literal, quoting each
-// element, so any text (commas, quotes, braces) stays one element.
-func textArray(values []string) string {
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, v := range values {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteByte('"')
-		b.WriteString(strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(v))
-		b.WriteByte('"')
-	}
-	b.WriteByte('}')
-	return b.String()
+	return outboxsql.Int64Array(ids)
 }
 
 // nullString binds "" as SQL NULL (the filter is off).

@@ -22,18 +22,26 @@ import (
 )
 
 // gateRelays replaces the test schema's relays table by a view over it that
-// waits on advisory lock key while a session holds it exclusively. Claim
-// reads the relays table (its "live" CTE) after its snapshot was taken and
-// before it locks its candidates, so a test can run a transaction inside a
-// claim statement. It returns a connection holding the gate closed and a
-// function that opens it.
+// waits on an advisory lock while a session holds it. Claim reads the relays
+// table (its "live" CTE) after its snapshot was taken and before it locks
+// its candidates, so a test can run a transaction inside a claim statement.
+// The gate starts closed; see closeGate.
 func gateRelays(t *testing.T, b *internalBundle) (waitBlocked func(), open func()) {
 	t.Helper()
-	key := rand.Int64N(1 << 40)
 	b.exec(t, `ALTER TABLE outbox_relays RENAME TO outbox_relays_t`)
-	b.exec(t, fmt.Sprintf(`CREATE FUNCTION review_gate() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
-BEGIN PERFORM pg_advisory_xact_lock_shared(%d); RETURN true; END $$`, key))
+	b.exec(t, `CREATE FUNCTION review_gate() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$ BEGIN RETURN true; END $$`)
 	b.exec(t, `CREATE VIEW outbox_relays AS SELECT * FROM outbox_relays_t WHERE review_gate()`)
+	return closeGate(t, b)
+}
+
+// closeGate makes the gated view wait on a fresh advisory lock key, held by
+// a session of its own until open is called. waitBlocked returns once a
+// statement waits at the gate.
+func closeGate(t *testing.T, b *internalBundle) (waitBlocked func(), open func()) {
+	t.Helper()
+	key := rand.Int64N(1 << 40)
+	b.exec(t, fmt.Sprintf(`CREATE OR REPLACE FUNCTION review_gate() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+BEGIN PERFORM pg_advisory_xact_lock_shared(%d); RETURN true; END $$`, key))
 	conn, err := b.db.SQL.Conn(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -51,23 +59,7 @@ BEGIN PERFORM pg_advisory_xact_lock_shared(%d); RETURN true; END $$`, key))
 		})
 	}
 	t.Cleanup(open)
-	waitBlocked = func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var n int
-			if err := b.db.SQL.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-				AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			if n > 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the claim never reached the gate")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	waitBlocked = func() { waitForLockWaits(t, b, "advisory", 1) }
 	return waitBlocked, open
 }
 
@@ -86,7 +78,7 @@ func TestRetryHoldsClaimsBackWhileItCommits(t *testing.T) {
 	_, open := gateRelays(t, b)
 	open() // registration and shard assignment read the relays table too
 	ready(t, r)
-	waitBlocked, open2 := regate(t, b) // closed again, for the claim
+	waitBlocked, open2 := closeGate(t, b) // closed again, for the claim
 
 	type result struct {
 		ids string
@@ -116,7 +108,7 @@ func TestRetryHoldsClaimsBackWhileItCommits(t *testing.T) {
 		rt, err := adm.Retry(context.Background(), outboxadmin.Filter{IDs: []int64{1}}, false)
 		retried <- retryResult{rt, err}
 	}()
-	waitForLockWait(t, b, "advisory") // the retry waits for the claim to end
+	waitForLockWaits(t, b, "advisory", 2) // the claim at the gate, and the retry behind the claim
 	open2()
 	res := <-claimed
 	if res.err != nil {
@@ -142,69 +134,25 @@ func TestRetryHoldsClaimsBackWhileItCommits(t *testing.T) {
 	}
 }
 
-// waitForLockWait waits until some session of the test database waits for a
+// waitForLockWaits waits until n sessions of the test database wait for a
 // lock of locktype.
-func waitForLockWait(t *testing.T, b *internalBundle, locktype string) {
+func waitForLockWaits(t *testing.T, b *internalBundle, locktype string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		var n int
+		var waiting int
 		if err := b.db.SQL.QueryRow(`SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
-			WHERE l.locktype = $1 AND NOT l.granted AND d.datname = current_database()`, locktype).Scan(&n); err != nil {
+			WHERE l.locktype = $1 AND NOT l.granted AND d.datname = current_database()`, locktype).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
+		if waiting >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no session waits for a %s lock", locktype)
+			t.Fatalf("%d sessions wait for a %s lock, want %d", waiting, locktype, n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// regate closes a fresh gate on the already-gated view (a new key), for a
-// second blocked statement.
-func regate(t *testing.T, b *internalBundle) (waitBlocked func(), open func()) {
-	t.Helper()
-	key := rand.Int64N(1 << 40)
-	b.exec(t, fmt.Sprintf(`CREATE OR REPLACE FUNCTION review_gate() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
-BEGIN PERFORM pg_advisory_xact_lock_shared(%d); RETURN true; END $$`, key))
-	conn, err := b.db.SQL.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	if _, err := conn.ExecContext(context.Background(), `SELECT pg_advisory_lock($1)`, key); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	open = func() {
-		once.Do(func() {
-			if _, err := conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, key); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	t.Cleanup(open)
-	waitBlocked = func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var n int
-			if err := b.db.SQL.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-				AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			if n > 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the claim never reached the gate")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	return waitBlocked, open
 }
 
 // A relay standing by behind another incarnation of its name registers anew

@@ -92,30 +92,37 @@ func Interval(d time.Duration) string {
 
 // Int64Array renders ids as a PostgreSQL array literal, which any driver
 // passes as text.
-func Int64Array(ids []int64) string {
-	var b strings.Builder
-	b.Grow(len(ids)*8 + 2)
-	b.WriteByte('{')
-	for i, id := range ids {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.FormatInt(id, 10))
-	}
-	b.WriteByte('}')
-	return b.String()
-}
+func Int64Array(ids []int64) string { return intArray(ids) }
 
 // Int16Array renders shard numbers as a PostgreSQL array literal.
-func Int16Array(v []int16) string {
+func Int16Array(v []int16) string { return intArray(v) }
+
+func intArray[T int16 | int64](v []T) string {
 	var b strings.Builder
-	b.Grow(len(v)*4 + 2)
+	b.Grow(len(v)*8 + 2)
 	b.WriteByte('{')
 	for i, n := range v {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(strconv.Itoa(int(n)))
+		b.WriteString(strconv.FormatInt(int64(n), 10))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// TextArray renders strings as a PostgreSQL array literal, quoting each
+// element, so any text (commas, quotes, braces) stays one element.
+func TextArray(values []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, v := range values {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		b.WriteString(strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(v))
+		b.WriteByte('"')
 	}
 	b.WriteByte('}')
 	return b.String()

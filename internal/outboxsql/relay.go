@@ -3,7 +3,6 @@ package outboxsql
 import (
 	"encoding/json"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -333,11 +332,7 @@ type OtherIncarnationsArgs struct {
 
 // Args returns OtherIncarnations' parameters.
 func (a OtherIncarnationsArgs) Args() []any {
-	own := make([]string, len(a.Own))
-	for i, o := range a.Own {
-		own[i] = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(o) + `"`
-	}
-	return []any{a.Name, "{" + strings.Join(own, ",") + "}", Interval(a.StaleAfter)}
+	return []any{a.Name, TextArray(a.Own), Interval(a.StaleAfter)}
 }
 
 // Heartbeat refreshes an incarnation's row ($1). It changes no row when the
