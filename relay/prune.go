@@ -63,7 +63,7 @@ func (r *Relay) pruneBatch(ctx context.Context) (deleted int64, locked bool, err
 		if !locked {
 			return 0, nil
 		}
-		res, err := tx.ExecContext(ctx, r.sql.prune, outboxsql.Interval(r.cfg.Retention), r.cfg.PruneBatch)
+		res, err := tx.ExecContext(ctx, r.sql.prune, outboxsql.PruneArgs{Retention: r.cfg.Retention, Batch: r.cfg.PruneBatch}.Args()...)
 		if err != nil {
 			return 0, fmt.Errorf("delete: %w", err)
 		}

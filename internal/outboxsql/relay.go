@@ -401,6 +401,15 @@ DELETE FROM {{table}} WHERE id IN (
     ORDER BY o.id
     LIMIT $2)`
 
+// PruneArgs binds Prune.
+type PruneArgs struct {
+	Retention time.Duration // $1: published rows older than this go
+	Batch     int           // $2: the most rows one statement deletes
+}
+
+// Args returns Prune's parameters in order.
+func (a PruneArgs) Args() []any { return []any{Interval(a.Retention), a.Batch} }
+
 // PruneLock is taken (pg_try_advisory_xact_lock) so one relay prunes at a time.
 const PruneLock = `SELECT pg_try_advisory_xact_lock(hashtext({{channel}} || '.prune'))`
 
