@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"sync"
-	"time"
 )
 
 // lane publishes the rows of the aggregates hashed to it, one at a time, in
@@ -53,9 +52,7 @@ func (l *lane) run(ctx context.Context) {
 			l.r.completer.release(row, l.hold(row.event.AggregateID))
 			continue
 		}
-		start := time.Now()
 		err := l.r.publish(ctx, row)
-		l.r.met.publishDuration.Record(context.Background(), time.Since(start).Seconds())
 		if err == nil {
 			l.r.outage.Store(0)
 			// Marked even if the incarnation ended meanwhile: the

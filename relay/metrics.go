@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 )
 
 // PublishDurationBuckets are the bucket boundaries, in seconds, of the
@@ -28,10 +27,6 @@ type metrics struct {
 	published metric.Int64Counter
 	retried   metric.Int64Counter
 	dead      metric.Int64Counter
-	// publishDuration is where the lanes record each publish's duration
-	// without attributes. It is a no-op: publish records the same duration
-	// in sendDuration, with the topic and the error type it alone knows.
-	publishDuration metric.Float64Histogram
 	sendDuration    metric.Float64Histogram
 	sent            metric.Int64Counter
 	batchSize       metric.Int64Histogram
@@ -50,7 +45,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	m := &metrics{meter: mp.Meter(instrumentationName), publishDuration: noop.Float64Histogram{}}
+	m := &metrics{meter: mp.Meter(instrumentationName)}
 	var err error
 	if m.published, err = m.meter.Int64Counter("txoutbox.relay.published",
 		metric.WithDescription("Events the broker acknowledged and the relay marked published."), metric.WithUnit("{event}")); err != nil {
