@@ -177,10 +177,10 @@ func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []faile
 				return fmt.Errorf("mark %d published: %w", len(ids), err)
 			}
 		}
-		r.met.published.Add(ctx, int64(len(acks)))
+		r.met.addByTopic(ctx, r.met.published, acks)
 		return nil
 	}
-	var retried, dead int64
+	var retried, dead []*claimedRow
 	_, err := r.settle(ctx, func(tx *sql.Tx) (int64, error) {
 		var err error
 		if len(fails) > 0 {
@@ -218,24 +218,28 @@ func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []faile
 			rel.onRecorded(recordedAt)
 		}
 	}
-	r.met.published.Add(ctx, int64(len(acks)))
-	r.met.retried.Add(ctx, retried)
-	r.met.dead.Add(ctx, dead)
+	r.met.addByTopic(ctx, r.met.published, acks)
+	r.met.addByTopic(ctx, r.met.retried, retried)
+	r.met.addByTopic(ctx, r.met.dead, dead)
 	return nil
 }
 
-func (c *completer) recordFailures(ctx context.Context, tx *sql.Tx, fails []failedRow) (retried, dead int64, err error) {
+// recordFailures records fails and returns the rows that will be retried
+// and those that became dead.
+func (c *completer) recordFailures(ctx context.Context, tx *sql.Tx, fails []failedRow) (retried, dead []*claimedRow, err error) {
 	doc := make([]outboxsql.Failure, len(fails))
+	byID := make(map[int64]*claimedRow, len(fails))
 	for i, f := range fails {
+		byID[f.row.id] = f.row
 		doc[i] = outboxsql.Failure{ID: f.row.id, Owner: f.row.inc.token, Err: f.err, DelayMS: f.delay.Milliseconds()}
 	}
 	args, err := outboxsql.FailArgs{Failures: doc, MaxAttempts: c.r.cfg.MaxAttempts}.Args()
 	if err != nil {
-		return 0, 0, fmt.Errorf("encode failures: %w", err)
+		return nil, nil, fmt.Errorf("encode failures: %w", err)
 	}
 	rows, err := tx.QueryContext(ctx, c.r.sql.fail, args...)
 	if err != nil {
-		return 0, 0, fmt.Errorf("record %d failures: %w", len(fails), err)
+		return nil, nil, fmt.Errorf("record %d failures: %w", len(fails), err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -244,17 +248,17 @@ func (c *completer) recordFailures(ctx context.Context, tx *sql.Tx, fails []fail
 			state string
 		)
 		if err := rows.Scan(&id, &state); err != nil {
-			return 0, 0, fmt.Errorf("record failures: %w", err)
+			return nil, nil, fmt.Errorf("record failures: %w", err)
 		}
 		if state == "dead" {
-			dead++
+			dead = append(dead, byID[id])
 			c.r.log.Error("relay: event is dead after MaxAttempts", "row", id, "max_attempts", c.r.cfg.MaxAttempts)
 		} else {
-			retried++
+			retried = append(retried, byID[id])
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return 0, 0, fmt.Errorf("record failures: %w", err)
+		return nil, nil, fmt.Errorf("record failures: %w", err)
 	}
 	for _, f := range fails {
 		c.r.log.Warn("relay: publish failed", "row", f.row.id, "event_id", f.row.event.ID, "topic", f.row.event.Topic,

@@ -126,16 +126,36 @@ func (m *metrics) setStats(s Stats) {
 func (m *metrics) recordSend(ctx context.Context, topic string, took time.Duration, err error) {
 	var set metric.MeasurementOption
 	if err == nil {
-		if cached, ok := m.topicAttrs.Load(topic); ok {
-			set = cached.(metric.MeasurementOption)
-		} else {
-			set = metric.WithAttributeSet(attribute.NewSet(attribute.String("messaging.destination.name", topic)))
-			m.topicAttrs.Store(topic, set)
-		}
+		set = m.topic(topic)
 	} else {
 		set = metric.WithAttributeSet(attribute.NewSet(attribute.String("messaging.destination.name", topic),
 			attribute.String("error.type", errorType(err))))
 	}
 	m.sendDuration.Record(ctx, took.Seconds(), set)
 	m.sent.Add(ctx, 1, set)
+}
+
+// topic returns the attribute option of a topic, cached, so recording by
+// topic allocates nothing on the hot path.
+func (m *metrics) topic(topic string) metric.MeasurementOption {
+	if cached, ok := m.topicAttrs.Load(topic); ok {
+		return cached.(metric.MeasurementOption)
+	}
+	set := metric.WithAttributeSet(attribute.NewSet(attribute.String("messaging.destination.name", topic)))
+	m.topicAttrs.Store(topic, set)
+	return set
+}
+
+// addByTopic adds one to counter per row, by the row's topic.
+func (m *metrics) addByTopic(ctx context.Context, counter metric.Int64Counter, rows []*claimedRow) {
+	if len(rows) == 0 {
+		return
+	}
+	counts := make(map[string]int64, 1)
+	for _, row := range rows {
+		counts[row.event.Topic]++
+	}
+	for topic, n := range counts {
+		counter.Add(ctx, n, m.topic(topic))
+	}
 }

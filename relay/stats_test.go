@@ -63,6 +63,9 @@ func TestMetrics(t *testing.T) {
 				case metricdata.Sum[int64]:
 					if m.Name == "txoutbox.relay.published" {
 						published = d.DataPoints[0].Value
+						if topic, _ := d.DataPoints[0].Attributes.Value("messaging.destination.name"); topic.AsString() != "orders" {
+							t.Fatalf("published counted without its topic: %v", d.DataPoints[0].Attributes)
+						}
 					}
 				case metricdata.Gauge[int64]:
 					if m.Name == "txoutbox.relay.shards.owned" {
