@@ -5,16 +5,25 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
 // traceHeaders returns the headers the propagator injects for the span in
 // ctx, or nil when ctx carries no valid span. The check comes first so a
-// write without tracing allocates nothing here.
+// write without tracing allocates nothing here. A nil p is the default:
+// the global propagator once the application set one, W3C trace context
+// until then (the global default propagates nothing, which would silently
+// drop every link from a publish to its write).
 func traceHeaders(ctx context.Context, p propagation.TextMapPropagator) propagation.MapCarrier {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return nil
+	}
+	if p == nil {
+		if p = otel.GetTextMapPropagator(); len(p.Fields()) == 0 {
+			p = propagation.TraceContext{}
+		}
 	}
 	c := propagation.MapCarrier{}
 	p.Inject(ctx, c)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -119,5 +121,44 @@ func TestWriterPropagatorCanBeTurnedOff(t *testing.T) {
 	}
 	if got := headersOf(t, db); len(got[0]) != 0 {
 		t.Errorf("headers = %v, want none with an empty propagator", got[0])
+	}
+}
+
+// Without WriterConfig.Propagator the writer uses the global propagator once
+// the application set one (here with baggage), not only W3C trace context.
+// Not parallel: it sets the global propagator.
+func TestWriterDefaultsToTheGlobalPropagator(t *testing.T) {
+	db := testkit.NewOutbox(t)
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := otel.GetTextMapPropagator()
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	defer otel.SetTextMapPropagator(prev)
+
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled,
+	})
+	member, _ := baggage.NewMember("tenant", "acme")
+	bag, _ := baggage.New(member)
+	ctx := baggage.ContextWithBaggage(trace.ContextWithSpanContext(context.Background(), sc), bag)
+	e, err := txoutbox.NewEvent("orders", "order", "1", "order.placed", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.SQL.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(ctx, tx, e); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	h := headersOf(t, db)[0]
+	if h["baggage"] != "tenant=acme" || h["traceparent"] == "" {
+		t.Fatalf("headers = %v, want traceparent and the baggage the global propagator injects", h)
 	}
 }

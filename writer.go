@@ -62,9 +62,10 @@ type WriterConfig struct {
 	// into each event's headers, so the relay's publish span can link to
 	// the span that wrote the event. It injects only when ctx carries a
 	// valid span, and never into an event that already has one of the
-	// propagator's headers. Default: propagation.TraceContext{} (W3C
-	// traceparent and tracestate). To capture nothing, set an empty
-	// propagation.NewCompositeTextMapPropagator().
+	// propagator's headers. Default: the global propagator
+	// (otel.SetTextMapPropagator) once the application set one, W3C trace
+	// context (traceparent, tracestate) until then. To capture nothing,
+	// set an empty propagation.NewCompositeTextMapPropagator().
 	Propagator propagation.TextMapPropagator
 }
 
@@ -95,9 +96,6 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	}
 	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = MaxPayloadBytesDefault
-	}
-	if cfg.Propagator == nil {
-		cfg.Propagator = propagation.TraceContext{}
 	}
 	if cfg.NotifyInterval == 0 {
 		cfg.NotifyInterval = NotifyIntervalDefault
