@@ -38,7 +38,7 @@ type TopicStats struct {
 // one cheap query (it uses the claim and dead-letter partial indexes). Lag is
 // measured with the database clock.
 func ReadStats(ctx context.Context, db *sql.DB, table Table) (Stats, error) {
-	names, err := table.SQLNames()
+	names, err := outboxsql.NamesFor(table.Schema, table.Name)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -64,7 +64,7 @@ func readStats(ctx context.Context, db *sql.DB, query string) (Stats, error) {
 // It scans every unpublished and dead row, so it suits a CLI or an
 // occasional dashboard refresh rather than a tight health check.
 func ReadTopicStats(ctx context.Context, db *sql.DB, table Table) (Stats, error) {
-	names, err := table.SQLNames()
+	names, err := outboxsql.NamesFor(table.Schema, table.Name)
 	if err != nil {
 		return Stats{}, err
 	}

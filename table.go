@@ -1,16 +1,12 @@
 package txoutbox
 
 import (
-	"errors"
-	"fmt"
-	"hash/fnv"
-
 	"github.com/txoutbox/txoutbox/internal/ident"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // TableNameDefault is the outbox table's name when Table.Name is empty.
-const TableNameDefault = "outbox"
+const TableNameDefault = outboxsql.TableNameDefault
 
 // DefaultTableName is TableNameDefault.
 //
@@ -19,11 +15,7 @@ const DefaultTableName = TableNameDefault
 
 // ErrInvalidTable is matched by errors from Table.Validate: a schema or table
 // name that is not a plain SQL identifier.
-var ErrInvalidTable = errors.New("txoutbox: invalid table name")
-
-// longestSuffix is the longest suffix appended to the table name for its
-// companion tables (see SQLNames and the migrations).
-const longestSuffix = len("_schema_migrations")
+var ErrInvalidTable = outboxsql.ErrInvalidTable
 
 // Table names the outbox table. The relay, the writers and the migrator of
 // one outbox must use the same Table.
@@ -52,19 +44,8 @@ func (t Table) name() string {
 // enough for the companion tables' names to fit PostgreSQL's 63-byte limit.
 // Names such as `x; drop table y` are refused, never interpolated.
 func (t Table) Validate() error {
-	if t.Schema != "" {
-		if err := ident.Validate(t.Schema); err != nil {
-			return fmt.Errorf("%w: schema: %w", ErrInvalidTable, err)
-		}
-	}
-	if err := ident.Validate(t.name()); err != nil {
-		return fmt.Errorf("%w: name: %w", ErrInvalidTable, err)
-	}
-	if len(t.name())+longestSuffix > ident.MaxLen {
-		return fmt.Errorf("%w: name: %q is longer than %d bytes, so %q would not fit PostgreSQL's identifier limit",
-			ErrInvalidTable, t.name(), ident.MaxLen-longestSuffix, t.name()+"_schema_migrations")
-	}
-	return nil
+	_, err := outboxsql.NamesFor(t.Schema, t.Name)
+	return err
 }
 
 // String returns the quoted, schema-qualified table name.
@@ -75,32 +56,4 @@ func (t Table) String() string { return ident.Qualified(t.Schema, t.name()) }
 //
 // Channel names are limited to 63 bytes; a longer qualified name is
 // replaced by a hash of it.
-func (t Table) Channel() string {
-	ch := "txoutbox." + t.name()
-	if t.Schema != "" {
-		ch = "txoutbox." + t.Schema + "." + t.name()
-	}
-	if len(ch) > ident.MaxLen {
-		h := fnv.New64a()
-		h.Write([]byte(ch))
-		ch = fmt.Sprintf("txoutbox.%016x", h.Sum64())
-	}
-	return ch
-}
-
-// SQLNames returns the quoted names of the table and its companions, for
-// rendering SQL. It validates first.
-//
-// It is for txoutbox's own packages (relay, migrations, CLI); applications
-// do not need it.
-func (t Table) SQLNames() (outboxsql.Names, error) {
-	if err := t.Validate(); err != nil {
-		return outboxsql.Names{}, err
-	}
-	return outboxsql.Names{
-		Table:   t.String(),
-		Relays:  ident.Qualified(t.Schema, t.name()+"_relays"),
-		Shards:  ident.Qualified(t.Schema, t.name()+"_shards"),
-		Channel: t.Channel(),
-	}, nil
-}
+func (t Table) Channel() string { return outboxsql.Channel(t.Schema, t.Name) }

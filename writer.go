@@ -87,7 +87,7 @@ type Writer struct {
 
 // NewWriter validates cfg and returns a Writer.
 func NewWriter(cfg WriterConfig) (*Writer, error) {
-	names, err := cfg.Table.SQLNames()
+	names, err := outboxsql.NamesFor(cfg.Table.Schema, cfg.Table.Name)
 	if err != nil {
 		return nil, err
 	}

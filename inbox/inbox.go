@@ -86,7 +86,7 @@ func New(cfg Config) (*Inbox, error) {
 	if cfg.Table.Name == "" {
 		cfg.Table.Name = TableNameDefault
 	}
-	names, err := cfg.Table.SQLNames()
+	names, err := outboxsql.NamesFor(cfg.Table.Schema, cfg.Table.Name)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}

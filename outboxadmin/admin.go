@@ -66,7 +66,7 @@ func New(db *sql.DB, cfg Config) (*Admin, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil *sql.DB", ErrInvalidConfig)
 	}
-	names, err := cfg.Table.SQLNames()
+	names, err := outboxsql.NamesFor(cfg.Table.Schema, cfg.Table.Name)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 
 	"github.com/txoutbox/txoutbox/internal/grants"
 )
@@ -14,7 +15,7 @@ import (
 // DELETE on its relays table and SELECT and UPDATE on its shards table,
 // and USAGE on their schema.
 func (r *Relay) CheckGrants(ctx context.Context) error {
-	names, err := r.cfg.Table.SQLNames()
+	names, err := outboxsql.NamesFor(r.cfg.Table.Schema, r.cfg.Table.Name)
 	if err != nil {
 		return err
 	}

@@ -23,17 +23,17 @@ var PublishDurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 
 // last Stats the relay sampled (every StatsInterval), so a scrape costs no
 // query.
 type metrics struct {
-	meter     metric.Meter
-	published metric.Int64Counter
-	retried   metric.Int64Counter
-	dead      metric.Int64Counter
-	sendDuration    metric.Float64Histogram
-	sent            metric.Int64Counter
-	batchSize       metric.Int64Histogram
-	lag             metric.Float64ObservableGauge
-	backlog         metric.Int64ObservableGauge
-	deadRows        metric.Int64ObservableGauge
-	shards          metric.Int64ObservableGauge
+	meter        metric.Meter
+	published    metric.Int64Counter
+	retried      metric.Int64Counter
+	dead         metric.Int64Counter
+	sendDuration metric.Float64Histogram
+	sent         metric.Int64Counter
+	batchSize    metric.Int64Histogram
+	lag          metric.Float64ObservableGauge
+	backlog      metric.Int64ObservableGauge
+	deadRows     metric.Int64ObservableGauge
+	shards       metric.Int64ObservableGauge
 
 	topicAttrs sync.Map // topic → metric.MeasurementOption, see recordSend
 

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -81,7 +82,7 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	names, err := cfg.Table.SQLNames()
+	names, err := outboxsql.NamesFor(cfg.Table.Schema, cfg.Table.Name)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

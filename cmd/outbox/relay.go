@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"io"
 	"log/slog"
 	"strings"
@@ -118,7 +119,7 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	defer db.Close()
 	db.SetMaxIdleConns(8) // the relay's loops use up to six connections at once
 	logger.Info("connected to the database", "database", redactDatabaseURL(common.databaseURL), "table", table.String())
-	names, err := table.SQLNames()
+	names, err := outboxsql.NamesFor(table.Schema, table.Name)
 	if err != nil {
 		return usagef("%v", err)
 	}

@@ -109,7 +109,7 @@ type grantsFor struct {
 
 // check fails with the GRANT to run when the connection lacks a privilege.
 func (g grantsFor) check(ctx context.Context, db *sql.DB, table txoutbox.Table) error {
-	names, err := table.SQLNames()
+	names, err := outboxsql.NamesFor(table.Schema, table.Name)
 	if err != nil {
 		return usagef("%v", err)
 	}

@@ -108,7 +108,7 @@ func (e *env) newSchema(ctx context.Context, scenario string) (*schemaDB, error)
 	// loops (and for 3 relays sharing this pool), so no scenario pays for
 	// reconnecting.
 	s.SQL.SetMaxIdleConns(24)
-	if s.Names, err = s.Table.SQLNames(); err != nil {
+	if s.Names, err = outboxsql.NamesFor(s.Table.Schema, s.Table.Name); err != nil {
 		s.close()
 		return nil, err
 	}

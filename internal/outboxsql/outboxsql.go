@@ -11,7 +11,7 @@ import (
 )
 
 // Names are the quoted, schema-qualified names of the outbox tables and the
-// NOTIFY channel. Build them with txoutbox.Table.SQLNames.
+// NOTIFY channel. Build them with NamesFor.
 type Names struct {
 	Table   string // the events table, e.g. "public"."outbox"
 	Relays  string // live relays and their heartbeats

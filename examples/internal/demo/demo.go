@@ -8,6 +8,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"log/slog"
 	"net/url"
 	"os"
@@ -177,7 +178,7 @@ func PrintByKey(topic, keyName string, records []Record) {
 // since is when the example started, to skip older records of a real
 // cluster.
 func RelayAndPrint(ctx context.Context, db *sql.DB, table txoutbox.Table, topic, keyName string, since time.Time) error {
-	names, err := table.SQLNames()
+	names, err := outboxsql.NamesFor(table.Schema, table.Name)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"strings"
 	"time"
 
@@ -59,7 +60,7 @@ func holdsClaims(ctx context.Context, env *Env, id string) bool {
 // outboxHas reports whether an outbox row matches the SQL condition where
 // (false if the query fails, as while PostgreSQL is down).
 func outboxHas(ctx context.Context, env *Env, where string, args ...any) bool {
-	names, err := txoutbox.Table{Schema: env.DB.Schema}.SQLNames()
+	names, err := outboxsql.NamesFor(env.DB.Schema, "")
 	if err != nil {
 		return false
 	}

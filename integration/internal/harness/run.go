@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"time"
-
-	"github.com/txoutbox/txoutbox"
 )
 
 // World is a running scenario, handed to its fault.
@@ -173,7 +172,7 @@ func dedupe(s []string) []string {
 
 // Backlog counts the outbox rows not yet published or dead.
 func Backlog(ctx context.Context, env *Env) (int, error) {
-	names, err := txoutbox.Table{Schema: env.DB.Schema}.SQLNames()
+	names, err := outboxsql.NamesFor(env.DB.Schema, "")
 	if err != nil {
 		return 0, err
 	}
@@ -215,7 +214,7 @@ func waitDrained(ctx context.Context, env *Env, limit time.Duration) error {
 }
 
 func describeStuck(ctx context.Context, env *Env) string {
-	names, err := txoutbox.Table{Schema: env.DB.Schema}.SQLNames()
+	names, err := outboxsql.NamesFor(env.DB.Schema, "")
 	if err != nil {
 		return err.Error()
 	}

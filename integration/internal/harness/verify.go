@@ -3,9 +3,8 @@ package harness
 import (
 	"context"
 	"fmt"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"sort"
-
-	"github.com/txoutbox/txoutbox"
 )
 
 // dbRow is what the verifier needs of an outbox row.
@@ -19,7 +18,7 @@ type dbRow struct {
 
 // readOutbox returns the outbox rows by event id.
 func readOutbox(ctx context.Context, env *Env) (map[string]dbRow, error) {
-	names, err := txoutbox.Table{Schema: env.DB.Schema}.SQLNames()
+	names, err := outboxsql.NamesFor(env.DB.Schema, "")
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -461,7 +462,7 @@ func (w *Writers) entTx(ctx context.Context, open []*ent.Order, hold time.Durati
 // higher than those of the transaction about to commit: proof that the
 // commit-order gap happened, and that the relays did not wait for it.
 func (w *Writers) countOvertaken(ctx context.Context, tx *gorm.DB, ids []uuid.UUID) error {
-	names, err := txoutbox.Table{Schema: w.env.DB.Schema}.SQLNames()
+	names, err := outboxsql.NamesFor(w.env.DB.Schema, "")
 	if err != nil {
 		return err
 	}

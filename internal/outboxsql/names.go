@@ -1,0 +1,68 @@
+package outboxsql
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/txoutbox/txoutbox/internal/ident"
+)
+
+// ErrInvalidTable is txoutbox.ErrInvalidTable: a schema or table name that
+// is not a plain SQL identifier.
+var ErrInvalidTable = errors.New("txoutbox: invalid table name")
+
+// TableNameDefault is the outbox table's name when none is given
+// (txoutbox.TableNameDefault).
+const TableNameDefault = "outbox"
+
+// longestSuffix is the longest suffix appended to the table name for its
+// companion tables.
+const longestSuffix = len("_schema_migrations")
+
+// NamesFor validates an outbox table's schema and name (empty: unqualified,
+// and TableNameDefault) and returns the quoted names of the table, its
+// companions and its channel. Names such as `x; drop table y` are refused,
+// never interpolated.
+func NamesFor(schema, name string) (Names, error) {
+	if name == "" {
+		name = TableNameDefault
+	}
+	if schema != "" {
+		if err := ident.Validate(schema); err != nil {
+			return Names{}, fmt.Errorf("%w: schema: %w", ErrInvalidTable, err)
+		}
+	}
+	if err := ident.Validate(name); err != nil {
+		return Names{}, fmt.Errorf("%w: name: %w", ErrInvalidTable, err)
+	}
+	if len(name)+longestSuffix > ident.MaxLen {
+		return Names{}, fmt.Errorf("%w: name: %q is longer than %d bytes, so %q would not fit PostgreSQL's identifier limit",
+			ErrInvalidTable, name, ident.MaxLen-longestSuffix, name+"_schema_migrations")
+	}
+	return Names{
+		Table:   ident.Qualified(schema, name),
+		Relays:  ident.Qualified(schema, name+"_relays"),
+		Shards:  ident.Qualified(schema, name+"_shards"),
+		Channel: Channel(schema, name),
+	}, nil
+}
+
+// Channel is the LISTEN/NOTIFY channel of an outbox table (name empty:
+// TableNameDefault). Channel names are limited to 63 bytes; a longer
+// qualified name is replaced by a hash of it.
+func Channel(schema, name string) string {
+	if name == "" {
+		name = TableNameDefault
+	}
+	ch := "txoutbox." + name
+	if schema != "" {
+		ch = "txoutbox." + schema + "." + name
+	}
+	if len(ch) > ident.MaxLen {
+		h := fnv.New64a()
+		h.Write([]byte(ch))
+		ch = fmt.Sprintf("txoutbox.%016x", h.Sum64())
+	}
+	return ch
+}
