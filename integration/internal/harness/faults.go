@@ -81,6 +81,7 @@ func Mix(faults ...Fault) Fault {
 				defer mu.Unlock()
 				windows += n
 				if err != nil && !errors.Is(err, context.Canceled) {
+					w.Env.Logf("fault failed, stopping the other faults: %v", err)
 					errs = append(errs, err)
 					cancel()
 				}
