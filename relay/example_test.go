@@ -10,6 +10,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 // Run a relay until SIGINT or SIGTERM; start as many as you like, in one
@@ -23,7 +24,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	db.SetMaxIdleConns(8)
-	pub, err := relay.NewKafkaPublisher([]string{"kafka-1:9092", "kafka-2:9092"}, relay.KafkaConfig{})
+	pub, err := kafkapub.NewPublisher([]string{"kafka-1:9092", "kafka-2:9092"}, kafkapub.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

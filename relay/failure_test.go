@@ -14,6 +14,7 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 // flakyPublisher fails the first failures publishes of chosen aggregates and
@@ -57,7 +58,7 @@ func TestFailedEventHoldsBackOnlyItsAggregate(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	// agg-0 fails until the test says otherwise.
-	pub := &flakyPublisher{next: b.kafkaPublisher(t, relay.KafkaConfig{}), failLeft: map[string]int{"agg-0": 1 << 30}}
+	pub := &flakyPublisher{next: b.kafkaPublisher(t, kafkapub.Config{}), failLeft: map[string]int{"agg-0": 1 << 30}}
 	want := b.write(t, "orders", 400, 8)
 	cfg := b.fastConfig()
 	cfg.BatchSize = 20 // many claims while agg-0 backs off
@@ -96,7 +97,7 @@ func TestPoisonEventGoesDeadOthersFlow(t *testing.T) {
 	b := setup(t)
 	// Records over 2 KB are refused by the producer, like an oversize
 	// message a real broker refuses.
-	pub := b.kafkaPublisher(t, relay.KafkaConfig{MaxMessageBytes: 2048})
+	pub := b.kafkaPublisher(t, kafkapub.Config{MaxMessageBytes: 2048})
 	ctx := context.Background()
 	want := b.write(t, "orders", 200, 10)
 	big, _ := txoutbox.NewEvent("orders", "order", "poison", "order.huge", strings.Repeat("x", 10_000))
@@ -222,7 +223,7 @@ func TestFailoverAfterRelayDiesWithoutCleanup(t *testing.T) {
 	// A's claims included, in order.
 	cfgB := b.fastConfig()
 	cfgB.ID = "relay-b"
-	runRelay(t, b.db, b.kafkaPublisher(t, relay.KafkaConfig{}), cfgB)
+	runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), cfgB)
 	got := consume(t, b.brokers, "orders", len(want), 60*time.Second)
 	check(t, want, got)
 	waitFor(t, 10*time.Second, "all rows published", func() bool {
@@ -281,7 +282,7 @@ func (p *gatedPublisher) Close() error { return nil }
 func TestShardHandoverWaitsForThePreviousOwner(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	kafka := b.kafkaPublisher(t, relay.KafkaConfig{})
+	kafka := b.kafkaPublisher(t, kafkapub.Config{})
 	want := b.write(t, "orders", 200, 40) // rows 1-40 are each aggregate's first
 
 	gated := &gatedPublisher{next: kafka, gate: make(chan struct{}), started: make(chan struct{})}

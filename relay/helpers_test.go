@@ -15,6 +15,7 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 // bundle is what most relay tests need.
@@ -54,9 +55,9 @@ func (b *bundle) fastConfig() relay.Config {
 	}
 }
 
-func (b *bundle) kafkaPublisher(t *testing.T, cfg relay.KafkaConfig) message.Publisher {
+func (b *bundle) kafkaPublisher(t *testing.T, cfg kafkapub.Config) message.Publisher {
 	t.Helper()
-	pub, err := relay.NewKafkaPublisher(b.brokers, cfg)
+	pub, err := kafkapub.NewPublisher(b.brokers, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

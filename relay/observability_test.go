@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 // histogramPoints returns the data points of the named float histogram.
@@ -111,7 +112,7 @@ func TestCloudEventsHeaders(t *testing.T) {
 	want := b.write(t, "ce", 1, 1)
 	cfg := b.fastConfig()
 	cfg.CloudEvents = relay.CloudEventsConfig{Enabled: true, Source: "/orders-service"}
-	runRelay(t, b.db, b.kafkaPublisher(t, relay.KafkaConfig{}), cfg)
+	runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), cfg)
 	rec := firstRecord(t, b.brokers, "ce")
 	h := map[string]string{}
 	for _, kv := range rec.Headers {
@@ -143,7 +144,7 @@ func TestHealth(t *testing.T) {
 	if h := r.Health(); h.Running || h.Heartbeating {
 		t.Fatalf("before Run: %+v", h)
 	}
-	r, stop := runRelay(t, b.db, b.kafkaPublisher(t, relay.KafkaConfig{}), cfg)
+	r, stop := runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), cfg)
 	waitFor(t, 10*time.Second, "the relay to heartbeat and own its shards", func() bool {
 		h := r.Health()
 		return h.Running && h.Heartbeating && h.Shards == 256 && h.Incarnation != "" && h.SinceHeartbeat < time.Second

@@ -4,14 +4,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 func TestRelayDeliversEverythingInOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	want := b.write(t, "orders", 3000, 50)
-	_, stop := runRelay(t, b.db, b.kafkaPublisher(t, relay.KafkaConfig{}), b.fastConfig())
+	_, stop := runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), b.fastConfig())
 	got := consume(t, b.brokers, "orders", len(want), 60*time.Second)
 	check(t, want, got)
 	waitFor(t, 10*time.Second, "all rows marked published", func() bool {
@@ -29,7 +29,7 @@ func TestRelayDeliversEverythingInOrder(t *testing.T) {
 func TestThreeRelaysKeepPerKeyOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	pub := b.kafkaPublisher(t, relay.KafkaConfig{})
+	pub := b.kafkaPublisher(t, kafkapub.Config{})
 	for range 3 {
 		cfg := b.fastConfig()
 		cfg.BatchSize = 50

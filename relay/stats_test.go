@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 func TestReadStats(t *testing.T) {
@@ -46,7 +47,7 @@ func TestMetrics(t *testing.T) {
 	cfg := b.fastConfig()
 	cfg.MeterProvider = metric.NewMeterProvider(metric.WithReader(reader))
 	want := b.write(t, "orders", 100, 4)
-	runRelay(t, b.db, b.kafkaPublisher(t, relay.KafkaConfig{}), cfg)
+	runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), cfg)
 	check(t, want, consume(t, b.brokers, "orders", len(want), 30*time.Second))
 
 	var published, shards int64
@@ -87,7 +88,7 @@ func TestNotifyWakesTheRelay(t *testing.T) {
 	b := setup(t)
 	cfg := b.fastConfig()
 	cfg.PollInterval = time.Hour
-	runRelay(t, b.db, b.kafkaPublisher(t, relay.KafkaConfig{}), cfg)
+	runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), cfg)
 	waitFor(t, 10*time.Second, "the relay to own its shards", func() bool {
 		return count(t, b.db, "SELECT count(*) FROM outbox_shards WHERE owner IS NOT NULL") == 256
 	})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 // TestTraceThroughTheOutbox follows one event from the span that wrote it,
@@ -50,7 +51,7 @@ func TestTraceThroughTheOutbox(t *testing.T) {
 
 	cfg := b.fastConfig()
 	cfg.TracerProvider = tp
-	runRelay(t, b.db, b.kafkaPublisher(t, relay.KafkaConfig{}), cfg)
+	runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), cfg)
 
 	// The consumer: the record's headers carry a trace context.
 	rec := firstRecord(t, b.brokers, "traced")
@@ -138,7 +139,7 @@ func TestSpanNamesThePublishersSystem(t *testing.T) {
 func TestRelayDefaultsToGlobalProviders(t *testing.T) {
 	b := setup(t)
 	cfg := b.fastConfig()
-	_, stop := runRelay(t, b.db, b.kafkaPublisher(t, relay.KafkaConfig{}), cfg)
+	_, stop := runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), cfg)
 
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 // startRelay runs a relay on the outbox, publishing to a fresh kfake broker,
@@ -20,7 +21,7 @@ import (
 func (e *opsEnv) startRelay(t *testing.T) []string {
 	t.Helper()
 	brokers := testkit.Kafka(t).ListenAddrs()
-	pub, err := relay.NewKafkaPublisher(brokers, relay.KafkaConfig{})
+	pub, err := kafkapub.NewPublisher(brokers, kafkapub.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

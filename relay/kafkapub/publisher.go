@@ -1,4 +1,4 @@
-package relay
+package kafkapub
 
 import (
 	"crypto/tls"
@@ -11,10 +11,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/txoutbox/txoutbox/relay"
 )
 
-// KafkaConfig tunes NewKafkaPublisher. The zero value is valid.
-type KafkaConfig struct {
+// Config tunes NewPublisher. The zero value is valid.
+type Config struct {
 	// ClientID is reported to the brokers. Default "txoutbox".
 	ClientID string
 
@@ -58,14 +60,14 @@ type KafkaConfig struct {
 type SASLConfig struct {
 	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. Empty disables
 	// SASL. SCRAM needs a client implementation: set
-	// Net.SASL.SCRAMClientGeneratorFunc in KafkaConfig.Configure (Sarama
+	// Net.SASL.SCRAMClientGeneratorFunc in Config.Configure (Sarama
 	// validates that it is set).
 	Mechanism string
 	User      string
 	Password  string
 }
 
-// NewKafkaPublisher returns a watermill-kafka publisher set up for the
+// NewPublisher returns a watermill-kafka publisher set up for the
 // relay:
 //
 //   - the message key is the aggregate id, so one aggregate's events land on
@@ -86,13 +88,13 @@ type SASLConfig struct {
 //     event's headers) travel as Kafka headers.
 //
 // Close it after the relay's Run has returned.
-func NewKafkaPublisher(brokers []string, cfg KafkaConfig) (message.Publisher, error) {
+func NewPublisher(brokers []string, cfg Config) (message.Publisher, error) {
 	if len(brokers) == 0 {
-		return nil, errors.New("relay: kafka publisher: no brokers")
+		return nil, errors.New("kafkapub: no brokers")
 	}
 	sc, err := cfg.sarama()
 	if err != nil {
-		return nil, fmt.Errorf("relay: kafka publisher: %w", err)
+		return nil, fmt.Errorf("kafkapub: %w", err)
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -104,17 +106,17 @@ func NewKafkaPublisher(brokers []string, cfg KafkaConfig) (message.Publisher, er
 		OverwriteSaramaConfig: sc,
 	}, watermill.NewSlogLogger(logger))
 	if err != nil {
-		return nil, fmt.Errorf("relay: kafka publisher: %w", err)
+		return nil, fmt.Errorf("kafkapub: %w", err)
 	}
 	return pub, nil
 }
 
 // aggregateKey makes the aggregate id the Kafka message key.
 func aggregateKey(_ string, msg *message.Message) (string, error) {
-	return msg.Metadata.Get(MetadataAggregateID), nil
+	return msg.Metadata.Get(relay.MetadataAggregateID), nil
 }
 
-func (cfg KafkaConfig) sarama() (*sarama.Config, error) {
+func (cfg Config) sarama() (*sarama.Config, error) {
 	sc := sarama.NewConfig()
 	sc.ClientID = "txoutbox"
 	if cfg.ClientID != "" {

@@ -1,4 +1,4 @@
-package relay
+package kafkapub
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 // SaramaLogger adapts l to Sarama's logger, for programs to install once:
 //
-//	sarama.Logger = relay.SaramaLogger(logger)
+//	sarama.Logger = kafkapub.SaramaLogger(logger)
 //
 // Sarama logs through one package-level logger, discarded by default, so
 // its reasons for failing (a refused TLS handshake, a SASL rejection, a
