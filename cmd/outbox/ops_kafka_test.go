@@ -11,7 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/relay"
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
@@ -20,7 +20,7 @@ import (
 // until the test ends, and returns the broker addresses.
 func (e *opsEnv) startRelay(t *testing.T) []string {
 	t.Helper()
-	brokers := testkit.Kafka(t).ListenAddrs()
+	brokers := kafkatest.New(t).ListenAddrs()
 	pub, err := kafkapub.NewPublisher(brokers, kafkapub.Config{})
 	if err != nil {
 		t.Fatal(err)

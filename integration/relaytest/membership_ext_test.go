@@ -1,4 +1,4 @@
-package relay_test
+package relaytest
 
 import (
 	"log/slog"
@@ -26,13 +26,13 @@ func TestRebalanceOnJoinAndLeaveIsAnnounced(t *testing.T) {
 			Logger: slog.New(slog.DiscardHandler),
 		}
 	}
-	runRelay(t, db, testkit.NopPublisher{}, slow("relay-a"))
+	runRelay(t, db, nopPublisher{}, slow("relay-a"))
 	waitFor(t, rebalanceBound, "relay-a to own every shard", func() bool {
 		return count(t, db, "SELECT count(*) FROM outbox_shards WHERE owner LIKE 'relay-a#%'") == 256
 	})
 
 	start := time.Now()
-	_, stopB := runRelay(t, db, testkit.NopPublisher{}, slow("relay-b"))
+	_, stopB := runRelay(t, db, nopPublisher{}, slow("relay-b"))
 	waitFor(t, rebalanceBound, "relay-a to hand relay-b its share", func() bool {
 		return count(t, db, `SELECT count(*) FROM outbox_shards WHERE owner LIKE 'relay-b#%'`) > 0 &&
 			count(t, db, `SELECT count(*) FROM outbox_shards WHERE owner LIKE 'relay-a#%' OR owner LIKE 'relay-b#%'`) == 256

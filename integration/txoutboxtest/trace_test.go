@@ -1,4 +1,4 @@
-package txoutbox_test
+package txoutboxtest
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package inbox_test
+package inboxtest
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/txoutbox/txoutbox/inbox"
-	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 )
 
 // TestThroughKafka publishes events with duplicates, in shuffled order, the
@@ -29,7 +29,7 @@ import (
 func TestThroughKafka(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	cluster := testkit.Kafka(t)
+	cluster := kafkatest.New(t)
 	brokers := cluster.ListenAddrs()
 	logger := watermill.NopLogger{}
 	const topic = "accounts"

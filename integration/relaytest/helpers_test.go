@@ -1,4 +1,4 @@
-package relay_test
+package relaytest
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/relay"
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
@@ -28,7 +29,7 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	db := testkit.NewOutbox(t)
-	kafka := testkit.Kafka(t)
+	kafka := kafkatest.New(t)
 	w, err := newWriterFor(db)
 	if err != nil {
 		t.Fatal(err)
