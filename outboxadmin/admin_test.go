@@ -9,7 +9,6 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/outboxadmin"
-	"github.com/txoutbox/txoutbox/relay"
 )
 
 func TestNewRejectsBadConfig(t *testing.T) {
@@ -100,13 +99,5 @@ func TestRetryWithAwkwardAggregateIDs(t *testing.T) {
 	if len(retried) != 2 || retried[0].AggregateID != awkward || len(retried[0].Overtaken) != 1 || retried[0].Overtaken[0] != 2 ||
 		retried[1].AggregateID != "plain" || len(retried[1].Overtaken) != 0 {
 		t.Fatalf("retried = %+v", retried)
-	}
-}
-
-func TestStaleAfterDefaultIsTheRelays(t *testing.T) {
-	t.Parallel()
-	if outboxadmin.StaleAfterDefault != relay.StaleAfterDefault {
-		t.Fatalf("outboxadmin.StaleAfterDefault = %s, relay.StaleAfterDefault = %s: Status would count relays alive by another rule than the relays' own",
-			outboxadmin.StaleAfterDefault, relay.StaleAfterDefault)
 	}
 }

@@ -31,7 +31,7 @@ func setupInternal(t *testing.T) *internalBundle {
 
 func (b *internalBundle) newRelay(t *testing.T, id string) *Relay {
 	t.Helper()
-	r, err := New(b.db.SQL, testkit.NopPublisher{}, Config{Table: b.db.Table(), ID: id, Logger: slog.New(slog.DiscardHandler)})
+	r, err := New(b.db.SQL, nopPublisher{}, Config{Table: b.db.Table(), ID: id, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

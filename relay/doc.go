@@ -1,9 +1,9 @@
 // Package relay publishes the outbox: it claims committed events from the
 // outbox table and publishes them through any Watermill publisher (Kafka via
-// NewKafkaPublisher), at least once, in order per aggregate, with any number
+// package kafkapub), at least once, in order per aggregate, with any number
 // of relays running at once.
 //
-//	pub, err := relay.NewKafkaPublisher(brokers, relay.KafkaConfig{})
+//	pub, err := kafkapub.NewPublisher(brokers, kafkapub.Config{})
 //	r, err := relay.New(db, pub, relay.Config{})
 //	err = r.Run(ctx) // until ctx ends
 //

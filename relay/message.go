@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -220,11 +219,10 @@ func messagingSystem(set string, pub message.Publisher) string {
 // error.type attribute: the Kafka error code, a timeout, or the Go type of
 // the innermost error.
 func errorType(err error) string {
-	var kerr sarama.KError
-	switch {
-	case errors.As(err, &kerr):
-		return "kafka_error_" + strconv.Itoa(int(kerr))
-	case errors.Is(err, context.DeadlineExceeded):
+	if code, ok := kafkaErrorCode(err); ok {
+		return "kafka_error_" + strconv.FormatInt(code, 10)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
 		return "timeout"
 	}
 	for {
@@ -234,4 +232,29 @@ func errorType(err error) string {
 		}
 		err = next
 	}
+}
+
+// kafkaErrorCode finds a Sarama broker error (sarama.KError, an int16 code)
+// in err's tree. It matches the type by package path and name, as
+// messagingSystem does, so the relay does not compile Sarama into programs
+// that publish elsewhere.
+func kafkaErrorCode(err error) (int64, bool) {
+	if err == nil {
+		return 0, false
+	}
+	v := reflect.ValueOf(err)
+	if t := v.Type(); t.Name() == "KError" && t.PkgPath() == "github.com/IBM/sarama" && v.CanInt() {
+		return v.Int(), true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return kafkaErrorCode(u.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if code, ok := kafkaErrorCode(e); ok {
+				return code, true
+			}
+		}
+	}
+	return 0, false
 }

@@ -70,7 +70,7 @@ type Relay struct {
 //
 // pub is any Watermill publisher; its Publish must return only once the
 // broker acknowledged the message (watermill-kafka's does; see
-// NewKafkaPublisher). The relay does not close it.
+// kafkapub.NewPublisher). The relay does not close it.
 func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
@@ -97,7 +98,7 @@ func TestRelayRunsWithItsGrants(t *testing.T) {
 	t.Parallel()
 	e := newOps(t)
 	id, _ := e.write(t, "orders", "o-1", "order.placed")
-	brokers := testkit.Kafka(t).ListenAddrs()
+	brokers := kafkatest.New(t).ListenAddrs()
 	env := map[string]string{"OUTBOX_BROKERS": strings.Join(brokers, ",")}
 
 	short, _ := roleKit{e}.role(t, "relay_short", relayGrants[0], relayGrants[2], "SELECT, INSERT, UPDATE ON outbox_relays")

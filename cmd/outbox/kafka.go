@@ -13,7 +13,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/xdg-go/scram"
 
-	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 // kafkaFlags are the relay's connection settings for a Kafka cluster.
@@ -49,8 +49,8 @@ func (k *kafkaFlags) register(fs *flag.FlagSet) {
 // config validates the flags and builds the publisher's configuration,
 // reading the TLS files, without connecting to anything. Every error is a
 // usage error.
-func (k *kafkaFlags) config(logger *slog.Logger) (relay.KafkaConfig, error) {
-	cfg := relay.KafkaConfig{ClientID: k.clientID, Logger: logger}
+func (k *kafkaFlags) config(logger *slog.Logger) (kafkapub.Config, error) {
+	cfg := kafkapub.Config{ClientID: k.clientID, Logger: logger}
 	if strings.TrimSpace(k.clientID) == "" {
 		return cfg, usagef("--kafka-client-id is empty")
 	}
@@ -102,7 +102,7 @@ func (k *kafkaFlags) tlsConfig() (*tls.Config, error) {
 	return c, nil
 }
 
-func (k *kafkaFlags) sasl(cfg *relay.KafkaConfig) error {
+func (k *kafkaFlags) sasl(cfg *kafkapub.Config) error {
 	if k.saslMechanism == "" {
 		if k.saslUser != "" || k.saslPassword != "" {
 			return usagef("--sasl-user or --sasl-password without --sasl-mechanism")
@@ -122,7 +122,7 @@ func (k *kafkaFlags) sasl(cfg *relay.KafkaConfig) error {
 	if k.saslUser == "" || k.saslPassword == "" {
 		return usagef("--sasl-mechanism %s needs --sasl-user and --sasl-password (or %s)", k.saslMechanism, envName("sasl-password"))
 	}
-	cfg.SASL = relay.SASLConfig{Mechanism: k.saslMechanism, User: k.saslUser, Password: k.saslPassword}
+	cfg.SASL = kafkapub.SASLConfig{Mechanism: k.saslMechanism, User: k.saslUser, Password: k.saslPassword}
 	if hash != nil {
 		cfg.Configure = func(sc *sarama.Config) {
 			sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{hash: hash} }

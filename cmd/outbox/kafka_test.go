@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 )
 
 // testPKI is a CA, a broker certificate for 127.0.0.1 and a client
@@ -85,7 +85,7 @@ func newTestPKI(t *testing.T) *testPKI {
 func TestRelayOverMutualTLS(t *testing.T) {
 	t.Parallel()
 	pki := newTestPKI(t)
-	brokers := testkit.Kafka(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{pki.server}, ClientCAs: pki.pool,
+	brokers := kafkatest.New(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{pki.server}, ClientCAs: pki.pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})).ListenAddrs()
 	e := newOps(t)
 	id, eventID := e.write(t, "orders", "o-1", "order.placed")
@@ -138,7 +138,7 @@ func headerValue(r *kgo.Record, key string) string {
 // logger per process.
 func TestRelayRefusesAnUnverifiedBroker(t *testing.T) {
 	pki := newTestPKI(t)
-	brokers := testkit.Kafka(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{pki.server}, MinVersion: tls.VersionTLS12})).ListenAddrs()
+	brokers := kafkatest.New(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{pki.server}, MinVersion: tls.VersionTLS12})).ListenAddrs()
 	e := newOps(t)
 	id, _ := e.write(t, "orders", "o-1", "order.placed")
 	code, _, errOut := outboxEnv(t, map[string]string{"OUTBOX_BROKERS": strings.Join(brokers, ","), "OUTBOX_TLS": "true"},
@@ -162,7 +162,7 @@ func TestRelayOverSASL(t *testing.T) {
 	for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"} {
 		t.Run(mech, func(t *testing.T) {
 			t.Parallel()
-			brokers := testkit.Kafka(t, kfake.EnableSASL(), kfake.Superuser(mech, "relay", password)).ListenAddrs()
+			brokers := kafkatest.New(t, kfake.EnableSASL(), kfake.Superuser(mech, "relay", password)).ListenAddrs()
 			e := newOps(t)
 			id, _ := e.write(t, "orders", "o-1", "order.placed")
 			env := map[string]string{"OUTBOX_BROKERS": strings.Join(brokers, ","), "OUTBOX_SASL_MECHANISM": mech,

@@ -15,7 +15,7 @@ import (
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 )
 
 // get fetches url and returns the status and body.
@@ -38,7 +38,7 @@ var servingAddr = regexp.MustCompile(`serving /metrics, /healthz and /readyz" ad
 func TestMetricsAndProbes(t *testing.T) {
 	t.Parallel()
 	e := newOps(t)
-	brokers := testkit.Kafka(t).ListenAddrs()
+	brokers := kafkatest.New(t).ListenAddrs()
 	for i := range 5 {
 		e.write(t, "orders", "o-"+string(rune('a'+i)), "order.placed")
 	}
@@ -120,7 +120,7 @@ func TestTracingExportsOverOTLP(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
 	t.Setenv("OTEL_SERVICE_NAME", "orders-relay")
 	e := newOps(t)
-	brokers := testkit.Kafka(t).ListenAddrs()
+	brokers := kafkatest.New(t).ListenAddrs()
 	id, _ := e.write(t, "orders", "o-1", "order.placed")
 	env := map[string]string{"OUTBOX_BROKERS": strings.Join(brokers, ","), "OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL}
 	b := startOutbox(t, env, append([]string{"relay", "--poll-interval", "50ms"}, e.flags...)...)

@@ -12,16 +12,17 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 // startRelay runs a relay on the outbox, publishing to a fresh kfake broker,
 // until the test ends, and returns the broker addresses.
 func (e *opsEnv) startRelay(t *testing.T) []string {
 	t.Helper()
-	brokers := testkit.Kafka(t).ListenAddrs()
-	pub, err := relay.NewKafkaPublisher(brokers, relay.KafkaConfig{})
+	brokers := kafkatest.New(t).ListenAddrs()
+	pub, err := kafkapub.NewPublisher(brokers, kafkapub.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

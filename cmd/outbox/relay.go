@@ -16,6 +16,7 @@ import (
 
 	"github.com/txoutbox/txoutbox/internal/grants"
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 func init() {
@@ -128,7 +129,7 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	setSaramaLogger(logger)
 	defer saramaTarget.Store(nil)
-	pub, err := relay.NewKafkaPublisher(addrs, kcfg)
+	pub, err := kafkapub.NewPublisher(addrs, kcfg)
 	if err != nil {
 		return fmt.Errorf("connect to kafka (%s): %w", strings.Join(addrs, ","), err)
 	}
@@ -182,7 +183,7 @@ func (saramaForwarder) Println(v ...any) {
 }
 
 func setSaramaLogger(l *slog.Logger) {
-	sl := relay.SaramaLogger(l)
+	sl := kafkapub.SaramaLogger(l)
 	saramaTarget.Store(&sl)
 }
 

@@ -42,6 +42,7 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/examples/internal/demo"
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 const schema = "txoutbox_metrics_example"
@@ -91,7 +92,7 @@ func run(ctx context.Context, addr string, once bool) error {
 	}
 	defer stopBroker()
 	// A small broker limit, so the example's one oversized event goes dead.
-	pub, err := relay.NewKafkaPublisher(brokers, relay.KafkaConfig{MaxMessageBytes: 64 << 10})
+	pub, err := kafkapub.NewPublisher(brokers, kafkapub.Config{MaxMessageBytes: 64 << 10})
 	if err != nil {
 		return err
 	}

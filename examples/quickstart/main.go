@@ -27,6 +27,7 @@ import (
 	"github.com/txoutbox/txoutbox/examples/internal/demo"
 	"github.com/txoutbox/txoutbox/migrations"
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 func main() {
@@ -77,7 +78,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer stopBroker()
-	pub, err := relay.NewKafkaPublisher(brokers, relay.KafkaConfig{})
+	pub, err := kafkapub.NewPublisher(brokers, kafkapub.Config{})
 	if err != nil {
 		return err
 	}

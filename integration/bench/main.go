@@ -41,7 +41,7 @@
 //   - memory: peak RSS of an `outbox relay` process draining a million
 //     events.
 //
-// Every Kafka scenario publishes through relay.NewKafkaPublisher (Sarama via
+// Every Kafka scenario publishes through kafkapub.NewPublisher (Sarama via
 // watermill-kafka, acks=all), so they differ only in what drives
 // the publisher.
 package main

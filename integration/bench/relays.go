@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 // relayRun is a set of in-process relays (goroutines of the harness, each
@@ -136,7 +137,7 @@ func (nopPublisher) Close() error                              { return nil }
 // broker; every Kafka scenario uses it, so they differ only in what drives
 // it.
 func (e *env) kafkaPublisher() (message.Publisher, error) {
-	pub, err := relay.NewKafkaPublisher([]string{e.broker}, relay.KafkaConfig{ClientID: "bench"})
+	pub, err := kafkapub.NewPublisher([]string{e.broker}, kafkapub.Config{ClientID: "bench"})
 	if err != nil {
 		return nil, fmt.Errorf("kafka publisher: %w", err)
 	}

@@ -85,7 +85,7 @@ func runForwarder(ctx context.Context, e *env, batch int) (throughput, error) {
 	}
 	res := newThroughput("forwarder", n, end.Sub(start), map[string]any{
 		"subscribe_batch_size": batch, "poll_interval": "1s (default)", "ack_deadline": "30s (default)",
-		"offsets": "DefaultPostgreSQLOffsetsAdapter", "publisher": "watermill-kafka (relay.NewKafkaPublisher)",
+		"offsets": "DefaultPostgreSQLOffsetsAdapter", "publisher": "watermill-kafka (kafkapub.NewPublisher)",
 	})
 	d, err := readBack(ctx, e.broker, topic, n, 10*time.Second)
 	if err != nil {

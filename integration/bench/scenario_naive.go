@@ -78,7 +78,7 @@ func runNaive(ctx context.Context, e *env) (throughput, error) {
 		}
 	}
 	took := time.Since(start)
-	res := newThroughput("naive", n, took, map[string]any{"workers": 1, "batch": naiveBatch, "publisher": "watermill-kafka (relay.NewKafkaPublisher)", "mark": "one UPDATE per row"})
+	res := newThroughput("naive", n, took, map[string]any{"workers": 1, "batch": naiveBatch, "publisher": "watermill-kafka (kafkapub.NewPublisher)", "mark": "one UPDATE per row"})
 	d, err := readBack(ctx, e.broker, topic, n, 10*time.Second)
 	if err != nil {
 		return throughput{}, err

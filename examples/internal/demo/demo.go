@@ -23,6 +23,7 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/migrations"
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 // DatabaseURL is DATABASE_URL, or the local PostgreSQL with trust auth.
@@ -84,7 +85,7 @@ func Brokers() (brokers []string, stop func(), err error) {
 // StartRelay runs a relay for table on brokers until stop is called; stop
 // waits for its clean shutdown, which records every acknowledgement.
 func StartRelay(ctx context.Context, db *sql.DB, table txoutbox.Table, brokers []string) (r *relay.Relay, stop func() error, err error) {
-	pub, err := relay.NewKafkaPublisher(brokers, relay.KafkaConfig{})
+	pub, err := kafkapub.NewPublisher(brokers, kafkapub.Config{})
 	if err != nil {
 		return nil, nil, err
 	}

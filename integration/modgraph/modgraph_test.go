@@ -1,0 +1,234 @@
+package modgraph
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// base is what every case brings: the root module (uuid, pgx, the OTel
+// API) and what those modules' own go.mod files require, test libraries
+// included (minimal version selection reads whole go.mod files).
+var base = []string{
+	"github.com/txoutbox/txoutbox",
+	"github.com/google/uuid",
+	"github.com/jackc/pgx/v5", "github.com/jackc/pgpassfile", "github.com/jackc/pgservicefile", "github.com/jackc/puddle/v2",
+	"go.opentelemetry.io/otel", "go.opentelemetry.io/otel/trace", "go.opentelemetry.io/otel/metric",
+	"go.opentelemetry.io/otel/log", "go.opentelemetry.io/auto/sdk",
+	"github.com/go-logr/logr", "github.com/go-logr/stdr", "github.com/cespare/xxhash/v2", "github.com/google/go-cmp",
+	"github.com/stretchr/testify", "github.com/stretchr/objx", "github.com/davecgh/go-spew", "github.com/pmezard/go-difflib",
+	"github.com/kr/pretty", "gopkg.in/check.v1", "gopkg.in/yaml.v3", "go.yaml.in/yaml/v3",
+	"golang.org/x/mod", "golang.org/x/sync", "golang.org/x/text", "golang.org/x/tools",
+}
+
+// watermill is Watermill and its own go.mod's requirements (the Prometheus
+// client among them: Watermill's, not ours).
+var watermill = []string{
+	"github.com/ThreeDotsLabs/watermill",
+	"github.com/cenkalti/backoff/v5", "github.com/go-chi/chi/v5", "github.com/gogo/protobuf", "github.com/golang/protobuf",
+	"github.com/lithammer/shortuuid/v3", "github.com/oklog/ulid", "github.com/pkg/errors", "github.com/sony/gobreaker",
+	"github.com/prometheus/client_golang", "github.com/prometheus/client_model", "github.com/prometheus/common",
+	"github.com/prometheus/procfs", "github.com/beorn7/perks", "github.com/munnerz/goautoneg",
+	"github.com/klauspost/compress", "github.com/kr/text", "golang.org/x/sys", "google.golang.org/protobuf",
+}
+
+// cases are the packages a user imports alone, and what each may bring on
+// top of base.
+var cases = []struct {
+	name    string
+	imports []string
+	allowed [][]string
+}{
+	{
+		name:    "gormoutbox",
+		imports: []string{"github.com/txoutbox/txoutbox/gormoutbox"},
+		allowed: [][]string{base, {
+			"github.com/txoutbox/txoutbox/gormoutbox",
+			"gorm.io/gorm", "github.com/jinzhu/inflection", "github.com/jinzhu/now",
+			// gormoutbox's tests use the PostgreSQL driver; GORM's go.mod
+			// requires the SQLite one.
+			"gorm.io/driver/postgres", "gorm.io/driver/sqlite", "github.com/mattn/go-sqlite3",
+		}},
+	},
+	{
+		name:    "entoutbox",
+		imports: []string{"github.com/txoutbox/txoutbox/entoutbox"},
+		allowed: [][]string{base, {
+			"github.com/txoutbox/txoutbox/entoutbox",
+			"github.com/txoutbox/txoutbox/internal/entest", // the generated ent code entoutbox's tests use
+			"entgo.io/ent", "ariga.io/atlas", "github.com/go-openapi/inflect", "github.com/hashicorp/hcl/v2",
+			"github.com/agext/levenshtein", "github.com/apparentlymart/go-textseg/v15", "github.com/bmatcuk/doublestar",
+			"github.com/mitchellh/go-wordwrap", "github.com/zclconf/go-cty", "github.com/zclconf/go-cty-yaml",
+			// ent's own go.mod (its CLI and tests):
+			"github.com/DATA-DOG/go-sqlmock", "github.com/golang/groupcache", "github.com/gorilla/websocket",
+			"github.com/inconshreveable/mousetrap", "github.com/jessevdk/go-flags", "github.com/json-iterator/go",
+			"github.com/mattn/go-runewidth", "github.com/mattn/go-sqlite3", "github.com/mitchellh/mapstructure",
+			"github.com/modern-go/concurrent", "github.com/modern-go/reflect2", "github.com/niemeyer/pretty",
+			"github.com/olekukonko/tablewriter", "github.com/rogpeppe/go-internal", "github.com/sergi/go-diff",
+			"github.com/spf13/cobra", "github.com/spf13/pflag", "go.opencensus.io", "golang.org/x/sys",
+		}},
+	},
+	{
+		name:    "relay with the Kafka publisher",
+		imports: []string{"github.com/txoutbox/txoutbox/relay", "github.com/txoutbox/txoutbox/relay/kafkapub"},
+		allowed: [][]string{base, watermill, {
+			"github.com/txoutbox/txoutbox/relay", "github.com/txoutbox/txoutbox/relay/kafkapub",
+			"github.com/IBM/sarama", "github.com/ThreeDotsLabs/watermill-kafka/v3",
+			"github.com/eapache/go-resiliency", "github.com/eapache/go-xerial-snappy", "github.com/eapache/queue",
+			"github.com/golang/snappy", "github.com/pierrec/lz4/v4", "github.com/rcrowley/go-metrics",
+			"github.com/hashicorp/errwrap", "github.com/hashicorp/go-multierror", "github.com/hashicorp/go-uuid",
+			"github.com/jcmturner/aescts/v2", "github.com/jcmturner/dnsutils/v2", "github.com/jcmturner/gofork",
+			"github.com/jcmturner/goidentity/v6", "github.com/jcmturner/gokrb5/v8", "github.com/jcmturner/rpc/v2",
+			"golang.org/x/crypto", "golang.org/x/net", "golang.org/x/term", "golang.org/x/xerrors",
+			// Sarama's and watermill-kafka's own go.mod files (tests, tracing):
+			"github.com/dnwe/otelsarama", "github.com/fortytw2/leaktest", "github.com/gorilla/securecookie",
+			"github.com/gorilla/sessions", "github.com/rogpeppe/go-internal", "github.com/yuin/goldmark", "gopkg.in/yaml.v2",
+		}},
+	},
+	{
+		name:    "relay with only a Watermill publisher",
+		imports: []string{"github.com/txoutbox/txoutbox/relay", "github.com/ThreeDotsLabs/watermill/pubsub/gochannel"},
+		allowed: [][]string{base, watermill, {
+			"github.com/txoutbox/txoutbox/relay",
+			"github.com/rogpeppe/go-internal", // go-cmp's go.mod, raised by Watermill's
+		}},
+	},
+	{
+		name:    "inbox",
+		imports: []string{"github.com/txoutbox/txoutbox/inbox"},
+		allowed: [][]string{base, watermill, {"github.com/txoutbox/txoutbox/inbox"}},
+	},
+}
+
+func TestWhatEachPackageBrings(t *testing.T) {
+	t.Parallel()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed: %v", err)
+	}
+	modules := ourModules(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			var gomod strings.Builder
+			gomod.WriteString("module example.com/user\n\ngo 1.26.0\n\n")
+			for path, d := range modules {
+				gomod.WriteString("replace " + path + " => " + d + "\n")
+			}
+			var main strings.Builder
+			main.WriteString("package main\n\nimport (\n")
+			for _, imp := range tc.imports {
+				main.WriteString("\t_ \"" + imp + "\"\n")
+			}
+			main.WriteString(")\n\nfunc main() {}\n")
+			write(t, filepath.Join(dir, "go.mod"), gomod.String())
+			write(t, filepath.Join(dir, "main.go"), main.String())
+
+			run(t, dir, goBin, "mod", "tidy")
+			run(t, dir, goBin, "build", "-o", os.DevNull, ".")
+			out := run(t, dir, goBin, "list", "-m", "-f", "{{if not .Main}}{{.Path}}{{end}}", "all")
+			var got, unexpected []string
+			allowed := map[string]bool{}
+			for _, list := range tc.allowed {
+				for _, m := range list {
+					allowed[m] = true
+				}
+			}
+			sc := bufio.NewScanner(bytes.NewReader(out))
+			for sc.Scan() {
+				m := strings.TrimSpace(sc.Text())
+				if m == "" {
+					continue
+				}
+				got = append(got, m)
+				if !allowed[m] {
+					unexpected = append(unexpected, m)
+				}
+			}
+			t.Logf("%d modules in the graph: %s", len(got), strings.Join(got, " "))
+			if len(unexpected) > 0 {
+				t.Errorf("modules %s does not need: %s\n(if one is now legitimately needed, add it to the case's list here and to the README's \"What each package brings\")",
+					tc.name, strings.Join(unexpected, " "))
+			}
+		})
+	}
+}
+
+// ourModules maps each module of this repository to its directory.
+func ourModules(t *testing.T) map[string]string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.work")); err != nil {
+		t.Fatalf("not in the repository: %v", err)
+	}
+	mods := map[string]string{}
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.Name() != "go.mod" {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		first, _, _ := strings.Cut(string(data), "\n")
+		path, ok := strings.CutPrefix(first, "module ")
+		if !ok {
+			t.Fatalf("%s does not start with a module line", p)
+		}
+		mods[strings.TrimSpace(path)] = filepath.Dir(p)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mods) < 2 || !slices.Contains(mapKeys(mods), "github.com/txoutbox/txoutbox") {
+		t.Fatalf("found modules %v", mods)
+	}
+	return mods
+}
+
+func mapKeys(m map[string]string) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// run runs the go command in dir outside the workspace and returns its
+// standard output.
+func run(t *testing.T, dir, goBin string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(goBin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out
+}
