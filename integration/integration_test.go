@@ -108,7 +108,7 @@ func run(t *testing.T, plan harness.Plan) harness.Result {
 		db = testkit.NewOutbox(t)
 	}
 	env := &harness.Env{
-		DB:      harness.DB{SQL: db.SQL, URL: db.URL, Schema: db.Schema},
+		DB:      *db,
 		Bin:     bin,
 		Dir:     t.TempDir(),
 		Logf:    t.Logf,

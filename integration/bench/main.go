@@ -58,6 +58,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // options are the command's flags.
@@ -175,7 +177,8 @@ func logf(format string, args ...any) {
 }
 
 func run(ctx context.Context, o options) error {
-	if err := ensureDatabase(ctx, o.databaseURL); err != nil {
+	dbURL, err := testkit.EnsureDatabase(ctx, o.databaseURL, benchDatabase)
+	if err != nil {
 		return err
 	}
 	tmp, err := os.MkdirTemp("", "txoutbox-bench-")
@@ -183,7 +186,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	e := &env{serverURL: o.databaseURL, tmp: tmp, opts: o}
+	e := &env{dbURL: dbURL, tmp: tmp, opts: o}
 
 	logf("building the broker and the outbox CLI")
 	var outboxBin string

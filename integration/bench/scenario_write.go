@@ -20,6 +20,7 @@ import (
 	"github.com/txoutbox/txoutbox/gormoutbox"
 	"github.com/txoutbox/txoutbox/internal/entest"
 	_ "github.com/txoutbox/txoutbox/internal/entest/runtime" // installs the mixin's hook
+	"github.com/txoutbox/txoutbox/internal/ident"
 )
 
 // overhead is a write-path cost ratio: the same work with and without the
@@ -174,7 +175,7 @@ func runNotifyCost(ctx context.Context, e *env) (overhead, error) {
 		return overhead{}, err
 	}
 	defer listen.Close()
-	if _, err := listen.ExecContext(ctx, "LISTEN "+quoteIdent(s.Table.Channel())); err != nil {
+	if _, err := listen.ExecContext(ctx, "LISTEN "+ident.Quote(s.Table.Channel())); err != nil {
 		return overhead{}, fmt.Errorf("listen: %w", err)
 	}
 	listenCtx, stopListening := context.WithCancel(ctx)
@@ -264,16 +265,4 @@ func writeOne(ctx context.Context, db *sql.DB, w *txoutbox.Writer, insertOrder s
 		return err
 	}
 	return tx.Commit()
-}
-
-// quoteIdent quotes a channel name for LISTEN.
-func quoteIdent(s string) string {
-	out := []byte{'"'}
-	for i := 0; i < len(s); i++ {
-		if s[i] == '"' {
-			out = append(out, '"')
-		}
-		out = append(out, s[i])
-	}
-	return string(append(out, '"'))
 }

@@ -21,27 +21,19 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"log"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/integration/internal/harness"
 	"github.com/txoutbox/txoutbox/internal/testkit"
-	"github.com/txoutbox/txoutbox/migrations"
 )
 
 const database = "txoutbox_chaos"
@@ -108,7 +100,7 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, seed uint64
 	if err != nil {
 		return err
 	}
-	serverDB, err := ensureDatabase(ctx, dbURL)
+	serverDB, err := testkit.EnsureDatabase(ctx, dbURL, database)
 	if err != nil {
 		return err
 	}
@@ -130,7 +122,7 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, seed uint64
 				if err != nil {
 					return fmt.Errorf("%s needs a PostgreSQL cluster of its own: %w", plan.Name, err)
 				}
-				if clusterDB, err = ensureDatabase(ctx, u); err != nil {
+				if clusterDB, err = testkit.EnsureDatabase(ctx, u, database); err != nil {
 					return err
 				}
 			}
@@ -163,24 +155,23 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, seed uint64
 
 // runOne runs plan in a fresh schema and scenario directory.
 func runOne(ctx context.Context, serverDB string, cluster *testkit.Cluster, bin harness.Binaries, dir string, seed uint64, plan harness.Plan, keep bool) (res harness.Result, err error) {
-	schema := "chaos_" + strings.ReplaceAll(plan.Name, "-", "_")
-	schema = strings.ReplaceAll(schema, "+", "_") + "_" + randomHex(4)
-	db, schemaURL, err := createSchema(ctx, serverDB, schema)
+	db, err := testkit.CreateSchema(ctx, serverDB, testkit.SchemaName("chaos_"+plan.Name), true)
 	if err != nil {
 		return res, err
 	}
 	defer func() {
 		if err == nil && !keep {
-			_, _ = db.ExecContext(context.Background(), `DROP SCHEMA "`+schema+`" CASCADE`)
+			_ = db.Drop(context.Background())
+		} else {
+			db.SQL.Close()
 		}
-		db.Close()
 	}()
 	scenarioDir, err := os.MkdirTemp(dir, plan.Name+"-")
 	if err != nil {
 		return res, err
 	}
 	env := &harness.Env{
-		DB:      harness.DB{SQL: db, URL: schemaURL, Schema: schema},
+		DB:      harness.DB{SQL: db.SQL, URL: db.URL, Schema: db.Name},
 		Bin:     bin,
 		Dir:     scenarioDir,
 		Seed:    seed,
@@ -194,60 +185,4 @@ func runOne(ctx context.Context, serverDB string, cluster *testkit.Cluster, bin 
 		err = fmt.Errorf("%w (logs in %s)", err, scenarioDir)
 	}
 	return res, err
-}
-
-// ensureDatabase creates the chaos database if needed and returns its URL.
-func ensureDatabase(ctx context.Context, serverURL string) (string, error) {
-	admin, err := sql.Open("pgx", serverURL)
-	if err != nil {
-		return "", err
-	}
-	defer admin.Close()
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+database); err != nil {
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || (pgErr.Code != "42P04" && pgErr.Code != "23505") {
-			return "", fmt.Errorf("create database %s: %w (is PostgreSQL running? pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start)", database, err)
-		}
-	}
-	u, err := url.Parse(serverURL)
-	if err != nil {
-		return "", err
-	}
-	u.Path = "/" + database
-	return u.String(), nil
-}
-
-// createSchema creates schema with the outbox migrated into it and returns
-// a pool and a URL whose connections use it as their search_path.
-func createSchema(ctx context.Context, dbURL, schema string) (*sql.DB, string, error) {
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		return nil, "", err
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	db, err := sql.Open("pgx", u.String())
-	if err != nil {
-		return nil, "", err
-	}
-	if _, err := db.ExecContext(ctx, `CREATE SCHEMA "`+schema+`"`); err != nil {
-		db.Close()
-		return nil, "", fmt.Errorf("create schema: %w", err)
-	}
-	m, err := migrations.New(db, migrations.Config{Table: txoutbox.Table{Schema: schema}})
-	if err == nil {
-		_, err = m.Up(ctx)
-	}
-	if err != nil {
-		db.Close()
-		return nil, "", fmt.Errorf("migrate %s: %w", schema, err)
-	}
-	return db, u.String(), nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

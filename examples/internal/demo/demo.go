@@ -8,9 +8,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"log/slog"
-	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -21,6 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/ident"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/migrations"
 	"github.com/txoutbox/txoutbox/relay"
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
@@ -44,7 +45,7 @@ func Schema(ctx context.Context, schema string) (*sql.DB, string, txoutbox.Table
 		return nil, "", table, err
 	}
 	defer admin.Close()
-	if _, err := admin.ExecContext(ctx, `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
+	if _, err := admin.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+ident.Quote(schema)+" CASCADE"); err != nil {
 		return nil, "", table, fmt.Errorf("reset schema (is PostgreSQL running at %s?): %w", DatabaseURL(), err)
 	}
 	m, err := migrations.New(admin, migrations.Config{Table: table})
@@ -54,18 +55,15 @@ func Schema(ctx context.Context, schema string) (*sql.DB, string, txoutbox.Table
 	if _, err := m.Up(ctx); err != nil {
 		return nil, "", table, err
 	}
-	u, err := url.Parse(DatabaseURL())
+	u, err := testkit.SearchPathURL(DatabaseURL(), schema)
 	if err != nil {
 		return nil, "", table, err
 	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	db, err := sql.Open("pgx", u.String())
+	db, err := sql.Open("pgx", u)
 	if err == nil {
 		db.SetMaxIdleConns(8) // the relay's loops use up to six connections at once
 	}
-	return db, u.String(), table, err
+	return db, u, table, err
 }
 
 // Brokers returns KAFKA_BROKERS, or starts an embedded Kafka-protocol broker

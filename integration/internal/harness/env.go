@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -17,11 +16,7 @@ import (
 // DB is the scenario's PostgreSQL schema: a pool whose connections use
 // Schema as their search_path, the URL that does the same (for the ORMs and
 // the relay processes), and the outbox migrated into it.
-type DB struct {
-	SQL    *sql.DB
-	URL    string
-	Schema string
-}
+type DB = testkit.DB
 
 // Binaries are the programs a scenario runs as child processes.
 type Binaries struct {
