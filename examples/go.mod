@@ -11,6 +11,7 @@ require (
 	github.com/txoutbox/txoutbox v0.0.0-20261130090009-58086a8a3e85
 	github.com/txoutbox/txoutbox/entoutbox v0.0.0-20261130090009-58086a8a3e85
 	github.com/txoutbox/txoutbox/gormoutbox v0.0.0-20261130090009-58086a8a3e85
+	github.com/txoutbox/txoutbox/internal/kafkatest v0.0.0-20261130090009-58086a8a3e85
 	github.com/txoutbox/txoutbox/relay v0.0.0-20261130090009-58086a8a3e85
 	github.com/txoutbox/txoutbox/relay/kafkapub v0.0.0-20261130090009-58086a8a3e85
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0

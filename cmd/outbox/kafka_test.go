@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/kafkatest"
 )
 
@@ -101,16 +103,15 @@ func TestRelayOverMutualTLS(t *testing.T) {
 	}
 
 	// A consumer with the same CA reads it back.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("orders"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.DialTLSConfig(&tls.Config{RootCAs: pki.pool, Certificates: []tls.Certificate{mustLoad(t, pki)}, MinVersion: tls.VersionTLS12}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	ctx, cancel := contextTimeout(20 * time.Second)
 	defer cancel()
-	recs := cl.PollFetches(ctx).Records()
-	if len(recs) != 1 || string(recs[0].Key) != "o-1" || headerValue(recs[0], "event_id") != eventID {
+	var recs []*kgo.Record
+	err := kafkatest.Consume(ctx, brokers, []string{"orders"}, time.Second, func(r *kgo.Record) bool { recs = append(recs, r); return true },
+		kgo.DialTLSConfig(&tls.Config{RootCAs: pki.pool, Certificates: []tls.Certificate{mustLoad(t, pki)}, MinVersion: tls.VersionTLS12}))
+	if !errors.Is(err, kafkatest.ErrIdle) {
+		t.Fatalf("read back over TLS: %v", err)
+	}
+	if len(recs) != 1 || string(recs[0].Key) != "o-1" || kafkatest.Header(recs[0], txoutbox.HeaderEventID) != eventID {
 		t.Fatalf("read back %v, want the event %s keyed o-1", recs, eventID)
 	}
 }
@@ -122,15 +123,6 @@ func mustLoad(t *testing.T, p *testPKI) tls.Certificate {
 		t.Fatal(err)
 	}
 	return c
-}
-
-func headerValue(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
 }
 
 // A broker whose certificate the relay cannot verify: the relay fails to

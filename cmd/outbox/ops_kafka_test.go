@@ -56,28 +56,15 @@ type record struct{ key, eventID string }
 // readTopic reads topic from the start until it holds n records.
 func readTopic(t *testing.T, brokers []string, topic string, n int) []record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var out []record
-	for len(out) < n && ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
-			rec := record{key: string(r.Key)}
-			for _, h := range r.Headers {
-				if h.Key == txoutbox.HeaderEventID {
-					rec.eventID = string(h.Value)
-				}
-			}
-			out = append(out, rec)
-		})
-	}
-	if len(out) < n {
-		t.Fatalf("read %d records of %s within 20s, want %d: %v", len(out), topic, n, out)
+	err := kafkatest.Consume(ctx, brokers, []string{topic}, 0, func(r *kgo.Record) bool {
+		out = append(out, record{key: string(r.Key), eventID: kafkatest.Header(r, txoutbox.HeaderEventID)})
+		return len(out) < n
+	})
+	if err != nil {
+		t.Fatalf("read %d records of %s, want %d: %v: %v", len(out), topic, n, err, out)
 	}
 	return out
 }

@@ -59,6 +59,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
@@ -191,17 +192,23 @@ func run(ctx context.Context, o options) error {
 	logf("building the broker and the outbox CLI")
 	var outboxBin string
 	if !o.skipped("memory") {
-		if outboxBin, err = buildBinary(ctx, "github.com/txoutbox/txoutbox/cmd/outbox", tmp); err != nil {
+		if outboxBin, err = kafkatest.Build(ctx, "github.com/txoutbox/txoutbox/cmd/outbox", tmp); err != nil {
 			return err
 		}
 	}
-	b, err := startBroker(ctx, tmp, o.partitions)
+	// The broker runs in a process of its own, so its CPU is not in the
+	// profile or the scheduler of the process under test.
+	brokerBin, err := kafkatest.Build(ctx, kafkatest.ProcPackage, tmp)
 	if err != nil {
 		return err
 	}
-	defer b.stop()
-	e.broker = b.addr
-	logf("broker (pid %d) at %s", b.cmd.Process.Pid, b.addr)
+	b, err := kafkatest.StartProc(ctx, brokerBin, []string{"-partitions", fmt.Sprint(o.partitions)}, os.Stderr)
+	if err != nil {
+		return err
+	}
+	defer b.Stop(10 * time.Second) //nolint:errcheck // the run's results are out
+	e.broker = b.Addr
+	logf("broker (pid %d) at %s", b.Pid(), b.Addr)
 
 	sum := newSummary()
 	out := json.NewEncoder(os.Stdout)

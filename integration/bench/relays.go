@@ -126,13 +126,6 @@ func (rr relayRun) runUntil(ctx context.Context, s *schemaDB) error {
 	return nil
 }
 
-// nopPublisher acknowledges every message at once: with it the relay's
-// cycle is all database work.
-type nopPublisher struct{}
-
-func (nopPublisher) Publish(string, ...*message.Message) error { return nil }
-func (nopPublisher) Close() error                              { return nil }
-
 // kafkaPublisher returns the relay's own watermill-kafka publisher for the
 // broker; every Kafka scenario uses it, so they differ only in what drives
 // it.

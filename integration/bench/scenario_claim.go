@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/relay"
 )
@@ -74,7 +75,7 @@ func runClaim(ctx context.Context, e *env) (claimFlatness, error) {
 		rs := *s
 		rs.SQL = timed
 		rr := relayRun{replicas: 1, cfg: relay.Config{BatchSize: batch, DisableListen: true, PollInterval: 20 * time.Millisecond},
-			publisher: func() (message.Publisher, error) { return nopPublisher{}, nil }}
+			publisher: func() (message.Publisher, error) { return kafkatest.NopPublisher{}, nil }}
 		stop, err := rr.start(ctx, &rs)
 		if err != nil {
 			timed.Close()

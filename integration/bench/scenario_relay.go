@@ -7,6 +7,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/relay"
 )
 
@@ -90,7 +91,7 @@ func runDBLimit(ctx context.Context, e *env) (throughput, error) {
 		return throughput{}, err
 	}
 	cfg := relay.Config{BatchSize: 1000}
-	rr := relayRun{replicas: 1, cfg: cfg, publisher: func() (message.Publisher, error) { return nopPublisher{}, nil }, stats: e.sqlStats(s)}
+	rr := relayRun{replicas: 1, cfg: cfg, publisher: func() (message.Publisher, error) { return kafkatest.NopPublisher{}, nil }, stats: e.sqlStats(s)}
 	took, err := rr.drain(ctx, s, e.opts.timeout)
 	if err != nil {
 		return throughput{}, fmt.Errorf("dblimit: %w", err)

@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 )
 
 // delivery is what reading a topic back found.
@@ -23,61 +26,33 @@ type delivery struct {
 // (Kafka keeps order per partition, and a key maps to one partition, so the
 // topic holds exactly the order in which the publisher's acks happened).
 func readBack(ctx context.Context, brokerAddr, topic string, want int, idle time.Duration) (delivery, error) {
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(brokerAddr),
-		kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(200*time.Millisecond),
-	)
-	if err != nil {
-		return delivery{}, fmt.Errorf("read back %s: %w", topic, err)
-	}
-	defer cl.Close()
-
 	var (
 		d       delivery
 		highest = map[string]int{}
 		seen    = map[seenKey]bool{}
-		last    = time.Now()
 	)
-	for len(seen) < want {
-		pollCtx, cancel := context.WithTimeout(ctx, idle/4)
-		fetches := cl.PollFetches(pollCtx)
-		cancel()
-		if ctx.Err() != nil {
-			return d, ctx.Err()
+	err := kafkatest.Consume(ctx, []string{brokerAddr}, []string{topic}, idle, func(r *kgo.Record) bool {
+		d.Records++
+		var p benchPayload
+		if err := json.Unmarshal(r.Value, &p); err != nil {
+			return true
 		}
-		for _, fe := range fetches.Errors() {
-			if fe.Err != context.DeadlineExceeded {
-				return d, fmt.Errorf("read back %s: %w", topic, fe.Err)
-			}
+		key := string(r.Key)
+		id := seenKey{key, p.Seq}
+		if seen[id] {
+			d.Duplicates++
+			return true
 		}
-		n := 0
-		fetches.EachRecord(func(r *kgo.Record) {
-			n++
-			d.Records++
-			var p benchPayload
-			if err := json.Unmarshal(r.Value, &p); err != nil {
-				return
-			}
-			key := string(r.Key)
-			id := seenKey{key, p.Seq}
-			if seen[id] {
-				d.Duplicates++
-				return
-			}
-			seen[id] = true
-			if h, ok := highest[key]; ok && p.Seq < h {
-				d.OrderViolations++
-				return
-			}
+		seen[id] = true
+		if h, ok := highest[key]; ok && p.Seq < h {
+			d.OrderViolations++
+		} else {
 			highest[key] = p.Seq
-		})
-		if n > 0 {
-			last = time.Now()
-		} else if time.Since(last) > idle {
-			break
 		}
+		return len(seen) < want
+	})
+	if err != nil && !errors.Is(err, kafkatest.ErrIdle) {
+		return d, fmt.Errorf("read back %s: %w", topic, err)
 	}
 	d.Missing = want - len(seen)
 	return d, nil

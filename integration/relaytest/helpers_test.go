@@ -144,28 +144,19 @@ type delivered struct {
 // until it holds want distinct event ids or the timeout passes.
 func consume(t *testing.T, brokers []string, topic string, want int, timeout time.Duration) []delivered {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var out []delivered
 	seen := map[string]bool{}
-	for len(seen) < want && ctx.Err() == nil {
-		fetches := cl.PollFetches(ctx)
-		fetches.EachRecord(func(rec *kgo.Record) {
-			d := delivered{key: string(rec.Key), partition: rec.Partition, offset: rec.Offset}
-			for _, h := range rec.Headers {
-				if h.Key == txoutbox.HeaderEventID {
-					d.eventID = string(h.Value)
-				}
-			}
-			seen[d.eventID] = true
-			out = append(out, d)
-		})
+	err := kafkatest.Consume(ctx, brokers, []string{topic}, 0, func(rec *kgo.Record) bool {
+		d := delivered{key: string(rec.Key), partition: rec.Partition, offset: rec.Offset,
+			eventID: kafkatest.Header(rec, txoutbox.HeaderEventID)}
+		seen[d.eventID] = true
+		out = append(out, d)
+		return len(seen) < want
+	})
+	if err != nil && ctx.Err() == nil {
+		t.Fatal(err)
 	}
 	return out
 }

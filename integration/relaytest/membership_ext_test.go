@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/relay"
 )
@@ -26,13 +27,13 @@ func TestRebalanceOnJoinAndLeaveIsAnnounced(t *testing.T) {
 			Logger: slog.New(slog.DiscardHandler),
 		}
 	}
-	runRelay(t, db, nopPublisher{}, slow("relay-a"))
+	runRelay(t, db, kafkatest.NopPublisher{}, slow("relay-a"))
 	waitFor(t, rebalanceBound, "relay-a to own every shard", func() bool {
 		return count(t, db, "SELECT count(*) FROM outbox_shards WHERE owner LIKE 'relay-a#%'") == 256
 	})
 
 	start := time.Now()
-	_, stopB := runRelay(t, db, nopPublisher{}, slow("relay-b"))
+	_, stopB := runRelay(t, db, kafkatest.NopPublisher{}, slow("relay-b"))
 	waitFor(t, rebalanceBound, "relay-a to hand relay-b its share", func() bool {
 		return count(t, db, `SELECT count(*) FROM outbox_shards WHERE owner LIKE 'relay-b#%'`) > 0 &&
 			count(t, db, `SELECT count(*) FROM outbox_shards WHERE owner LIKE 'relay-a#%' OR owner LIKE 'relay-b#%'`) == 256

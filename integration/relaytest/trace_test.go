@@ -17,6 +17,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
@@ -170,20 +171,11 @@ func TestRelayDefaultsToGlobalProviders(t *testing.T) {
 // firstRecord reads the first record of topic with an independent client.
 func firstRecord(t *testing.T, brokers []string, topic string) *kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for ctx.Err() == nil {
-		fetches := cl.PollFetches(ctx)
-		if recs := fetches.Records(); len(recs) > 0 {
-			return recs[0]
-		}
+	var first *kgo.Record
+	if err := kafkatest.Consume(ctx, brokers, []string{topic}, 0, func(r *kgo.Record) bool { first = r; return false }); err != nil {
+		t.Fatalf("no record on %s within 20s: %v", topic, err)
 	}
-	t.Fatalf("no record on %s within 20s", topic)
-	return nil
+	return first
 }

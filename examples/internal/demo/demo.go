@@ -20,6 +20,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/ident"
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/migrations"
@@ -72,9 +73,9 @@ func Brokers() (brokers []string, stop func(), err error) {
 	if brokers = strings.FieldsFunc(os.Getenv("KAFKA_BROKERS"), func(r rune) bool { return r == ',' }); len(brokers) > 0 {
 		return brokers, func() {}, nil
 	}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3))
+	cluster, err := kafkatest.Start(kfake.DefaultNumPartitions(3))
 	if err != nil {
-		return nil, nil, fmt.Errorf("start embedded broker: %w", err)
+		return nil, nil, err
 	}
 	fmt.Printf("no KAFKA_BROKERS: started an embedded Kafka-protocol broker at %s\n", strings.Join(cluster.ListenAddrs(), ","))
 	return cluster.ListenAddrs(), cluster.Close, nil
@@ -115,38 +116,21 @@ type Record struct {
 // seconds. Skipping records older than since skips what earlier runs left
 // on a real cluster.
 func Consume(ctx context.Context, brokers []string, topic string, since time.Time, want int) ([]Record, error) {
-	consumer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return nil, err
+	if want <= 0 {
+		return nil, nil
 	}
-	defer consumer.Close()
 	deadline, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var out []Record
-	for len(out) < want {
-		fetches := consumer.PollFetches(deadline)
-		if deadline.Err() != nil {
-			return out, fmt.Errorf("read %d of %d events before the deadline", len(out), want)
+	err := kafkatest.Consume(deadline, brokers, []string{topic}, 0, func(rec *kgo.Record) bool {
+		if !rec.Timestamp.Before(since.Add(-time.Second)) {
+			out = append(out, Record{Key: string(rec.Key), Value: rec.Value,
+				EventType: kafkatest.Header(rec, txoutbox.HeaderEventType), EventID: kafkatest.Header(rec, txoutbox.HeaderEventID)})
 		}
-		if errs := fetches.Errors(); len(errs) > 0 {
-			return out, fmt.Errorf("consume: %w", errs[0].Err)
-		}
-		fetches.EachRecord(func(rec *kgo.Record) {
-			if rec.Timestamp.Before(since.Add(-time.Second)) {
-				return
-			}
-			r := Record{Key: string(rec.Key), Value: rec.Value}
-			for _, h := range rec.Headers {
-				switch h.Key {
-				case txoutbox.HeaderEventType:
-					r.EventType = string(h.Value)
-				case txoutbox.HeaderEventID:
-					r.EventID = string(h.Value)
-				}
-			}
-			out = append(out, r)
-		})
+		return len(out) < want
+	})
+	if err != nil {
+		return out, fmt.Errorf("read %d of %d events: %w", len(out), want, err)
 	}
 	return out, nil
 }

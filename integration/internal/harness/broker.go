@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,12 +8,12 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 )
 
 // BrokerConfig describes the broker process of a scenario.
@@ -45,10 +44,9 @@ type Broker struct {
 	cfg     BrokerConfig
 	port    int
 	dir     string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	proxy   *Proxy // nil unless cfg.Proxy
-	control string // the control endpoint's address, once started
+	proc    *kafkatest.Proc // nil while stopped
+	proxy   *Proxy          // nil unless cfg.Proxy
+	control string          // the control endpoint's address, once started
 }
 
 // StartBroker picks a free loopback port and starts the broker on it.
@@ -114,7 +112,7 @@ func (b *Broker) HoldProduce(ctx context.Context, window, hold time.Duration) er
 
 // Start starts the broker process and waits until it listens.
 func (b *Broker) Start(ctx context.Context) error {
-	if b.cmd != nil {
+	if b.proc != nil {
 		return errors.New("broker: already running")
 	}
 	args := []string{
@@ -151,78 +149,23 @@ func (b *Broker) Start(ctx context.Context) error {
 }
 
 func (b *Broker) start(ctx context.Context, args []string, logf *os.File) error {
-	cmd := exec.Command(b.env.Bin.Broker, args...)
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
+	p, err := kafkatest.StartProc(ctx, b.env.Bin.Broker, args, logf)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (see broker.log)", err)
 	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	ready := make(chan error, 1)
-	control := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if addr, ok := strings.CutPrefix(sc.Text(), "kfakeproc: control on "); ok {
-				control <- addr
-			}
-			if strings.HasPrefix(sc.Text(), "kfakeproc: listening on") {
-				ready <- nil
-				break
-			}
-		}
-		ready <- errors.New("exited before listening (see broker.log)")
-		for sc.Scan() { // keep draining so the child never blocks on stdout
-		}
-	}()
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(10 * time.Second)
-	defer t.Stop()
-	select {
-	case err = <-ready:
-	case <-t.C:
-		err = errors.New("not listening after 10s")
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	if err != nil {
-		_ = cmd.Process.Kill()
-		<-done
-		return err
-	}
-	b.cmd, b.done = cmd, done
-	select {
-	case b.control = <-control: // printed before the listening line
-	default:
-	}
+	b.proc, b.control = p, p.Control
 	return nil
 }
 
 // Stop stops the broker with SIGTERM, so it flushes its data directory, and
 // waits for it to exit.
 func (b *Broker) Stop() error {
-	if b.cmd == nil {
+	if b.proc == nil {
 		return nil
 	}
-	_ = b.cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(15 * time.Second)
-	defer t.Stop()
-	select {
-	case <-b.done:
-	case <-t.C:
-		_ = b.cmd.Process.Kill()
-		<-b.done
-		b.cmd = nil
-		return errors.New("broker: did not stop within 15s of SIGTERM; killed")
-	}
-	b.cmd = nil
-	return nil
+	err := b.proc.Stop(15 * time.Second)
+	b.proc = nil
+	return err
 }
 
 // HeldProduce is how many produce requests the broker held (HoldProduce)

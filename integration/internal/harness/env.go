@@ -2,14 +2,13 @@ package harness
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
@@ -29,17 +28,15 @@ type Binaries struct {
 // race detector's subject, and a race build of them would dominate the run
 // time.
 func Build(ctx context.Context, dir string) (Binaries, error) {
-	b := Binaries{Outbox: filepath.Join(dir, "outbox"), Broker: filepath.Join(dir, "kfakeproc")}
-	for pkg, out := range map[string]string{
-		"github.com/txoutbox/txoutbox/cmd/outbox":         b.Outbox,
-		"github.com/txoutbox/txoutbox/internal/kfakeproc": b.Broker,
-	} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			return Binaries{}, fmt.Errorf("go build %s: %w\n%s", pkg, err, msg)
-		}
+	outbox, err := kafkatest.Build(ctx, "github.com/txoutbox/txoutbox/cmd/outbox", dir)
+	if err != nil {
+		return Binaries{}, err
 	}
-	return b, nil
+	broker, err := kafkatest.Build(ctx, kafkatest.ProcPackage, dir)
+	if err != nil {
+		return Binaries{}, err
+	}
+	return Binaries{Outbox: outbox, Broker: broker}, nil
 }
 
 // Env is what every scenario needs: the database, the binaries, a directory
