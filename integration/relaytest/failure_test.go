@@ -296,13 +296,17 @@ func TestShardHandoverWaitsForThePreviousOwner(t *testing.T) {
 
 	cfgB := b.fastConfig()
 	cfgB.ID, cfgB.LeaseDuration = "relay-b", time.Minute
-	runRelay(t, b.db, kafka, cfgB)
+	poolB, statementsB := b.db.Traced(t)
+	runRelay(t, &testkit.DB{SQL: poolB, URL: b.db.URL, Schema: b.db.Schema}, kafka, cfgB)
 	waitFor(t, 10*time.Second, "relay-b to own shards", func() bool {
 		return count(t, b.db, "SELECT count(*) FROM outbox_shards WHERE owner LIKE 'relay-b#%'") > 0
 	})
-	time.Sleep(500 * time.Millisecond) // several heartbeats: B would have claimed by now
-	if n := count(t, b.db, "SELECT count(*) FROM outbox WHERE state = 'published'"); n != 0 {
-		t.Fatalf("%d events published while the previous owner still held their aggregates' first events", n)
+	owns := time.Now()
+	waitFor(t, 10*time.Second, "relay-b to run three claims on its shards", func() bool {
+		return len(statementsB.Matching(claimSQL, owns)) >= 3
+	})
+	if n := count(t, b.db, "SELECT count(*) FROM outbox WHERE lease_owner LIKE 'relay-b#%' OR state = 'published'"); n != 0 {
+		t.Fatalf("relay-b claimed or published %d events while the previous owner still held their aggregates' first events", n)
 	}
 	openGate()
 	check(t, want, consume(t, b.brokers, "orders", len(want), 60*time.Second))

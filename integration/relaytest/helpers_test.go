@@ -207,6 +207,10 @@ func check(t *testing.T, want []written, got []delivered) (duplicates int) {
 	return duplicates
 }
 
+// claimSQL is in the relay's claim statement, and in no other: a traced
+// pool (testkit.DB.Traced) counts claims by it.
+const claimSQL = "SET state = 'claimed'"
+
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	testkit.WaitFor(t, timeout, what, cond)
