@@ -18,6 +18,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
@@ -245,7 +246,11 @@ func TestNULInPublishErrorDoesNotStallTheRelay(t *testing.T) {
 			t.Error("Run did not return")
 		}
 	}()
-	time.Sleep(500 * time.Millisecond)
+	testkit.WaitFor(t, 10*time.Second, "the failed publish to be recorded", func() bool {
+		var failed bool
+		err := b.db.SQL.QueryRow(`SELECT last_error IS NOT NULL FROM outbox WHERE id = 1`).Scan(&failed)
+		return err == nil && failed
+	})
 	pub.ok()
 	b.write(t, 1, "m") // row 2, another aggregate, publishes fine
 	deadline := time.Now().Add(5 * time.Second)
