@@ -2,7 +2,6 @@ package relaytest
 
 import (
 	"context"
-	"github.com/txoutbox/txoutbox"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/txoutbox/txoutbox/relay"
-	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 // histogramPoints returns the data points of the named float histogram.
@@ -102,56 +100,5 @@ func TestPublishDurationHistogram(t *testing.T) {
 	}
 	if refused.Attributes.Len() != 2 {
 		t.Errorf("failed publish attributes %v: want only topic and error.type", refused.Attributes.ToSlice())
-	}
-}
-
-// With CloudEvents on, a record carries the binary-mode headers beside the
-// relay's own.
-func TestCloudEventsHeaders(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	want := b.write(t, "ce", 1, 1)
-	cfg := b.fastConfig()
-	cfg.CloudEvents = relay.CloudEventsConfig{Enabled: true, Source: "/orders-service"}
-	runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), cfg)
-	rec := firstRecord(t, b.brokers, "ce")
-	h := map[string]string{}
-	for _, kv := range rec.Headers {
-		h[kv.Key] = string(kv.Value)
-	}
-	for k, v := range map[string]string{
-		"ce_specversion": "1.0", "ce_id": want[0].id, "ce_type": "order.changed", "ce_source": "/orders-service",
-		"content-type": "application/json", txoutbox.HeaderEventID: want[0].id,
-	} {
-		if h[k] != v {
-			t.Errorf("header %s = %q, want %q", k, h[k], v)
-		}
-	}
-	if ts, err := time.Parse(time.RFC3339Nano, h["ce_time"]); err != nil || time.Since(ts) > time.Minute {
-		t.Errorf("ce_time %q: %v", h["ce_time"], err)
-	}
-}
-
-// Health follows the relay: running and heartbeating with its shards while
-// it runs, nothing after it stopped.
-func TestHealth(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	cfg := b.fastConfig()
-	r, err := relay.New(b.db.SQL, &pacedPublisher{delays: []time.Duration{0}}, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h := r.Health(); h.Running || h.Heartbeating {
-		t.Fatalf("before Run: %+v", h)
-	}
-	r, stop := runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), cfg)
-	waitFor(t, 10*time.Second, "the relay to heartbeat and own its shards", func() bool {
-		h := r.Health()
-		return h.Running && h.Heartbeating && h.Shards == 256 && h.Incarnation != "" && h.SinceHeartbeat < time.Second
-	})
-	stop()
-	if h := r.Health(); h.Running || h.Heartbeating || h.Shards != 0 {
-		t.Errorf("after Run returned: %+v", h)
 	}
 }
