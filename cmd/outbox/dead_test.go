@@ -216,3 +216,24 @@ func TestDeadRetryReportsInFlightEvents(t *testing.T) {
 		t.Errorf("retry: exit %d\n%s", code, out)
 	}
 }
+
+// The ordering case: a dead event, then two later pending events of
+// its aggregate; after a retry the broker receives all three in id order.
+func TestDeadRetryKeepsAggregateOrder(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	dead, first := e.write(t, "orders", "o-1", "order.placed")
+	_, second := e.write(t, "orders", "o-1", "order.paid")
+	_, third := e.write(t, "orders", "o-1", "order.shipped")
+	e.kill(t, dead)
+
+	if code, out, errOut := e.run(t, "dead", "retry", fmt.Sprint(dead)); code != 0 {
+		t.Fatalf("retry: exit %d, %s %s", code, out, errOut)
+	}
+	brokers := e.startRelay(t)
+	got := readTopic(t, brokers, "orders", 3)
+	want := []record{{"o-1", first}, {"o-1", second}, {"o-1", third}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("broker received %v, want %v", got, want)
+	}
+}
