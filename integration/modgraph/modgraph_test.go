@@ -20,6 +20,7 @@ var base = []string{
 	"github.com/jackc/pgx/v5", "github.com/jackc/pgpassfile", "github.com/jackc/pgservicefile", "github.com/jackc/puddle/v2",
 	"go.opentelemetry.io/otel", "go.opentelemetry.io/otel/trace", "go.opentelemetry.io/otel/metric",
 	"go.opentelemetry.io/otel/log", "go.opentelemetry.io/auto/sdk",
+	"github.com/rogpeppe/go-internal", // auto/sdk's go.mod: the writer uses the global OTel propagator
 	"github.com/go-logr/logr", "github.com/go-logr/stdr", "github.com/cespare/xxhash/v2", "github.com/google/go-cmp",
 	"github.com/stretchr/testify", "github.com/stretchr/objx", "github.com/davecgh/go-spew", "github.com/pmezard/go-difflib",
 	"github.com/kr/pretty", "gopkg.in/check.v1", "gopkg.in/yaml.v3", "go.yaml.in/yaml/v3",
