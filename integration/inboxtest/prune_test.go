@@ -1,4 +1,4 @@
-package inbox_test
+package inboxtest
 
 import (
 	"context"
