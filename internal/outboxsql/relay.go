@@ -41,7 +41,10 @@ import (
 //     over. Candidates at or after it are left alone, so no row is ever
 //     claimed while an earlier row of its aggregate is held by anyone else
 //     or by no one. It is MATERIALIZED, so it runs once per aggregate, not
-//     once per candidate. It must walk outbox_aggregate_idx: with stale
+//     once per candidate, and it looks only below the aggregate's last
+//     candidate, so it finds nothing in the common case: "blocked" is then
+//     empty and the final anti-join costs nothing, whatever join the
+//     planner picks on stale statistics. It must walk outbox_aggregate_idx: with stale
 //     statistics (a burst after the table was analyzed with no backlog) the
 //     planner would rather walk the whole claim index in id order for every
 //     aggregate, which makes a claim quadratic in the backlog. The aggregate
@@ -49,7 +52,11 @@ import (
 //     deterministic collation) so that ORDER BY aggregate_id, id is a
 //     two-column order only outbox_aggregate_idx provides; with sorts off
 //     (ClaimSettings) no other plan competes. One short ordered walk of the
-//     aggregate's unpublished rows each.
+//     aggregate's unpublished rows each. The walk starts at "floor", the
+//     oldest unpublished row: until vacuum, the index keeps an entry for
+//     each row published since, and below the floor they are all such, so
+//     the index condition passes them without a heap visit; without it a
+//     claim's cost grew with every event published since the last vacuum.
 //   - A row claimed by Owner is not a blocker: the incarnation holds it in
 //     memory, ahead of later rows of its aggregate in the same lane, or the
 //     broker acknowledged it and its mark is not committed yet. A relay that
@@ -79,21 +86,30 @@ WITH fence AS MATERIALIZED (
     ORDER BY o.id
     LIMIT $2
     FOR UPDATE OF o SKIP LOCKED
+), floor AS MATERIALIZED (
+    SELECT o.id AS lo FROM {{table}} o
+    WHERE o.state IN ('pending', 'claimed')
+    ORDER BY o.id
+    LIMIT 1
 ), blocker AS MATERIALIZED (
     SELECT a.aggregate_id,
            (SELECT p.id FROM {{table}} p
             WHERE p.aggregate_id >= a.aggregate_id AND p.aggregate_id <= a.aggregate_id
+              AND p.id >= (SELECT lo FROM floor) AND p.id < a.hi
               AND p.state IN ('pending', 'claimed')
               AND (p.state = 'pending' OR p.lease_owner <> $1)
               AND p.id NOT IN (SELECT id FROM cand)
             ORDER BY p.aggregate_id, p.id
             LIMIT 1) AS first_id
-    FROM (SELECT DISTINCT aggregate_id FROM cand) a
+    FROM (SELECT aggregate_id, max(id) AS hi FROM cand GROUP BY aggregate_id) a
+), blocked AS MATERIALIZED (
+    SELECT aggregate_id, first_id FROM blocker WHERE first_id IS NOT NULL
 )
 UPDATE {{table}} o
 SET state = 'claimed', lease_owner = $1, lease_expires_at = now() + $3::interval
-FROM cand c JOIN blocker b ON b.aggregate_id = c.aggregate_id
-WHERE o.id = c.id AND (b.first_id IS NULL OR c.id < b.first_id)
+FROM cand c
+WHERE o.id = c.id
+  AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregate_id = c.aggregate_id AND b.first_id < c.id)
 RETURNING o.id, o.event_id::text, o.topic, o.aggregate_type, o.aggregate_id, o.event_type,
           o.content_type, o.payload, o.headers::text, o.created_at, o.attempts`
 
