@@ -106,6 +106,20 @@ func claimIDs(t *testing.T, r *Relay) string {
 	return strings.Join(ids, " ")
 }
 
+// claimOne writes one event, readies relay r1 and claims it: the state a
+// test of what happens to one claimed row starts from.
+func claimOne(t *testing.T, b *internalBundle) (*Relay, []*claimedRow) {
+	t.Helper()
+	b.write(t, 1, "k")
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	rows, err := r.claim(context.Background(), 10)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("claim: %v, %d rows", err, len(rows))
+	}
+	return r, rows
+}
+
 // A claim whose commit reply was lost leaves rows claimed that no lane
 // publishes. The next claim releases them first, so they are published in
 // order instead of after a lease expiry, behind later events.
@@ -248,13 +262,7 @@ func TestClaimMakesUndecodableRowsDead(t *testing.T) {
 func TestLateMarkDoesNotUndoAReplay(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
-	b.write(t, 1, "k")
-	r := b.newRelay(t, "r1")
-	ready(t, r)
-	rows, err := r.claim(context.Background(), 10)
-	if err != nil || len(rows) != 1 {
-		t.Fatalf("claim: %v, %d rows", err, len(rows))
-	}
+	r, rows := claimOne(t, b)
 	b.exec(t, `UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL WHERE id = 1`)
 	c := newCompleter(r)
 	if err := c.flush(context.Background(), rows, nil, nil); err != nil {

@@ -201,13 +201,7 @@ func (failingPublisher) Close() error                                { return ni
 func TestErrorTextIsStorable(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
-	b.write(t, 1, "k")
-	r := b.newRelay(t, "r1")
-	ready(t, r)
-	rows, err := r.claim(context.Background(), 10)
-	if err != nil || len(rows) != 1 {
-		t.Fatalf("claim: %v, %d rows", err, len(rows))
-	}
+	r, rows := claimOne(t, b)
 	c := newCompleter(r)
 	c.fail(rows[0], errors.New("broker said: \x00 \xff "+strings.Repeat("é", maxErrorText)), func(uint64) {})
 	if err := c.flush(context.Background(), nil, c.fails, nil); err != nil {
