@@ -205,10 +205,15 @@ func Pauses(min int) Fault {
 // 1 s window for longer than the lease (lease+2 s), about every period
 // (±30%), at least min times: the relays' publishes hang while their
 // leases run out. A window in which no produce arrived (the relays were
-// idle, paused or cut off) does not count: it is opened again, up to ten
-// times, and a round that never held anything fails the scenario, since it
-// proved nothing. The broker needs BrokerConfig.Control. One window per
-// live relay per hold.
+// idle, paused, cut off by another fault, or reconnecting after a database
+// crash) does not count: it is opened again until one catches a request.
+// Other faults may keep every relay from producing for a while (a broker
+// partition alone lasts up to 12 s), so a round gives up only after
+// slowBrokerPatience of windows without a request while events were still
+// waiting to be published — then the relays stopped publishing, which the
+// scenario reports. A round that finds the outbox drained and the writers
+// done ends without a hold. The broker needs BrokerConfig.Control. One
+// window per live relay per hold.
 func SlowBroker(min int, period time.Duration) Fault {
 	return func(ctx context.Context, w *World) (int, error) {
 		n := 0
@@ -218,7 +223,9 @@ func SlowBroker(min int, period time.Duration) Fault {
 			if err != nil {
 				return err
 			}
-			for try := 0; try < 10; try++ {
+			start := time.Now()
+			deadline := start.Add(slowBrokerPatience)
+			for {
 				if err := w.Broker.HoldProduce(ctx, time.Second, hold); err != nil {
 					return err
 				}
@@ -232,17 +239,28 @@ func SlowBroker(min int, period time.Duration) Fault {
 					return err
 				}
 				if held > before {
-					w.Env.Logf("slow broker: %d produce request(s) of a 1s window held for %s", held-before, hold)
+					w.Env.Logf("slow broker: %d produce request(s) of a 1s window held for %s (%s to catch one)", held-before, hold, time.Since(start).Round(time.Millisecond))
 					w.Tally.add(func(t *Tally) { t.slowBroker++ })
 					n += len(w.Fleet.Live())
 					return nil
 				}
+				if w.Writers.Committed() >= w.Writers.cfg.Events && !outboxHas(ctx, w.Env, `state IN ('pending', 'claimed')`) {
+					return nil // nothing left to publish: nothing to hold
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("slow broker: no produce request arrived in %s while events waited to be published", slowBrokerPatience)
+				}
 			}
-			return errors.New("slow broker: no produce request arrived in ten hold windows")
 		})
 		return n, err
 	}
 }
+
+// slowBrokerPatience bounds how long a SlowBroker round waits for a produce
+// request to hold: longer than any other fault keeps the relays from the
+// broker (partitions up to 12 s, a database crash and the relays' reconnect
+// after it), short enough to report relays that stopped publishing.
+const slowBrokerPatience = 60 * time.Second
 
 // Partitions freezes, at least min times, either one relay's connections
 // to PostgreSQL (its own proxy: Plan.ProxyDB) or every relay's connections
