@@ -192,7 +192,7 @@ func TestExport(t *testing.T) {
 	if len(goose) != 2 || goose[0].Name != "0001_outbox.sql" || goose[1].Name != "0002_fencing.sql" ||
 		!strings.HasPrefix(goose[0].Body, "-- +goose Up\n") || !strings.Contains(goose[0].Body, "\n-- +goose Down\n") ||
 		!strings.Contains(goose[0].Body, `CREATE TABLE "events" (`) || strings.Contains(goose[0].Body, "outbox_") ||
-		!strings.Contains(goose[1].Body, `CREATE INDEX IF NOT EXISTS "events_aggregate_idx" ON "events"`) {
+		!strings.Contains(goose[1].Body, `ALTER TABLE "events_relays" ADD COLUMN name`) {
 		t.Fatalf("goose export = %+v", goose)
 	}
 	gm, err := m.Export(migrations.FormatGolangMigrate)

@@ -95,7 +95,13 @@ func ready(t *testing.T, r *Relay) {
 
 func claimIDs(t *testing.T, r *Relay) string {
 	t.Helper()
-	rows, err := r.claim(context.Background(), 100)
+	return claimUpTo(t, r, 100)
+}
+
+// claimUpTo claims at most limit rows and returns their ids.
+func claimUpTo(t *testing.T, r *Relay, limit int) string {
+	t.Helper()
+	rows, err := r.claim(context.Background(), limit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,5 +280,26 @@ func TestLateMarkDoesNotUndoAReplay(t *testing.T) {
 	}
 	if state != "pending" {
 		t.Fatalf("state %s after a late mark, want pending", state)
+	}
+}
+
+// Rows the incarnation holds are the oldest of its shards and fill the
+// claim's window first. A window too small for them yields fewer rows, never
+// a wrong one; the dispatcher widens it by the rows in flight.
+func TestClaimLooksPastTheRowsItHolds(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 3, "k", "m") // k: 1 3 5, m: 2 4 6
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	if got := claimUpTo(t, r, 2); got != "1 2" {
+		t.Fatalf("first claim took %q, want 1 2", got)
+	}
+	if got := claimUpTo(t, r, 2); got != "" {
+		t.Fatalf("with no rows counted in flight the window holds only rows 1 2, yet the claim took %q", got)
+	}
+	r.inflight.Store(2)
+	if got := claimUpTo(t, r, 2); got != "3 4" {
+		t.Fatalf("with rows 1 2 in flight the claim took %q, want 3 4", got)
 	}
 }

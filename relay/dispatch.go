@@ -138,7 +138,10 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 	if _, err := tx.ExecContext(ctx, r.sql.claimSettings, outboxsql.TimeoutArgs{Timeout: r.cfg.StatementTimeout}.Args()...); err != nil {
 		return nil, fmt.Errorf("claim batch: settings: %w", err)
 	}
-	args := outboxsql.ClaimArgs{Owner: inc.token, Limit: limit, Lease: r.cfg.LeaseDuration, Shards: shards}
+	// The rows this incarnation holds are the oldest unpublished rows of
+	// its shards: the claim looks past them (see outboxsql.ClaimArgs).
+	args := outboxsql.ClaimArgs{Owner: inc.token, Limit: limit, Lease: r.cfg.LeaseDuration, Shards: shards,
+		Window: limit + int(r.inflight.Load())}
 	rows, err := tx.QueryContext(ctx, r.sql.claim, args.Args()...)
 	if err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)

@@ -23,45 +23,47 @@ import (
 // statement in a short transaction (see ClaimSettings).
 //
 //   - "fence" lists aggregates with a row in retry backoff: their later rows
-//     are not candidates. It only keeps them from filling the batch with
-//     rows "blocker" would drop; it is MATERIALIZED (computed once) and small
-//     by construction. Its ORDER BY is the order of outbox_fence_idx, which
-//     with sorts off (ClaimSettings) keeps the planner on that index even
-//     when stale statistics make the claim index look as small.
-//   - "cand" walks the claim index in id order: pending rows that are due,
-//     and claimed rows whose lease expired or whose incarnation is gone
-//     (deleted from the relays table as dead or replaced). The shard list is
-//     a parameter, not a join, so the planner stops at the limit instead of
-//     sorting every unpublished row. SKIP LOCKED passes over rows another
-//     transaction holds: a concurrent claim, an operator's retry, a frozen
-//     session.
-//   - "blocker" is, per aggregate among the candidates, its first unpublished
-//     row that is neither a candidate nor claimed by Owner: a row in
-//     backoff, a row another incarnation holds, or a row SKIP LOCKED passed
-//     over. Candidates at or after it are left alone, so no row is ever
-//     claimed while an earlier row of its aggregate is held by anyone else
-//     or by no one. It is MATERIALIZED, so it runs once per aggregate, not
-//     once per candidate, and it looks only below the aggregate's last
-//     candidate, so it finds nothing in the common case: "blocked" is then
-//     empty and the final anti-join costs nothing, whatever join the
-//     planner picks on stale statistics. It must walk outbox_aggregate_idx: with stale
-//     statistics (a burst after the table was analyzed with no backlog) the
-//     planner would rather walk the whole claim index in id order for every
-//     aggregate, which makes a claim quadratic in the backlog. The aggregate
-//     is matched as a range (>= and <=, the same rows as = under a
-//     deterministic collation) so that ORDER BY aggregate_id, id is a
-//     two-column order only outbox_aggregate_idx provides; with sorts off
-//     (ClaimSettings) no other plan competes. One short ordered walk of the
-//     aggregate's unpublished rows each. The walk starts at "floor", the
-//     oldest unpublished row: until vacuum, the index keeps an entry for
-//     each row published since, and below the floor they are all such, so
-//     the index condition passes them without a heap visit; without it a
-//     claim's cost grew with every event published since the last vacuum.
+//     are left out of the walk. It only keeps them from filling the window
+//     with rows that would be blocked; it is MATERIALIZED (computed once) and
+//     small by construction. Its ORDER BY is the order of outbox_fence_idx,
+//     which with sorts off (ClaimSettings) keeps the planner on that index
+//     even when stale statistics make the claim index look as small.
+//   - "seen" walks the claim index in id order over the shards in Shards,
+//     without locking, and keeps the first Window unpublished rows: rows
+//     the incarnation holds ("mine": in flight, or acknowledged with the mark
+//     not committed yet), rows that are due (pending and past their backoff,
+//     or claimed under an expired lease or by an incarnation that is gone:
+//     deleted from the relays table as dead or replaced), and rows held by
+//     others. The shard list is a parameter, not a join, so the planner stops
+//     at the limit instead of sorting every unpublished row. Every row of an
+//     aggregate is in the same shard, so for any row in "seen", every earlier
+//     unpublished row of its aggregate is in "seen" too (or the aggregate is
+//     fenced, and then so is the row).
+//   - "took" locks the first Limit due rows of "seen" with SKIP LOCKED,
+//     re-checking on each row's latest version that it is still due. It
+//     passes over rows another transaction holds: a concurrent claim, an
+//     operator's retry, a frozen session, a peer's mark or release. The rows
+//     are reached by their tuple ids from "seen" (a TID scan), not through
+//     an index again.
+//   - "blocked" is, per aggregate, its first row in "seen" that is neither
+//     the incarnation's nor taken: a row in backoff, a row another
+//     incarnation holds, a row SKIP LOCKED passed over or one that changed
+//     since the snapshot. Taken rows at or after it are not claimed (their
+//     locks end with the transaction), so no row is ever claimed while an
+//     earlier row of its aggregate is held by anyone else or by no one.
+//     This needs nothing beyond the walk: no per-aggregate index and no
+//     probe per aggregate.
 //   - A row claimed by Owner is not a blocker: the incarnation holds it in
 //     memory, ahead of later rows of its aggregate in the same lane, or the
 //     broker acknowledged it and its mark is not committed yet. A relay that
 //     drops rows from memory without recording them starts a new
 //     incarnation, so its old rows block like anyone else's.
+//   - The final UPDATE reaches the rows by the tuple ids "seen" read: a row
+//     updated since (and then locked by "took") is followed to its latest
+//     version by the update itself, as through an index.
+//   - Window must exceed Limit by the rows the incarnation may hold (see
+//     ClaimArgs): rows it holds fill the window first, since they are the
+//     oldest.
 //   - Nothing here locks the relays table: a relay frozen inside a claim
 //     holds only outbox rows, which its peers skip.
 const Claim = `
@@ -73,43 +75,40 @@ WITH fence AS MATERIALIZED (
     ORDER BY o.aggregate_id, o.id
 ), live AS MATERIALIZED (
     SELECT id FROM {{relays}}
-), cand AS MATERIALIZED (
-    SELECT o.id, o.aggregate_id
+), seen AS MATERIALIZED (
+    SELECT o.ctid AS tid, o.id, o.aggregate_id,
+           (o.state = 'pending' AND o.next_attempt_at <= now())
+             OR (o.state = 'claimed' AND (o.lease_expires_at <= now()
+                 OR o.lease_owner NOT IN (SELECT id FROM live))) AS due,
+           o.state = 'claimed' AND o.lease_owner = $1 AS mine
     FROM {{table}} o
     WHERE o.state IN ('pending', 'claimed')
       AND o.shard = ANY($4::smallint[])
-      AND ((o.state = 'pending' AND o.next_attempt_at <= now())
-        OR (o.state = 'claimed' AND (o.lease_expires_at <= now()
-            OR o.lease_owner NOT IN (SELECT id FROM live))))
       AND NOT EXISTS (SELECT 1 FROM fence f WHERE f.aggregate_id = o.aggregate_id AND f.first_id < o.id)
       AND EXISTS (SELECT 1 FROM live WHERE id = $1)
     ORDER BY o.id
-    LIMIT $2
+    LIMIT $5
+), took AS MATERIALIZED (
+    SELECT o.id
+    FROM {{table}} o
+    WHERE o.ctid = ANY (ARRAY(SELECT tid FROM seen WHERE due LIMIT $2))
+      AND ((o.state = 'pending' AND o.next_attempt_at <= now())
+        OR (o.state = 'claimed' AND (o.lease_expires_at <= now()
+            OR o.lease_owner NOT IN (SELECT id FROM live))))
     FOR UPDATE OF o SKIP LOCKED
-), floor AS MATERIALIZED (
-    SELECT o.id AS lo FROM {{table}} o
-    WHERE o.state IN ('pending', 'claimed')
-    ORDER BY o.id
-    LIMIT 1
-), blocker AS MATERIALIZED (
-    SELECT a.aggregate_id,
-           (SELECT p.id FROM {{table}} p
-            WHERE p.aggregate_id >= a.aggregate_id AND p.aggregate_id <= a.aggregate_id
-              AND p.id >= (SELECT lo FROM floor) AND p.id < a.hi
-              AND p.state IN ('pending', 'claimed')
-              AND (p.state = 'pending' OR p.lease_owner <> $1)
-              AND p.id NOT IN (SELECT id FROM cand)
-            ORDER BY p.aggregate_id, p.id
-            LIMIT 1) AS first_id
-    FROM (SELECT aggregate_id, max(id) AS hi FROM cand GROUP BY aggregate_id) a
 ), blocked AS MATERIALIZED (
-    SELECT aggregate_id, first_id FROM blocker WHERE first_id IS NOT NULL
+    SELECT s.aggregate_id, min(s.id) AS first_id
+    FROM seen s
+    WHERE NOT s.mine AND s.id NOT IN (SELECT id FROM took)
+    GROUP BY s.aggregate_id
+), claim AS MATERIALIZED (
+    SELECT s.tid FROM seen s
+    WHERE s.id IN (SELECT id FROM took)
+      AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregate_id = s.aggregate_id AND b.first_id < s.id)
 )
 UPDATE {{table}} o
 SET state = 'claimed', lease_owner = $1, lease_expires_at = now() + $3::interval
-FROM cand c
-WHERE o.id = c.id
-  AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregate_id = c.aggregate_id AND b.first_id < c.id)
+WHERE o.ctid = ANY (ARRAY(SELECT tid FROM claim))
 RETURNING o.id, o.event_id::text, o.topic, o.aggregate_type, o.aggregate_id, o.event_type,
           o.content_type, o.payload, o.headers::text, o.created_at, o.attempts`
 
@@ -119,11 +118,16 @@ type ClaimArgs struct {
 	Limit  int           // $2: the most rows to claim
 	Lease  time.Duration // $3: how long the claim holds them
 	Shards []int16       // $4: the shards to claim from
+	// Window ($5) is how many unpublished rows the claim looks at, oldest
+	// first: Limit plus the rows the incarnation may hold (claimed and not
+	// yet marked). When smaller, a claim behind many held rows returns
+	// fewer rows, never a wrong one. At least Limit.
+	Window int
 }
 
 // Args returns Claim's parameters in order.
 func (a ClaimArgs) Args() []any {
-	return []any{a.Owner, a.Limit, Interval(a.Lease), Int16Array(a.Shards)}
+	return []any{a.Owner, a.Limit, Interval(a.Lease), Int16Array(a.Shards), max(a.Window, a.Limit)}
 }
 
 // ClaimSettings runs first in the claim's transaction.

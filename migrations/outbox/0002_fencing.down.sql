@@ -1,2 +1,1 @@
 ALTER TABLE outbox_relays DROP COLUMN name;
-DROP INDEX outbox_aggregate_idx;
