@@ -16,20 +16,21 @@ import (
 
 // overviewData is the overview page's and its JSON's content.
 type overviewData struct {
-	Backlog     int64                  `json:"backlog"`
-	LagSeconds  float64                `json:"lag_seconds"`
-	Lag         time.Duration          `json:"-"`
-	Dead        int64                  `json:"dead"`
-	PublishRate *float64               `json:"publish_rate"`
-	Topics      []txoutbox.TopicStats  `json:"-"`
-	TopicsJSON  []topicJSON            `json:"topics"`
-	Relays      int                    `json:"relays_alive"`
-	Unowned     int                    `json:"unowned_shards"`
-	Handovers   int                    `json:"handover_shards"`
-	History     []point                `json:"history"`
-	At          time.Time              `json:"at"`
-	Status      outboxadmin.Status     `json:"-"`
-	Latest      outboxadmin.Snapshot   `json:"-"`
+	Backlog     int64                 `json:"backlog"`
+	LagSeconds  float64               `json:"lag_seconds"`
+	Lag         time.Duration         `json:"-"`
+	Dead        int64                 `json:"dead"`
+	PublishRate *float64              `json:"publish_rate"`
+	Topics      []txoutbox.TopicStats `json:"-"`
+	TopicsJSON  []topicJSON           `json:"topics"`
+	Relays      int                   `json:"relays_alive"`
+	Unowned     int                   `json:"unowned_shards"`
+	Handovers   int                   `json:"handover_shards"`
+	History     []point               `json:"history"`
+	At          time.Time             `json:"at"`
+	Status      outboxadmin.Status    `json:"-"`
+	Latest      outboxadmin.Snapshot  `json:"-"`
+	PollMillis  int64                 `json:"-"` // how often the page polls: SampleEvery
 }
 
 type topicJSON struct {
@@ -52,6 +53,7 @@ func (c *Console) readOverview(r *http.Request) (overviewData, error) {
 		Backlog: st.Backlog, Lag: st.Lag, LagSeconds: st.Lag.Seconds(), Dead: st.Dead,
 		Topics: st.Topics, TopicsJSON: []topicJSON{}, Unowned: len(st.Unowned), Handovers: len(st.Handovers),
 		History: c.hist.points(), At: latest.At, Status: st, Latest: latest,
+		PollMillis: c.opts.SampleEvery.Milliseconds(),
 	}
 	for _, t := range st.Topics {
 		d.TopicsJSON = append(d.TopicsJSON, topicJSON{Topic: t.Topic, Backlog: t.Backlog, LagSeconds: t.Lag.Seconds(), Dead: t.Dead})

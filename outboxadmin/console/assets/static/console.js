@@ -5,6 +5,8 @@
   var chart = document.getElementById("chart");
   if (!chart) return;
   var api = chart.getAttribute("data-api");
+  // Poll as often as the console samples, between every second and every 5s.
+  var every = Math.min(Math.max(+chart.getAttribute("data-every") || 5000, 1000), 5000);
   var SVG = "http://www.w3.org/2000/svg";
 
   function fmtDur(s) {
@@ -12,7 +14,7 @@
     if (s < 1) return Math.round(s * 1000) + "ms";
     if (s < 60) return (Math.round(s * 10) / 10) + "s";
     var m = Math.floor(s / 60), r = Math.round(s % 60);
-    if (m < 60) return m + "m" + r + "s";
+    if (m < 60) return r ? m + "m" + r + "s" : m + "m";
     return Math.floor(m / 60) + "h" + (m % 60) + "m" + r + "s";
   }
   function text(id, v) { var e = document.getElementById(id); if (e) e.textContent = v; }
@@ -32,7 +34,9 @@
     var w = chart.clientWidth || 800, ht = chart.clientHeight || 240;
     var L = 56, R = 56, T = 10, B = 24, pw = w - L - R, ph = ht - T - B;
     var svg = el("svg", { viewBox: "0 0 " + w + " " + ht, role: "img", "aria-label": "backlog and lag over the last hour" });
-    var now = h.length ? Date.parse(h[h.length - 1].at) : Date.now(), span = 3600 * 1000, t0 = now - span;
+    // The x axis spans the history kept, from one minute to one hour.
+    var now = h.length ? Date.parse(h[h.length - 1].at) : Date.now();
+    var span = Math.min(Math.max(h.length ? now - Date.parse(h[0].at) : 0, 60 * 1000), 3600 * 1000), t0 = now - span;
     var maxB = niceMax(Math.max.apply(null, h.map(function (p) { return p.backlog; }).concat([1])));
     var maxL = niceMax(Math.max.apply(null, h.map(function (p) { return p.lag_seconds; }).concat([1])));
     for (var i = 0; i <= 4; i++) {
@@ -41,9 +45,9 @@
       el("text", { x: L - 6, y: y + 4, "text-anchor": "end" }, svg).textContent = String(Math.round(maxB * i / 4));
       el("text", { x: L + pw + 6, y: y + 4 }, svg).textContent = fmtDur(maxL * i / 4);
     }
-    for (var m = 0; m <= 60; m += 15) {
-      var x = L + pw * m / 60;
-      el("text", { x: x, y: ht - 6, "text-anchor": "middle" }, svg).textContent = m === 60 ? "now" : "-" + (60 - m) + "m";
+    for (var k = 0; k <= 4; k++) {
+      var ago = span * (4 - k) / 4 / 1000;
+      el("text", { x: L + pw * k / 4, y: ht - 6, "text-anchor": "middle" }, svg).textContent = k === 4 ? "now" : "-" + fmtDur(ago);
     }
     el("line", { x1: L, x2: L, y1: T, y2: T + ph, "class": "axis" }, svg);
     el("line", { x1: L, x2: L + pw, y1: T + ph, y2: T + ph, "class": "axis" }, svg);
@@ -92,5 +96,5 @@
       .catch(function (e) { text("updated", "update failed: " + e.message); });
   }
   poll();
-  setInterval(poll, 5000);
+  setInterval(poll, every);
 })();
