@@ -17,6 +17,10 @@ const StaleAfterDefault = 15 * time.Second
 // ReplayBatchDefault is Config.ReplayBatch's default.
 const ReplayBatchDefault = 1000
 
+// LookupWindowDefault is Config.LookupWindow's default: a walk of that many
+// rows of the primary key takes tens of milliseconds.
+const LookupWindowDefault = 100_000
+
 // StatementTimeoutDefault is Config.StatementTimeout's default.
 const StatementTimeoutDefault = 30 * time.Second
 
@@ -47,6 +51,11 @@ type Config struct {
 	// pending: whole aggregates, so a larger aggregate makes a larger
 	// transaction. Default 1000.
 	ReplayBatch int
+
+	// LookupWindow is how many of the newest rows Lookup searches for
+	// published events (it finds unpublished and dead ones anywhere).
+	// Default LookupWindowDefault.
+	LookupWindow int
 
 	// StatementTimeout bounds each statement, lock wait and idle moment of
 	// the operator transactions (retry, drop, replay), so an operator
@@ -82,6 +91,12 @@ func New(db *sql.DB, cfg Config) (*Admin, error) {
 	if cfg.ReplayBatch == 0 {
 		cfg.ReplayBatch = ReplayBatchDefault
 	}
+	if cfg.LookupWindow < 0 {
+		return nil, fmt.Errorf("%w: LookupWindow is negative (%d)", ErrInvalidConfig, cfg.LookupWindow)
+	}
+	if cfg.LookupWindow == 0 {
+		cfg.LookupWindow = LookupWindowDefault
+	}
 	if cfg.StatementTimeout < 0 {
 		return nil, fmt.Errorf("%w: StatementTimeout is negative (%s)", ErrInvalidConfig, cfg.StatementTimeout)
 	}
@@ -95,6 +110,7 @@ func New(db *sql.DB, cfg Config) (*Admin, error) {
 type statements struct {
 	deadList, row, deadLock, lockUnpublished, retry, drop, wake, pruneLock string
 	replaySelect, replay, timeouts, claimGate, relays, shards              string
+	deadCount, handovers, snapshot, lookupAggregate, lookupEventID         string
 }
 
 func render(n outboxsql.Names) statements {
@@ -113,5 +129,10 @@ func render(n outboxsql.Names) statements {
 		claimGate:       n.Render(outboxsql.OpsClaimGate),
 		relays:          n.Render(outboxsql.OpsRelays),
 		shards:          n.Render(outboxsql.OpsShards),
+		deadCount:       n.Render(outboxsql.OpsDeadCount),
+		handovers:       n.Render(outboxsql.OpsHandovers),
+		snapshot:        n.Render(outboxsql.OpsSnapshot),
+		lookupAggregate: n.Render(outboxsql.OpsLookupAggregate),
+		lookupEventID:   n.Render(outboxsql.OpsLookupEventID),
 	}
 }

@@ -27,6 +27,8 @@ type Filter struct {
 	Type        string
 	// Since keeps events created at or after it.
 	Since time.Time
+	// Until keeps events created before it.
+	Until time.Time
 	// All must be set to select every dead event with no other field set.
 	// It has no effect when another field is set.
 	All bool
@@ -34,11 +36,11 @@ type Filter struct {
 
 // empty reports whether f narrows nothing.
 func (f Filter) empty() bool {
-	return f.IDs == nil && f.Topic == "" && f.AggregateID == "" && f.Type == "" && f.Since.IsZero()
+	return f.IDs == nil && f.Topic == "" && f.AggregateID == "" && f.Type == "" && f.Since.IsZero() && f.Until.IsZero()
 }
 
 func (f Filter) args() []any {
-	return []any{idArray(f.IDs), nullString(f.Topic), nullString(f.AggregateID), nullString(f.Type), nullTime(f.Since)}
+	return []any{idArray(f.IDs), nullString(f.Topic), nullString(f.AggregateID), nullString(f.Type), nullTime(f.Since), nullTime(f.Until)}
 }
 
 // DeadPageDefault is the page size ListDead uses when limit is zero;
@@ -77,6 +79,18 @@ func (a *Admin) ListDead(ctx context.Context, f Filter, after int64, limit int) 
 		return nil, fmt.Errorf("outboxadmin: list dead events: %w", err)
 	}
 	return out, nil
+}
+
+// CountDead counts the dead events matching f (a zero Filter: every dead
+// event).
+func (a *Admin) CountDead(ctx context.Context, f Filter) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
+	defer cancel()
+	var n int64
+	if err := a.db.QueryRowContext(ctx, a.sql.deadCount, f.args()...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outboxadmin: count dead events: %w", err)
+	}
+	return n, nil
 }
 
 // Event reads the row id in any state, with its payload. It returns

@@ -1,7 +1,8 @@
 // Package outboxadmin is the operator's API to an outbox: its status, its
 // dead events and replays. The outbox CLI (outbox status, outbox dead,
 // outbox replay) is a thin layer over it; use it to build the same tools
-// into an admin page or a runbook job.
+// into an admin page or a runbook job; package console (outbox ui) is a
+// web console built on it.
 //
 //	adm, err := outboxadmin.New(db, outboxadmin.Config{})
 //	st, err := adm.Status(ctx)                                    // backlog, lag, dead; relays and shards
@@ -17,6 +18,14 @@
 // it. Both act on rows that are dead when they run, under row locks, so a
 // concurrent relay never sees half an operation, and both take a Filter that
 // must select something explicitly (ErrNoSelection).
+//
+// # Looking events up
+//
+// Event reads one row by its id with its payload; FindEvents finds the
+// rows of an event id or an aggregate id on indexes only (see its
+// Config.LookupWindow); Snapshot reads the totals and the highest row id
+// cheaply enough to sample every few seconds, and PublishRate turns two
+// snapshots into a publish rate.
 //
 // # Replay
 //

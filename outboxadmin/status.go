@@ -17,6 +17,11 @@ type Status struct {
 	// published until a relay takes them (within a heartbeat of one
 	// running).
 	Unowned []int
+	// Handovers lists the shards in handover: a live relay other than the
+	// owner still holds claimed rows of them (the previous owner finishing
+	// its batch). The new owner publishes their later events once those
+	// are done; a shard that stays here points at a stuck relay.
+	Handovers []int
 }
 
 // RelayStatus is one registered relay.
@@ -78,7 +83,30 @@ func (a *Admin) Status(ctx context.Context) (Status, error) {
 		return Status{}, fmt.Errorf("outboxadmin: status: read shards: %w", err)
 	}
 	st.Relays = relays
+	if st.Handovers, err = a.handovers(ctx); err != nil {
+		return Status{}, fmt.Errorf("outboxadmin: status: %w", err)
+	}
 	return st, nil
+}
+
+func (a *Admin) handovers(ctx context.Context) ([]int, error) {
+	rows, err := a.db.QueryContext(ctx, a.sql.handovers)
+	if err != nil {
+		return nil, fmt.Errorf("read handovers: %w", err)
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var shard int
+		if err := rows.Scan(&shard); err != nil {
+			return nil, fmt.Errorf("read handovers: %w", err)
+		}
+		out = append(out, shard)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read handovers: %w", err)
+	}
+	return out, nil
 }
 
 func (a *Admin) relays(ctx context.Context) ([]RelayStatus, error) {

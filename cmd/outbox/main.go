@@ -10,6 +10,7 @@
 //	outbox dead retry ID... | --topic T ... | --all [--dry-run]
 //	outbox dead drop ID... | --topic T ... | --all --yes|--dry-run
 //	outbox replay --since 2h [--topic T] [--aggregate A] [--dry-run]
+//	outbox ui [--listen 127.0.0.1:8080] [--allow-writes]
 //
 // Every flag can also be set in the environment as OUTBOX_ and its name in
 // upper case with underscores (--max-lag: OUTBOX_MAX_LAG); the command line

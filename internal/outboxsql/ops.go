@@ -3,8 +3,8 @@ package outboxsql
 // Operator statements (package outboxadmin, the outbox CLI). Selections are
 // fixed statements whose optional filters are NULL when unset, so no SQL is
 // built from input: $ids is a bigint array literal or NULL, $topic,
-// $aggregate and $type are exact matches or NULL, and $since a timestamptz
-// or NULL.
+// $aggregate and $type are exact matches or NULL, and $since and $until
+// timestamptz or NULL.
 
 // opsRowColumns is what an operator sees of a row.
 const opsRowColumns = `id, event_id::text, topic, aggregate_type, aggregate_id, event_type, content_type,
@@ -12,22 +12,27 @@ const opsRowColumns = `id, event_id::text, topic, aggregate_type, aggregate_id, 
        coalesce(last_error, ''), published_at, coalesce(lease_owner, '')`
 
 // deadFilter selects dead rows by $1 ids, $2 topic, $3 aggregate id, $4
-// event type and $5 created at or after. The dead-letter partial index
-// serves it.
+// event type, $5 created at or after and $6 created before. The
+// dead-letter partial index serves it.
 const deadFilter = `state = 'dead'
   AND ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
   AND ($2::text IS NULL OR topic = $2)
   AND ($3::text IS NULL OR aggregate_id = $3)
   AND ($4::text IS NULL OR event_type = $4)
-  AND ($5::timestamptz IS NULL OR created_at >= $5)`
+  AND ($5::timestamptz IS NULL OR created_at >= $5)
+  AND ($6::timestamptz IS NULL OR created_at < $6)`
 
 // OpsDeadList pages through dead rows matching deadFilter in id order: ids
-// above $6, at most $7.
+// above $7, at most $8.
 const OpsDeadList = `SELECT ` + opsRowColumns + `
 FROM {{table}}
-WHERE ` + deadFilter + ` AND id > $6
+WHERE ` + deadFilter + ` AND id > $7
 ORDER BY id
-LIMIT $7`
+LIMIT $8`
+
+// OpsDeadCount counts the dead rows matching deadFilter (on the dead-letter
+// index, like the list).
+const OpsDeadCount = `SELECT count(*) FROM {{table}} WHERE ` + deadFilter
 
 // OpsRow reads one row ($1) in any state, with its payload.
 const OpsRow = `SELECT ` + opsRowColumns + `, payload FROM {{table}} WHERE id = $1`
@@ -116,3 +121,64 @@ ORDER BY id`
 
 // OpsShards lists every shard and its owner, empty when free.
 const OpsShards = `SELECT shard, coalesce(owner, '') FROM {{shards}} ORDER BY shard`
+
+// OpsHandovers lists the shards in handover: shards holding rows that a
+// live incarnation other than the shard's owner still has claimed under a
+// valid lease (the previous owner finishing its batch; see
+// ShardsInHandover). It walks the claim index, so it costs as much as the
+// backlog.
+const OpsHandovers = `SELECT DISTINCT o.shard
+FROM {{table}} o JOIN {{shards}} s ON s.shard = o.shard
+WHERE o.state = 'claimed' AND o.lease_expires_at > now()
+  AND o.lease_owner IS DISTINCT FROM s.owner
+  AND o.lease_owner IN (SELECT id FROM {{relays}})
+ORDER BY 1`
+
+// OpsSnapshot reads what a console samples over time: backlog, the
+// creation time of the oldest unpublished row, the dead count (Stats), the
+// highest row id (the primary key's last entry, which counts the events
+// written) and the database clock.
+const OpsSnapshot = `
+SELECT
+    (SELECT count(*) FROM {{table}} WHERE state IN ('pending', 'claimed')),
+    (SELECT created_at FROM {{table}} WHERE state IN ('pending', 'claimed') ORDER BY id LIMIT 1),
+    (SELECT count(*) FROM {{table}} WHERE state = 'dead'),
+    (SELECT coalesce(max(id), 0) FROM {{table}}),
+    now()`
+
+// lookup finds the rows whose column col equals $1, newest first, at most
+// $3, on indexes only: the unpublished ones on the claim or aggregate index,
+// the dead ones on the dead-letter index, and the published ones among the
+// newest $2 rows of the primary key. Without an index on col over every
+// row (which would cost each insert, claim and publish one more index
+// write), an older published row is found by its id only.
+func lookup(col, cast string) string {
+	return `SELECT ` + opsRowColumns + `
+FROM {{table}}
+WHERE id IN (
+    SELECT id FROM {{table}} WHERE state IN ('pending', 'claimed') AND ` + col + ` = $1` + cast + `
+    UNION
+    SELECT id FROM {{table}} WHERE state = 'dead' AND ` + col + ` = $1` + cast + `
+    UNION
+    SELECT id FROM (SELECT id, ` + col + ` FROM {{table}} ORDER BY id DESC LIMIT $2) recent WHERE ` + col + ` = $1` + cast + `
+)
+ORDER BY id DESC
+LIMIT $3`
+}
+
+// OpsLookupAggregate finds an aggregate's rows (see lookup); the aggregate
+// index serves its unpublished ones.
+var OpsLookupAggregate = lookup("aggregate_id", "")
+
+// OpsLookupEventID finds the rows of an event id (see lookup).
+var OpsLookupEventID = lookup("event_id", "::uuid")
+
+// LookupArgs binds OpsLookupAggregate and OpsLookupEventID.
+type LookupArgs struct {
+	Key    string // $1: the aggregate id, or the event id as text
+	Recent int    // $2: how many of the newest rows to search for published ones
+	Limit  int    // $3: the most rows returned
+}
+
+// Args returns the parameters in order.
+func (a LookupArgs) Args() []any { return []any{a.Key, a.Recent, a.Limit} }

@@ -1,0 +1,380 @@
+package console
+
+import (
+	"cmp"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/outboxadmin"
+)
+
+// overviewData is the overview page's and its JSON's content.
+type overviewData struct {
+	Backlog     int64                 `json:"backlog"`
+	LagSeconds  float64               `json:"lag_seconds"`
+	Lag         time.Duration         `json:"-"`
+	Dead        int64                 `json:"dead"`
+	PublishRate *float64              `json:"publish_rate"`
+	Topics      []txoutbox.TopicStats `json:"-"`
+	TopicsJSON  []topicJSON           `json:"topics"`
+	Relays      int                   `json:"relays_alive"`
+	Unowned     int                   `json:"unowned_shards"`
+	Handovers   int                   `json:"handover_shards"`
+	History     []point               `json:"history"`
+	At          time.Time             `json:"at"`
+	Status      outboxadmin.Status    `json:"-"`
+	Latest      outboxadmin.Snapshot  `json:"-"`
+	PollMillis  int64                 `json:"-"` // how often the page polls: SampleEvery
+}
+
+type topicJSON struct {
+	Topic      string  `json:"topic"`
+	Backlog    int64   `json:"backlog"`
+	LagSeconds float64 `json:"lag_seconds"`
+	Dead       int64   `json:"dead"`
+}
+
+func (c *Console) readOverview(r *http.Request) (overviewData, error) {
+	latest, err := c.hist.sample(r.Context(), c.adm)
+	if err != nil {
+		return overviewData{}, err
+	}
+	st, err := c.adm.Status(r.Context())
+	if err != nil {
+		return overviewData{}, err
+	}
+	d := overviewData{
+		Backlog: st.Backlog, Lag: st.Lag, LagSeconds: st.Lag.Seconds(), Dead: st.Dead,
+		Topics: st.Topics, TopicsJSON: []topicJSON{}, Unowned: len(st.Unowned), Handovers: len(st.Handovers),
+		History: c.hist.points(), At: latest.At, Status: st, Latest: latest,
+		PollMillis: c.opts.SampleEvery.Milliseconds(),
+	}
+	for _, t := range st.Topics {
+		d.TopicsJSON = append(d.TopicsJSON, topicJSON{Topic: t.Topic, Backlog: t.Backlog, LagSeconds: t.Lag.Seconds(), Dead: t.Dead})
+	}
+	for _, rl := range st.Relays {
+		if rl.Alive {
+			d.Relays++
+		}
+	}
+	if n := len(d.History); n > 0 {
+		d.PublishRate = d.History[n-1].PublishRate
+	}
+	return d, nil
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	d, err := c.readOverview(r)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "overview", "overview", d)
+}
+
+func (c *Console) overviewJSON(w http.ResponseWriter, r *http.Request) {
+	d, err := c.readOverview(r)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+// relayView is a relay as the relays page shows it.
+type relayView struct {
+	outboxadmin.RelayStatus
+	Color int // the palette entry of its shards
+}
+
+// shardCell is one square of the shard grid.
+type shardCell struct {
+	Shard    int
+	Owner    string
+	Color    int // -1: no live owner
+	Handover bool
+}
+
+type relaysData struct {
+	Relays    []relayView
+	Cells     []shardCell
+	Unowned   []int
+	Handovers []int
+}
+
+// paletteSize is the number of owner colours in console.css (.c0 ...).
+const paletteSize = 12
+
+func (c *Console) relays(w http.ResponseWriter, r *http.Request) {
+	st, err := c.adm.Status(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d := relaysData{Unowned: st.Unowned, Handovers: st.Handovers, Cells: make([]shardCell, 256)}
+	for i := range d.Cells {
+		d.Cells[i] = shardCell{Shard: i, Color: -1, Handover: slices.Contains(st.Handovers, i)}
+	}
+	for i, rl := range st.Relays {
+		d.Relays = append(d.Relays, relayView{RelayStatus: rl, Color: i % paletteSize})
+		for _, s := range rl.Shards {
+			if s >= 0 && s < len(d.Cells) {
+				d.Cells[s].Owner = rl.ID
+				if rl.Alive {
+					d.Cells[s].Color = i % paletteSize
+				}
+			}
+		}
+	}
+	c.render(w, r, http.StatusOK, "relays", "relays", d)
+}
+
+// confirmMax is the most events one retry or drop from the console
+// changes: the ids go through the confirmation form.
+const confirmMax = 1000
+
+// deadPageMax is the dead-letter page's largest page.
+const deadPageMax = 500
+
+type deadData struct {
+	Query deadQuery
+	Rows  []outboxadmin.Row
+	Total int64
+	Limit int
+	After int64
+	// Next and First are the query strings of the next and first pages
+	// ("" if none); Retry and Drop those of the confirmation pages. They
+	// are url.Values.Encode's output, safe in an href as they are.
+	Next, First, Retry, Drop template.URL
+}
+
+func (c *Console) deadList(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	q, err := parseDeadQuery(v, time.Now())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	limit, err := parseLimit(v, outboxadmin.DeadPageDefault, deadPageMax)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	after, err := parseAfter(v)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	rows, err := c.adm.ListDead(r.Context(), q.filter, after, limit)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	total, err := c.adm.CountDead(r.Context(), q.filter)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d := deadData{Query: q, Rows: rows, Total: total, Limit: limit, After: after}
+	given := url.Values{}
+	for _, k := range []string{"topic", "type", "aggregate", "since", "until", "ids", "limit"} {
+		if s := v.Get(k); s != "" {
+			given.Set(k, s)
+		}
+	}
+	if len(rows) == limit {
+		next := cloneValues(given)
+		next.Set("after", strconv.FormatInt(rows[len(rows)-1].ID, 10))
+		d.Next = template.URL(next.Encode())
+	}
+	if after > 0 {
+		d.First = template.URL(given.Encode())
+	}
+	if total > 0 {
+		act := q.values()
+		if q.filter.IDs != nil {
+			act.Set("ids", v.Get("ids"))
+		}
+		if len(act) == 0 {
+			act.Set("all", "1")
+		}
+		act.Set("action", "retry")
+		d.Retry = template.URL(act.Encode())
+		act.Set("action", "drop")
+		d.Drop = template.URL(act.Encode())
+	}
+	c.render(w, r, http.StatusOK, "dead", "dead", d)
+}
+
+func cloneValues(v url.Values) url.Values {
+	out := url.Values{}
+	for k, vs := range v {
+		out[k] = append([]string(nil), vs...)
+	}
+	return out
+}
+
+// confirmData is the preview of a retry or drop.
+type confirmData struct {
+	Action  string // "retry" or "drop"
+	Query   deadQuery
+	Hidden  url.Values // the filter, sent back with the confirmation
+	IDs     string     // the previewed ids, which the confirmation changes
+	Rows    []outboxadmin.Row
+	More    int   // previewed rows not listed
+	Count   int   // events the confirmation changes
+	Total   int64 // events matching now
+	Partial bool  // more match than one confirmation changes
+	Missing []int64
+}
+
+// shownMax is the most rows a confirmation page lists; every previewed id
+// is in its form.
+const shownMax = 100
+
+// deadConfirm previews a retry or drop: the dead events the filter selects
+// now, at most confirmMax of them. It only reads. The confirmation sends
+// their ids back, so it changes exactly what was shown, or nothing if one
+// of them changed meanwhile.
+func (c *Console) deadConfirm(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	action := v.Get("action")
+	if action != "retry" && action != "drop" {
+		c.fail(w, r, badf("action: %q is neither retry nor drop", action))
+		return
+	}
+	q, err := parseDeadQuery(v, time.Now())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	if q.filter.IDs == nil && q.values().Encode() == "" && v.Get("all") != "1" {
+		c.fail(w, r, errNoSelection)
+		return
+	}
+	rows, err := c.adm.ListDead(r.Context(), q.filter, 0, confirmMax)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	total, err := c.adm.CountDead(r.Context(), q.filter)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d := confirmData{Action: action, Query: q, Hidden: q.values(), Rows: rows, Count: len(rows), Total: total}
+	ids := make([]int64, len(rows))
+	for i, row := range rows {
+		ids[i] = row.ID
+	}
+	d.IDs = joinIDs(ids)
+	if q.filter.IDs != nil {
+		found := map[int64]bool{}
+		for _, id := range ids {
+			found[id] = true
+		}
+		for _, id := range q.filter.IDs {
+			if !found[id] {
+				d.Missing = append(d.Missing, id)
+			}
+		}
+	}
+	shown := min(len(rows), shownMax)
+	d.Rows, d.More, d.Partial = rows[:shown], len(rows)-shown, total > int64(len(rows))
+	c.render(w, r, http.StatusOK, "confirm", "dead", d)
+}
+
+func joinIDs(ids []int64) string {
+	b := make([]byte, 0, len(ids)*8)
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(b)
+}
+
+type eventsData struct {
+	By, Q string
+	Rows  []outboxadmin.Row
+	// Searched is set once a lookup ran, so "nothing found" can show.
+	Searched bool
+	Window   int
+}
+
+func (c *Console) events(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	q, err := text(v, "q")
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d := eventsData{By: cmp.Or(v.Get("by"), "id"), Q: q}
+	if q == "" {
+		c.render(w, r, http.StatusOK, "events", "events", d)
+		return
+	}
+	var lookup outboxadmin.Lookup
+	switch d.By {
+	case "id":
+		id, err := parseID(q, "q")
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		http.Redirect(w, r, "events/"+strconv.FormatInt(id, 10), http.StatusSeeOther)
+		return
+	case "event":
+		id, err := uuid.Parse(q)
+		if err != nil {
+			c.fail(w, r, badf("q: %q is not an event id (a UUID)", q))
+			return
+		}
+		lookup.EventID = id
+	case "aggregate":
+		lookup.AggregateID = q
+	default:
+		c.fail(w, r, badf("by: %q is none of id, event, aggregate", d.By))
+		return
+	}
+	if d.Rows, err = c.adm.FindEvents(r.Context(), lookup); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d.Searched = true
+	c.render(w, r, http.StatusOK, "events", "events", d)
+}
+
+type eventData struct {
+	Row     outboxadmin.Row
+	Payload payloadView
+	Headers []header
+}
+
+type header struct{ Key, Value string }
+
+func (c *Console) event(w http.ResponseWriter, r *http.Request) {
+	id, err := parseID(r.PathValue("id"), "event ID")
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	row, err := c.adm.Event(r.Context(), id)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d := eventData{Row: row, Payload: viewPayload(row.Payload)}
+	for k, val := range row.Headers {
+		d.Headers = append(d.Headers, header{k, val})
+	}
+	slices.SortFunc(d.Headers, func(a, b header) int { return cmp.Compare(a.Key, b.Key) })
+	c.render(w, r, http.StatusOK, "event", "events", d)
+}

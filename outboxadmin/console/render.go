@@ -1,0 +1,190 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/txoutbox/txoutbox/outboxadmin"
+)
+
+// pageNames are the templates under assets/templates, each rendered inside
+// layout.html.
+var pageNames = []string{"overview", "relays", "dead", "confirm", "done", "events", "event", "replay", "error"}
+
+var funcs = template.FuncMap{
+	"dur":   formatDuration,
+	"ts":    formatTime,
+	"short": shorten,
+	"add":   func(a, b int) int { return a + b },
+}
+
+func parsePages() (map[string]*template.Template, error) {
+	pages := map[string]*template.Template{}
+	for _, name := range pageNames {
+		t, err := template.New(name).Funcs(funcs).ParseFS(assets, "assets/templates/layout.html", "assets/templates/"+name+".html")
+		if err != nil {
+			return nil, err
+		}
+		pages[name] = t
+	}
+	return pages, nil
+}
+
+// page is what every template gets.
+type page struct {
+	Title  string
+	Root   string // relative path to the console's root: "./" or "../"
+	Writes bool   // Options.AllowWrites
+	CSRF   string
+	Nav    string // the menu entry to highlight
+	Data   any
+}
+
+// render writes the page name with status.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name, nav string, data any) {
+	p := page{Title: c.opts.Title, Root: root(r), Writes: c.opts.AllowWrites, CSRF: c.csrf.token(w, r), Nav: nav, Data: data}
+	var b bytes.Buffer
+	if err := c.pages[name].ExecuteTemplate(&b, "layout", p); err != nil {
+		c.log.Error("outbox console: render", "page", name, "err", err)
+		http.Error(w, "internal error: the console's log has the details", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(b.Bytes()) //nolint:errcheck // the client went away
+}
+
+// root is the relative path from r's page to the console's root, so links
+// work under any mount prefix: "/" and "/dead" give "./", "/events/12"
+// "../".
+func root(r *http.Request) string {
+	depth := strings.Count(r.URL.Path, "/") - 1
+	if depth <= 0 {
+		return "./"
+	}
+	return strings.Repeat("../", depth)
+}
+
+// errorPage is the error template's data.
+type errorPage struct {
+	Status  int
+	Message string
+}
+
+// fail answers err with its status: 400 for bad input, 404 for an unknown
+// event, 409 when a confirmed selection changed meanwhile, 403 for a write
+// to a read-only console, otherwise 500 with a generic message (database
+// errors may name hosts and roles) and the error in the log.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var (
+		bad    badInput
+		status int
+		msg    string
+	)
+	switch {
+	case errors.As(err, &bad):
+		status, msg = http.StatusBadRequest, bad.msg
+	case errors.Is(err, errNoSelection), errors.Is(err, outboxadmin.ErrNoSelection), errors.Is(err, outboxadmin.ErrNoSince):
+		status, msg = http.StatusBadRequest, err.Error()
+	case errors.Is(err, outboxadmin.ErrNotFound):
+		status, msg = http.StatusNotFound, err.Error()
+	case errors.Is(err, outboxadmin.ErrNotDead):
+		status, msg = http.StatusConflict, err.Error()+": nothing changed; the selection changed since the preview, look again"
+	case errors.Is(err, errReadOnly), errors.Is(err, errCSRF):
+		status, msg = http.StatusForbidden, err.Error()
+	case errors.Is(err, context.DeadlineExceeded):
+		status, msg = http.StatusServiceUnavailable, "the database did not answer in time"
+		c.log.Error("outbox console: request failed", "path", r.URL.Path, "err", err)
+	default:
+		status, msg = http.StatusInternalServerError, "internal error: the console's log has the details"
+		c.log.Error("outbox console: request failed", "path", r.URL.Path, "err", err)
+	}
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		writeJSON(w, status, map[string]string{"error": msg})
+		return
+	}
+	c.render(w, r, status, "error", "", errorPage{Status: status, Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v) //nolint:errcheck // the client went away
+}
+
+// formatDuration renders a duration for humans, rounded to what matters.
+func formatDuration(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+func formatTime(t any) string {
+	switch v := t.(type) {
+	case time.Time:
+		if v.IsZero() {
+			return ""
+		}
+		return v.UTC().Format("2006-01-02 15:04:05Z")
+	case *time.Time:
+		if v == nil {
+			return ""
+		}
+		return v.UTC().Format("2006-01-02 15:04:05Z")
+	}
+	return fmt.Sprint(t)
+}
+
+// shorten puts s on one line of at most n runes.
+func shorten(n int, s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// payloadView is a payload as the detail page shows it.
+type payloadView struct {
+	Kind string // "json", "text" or "binary"
+	Text string
+}
+
+// payloadShownMax is the most payload bytes the detail page renders.
+const payloadShownMax = 256 << 10
+
+// viewPayload pretty-prints JSON, shows other UTF-8 as it is and binary as
+// a hex dump.
+func viewPayload(b []byte) payloadView {
+	if len(b) > payloadShownMax {
+		return payloadView{Kind: "binary", Text: fmt.Sprintf("(%d bytes, too large to show; the first %d)\n", len(b), 4096) + hex.Dump(b[:4096])}
+	}
+	if json.Valid(b) {
+		var out bytes.Buffer
+		if json.Indent(&out, b, "", "  ") == nil {
+			return payloadView{Kind: "json", Text: out.String()}
+		}
+	}
+	if utf8.Valid(b) {
+		return payloadView{Kind: "text", Text: string(b)}
+	}
+	return payloadView{Kind: "binary", Text: hex.Dump(b)}
+}

@@ -1,0 +1,116 @@
+package outboxadmin
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+)
+
+// Lookup selects the events to find: by event id or by aggregate id.
+type Lookup struct {
+	// EventID is an event's own id (Row.EventID), the one consumers see.
+	EventID uuid.UUID
+	// AggregateID, when EventID is zero, finds the aggregate's events.
+	AggregateID string
+	// Limit is the most rows returned, newest first. Default
+	// LookupLimitDefault, at most DeadPageMax.
+	Limit int
+}
+
+// LookupLimitDefault is Lookup.Limit's default.
+const LookupLimitDefault = 100
+
+// FindEvents returns the events q selects in any state, newest first,
+// without payloads. It finds every unpublished and dead one, and the
+// published ones among the newest Config.LookupWindow rows: every path it
+// takes is an index, and no index covers the published rows by event or
+// aggregate id (one would cost every insert, claim and publish another
+// index write). Read an older published event by its row id with Event.
+func (a *Admin) FindEvents(ctx context.Context, q Lookup) ([]Row, error) {
+	limit := q.Limit
+	if limit == 0 {
+		limit = LookupLimitDefault
+	}
+	if limit < 0 || limit > DeadPageMax {
+		return nil, fmt.Errorf("outboxadmin: find events: limit %d is outside 1..%d", limit, DeadPageMax)
+	}
+	query, key := a.sql.lookupEventID, q.EventID.String()
+	if q.EventID == uuid.Nil {
+		if q.AggregateID == "" {
+			return nil, errors.New("outboxadmin: find events: no event id or aggregate id given")
+		}
+		query, key = a.sql.lookupAggregate, q.AggregateID
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
+	defer cancel()
+	args := outboxsql.LookupArgs{Key: key, Recent: a.cfg.LookupWindow, Limit: limit}
+	rows, err := a.db.QueryContext(ctx, query, args.Args()...)
+	if err != nil {
+		return nil, fmt.Errorf("outboxadmin: find events: %w", err)
+	}
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("outboxadmin: find events: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outboxadmin: find events: %w", err)
+	}
+	return out, nil
+}
+
+// Snapshot is the outbox's totals at one moment, cheap enough to sample
+// every few seconds.
+type Snapshot struct {
+	// Backlog, Lag and Dead are the totals (Stats.Topics is empty).
+	txoutbox.Stats
+	// LastID is the highest row id: it grows by one per event written, so
+	// two snapshots tell the write rate, and with Backlog and Dead the
+	// publish rate (see PublishRate).
+	LastID int64
+	// At is the database clock when it was read.
+	At time.Time
+}
+
+// Snapshot reads the totals and the highest row id in one statement on
+// the claim, dead-letter and primary-key indexes.
+func (a *Admin) Snapshot(ctx context.Context) (Snapshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
+	defer cancel()
+	var (
+		s      Snapshot
+		oldest sql.NullTime
+	)
+	if err := a.db.QueryRowContext(ctx, a.sql.snapshot).Scan(&s.Backlog, &oldest, &s.Dead, &s.LastID, &s.At); err != nil {
+		return Snapshot{}, fmt.Errorf("outboxadmin: snapshot: %w", err)
+	}
+	if oldest.Valid {
+		s.Lag = max(s.At.Sub(oldest.Time), 0)
+	}
+	return s, nil
+}
+
+// PublishRate estimates the events published per second between two
+// snapshots, from the events written (LastID), the backlog's change and the
+// dead count's change: written - Δbacklog - Δdead is exactly the events
+// published, less those an operator replayed and plus those dropped in
+// between. Rolled-back writes leave gaps in the ids and count as
+// published. It is zero when b is not after a, and never negative.
+func PublishRate(a, b Snapshot) float64 {
+	dt := b.At.Sub(a.At).Seconds()
+	if dt <= 0 {
+		return 0
+	}
+	n := (b.LastID - a.LastID) - (b.Backlog - a.Backlog) - (b.Dead - a.Dead)
+	return max(float64(n)/dt, 0)
+}
