@@ -172,9 +172,9 @@ func (c *completer) flushAt() int { return max(c.r.cfg.BatchSize/2, 1) }
 func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []failedRow, releases []releasedRow) error {
 	r := c.r
 	if len(fails) == 0 && len(releases) == 0 {
-		for owner, ids := range byOwner(acks) {
-			if _, err := r.db.ExecContext(ctx, r.sql.markPublished, outboxsql.RowsArgs{IDs: ids, Owner: owner}.Args()...); err != nil {
-				return fmt.Errorf("mark %d published: %w", len(ids), err)
+		for _, m := range marksByOwner(acks) {
+			if _, err := r.db.ExecContext(ctx, r.sql.markPublished, m.Args()...); err != nil {
+				return fmt.Errorf("mark %d published: %w", len(m.IDs), err)
 			}
 		}
 		r.met.addByTopic(ctx, r.met.published, acks)
@@ -199,9 +199,9 @@ func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []faile
 				}
 			}
 		}
-		for owner, ids := range byOwner(acks) {
-			if _, err := tx.ExecContext(ctx, r.sql.markPublished, outboxsql.RowsArgs{IDs: ids, Owner: owner}.Args()...); err != nil {
-				return 0, fmt.Errorf("mark %d published: %w", len(ids), err)
+		for _, m := range marksByOwner(acks) {
+			if _, err := tx.ExecContext(ctx, r.sql.markPublished, m.Args()...); err != nil {
+				return 0, fmt.Errorf("mark %d published: %w", len(m.IDs), err)
 			}
 		}
 		return 0, nil

@@ -236,8 +236,21 @@ func settle(ctx context.Context, db *sql.DB, q *statements, timeout time.Duratio
 	return n, nil
 }
 
-// byOwner groups rows' ids by the incarnation that claimed them: one group
-// but around a change of incarnation.
+// marksByOwner groups acknowledged rows into one mark per incarnation: one
+// group but around a change of incarnation.
+func marksByOwner(rows []*claimedRow) map[string]outboxsql.MarkArgs {
+	out := make(map[string]outboxsql.MarkArgs, 1)
+	for _, row := range rows {
+		m := out[row.inc.token]
+		m.Owner = row.inc.token
+		m.IDs = append(m.IDs, row.id)
+		m.TIDs = append(m.TIDs, row.tid)
+		out[row.inc.token] = m
+	}
+	return out
+}
+
+// byOwner groups rows' ids by the incarnation that claimed them.
 func byOwner(rows []*claimedRow) map[string][]int64 {
 	out := make(map[string][]int64, 1)
 	for _, row := range rows {
@@ -259,7 +272,7 @@ func scanClaimed(rows *sql.Rows, seq uint64, inc *incarnation) (out []*claimedRo
 		)
 		e := &c.event
 		if err := rows.Scan(&c.id, &eventID, &e.Topic, &e.AggregateType, &e.AggregateID, &e.Type,
-			&e.ContentType, &e.Payload, &headers, &e.CreatedAt, &c.attempts); err != nil {
+			&e.ContentType, &e.Payload, &headers, &e.CreatedAt, &c.attempts, &c.tid); err != nil {
 			return nil, nil, fmt.Errorf("claim batch: scan: %w", err)
 		}
 		if e.ID, err = uuid.Parse(eventID); err != nil {

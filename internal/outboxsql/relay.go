@@ -110,7 +110,7 @@ UPDATE {{table}} o
 SET state = 'claimed', lease_owner = $1, lease_expires_at = now() + $3::interval
 WHERE o.ctid = ANY (ARRAY(SELECT tid FROM claim))
 RETURNING o.id, o.event_id::text, o.topic, o.aggregate_type, o.aggregate_id, o.event_type,
-          o.content_type, o.payload, o.headers::text, o.created_at, o.attempts`
+          o.content_type, o.payload, o.headers::text, o.created_at, o.attempts, o.ctid::text`
 
 // ClaimArgs binds Claim.
 type ClaimArgs struct {
@@ -240,6 +240,18 @@ func (a ShardsArgs) Args() []any { return []any{a.Owner, Int16Array(a.Shards)} }
 // still holds. A row taken over by another incarnation meanwhile is left to
 // it (it publishes the row again: at least once), and so is a row an
 // operator returned to pending (a replay), which a late mark must not undo.
+//
+// The rows are reached by the tuple ids their claim returned (TIDs), not
+// through an index: a row updated since its claim has moved, so the claim's
+// version is no longer visible and the mark passes over it, which is what
+// the conditions on state and owner would decide anyway for every update but
+// one that returns the row to this same incarnation (a re-claim after its
+// own lease expired: that claim's copy marks it). A row whose tuple id is
+// reused after vacuum is marked only if it is also one of IDs, held by
+// Owner and acknowledged. A table rewritten under a running relay (VACUUM
+// FULL, CLUSTER) moves every row: marks then pass over them, and the rows
+// are published again after their lease: duplicates, never a loss.
+//
 // The statement runs as its own transaction and turns off synchronous
 // commit for it in the same round trip (the setting is read at commit): a
 // lost mark only republishes what the broker has.
@@ -247,10 +259,20 @@ const MarkPublished = `
 WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
 UPDATE {{table}}
 SET state = 'published', published_at = now(), lease_owner = NULL, lease_expires_at = NULL
-WHERE id = ANY($1::bigint[]) AND state = 'claimed' AND lease_owner = $2
+WHERE ctid = ANY($3::tid[]) AND id = ANY($1::bigint[]) AND state = 'claimed' AND lease_owner = $2
   AND EXISTS (SELECT 1 FROM async)`
 
-// RowsArgs binds MarkPublished and Release.
+// MarkArgs binds MarkPublished.
+type MarkArgs struct {
+	IDs   []int64  // $1
+	Owner string   // $2: the incarnation that claimed them
+	TIDs  []string // $3: the rows' tuple ids as Claim returned them, "(page,item)"
+}
+
+// Args returns the parameters in order.
+func (a MarkArgs) Args() []any { return []any{Int64Array(a.IDs), a.Owner, TIDArray(a.TIDs)} }
+
+// RowsArgs binds Release.
 type RowsArgs struct {
 	IDs   []int64 // $1
 	Owner string  // $2: the incarnation that claimed them
