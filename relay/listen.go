@@ -21,9 +21,13 @@ func (r *Relay) listenLoop(ctx context.Context) {
 	}
 	failures := 0
 	for ctx.Err() == nil {
+		start := time.Now()
 		err := r.listen(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if time.Since(start) > time.Minute {
+			failures = 0 // a connection that held a while: an isolated drop
 		}
 		if errors.Is(err, errNotPgx) {
 			r.log.Warn("relay: LISTEN needs the pgx database/sql driver; polling instead", "poll_interval", r.cfg.PollInterval)
