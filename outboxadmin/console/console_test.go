@@ -195,7 +195,7 @@ func TestPages(t *testing.T) {
 		want []string
 	}{
 		{"", http.StatusOK, []string{"orders-test", `id="backlog">3<`, `id="dead">2<`, "read-only", "payments"}},
-		{"relays", http.StatusOK, []string{"No relay is registered", "256 shards", `title="shard 255: no owner"`}},
+		{"relays", http.StatusOK, []string{"No relay is registered", "256 shards", `title="shard 255: no owner"`, `http-equiv="refresh"`}},
 		{"dead", http.StatusOK, []string{"2 dead event(s) match", "broker said no to orders", "events/" + id(deadID)}},
 		{"dead?topic=payments", http.StatusOK, []string{"1 dead event(s) match", "events/" + id(payID)}},
 		{"dead?since=1h&until=2026-01-01T00:00:00Z", http.StatusBadRequest, []string{"is not before until"}},
