@@ -96,7 +96,13 @@ func run(t *testing.T, plan harness.Plan) harness.Result {
 	)
 	if plan.OwnCluster {
 		c := testkit.ChaosCluster
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		unlock, err := c.Lock(ctx) // another process may be crashing it
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		defer unlock()
 		url, err := c.Ensure(ctx)
 		cancel()
 		if err != nil {

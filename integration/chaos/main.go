@@ -116,7 +116,12 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, seed uint64
 		}
 		ran++
 		db, own := serverDB, (*testkit.Cluster)(nil)
+		unlock := func() {}
 		if plan.OwnCluster {
+			// Another process (a test run) may be crashing the cluster.
+			if unlock, err = cluster.Lock(ctx); err != nil {
+				return err
+			}
 			if clusterDB == "" {
 				u, err := cluster.Ensure(ctx)
 				if err != nil {
@@ -129,6 +134,7 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, seed uint64
 			db, own = clusterDB, &cluster
 		}
 		res, err := runOne(ctx, db, own, bin, dir, seed+uint64(i), plan, keep)
+		unlock()
 		if err == nil {
 			err = res.Check()
 		}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -26,6 +27,35 @@ type Cluster struct {
 // ChaosCluster is the cluster the crash suite's database-crash scenarios
 // run on: PostgreSQL 15, port 5439.
 var ChaosCluster = Cluster{Version: "15", Name: "chaos", Port: 5439}
+
+// Lock takes the cluster for the caller across processes (an exclusive
+// flock on a file named after the cluster in the temporary directory),
+// waiting until ctx ends: two test binaries or a test and the chaos runner
+// crashing the same cluster would fail each other. Call the returned
+// function to let it go; the lock also ends with the process.
+func (c Cluster) Lock(ctx context.Context) (unlock func(), err error) {
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("txoutbox-cluster-%s-%s-%d.lock", c.Version, c.Name, c.Port))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: lock: %w", c.Name, err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil // closing the file releases the lock
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("cluster %s: lock: %w", c.Name, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("cluster %s: waiting for another process to let it go: %w", c.Name, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
 
 // URL is the cluster's server URL (trust authentication on loopback).
 func (c Cluster) URL() string {
