@@ -3,6 +3,7 @@ package outboxsql
 import (
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 
 	"github.com/txoutbox/txoutbox/internal/ident"
@@ -37,10 +38,24 @@ func WALName(schema, name string) string {
 // table: the writer emits them, the WAL relay publishes them.
 func WALMessagePrefix(n Names) string { return "txoutbox:" + n.Table }
 
-// WALEmit records table-less events: $1 is the prefix, $2 the encoded
-// events, emitted in array order as transactional messages, so they
-// commit or roll back with the caller's transaction.
-const WALEmit = `SELECT count(pg_logical_emit_message(true, $1, m)) FROM unnest($2::bytea[]) WITH ORDINALITY AS e(m, n)`
+// WALEmit records rows table-less events: $1 is the prefix, $2... the
+// encoded events, emitted left to right as transactional messages, so
+// they commit or roll back with the caller's transaction. Plain bytea
+// parameters work with any driver.
+func WALEmit(rows int) string {
+	var b strings.Builder
+	b.Grow(16 + rows*56)
+	b.WriteString("SELECT ")
+	for i := range rows {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("pg_logical_emit_message(true, $1, $")
+		b.WriteString(strconv.Itoa(i + 2))
+		b.WriteString("::bytea)")
+	}
+	return b.String()
+}
 
 // WALServer reports what the WAL relay needs of the server: its version
 // number, wal_level, and whether the current role may replicate.

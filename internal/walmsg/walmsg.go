@@ -17,16 +17,16 @@ const Version = 1
 
 // Event is one table-less event, the fields of txoutbox.Event.
 type Event struct {
-	V             int               `json:"v"`
-	ID            string            `json:"id"`
-	Topic         string            `json:"topic"`
-	AggregateType string            `json:"aggregate_type,omitempty"`
-	AggregateID   string            `json:"aggregate_id"`
-	Type          string            `json:"type"`
-	ContentType   string            `json:"content_type,omitempty"`
-	Payload       []byte            `json:"payload"`
-	Headers       map[string]string `json:"headers,omitempty"`
-	CreatedAt     time.Time         `json:"created_at"`
+	V             int             `json:"v"`
+	ID            string          `json:"id"`
+	Topic         string          `json:"topic"`
+	AggregateType string          `json:"aggregate_type,omitempty"`
+	AggregateID   string          `json:"aggregate_id"`
+	Type          string          `json:"type"`
+	ContentType   string          `json:"content_type,omitempty"`
+	Payload       []byte          `json:"payload"`
+	Headers       json.RawMessage `json:"headers,omitempty"` // a JSON object of strings, as the headers column holds
+	CreatedAt     time.Time       `json:"created_at"`
 }
 
 // ErrFormat is matched by Decode's errors.

@@ -128,6 +128,10 @@ func (d *decoder) message(m *pglogrepl.LogicalDecodingMessage) (event, bool, err
 	if err != nil {
 		return event{}, false, fmt.Errorf("message at %s: event id: %w", m.LSN, err)
 	}
-	return event{e: txoutbox.Event{ID: id, Topic: w.Topic, AggregateType: w.AggregateType, AggregateID: w.AggregateID,
-		Type: w.Type, ContentType: w.ContentType, Payload: w.Payload, Headers: w.Headers, CreatedAt: w.CreatedAt}}, true, nil
+	ev := event{e: txoutbox.Event{ID: id, Topic: w.Topic, AggregateType: w.AggregateType, AggregateID: w.AggregateID,
+		Type: w.Type, ContentType: w.ContentType, Payload: w.Payload, CreatedAt: w.CreatedAt}}
+	if err := d.headers(&ev, w.Headers); err != nil {
+		return event{}, false, fmt.Errorf("message at %s: %w", m.LSN, err)
+	}
+	return ev, true, nil
 }

@@ -342,3 +342,61 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// Table-less events (WriterConfig.WALMessages) are published among the
+// rows in commit order, as the same messages, and leave no row; rolled
+// back ones are not published.
+func TestTableLessEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runActive(t, b.newRelay(t, b.config()))
+	wal, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: b.db.Table(), WALMessages: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	write := func(w *txoutbox.Writer, commit bool, aggs ...string) []txoutbox.Event {
+		tx, err := b.db.SQL.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		events := b.events(t, aggs...)
+		if err := w.Write(ctx, tx, events...); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return events
+	}
+	first := write(wal, true, "k", "k")
+	rolledBack := write(wal, false, "k")
+	row := write(b.w, true, "k")
+	last := write(wal, true, "k")
+	want := append(append(append([]txoutbox.Event{}, first...), row...), last...)
+	b.pub.waitFor(t, want...)
+	ids := b.pub.ids()
+	for i, e := range want {
+		if ids[i] != e.ID.String() {
+			t.Fatalf("published %v, want %v in that order", ids, want)
+		}
+	}
+	if slices.Contains(ids, rolledBack[0].ID.String()) {
+		t.Fatal("rolled back table-less event published")
+	}
+	got, wantMsg := b.pub.message(first[0].ID.String()), relay.Message(first[0])
+	for k, v := range wantMsg.Metadata {
+		if k != txoutbox.HeaderCreatedAt && got.Metadata.Get(k) != v {
+			t.Errorf("metadata %s = %q, want %q", k, got.Metadata.Get(k), v)
+		}
+	}
+	if string(got.Payload) != string(first[0].Payload) {
+		t.Errorf("payload %q", got.Payload)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox`); n > 1 {
+		t.Fatalf("%d rows in the table, want at most the one row event", n)
+	}
+}
