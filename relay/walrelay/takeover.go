@@ -124,6 +124,11 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 		res.Confirmed = tag.RowsAffected()
 	}
 	res.Unconfirmed = len(keep)
+	if res.Lost {
+		if err := tx.QueryRow(ctx, r.names.Render(`SELECT count(*) FROM {{table}} WHERE state IN ('pending', 'claimed')`)).Scan(&res.Unconfirmed); err != nil {
+			return res, fmt.Errorf("walrelay: takeover: %w", err)
+		}
+	}
 	if _, err := tx.Exec(ctx, outboxsql.WALDropSlot, r.cfg.Slot); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: drop slot: %w", err)
 	}
