@@ -106,7 +106,35 @@ func runWALRelay(ctx context.Context, stdout io.Writer, cfg walrelay.Config, id 
 	}
 	fmt.Fprintf(stdout, "relay %s publishing %s to %s from slot %s\n", id, cfg.Table, strings.Join(addrs, ","), r.Slot())
 	start := time.Now()
-	if err := r.Run(ctx); err != nil {
+	// Say on stdout when this relay starts and stops streaming, for
+	// supervisors and the crash suite: one of several relays streams.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		active := false
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-watchCtx.Done():
+				return
+			case <-t.C:
+			}
+			if now := r.Active(); now != active {
+				active = now
+				state := "standing by"
+				if active {
+					state = "streaming"
+				}
+				fmt.Fprintf(stdout, "relay %s %s\n", id, state)
+			}
+		}
+	}()
+	err = r.Run(ctx)
+	stopWatch()
+	<-watched
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "relay %s stopped after %s\n", id, time.Since(start).Round(time.Second))

@@ -172,3 +172,11 @@ const WALPeek = `SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, 
 // takeover's rows the slot confirmed.
 const WALMarkAllBut = `UPDATE {{table}} SET state = 'published', published_at = now(), lease_owner = NULL, lease_expires_at = NULL
     WHERE state IN ('pending', 'claimed') AND NOT (id = ANY($1::bigint[]))`
+
+// WALUnsettled returns which of rows $1 are still unpublished: a relay
+// resuming from the slot skips the others, published (and cleaned up)
+// before a crash moved the slot's position back.
+const WALUnsettled = `SELECT id FROM {{table}} WHERE id = ANY($1::bigint[]) AND state IN ('pending', 'claimed')`
+
+// WALPosition is the server's current WAL position.
+const WALPosition = `SELECT pg_current_wal_lsn()::text`

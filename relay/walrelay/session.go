@@ -173,10 +173,23 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := r.usable(st); err != nil {
 		return err
 	}
+	// Transactions that end before the WAL position now may have been
+	// published already: the slot's position on disk lags the one last
+	// confirmed until a checkpoint, so after a crash of PostgreSQL it
+	// moves back. Their rows the table no longer holds as unpublished
+	// are skipped.
+	var now string
+	if err := pool.QueryRow(ctx, outboxsql.WALPosition).Scan(&now); err != nil {
+		return fmt.Errorf("read the WAL position: %w", err)
+	}
+	recover, err := pglogrepl.ParseLSN(now)
+	if err != nil {
+		return err
+	}
 	r.active.Store(true)
 	defer r.active.Store(false)
 	r.log.Info("streaming", "publication", r.cfg.Publication, "from", pglogrepl.LSN(st.confirmed))
-	return r.stream(ctx, pool, repl, ls, st.confirmed)
+	return r.stream(ctx, pool, repl, ls, st.confirmed, uint64(recover))
 }
 
 // inMsg is one message of the replication stream.
@@ -195,7 +208,7 @@ type inMsg struct {
 // commit order. With nothing in flight and no transaction half read, it
 // moves to the end of WAL the server says it has sent (a keepalive), so an
 // idle outbox does not hold WAL back; never while anything is in flight.
-func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgConn, ls *lanes, confirmed uint64) error {
+func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgConn, ls *lanes, confirmed, recoverUntil uint64) error {
 	rctx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
 	var (
 		msgs    = make(chan inMsg, 256)
@@ -322,6 +335,11 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 					return fmt.Errorf("commit at %s without a begin", msg.CommitLSN)
 				}
 				open.end = uint64(msg.TransactionEndLSN)
+				if open.end <= recoverUntil {
+					if err := r.skipSettled(ctx, pool, open); err != nil {
+						return err
+					}
+				}
 				queue = append(queue, open)
 				inflight += len(open.events)
 				ls.push(open)
@@ -329,6 +347,48 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 			}
 		}
 	}
+}
+
+// skipSettled drops from t the rows the table holds as published, dead or
+// no more: events a relay published before the slot's position moved back.
+// Table-less events cannot be told apart and are published again.
+func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn) error {
+	var ids []int64
+	for _, ev := range t.events {
+		if ev.row != 0 {
+			ids = append(ids, ev.row)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
+	rows, err := pool.Query(sctx, r.names.Render(outboxsql.WALUnsettled), outboxsql.Int64Array(ids))
+	if err != nil {
+		return fmt.Errorf("check resumed rows: %w", err)
+	}
+	unsettled := map[int64]bool{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		unsettled[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("check resumed rows: %w", err)
+	}
+	kept := t.events[:0]
+	for _, ev := range t.events {
+		if ev.row == 0 || unsettled[ev.row] {
+			kept = append(kept, ev)
+		}
+	}
+	t.events = kept
+	return nil
 }
 
 // drain is the clean end of a stream: stop reading, let the events in

@@ -117,6 +117,14 @@ func victim(ctx context.Context, w *World, k int, wait time.Duration) (string, b
 		return "", false
 	}
 	id := live[w.Env.Intn(len(live))]
+	if w.Flags.Mode == WALMode {
+		// Every other fault hits the relay that streams: the others hold
+		// nothing.
+		if s := w.Fleet.Streaming(); s != "" && k%2 == 1 {
+			id = s
+		}
+		return id, true
+	}
 	if k%2 == 1 {
 		waitUntil(ctx, wait, func() bool { return holdsClaims(ctx, w.Env, id) })
 	}

@@ -10,6 +10,7 @@ import (
 // dead ones included: an event is either delivered or dead, or it is lost.
 type Result struct {
 	Scenario        string
+	Mode            string // the relay mode: "" (poll) or "wal"
 	Committed       int // events in the outbox after the run
 	RolledBack      int // events written in transactions that rolled back
 	DeliveredUnique int // distinct committed events on the broker
@@ -55,10 +56,18 @@ func (r *Result) note(format string, args ...any) {
 func (r Result) Line() string {
 	return fmt.Sprintf("chaos: committed=%d rolled_back=%d delivered_unique=%d lost=%d phantom=%d order_violations=%d duplicates=%d dead=%d crashes=%d same_id_restarts=%d pauses=%d partitions=%d admin_ops=%d db_crashes=%d",
 		r.Committed, r.RolledBack, r.DeliveredUnique, r.Lost, r.Phantom, r.OrderViolations, r.Duplicates, r.Dead, r.Crashes,
-		r.SameIDRestarts, r.Pauses, r.Partitions, r.AdminOps, r.DBCrashes)
+		r.SameIDRestarts, r.Pauses, r.Partitions, r.AdminOps, r.DBCrashes) + r.modeTag()
 }
 
 // Add sums two results, for the suite's total line.
+// modeTag tags a WAL-mode line; the polling relay's line is unchanged.
+func (r Result) modeTag() string {
+	if r.Mode == "" {
+		return ""
+	}
+	return " mode=" + r.Mode
+}
+
 func (r Result) Add(o Result) Result {
 	r.Committed += o.Committed
 	r.RolledBack += o.RolledBack
