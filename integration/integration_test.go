@@ -265,3 +265,50 @@ func TestMixed(t *testing.T) {
 	}
 	run(t, harness.Mixed(size))
 }
+
+// The WAL relay's scenarios (outbox relay --mode wal: one relay streams the
+// slot, two stand by), judged by commit order; sizes as
+// `go run ./integration/chaos -mode wal`.
+
+func TestCrashWAL(t *testing.T) {
+	res := run(t, harness.WAL(harness.Crash(harness.Size{Events: 4000, Over: 15 * time.Second}, 6)))
+	if res.Crashes < 6 {
+		t.Fatalf("only %d crashes, want at least 6", res.Crashes)
+	}
+}
+
+func TestSameIDRestartWAL(t *testing.T) {
+	res := run(t, harness.WAL(harness.SameIDRestart(harness.Size{Events: 3000, Over: 10 * time.Second}, 6, 1200*time.Millisecond)))
+	if res.SameIDRestarts < 6 {
+		t.Fatalf("only %d same-id restarts, want at least 6", res.SameIDRestarts)
+	}
+}
+
+func TestBrokerOutageWAL(t *testing.T) {
+	run(t, harness.WAL(harness.BrokerOutage(harness.Size{Events: 3000, Over: 16 * time.Second}, 6*time.Second)))
+}
+
+func TestSlowBrokerSameIDWAL(t *testing.T) {
+	res := run(t, harness.WAL(harness.SlowBrokerSameID(harness.Size{Events: 3000, Over: 12 * time.Second}, 5*time.Second, 2*time.Second)))
+	if res.SlowBroker < 1 {
+		t.Fatalf("slow-broker holds=%d, want at least 1", res.SlowBroker)
+	}
+}
+
+func TestPartitionWAL(t *testing.T) {
+	res := run(t, harness.WAL(harness.Partition(harness.Size{Events: 2000, Over: 14 * time.Second}, 2)))
+	if res.Partitions < 2 {
+		t.Fatalf("only %d partitions, want at least 2", res.Partitions)
+	}
+}
+
+func TestDBCrashWAL(t *testing.T) {
+	run(t, harness.WAL(harness.DBCrash(harness.Size{Events: 2000, Over: 12 * time.Second}, 2, 4*time.Second)))
+}
+
+// TestCommitOrderNoLocksWAL writes shared aggregates from concurrent
+// transactions that lock nothing: first deliveries must follow commit
+// order.
+func TestCommitOrderNoLocksWAL(t *testing.T) {
+	run(t, harness.CommitOrderNoLocks(harness.Size{Events: 2000, Over: 10 * time.Second}))
+}

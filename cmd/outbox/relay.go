@@ -128,7 +128,7 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	if *mode == "wal" {
-		return runWALRelay(ctx, stdout, wcfg, cfg.ID, addrs, kcfg, logger)
+		return runWALRelay(ctx, stdout, wcfg, cfg.ID, addrs, kcfg, logger, metricsSrv)
 	}
 	db, err := common.open(ctx)
 	if err != nil {

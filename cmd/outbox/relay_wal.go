@@ -85,7 +85,7 @@ func (w *walFlags) config(fs *flag.FlagSet, poll relay.Config, databaseURL strin
 
 // runWALRelay is `outbox relay --mode wal`: it connects to the brokers and
 // streams until ctx ends. A relay that finds the slot taken stands by.
-func runWALRelay(ctx context.Context, stdout io.Writer, cfg walrelay.Config, id string, addrs []string, kcfg kafkapub.Config, logger *slog.Logger) error {
+func runWALRelay(ctx context.Context, stdout io.Writer, cfg walrelay.Config, id string, addrs []string, kcfg kafkapub.Config, logger *slog.Logger, metricsSrv *metricsServer) error {
 	if id == "" {
 		host, _ := os.Hostname()
 		id = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -100,9 +100,16 @@ func runWALRelay(ctx context.Context, stdout io.Writer, cfg walrelay.Config, id 
 	}
 	defer pub.Close()
 	cfg.Publisher = pub
+	if metricsSrv != nil {
+		cfg.MeterProvider = metricsSrv.mp
+	}
 	r, err := walrelay.New(cfg)
 	if err != nil {
 		return usagef("%v", err)
+	}
+	if metricsSrv != nil {
+		metricsSrv.serveWAL(r, logger)
+		logger.Info("serving /metrics, /healthz and /readyz", "addr", metricsSrv.ln.Addr().String())
 	}
 	fmt.Fprintf(stdout, "relay %s publishing %s to %s from slot %s\n", id, cfg.Table, strings.Join(addrs, ","), r.Slot())
 	start := time.Now()

@@ -136,27 +136,31 @@ const WALMarkDead = `UPDATE {{table}} SET state = 'dead', attempts = $2, last_er
     WHERE id = $1 AND state IN ('pending', 'claimed')`
 
 // WALHorizon starts a cleanup round: the highest row id now, and the
-// first transaction id not yet assigned. Once every transaction below it
-// has ended (WALHorizonPassed), every row with an id up to the highest has
-// committed or rolled back.
+// first transaction id not yet assigned.
 const WALHorizon = `SELECT coalesce((SELECT max(id) FROM {{table}}), 0), pg_snapshot_xmax(pg_current_snapshot())::text::bigint`
 
 // WALHorizonPassed reports whether every transaction below $1 has ended,
-// and the current WAL position: once the slot is confirmed up to it, every
-// committed row of the round was published.
-const WALHorizonPassed = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint >= $1, pg_current_wal_lsn()::text`
+// and the WAL insert position: once the slot is confirmed up to it, every
+// row those transactions inserted was published.
+const WALHorizonPassed = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint >= $1, pg_current_wal_insert_lsn()::text`
 
-// WALDeleteConfirmed deletes up to $2 unpublished rows with ids up to $1:
-// rows the slot has confirmed, so the broker acknowledged them. Dead rows
-// stay. It walks the claim index (pending and claimed rows only).
+// walInsertedBefore matches rows inserted by a transaction (or
+// subtransaction) id below $3, a 64-bit id compared with the row's 32-bit
+// xmin modulo 2^32. A transaction may take a row id (nextval) before it
+// has a transaction id; such a row has an id below the round's highest but
+// an xmin at or above $3, and waits for a later round.
+const walInsertedBefore = `((($3::bigint % 4294967296) - xmin::text::bigint + 4294967296) % 4294967296) BETWEEN 1 AND 2147483647`
+
+// WALDeleteConfirmed deletes up to $2 unpublished rows with ids up to $1
+// inserted before transaction $3 (see WALHorizon): rows the slot has
+// confirmed, so the broker acknowledged them. Dead rows stay.
 const WALDeleteConfirmed = `DELETE FROM {{table}} WHERE id IN (
-    SELECT id FROM {{table}} WHERE id <= $1 AND state IN ('pending', 'claimed') ORDER BY id LIMIT $2)`
+    SELECT id FROM {{table}} WHERE id <= $1 AND state IN ('pending', 'claimed') AND ` + walInsertedBefore + ` ORDER BY id LIMIT $2)`
 
-// WALMarkConfirmed marks up to $2 unpublished rows with ids up to $1
-// published: WALDeleteConfirmed for a relay that keeps published rows for
-// a retention window.
+// WALMarkConfirmed marks the rows of WALDeleteConfirmed published instead:
+// for a relay that keeps published rows for a retention window.
 const WALMarkConfirmed = `UPDATE {{table}} SET state = 'published', published_at = now() WHERE id IN (
-    SELECT id FROM {{table}} WHERE id <= $1 AND state IN ('pending', 'claimed') ORDER BY id LIMIT $2)`
+    SELECT id FROM {{table}} WHERE id <= $1 AND state IN ('pending', 'claimed') AND ` + walInsertedBefore + ` ORDER BY id LIMIT $2)`
 
 // WALTakeoverLock blocks new events while the takeover decides which rows
 // the slot has confirmed: SHARE conflicts with the writers' inserts and
@@ -173,10 +177,12 @@ const WALPeek = `SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, 
 const WALMarkAllBut = `UPDATE {{table}} SET state = 'published', published_at = now(), lease_owner = NULL, lease_expires_at = NULL
     WHERE state IN ('pending', 'claimed') AND NOT (id = ANY($1::bigint[]))`
 
-// WALUnsettled returns which of rows $1 are still unpublished: a relay
-// resuming from the slot skips the others, published (and cleaned up)
-// before a crash moved the slot's position back.
-const WALUnsettled = `SELECT id FROM {{table}} WHERE id = ANY($1::bigint[]) AND state IN ('pending', 'claimed')`
+// WALSettled returns which of rows $1 the table holds as published or
+// dead: a relay resuming from the slot skips them, published before a
+// crash of PostgreSQL moved the slot's position back. A row it does not
+// find is published: it may be deleted by the cleanup, or committed in the
+// WAL but not yet visible (the walsender can send a commit before it is).
+const WALSettled = `SELECT id FROM {{table}} WHERE id = ANY($1::bigint[]) AND state IN ('published', 'dead')`
 
 // WALPosition is the server's current WAL position.
 const WALPosition = `SELECT pg_current_wal_lsn()::text`

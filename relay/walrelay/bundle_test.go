@@ -156,6 +156,13 @@ func (b *bundle) events(t *testing.T, aggs ...string) []txoutbox.Event {
 	return out
 }
 
+func (b *bundle) exec(t *testing.T, query string, args ...any) {
+	t.Helper()
+	if _, err := b.db.SQL.ExecContext(context.Background(), query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
 func (b *bundle) count(t *testing.T, query string, args ...any) int {
 	t.Helper()
 	var n int

@@ -26,6 +26,11 @@ import (
 //     up to H was published (or is dead), and it deletes them, or with a
 //     Retention marks them published, CleanupBatch rows per statement.
 //
+// A transaction takes a row id (nextval) before it has a transaction id
+// if the insert is its first write, so a row up to H may come from a
+// transaction at or above X that commits after L: step 3 leaves rows whose
+// xmin is not below X to a later round.
+//
 // A round takes two CleanupIntervals when nothing holds a transaction
 // open; a long transaction anywhere on the server delays it, never makes
 // it wrong. Rows the slot has not confirmed stay, so the polling relay can
@@ -89,7 +94,7 @@ func (c *cleanup) step(ctx context.Context) error {
 	if c.r.confirmed.Load() < c.lsn {
 		return nil
 	}
-	if _, err := c.remove(ctx, c.maxID); err != nil {
+	if _, err := c.remove(ctx, c.maxID, c.xmax); err != nil {
 		return err
 	}
 	c.started = false
@@ -101,7 +106,7 @@ func (c *cleanup) step(ctx context.Context) error {
 
 // remove deletes, or marks published, the unpublished rows with ids up
 // to maxID, in batches.
-func (c *cleanup) remove(ctx context.Context, maxID int64) (int64, error) {
+func (c *cleanup) remove(ctx context.Context, maxID, xmax int64) (int64, error) {
 	stmt := outboxsql.WALDeleteConfirmed
 	if c.r.cfg.Retention != 0 {
 		stmt = outboxsql.WALMarkConfirmed
@@ -110,7 +115,7 @@ func (c *cleanup) remove(ctx context.Context, maxID int64) (int64, error) {
 	var total int64
 	for {
 		sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
-		tag, err := c.pool.Exec(sctx, stmt, maxID, c.r.cfg.CleanupBatch)
+		tag, err := c.pool.Exec(sctx, stmt, maxID, c.r.cfg.CleanupBatch, xmax)
 		cancel()
 		if err != nil {
 			return total, fmt.Errorf("cleanup: remove confirmed rows: %w", err)

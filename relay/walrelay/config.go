@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/ident"
@@ -29,6 +30,7 @@ const (
 	CleanupIntervalDefault  = 2 * time.Second
 	CleanupBatchDefault     = 1000
 	StatementTimeoutDefault = 10 * time.Second
+	StatsIntervalDefault    = 10 * time.Second
 )
 
 // Config configures a Relay. ConnString and Publisher are required; every
@@ -132,6 +134,15 @@ type Config struct {
 
 	// Logger receives the relay's logs. Default: slog.Default().
 	Logger *slog.Logger
+
+	// MeterProvider provides the relay's metrics: events published and
+	// dead, the slot's lag in bytes (by wal_status) and whether this relay
+	// streams. Default: the global provider.
+	MeterProvider metric.MeterProvider
+
+	// StatsInterval is how often the slot's lag and wal_status are read
+	// for the metrics. Default 10s.
+	StatsInterval time.Duration
 }
 
 // PublicationDefault is the default publication name of table:
@@ -168,6 +179,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.CleanupInterval, CleanupIntervalDefault)
 	setDefault(&c.CleanupBatch, CleanupBatchDefault)
 	setDefault(&c.StatementTimeout, StatementTimeoutDefault)
+	setDefault(&c.StatsInterval, StatsIntervalDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -221,7 +233,7 @@ func (c *Config) validate() error {
 		name string
 		v    time.Duration
 	}{{"BackoffMin", c.BackoffMin}, {"BackoffMax", c.BackoffMax}, {"FlushInterval", c.FlushInterval}, {"PingInterval", c.PingInterval},
-		{"SenderTimeout", c.SenderTimeout}, {"StandbyRetry", c.StandbyRetry}, {"CleanupInterval", c.CleanupInterval}, {"StatementTimeout", c.StatementTimeout}} {
+		{"SenderTimeout", c.SenderTimeout}, {"StandbyRetry", c.StandbyRetry}, {"CleanupInterval", c.CleanupInterval}, {"StatementTimeout", c.StatementTimeout}, {"StatsInterval", c.StatsInterval}} {
 		if f.v < 0 {
 			return bad("%s is negative (%s)", f.name, f.v)
 		}

@@ -139,6 +139,7 @@ func (ls *lanes) deliver(ctx context.Context, ev event) bool {
 		}
 		err := ls.publish(ctx, ev)
 		if err == nil {
+			ls.r.met.published.Add(ctx, 1)
 			return true
 		}
 		if attempt >= cfg.MaxAttempts {
@@ -170,6 +171,7 @@ func (ls *lanes) publish(ctx context.Context, ev event) error {
 // event that is neither published nor recorded); a table-less event is
 // logged and dropped.
 func (ls *lanes) dead(ctx context.Context, ev event, attempts int, cause error) bool {
+	ls.r.met.dead.Add(ctx, 1)
 	if ev.row == 0 {
 		ls.r.log.Error("table-less event dropped: the broker refused it", "event_id", ev.e.ID, "topic", ev.e.Topic,
 			"aggregate_id", ev.e.AggregateID, "attempts", attempts, "err", cause)

@@ -51,6 +51,7 @@ type Relay struct {
 	log     *slog.Logger
 	names   outboxsql.Names
 	prefix  string
+	met     *metrics
 	running atomic.Bool
 
 	// confirmed is the slot position last reported to the server, for
@@ -69,7 +70,11 @@ func New(cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Relay{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), names: names, prefix: outboxsql.WALMessagePrefix(names)}, nil
+	r := &Relay{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), names: names, prefix: outboxsql.WALMessagePrefix(names)}
+	if r.met, err = newMetrics(cfg.MeterProvider, r); err != nil {
+		return nil, fmt.Errorf("walrelay: metrics: %w", err)
+	}
+	return r, nil
 }
 
 // Slot is the replication slot the relay streams from.
@@ -77,6 +82,9 @@ func (r *Relay) Slot() string { return r.cfg.Slot }
 
 // Publication is the publication the slot decodes.
 func (r *Relay) Publication() string { return r.cfg.Publication }
+
+// Running reports whether Run is running.
+func (r *Relay) Running() bool { return r.running.Load() }
 
 // Active reports whether the relay holds the slot and streams from it now;
 // false while it waits as a standby or reconnects.
@@ -109,6 +117,16 @@ func (r *Relay) Run(ctx context.Context) error {
 	if err := r.checkServer(ctx, pool); err != nil {
 		return err
 	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		r.watchSlot(wctx, pool, r.cfg.StatsInterval)
+	}()
+	defer func() {
+		stopWatch()
+		<-watched
+	}()
 	delay := r.cfg.StandbyRetry
 	waiting := false
 	for {

@@ -29,9 +29,12 @@ type slotState struct {
 	lagBytes  int64
 }
 
-func (r *Relay) slotState(ctx context.Context, q interface {
+// pgxQuerier is a pgx pool, connection or transaction.
+type pgxQuerier interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
-}) (slotState, error) {
+}
+
+func (r *Relay) slotState(ctx context.Context, q pgxQuerier) (slotState, error) {
 	var (
 		s   slotState
 		lsn string
@@ -66,9 +69,7 @@ func (r *Relay) usable(s slotState) error {
 
 // marker returns the publication's initialisation marker ("" when none),
 // and whether the publication exists.
-func (r *Relay) marker(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}) (string, bool, error) {
+func (r *Relay) marker(ctx context.Context, q pgxQuerier) (string, bool, error) {
 	var m string
 	err := q.QueryRow(ctx, outboxsql.WALPublication, r.cfg.Publication).Scan(&m)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -349,9 +350,13 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 	}
 }
 
-// skipSettled drops from t the rows the table holds as published, dead or
-// no more: events a relay published before the slot's position moved back.
-// Table-less events cannot be told apart and are published again.
+// skipSettled drops from t the rows the table holds as published or
+// dead: events published before a crash of PostgreSQL moved the slot's
+// position back (it is written to disk at checkpoints). Only a row found
+// settled is skipped: one not found may be committed but not yet visible
+// (the walsender can send a commit before other sessions see it), so it
+// is published, like a row the cleanup deleted (Retention 0) and a
+// table-less event, which cannot be told apart: those go out again.
 func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn) error {
 	var ids []int64
 	for _, ev := range t.events {
@@ -364,18 +369,18 @@ func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn) err
 	}
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
-	rows, err := pool.Query(sctx, r.names.Render(outboxsql.WALUnsettled), outboxsql.Int64Array(ids))
+	rows, err := pool.Query(sctx, r.names.Render(outboxsql.WALSettled), outboxsql.Int64Array(ids))
 	if err != nil {
 		return fmt.Errorf("check resumed rows: %w", err)
 	}
-	unsettled := map[int64]bool{}
+	settled := map[int64]bool{}
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
 			return err
 		}
-		unsettled[id] = true
+		settled[id] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -383,7 +388,7 @@ func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn) err
 	}
 	kept := t.events[:0]
 	for _, ev := range t.events {
-		if ev.row == 0 || unsettled[ev.row] {
+		if !settled[ev.row] {
 			kept = append(kept, ev)
 		}
 	}
