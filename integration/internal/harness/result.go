@@ -11,21 +11,21 @@ import (
 type Result struct {
 	Scenario        string
 	Mode            string // the relay mode: "" (poll) or "wal"
-	Committed       int // events in the outbox after the run
-	RolledBack      int // events written in transactions that rolled back
-	DeliveredUnique int // distinct committed events on the broker
-	Lost            int // committed, not dead, never delivered
-	Phantom         int // records whose event id the outbox does not hold (rolled back, or never existed)
-	OrderViolations int // first deliveries of a key out of outbox id order
-	Duplicates      int // records beyond the first of an event id
-	Dead            int // events the relay gave up on
-	Crashes         int // relays SIGKILLed (fresh-id and same-id restarts alike)
-	SameIDRestarts  int // relays SIGKILLed and restarted under the same --id
-	Pauses          int // relays SIGSTOPped past StaleAfter and the lease
-	Partitions      int // proxy freezes or drops between a relay and PostgreSQL or the broker
-	AdminOps        int // outbox CLI runs (dead retry, dead drop, replay, dry runs)
-	DBCrashes       int // PostgreSQL stopped with -m immediate and started again
-	SlowBroker      int // windows in which the broker held every produce past the lease
+	Committed       int    // events in the outbox after the run
+	RolledBack      int    // events written in transactions that rolled back
+	DeliveredUnique int    // distinct committed events on the broker
+	Lost            int    // committed, not dead, never delivered
+	Phantom         int    // records whose event id the outbox does not hold (rolled back, or never existed)
+	OrderViolations int    // first deliveries of a key out of outbox id order
+	Duplicates      int    // records beyond the first of an event id
+	Dead            int    // events the relay gave up on
+	Crashes         int    // relays SIGKILLed (fresh-id and same-id restarts alike)
+	SameIDRestarts  int    // relays SIGKILLed and restarted under the same --id
+	Pauses          int    // relays SIGSTOPped past StaleAfter and the lease
+	Partitions      int    // proxy freezes or drops between a relay and PostgreSQL or the broker
+	AdminOps        int    // outbox CLI runs (dead retry, dead drop, replay, dry runs)
+	DBCrashes       int    // PostgreSQL stopped with -m immediate and started again
+	SlowBroker      int    // windows in which the broker held every produce past the lease
 
 	Records   int // records read from the broker
 	Unordered int // first deliveries left out of the order check: events that were dead once and retried
