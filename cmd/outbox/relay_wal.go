@@ -90,6 +90,7 @@ func runWALRelay(ctx context.Context, stdout io.Writer, cfg walrelay.Config, id 
 		host, _ := os.Hostname()
 		id = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
+	plain := logger
 	logger = logger.With("relay", id)
 	cfg.Logger = logger
 	setSaramaLogger(logger)
@@ -109,7 +110,7 @@ func runWALRelay(ctx context.Context, stdout io.Writer, cfg walrelay.Config, id 
 	}
 	if metricsSrv != nil {
 		metricsSrv.serveWAL(r, logger)
-		logger.Info("serving /metrics, /healthz and /readyz", "addr", metricsSrv.ln.Addr().String())
+		plain.Info("serving /metrics, /healthz and /readyz", "addr", metricsSrv.ln.Addr().String())
 	}
 	fmt.Fprintf(stdout, "relay %s publishing %s to %s from slot %s\n", id, cfg.Table, strings.Join(addrs, ","), r.Slot())
 	start := time.Now()

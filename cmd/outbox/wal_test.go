@@ -28,11 +28,22 @@ func TestWALModeRelayStatusAndTakeover(t *testing.T) {
 		_, _ = e.db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+slot)
 	})
 	before, _ := e.write(t, "orders", "o-1", "order.placed")
-	b := startOutbox(t, nil, append([]string{"relay", "--mode", "wal", "--dev-broker", "--cleanup-interval", "100ms"}, e.flags...)...)
+	b := startOutbox(t, nil, append([]string{"relay", "--mode", "wal", "--dev-broker", "--cleanup-interval", "100ms", "--metrics-addr", "127.0.0.1:0"}, e.flags...)...)
 	b.waitOutput(t, "from slot "+slot)
+	b.waitOutput(t, "serving /metrics")
+	base := "http://" + servingAddr.FindStringSubmatch(b.stderr.String())[1]
 	waitFor(t, 20*time.Second, "the earlier row published", func() bool { s, _ := e.state(t, before); return s == "published" })
 	after, _ := e.write(t, "orders", "o-1", "order.shipped")
 	waitFor(t, 20*time.Second, "the streamed row cleaned up", func() bool { s, _ := e.state(t, after); return s == "gone" })
+
+	waitFor(t, 10*time.Second, "the slot's metrics", func() bool {
+		_, body := get(t, base+"/metrics")
+		return strings.Contains(body, `txoutbox_wal_slot_active{`) && strings.Contains(body, `txoutbox_wal_slot_lag_bytes{`) &&
+			strings.Contains(body, `txoutbox_wal_status="reserved"`) && strings.Contains(body, "txoutbox_wal_published_total")
+	})
+	if code, body := get(t, base+"/readyz"); code != 200 || !strings.Contains(body, `"streaming":true`) {
+		t.Errorf("/readyz: %d %s", code, body)
+	}
 
 	var st statusOutput
 	e.runJSON(t, &st, "status")

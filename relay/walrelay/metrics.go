@@ -48,7 +48,7 @@ func newMetrics(mp metric.MeterProvider, r *Relay) (*metrics, error) {
 		return nil, err
 	}
 	active, err := meter.Int64ObservableGauge("txoutbox.wal.slot.active",
-		metric.WithDescription("1 while this relay streams from the slot, 0 while it stands by."), metric.WithUnit("1"))
+		metric.WithDescription("1 while this relay streams from the slot, 0 while it stands by."), metric.WithUnit("{relay}"))
 	if err != nil {
 		return nil, err
 	}

@@ -187,6 +187,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
+	r.met.sample(st)
 	r.active.Store(true)
 	defer r.active.Store(false)
 	r.log.Info("streaming", "publication", r.cfg.Publication, "from", pglogrepl.LSN(st.confirmed))
