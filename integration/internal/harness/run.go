@@ -106,6 +106,14 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 			return res, err
 		}
 	}
+	if plan.Flags.Mode == WALMode {
+		// Events written before the slot exists are published from the
+		// table, in id order (the relay cannot know their commit order):
+		// the writers start once a relay streams.
+		if !waitUntil(ctx, 30*time.Second, func() bool { return fleet.Streaming() != "" }) {
+			return res, fmt.Errorf("%s: no relay streams 30s after start", plan.Name)
+		}
+	}
 	w := &World{Env: env, Broker: broker, Fleet: fleet, Writers: writers, Flags: plan.Flags, Tally: &Tally{}}
 
 	start := time.Now()
