@@ -33,6 +33,10 @@ func WALName(schema, name string) string {
 	return n
 }
 
+// Literal quotes s as a SQL string literal, for the few places that take
+// no parameters (COMMENT, SET TRANSACTION SNAPSHOT, replication commands).
+func Literal(s string) string { return quoteLiteral(s) }
+
 // WALMessagePrefix is the prefix of the logical decoding messages
 // (pg_logical_emit_message) that carry the table-less events of an outbox
 // table: the writer emits them, the WAL relay publishes them.

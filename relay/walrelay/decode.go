@@ -72,10 +72,26 @@ func (d *decoder) insert(m *pglogrepl.InsertMessage) (ev event, ok bool, err err
 		return d.types.Scan(oids[name], pgtype.TextFormatCode, v, dst)
 	})
 	if err != nil {
-		return event{}, false, fmt.Errorf("insert into %s.%s: %w", rel.Namespace, rel.RelationName, err)
+		err = fmt.Errorf("insert into %s.%s: %w", rel.Namespace, rel.RelationName, err)
+		var row int64
+		if v, ok := cols["id"]; ok && d.types.Scan(oids["id"], pgtype.TextFormatCode, v, &row) == nil {
+			return event{}, false, &rowError{row: row, err: err}
+		}
+		return event{}, false, err
 	}
 	return ev, true, nil
 }
+
+// rowError is a row the relay cannot turn into an event (headers that are
+// not a JSON object of strings, written around the Writer): it goes dead
+// with the reason, as with the polling relay, and the stream goes on.
+type rowError struct {
+	row int64
+	err error
+}
+
+func (e *rowError) Error() string { return fmt.Sprintf("row %d: %v", e.row, e.err) }
+func (e *rowError) Unwrap() error { return e.err }
 
 // row builds an event from the outbox columns, read by scan.
 func (d *decoder) row(scan func(name string, dst any) error) (event, error) {

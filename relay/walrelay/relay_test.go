@@ -435,3 +435,22 @@ func TestResumeSkipsRowsPublishedBefore(t *testing.T) {
 		t.Fatalf("kept rows %v, want 3 (not found), 4 (pending) and the table-less event", kept)
 	}
 }
+
+// A row the relay cannot decode (headers that are not a JSON object of
+// strings, written around the Writer) goes dead with the reason, from the
+// stream and from the backlog, and the events after it go on.
+func TestUndecodableRowGoesDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insertBad := func() {
+		b.exec(t, `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, headers)
+			VALUES (gen_random_uuid(), 'orders', 'k', 'x', '\x7b7d', '{"n": 1}')`)
+	}
+	insertBad() // before the slot: the backlog
+	runActive(t, b.newRelay(t, b.config()))
+	insertBad() // through the stream
+	b.pub.waitFor(t, b.write(t, "k")...)
+	testkit.WaitFor(t, 10*time.Second, "both undecodable rows dead", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead' AND last_error LIKE 'cannot decode:%headers%'`) == 2
+	})
+}

@@ -29,6 +29,11 @@ type slotState struct {
 	lagBytes  int64
 }
 
+// pgxExecer is a pgx pool, connection or transaction.
+type pgxExecer interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}
+
 // pgxQuerier is a pgx pool, connection or transaction.
 type pgxQuerier interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
@@ -154,8 +159,6 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool) error {
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "55006": // object_in_use: "replication slot ... is active for PID ..."
 		return errSlotBusy
-	case errors.As(err, &pgErr) && pgErr.Code == "42704": // undefined_object: dropped meanwhile
-		return fmt.Errorf("start replication: %w", err)
 	case err != nil:
 		return fmt.Errorf("start replication from slot %s: %w", r.cfg.Slot, err)
 	}
@@ -314,6 +317,13 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 				open = &txn{}
 			case *pglogrepl.InsertMessage:
 				ev, ok, err := dec.insert(msg)
+				var bad *rowError
+				if errors.As(err, &bad) {
+					if err := r.markUndecodable(ctx, pool, bad); err != nil {
+						return err
+					}
+					continue
+				}
 				if err != nil {
 					return fmt.Errorf("%w: %w", errPermanent, err)
 				}
@@ -397,6 +407,19 @@ func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn) err
 	return nil
 }
 
+// markUndecodable marks a row the relay cannot decode dead, with the
+// reason, before the stream moves past it.
+func (r *Relay) markUndecodable(ctx context.Context, db pgxExecer, bad *rowError) error {
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
+	if _, err := db.Exec(sctx, r.names.Render(outboxsql.WALMarkDead), bad.row, 0, "cannot decode: "+bad.err.Error()); err != nil {
+		return fmt.Errorf("mark undecodable row %d dead: %w", bad.row, err)
+	}
+	r.met.dead.Add(ctx, 1)
+	r.log.Error("event is dead: its row cannot be decoded", "row", bad.row, "err", bad.err)
+	return nil
+}
+
 // drain is the clean end of a stream: stop reading, let the events in
 // flight settle for up to SenderTimeout/2, report the position reached.
 func (r *Relay) drain(ls *lanes, queue *[]*txn, advance func(), send func(bool) error) error {
@@ -476,6 +499,4 @@ func (r *Relay) tableName() string {
 	return r.cfg.Table.Name
 }
 
-func quoteLiteral(s string) string {
-	return "'" + string(bytes.ReplaceAll([]byte(s), []byte("'"), []byte("''"))) + "'"
-}
+func quoteLiteral(s string) string { return outboxsql.Literal(s) }

@@ -2,6 +2,7 @@ package walrelay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -120,9 +121,17 @@ func (r *Relay) readBacklog(ctx context.Context, conn *pgxpool.Conn, snapshot st
 		return nil, fmt.Errorf("read backlog: %w", err)
 	}
 	defer rows.Close()
-	var out []event
+	var (
+		out []event
+		bad []*rowError
+	)
 	for rows.Next() {
 		ev, err := scanRow(rows)
+		var re *rowError
+		if errors.As(err, &re) {
+			bad = append(bad, re)
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read backlog: %w", err)
 		}
@@ -130,6 +139,15 @@ func (r *Relay) readBacklog(ctx context.Context, conn *pgxpool.Conn, snapshot st
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read backlog: %w", err)
+	}
+	rows.Close()
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("read backlog: %w", err)
+	}
+	for _, b := range bad {
+		if err := r.markUndecodable(ctx, conn.Conn(), b); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
@@ -146,7 +164,7 @@ func scanRow(rows pgx.Rows) (event, error) {
 	}
 	d := decoder{}
 	if err := d.headers(&ev, headers); err != nil {
-		return event{}, err
+		return event{}, &rowError{row: ev.row, err: err}
 	}
 	return ev, nil
 }
