@@ -111,10 +111,16 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer r.running.Store(false)
 	pool, err := r.openPool(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while connecting
+		}
 		return err
 	}
 	defer pool.Close()
 	if err := r.checkServer(ctx, pool); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	wctx, stopWatch := context.WithCancel(ctx)
