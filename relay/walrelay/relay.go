@@ -54,8 +54,8 @@ type Relay struct {
 	met     *metrics
 	running atomic.Bool
 
-	// confirmed is the slot position last reported to the server, for
-	// Lag and tests.
+	// confirmed is the position the stream has settled up to (reported to
+	// the server at the next flush), for the cleanup.
 	confirmed atomic.Uint64
 	active    atomic.Bool
 }

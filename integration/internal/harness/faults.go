@@ -118,9 +118,9 @@ func victim(ctx context.Context, w *World, k int, wait time.Duration) (string, b
 	}
 	id := live[w.Env.Intn(len(live))]
 	if w.Flags.Mode == WALMode {
-		// Every other fault hits the relay that streams: the others hold
-		// nothing.
-		if s := w.Fleet.Streaming(); s != "" && k%2 == 1 {
+		// Two faults in three hit the relay that streams: the standbys
+		// hold nothing.
+		if s := w.Fleet.Streaming(); s != "" && k%3 != 2 {
 			id = s
 		}
 		return id, true
