@@ -155,16 +155,28 @@ const WALHorizonPassed = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::
 // an xmin at or above $3, and waits for a later round.
 const walInsertedBefore = `((($3::bigint % 4294967296) - xmin::text::bigint + 4294967296) % 4294967296) BETWEEN 1 AND 2147483647`
 
-// WALDeleteConfirmed deletes up to $2 unpublished rows with ids up to $1
-// inserted before transaction $3 (see WALHorizon): rows the slot has
-// confirmed, so the broker acknowledged them. Dead rows stay.
-const WALDeleteConfirmed = `DELETE FROM {{table}} WHERE id IN (
-    SELECT id FROM {{table}} WHERE id <= $1 AND state IN ('pending', 'claimed') AND ` + walInsertedBefore + ` ORDER BY id LIMIT $2)`
+// WALDeleteConfirmed deletes up to $2 unpublished rows with ids above $4
+// and up to $1, inserted before transaction $3 (see WALHorizon): rows the
+// slot has confirmed, so the broker acknowledged them. Dead rows stay. It
+// returns how many it deleted and the highest id, where the next batch
+// starts: each batch walks the index from there, not over the entries of
+// rows deleted before (dead until vacuum).
+const WALDeleteConfirmed = `WITH d AS (DELETE FROM {{table}} WHERE id IN (
+    SELECT id FROM {{table}} WHERE id > $4 AND id <= $1 AND state IN ('pending', 'claimed') AND ` + walInsertedBefore + `
+    ORDER BY id LIMIT $2) RETURNING id)
+SELECT count(*), coalesce(max(id), $4) FROM d`
 
 // WALMarkConfirmed marks the rows of WALDeleteConfirmed published instead:
 // for a relay that keeps published rows for a retention window.
-const WALMarkConfirmed = `UPDATE {{table}} SET state = 'published', published_at = now() WHERE id IN (
-    SELECT id FROM {{table}} WHERE id <= $1 AND state IN ('pending', 'claimed') AND ` + walInsertedBefore + ` ORDER BY id LIMIT $2)`
+const WALMarkConfirmed = `WITH d AS (UPDATE {{table}} SET state = 'published', published_at = now() WHERE id IN (
+    SELECT id FROM {{table}} WHERE id > $4 AND id <= $1 AND state IN ('pending', 'claimed') AND ` + walInsertedBefore + `
+    ORDER BY id LIMIT $2) RETURNING id)
+SELECT count(*), coalesce(max(id), $4) FROM d`
+
+// WALCleanupFloor is where the next cleanup round starts: the lowest
+// unpublished id from $2 up to $1 (a row the round left, of a transaction
+// that took its id before its transaction id), or $1 + 1.
+const WALCleanupFloor = `SELECT coalesce(min(id), $1 + 1) FROM {{table}} WHERE id >= $2 AND id <= $1 AND state IN ('pending', 'claimed')`
 
 // WALTakeoverLock blocks new events while the takeover decides which rows
 // the slot has confirmed: SHARE conflicts with the writers' inserts and

@@ -40,6 +40,7 @@ type cleanup struct {
 	pool *pgxpool.Pool
 
 	started bool   // a round is in progress
+	floor   int64  // the lowest id a round looks at: below it, nothing is left to remove
 	maxID   int64  // H
 	xmax    int64  // X
 	lsn     uint64 // L, 0 until step 2 passed
@@ -104,8 +105,9 @@ func (c *cleanup) step(ctx context.Context) error {
 	return nil
 }
 
-// remove deletes, or marks published, the unpublished rows with ids up
-// to maxID, in batches.
+// remove deletes, or marks published, the unpublished rows with ids from
+// the floor up to maxID, in batches that each start where the last ended,
+// and moves the floor to the lowest row it had to leave.
 func (c *cleanup) remove(ctx context.Context, maxID, xmax int64) (int64, error) {
 	stmt := outboxsql.WALDeleteConfirmed
 	if c.r.cfg.Retention != 0 {
@@ -113,18 +115,26 @@ func (c *cleanup) remove(ctx context.Context, maxID, xmax int64) (int64, error) 
 	}
 	stmt = c.r.names.Render(stmt)
 	var total int64
+	after := c.floor - 1
 	for {
 		sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
-		tag, err := c.pool.Exec(sctx, stmt, maxID, c.r.cfg.CleanupBatch, xmax)
+		var n int64
+		err := c.pool.QueryRow(sctx, stmt, maxID, c.r.cfg.CleanupBatch, xmax, after).Scan(&n, &after)
 		cancel()
 		if err != nil {
 			return total, fmt.Errorf("cleanup: remove confirmed rows: %w", err)
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(c.r.cfg.CleanupBatch) {
-			return total, nil
+		total += n
+		if n < int64(c.r.cfg.CleanupBatch) {
+			break
 		}
 	}
+	sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
+	defer cancel()
+	if err := c.pool.QueryRow(sctx, c.r.names.Render(outboxsql.WALCleanupFloor), maxID, c.floor).Scan(&c.floor); err != nil {
+		return total, fmt.Errorf("cleanup: %w", err)
+	}
+	return total, nil
 }
 
 // prune deletes published rows older than Retention, in batches.

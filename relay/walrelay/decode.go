@@ -51,30 +51,36 @@ func (d *decoder) insert(m *pglogrepl.InsertMessage) (ev event, ok bool, err err
 	if m.Tuple == nil || len(m.Tuple.Columns) != len(rel.Columns) {
 		return event{}, false, fmt.Errorf("insert into %s.%s: tuple does not match the relation's %d columns", rel.Namespace, rel.RelationName, len(rel.Columns))
 	}
-	cols := make(map[string][]byte, len(rel.Columns))
-	oids := make(map[string]uint32, len(rel.Columns))
+	type value struct {
+		data   []byte
+		oid    uint32
+		format int16
+	}
+	cols := make(map[string]value, len(rel.Columns))
 	for i, c := range rel.Columns {
 		tc := m.Tuple.Columns[i]
 		switch tc.DataType {
+		case pglogrepl.TupleDataTypeBinary:
+			cols[c.Name] = value{tc.Data, c.DataType, pgtype.BinaryFormatCode}
 		case pglogrepl.TupleDataTypeText:
-			cols[c.Name] = tc.Data
-			oids[c.Name] = c.DataType
+			cols[c.Name] = value{tc.Data, c.DataType, pgtype.TextFormatCode}
 		case pglogrepl.TupleDataTypeNull:
 		default:
-			return event{}, false, fmt.Errorf("insert into %s.%s: column %s sent as %q, want text", rel.Namespace, rel.RelationName, c.Name, tc.DataType)
+			return event{}, false, fmt.Errorf("insert into %s.%s: column %s sent as %q", rel.Namespace, rel.RelationName, c.Name, tc.DataType)
 		}
 	}
-	ev, err = d.row(func(name string, dst any) error {
+	scan := func(name string, dst any) error {
 		v, ok := cols[name]
 		if !ok {
 			return fmt.Errorf("column %s is missing or NULL", name)
 		}
-		return d.types.Scan(oids[name], pgtype.TextFormatCode, v, dst)
-	})
+		return d.types.Scan(v.oid, v.format, v.data, dst)
+	}
+	ev, err = d.row(scan)
 	if err != nil {
 		err = fmt.Errorf("insert into %s.%s: %w", rel.Namespace, rel.RelationName, err)
 		var row int64
-		if v, ok := cols["id"]; ok && d.types.Scan(oids["id"], pgtype.TextFormatCode, v, &row) == nil {
+		if scan("id", &row) == nil {
 			return event{}, false, &rowError{row: row, err: err}
 		}
 		return event{}, false, err

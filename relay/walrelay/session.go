@@ -152,8 +152,10 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	err = pglogrepl.StartReplication(ctx, repl, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
+		// Binary column values: the walsender sends bytea, uuid, jsonb and
+		// timestamptz as they are stored instead of formatting them.
 		PluginArgs: []string{"proto_version '1'", "publication_names " + quoteLiteral(r.cfg.Publication),
-			"messages 'true'"},
+			"messages 'true'", "binary 'true'"},
 	})
 	var pgErr *pgconn.PgError
 	switch {
