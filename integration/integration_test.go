@@ -312,3 +312,27 @@ func TestDBCrashWAL(t *testing.T) {
 func TestCommitOrderNoLocksWAL(t *testing.T) {
 	run(t, harness.CommitOrderNoLocks(harness.Size{Events: 2000, Over: 10 * time.Second}))
 }
+
+// TestWALStandbyTakesOverAfterSIGKILL: two WAL relays on one slot; the
+// streaming one is SIGKILLed three times, and a standby must stream within
+// 3 s each time (its StandbyRetry is 200 ms: the killed process's
+// connection closes at once and frees the slot).
+func TestWALStandbyTakesOverAfterSIGKILL(t *testing.T) {
+	t.Parallel()
+	sharedLane.Lock()
+	defer sharedLane.Unlock()
+	db := testkit.NewOutbox(t)
+	env := &harness.Env{DB: *db, Bin: bin, Dir: t.TempDir(), Logf: t.Logf, Seed: seed()}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	took, err := harness.WALTakeover(ctx, env, 3)
+	if err != nil {
+		dumpLogs(t, env.Dir)
+		t.Fatal(err)
+	}
+	for i, d := range took {
+		if d > 3*time.Second {
+			t.Errorf("kill %d: the standby streamed after %s, want within 3s", i, d)
+		}
+	}
+}

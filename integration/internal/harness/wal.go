@@ -207,3 +207,54 @@ func sharedInversions(ctx context.Context, w *World) (int, error) {
 	}
 	return n, nil
 }
+
+// WALTakeover measures how long a standby takes to stream after the
+// streaming relay is SIGKILLed: two WAL relays on one slot, kills times,
+// each time killing the one that streams and starting a new standby. It
+// returns the time from each SIGKILL to the standby's "streaming" line.
+func WALTakeover(ctx context.Context, env *Env, kills int) ([]time.Duration, error) {
+	broker, err := StartBroker(ctx, env, BrokerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	defer broker.Close()
+	flags := DefaultRelayFlags()
+	flags.Mode = WALMode
+	fleet, err := NewFleet(env, broker.Addr(), flags)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		fleet.KillAll()
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		dropWALSlot(dctx, env)
+	}()
+	defer fleet.Close()
+	for range 2 {
+		if _, err := fleet.Start(); err != nil {
+			return nil, err
+		}
+	}
+	var took []time.Duration
+	for k := range kills {
+		var active string
+		if !waitUntil(ctx, 30*time.Second, func() bool { active = fleet.Streaming(); return active != "" }) {
+			return took, fmt.Errorf("kill %d: no relay streams", k)
+		}
+		if err := fleet.Kill(active); err != nil {
+			return took, err
+		}
+		killed := time.Now()
+		var next string
+		if !waitUntil(ctx, 30*time.Second, func() bool { next = fleet.Streaming(); return next != "" && next != active }) {
+			return took, fmt.Errorf("kill %d: no standby streams 30s after %s was killed", k, active)
+		}
+		took = append(took, time.Since(killed))
+		env.Logf("wal takeover: %s killed, %s streams after %s", active, next, took[len(took)-1].Round(time.Millisecond))
+		if _, err := fleet.Start(); err != nil {
+			return took, err
+		}
+	}
+	return took, fleet.Unexpected()
+}
