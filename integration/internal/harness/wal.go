@@ -242,6 +242,11 @@ func WALTakeover(ctx context.Context, env *Env, kills int) ([]time.Duration, err
 		if !waitUntil(ctx, 30*time.Second, func() bool { active = fleet.Streaming(); return active != "" }) {
 			return took, fmt.Errorf("kill %d: no relay streams", k)
 		}
+		// Let the standby settle into its retry cycle: a relay just
+		// started would take the slot on its first try.
+		if !sleep(ctx, time.Second+time.Duration(env.Intn(200))*time.Millisecond) {
+			return took, ctx.Err()
+		}
 		if err := fleet.Kill(active); err != nil {
 			return took, err
 		}
