@@ -18,11 +18,14 @@
 // event the broker acknowledged (or that went dead), in commit order, and a
 // keepalive never moves it while anything is in flight. After a crash of
 // the relay the next one resumes from the confirmed position: it publishes
-// again at most MaxInFlight events plus the rest of the largest
-// transaction in flight. After a crash of PostgreSQL the slot resumes from
-// the position last written to disk (at a checkpoint, or when the slot's
-// restart point moves), so the events confirmed since then are published
-// again too.
+// again at most MaxInFlight events, plus the rest of the largest
+// transaction in flight and the events settled in the last FlushInterval.
+// After a crash of PostgreSQL the slot resumes from the position last
+// written to disk (at a checkpoint, or when the slot's restart point
+// moves); the relay skips the rows the table holds as published or dead,
+// so with a Retention the bound grows only by the cleanup's lag, while
+// with Retention 0 (rows deleted) and for table-less events everything
+// confirmed since that position goes out again.
 //
 // # Cleanup and takeover
 //
