@@ -72,8 +72,9 @@ type Config struct {
 
 	// MaxInFlight bounds the events read from the slot whose position the
 	// relay has not yet confirmed to the server: it stops reading while
-	// that many are held. It is also, with the largest transaction, the
-	// most events one crash of the relay publishes twice. Default 2000.
+	// that many are held. It is also, with the largest transaction and
+	// the events settled in the last FlushInterval, the most events one
+	// crash of the relay publishes twice. Default 2000.
 	MaxInFlight int
 
 	// MaxAttempts is how many failed publishes make an event dead: its row
