@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/relay/walrelay"
 )
 
@@ -39,6 +40,9 @@ type walBench struct {
 	WALPGUSPerEvent        float64 `json:"wal_pg_us_per_event"`
 	RelayPGUSPerEvent      float64 `json:"relay_pg_us_per_event"`
 	WALCleanupPGUSPerEvent float64 `json:"wal_cleanup_pg_us_per_event"`
+	// RelayPrunePGUSPerEvent is the polling relay's prune statement
+	// deleting the same rows, for comparison with the WAL relay's cleanup.
+	RelayPrunePGUSPerEvent float64 `json:"relay_prune_pg_us_per_event"`
 
 	// WAL written per event while each drains (pg_current_wal_lsn), and
 	// by the WAL relay's cleanup.
@@ -90,6 +94,21 @@ func runWAL(ctx context.Context, e *env) (walBench, error) {
 	}
 	res.RelayEPS = float64(e.opts.events) / end.Sub(start).Seconds()
 	res.RelayPGUSPerEvent, res.RelayWALBytesPerEvent = perEvent(cpu, wal, e.opts.events)
+	// Its prune deleting the published rows, as it would after Retention.
+	m = startMeter(ctx, ps)
+	prune := ps.Names.Render(outboxsql.Prune)
+	args := outboxsql.PruneArgs{Retention: 0, Batch: walrelay.CleanupBatchDefault}.Args()
+	for {
+		r, err := ps.SQL.ExecContext(ctx, prune, args...)
+		if err != nil {
+			return res, fmt.Errorf("wal: prune: %w", err)
+		}
+		if n, _ := r.RowsAffected(); n < int64(walrelay.CleanupBatchDefault) {
+			break
+		}
+	}
+	cpu, _ = m.stop(ctx)
+	res.RelayPrunePGUSPerEvent, _ = perEvent(cpu, 0, e.opts.events)
 
 	// The WAL relay: its slot exists before the backlog is written, so the
 	// backlog comes through the stream (rows written before the slot would
