@@ -208,7 +208,19 @@ func (r *Relay) checkServer(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
-	return info.Check()
+	if err := info.Check(); err != nil {
+		return err
+	}
+	return info.checkFailover(r.cfg.Failover)
+}
+
+// checkFailover refuses Failover before PostgreSQL 17, which has no
+// failover slots.
+func (f ServerFacts) checkFailover(failover bool) error {
+	if failover && f.VersionNum < 170000 {
+		return fmt.Errorf("%w: Failover needs PostgreSQL 17 (failover slots); this is %d.%d", ErrUnsupported, f.VersionNum/10000, f.VersionNum%10000)
+	}
+	return nil
 }
 
 // ServerFacts are what the WAL relay needs to know of a server.

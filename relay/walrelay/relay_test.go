@@ -454,3 +454,19 @@ func TestUndecodableRowGoesDead(t *testing.T) {
 		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead' AND last_error LIKE 'cannot decode:%headers%'`) == 2
 	})
 }
+
+// Failover slots need PostgreSQL 17: an older server is refused at start.
+func TestFailoverNeedsPostgreSQL17(t *testing.T) {
+	t.Parallel()
+	if err := (ServerFacts{VersionNum: 160004}).checkFailover(true); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("16 with Failover: %v, want ErrUnsupported", err)
+	}
+	for _, f := range []struct {
+		version  int
+		failover bool
+	}{{170002, true}, {160004, false}} {
+		if err := (ServerFacts{VersionNum: f.version}).checkFailover(f.failover); err != nil {
+			t.Errorf("%d, failover %v: %v", f.version, f.failover, err)
+		}
+	}
+}
