@@ -58,7 +58,7 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 		if st.active {
 			return errSlotBusy
 		}
-		r.log.Warn("a relay died while it initialised the slot; starting over", "slot", r.cfg.Slot)
+		r.log.Warn("a relay died while it initialised the slot; starting over")
 		if _, err := conn.Exec(ctx, outboxsql.WALDropSlot, r.cfg.Slot); err != nil {
 			return fmt.Errorf("drop the half-initialised slot: %w", err)
 		}
@@ -83,7 +83,7 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	if _, err := conn.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, "")); err != nil {
 		return fmt.Errorf("clear the publication's mark: %w", err)
 	}
-	r.log.Info("created replication slot", "slot", r.cfg.Slot, "backlog", len(backlog))
+	r.log.Info("created replication slot", "backlog", len(backlog))
 	return nil
 }
 
