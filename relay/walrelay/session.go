@@ -176,19 +176,22 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool) error {
 	if st, err = r.slotState(ctx, pool); err != nil {
 		return err
 	}
+	if !st.exists {
+		return fmt.Errorf("slot %s is gone", r.cfg.Slot)
+	}
 	if err := r.usable(st); err != nil {
 		return err
 	}
 	// Transactions that end before the WAL position now may have been
 	// published already: the slot's position on disk lags the one last
 	// confirmed until a checkpoint, so after a crash of PostgreSQL it
-	// moves back. Their rows the table no longer holds as unpublished
-	// are skipped.
+	// moves back. Their rows the table holds as published or dead are
+	// skipped.
 	var now string
 	if err := pool.QueryRow(ctx, outboxsql.WALPosition).Scan(&now); err != nil {
 		return fmt.Errorf("read the WAL position: %w", err)
 	}
-	recover, err := pglogrepl.ParseLSN(now)
+	resumeEnd, err := pglogrepl.ParseLSN(now)
 	if err != nil {
 		return err
 	}
@@ -196,7 +199,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool) error {
 	r.active.Store(true)
 	defer r.active.Store(false)
 	r.log.Info("streaming", "publication", r.cfg.Publication, "from", pglogrepl.LSN(st.confirmed))
-	return r.stream(ctx, pool, repl, ls, st.confirmed, uint64(recover))
+	return r.stream(ctx, pool, repl, ls, st.confirmed, uint64(resumeEnd))
 }
 
 // inMsg is one message of the replication stream.
