@@ -3,6 +3,7 @@ package txoutbox
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/internal/walmsg"
 )
 
 // maxRowsPerStatement keeps one insert under PostgreSQL's 65,535 bind
@@ -58,6 +60,20 @@ type WriterConfig struct {
 	// write.
 	NotifyInterval time.Duration
 
+	// WALMessages records events in the write-ahead log only, with
+	// pg_logical_emit_message(true, ...), instead of inserting rows: no
+	// row is written, updated or deleted per event, and only the WAL relay
+	// (relay/walrelay) publishes them; the polling relay never sees them.
+	// The messages are transactional: they commit or roll back with the
+	// caller's transaction, and the WAL relay publishes them in commit
+	// order among the rows. The trade-off: such an event exists nowhere
+	// but in the WAL the slot holds. If the slot is lost (wal_status lost,
+	// max_slot_wal_keep_size) or dropped before it confirmed the event,
+	// nothing is left to publish again, `outbox wal takeover` cannot hand
+	// it to the polling relay, and `outbox replay` cannot find it.
+	// Requires wal_level = logical.
+	WALMessages bool
+
 	// Propagator captures the trace context of the ctx passed to Write
 	// into each event's headers, so the relay's publish span can link to
 	// the span that wrote the event. It injects only when ctx carries a
@@ -83,6 +99,7 @@ type Writer struct {
 	insertOne      string       // the statement for one event, rendered once
 	insertOneQuiet string       // the same without NOTIFY
 	propagator     propagation.TextMapPropagator
+	walPrefix      string // with WALMessages: the messages' prefix, else empty
 }
 
 // NewWriter validates cfg and returns a Writer.
@@ -102,6 +119,9 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	}
 	w := &Writer{names: names, maxPayload: cfg.MaxPayloadBytes, notify: !cfg.DisableNotify,
 		notifyInterval: cfg.NotifyInterval, propagator: cfg.Propagator}
+	if cfg.WALMessages {
+		w.walPrefix = outboxsql.WALMessagePrefix(names)
+	}
 	w.insertOne = outboxsql.Insert(names, 1, w.notify)
 	w.insertOneQuiet = outboxsql.Insert(names, 1, false)
 	return w, nil
@@ -169,9 +189,19 @@ func (w *Writer) write(ctx context.Context, events []Event, exec func(string, []
 		}
 	}
 	traced := traceHeaders(ctx, w.propagator)
-	notify := w.shouldNotify(now)
+	notify := w.walPrefix == "" && w.shouldNotify(now)
 	for start := 0; start < len(events); start += maxRowsPerStatement {
 		chunk := events[start:min(start+maxRowsPerStatement, len(events))]
+		if w.walPrefix != "" {
+			args, err := emitArgs(w.walPrefix, chunk, traced)
+			if err != nil {
+				return err
+			}
+			if err := exec(outboxsql.WALEmit(len(chunk)), args); err != nil {
+				return fmt.Errorf("txoutbox: emit %d events for %s: %w", len(chunk), w.names.Table, err)
+			}
+			continue
+		}
 		query := w.insertOneQuiet
 		switch {
 		case len(chunk) > 1:
@@ -217,6 +247,27 @@ func insertArgs(events []Event, traced propagation.MapCarrier) ([]any, error) {
 		}
 		args = append(args, e.ID.String(), e.Topic, e.AggregateType, e.AggregateID, e.Type,
 			e.contentType(), payload, headers, e.CreatedAt)
+	}
+	return args, nil
+}
+
+// emitArgs binds outboxsql.WALEmit: the prefix, then each event encoded.
+func emitArgs(prefix string, events []Event, traced propagation.MapCarrier) ([]any, error) {
+	args := make([]any, 0, len(events)+1)
+	args = append(args, prefix)
+	for i := range events {
+		e := &events[i]
+		headers, err := encodeHeaders(e.Headers, traced)
+		if err != nil {
+			return nil, err
+		}
+		b, err := walmsg.Encode(walmsg.Event{ID: e.ID.String(), Topic: e.Topic, AggregateType: e.AggregateType,
+			AggregateID: e.AggregateID, Type: e.Type, ContentType: e.contentType(), Payload: e.Payload,
+			Headers: json.RawMessage(headers), CreatedAt: e.CreatedAt.Truncate(time.Microsecond)})
+		if err != nil {
+			return nil, fmt.Errorf("txoutbox: encode event %s: %w", e.ID, err)
+		}
+		args = append(args, b)
 	}
 	return args, nil
 }

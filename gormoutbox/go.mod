@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261130102034-abdfd517170e
+	github.com/txoutbox/txoutbox v0.0.0-20261130115640-08b3f6edbd99
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )

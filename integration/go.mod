@@ -14,15 +14,16 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
-	github.com/txoutbox/txoutbox v0.0.0-20261130102034-abdfd517170e
-	github.com/txoutbox/txoutbox/entoutbox v0.0.0-20261130102034-abdfd517170e
-	github.com/txoutbox/txoutbox/examples v0.0.0-20261130102034-abdfd517170e
-	github.com/txoutbox/txoutbox/gormoutbox v0.0.0-20261130102034-abdfd517170e
-	github.com/txoutbox/txoutbox/inbox v0.0.0-20261130102034-abdfd517170e
-	github.com/txoutbox/txoutbox/internal/entest v0.0.0-20261130102034-abdfd517170e
-	github.com/txoutbox/txoutbox/internal/kafkatest v0.0.0-20261130102034-abdfd517170e
-	github.com/txoutbox/txoutbox/relay v0.0.0-20261130102034-abdfd517170e
-	github.com/txoutbox/txoutbox/relay/kafkapub v0.0.0-20261130102034-abdfd517170e
+	github.com/txoutbox/txoutbox v0.0.0-20261130115640-08b3f6edbd99
+	github.com/txoutbox/txoutbox/entoutbox v0.0.0-20261130115640-08b3f6edbd99
+	github.com/txoutbox/txoutbox/examples v0.0.0-20261130115640-08b3f6edbd99
+	github.com/txoutbox/txoutbox/gormoutbox v0.0.0-20261130115640-08b3f6edbd99
+	github.com/txoutbox/txoutbox/inbox v0.0.0-20261130115640-08b3f6edbd99
+	github.com/txoutbox/txoutbox/internal/entest v0.0.0-20261130115640-08b3f6edbd99
+	github.com/txoutbox/txoutbox/internal/kafkatest v0.0.0-20261130115640-08b3f6edbd99
+	github.com/txoutbox/txoutbox/relay v0.0.0-20261130115640-08b3f6edbd99
+	github.com/txoutbox/txoutbox/relay/kafkapub v0.0.0-20261130115640-08b3f6edbd99
+	github.com/txoutbox/txoutbox/relay/walrelay v0.0.0-20261130115640-08b3f6edbd99
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
@@ -56,6 +57,8 @@ require (
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
 	github.com/hashicorp/go-uuid v1.0.3 // indirect
 	github.com/hashicorp/hcl/v2 v2.18.1 // indirect
+	github.com/jackc/pgio v1.0.0 // indirect
+	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect

@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -10,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/integration/internal/harness"
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/relay/walrelay"
 )
 
 var (
@@ -270,4 +274,165 @@ func TestMixed(t *testing.T) {
 		size = harness.Size{Events: 1_000_000}
 	}
 	run(t, harness.Mixed(size))
+}
+
+// The WAL relay's scenarios (outbox relay --mode wal: one relay streams the
+// slot, two stand by), judged by commit order; sizes as
+// `go run ./integration/chaos -mode wal`.
+
+func TestCrashWAL(t *testing.T) {
+	res := run(t, harness.WAL(harness.Crash(harness.Size{Events: 4000, Over: 15 * time.Second}, 6)))
+	if res.Crashes < 6 {
+		t.Fatalf("only %d crashes, want at least 6", res.Crashes)
+	}
+}
+
+func TestSameIDRestartWAL(t *testing.T) {
+	res := run(t, harness.WAL(harness.SameIDRestart(harness.Size{Events: 3000, Over: 10 * time.Second}, 6, 1200*time.Millisecond)))
+	if res.SameIDRestarts < 6 {
+		t.Fatalf("only %d same-id restarts, want at least 6", res.SameIDRestarts)
+	}
+}
+
+func TestBrokerOutageWAL(t *testing.T) {
+	run(t, harness.WAL(harness.BrokerOutage(harness.Size{Events: 3000, Over: 16 * time.Second}, 6*time.Second)))
+}
+
+func TestSlowBrokerSameIDWAL(t *testing.T) {
+	res := run(t, harness.WAL(harness.SlowBrokerSameID(harness.Size{Events: 3000, Over: 12 * time.Second}, 5*time.Second, 2*time.Second)))
+	if res.SlowBroker < 1 {
+		t.Fatalf("slow-broker holds=%d, want at least 1", res.SlowBroker)
+	}
+}
+
+func TestPartitionWAL(t *testing.T) {
+	res := run(t, harness.WAL(harness.Partition(harness.Size{Events: 2000, Over: 14 * time.Second}, 2)))
+	if res.Partitions < 2 {
+		t.Fatalf("only %d partitions, want at least 2", res.Partitions)
+	}
+}
+
+func TestDBCrashWAL(t *testing.T) {
+	run(t, harness.WAL(harness.DBCrash(harness.Size{Events: 2000, Over: 12 * time.Second}, 2, 4*time.Second)))
+}
+
+// TestCommitOrderNoLocksWAL writes shared aggregates from concurrent
+// transactions that lock nothing: first deliveries must follow commit
+// order.
+func TestCommitOrderNoLocksWAL(t *testing.T) {
+	run(t, harness.CommitOrderNoLocks(harness.Size{Events: 2000, Over: 10 * time.Second}))
+}
+
+// TestWALStandbyTakesOverAfterSIGKILL: two WAL relays on one slot; the
+// streaming one is SIGKILLed three times, and a standby must stream within
+// 3 s each time (its StandbyRetry is 200 ms: the killed process's
+// connection closes at once and frees the slot).
+func TestWALStandbyTakesOverAfterSIGKILL(t *testing.T) {
+	t.Parallel()
+	sharedLane.Lock()
+	defer sharedLane.Unlock()
+	db := testkit.NewOutbox(t)
+	env := &harness.Env{DB: *db, Bin: bin, Dir: t.TempDir(), Logf: t.Logf, Seed: seed()}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	took, err := harness.WALTakeover(ctx, env, 3)
+	if err != nil {
+		dumpLogs(t, env.Dir)
+		t.Fatal(err)
+	}
+	for i, d := range took {
+		if d > 3*time.Second {
+			t.Errorf("kill %d: the standby streamed after %s, want within 3s", i, d)
+		}
+	}
+}
+
+// TestWALSlotLost: a slot whose WAL PostgreSQL removed (past
+// max_slot_wal_keep_size) makes the WAL relay stop with ErrSlotLost, never
+// start over at the current position; `outbox wal takeover` then leaves
+// every unpublished row to the polling relay. On the chaos cluster (the
+// setting is the server's), in its lane.
+func TestWALSlotLost(t *testing.T) {
+	t.Parallel()
+	clusterLane.Lock()
+	defer clusterLane.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := testkit.ChaosCluster
+	url, err := c.Ensure(ctx)
+	if err != nil {
+		t.Fatalf("needs the chaos cluster: %v", err)
+	}
+	db := testkit.NewOutboxAt(t, url)
+	exec := func(q string) {
+		t.Helper()
+		if _, err := db.SQL.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	cfg := walrelay.Config{ConnString: db.URL, Table: db.Table(), Publisher: kafkatest.NopPublisher{}, StandbyRetry: 100 * time.Millisecond}
+	t.Cleanup(func() {
+		_, _ = db.SQL.Exec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, walrelay.SlotDefault(db.Table()))
+		_, _ = db.SQL.Exec(`DROP PUBLICATION IF EXISTS ` + walrelay.PublicationDefault(db.Table()))
+	})
+	r, err := walrelay.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	testkit.WaitFor(t, 20*time.Second, "the relay streams", r.Active)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, _ := txoutbox.NewEvent("orders", "order", "o-1", "order.placed", map[string]int{"n": 1})
+	if err := w.Write(ctx, tx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	exec(`ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'`)
+	t.Cleanup(func() {
+		_, _ = db.SQL.Exec(`ALTER SYSTEM RESET max_slot_wal_keep_size`)
+		_, _ = db.SQL.Exec(`SELECT pg_reload_conf()`)
+	})
+	exec(`SELECT pg_reload_conf()`)
+	exec(`CREATE TABLE wal_filler (n int)`)
+	var status string
+	testkit.WaitFor(t, 60*time.Second, "the slot lost", func() bool {
+		for range 3 {
+			exec(`INSERT INTO wal_filler VALUES (1)`)
+			exec(`SELECT pg_switch_wal()`)
+		}
+		exec(`CHECKPOINT`)
+		err := db.SQL.QueryRowContext(ctx, `SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1`, r.Slot()).Scan(&status)
+		return err == nil && status == "lost"
+	})
+
+	if err := r.Run(ctx); !errors.Is(err, walrelay.ErrSlotLost) {
+		t.Fatalf("Run on a lost slot: %v, want ErrSlotLost", err)
+	}
+	res, err := walrelay.Takeover(ctx, walrelay.TakeoverConfig{ConnString: db.URL, Table: db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pending int
+	if err := db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM outbox WHERE state = 'pending' AND event_id = $1`, ev.ID.String()).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Lost || res.Confirmed != 0 || pending != 1 {
+		t.Fatalf("takeover of a lost slot: %+v, the unconfirmed event pending: %v; want Lost and nothing marked", res, pending == 1)
+	}
 }

@@ -55,3 +55,10 @@ func (c CloudEventsConfig) set(msg *message.Message, e txoutbox.Event, table txo
 	msg.Metadata.Set("ce_time", e.CreatedAt.UTC().Format(time.RFC3339Nano))
 	msg.Metadata.Set("content-type", ct)
 }
+
+// Set adds the CloudEvents headers for e, an event of table, to msg: what
+// the relay does to every message when Enabled. Other publish paths (the
+// WAL relay) call it to send the identical message.
+func (c CloudEventsConfig) Set(msg *message.Message, e txoutbox.Event, table txoutbox.Table) {
+	c.set(msg, e, table)
+}

@@ -9,10 +9,11 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
-	github.com/txoutbox/txoutbox v0.0.0-20261130102034-abdfd517170e
-	github.com/txoutbox/txoutbox/internal/kafkatest v0.0.0-20261130102034-abdfd517170e
-	github.com/txoutbox/txoutbox/relay v0.0.0-20261130102034-abdfd517170e
-	github.com/txoutbox/txoutbox/relay/kafkapub v0.0.0-20261130102034-abdfd517170e
+	github.com/txoutbox/txoutbox v0.0.0-20261130115640-08b3f6edbd99
+	github.com/txoutbox/txoutbox/internal/kafkatest v0.0.0-20261130115640-08b3f6edbd99
+	github.com/txoutbox/txoutbox/relay v0.0.0-20261130115640-08b3f6edbd99
+	github.com/txoutbox/txoutbox/relay/kafkapub v0.0.0-20261130115640-08b3f6edbd99
+	github.com/txoutbox/txoutbox/relay/walrelay v0.0.0-20261130115640-08b3f6edbd99
 	github.com/xdg-go/scram v1.4.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0
@@ -42,6 +43,8 @@ require (
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
 	github.com/hashicorp/go-uuid v1.0.3 // indirect
+	github.com/jackc/pgio v1.0.0 // indirect
+	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect

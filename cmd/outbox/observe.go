@@ -27,6 +27,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/walrelay"
 )
 
 // ServiceNameDefault is the service.name of the relay's spans when
@@ -85,6 +86,24 @@ func (m *metricsServer) serve(r *relay.Relay, db *sql.DB, log *slog.Logger) {
 			body["database"] = dbErr.Error()
 		}
 		writeProbe(w, h.Running && h.Heartbeating && dbErr == nil, body)
+	})
+	go func() {
+		if err := m.srv.Serve(m.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+}
+
+// serveWAL answers the probes for a WAL relay until shutdown: it is
+// healthy while Run runs, ready whether it streams or stands by (a standby
+// is a working replica); /readyz says which.
+func (m *metricsServer) serveWAL(r *walrelay.Relay, log *slog.Logger) {
+	mux := m.srv.Handler.(*http.ServeMux)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeProbe(w, r.Running(), map[string]any{"running": r.Running()})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		writeProbe(w, r.Running(), map[string]any{"running": r.Running(), "streaming": r.Active(), "slot": r.Slot()})
 	})
 	go func() {
 		if err := m.srv.Serve(m.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

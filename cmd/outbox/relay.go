@@ -17,6 +17,7 @@ import (
 	"github.com/txoutbox/txoutbox/internal/grants"
 	"github.com/txoutbox/txoutbox/relay"
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
+	"github.com/txoutbox/txoutbox/relay/walrelay"
 )
 
 func init() {
@@ -34,6 +35,9 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	)
 	common.register(fs)
 	kafka.register(fs)
+	mode := fs.String("mode", "poll", "poll: claim rows from the table; wal: stream them from a logical replication slot (needs wal_level = logical)")
+	var wal walFlags
+	wal.register(fs)
 	fs.StringVar(&cfg.ID, "id", "", "relay id, unique among running relays; may stay the same across restarts (default host-pid-random)")
 	fs.IntVar(&cfg.BatchSize, "batch", relay.BatchSizeDefault, "rows per claim")
 	fs.IntVar(&cfg.Lanes, "lanes", relay.LanesDefault, "events published concurrently")
@@ -78,6 +82,16 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return usagef("%v", err)
 	}
+	var wcfg walrelay.Config
+	switch *mode {
+	case "poll":
+	case "wal":
+		if wcfg, err = wal.config(fs, cfg, common.databaseURL); err != nil {
+			return err
+		}
+	default:
+		return usagef("--mode %q: want poll or wal", *mode)
+	}
 	addrs := splitList(kafka.brokers)
 	switch {
 	case len(addrs) > 0 && kafka.devBroker:
@@ -113,6 +127,9 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 			"events published to it are marked published in the outbox and LOST when this process exits", "brokers", strings.Join(addrs, ","))
 	}
 
+	if *mode == "wal" {
+		return runWALRelay(ctx, stdout, wcfg, cfg.ID, addrs, kcfg, logger, metricsSrv)
+	}
 	db, err := common.open(ctx)
 	if err != nil {
 		return err

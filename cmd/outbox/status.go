@@ -25,6 +25,7 @@ func runStatus(ctx context.Context, args []string, stdout io.Writer) error {
 		common     commonFlags
 		staleAfter = fs.Duration("stale-after", outboxadmin.StaleAfterDefault, "count a relay alive if its heartbeat is younger (the relays' --stale-after)")
 		maxLag     = fs.Duration("max-lag", 0, fmt.Sprintf("exit with code %d if the lag exceeds this (0: never)", exitLagExceeded))
+		slot       = fs.String("slot", "", "WAL mode's replication slot to report (default txoutbox_<schema>_<table>; shown if it exists)")
 	)
 	common.register(fs)
 	if err := parseFlags(ctx, fs, args); err != nil {
@@ -45,11 +46,24 @@ func runStatus(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	table, err := common.outboxTable()
+	if err != nil {
+		return err
+	}
+	ws, err := readWALSlot(ctx, db, table, *slot)
+	if err != nil {
+		return err
+	}
 	exceeded := *maxLag > 0 && st.Lag > *maxLag
 	if common.json {
-		err = printJSON(stdout, statusJSON(st, *maxLag, exceeded))
+		out := statusJSON(st, *maxLag, exceeded)
+		out.WALSlot = ws
+		err = printJSON(stdout, out)
 	} else {
 		err = printStatus(stdout, st, *staleAfter)
+		if err == nil && ws != nil {
+			err = printWALSlot(stdout, ws)
+		}
 	}
 	if err != nil {
 		return err
@@ -123,6 +137,7 @@ type statusOutput struct {
 	UnownedShards  []int       `json:"unowned_shards"`
 	MaxLagSeconds  float64     `json:"max_lag_seconds,omitempty"`
 	MaxLagExceeded bool        `json:"max_lag_exceeded"`
+	WALSlot        *walSlot    `json:"wal_slot"` // null without a WAL relay's slot
 }
 
 func statusJSON(st outboxadmin.Status, maxLag time.Duration, exceeded bool) statusOutput {

@@ -40,6 +40,12 @@
 //     retained against an empty table.
 //   - memory: peak RSS of an `outbox relay` process draining a million
 //     events.
+//   - wal: the WAL relay (relay/walrelay) beside the polling relay on the
+//     same backlog: drain throughput, PostgreSQL CPU and WAL bytes per
+//     event of each, and the WAL relay's commit-to-ack latency at
+//     -latency-rate (summary: wal_eps, wal_vs_relay, wal_pg_us_per_event,
+//     wal_wal_bytes_per_event, wal_p99_ms). The server needs wal_level =
+//     logical.
 //
 // Every Kafka scenario publishes through kafkapub.NewPublisher (Sarama via
 // watermill-kafka, acks=all), so they differ only in what drives
@@ -86,7 +92,7 @@ type options struct {
 	sqlStats        bool
 }
 
-var scenarioNames = []string{"relay", "relay3", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory"}
+var scenarioNames = []string{"relay", "relay3", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal"}
 
 func main() {
 	var o options
@@ -342,6 +348,17 @@ func run(ctx context.Context, o options) error {
 				return err
 			}
 			sum.RelayRSSMiB = r.PeakMiB
+			return emit(r)
+		}},
+		{"wal", func() error {
+			r, err := runWAL(ctx, e)
+			if err != nil {
+				return err
+			}
+			sum.addWAL(r)
+			if r.delivery != nil {
+				sum.addViolations(r.OrderViolations)
+			}
 			return emit(r)
 		}},
 	}

@@ -17,11 +17,26 @@ type summary struct {
 	GormOverhead, EntOverhead                   float64
 	ClaimFlatness                               float64
 	RelayRSSMiB                                 float64
+	walSummary
+}
+
+// walSummary are the WAL relay scenario's figures.
+type walSummary struct {
+	WALEPS, WALVsRelay, WALPGUSPerEvent, WALWALBytesPerEvent, WALP99MS float64
+}
+
+// addWAL takes the wal scenario's figures.
+func (s *summary) addWAL(r walBench) {
+	s.walSummary = walSummary{WALEPS: r.WALEPS, WALVsRelay: r.WALEPS / r.RelayEPS, WALPGUSPerEvent: r.WALPGUSPerEvent,
+		WALWALBytesPerEvent: r.WALWALBytesPerEvent, WALP99MS: r.P99MS}
+	if r.WALPGUSPerEvent < 0 {
+		s.WALPGUSPerEvent = math.NaN()
+	}
 }
 
 func newSummary() summary {
 	nan := math.NaN()
-	return summary{nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan}
+	return summary{nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, walSummary{nan, nan, nan, nan, nan}}
 }
 
 // ceiling is what claim, publish and mark done one after another allow:
@@ -62,6 +77,11 @@ func (s summary) String() string {
 		{"ent_overhead", ratio(s.EntOverhead)},
 		{"claim_flatness", ratio(s.ClaimFlatness)},
 		{"relay_rss_mib", ratio(s.RelayRSSMiB)},
+		{"wal_eps", eps(s.WALEPS)},
+		{"wal_vs_relay", ratio(s.WALVsRelay)},
+		{"wal_pg_us_per_event", ratio(s.WALPGUSPerEvent)},
+		{"wal_wal_bytes_per_event", ratio(s.WALWALBytesPerEvent)},
+		{"wal_p99_ms", ratio(s.WALP99MS)},
 	}
 	var b strings.Builder
 	b.WriteString("bench:")

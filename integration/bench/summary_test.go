@@ -12,9 +12,11 @@ func TestSummaryLine(t *testing.T) {
 	s.addViolations(0)
 	s.P50MS, s.P99MS = 3.456, 42
 	s.GormOverhead, s.EntOverhead, s.ClaimFlatness, s.RelayRSSMiB = 1.1, 1.234, 1.005, 37.5
+	s.addWAL(walBench{WALEPS: 60000, RelayEPS: 30000, WALPGUSPerEvent: 12.345, WALWALBytesPerEvent: 410, P99MS: 9.5})
 	want := "bench: relay_eps=30000 relay3_eps=28000 naive_eps=1200 forwarder_eps=4000 dblimit_eps=50000 kafkalimit_eps=40000 ceiling_eps=22222" +
 		" relay_vs_naive=25.00 relay_vs_forwarder=7.50 relay_vs_ceiling=1.35 order_violations=0 p50_ms=3.46 p99_ms=42.00" +
-		" gorm_overhead=1.10 ent_overhead=1.23 claim_flatness=1.00 relay_rss_mib=37.50"
+		" gorm_overhead=1.10 ent_overhead=1.23 claim_flatness=1.00 relay_rss_mib=37.50" +
+		" wal_eps=60000 wal_vs_relay=2.00 wal_pg_us_per_event=12.35 wal_wal_bytes_per_event=410.00 wal_p99_ms=9.50"
 	if got := s.String(); got != want {
 		t.Errorf("summary line:\n got %s\nwant %s", got, want)
 	}
@@ -25,7 +27,8 @@ func TestSummaryLineMissing(t *testing.T) {
 	s.RelayEPS = 30000
 	want := "bench: relay_eps=30000 relay3_eps=- naive_eps=- forwarder_eps=- dblimit_eps=- kafkalimit_eps=- ceiling_eps=-" +
 		" relay_vs_naive=- relay_vs_forwarder=- relay_vs_ceiling=- order_violations=- p50_ms=- p99_ms=-" +
-		" gorm_overhead=- ent_overhead=- claim_flatness=- relay_rss_mib=-"
+		" gorm_overhead=- ent_overhead=- claim_flatness=- relay_rss_mib=-" +
+		" wal_eps=- wal_vs_relay=- wal_pg_us_per_event=- wal_wal_bytes_per_event=- wal_p99_ms=-"
 	if got := s.String(); got != want {
 		t.Errorf("summary line:\n got %s\nwant %s", got, want)
 	}

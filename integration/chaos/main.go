@@ -45,6 +45,7 @@ func main() {
 		seed  = flag.Uint64("seed", 0, "random seed (default: the clock)")
 		only  = flag.String("run", "", "run only the scenarios whose name contains this")
 		keep  = flag.Bool("keep", false, "keep the scenario directories (logs, broker data) and schemas")
+		mode  = flag.String("mode", "poll", "relay mode: poll, or wal (the WAL relay's scenarios: kills, same-id restarts, database crashes, partitions, broker outage, slow broker, commit order without row locks)")
 		cport = flag.Int("cluster-port", testkit.ChaosCluster.Port, "port of the PostgreSQL cluster \"chaos\" the database-crash scenarios run on (created if missing)")
 	)
 	flag.Parse()
@@ -58,13 +59,19 @@ func main() {
 	defer stop()
 	cluster := testkit.ChaosCluster
 	cluster.Port = *cport
-	if err := run(ctx, *dbURL, cluster, *seed, *soak, *only, *keep); err != nil {
+	if *mode != "poll" && *mode != harness.WALMode {
+		log.Fatalf("chaos: -mode %q: want poll or wal", *mode)
+	}
+	if err := run(ctx, *dbURL, cluster, *seed, plans(*soak, *mode), *only, *keep); err != nil {
 		log.SetFlags(0)
 		log.Fatalf("chaos: %v", err)
 	}
 }
 
-func plans(soak bool) []harness.Plan {
+func plans(soak bool, mode string) []harness.Plan {
+	if mode == harness.WALMode {
+		return walPlans()
+	}
 	if soak {
 		// Every fault at once: plain kills, same-id restarts, pauses with
 		// a slow broker, partitions, operators at work, database crashes.
@@ -88,7 +95,21 @@ func plans(soak bool) []harness.Plan {
 	}
 }
 
-func run(ctx context.Context, dbURL string, cluster testkit.Cluster, seed uint64, soak bool, only string, keep bool) error {
+// walPlans are the WAL relay's scenarios: the faults a streaming relay
+// meets, and writers that lock nothing.
+func walPlans() []harness.Plan {
+	return []harness.Plan{
+		harness.WAL(harness.Crash(harness.Size{Events: 4000, Over: 15 * time.Second}, 6)),
+		harness.WAL(harness.SameIDRestart(harness.Size{Events: 3000, Over: 10 * time.Second}, 6, 1200*time.Millisecond)),
+		harness.WAL(harness.BrokerOutage(harness.Size{Events: 3000, Over: 16 * time.Second}, 6*time.Second)),
+		harness.WAL(harness.SlowBrokerSameID(harness.Size{Events: 3000, Over: 12 * time.Second}, 5*time.Second, 2*time.Second)),
+		harness.WAL(harness.Partition(harness.Size{Events: 2000, Over: 14 * time.Second}, 2)),
+		harness.WAL(harness.DBCrash(harness.Size{Events: 2000, Over: 12 * time.Second}, 2, 4*time.Second)),
+		harness.CommitOrderNoLocks(harness.Size{Events: 2000, Over: 10 * time.Second}),
+	}
+}
+
+func run(ctx context.Context, dbURL string, cluster testkit.Cluster, seed uint64, plans []harness.Plan, only string, keep bool) error {
 	dir, err := os.MkdirTemp("", "txoutbox-chaos-")
 	if err != nil {
 		return err
@@ -110,7 +131,7 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, seed uint64
 		failed []string
 		ran    int
 	)
-	for i, plan := range plans(soak) {
+	for i, plan := range plans {
 		if only != "" && !strings.Contains(plan.Name, only) {
 			continue
 		}
@@ -151,6 +172,9 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, seed uint64
 	}
 	if ran == 0 {
 		return fmt.Errorf("no scenario matches -run %q", only)
+	}
+	if len(plans) > 0 {
+		total.Mode = plans[0].Flags.Mode
 	}
 	fmt.Println(total.Line())
 	if len(failed) > 0 {

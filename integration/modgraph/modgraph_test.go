@@ -100,6 +100,15 @@ var cases = []struct {
 		}},
 	},
 	{
+		name:    "WAL relay with only a Watermill publisher",
+		imports: []string{"github.com/txoutbox/txoutbox/relay/walrelay", "github.com/ThreeDotsLabs/watermill/pubsub/gochannel"},
+		allowed: [][]string{base, watermill, {
+			"github.com/txoutbox/txoutbox/relay", "github.com/txoutbox/txoutbox/relay/walrelay",
+			"github.com/jackc/pglogrepl", "github.com/jackc/pgio", "golang.org/x/crypto", // pglogrepl and its go.mod
+			"github.com/rogpeppe/go-internal", // go-cmp's go.mod, raised by Watermill's
+		}},
+	},
+	{
 		name:    "inbox",
 		imports: []string{"github.com/txoutbox/txoutbox/inbox"},
 		allowed: [][]string{base, watermill, {"github.com/txoutbox/txoutbox/inbox"}},

@@ -69,6 +69,11 @@ host    all all 127.0.0.1/32  trust
 host    all all ::1/128       trust
 `
 
+// clusterSettings are the cluster's own settings: reachable on loopback,
+// connections for a few relays and writers, and logical decoding for the
+// WAL relay.
+const clusterSettings = "listen_addresses = '127.0.0.1'\nmax_connections = 300\nwal_level = logical\n"
+
 // Ensure creates the cluster if it does not exist (trust authentication on
 // loopback, enough connections for a few relays and writers), starts it if
 // it is down and waits until it answers. It returns the server URL. It
@@ -86,9 +91,19 @@ func (c Cluster) Ensure(ctx context.Context) (string, error) {
 		if err := os.WriteFile(filepath.Join(conf, "pg_hba.conf"), []byte(hbaTrust), 0o640); err != nil {
 			return "", fmt.Errorf("write pg_hba.conf of cluster %s: %w", c.Name, err)
 		}
-		extra := "listen_addresses = '127.0.0.1'\nmax_connections = 300\n"
-		if err := os.WriteFile(filepath.Join(conf, "conf.d", "txoutbox-testkit.conf"), []byte(extra), 0o644); err != nil {
+	}
+	// The settings are checked on every call, so a cluster created before
+	// one was added gets it: the WAL relay's scenarios need wal_level =
+	// logical, which takes a restart.
+	extraPath := filepath.Join(conf, "conf.d", "txoutbox-testkit.conf")
+	if old, _ := os.ReadFile(extraPath); string(old) != clusterSettings {
+		if err := os.WriteFile(extraPath, []byte(clusterSettings), 0o644); err != nil {
 			return "", fmt.Errorf("configure cluster %s: %w", c.Name, err)
+		}
+		if c.running(ctx) {
+			if err := c.ctl(ctx, "pg_ctlcluster", "--skip-systemctl-redirect", c.Version, c.Name, "restart"); err != nil {
+				return "", err
+			}
 		}
 	}
 	if !c.running(ctx) {

@@ -7,7 +7,7 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-kafka/v3 v3.0.6
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/txoutbox/txoutbox/relay v0.0.0-20261130102034-abdfd517170e
+	github.com/txoutbox/txoutbox/relay v0.0.0-20261130115640-08b3f6edbd99
 )
 
 require (
@@ -38,7 +38,7 @@ require (
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/rcrowley/go-metrics v0.0.0-20201227073835-cf1acfcdf475 // indirect
-	github.com/txoutbox/txoutbox v0.0.0-20261130102034-abdfd517170e // indirect
+	github.com/txoutbox/txoutbox v0.0.0-20261130115640-08b3f6edbd99 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect

@@ -117,6 +117,14 @@ func victim(ctx context.Context, w *World, k int, wait time.Duration) (string, b
 		return "", false
 	}
 	id := live[w.Env.Intn(len(live))]
+	if w.Flags.Mode == WALMode {
+		// Two faults in three hit the relay that streams: the standbys
+		// hold nothing.
+		if s := w.Fleet.Streaming(); s != "" && k%3 != 2 {
+			id = s
+		}
+		return id, true
+	}
 	if k%2 == 1 {
 		waitUntil(ctx, wait, func() bool { return holdsClaims(ctx, w.Env, id) })
 	}

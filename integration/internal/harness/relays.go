@@ -24,7 +24,19 @@ type RelayFlags struct {
 	Heartbeat   time.Duration
 	StaleAfter  time.Duration // how fast a killed relay's shards are taken over
 	Lease       time.Duration
+	// Mode is the relay mode: "" (poll) or "wal" (outbox relay --mode
+	// wal: one relay streams the slot, the others stand by).
+	Mode string
 }
+
+// WALMode is the RelayFlags.Mode of the WAL relay.
+const WALMode = "wal"
+
+// walArgs are the WAL relays' extra flags: quick takeover (the server
+// frees a silent relay's slot after 4s), and rows kept, marked published,
+// for the verifier (--retention).
+var walArgs = []string{"--mode", WALMode, "--sender-timeout", "4s", "--standby-retry", "200ms",
+	"--cleanup-interval", "300ms", "--retention", "1h"}
 
 // DefaultRelayFlags keep takeover after a crash quick (StaleAfter 3s) while
 // leaving a heartbeat six intervals of slack on a loaded 2-core machine: a
@@ -64,7 +76,8 @@ type Fleet struct {
 	live       map[string]*relayProc
 	unexpected []string // relays that exited without being told to
 	kills      int
-	restarts   int // SIGKILLs followed by a start under the same id
+	restarts   int    // SIGKILLs followed by a start under the same id
+	streaming  string // WAL mode: the relay that last said it streams
 
 	// proxyDB gives every relay id its own Proxy to PostgreSQL, kept
 	// across restarts under that id.
@@ -176,6 +189,9 @@ func (f *Fleet) StartAs(id string) error {
 		"--poll-interval", "200ms",
 		"--log-level", "warn",
 	}
+	if fl.Mode == WALMode {
+		args = append(args, walArgs...)
+	}
 	logf, err := f.env.logFile(id + ".log")
 	if err != nil {
 		return err
@@ -206,6 +222,11 @@ func (f *Fleet) StartAs(id string) error {
 			fmt.Fprintln(logw, sc.Text())
 			if strings.HasPrefix(sc.Text(), "relay "+id+" publishing") {
 				once.Do(func() { close(ready) })
+			}
+			if sc.Text() == "relay "+id+" streaming" {
+				f.mu.Lock()
+				f.streaming = id
+				f.mu.Unlock()
 			}
 		}
 	}()
@@ -341,6 +362,17 @@ func (f *Fleet) Live() []string {
 	}
 	sort.Strings(ids)
 	return ids
+}
+
+// Streaming is the WAL-mode relay that last said it streams, if it is
+// still running ("" otherwise).
+func (f *Fleet) Streaming() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.live[f.streaming]; ok && p.started {
+		return f.streaming
+	}
+	return ""
 }
 
 // Kill SIGKILLs a relay: no shutdown, no release of claims or shards; its

@@ -10,21 +10,22 @@ import (
 // dead ones included: an event is either delivered or dead, or it is lost.
 type Result struct {
 	Scenario        string
-	Committed       int // events in the outbox after the run
-	RolledBack      int // events written in transactions that rolled back
-	DeliveredUnique int // distinct committed events on the broker
-	Lost            int // committed, not dead, never delivered
-	Phantom         int // records whose event id the outbox does not hold (rolled back, or never existed)
-	OrderViolations int // first deliveries of a key out of outbox id order
-	Duplicates      int // records beyond the first of an event id
-	Dead            int // events the relay gave up on
-	Crashes         int // relays SIGKILLed (fresh-id and same-id restarts alike)
-	SameIDRestarts  int // relays SIGKILLed and restarted under the same --id
-	Pauses          int // relays SIGSTOPped past StaleAfter and the lease
-	Partitions      int // proxy freezes or drops between a relay and PostgreSQL or the broker
-	AdminOps        int // outbox CLI runs (dead retry, dead drop, replay, dry runs)
-	DBCrashes       int // PostgreSQL stopped with -m immediate and started again
-	SlowBroker      int // windows in which the broker held every produce past the lease
+	Mode            string // the relay mode: "" (poll) or "wal"
+	Committed       int    // events in the outbox after the run
+	RolledBack      int    // events written in transactions that rolled back
+	DeliveredUnique int    // distinct committed events on the broker
+	Lost            int    // committed, not dead, never delivered
+	Phantom         int    // records whose event id the outbox does not hold (rolled back, or never existed)
+	OrderViolations int    // first deliveries of a key out of outbox id order
+	Duplicates      int    // records beyond the first of an event id
+	Dead            int    // events the relay gave up on
+	Crashes         int    // relays SIGKILLed (fresh-id and same-id restarts alike)
+	SameIDRestarts  int    // relays SIGKILLed and restarted under the same --id
+	Pauses          int    // relays SIGSTOPped past StaleAfter and the lease
+	Partitions      int    // proxy freezes or drops between a relay and PostgreSQL or the broker
+	AdminOps        int    // outbox CLI runs (dead retry, dead drop, replay, dry runs)
+	DBCrashes       int    // PostgreSQL stopped with -m immediate and started again
+	SlowBroker      int    // windows in which the broker held every produce past the lease
 
 	Records   int // records read from the broker
 	Unordered int // first deliveries left out of the order check: events that were dead once and retried
@@ -55,10 +56,18 @@ func (r *Result) note(format string, args ...any) {
 func (r Result) Line() string {
 	return fmt.Sprintf("chaos: committed=%d rolled_back=%d delivered_unique=%d lost=%d phantom=%d order_violations=%d duplicates=%d dead=%d crashes=%d same_id_restarts=%d pauses=%d partitions=%d admin_ops=%d db_crashes=%d",
 		r.Committed, r.RolledBack, r.DeliveredUnique, r.Lost, r.Phantom, r.OrderViolations, r.Duplicates, r.Dead, r.Crashes,
-		r.SameIDRestarts, r.Pauses, r.Partitions, r.AdminOps, r.DBCrashes)
+		r.SameIDRestarts, r.Pauses, r.Partitions, r.AdminOps, r.DBCrashes) + r.modeTag()
 }
 
 // Add sums two results, for the suite's total line.
+// modeTag tags a WAL-mode line; the polling relay's line is unchanged.
+func (r Result) modeTag() string {
+	if r.Mode == "" {
+		return ""
+	}
+	return " mode=" + r.Mode
+}
+
 func (r Result) Add(o Result) Result {
 	r.Committed += o.Committed
 	r.RolledBack += o.RolledBack

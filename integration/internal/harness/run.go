@@ -15,6 +15,9 @@ type World struct {
 	Fleet   *Fleet
 	Writers *Writers
 	Flags   RelayFlags
+	// CommitRank, in WAL mode, is each committed row's position in commit
+	// order (set before Check runs).
+	CommitRank map[int64]int64
 	// Tally counts the faults injected and the operators' work.
 	Tally *Tally
 }
@@ -80,6 +83,19 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 		return res, err
 	}
 	defer writers.Close()
+	var order *commitOrder
+	if plan.Flags.Mode == WALMode {
+		if order, err = newCommitOrder(ctx, env); err != nil {
+			return res, err
+		}
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			fleet.KillAll()
+			order.drop(dctx)
+			dropWALSlot(dctx, env)
+		}()
+	}
 	for i := range plan.Relays {
 		if plan.FixedIDs {
 			err = fleet.StartAs(fmt.Sprintf("relay-%d", i))
@@ -88,6 +104,14 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 		}
 		if err != nil {
 			return res, err
+		}
+	}
+	if plan.Flags.Mode == WALMode {
+		// Events written before the slot exists are published from the
+		// table, in id order (the relay cannot know their commit order):
+		// the writers start once a relay streams.
+		if !waitUntil(ctx, 30*time.Second, func() bool { return fleet.Streaming() != "" }) {
+			return res, fmt.Errorf("%s: no relay streams 30s after start", plan.Name)
 		}
 	}
 	w := &World{Env: env, Broker: broker, Fleet: fleet, Writers: writers, Flags: plan.Flags, Tally: &Tally{}}
@@ -133,11 +157,17 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 	env.Logf("%s: drained and stopped after %s; verifying", plan.Name, time.Since(start).Round(time.Millisecond))
 
 	topics := append(append([]string{TopicEnt, TopicGorm}, plan.Broker.Topics...), plan.ExtraTopics...)
-	res, byID, err := Verify(ctx, env, broker.Addr(), dedupe(topics), w.Tally.unordered())
+	if order != nil {
+		if w.CommitRank, err = order.ranks(ctx); err != nil {
+			return res, err
+		}
+	}
+	res, byID, err := Verify(ctx, env, broker.Addr(), dedupe(topics), w.Tally.unordered(), w.CommitRank)
 	if err != nil {
 		return res, err
 	}
 	res.Scenario = plan.Name
+	res.Mode = plan.Flags.Mode
 	res.RolledBack = writers.RolledBack()
 	res.Crashes = fleet.Kills()
 	res.SameIDRestarts = fleet.Restarts()

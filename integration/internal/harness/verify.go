@@ -52,7 +52,10 @@ func readOutbox(ctx context.Context, env *Env) (map[string]dbRow, error) {
 // legitimately arrives after later events of its key. Such an event is
 // skipped entirely, so it does not raise the bar for the events after it
 // either; every other event is still checked.
-func Verify(ctx context.Context, env *Env, broker string, topics []string, unordered map[string]bool) (Result, map[string]dbRow, error) {
+//
+// With rank (WAL mode), order is each row's position in commit order, as
+// rank gives it, instead of its id.
+func Verify(ctx context.Context, env *Env, broker string, topics []string, unordered map[string]bool, rank map[int64]int64) (Result, map[string]dbRow, error) {
 	byID, err := readOutbox(ctx, env)
 	if err != nil {
 		return Result{}, nil, err
@@ -85,11 +88,19 @@ func Verify(ctx context.Context, env *Env, broker string, topics []string, unord
 			return nil
 		}
 		k := d.Topic + "\x00" + d.Key
-		if last, ok := lastFirst[k]; ok && row.id < last {
+		pos := row.id
+		if rank != nil {
+			r, ok := rank[row.id]
+			if !ok {
+				return fmt.Errorf("row %d (event %s) is not in the commit order", row.id, d.EventID)
+			}
+			pos = r
+		}
+		if last, ok := lastFirst[k]; ok && pos < last {
 			res.OrderViolations++
-			res.note("order violation: key %q of %s: row %d first delivered after row %d", d.Key, d.Topic, row.id, last)
+			res.note("order violation: key %q of %s: row %d (order %d) first delivered after order %d", d.Key, d.Topic, row.id, pos, last)
 		} else {
-			lastFirst[k] = row.id
+			lastFirst[k] = pos
 		}
 		return nil
 	})

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/txoutbox/txoutbox/relay/walrelay"
+)
+
+func init() {
+	commands["wal"] = command{summary: "WAL mode: takeover hands the outbox from the WAL relays back to the polling relay", run: runWAL}
+}
+
+func runWAL(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return usagef("want a subcommand: takeover")
+	}
+	switch args[0] {
+	case "takeover":
+		return runWALTakeover(ctx, args[1:], stdout)
+	}
+	return usagef("unknown subcommand %q: want takeover", args[0])
+}
+
+// runWALTakeover is `outbox wal takeover`: with the WAL relays stopped, it
+// marks published the rows the slot confirmed, leaves the others pending
+// and drops the slot. Start the polling relays (`outbox relay`) after it.
+func runWALTakeover(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("outbox wal takeover", flag.ContinueOnError)
+	var (
+		common commonFlags
+		slot   = fs.String("slot", "", "replication slot (default txoutbox_<schema>_<table>)")
+		pub    = fs.String("publication", "", "publication (default: the slot's name)")
+		force  = fs.Bool("force", false, "drop the slot even if it holds table-less events not yet published (they are lost)")
+	)
+	common.register(fs)
+	if err := parseFlags(ctx, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments: %v", fs.Args())
+	}
+	table, err := common.outboxTable()
+	if err != nil {
+		return err
+	}
+	if common.databaseURL == "" {
+		return usagef("no database: pass --database-url or set DATABASE_URL")
+	}
+	res, err := walrelay.Takeover(ctx, walrelay.TakeoverConfig{ConnString: common.databaseURL, Table: table,
+		Slot: *slot, Publication: *pub, Force: *force})
+	if errors.Is(err, walrelay.ErrInvalidConfig) {
+		return usagef("%v", err)
+	}
+	if err != nil {
+		return err
+	}
+	if common.json {
+		return printJSON(stdout, map[string]any{"confirmed": res.Confirmed, "unconfirmed": res.Unconfirmed,
+			"table_less_lost": res.TableLess, "slot_lost": res.Lost})
+	}
+	if res.Lost {
+		fmt.Fprintf(stdout, "the slot was lost: no row could be told confirmed; the polling relay publishes all %d pending rows, some again\n", res.Unconfirmed)
+	} else {
+		fmt.Fprintf(stdout, "marked %d confirmed rows published; %d rows stay pending for the polling relay\n", res.Confirmed, res.Unconfirmed)
+	}
+	if res.TableLess > 0 {
+		fmt.Fprintf(stdout, "%d table-less events the slot had not confirmed are lost (--force)\n", res.TableLess)
+	}
+	fmt.Fprintln(stdout, "slot dropped: start the polling relays (outbox relay)")
+	return nil
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+)
+
+// `outbox relay --mode wal` streams the outbox, `outbox status` shows its
+// slot, and `outbox wal takeover` hands the outbox back to the polling
+// relay.
+func TestWALModeRelayStatusAndTakeover(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	slot := outboxsql.WALName(e.db.Schema, "")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for ctx.Err() == nil {
+			if _, err := e.db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		_, _ = e.db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+slot)
+	})
+	before, _ := e.write(t, "orders", "o-1", "order.placed")
+	b := startOutbox(t, nil, append([]string{"relay", "--mode", "wal", "--dev-broker", "--cleanup-interval", "100ms", "--metrics-addr", "127.0.0.1:0"}, e.flags...)...)
+	b.waitOutput(t, "from slot "+slot)
+	b.waitOutput(t, "serving /metrics")
+	base := "http://" + servingAddr.FindStringSubmatch(b.stderr.String())[1]
+	waitFor(t, 20*time.Second, "the earlier row published", func() bool { s, _ := e.state(t, before); return s == "published" })
+	after, _ := e.write(t, "orders", "o-1", "order.shipped")
+	waitFor(t, 20*time.Second, "the streamed row cleaned up", func() bool { s, _ := e.state(t, after); return s == "gone" })
+
+	waitFor(t, 10*time.Second, "the slot's metrics", func() bool {
+		_, body := get(t, base+"/metrics")
+		return strings.Contains(body, `txoutbox_wal_slot_active{`) && strings.Contains(body, `txoutbox_wal_slot_lag_bytes{`) &&
+			strings.Contains(body, `txoutbox_wal_status="reserved"`) && strings.Contains(body, "txoutbox_wal_published_total")
+	})
+	if code, body := get(t, base+"/readyz"); code != 200 || !strings.Contains(body, `"streaming":true`) {
+		t.Errorf("/readyz: %d %s", code, body)
+	}
+
+	var st statusOutput
+	e.runJSON(t, &st, "status")
+	if st.WALSlot == nil || st.WALSlot.Name != slot || !st.WALSlot.Active || st.WALSlot.WALStatus == "" || st.WALSlot.LagBytes < 0 {
+		t.Fatalf("status wal_slot = %+v", st.WALSlot)
+	}
+	if code, out, _ := e.run(t, "status"); code != 0 || !strings.Contains(out, "wal slot "+slot+": active") {
+		t.Errorf("status: exit %d:\n%s", code, out)
+	}
+	if code, _, errOut := e.run(t, "wal", "takeover"); code == 0 || !strings.Contains(errOut, "stop the WAL relays first") {
+		t.Errorf("takeover with the relay running: exit %d, %q", code, errOut)
+	}
+	if code := b.stop(t); code != 0 {
+		t.Fatalf("relay exit %d; stderr:\n%s", code, b.stderr)
+	}
+	code, out, errOut := e.run(t, "wal", "takeover")
+	if code != 0 || !strings.Contains(out, "slot dropped") {
+		t.Fatalf("takeover: exit %d, %q %q", code, out, errOut)
+	}
+	e.runJSON(t, &st, "status")
+	if st.WALSlot != nil {
+		t.Errorf("slot still reported after takeover: %+v", st.WALSlot)
+	}
+}
+
+func TestWALModeUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"relay", "--mode", "tail", "--database-url", "postgres://x/y"}, `--mode "tail"`},
+		{[]string{"relay", "--mode", "wal", "--database-url", "postgres://x/y", "--slot", "Bad-Name"}, "Slot"},
+		{[]string{"relay", "--mode", "wal", "--database-url", "postgres://x/y", "--sender-timeout", "100ms"}, "SenderTimeout"},
+		{[]string{"wal"}, "want a subcommand"},
+		{[]string{"wal", "rewind"}, "unknown subcommand"},
+	} {
+		code, _, errOut := outbox(t, tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.msg) {
+			t.Errorf("outbox %v = exit %d, stderr %q; want exit 2 mentioning %q", tc.args, code, errOut, tc.msg)
+		}
+	}
+}

@@ -1,0 +1,204 @@
+package outboxsql
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"github.com/txoutbox/txoutbox/internal/ident"
+)
+
+// Statements of the WAL relay (relay/walrelay): it reads the outbox from a
+// logical replication slot and touches the table only to clean it up.
+
+// WALName is the default name of the publication and of the replication
+// slot of an outbox table: "txoutbox_<schema>_<name>" in lower case (slot
+// names allow only lower-case letters, digits and underscores), hashed to
+// fit 63 bytes.
+func WALName(schema, name string) string {
+	if name == "" {
+		name = TableNameDefault
+	}
+	n := "txoutbox_" + name
+	if schema != "" {
+		n = "txoutbox_" + schema + "_" + name
+	}
+	n = strings.ToLower(n)
+	if len(n) > ident.MaxLen {
+		h := fnv.New64a()
+		h.Write([]byte(n))
+		n = fmt.Sprintf("%s_%016x", n[:ident.MaxLen-17], h.Sum64())
+	}
+	return n
+}
+
+// Literal quotes s as a SQL string literal, for the few places that take
+// no parameters (COMMENT, SET TRANSACTION SNAPSHOT, replication commands).
+func Literal(s string) string { return quoteLiteral(s) }
+
+// WALMessagePrefix is the prefix of the logical decoding messages
+// (pg_logical_emit_message) that carry the table-less events of an outbox
+// table: the writer emits them, the WAL relay publishes them.
+func WALMessagePrefix(n Names) string { return "txoutbox:" + n.Table }
+
+// WALEmit records rows table-less events: $1 is the prefix, $2... the
+// encoded events, emitted left to right as transactional messages, so
+// they commit or roll back with the caller's transaction. Plain bytea
+// parameters work with any driver.
+func WALEmit(rows int) string {
+	var b strings.Builder
+	b.Grow(16 + rows*56)
+	b.WriteString("SELECT ")
+	for i := range rows {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("pg_logical_emit_message(true, $1, $")
+		b.WriteString(strconv.Itoa(i + 2))
+		b.WriteString("::bytea)")
+	}
+	return b.String()
+}
+
+// WALServer reports what the WAL relay needs of the server: its version
+// number, wal_level, and whether the current role may replicate.
+const WALServer = `SELECT current_setting('server_version_num')::int, current_setting('wal_level'),
+    coalesce((SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user), false)`
+
+// WALPublicationExists reports whether publication $1 exists, and its
+// comment, the WAL relay's marker of an unfinished slot initialisation.
+const WALPublication = `SELECT coalesce(obj_description(oid, 'pg_publication'), '') FROM pg_publication WHERE pubname = $1`
+
+// WALCreatePublication publishes the outbox table's inserts only: the
+// relay needs nothing else, and deletes by its cleanup stay out of the
+// stream. pub is a validated identifier.
+func WALCreatePublication(n Names, pub string) string {
+	return "CREATE PUBLICATION " + ident.Quote(pub) + " FOR TABLE " + n.Table + " WITH (publish = 'insert')"
+}
+
+// WALSetMarker sets (or with an empty marker clears) the publication's
+// comment. COMMENT takes no parameters; both names are validated
+// identifiers and the marker is quoted as a literal.
+func WALSetMarker(pub, marker string) string {
+	if marker == "" {
+		return "COMMENT ON PUBLICATION " + ident.Quote(pub) + " IS NULL"
+	}
+	return "COMMENT ON PUBLICATION " + ident.Quote(pub) + " IS " + quoteLiteral(marker)
+}
+
+// WALSlot reports replication slot $1: whether a walsender holds it, its
+// wal_status, its confirmed position, its output plugin and database, and
+// how many bytes of WAL it holds back behind the current position.
+const WALSlot = `SELECT active, coalesce(wal_status, ''), coalesce(confirmed_flush_lsn::text, '0/0'), coalesce(plugin, ''),
+    coalesce(database, ''), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
+    FROM pg_replication_slots WHERE slot_name = $1`
+
+// WALSlots lists the logical slots of the current database that decode
+// with pgoutput, with their lag in bytes and wal_status, for outbox status.
+const WALSlots = `SELECT slot_name, active, coalesce(wal_status, ''),
+    coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
+    coalesce(safe_wal_size, -1)::bigint
+    FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database() AND plugin = 'pgoutput'
+    ORDER BY slot_name`
+
+// WALCreateSlot creates logical slot $1 decoding with pgoutput, with
+// failover => true on PostgreSQL 17 and later when $2 is true.
+const WALCreateSlot = `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`
+
+// WALCreateSlotFailover is WALCreateSlot with failover => true
+// (PostgreSQL 17+), so a synchronized standby keeps the slot.
+const WALCreateSlotFailover = `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', failover => true)`
+
+// WALDropSlot drops slot $1.
+const WALDropSlot = `SELECT pg_drop_replication_slot($1)`
+
+// WALInitLock is the session advisory lock held while a relay creates the
+// slot and publishes the rows written before it: one initialiser at a time.
+const WALInitLock = `SELECT pg_try_advisory_lock(hashtext('txoutbox.wal.' || $1))`
+
+// WALInitUnlock releases WALInitLock.
+const WALInitUnlock = `SELECT pg_advisory_unlock(hashtext('txoutbox.wal.' || $1))`
+
+// WALColumns are the columns the WAL relay reads of a row, in the order
+// its decoder expects them when it reads the table (the stream names them).
+const WALColumns = "id, event_id, topic, aggregate_type, aggregate_id, event_type, content_type, payload, headers, created_at"
+
+// WALBacklog lists the unpublished rows in id order: run under the slot's
+// exported snapshot, exactly the rows committed before the slot existed.
+const WALBacklog = `SELECT ` + WALColumns + ` FROM {{table}} WHERE state IN ('pending', 'claimed') ORDER BY id`
+
+// WALMarkPublished marks rows $1 published, in one statement, after the
+// broker acknowledged them: the rows of the backlog the relay published
+// when it created the slot, and the confirmed rows the cleanup keeps.
+const WALMarkPublished = `UPDATE {{table}} SET state = 'published', published_at = now(), lease_owner = NULL, lease_expires_at = NULL
+    WHERE id = ANY($1::bigint[]) AND state IN ('pending', 'claimed')`
+
+// WALMarkDead records that the broker refused row $1 for good after $2
+// attempts, the last failing with $3.
+const WALMarkDead = `UPDATE {{table}} SET state = 'dead', attempts = $2, last_error = $3, lease_owner = NULL, lease_expires_at = NULL
+    WHERE id = $1 AND state IN ('pending', 'claimed')`
+
+// WALHorizon starts a cleanup round: the highest row id now, and the
+// first transaction id not yet assigned.
+const WALHorizon = `SELECT coalesce((SELECT max(id) FROM {{table}}), 0), pg_snapshot_xmax(pg_current_snapshot())::text::bigint`
+
+// WALHorizonPassed reports whether every transaction below $1 has ended,
+// and the WAL insert position: once the slot is confirmed up to it, every
+// row those transactions inserted was published.
+const WALHorizonPassed = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint >= $1, pg_current_wal_insert_lsn()::text`
+
+// walInsertedBefore matches rows inserted by a transaction (or
+// subtransaction) id below $3, a 64-bit id compared with the row's 32-bit
+// xmin modulo 2^32. A transaction may take a row id (nextval) before it
+// has a transaction id; such a row has an id below the round's highest but
+// an xmin at or above $3, and waits for a later round.
+const walInsertedBefore = `((($3::bigint % 4294967296) - xmin::text::bigint + 4294967296) % 4294967296) BETWEEN 1 AND 2147483647`
+
+// WALDeleteConfirmed deletes up to $2 unpublished rows with ids above $4
+// and up to $1, inserted before transaction $3 (see WALHorizon): rows the
+// slot has confirmed, so the broker acknowledged them. Dead rows stay. It
+// returns how many it deleted and the highest id, where the next batch
+// starts: each batch walks the index from there, not over the entries of
+// rows deleted before (dead until vacuum).
+const WALDeleteConfirmed = `WITH d AS (DELETE FROM {{table}} WHERE id IN (
+    SELECT id FROM {{table}} WHERE id > $4 AND id <= $1 AND state IN ('pending', 'claimed') AND ` + walInsertedBefore + `
+    ORDER BY id LIMIT $2) RETURNING id)
+SELECT count(*), coalesce(max(id), $4) FROM d`
+
+// WALMarkConfirmed marks the rows of WALDeleteConfirmed published instead:
+// for a relay that keeps published rows for a retention window.
+const WALMarkConfirmed = `WITH d AS (UPDATE {{table}} SET state = 'published', published_at = now() WHERE id IN (
+    SELECT id FROM {{table}} WHERE id > $4 AND id <= $1 AND state IN ('pending', 'claimed') AND ` + walInsertedBefore + `
+    ORDER BY id LIMIT $2) RETURNING id)
+SELECT count(*), coalesce(max(id), $4) FROM d`
+
+// WALCleanupFloor is where the next cleanup round starts: the lowest
+// unpublished id from $2 up to $1 (a row the round left, of a transaction
+// that took its id before its transaction id), or $1 + 1.
+const WALCleanupFloor = `SELECT coalesce(min(id), $1 + 1) FROM {{table}} WHERE id >= $2 AND id <= $1 AND state IN ('pending', 'claimed')`
+
+// WALTakeoverLock blocks new events while the takeover decides which rows
+// the slot has confirmed: SHARE conflicts with the writers' inserts and
+// waits for the transactions that have inserted to end.
+const WALTakeoverLock = `LOCK TABLE {{table}} IN SHARE MODE`
+
+// WALPeek returns the changes slot $1 has not confirmed, decoded by
+// pgoutput for publication $2, without consuming them.
+const WALPeek = `SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
+    'proto_version', '1', 'publication_names', $2, 'messages', 'true')`
+
+// WALMarkAllBut marks every unpublished row published except rows $1: the
+// takeover's rows the slot confirmed.
+const WALMarkAllBut = `UPDATE {{table}} SET state = 'published', published_at = now(), lease_owner = NULL, lease_expires_at = NULL
+    WHERE state IN ('pending', 'claimed') AND NOT (id = ANY($1::bigint[]))`
+
+// WALSettled returns which of rows $1 the table holds as published or
+// dead: a relay resuming from the slot skips them, published before a
+// crash of PostgreSQL moved the slot's position back. A row it does not
+// find is published: it may be deleted by the cleanup, or committed in the
+// WAL but not yet visible (the walsender can send a commit before it is).
+const WALSettled = `SELECT id FROM {{table}} WHERE id = ANY($1::bigint[]) AND state IN ('published', 'dead')`
+
+// WALPosition is the server's current WAL position.
+const WALPosition = `SELECT pg_current_wal_lsn()::text`

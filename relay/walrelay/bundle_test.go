@@ -1,0 +1,276 @@
+package walrelay
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+// bundle is one test's outbox, writer and recording publisher.
+type bundle struct {
+	db  *testkit.DB
+	w   *txoutbox.Writer
+	pub *recorder
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	db := testkit.NewOutbox(t)
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table(), DisableNotify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{db: db, w: w, pub: newRecorder()}
+	t.Cleanup(func() { b.dropSlot(t) })
+	return b
+}
+
+// config is a relay configuration for the test's outbox, quick to notice
+// and take over.
+func (b *bundle) config() Config {
+	return Config{
+		ConnString:      b.db.URL,
+		Table:           b.db.Table(),
+		Publisher:       b.pub,
+		Lanes:           8,
+		BackoffMin:      10 * time.Millisecond,
+		BackoffMax:      50 * time.Millisecond,
+		PingInterval:    200 * time.Millisecond,
+		SenderTimeout:   2 * time.Second,
+		StandbyRetry:    100 * time.Millisecond,
+		CleanupInterval: 100 * time.Millisecond,
+		Logger:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+}
+
+// dropSlot drops the test's slot and publication: a slot left behind
+// holds the shared server's WAL forever.
+func (b *bundle) dropSlot(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	slot := SlotDefault(b.db.Table())
+	for {
+		_, err := b.db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Errorf("drop slot %s: %v", slot, err)
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // still active: its walsender is exiting
+	}
+	if _, err := b.db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+PublicationDefault(b.db.Table())); err != nil {
+		t.Errorf("drop publication: %v", err)
+	}
+}
+
+// run starts r and returns a function that stops it and returns Run's
+// error.
+func run(t *testing.T, r *Relay) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second):
+				err = errors.New("Run did not return within 30s of cancel")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return stop
+}
+
+// runActive is run, returning once r streams: rows written from then on
+// come through the slot, not the backlog of rows written before it.
+func runActive(t *testing.T, r *Relay) (stop func() error) {
+	t.Helper()
+	stop = run(t, r)
+	testkit.WaitFor(t, 20*time.Second, "the relay streams", r.Active)
+	return stop
+}
+
+func (b *bundle) newRelay(t *testing.T, cfg Config) *Relay {
+	t.Helper()
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// write commits events in one transaction, each for its aggregate.
+func (b *bundle) write(t *testing.T, aggs ...string) []txoutbox.Event {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	events := b.events(t, aggs...)
+	if err := b.w.Write(ctx, tx, events...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return events
+}
+
+func (b *bundle) events(t *testing.T, aggs ...string) []txoutbox.Event {
+	t.Helper()
+	var out []txoutbox.Event
+	for _, a := range aggs {
+		e, err := txoutbox.NewEvent("orders", "order", a, "order.placed", map[string]string{"agg": a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Headers = map[string]string{"tenant": "t1"}
+		out = append(out, e)
+	}
+	return out
+}
+
+func (b *bundle) exec(t *testing.T, query string, args ...any) {
+	t.Helper()
+	if _, err := b.db.SQL.ExecContext(context.Background(), query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+func (b *bundle) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := b.db.SQL.QueryRowContext(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// confirmedLSN is the slot's confirmed_flush_lsn as the server knows it.
+func (b *bundle) confirmedLSN(t *testing.T) string {
+	t.Helper()
+	var lsn sql.NullString
+	err := b.db.SQL.QueryRowContext(context.Background(),
+		`SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, SlotDefault(b.db.Table())).Scan(&lsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lsn.String
+}
+
+// recorder is a publisher that records what it published, and can hold
+// or fail the publishes of chosen events.
+type recorder struct {
+	mu    sync.Mutex
+	msgs  []*message.Message
+	topic []string
+	hold  map[string]chan struct{} // event id -> closed to let it through
+	fail  map[string]error         // event id -> the error its publishes return
+	got   chan struct{}
+}
+
+func newRecorder() *recorder {
+	return &recorder{hold: map[string]chan struct{}{}, fail: map[string]error{}, got: make(chan struct{}, 1)}
+}
+
+func (p *recorder) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		p.mu.Lock()
+		h := p.hold[m.UUID]
+		err := p.fail[m.UUID]
+		p.mu.Unlock()
+		if h != nil {
+			<-h
+		}
+		if err != nil {
+			return err
+		}
+		p.mu.Lock()
+		p.msgs = append(p.msgs, m)
+		p.topic = append(p.topic, topic)
+		p.mu.Unlock()
+		select {
+		case p.got <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+func (*recorder) Close() error { return nil }
+
+// holdEvent makes the publish of event id wait until the returned
+// function is called.
+func (p *recorder) holdEvent(id string) (release func()) {
+	ch := make(chan struct{})
+	p.mu.Lock()
+	p.hold[id] = ch
+	p.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+// ids returns the published message UUIDs, in publish order.
+func (p *recorder) ids() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, len(p.msgs))
+	for i, m := range p.msgs {
+		out[i] = m.UUID
+	}
+	return out
+}
+
+func (p *recorder) message(id string) *message.Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.msgs {
+		if m.UUID == id {
+			return m
+		}
+	}
+	return nil
+}
+
+// waitFor waits until every event of events was published.
+func (p *recorder) waitFor(t *testing.T, events ...txoutbox.Event) {
+	t.Helper()
+	testkit.WaitFor(t, 20*time.Second, fmt.Sprintf("%d events published", len(events)), func() bool {
+		seen := map[string]bool{}
+		for _, id := range p.ids() {
+			seen[id] = true
+		}
+		for _, e := range events {
+			if !seen[e.ID.String()] {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -1,0 +1,155 @@
+package walrelay
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+)
+
+// cleanup removes the rows of published events from the table without
+// touching a row per event as it is published. Rows carry no commit
+// position, and ids are assigned before commit, so "every id up to the
+// highest confirmed" would be wrong: a lower id may commit later. A round
+// instead proves a bound:
+//
+//  1. It notes the highest id H in the table and the next transaction id
+//     X (pg_current_snapshot's xmax).
+//  2. It waits until every transaction below X has ended (the snapshot's
+//     xmin reaches X): every row with an id up to H has now committed or
+//     rolled back, and it notes the WAL position L then.
+//  3. Once the relay has confirmed the slot up to L, every committed row
+//     up to H was published (or is dead), and it deletes them, or with a
+//     Retention marks them published, CleanupBatch rows per statement.
+//
+// A transaction takes a row id (nextval) before it has a transaction id
+// if the insert is its first write, so a row up to H may come from a
+// transaction at or above X that commits after L: step 3 leaves rows whose
+// xmin is not below X to a later round.
+//
+// A round takes two CleanupIntervals when nothing holds a transaction
+// open; a long transaction anywhere on the server delays it, never makes
+// it wrong. Rows the slot has not confirmed stay, so the polling relay can
+// take over from the table (`outbox wal takeover`).
+type cleanup struct {
+	r    *Relay
+	pool *pgxpool.Pool
+
+	started bool   // a round is in progress
+	floor   int64  // the lowest id a round looks at: below it, nothing is left to remove
+	maxID   int64  // H
+	xmax    int64  // X
+	lsn     uint64 // L, 0 until step 2 passed
+}
+
+func newCleanup(r *Relay, pool *pgxpool.Pool) *cleanup { return &cleanup{r: r, pool: pool} }
+
+func (c *cleanup) run(ctx context.Context) {
+	t := time.NewTicker(c.r.cfg.CleanupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := c.step(ctx); err != nil && ctx.Err() == nil {
+				c.r.log.Warn("cleanup failed; trying again", "err", err)
+				c.started = false
+			}
+		}
+	}
+}
+
+// step advances the round by what can be done now.
+func (c *cleanup) step(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
+	defer cancel()
+	if !c.started {
+		if err := c.pool.QueryRow(sctx, c.r.names.Render(outboxsql.WALHorizon)).Scan(&c.maxID, &c.xmax); err != nil {
+			return fmt.Errorf("start a cleanup round: %w", err)
+		}
+		c.started, c.lsn = true, 0
+		return nil
+	}
+	if c.lsn == 0 {
+		var (
+			passed bool
+			lsn    string
+		)
+		if err := c.pool.QueryRow(sctx, outboxsql.WALHorizonPassed, c.xmax).Scan(&passed, &lsn); err != nil {
+			return fmt.Errorf("cleanup: %w", err)
+		}
+		if !passed {
+			return nil
+		}
+		l, err := pglogrepl.ParseLSN(lsn)
+		if err != nil {
+			return fmt.Errorf("cleanup: %w", err)
+		}
+		c.lsn = uint64(l)
+	}
+	if c.r.confirmed.Load() < c.lsn {
+		return nil
+	}
+	if _, err := c.remove(ctx, c.maxID, c.xmax); err != nil {
+		return err
+	}
+	c.started = false
+	if c.r.cfg.Retention > 0 {
+		return c.prune(ctx)
+	}
+	return nil
+}
+
+// remove deletes, or marks published, the unpublished rows with ids from
+// the floor up to maxID, in batches that each start where the last ended,
+// and moves the floor to the lowest row it had to leave.
+func (c *cleanup) remove(ctx context.Context, maxID, xmax int64) (int64, error) {
+	stmt := outboxsql.WALDeleteConfirmed
+	if c.r.cfg.Retention != 0 {
+		stmt = outboxsql.WALMarkConfirmed
+	}
+	stmt = c.r.names.Render(stmt)
+	var total int64
+	after := c.floor - 1
+	for {
+		sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
+		var n int64
+		err := c.pool.QueryRow(sctx, stmt, maxID, c.r.cfg.CleanupBatch, xmax, after).Scan(&n, &after)
+		cancel()
+		if err != nil {
+			return total, fmt.Errorf("cleanup: remove confirmed rows: %w", err)
+		}
+		total += n
+		if n < int64(c.r.cfg.CleanupBatch) {
+			break
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
+	defer cancel()
+	if err := c.pool.QueryRow(sctx, c.r.names.Render(outboxsql.WALCleanupFloor), maxID, c.floor).Scan(&c.floor); err != nil {
+		return total, fmt.Errorf("cleanup: %w", err)
+	}
+	return total, nil
+}
+
+// prune deletes published rows older than Retention, in batches.
+func (c *cleanup) prune(ctx context.Context) error {
+	stmt := c.r.names.Render(outboxsql.Prune)
+	args := outboxsql.PruneArgs{Retention: c.r.cfg.Retention, Batch: c.r.cfg.CleanupBatch}.Args()
+	for {
+		sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
+		tag, err := c.pool.Exec(sctx, stmt, args...)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("cleanup: prune: %w", err)
+		}
+		if tag.RowsAffected() < int64(c.r.cfg.CleanupBatch) {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package walrelay
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/walmsg"
+)
+
+// event is one event read from the slot or the table: the event, and its
+// row id (0 for a table-less event, which has no row).
+type event struct {
+	row int64
+	e   txoutbox.Event
+}
+
+// decoder turns pgoutput messages into events. It keeps the relations the
+// stream described, by relation id, as pgoutput sends each before its
+// first row in a session and again after the table changes.
+type decoder struct {
+	schema, table string // the outbox table; an empty schema matches any
+	prefix        string // prefix of table-less event messages
+	relations     map[uint32]*pglogrepl.RelationMessage
+	types         *pgtype.Map
+}
+
+func newDecoder(schema, table, prefix string) *decoder {
+	return &decoder{schema: schema, table: table, prefix: prefix,
+		relations: map[uint32]*pglogrepl.RelationMessage{}, types: pgtype.NewMap()}
+}
+
+// relation records a Relation message.
+func (d *decoder) relation(m *pglogrepl.RelationMessage) { d.relations[m.RelationID] = m }
+
+// insert decodes an Insert into the outbox table; ok is false for rows of
+// other tables the publication may also publish.
+func (d *decoder) insert(m *pglogrepl.InsertMessage) (ev event, ok bool, err error) {
+	rel, known := d.relations[m.RelationID]
+	if !known {
+		return event{}, false, fmt.Errorf("insert into relation %d, which the stream has not described", m.RelationID)
+	}
+	if rel.RelationName != d.table || (d.schema != "" && rel.Namespace != d.schema) {
+		return event{}, false, nil
+	}
+	if m.Tuple == nil || len(m.Tuple.Columns) != len(rel.Columns) {
+		return event{}, false, fmt.Errorf("insert into %s.%s: tuple does not match the relation's %d columns", rel.Namespace, rel.RelationName, len(rel.Columns))
+	}
+	type value struct {
+		data   []byte
+		oid    uint32
+		format int16
+	}
+	cols := make(map[string]value, len(rel.Columns))
+	for i, c := range rel.Columns {
+		tc := m.Tuple.Columns[i]
+		switch tc.DataType {
+		case pglogrepl.TupleDataTypeBinary:
+			cols[c.Name] = value{tc.Data, c.DataType, pgtype.BinaryFormatCode}
+		case pglogrepl.TupleDataTypeText:
+			cols[c.Name] = value{tc.Data, c.DataType, pgtype.TextFormatCode}
+		case pglogrepl.TupleDataTypeNull:
+		default:
+			return event{}, false, fmt.Errorf("insert into %s.%s: column %s sent as %q", rel.Namespace, rel.RelationName, c.Name, tc.DataType)
+		}
+	}
+	scan := func(name string, dst any) error {
+		v, ok := cols[name]
+		if !ok {
+			return fmt.Errorf("column %s is missing or NULL", name)
+		}
+		return d.types.Scan(v.oid, v.format, v.data, dst)
+	}
+	ev, err = d.row(scan)
+	if err != nil {
+		err = fmt.Errorf("insert into %s.%s: %w", rel.Namespace, rel.RelationName, err)
+		var row int64
+		if scan("id", &row) == nil {
+			return event{}, false, &rowError{row: row, err: err}
+		}
+		return event{}, false, err
+	}
+	return ev, true, nil
+}
+
+// rowError is a row the relay cannot turn into an event (headers that are
+// not a JSON object of strings, written around the Writer): it goes dead
+// with the reason, as with the polling relay, and the stream goes on.
+type rowError struct {
+	row int64
+	err error
+}
+
+func (e *rowError) Error() string { return fmt.Sprintf("row %d: %v", e.row, e.err) }
+func (e *rowError) Unwrap() error { return e.err }
+
+// row builds an event from the outbox columns, read by scan.
+func (d *decoder) row(scan func(name string, dst any) error) (event, error) {
+	var (
+		ev      event
+		id      uuid.UUID
+		headers []byte
+		created time.Time
+	)
+	for _, f := range []struct {
+		name string
+		dst  any
+	}{{"id", &ev.row}, {"event_id", &id}, {"topic", &ev.e.Topic}, {"aggregate_type", &ev.e.AggregateType},
+		{"aggregate_id", &ev.e.AggregateID}, {"event_type", &ev.e.Type}, {"content_type", &ev.e.ContentType},
+		{"payload", &ev.e.Payload}, {"headers", &headers}, {"created_at", &created}} {
+		if err := scan(f.name, f.dst); err != nil {
+			return event{}, fmt.Errorf("column %s: %w", f.name, err)
+		}
+	}
+	ev.e.ID = id
+	ev.e.CreatedAt = created
+	if err := d.headers(&ev, headers); err != nil {
+		return event{}, err
+	}
+	return ev, nil
+}
+
+// headers decodes the headers column (jsonb) into ev.
+func (d *decoder) headers(ev *event, b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, &ev.e.Headers); err != nil {
+		return fmt.Errorf("row %d: headers: %w", ev.row, err)
+	}
+	return nil
+}
+
+// message decodes a logical decoding message; ok is false for messages of
+// other prefixes (other applications, other outbox tables).
+func (d *decoder) message(m *pglogrepl.LogicalDecodingMessage) (event, bool, error) {
+	if m.Prefix != d.prefix {
+		return event{}, false, nil
+	}
+	w, err := walmsg.Decode(m.Content)
+	if err != nil {
+		return event{}, false, fmt.Errorf("message at %s: %w", m.LSN, err)
+	}
+	id, err := uuid.Parse(w.ID)
+	if err != nil {
+		return event{}, false, fmt.Errorf("message at %s: event id: %w", m.LSN, err)
+	}
+	ev := event{e: txoutbox.Event{ID: id, Topic: w.Topic, AggregateType: w.AggregateType, AggregateID: w.AggregateID,
+		Type: w.Type, ContentType: w.ContentType, Payload: w.Payload, CreatedAt: w.CreatedAt}}
+	if err := d.headers(&ev, w.Headers); err != nil {
+		return event{}, false, fmt.Errorf("message at %s: %w", m.LSN, err)
+	}
+	return ev, true, nil
+}

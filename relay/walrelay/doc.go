@@ -1,0 +1,54 @@
+// Package walrelay is the outbox's second relay mode: it streams the
+// outbox table's inserts from PostgreSQL's write-ahead log through a
+// logical replication slot (pgoutput, over pgx) and publishes them through
+// the same Watermill publisher, as the same messages, as package relay.
+//
+//	r, err := walrelay.New(walrelay.Config{ConnString: url, Publisher: pub})
+//	if err != nil { ... }
+//	err = r.Run(ctx) // until ctx ends
+//
+// Compared with the polling relay it writes nothing per event: no claim, no
+// mark. Events go out in commit order, so one aggregate's events keep their
+// order even when writers do not lock the aggregate's row. Lanes by
+// aggregate keep publishing concurrent.
+//
+// # Acknowledgement and duplicates
+//
+// The slot's confirmed position moves only past transactions whose every
+// event the broker acknowledged (or that went dead), in commit order, and a
+// keepalive never moves it while anything is in flight. After a crash of
+// the relay the next one resumes from the confirmed position: it publishes
+// again at most MaxInFlight events, plus the rest of the largest
+// transaction in flight and the events settled in the last FlushInterval.
+// After a crash of PostgreSQL the slot resumes from the position last
+// written to disk (at a checkpoint, or when the slot's restart point
+// moves); the relay skips the rows the table holds as published or dead,
+// so with a Retention the bound grows only by the cleanup's lag, while
+// with Retention 0 (rows deleted) and for table-less events everything
+// confirmed since that position goes out again.
+//
+// # Cleanup and takeover
+//
+// Rows stay in the table until the slot has confirmed them; then a
+// batched cleanup deletes them (or marks them published, with Retention),
+// never a statement per event (see Config.Retention). What the slot has
+// not confirmed is still in the table, so the polling relay can take over:
+// Takeover drops the slot after marking published exactly the rows the
+// slot confirmed (`outbox wal takeover`).
+//
+// # Availability
+//
+// A slot streams to one connection at a time: a second relay's
+// START_REPLICATION fails with "replication slot is active", and it waits
+// as a standby, trying again every StandbyRetry. A relay that dies closes
+// its connection and a standby takes over within StandbyRetry; one cut off
+// from the server gives the slot up after SenderTimeout/2, and the server
+// frees it after SenderTimeout.
+//
+// # Table-less events
+//
+// txoutbox.WriterConfig.WALMessages makes the writer record events with
+// pg_logical_emit_message instead of a row; this relay publishes them
+// among the rows, in commit order. They exist only in the WAL: if the slot
+// is lost or dropped before it confirmed them, nothing is left to publish.
+package walrelay

@@ -1,0 +1,216 @@
+package walrelay
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/relay"
+)
+
+// txn is one committed transaction read from the slot, or the backlog the
+// relay publishes from the table when it creates the slot. Its events are
+// settled (published, or dead) by the lanes; the slot is confirmed past
+// end only once every event of it and of every earlier transaction is.
+type txn struct {
+	end     uint64 // the transaction's end LSN: confirming it releases the transaction
+	events  []event
+	pending atomic.Int64 // events not yet settled
+}
+
+// work is one event on its way to a lane.
+type work struct {
+	ev event
+	tx *txn
+}
+
+// lanes publish events concurrently, one lane per aggregate: a lane
+// publishes its events one at a time, in the order they were pushed,
+// retrying each until it is published or dead.
+type lanes struct {
+	r       *Relay
+	pool    *pgxpool.Pool
+	settled chan struct{} // signalled when a transaction's last event settles
+	lanes   []*lane
+	wg      sync.WaitGroup
+	cancel  context.CancelFunc
+}
+
+type lane struct {
+	mu    sync.Mutex
+	queue []work
+	wake  chan struct{}
+}
+
+func newLanes(ctx context.Context, r *Relay, pool *pgxpool.Pool) *lanes {
+	ctx, cancel := context.WithCancel(ctx)
+	ls := &lanes{r: r, pool: pool, settled: make(chan struct{}, 1), cancel: cancel}
+	for range r.cfg.Lanes {
+		l := &lane{wake: make(chan struct{}, 1)}
+		ls.lanes = append(ls.lanes, l)
+		ls.wg.Add(1)
+		go func() {
+			defer ls.wg.Done()
+			ls.run(ctx, l)
+		}()
+	}
+	return ls
+}
+
+// push hands t's events to their lanes; a transaction without events
+// settles at once.
+func (ls *lanes) push(t *txn) {
+	t.pending.Store(int64(len(t.events)))
+	if len(t.events) == 0 {
+		ls.signal()
+		return
+	}
+	for _, ev := range t.events {
+		h := fnv.New32a()
+		h.Write([]byte(ev.e.AggregateID))
+		l := ls.lanes[h.Sum32()%uint32(len(ls.lanes))]
+		l.mu.Lock()
+		l.queue = append(l.queue, work{ev: ev, tx: t})
+		l.mu.Unlock()
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (ls *lanes) signal() {
+	select {
+	case ls.settled <- struct{}{}:
+	default:
+	}
+}
+
+// stop ends the lanes after the publishes in progress and waits for them.
+func (ls *lanes) stop() {
+	ls.cancel()
+	ls.wg.Wait()
+}
+
+// run publishes l's events until ctx ends.
+func (ls *lanes) run(ctx context.Context, l *lane) {
+	for {
+		l.mu.Lock()
+		var w work
+		ok := len(l.queue) > 0
+		if ok {
+			w = l.queue[0]
+			l.queue[0] = work{}
+			l.queue = l.queue[1:]
+		}
+		l.mu.Unlock()
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.wake:
+				continue
+			}
+		}
+		if !ls.deliver(ctx, w.ev) {
+			return
+		}
+		if w.tx.pending.Add(-1) == 0 {
+			ls.signal()
+		}
+	}
+}
+
+// deliver publishes ev, retrying with backoff, and reports whether it
+// settled: published, or dead after MaxAttempts. It returns false only when
+// ctx ended first.
+func (ls *lanes) deliver(ctx context.Context, ev event) bool {
+	cfg := &ls.r.cfg
+	for attempt := 1; ; attempt++ {
+		if ctx.Err() != nil {
+			return false
+		}
+		err := ls.publish(ctx, ev)
+		if err == nil {
+			ls.r.met.published.Add(ctx, 1)
+			return true
+		}
+		if attempt >= cfg.MaxAttempts {
+			return ls.dead(ctx, ev, attempt, err)
+		}
+		ls.r.log.Warn("publish failed; retrying", "event_id", ev.e.ID, "topic", ev.e.Topic, "attempt", attempt, "err", err)
+		if !sleep(ctx, backoff(cfg.BackoffMin, cfg.BackoffMax, attempt)) {
+			return false
+		}
+	}
+}
+
+// publish sends the polling relay's message for ev: relay.Message, with
+// CloudEvents headers when configured.
+func (ls *lanes) publish(ctx context.Context, ev event) error {
+	msg := relay.Message(ev.e)
+	if ls.r.cfg.CloudEvents.Enabled {
+		ls.r.cfg.CloudEvents.Set(msg, ev.e, ls.r.cfg.Table)
+	}
+	msg.SetContext(ctx)
+	if err := ls.r.cfg.Publisher.Publish(ev.e.Topic, msg); err != nil {
+		return fmt.Errorf("publish event %s to %s: %w", ev.e.ID, ev.e.Topic, err)
+	}
+	return nil
+}
+
+// dead records that the broker refused ev for good: its row is marked dead
+// (retried until the database takes it, as the slot must not pass an
+// event that is neither published nor recorded); a table-less event is
+// logged and dropped.
+func (ls *lanes) dead(ctx context.Context, ev event, attempts int, cause error) bool {
+	ls.r.met.dead.Add(ctx, 1)
+	if ev.row == 0 {
+		ls.r.log.Error("table-less event dropped: the broker refused it", "event_id", ev.e.ID, "topic", ev.e.Topic,
+			"aggregate_id", ev.e.AggregateID, "attempts", attempts, "err", cause)
+		return true
+	}
+	for try := 1; ; try++ {
+		sctx, cancel := context.WithTimeout(ctx, ls.r.cfg.StatementTimeout)
+		_, err := ls.pool.Exec(sctx, ls.r.names.Render(outboxsql.WALMarkDead), ev.row, attempts, cause.Error())
+		cancel()
+		if err == nil {
+			ls.r.log.Error("event is dead: the broker refused it", "event_id", ev.e.ID, "row", ev.row, "topic", ev.e.Topic, "attempts", attempts, "err", cause)
+			return true
+		}
+		ls.r.log.Warn("mark event dead failed; retrying", "row", ev.row, "err", err)
+		if !sleep(ctx, backoff(ls.r.cfg.BackoffMin, ls.r.cfg.BackoffMax, try)) {
+			return false
+		}
+	}
+}
+
+// backoff is min × 2^(attempt-1), capped at max, less up to a quarter of
+// jitter so lanes failing together do not retry in step.
+func backoff(lo, hi time.Duration, attempt int) time.Duration {
+	d := lo
+	for i := 1; i < attempt && d < hi; i++ {
+		d *= 2
+	}
+	d = min(d, hi)
+	return d - time.Duration(rand.Int64N(int64(d)/4+1))
+}
+
+// sleep waits d or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

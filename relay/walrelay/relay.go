@@ -1,0 +1,254 @@
+package walrelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+)
+
+// Errors Run returns when it cannot go on, for errors.Is. A relay that
+// finds the slot held by another relay does not return: it waits as a
+// standby.
+var (
+	// ErrAlreadyRunning is returned by Run when the relay is running already.
+	ErrAlreadyRunning = errors.New("walrelay: already running")
+
+	// ErrUnsupported is returned when the server cannot stream the outbox:
+	// wal_level is not logical, the role lacks REPLICATION, or PostgreSQL
+	// is older than 14.
+	ErrUnsupported = errors.New("walrelay: the server cannot stream the outbox")
+
+	// ErrSlotLost is returned when the slot's wal_status is "lost": the
+	// server removed WAL the slot still needed (max_slot_wal_keep_size),
+	// so events committed since its position may be gone from the WAL.
+	// The relay never recreates the slot by itself: switch to the polling
+	// relay with `outbox wal takeover`, which republishes what the table
+	// still holds.
+	ErrSlotLost = errors.New("walrelay: replication slot lost")
+
+	// errSlotBusy: another relay streams from the slot, or initialises it.
+	errSlotBusy = errors.New("replication slot is held by another relay")
+)
+
+// MinServerVersion is the oldest PostgreSQL the WAL relay runs on (14:
+// pgoutput's messages option for table-less events).
+const MinServerVersion = 140000
+
+// Relay streams the outbox from a logical replication slot and publishes
+// each event once the transaction that wrote it has committed, in commit
+// order. Build it with New and call Run.
+type Relay struct {
+	cfg     Config
+	log     *slog.Logger
+	names   outboxsql.Names
+	prefix  string
+	met     *metrics
+	running atomic.Bool
+
+	// confirmed is the position the stream has settled up to (reported to
+	// the server at the next flush), for the cleanup.
+	confirmed atomic.Uint64
+	active    atomic.Bool
+}
+
+// New validates cfg and returns a relay. It does not connect: Run does.
+func New(cfg Config) (*Relay, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	names, err := outboxsql.NamesFor(cfg.Table.Schema, cfg.Table.Name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	r := &Relay{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), names: names, prefix: outboxsql.WALMessagePrefix(names)}
+	if r.met, err = newMetrics(cfg.MeterProvider, r); err != nil {
+		return nil, fmt.Errorf("walrelay: metrics: %w", err)
+	}
+	return r, nil
+}
+
+// Slot is the replication slot the relay streams from.
+func (r *Relay) Slot() string { return r.cfg.Slot }
+
+// Publication is the publication the slot decodes.
+func (r *Relay) Publication() string { return r.cfg.Publication }
+
+// Running reports whether Run is running.
+func (r *Relay) Running() bool { return r.running.Load() }
+
+// Active reports whether the relay holds the slot and streams from it now;
+// false while it waits as a standby or reconnects.
+func (r *Relay) Active() bool { return r.active.Load() }
+
+// Run checks the server, creates the publication and the slot if they do
+// not exist, and streams until ctx ends; then it stops reading, lets the
+// events in flight finish for up to SenderTimeout/2, reports the position
+// reached and returns nil.
+//
+// The first relay to create the slot publishes the rows the table held
+// before the slot existed (under the slot's exported snapshot) before it
+// streams: switching from the polling relay loses nothing. Stop the
+// polling relays first.
+//
+// One relay streams from a slot at a time: others wait and try again every
+// StandbyRetry. Connection failures are retried. Run returns an error only
+// for what retrying cannot fix: ErrUnsupported, ErrSlotLost, a table or
+// publication it cannot create.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	defer r.running.Store(false)
+	pool, err := r.openPool(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while connecting
+		}
+		return err
+	}
+	defer pool.Close()
+	if err := r.checkServer(ctx, pool); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		r.watchSlot(wctx, pool, r.cfg.StatsInterval)
+	}()
+	defer func() {
+		stopWatch()
+		<-watched
+	}()
+	delay := r.cfg.StandbyRetry
+	waiting := false
+	for {
+		err := r.session(ctx, pool)
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case errors.Is(err, ErrSlotLost), errors.Is(err, ErrUnsupported), errors.Is(err, errPermanent):
+			r.log.Error("WAL relay stopped", "err", err)
+			return err
+		case errors.Is(err, errSlotBusy):
+			if !waiting {
+				r.log.Info("standing by: the slot is held by another relay", "retry", r.cfg.StandbyRetry)
+				waiting = true
+			}
+			delay = r.cfg.StandbyRetry
+		default:
+			waiting = false
+			r.log.Warn("WAL stream interrupted; reconnecting", "err", err, "in", delay)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		if !errors.Is(err, errSlotBusy) {
+			delay = min(2*delay, 10*time.Second)
+		}
+	}
+}
+
+// errPermanent marks errors retrying does not fix.
+var errPermanent = errors.New("permanent")
+
+// openPool opens the relay's regular (non-replication) connections.
+func (r *Relay) openPool(ctx context.Context) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(r.cfg.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("%w: ConnString: %v", ErrInvalidConfig, err)
+	}
+	delete(pc.ConnConfig.RuntimeParams, "replication")
+	pc.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(r.cfg.StatementTimeout.Milliseconds(), 10)
+	pc.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(r.cfg.StatementTimeout.Milliseconds(), 10)
+	pc.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("walrelay: connect: %w", err)
+	}
+	return pool, nil
+}
+
+// replicationConfig is the replication connection's configuration.
+func (r *Relay) replicationConfig() (*pgconn.Config, error) {
+	c, err := pgconn.ParseConfig(r.cfg.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("%w: ConnString: %v", ErrInvalidConfig, err)
+	}
+	c.RuntimeParams["replication"] = "database"
+	// The server frees the slot of a relay it has not heard from for this
+	// long; standbys take over after it.
+	c.RuntimeParams["wal_sender_timeout"] = strconv.FormatInt(r.cfg.SenderTimeout.Milliseconds(), 10)
+	// Text output of the decoded rows, as the decoder parses it.
+	c.RuntimeParams["datestyle"] = "ISO, YMD"
+	c.RuntimeParams["timezone"] = "UTC"
+	c.RuntimeParams["bytea_output"] = "hex"
+	return c, nil
+}
+
+// checkServer refuses servers that cannot stream the outbox, with the fix.
+func (r *Relay) checkServer(ctx context.Context, pool *pgxpool.Pool) error {
+	info, err := ServerInfo(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if err := info.Check(); err != nil {
+		return err
+	}
+	return info.checkFailover(r.cfg.Failover)
+}
+
+// checkFailover refuses Failover before PostgreSQL 17, which has no
+// failover slots.
+func (f ServerFacts) checkFailover(failover bool) error {
+	if failover && f.VersionNum < 170000 {
+		return fmt.Errorf("%w: Failover needs PostgreSQL 17 (failover slots); this is %d.%d", ErrUnsupported, f.VersionNum/10000, f.VersionNum%10000)
+	}
+	return nil
+}
+
+// ServerFacts are what the WAL relay needs to know of a server.
+type ServerFacts struct {
+	VersionNum  int    // server_version_num, e.g. 150004
+	WALLevel    string // wal_level
+	Replication bool   // the current role has REPLICATION or is superuser
+}
+
+// ServerInfo reads ServerFacts through pool.
+func ServerInfo(ctx context.Context, pool *pgxpool.Pool) (ServerFacts, error) {
+	var f ServerFacts
+	if err := pool.QueryRow(ctx, outboxsql.WALServer).Scan(&f.VersionNum, &f.WALLevel, &f.Replication); err != nil {
+		return f, fmt.Errorf("walrelay: read server settings: %w", err)
+	}
+	return f, nil
+}
+
+// Check returns an error matching ErrUnsupported that says what to change
+// when the server cannot stream the outbox.
+func (f ServerFacts) Check() error {
+	switch {
+	case f.VersionNum < MinServerVersion:
+		return fmt.Errorf("%w: PostgreSQL %d.%d is older than 14; use the polling relay", ErrUnsupported, f.VersionNum/10000, f.VersionNum%10000)
+	case f.WALLevel != "logical":
+		return fmt.Errorf("%w: wal_level is %q, not \"logical\": set wal_level = logical (RDS: rds.logical_replication = 1; Cloud SQL: cloudsql.logical_decoding = on) and restart PostgreSQL", ErrUnsupported, f.WALLevel)
+	case !f.Replication:
+		return fmt.Errorf("%w: the role lacks the REPLICATION attribute: ALTER ROLE ... WITH REPLICATION (RDS: GRANT rds_replication)", ErrUnsupported)
+	}
+	return nil
+}

@@ -1,0 +1,472 @@
+package walrelay
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/relay"
+)
+
+// The WAL relay sends the polling relay's message: same UUID, payload, key
+// (aggregate id) and metadata.
+func TestPublishesThePollingRelaysMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runActive(t, b.newRelay(t, b.config()))
+	events := b.write(t, "a", "b")
+	b.pub.waitFor(t, events...)
+	for _, e := range events {
+		// The writer stored CreatedAt at microsecond precision.
+		e.CreatedAt = e.CreatedAt.Truncate(time.Microsecond)
+		want := relay.Message(e)
+		got := b.pub.message(e.ID.String())
+		if string(got.Payload) != string(want.Payload) {
+			t.Errorf("payload %q, want %q", got.Payload, want.Payload)
+		}
+		for k, v := range want.Metadata {
+			if got.Metadata.Get(k) != v {
+				t.Errorf("metadata %s = %q, want %q", k, got.Metadata.Get(k), v)
+			}
+		}
+		if len(got.Metadata) != len(want.Metadata) {
+			t.Errorf("metadata %v, want %v", got.Metadata, want.Metadata)
+		}
+	}
+}
+
+// Two transactions write one aggregate without locking anything: A inserts
+// first (the lower id) but commits after B. The WAL relay publishes in
+// commit order, B before A, which the polling relay (id order) cannot.
+func TestCommitOrderWithoutRowLocks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runActive(t, b.newRelay(t, b.config()))
+	ctx := context.Background()
+	for round := range 5 {
+		txA, err := b.db.SQL.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := b.events(t, "agg")
+		if err := b.w.Write(ctx, txA, a...); err != nil {
+			t.Fatal(err)
+		}
+		bEv := b.write(t, "agg") // B: inserted later, committed first
+		if err := txA.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		b.pub.waitFor(t, a[0], bEv[0])
+		ids := b.pub.ids()
+		ia, ib := slices.Index(ids, a[0].ID.String()), slices.Index(ids, bEv[0].ID.String())
+		if ib > ia {
+			t.Fatalf("round %d: A (committed second) published at %d before B (committed first) at %d", round, ia, ib)
+		}
+	}
+}
+
+// The confirmed position does not pass a transaction whose event the
+// broker has not acknowledged, however many later transactions are
+// published, nor while keepalives arrive; it passes it once it is.
+func TestConfirmedStopsAtTheFirstUnacknowledgedTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.newRelay(t, b.config())
+	runActive(t, r)
+	first := b.write(t, "warmup")
+	b.pub.waitFor(t, first...)
+	held := b.events(t, "held")
+	release := b.pub.holdEvent(held[0].ID.String())
+	defer release()
+	ctx := context.Background()
+	tx, _ := b.db.SQL.BeginTx(ctx, nil)
+	if err := b.w.Write(ctx, tx, held...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var heldEnd string
+	if err := b.db.SQL.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&heldEnd); err != nil {
+		t.Fatal(err)
+	}
+	var later []txoutbox.Event
+	for range 20 {
+		later = append(later, b.write(t, "other")...)
+	}
+	b.pub.waitFor(t, later...)
+	time.Sleep(3 * r.cfg.PingInterval) // keepalives come and go
+	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, r.cfg.Slot, heldEnd); n != 0 {
+		t.Fatalf("slot confirmed at %s, past the held transaction (ends before %s)", b.confirmedLSN(t), heldEnd)
+	}
+	release()
+	b.pub.waitFor(t, held...)
+	testkit.WaitFor(t, 10*time.Second, "slot confirmed past the released transaction", func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, r.cfg.Slot, heldEnd) == 1
+	})
+}
+
+// A relay that stops with an event unacknowledged leaves the slot before
+// it; the next relay publishes it and everything after, each at least
+// once, and only what the first had not confirmed twice.
+func TestRestartResumesFromTheConfirmedPosition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.SenderTimeout = time.Second // the stop's drain gives up after 0.5s
+	r1 := b.newRelay(t, cfg)
+	stop1 := runActive(t, r1)
+	before := b.write(t, "a", "b", "c")
+	b.pub.waitFor(t, before...)
+	var beforeEnd string
+	if err := b.db.SQL.QueryRowContext(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&beforeEnd); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "slot confirmed past the first events", func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, r1.cfg.Slot, beforeEnd) == 1
+	})
+	held := b.events(t, "h")
+	release := b.pub.holdEvent(held[0].ID.String())
+	defer release()
+	ctx := context.Background()
+	tx, _ := b.db.SQL.BeginTx(ctx, nil)
+	if err := b.w.Write(ctx, tx, held...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	after := b.write(t, "x", "y")
+	time.Sleep(300 * time.Millisecond)
+	go func() { time.Sleep(2 * time.Second); release() }() // let the stuck lane end
+	if err := stop1(); err != nil {
+		t.Fatal(err)
+	}
+	published := len(b.pub.ids())
+
+	p2 := newRecorder()
+	cfg.Publisher = p2
+	run(t, b.newRelay(t, cfg))
+	more := b.write(t, "z")
+	p2.waitFor(t, append(held, more...)...)
+	testkit.WaitFor(t, 10*time.Second, "x and y published by one relay or the other", func() bool {
+		all := append(b.pub.ids(), p2.ids()...)
+		return slices.Contains(all, after[0].ID.String()) && slices.Contains(all, after[1].ID.String())
+	})
+	for _, e := range before {
+		if slices.Contains(p2.ids(), e.ID.String()) {
+			t.Errorf("event %s, confirmed before the stop, published again", e.ID)
+		}
+	}
+	t.Logf("first relay published %d, second %d", published, len(p2.ids()))
+}
+
+// One relay streams; another waits; when the first stops, the second takes
+// over within a few StandbyRetry intervals.
+func TestStandbyTakesOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r1 := b.newRelay(t, b.config())
+	stop1 := runActive(t, r1)
+	b.pub.waitFor(t, b.write(t, "a")...)
+	r2 := b.newRelay(t, b.config())
+	run(t, r2)
+	time.Sleep(500 * time.Millisecond)
+	if !r1.Active() || r2.Active() {
+		t.Fatalf("active: r1 %v r2 %v, want only r1", r1.Active(), r2.Active())
+	}
+	if err := stop1(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	testkit.WaitFor(t, 10*time.Second, "the standby streams", r2.Active)
+	t.Logf("standby took over after %s", time.Since(start))
+	b.pub.waitFor(t, b.write(t, "b")...)
+}
+
+// Rows committed before the slot existed are published first, in id
+// order, and marked published; the stream goes on after them.
+func TestBacklogBeforeTheSlotIsPublished(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := b.write(t, "k", "k", "j")
+	run(t, b.newRelay(t, b.config()))
+	b.pub.waitFor(t, old...)
+	newer := b.write(t, "k")
+	b.pub.waitFor(t, newer...)
+	ids := b.pub.ids()
+	if slices.Index(ids, old[0].ID.String()) > slices.Index(ids, old[1].ID.String()) ||
+		slices.Index(ids, old[1].ID.String()) > slices.Index(ids, newer[0].ID.String()) {
+		t.Fatalf("order of k's events: %v", ids)
+	}
+}
+
+// A relay that died while it initialised the slot leaves the
+// publication's mark; the next relay drops the slot and starts over, so
+// the rows before it are published.
+func TestInterruptedInitialisationStartsOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	old := b.write(t, "k")
+	r := b.newRelay(t, b.config())
+	pub := PublicationDefault(b.db.Table())
+	if _, err := b.db.SQL.ExecContext(ctx, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.SQL.ExecContext(ctx, `COMMENT ON PUBLICATION `+pub+` IS 'txoutbox: initialising slot `+r.cfg.Slot+`'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.SQL.ExecContext(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, r.cfg.Slot); err != nil {
+		t.Fatal(err)
+	}
+	run(t, r)
+	b.pub.waitFor(t, old...)
+	b.pub.waitFor(t, b.write(t, "k")...)
+}
+
+// Published rows leave the table by the batched cleanup; with a
+// Retention they are marked published instead.
+func TestCleanup(t *testing.T) {
+	t.Parallel()
+	for _, retention := range []time.Duration{0, time.Hour} {
+		t.Run(retention.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			cfg := b.config()
+			cfg.Retention = retention
+			cfg.CleanupBatch = 7
+			runActive(t, b.newRelay(t, cfg))
+			var events []txoutbox.Event
+			for range 10 {
+				events = append(events, b.write(t, "a", "b", "c")...)
+			}
+			b.pub.waitFor(t, events...)
+			testkit.WaitFor(t, 20*time.Second, "no unpublished rows", func() bool {
+				return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'pending'`) == 0
+			})
+			want := 0
+			if retention > 0 {
+				want = len(events)
+			}
+			if n := b.count(t, `SELECT count(*) FROM outbox WHERE state = 'published'`); n != want {
+				t.Fatalf("%d published rows kept, want %d", n, want)
+			}
+		})
+	}
+}
+
+// An event the broker refuses for good is marked dead after MaxAttempts;
+// the aggregate's later events go on.
+func TestRefusedEventGoesDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.MaxAttempts = 3
+	runActive(t, b.newRelay(t, cfg))
+	bad := b.events(t, "k")
+	b.pub.mu.Lock()
+	b.pub.fail[bad[0].ID.String()] = errors.New("too large")
+	b.pub.mu.Unlock()
+	ctx := context.Background()
+	tx, _ := b.db.SQL.BeginTx(ctx, nil)
+	if err := b.w.Write(ctx, tx, bad...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	b.pub.waitFor(t, b.write(t, "k")...)
+	testkit.WaitFor(t, 10*time.Second, "the refused event dead", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead' AND attempts = 3 AND last_error LIKE '%too large%'`) == 1
+	})
+}
+
+func TestServerChecks(t *testing.T) {
+	t.Parallel()
+	ok := ServerFacts{VersionNum: 150004, WALLevel: "logical", Replication: true}
+	if err := ok.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []ServerFacts{
+		{VersionNum: 130011, WALLevel: "logical", Replication: true},
+		{VersionNum: 150004, WALLevel: "replica", Replication: true},
+		{VersionNum: 150004, WALLevel: "logical", Replication: false},
+	} {
+		if err := f.Check(); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%+v: %v, want ErrUnsupported", f, err)
+		}
+	}
+	r := &Relay{cfg: Config{Slot: "s"}}
+	if err := r.usable(slotState{exists: true, walStatus: "lost", plugin: "pgoutput"}); !errors.Is(err, ErrSlotLost) {
+		t.Errorf("lost slot: %v, want ErrSlotLost", err)
+	}
+}
+
+// A role without REPLICATION is refused at start, with the fix.
+func TestRefusesARoleWithoutReplication(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	role := "norepl_" + b.db.Schema
+	if _, err := b.db.SQL.ExecContext(ctx, `CREATE ROLE `+role+` LOGIN NOREPLICATION`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = b.db.SQL.ExecContext(context.Background(), `DROP ROLE `+role) })
+	cfg := b.config()
+	cfg.ConnString = b.db.URL + "&user=" + role
+	err := b.newRelay(t, cfg).Run(ctx)
+	if !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("Run: %v, want ErrUnsupported", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	good := Config{ConnString: "postgres://localhost/db", Publisher: newRecorder()}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]Config{
+		"no conn":      {Publisher: newRecorder()},
+		"no publisher": {ConnString: "postgres://localhost/db"},
+		"slot case":    {ConnString: "postgres://localhost/db", Publisher: newRecorder(), Slot: "Bad"},
+		"ping":         {ConnString: "postgres://localhost/db", Publisher: newRecorder(), PingInterval: 6 * time.Second},
+	} {
+		if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}
+
+// Table-less events (WriterConfig.WALMessages) are published among the
+// rows in commit order, as the same messages, and leave no row; rolled
+// back ones are not published.
+func TestTableLessEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runActive(t, b.newRelay(t, b.config()))
+	wal, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: b.db.Table(), WALMessages: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	write := func(w *txoutbox.Writer, commit bool, aggs ...string) []txoutbox.Event {
+		tx, err := b.db.SQL.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		events := b.events(t, aggs...)
+		if err := w.Write(ctx, tx, events...); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return events
+	}
+	first := write(wal, true, "k", "k")
+	rolledBack := write(wal, false, "k")
+	row := write(b.w, true, "k")
+	last := write(wal, true, "k")
+	want := append(append(append([]txoutbox.Event{}, first...), row...), last...)
+	b.pub.waitFor(t, want...)
+	ids := b.pub.ids()
+	for i, e := range want {
+		if ids[i] != e.ID.String() {
+			t.Fatalf("published %v, want %v in that order", ids, want)
+		}
+	}
+	if slices.Contains(ids, rolledBack[0].ID.String()) {
+		t.Fatal("rolled back table-less event published")
+	}
+	got, wantMsg := b.pub.message(first[0].ID.String()), relay.Message(first[0])
+	for k, v := range wantMsg.Metadata {
+		if k != txoutbox.HeaderCreatedAt && got.Metadata.Get(k) != v {
+			t.Errorf("metadata %s = %q, want %q", k, got.Metadata.Get(k), v)
+		}
+	}
+	if string(got.Payload) != string(first[0].Payload) {
+		t.Errorf("payload %q", got.Payload)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox`); n > 1 {
+		t.Fatalf("%d rows in the table, want at most the one row event", n)
+	}
+}
+
+// A relay resuming from a slot whose position moved back (a crash of
+// PostgreSQL loses the position confirmed since the last checkpoint) skips
+// the rows the table holds as published or dead; a row it does not find
+// (deleted, or not yet visible) is published.
+func TestResumeSkipsRowsPublishedBefore(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	events := b.write(t, "a", "b", "c", "d")
+	ctx := context.Background()
+	b.exec(t, `UPDATE outbox SET state = 'published' WHERE id = 1`)
+	b.exec(t, `UPDATE outbox SET state = 'dead' WHERE id = 2`)
+	b.exec(t, `DELETE FROM outbox WHERE id = 3`)
+	r := b.newRelay(t, b.config())
+	pool, err := r.openPool(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	tx := &txn{}
+	for i, e := range events {
+		tx.events = append(tx.events, event{row: int64(i + 1), e: e})
+	}
+	tx.events = append(tx.events, event{e: events[0]}) // table-less: kept
+	if err := r.skipSettled(ctx, pool, tx); err != nil {
+		t.Fatal(err)
+	}
+	var kept []int64
+	for _, ev := range tx.events {
+		kept = append(kept, ev.row)
+	}
+	if !slices.Equal(kept, []int64{3, 4, 0}) {
+		t.Fatalf("kept rows %v, want 3 (not found), 4 (pending) and the table-less event", kept)
+	}
+}
+
+// A row the relay cannot decode (headers that are not a JSON object of
+// strings, written around the Writer) goes dead with the reason, from the
+// stream and from the backlog, and the events after it go on.
+func TestUndecodableRowGoesDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insertBad := func() {
+		b.exec(t, `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, headers)
+			VALUES (gen_random_uuid(), 'orders', 'k', 'x', '\x7b7d', '{"n": 1}')`)
+	}
+	insertBad() // before the slot: the backlog
+	runActive(t, b.newRelay(t, b.config()))
+	insertBad() // through the stream
+	b.pub.waitFor(t, b.write(t, "k")...)
+	testkit.WaitFor(t, 10*time.Second, "both undecodable rows dead", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead' AND last_error LIKE 'cannot decode:%headers%'`) == 2
+	})
+}
+
+// Failover slots need PostgreSQL 17: an older server is refused at start.
+func TestFailoverNeedsPostgreSQL17(t *testing.T) {
+	t.Parallel()
+	if err := (ServerFacts{VersionNum: 160004}).checkFailover(true); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("16 with Failover: %v, want ErrUnsupported", err)
+	}
+	for _, f := range []struct {
+		version  int
+		failover bool
+	}{{170002, true}, {160004, false}} {
+		if err := (ServerFacts{VersionNum: f.version}).checkFailover(f.failover); err != nil {
+			t.Errorf("%d, failover %v: %v", f.version, f.failover, err)
+		}
+	}
+}

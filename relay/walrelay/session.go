@@ -1,0 +1,507 @@
+package walrelay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+)
+
+// slotState is a row of pg_replication_slots.
+type slotState struct {
+	exists    bool
+	active    bool
+	walStatus string
+	confirmed uint64
+	plugin    string
+	database  string
+	lagBytes  int64
+}
+
+// pgxExecer is a pgx pool, connection or transaction.
+type pgxExecer interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}
+
+// pgxQuerier is a pgx pool, connection or transaction.
+type pgxQuerier interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}
+
+func (r *Relay) slotState(ctx context.Context, q pgxQuerier) (slotState, error) {
+	var (
+		s   slotState
+		lsn string
+	)
+	err := q.QueryRow(ctx, outboxsql.WALSlot, r.cfg.Slot).Scan(&s.active, &s.walStatus, &lsn, &s.plugin, &s.database, &s.lagBytes)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("read slot %s: %w", r.cfg.Slot, err)
+	}
+	s.exists = true
+	l, err := pglogrepl.ParseLSN(lsn)
+	if err != nil {
+		return s, fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", r.cfg.Slot, lsn, err)
+	}
+	s.confirmed = uint64(l)
+	return s, nil
+}
+
+// usable rejects a slot the relay cannot stream from.
+func (r *Relay) usable(s slotState) error {
+	if s.walStatus == "lost" {
+		return fmt.Errorf("%w: slot %s has wal_status lost: PostgreSQL removed WAL it still needed (max_slot_wal_keep_size), "+
+			"so committed events may be missing from the stream; switch to the polling relay with `outbox wal takeover`, which republishes every row the slot did not confirm", ErrSlotLost, r.cfg.Slot)
+	}
+	if s.plugin != "pgoutput" {
+		return fmt.Errorf("%w: slot %s decodes with %q, not pgoutput", errPermanent, r.cfg.Slot, s.plugin)
+	}
+	return nil
+}
+
+// marker returns the publication's initialisation marker ("" when none),
+// and whether the publication exists.
+func (r *Relay) marker(ctx context.Context, q pgxQuerier) (string, bool, error) {
+	var m string
+	err := q.QueryRow(ctx, outboxsql.WALPublication, r.cfg.Publication).Scan(&m)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read publication %s: %w", r.cfg.Publication, err)
+	}
+	return m, true, nil
+}
+
+// initMarker is the publication comment that says the slot is being
+// created and the table's earlier rows are not all published yet.
+func (r *Relay) initMarker() string { return "txoutbox: initialising slot " + r.cfg.Slot }
+
+// ensurePublication creates the publication if it does not exist.
+func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, ok, err := r.marker(ctx, pool); err != nil || ok {
+		return err
+	}
+	_, err := pool.Exec(ctx, outboxsql.WALCreatePublication(r.names, r.cfg.Publication))
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		r.log.Info("created publication", "publication", r.cfg.Publication, "table", r.names.Table)
+		return nil
+	case errors.As(err, &pgErr) && pgErr.Code == "42710": // duplicate_object: another relay created it
+		return nil
+	case errors.As(err, &pgErr) && (pgErr.Code == "42501" || pgErr.Code == "42P01"):
+		return fmt.Errorf("%w: create publication %s: %w", errPermanent, r.cfg.Publication, err)
+	}
+	return fmt.Errorf("create publication %s: %w", r.cfg.Publication, err)
+}
+
+// session runs one attempt: set up, take the slot, stream.
+func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := r.ensurePublication(ctx, pool); err != nil {
+		return err
+	}
+	st, err := r.slotState(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if st.exists {
+		if err := r.usable(st); err != nil {
+			return err
+		}
+		if st.active {
+			return errSlotBusy
+		}
+	}
+	mark, _, err := r.marker(ctx, pool)
+	if err != nil {
+		return err
+	}
+	rc, err := r.replicationConfig()
+	if err != nil {
+		return err
+	}
+	repl, err := pgconn.ConnectConfig(ctx, rc)
+	if err != nil {
+		return fmt.Errorf("open replication connection: %w", err)
+	}
+	ls := newLanes(context.WithoutCancel(ctx), r, pool)
+	defer ls.stop()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = repl.Close(cctx)
+	}()
+	if !st.exists || mark != "" {
+		if err := r.initialise(ctx, pool, repl, ls); err != nil {
+			return err
+		}
+	}
+	err = pglogrepl.StartReplication(ctx, repl, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication,
+		// Binary column values: the walsender sends bytea, uuid, jsonb and
+		// timestamptz as they are stored instead of formatting them.
+		PluginArgs: []string{"proto_version '1'", "publication_names " + quoteLiteral(r.cfg.Publication),
+			"messages 'true'", "binary 'true'"},
+	})
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "55006": // object_in_use: "replication slot ... is active for PID ..."
+		return errSlotBusy
+	case err != nil:
+		return fmt.Errorf("start replication from slot %s: %w", r.cfg.Slot, err)
+	}
+	// Holding the slot now, make sure no relay is initialising it: one
+	// that created it publishes the table's earlier rows before anything
+	// streamed, or they would go out after later events.
+	if mark, _, err = r.marker(ctx, pool); err != nil {
+		return err
+	}
+	if mark != "" {
+		return errSlotBusy
+	}
+	if st, err = r.slotState(ctx, pool); err != nil {
+		return err
+	}
+	if !st.exists {
+		return fmt.Errorf("slot %s is gone", r.cfg.Slot)
+	}
+	if err := r.usable(st); err != nil {
+		return err
+	}
+	// Transactions that end before the WAL position now may have been
+	// published already: the slot's position on disk lags the one last
+	// confirmed until a checkpoint, so after a crash of PostgreSQL it
+	// moves back. Their rows the table holds as published or dead are
+	// skipped.
+	var now string
+	if err := pool.QueryRow(ctx, outboxsql.WALPosition).Scan(&now); err != nil {
+		return fmt.Errorf("read the WAL position: %w", err)
+	}
+	resumeEnd, err := pglogrepl.ParseLSN(now)
+	if err != nil {
+		return err
+	}
+	r.met.sample(st)
+	r.active.Store(true)
+	defer r.active.Store(false)
+	r.log.Info("streaming", "publication", r.cfg.Publication, "from", pglogrepl.LSN(st.confirmed))
+	return r.stream(ctx, pool, repl, ls, st.confirmed, uint64(resumeEnd))
+}
+
+// inMsg is one message of the replication stream.
+type inMsg struct {
+	keepalive bool
+	walEnd    uint64 // keepalive: what the server has sent up to
+	reply     bool   // keepalive: the server asks for a status update now
+	msg       pglogrepl.Message
+}
+
+// stream reads the slot until ctx ends or the connection fails.
+//
+// The confirmed position, reported to the server as written, flushed and
+// applied, only ever moves to the end of a transaction whose events, and
+// every earlier transaction's, are settled (published or dead): a prefix in
+// commit order. With nothing in flight and no transaction half read, it
+// moves to the end of WAL the server says it has sent (a keepalive), so an
+// idle outbox does not hold WAL back; never while anything is in flight.
+func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgConn, ls *lanes, confirmed, recoverUntil uint64) error {
+	rctx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
+	var (
+		msgs    = make(chan inMsg, 256)
+		readErr = make(chan error, 1)
+		heard   atomic.Int64 // unix nanoseconds the reader last received, or was waiting on us
+		blocked atomic.Bool  // the reader waits for the loop, not for the server
+		wg      sync.WaitGroup
+	)
+	heard.Store(time.Now().UnixNano())
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		readErr <- r.read(rctx, repl, msgs, &heard, &blocked)
+	}()
+	r.confirmed.Store(confirmed)
+	cl := newCleanup(r, pool)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cl.run(rctx)
+	}()
+	defer func() {
+		stopReader()
+		wg.Wait()
+	}()
+
+	dec := newDecoder(r.cfg.Table.Schema, r.tableName(), r.prefix)
+	var (
+		queue    []*txn // dispatched, not yet confirmed, in commit order
+		open     *txn   // between Begin and Commit
+		inflight int    // events in queue
+		sent     = confirmed
+	)
+	advance := func() {
+		for len(queue) > 0 && queue[0].pending.Load() == 0 {
+			confirmed = max(confirmed, queue[0].end)
+			inflight -= len(queue[0].events)
+			queue[0] = nil
+			queue = queue[1:]
+		}
+		r.confirmed.Store(confirmed)
+	}
+	send := func(reply bool) error {
+		_ = repl.Conn().SetWriteDeadline(time.Now().Add(r.cfg.SenderTimeout / 2))
+		err := pglogrepl.SendStandbyStatusUpdate(ctx, repl, pglogrepl.StandbyStatusUpdate{
+			WALWritePosition: pglogrepl.LSN(confirmed), ReplyRequested: reply})
+		if err != nil {
+			return fmt.Errorf("send status update: %w", err)
+		}
+		sent = confirmed
+		return nil
+	}
+	flush := time.NewTicker(r.cfg.FlushInterval)
+	defer flush.Stop()
+	ping := time.NewTicker(r.cfg.PingInterval)
+	defer ping.Stop()
+	for {
+		in := msgs
+		if inflight >= r.cfg.MaxInFlight {
+			in = nil // hold: the reader stops, the server waits; pings go on
+		}
+		select {
+		case <-ctx.Done():
+			return r.drain(ls, &queue, advance, send)
+		case err := <-readErr:
+			return err
+		case <-ls.settled:
+			advance()
+		case <-flush.C:
+			advance()
+			if confirmed > sent {
+				if err := send(false); err != nil {
+					return err
+				}
+			}
+		case <-ping.C:
+			if !blocked.Load() && time.Since(time.Unix(0, heard.Load())) > r.cfg.SenderTimeout/2 {
+				return fmt.Errorf("no message from the server for %s: giving up the slot before the server frees it for a standby", r.cfg.SenderTimeout/2)
+			}
+			advance()
+			if err := send(true); err != nil {
+				return err
+			}
+		case m := <-in:
+			if m.keepalive {
+				if open == nil && len(queue) == 0 && m.walEnd > confirmed {
+					confirmed = m.walEnd
+					r.confirmed.Store(confirmed)
+				}
+				if m.reply {
+					if err := send(false); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			switch msg := m.msg.(type) {
+			case *pglogrepl.RelationMessage:
+				dec.relation(msg)
+			case *pglogrepl.BeginMessage:
+				open = &txn{}
+			case *pglogrepl.InsertMessage:
+				ev, ok, err := dec.insert(msg)
+				var bad *rowError
+				if errors.As(err, &bad) {
+					if err := r.markUndecodable(ctx, pool, bad); err != nil {
+						return err
+					}
+					continue
+				}
+				if err != nil {
+					return fmt.Errorf("%w: %w", errPermanent, err)
+				}
+				if ok && open != nil {
+					open.events = append(open.events, ev)
+				}
+			case *pglogrepl.LogicalDecodingMessage:
+				ev, ok, err := dec.message(msg)
+				if err != nil {
+					return fmt.Errorf("%w: %w", errPermanent, err)
+				}
+				switch {
+				case !ok:
+				case open == nil || !msg.Transactional:
+					r.log.Warn("ignored a non-transactional event message; the writer emits transactional ones", "lsn", msg.LSN)
+				default:
+					open.events = append(open.events, ev)
+				}
+			case *pglogrepl.CommitMessage:
+				if open == nil {
+					return fmt.Errorf("commit at %s without a begin", msg.CommitLSN)
+				}
+				open.end = uint64(msg.TransactionEndLSN)
+				if open.end <= recoverUntil {
+					if err := r.skipSettled(ctx, pool, open); err != nil {
+						return err
+					}
+				}
+				queue = append(queue, open)
+				inflight += len(open.events)
+				ls.push(open)
+				open = nil
+			}
+		}
+	}
+}
+
+// skipSettled drops from t the rows the table holds as published or
+// dead: events published before a crash of PostgreSQL moved the slot's
+// position back (it is written to disk at checkpoints). Only a row found
+// settled is skipped: one not found may be committed but not yet visible
+// (the walsender can send a commit before other sessions see it), so it
+// is published, like a row the cleanup deleted (Retention 0) and a
+// table-less event, which cannot be told apart: those go out again.
+func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn) error {
+	var ids []int64
+	for _, ev := range t.events {
+		if ev.row != 0 {
+			ids = append(ids, ev.row)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
+	rows, err := pool.Query(sctx, r.names.Render(outboxsql.WALSettled), outboxsql.Int64Array(ids))
+	if err != nil {
+		return fmt.Errorf("check resumed rows: %w", err)
+	}
+	settled := map[int64]bool{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		settled[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("check resumed rows: %w", err)
+	}
+	kept := t.events[:0]
+	for _, ev := range t.events {
+		if !settled[ev.row] {
+			kept = append(kept, ev)
+		}
+	}
+	t.events = kept
+	return nil
+}
+
+// markUndecodable marks a row the relay cannot decode dead, with the
+// reason, before the stream moves past it.
+func (r *Relay) markUndecodable(ctx context.Context, db pgxExecer, bad *rowError) error {
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
+	if _, err := db.Exec(sctx, r.names.Render(outboxsql.WALMarkDead), bad.row, 0, "cannot decode: "+bad.err.Error()); err != nil {
+		return fmt.Errorf("mark undecodable row %d dead: %w", bad.row, err)
+	}
+	r.met.dead.Add(ctx, 1)
+	r.log.Error("event is dead: its row cannot be decoded", "row", bad.row, "err", bad.err)
+	return nil
+}
+
+// drain is the clean end of a stream: stop reading, let the events in
+// flight settle for up to SenderTimeout/2, report the position reached.
+func (r *Relay) drain(ls *lanes, queue *[]*txn, advance func(), send func(bool) error) error {
+	limit := time.NewTimer(r.cfg.SenderTimeout / 2)
+	defer limit.Stop()
+	for advance(); len(*queue) > 0; advance() {
+		select {
+		case <-ls.settled:
+		case <-limit.C:
+			r.log.Warn("stopping with events in flight; they are published again by the next relay", "transactions", len(*queue))
+			return send(false)
+		}
+	}
+	return send(false)
+}
+
+// read receives the stream and hands its messages to the loop, in order.
+func (r *Relay) read(ctx context.Context, repl *pgconn.PgConn, out chan<- inMsg, heard *atomic.Int64, blocked *atomic.Bool) error {
+	for {
+		raw, err := repl.ReceiveMessage(ctx)
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		heard.Store(time.Now().UnixNano())
+		var m inMsg
+		switch raw := raw.(type) {
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(raw))
+		case *pgproto3.CopyDone:
+			return errors.New("replication stream ended by the server")
+		case *pgproto3.CopyData:
+			if len(raw.Data) == 0 {
+				continue
+			}
+			switch raw.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				k, err := pglogrepl.ParsePrimaryKeepaliveMessage(raw.Data[1:])
+				if err != nil {
+					return err
+				}
+				m = inMsg{keepalive: true, walEnd: uint64(k.ServerWALEnd), reply: k.ReplyRequested}
+			case pglogrepl.XLogDataByteID:
+				// The buffer is the connection's: copy before the next receive.
+				x, err := pglogrepl.ParseXLogData(bytes.Clone(raw.Data[1:]))
+				if err != nil {
+					return err
+				}
+				if m.msg, err = pglogrepl.Parse(x.WALData); err != nil {
+					return fmt.Errorf("decode message at %s: %w", x.WALStart, err)
+				}
+			default:
+				continue
+			}
+		default:
+			continue
+		}
+		select {
+		case out <- m:
+		default:
+			blocked.Store(true)
+			select {
+			case out <- m:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			blocked.Store(false)
+			heard.Store(time.Now().UnixNano())
+		}
+	}
+}
+
+// tableName is the outbox table's unqualified name.
+func (r *Relay) tableName() string {
+	if r.cfg.Table.Name == "" {
+		return outboxsql.TableNameDefault
+	}
+	return r.cfg.Table.Name
+}
+
+func quoteLiteral(s string) string { return outboxsql.Literal(s) }

@@ -1,0 +1,187 @@
+package walrelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+)
+
+// TakeoverConfig configures Takeover.
+type TakeoverConfig struct {
+	// ConnString, Table, Publication and Slot are the WAL relays' (see
+	// Config), with the same defaults.
+	ConnString  string
+	Table       txoutbox.Table
+	Publication string
+	Slot        string
+
+	// Force drops the slot even though it holds table-less events it has
+	// not confirmed: they exist only in the WAL, so they are lost.
+	Force bool
+
+	// LockTimeout bounds the wait for the table lock (writers' open
+	// transactions). Default: StatementTimeoutDefault.
+	LockTimeout time.Duration
+}
+
+// TakeoverResult is what Takeover did.
+type TakeoverResult struct {
+	// Confirmed rows were marked published: the slot had confirmed them.
+	Confirmed int64
+	// Unconfirmed rows stay pending, for the polling relay to publish.
+	Unconfirmed int
+	// TableLess is the number of table-less events the slot had not
+	// confirmed (lost, with Force).
+	TableLess int
+	// Lost is true when the slot's WAL was gone (wal_status lost): no row
+	// could be told confirmed, so every unpublished row stays pending and
+	// the polling relay publishes them all, some a second time.
+	Lost bool
+}
+
+// ErrSlotActive is returned by Takeover while a relay streams from the
+// slot: stop the WAL relays first.
+var ErrSlotActive = errors.New("walrelay: the replication slot is active")
+
+// ErrTableLessPending is returned by Takeover without Force when the slot
+// holds table-less events it has not confirmed.
+var ErrTableLessPending = errors.New("walrelay: the slot holds table-less events not yet published")
+
+// Takeover hands the outbox to the polling relay: with the WAL relays
+// stopped, it marks published exactly the unpublished rows the slot has
+// confirmed, leaves the others pending, and drops the slot, in one
+// transaction that holds a SHARE lock on the table, so no event commits
+// meanwhile. It reads the unconfirmed changes with
+// pg_logical_slot_peek_binary_changes, which decodes all the WAL the slot
+// holds: the larger the slot's lag, the longer writers wait. The
+// publication stays; drop it with DROP PUBLICATION if the WAL relay is
+// not coming back.
+func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
+	var res TakeoverResult
+	rc := Config{ConnString: cfg.ConnString, Table: cfg.Table, Publication: cfg.Publication, Slot: cfg.Slot, Publisher: nopPublisher{}}
+	r, err := New(rc)
+	if err != nil {
+		return res, err
+	}
+	pc, err := pgx.ParseConfig(cfg.ConnString)
+	if err != nil {
+		return res, fmt.Errorf("%w: ConnString: %v", ErrInvalidConfig, err)
+	}
+	delete(pc.RuntimeParams, "replication")
+	conn, err := pgx.ConnectConfig(ctx, pc)
+	if err != nil {
+		return res, fmt.Errorf("walrelay: takeover: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("walrelay: takeover: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	lockTimeout := cfg.LockTimeout
+	if lockTimeout <= 0 {
+		lockTimeout = StatementTimeoutDefault
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = "+strconv.FormatInt(lockTimeout.Milliseconds(), 10)); err != nil {
+		return res, fmt.Errorf("walrelay: takeover: %w", err)
+	}
+	if _, err := tx.Exec(ctx, r.names.Render(outboxsql.WALTakeoverLock)); err != nil {
+		return res, fmt.Errorf("walrelay: takeover: lock %s: %w", r.names.Table, err)
+	}
+	st, err := r.slotState(ctx, tx)
+	if err != nil {
+		return res, err
+	}
+	if !st.exists {
+		return res, fmt.Errorf("walrelay: takeover: no replication slot %s", r.cfg.Slot)
+	}
+	if st.active {
+		return res, fmt.Errorf("%w: %s: stop the WAL relays first", ErrSlotActive, r.cfg.Slot)
+	}
+	res.Lost = st.walStatus == "lost"
+	var keep []int64
+	if !res.Lost {
+		if keep, res.TableLess, err = r.unconfirmed(ctx, tx); err != nil {
+			return res, err
+		}
+		if res.TableLess > 0 && !cfg.Force {
+			return res, fmt.Errorf("%w: %d table-less events exist only in the slot's WAL and would be lost; start a WAL relay to publish them, or force", ErrTableLessPending, res.TableLess)
+		}
+		tag, err := tx.Exec(ctx, r.names.Render(outboxsql.WALMarkAllBut), outboxsql.Int64Array(keep))
+		if err != nil {
+			return res, fmt.Errorf("walrelay: takeover: mark confirmed rows: %w", err)
+		}
+		res.Confirmed = tag.RowsAffected()
+	}
+	res.Unconfirmed = len(keep)
+	if res.Lost {
+		if err := tx.QueryRow(ctx, r.names.Render(`SELECT count(*) FROM {{table}} WHERE state IN ('pending', 'claimed')`)).Scan(&res.Unconfirmed); err != nil {
+			return res, fmt.Errorf("walrelay: takeover: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, outboxsql.WALDropSlot, r.cfg.Slot); err != nil {
+		return res, fmt.Errorf("walrelay: takeover: drop slot: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("walrelay: takeover: commit: %w", err)
+	}
+	return res, nil
+}
+
+// unconfirmed decodes the changes the slot holds past its confirmed
+// position: the ids of the rows inserted, and the number of table-less
+// events.
+func (r *Relay) unconfirmed(ctx context.Context, tx pgx.Tx) (rows []int64, tableLess int, err error) {
+	res, err := tx.Query(ctx, outboxsql.WALPeek, r.cfg.Slot, r.cfg.Publication)
+	if err != nil {
+		return nil, 0, fmt.Errorf("walrelay: takeover: read the slot: %w", err)
+	}
+	defer res.Close()
+	dec := newDecoder(r.cfg.Table.Schema, r.tableName(), r.prefix)
+	for res.Next() {
+		var data []byte
+		if err := res.Scan(&data); err != nil {
+			return nil, 0, err
+		}
+		m, err := pglogrepl.Parse(data)
+		if err != nil {
+			return nil, 0, fmt.Errorf("walrelay: takeover: decode: %w", err)
+		}
+		switch m := m.(type) {
+		case *pglogrepl.RelationMessage:
+			dec.relation(m)
+		case *pglogrepl.InsertMessage:
+			ev, ok, err := dec.insert(m)
+			if err != nil {
+				return nil, 0, fmt.Errorf("walrelay: takeover: %w", err)
+			}
+			if ok {
+				rows = append(rows, ev.row)
+			}
+		case *pglogrepl.LogicalDecodingMessage:
+			if _, ok, _ := dec.message(m); ok && m.Transactional {
+				tableLess++
+			}
+		}
+	}
+	if err := res.Err(); err != nil {
+		return nil, 0, fmt.Errorf("walrelay: takeover: read the slot: %w", err)
+	}
+	return rows, tableLess, nil
+}
+
+// nopPublisher stands in for the publisher Takeover does not use.
+type nopPublisher struct{}
+
+func (nopPublisher) Publish(string, ...*message.Message) error { return nil }
+func (nopPublisher) Close() error                              { return nil }
