@@ -108,6 +108,9 @@ func printStatus(w io.Writer, st outboxadmin.Status, staleAfter time.Duration) e
 	if len(st.Unowned) > 0 {
 		fmt.Fprintf(w, "unowned shards: %s (%d); their events wait for a live relay\n", shardRanges(st.Unowned), len(st.Unowned))
 	}
+	if len(st.Handovers) > 0 {
+		fmt.Fprintf(w, "shards in handover: %s (%d); their new owner waits for the previous one's rows\n", shardRanges(st.Handovers), len(st.Handovers))
+	}
 	return nil
 }
 
@@ -135,6 +138,7 @@ type statusOutput struct {
 	Topics         []topicJSON `json:"topics"`
 	Relays         []relayJSON `json:"relays"`
 	UnownedShards  []int       `json:"unowned_shards"`
+	HandoverShards []int       `json:"handover_shards"`
 	MaxLagSeconds  float64     `json:"max_lag_seconds,omitempty"`
 	MaxLagExceeded bool        `json:"max_lag_exceeded"`
 	WALSlot        *walSlot    `json:"wal_slot"` // null without a WAL relay's slot
@@ -143,7 +147,7 @@ type statusOutput struct {
 func statusJSON(st outboxadmin.Status, maxLag time.Duration, exceeded bool) statusOutput {
 	out := statusOutput{
 		Backlog: st.Backlog, LagSeconds: st.Lag.Seconds(), Dead: st.Dead,
-		Topics: []topicJSON{}, Relays: []relayJSON{}, UnownedShards: []int{},
+		Topics: []topicJSON{}, Relays: []relayJSON{}, UnownedShards: []int{}, HandoverShards: []int{},
 		MaxLagSeconds: maxLag.Seconds(), MaxLagExceeded: exceeded,
 	}
 	for _, t := range st.Topics {
@@ -159,6 +163,9 @@ func statusJSON(st outboxadmin.Status, maxLag time.Duration, exceeded bool) stat
 	}
 	if st.Unowned != nil {
 		out.UnownedShards = st.Unowned
+	}
+	if st.Handovers != nil {
+		out.HandoverShards = st.Handovers
 	}
 	return out
 }

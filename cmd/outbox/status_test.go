@@ -60,6 +60,19 @@ func TestStatus(t *testing.T) {
 		t.Errorf("with --stale-after 5m: relays %+v, %d unowned", st.Relays, len(st.UnownedShards))
 	}
 
+	// A live relay still holding a row of a shard it does not own: the
+	// shard is in handover.
+	e.exec(t, `UPDATE outbox SET state = 'claimed', lease_owner = 'relay-a', lease_expires_at = now() + interval '1 hour'
+		WHERE aggregate_id = 'o-1'`)
+	e.exec(t, `UPDATE outbox_shards SET owner = 'relay-b' WHERE shard = (SELECT shard FROM outbox WHERE aggregate_id = 'o-1')`)
+	e.runJSON(t, &st, "status")
+	if len(st.HandoverShards) != 1 {
+		t.Errorf("handover shards = %v, want o-1's", st.HandoverShards)
+	}
+	if _, out, _ := e.run(t, "status"); !strings.Contains(out, "shards in handover: ") {
+		t.Errorf("status output lacks the shards in handover:\n%s", out)
+	}
+
 	// The health check.
 	code, _, errOut = e.run(t, "status", "--max-lag", "1m")
 	if code != exitLagExceeded || !strings.Contains(errOut, "exceeds --max-lag 1m0s") {
