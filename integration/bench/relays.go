@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/txoutbox/txoutbox/relay"
@@ -130,7 +131,14 @@ func (rr relayRun) runUntil(ctx context.Context, s *schemaDB) error {
 // broker; every Kafka scenario uses it, so they differ only in what drives
 // it.
 func (e *env) kafkaPublisher() (message.Publisher, error) {
-	pub, err := kafkapub.NewPublisher([]string{e.broker}, kafkapub.Config{ClientID: "bench"})
+	cfg := kafkapub.Config{ClientID: "bench"}
+	if n := e.opts.maxOpenRequests; n > 1 {
+		cfg.Configure = func(sc *sarama.Config) {
+			sc.Producer.Idempotent = false // Sarama refuses it with more than one request in flight
+			sc.Net.MaxOpenRequests = n
+		}
+	}
+	pub, err := kafkapub.NewPublisher([]string{e.broker}, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kafka publisher: %w", err)
 	}

@@ -55,6 +55,7 @@ func runNaive(ctx context.Context, e *env) (throughput, error) {
 	defer pub.Close()
 	claim, mark := s.Names.Render(naiveClaimSQL), s.Names.Render(naiveMarkSQL)
 
+	m := e.startMeter(ctx, s.SQL)
 	start := time.Now()
 	deadline := start.Add(e.opts.timeout)
 	for {
@@ -78,7 +79,9 @@ func runNaive(ctx context.Context, e *env) (throughput, error) {
 		}
 	}
 	took := time.Since(start)
+	c := m.stop(ctx, n)
 	res := newThroughput("naive", n, took, map[string]any{"workers": 1, "batch": naiveBatch, "publisher": "watermill-kafka (kafkapub.NewPublisher)", "mark": "one UPDATE per row"})
+	res.Cost = c
 	d, err := readBack(ctx, e.broker, topic, n, 10*time.Second)
 	if err != nil {
 		return throughput{}, err
