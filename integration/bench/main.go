@@ -116,6 +116,7 @@ type options struct {
 	sqlStats        bool
 	ownCluster      bool
 	maxOpenRequests int
+	idempotent      bool
 }
 
 var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory"}
@@ -147,7 +148,8 @@ func main() {
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process while the one-replica relay drains")
 	flag.BoolVar(&o.sqlStats, "sql-stats", false, "record the relay's claim and mark statements (count, rows, time) in relay, relay3 and dblimit; the relays then poll instead of LISTENing")
 	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run on a PostgreSQL 15 cluster of the bench's own (created with pg_createcluster as \"bench\" on port 5440, started, and stopped at the end if it was down), so no other session's work is in the PostgreSQL CPU and WAL figures; overrides -database-url")
-	flag.IntVar(&o.maxOpenRequests, "max-open-requests", 1, "Sarama Net.MaxOpenRequests of every Kafka publisher; above 1 it turns the idempotent producer off, which Sarama allows only with 1 (an experiment: a retry may then reorder a partition)")
+	flag.IntVar(&o.maxOpenRequests, "max-open-requests", 1, "Sarama Net.MaxOpenRequests of every Kafka publisher (an experiment: above 1 a retry may reorder a partition; needs -idempotent=false)")
+	flag.BoolVar(&o.idempotent, "idempotent", true, "Sarama's idempotent producer in every Kafka publisher (kafkapub's default)")
 	flag.Parse()
 	if err := o.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -177,6 +179,9 @@ func (o options) validate() error {
 	}
 	if o.maxOpenRequests < 1 {
 		return fmt.Errorf("-max-open-requests must be at least 1, got %d", o.maxOpenRequests)
+	}
+	if o.maxOpenRequests > 1 && o.idempotent {
+		return fmt.Errorf("-max-open-requests %d needs -idempotent=false: Sarama allows its idempotent producer only one request in flight", o.maxOpenRequests)
 	}
 	if o.batch < 0 || o.lanes < 0 {
 		return fmt.Errorf("-batch and -lanes must not be negative")

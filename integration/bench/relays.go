@@ -132,10 +132,10 @@ func (rr relayRun) runUntil(ctx context.Context, s *schemaDB) error {
 // it.
 func (e *env) kafkaPublisher() (message.Publisher, error) {
 	cfg := kafkapub.Config{ClientID: "bench"}
-	if n := e.opts.maxOpenRequests; n > 1 {
+	if e.opts.maxOpenRequests > 1 || !e.opts.idempotent {
 		cfg.Configure = func(sc *sarama.Config) {
-			sc.Producer.Idempotent = false // Sarama refuses it with more than one request in flight
-			sc.Net.MaxOpenRequests = n
+			sc.Producer.Idempotent = e.opts.idempotent
+			sc.Net.MaxOpenRequests = e.opts.maxOpenRequests
 		}
 	}
 	pub, err := kafkapub.NewPublisher([]string{e.broker}, cfg)
@@ -143,4 +143,12 @@ func (e *env) kafkaPublisher() (message.Publisher, error) {
 		return nil, fmt.Errorf("kafka publisher: %w", err)
 	}
 	return pub, nil
+}
+
+// producerSettings adds the Kafka publishers' producer settings to a
+// scenario's settings.
+func (e *env) producerSettings(settings map[string]any) map[string]any {
+	settings["idempotent"] = e.opts.idempotent
+	settings["max_open_requests"] = e.opts.maxOpenRequests
+	return settings
 }

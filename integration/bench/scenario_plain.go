@@ -104,8 +104,8 @@ func runPlain(ctx context.Context, e *env) (throughput, error) {
 	if done != n {
 		return throughput{}, fmt.Errorf("plain: published %d of %d events", done, n)
 	}
-	res := newThroughput("plain", n, took, map[string]any{"workers": 1, "batch": plainBatch, "lanes": plainLanes,
-		"publisher": "watermill-kafka (kafkapub.NewPublisher)", "mark": "one UPDATE ... WHERE id = ANY($1) per batch"})
+	res := newThroughput("plain", n, took, e.producerSettings(map[string]any{"workers": 1, "batch": plainBatch, "lanes": plainLanes,
+		"publisher": "watermill-kafka (kafkapub.NewPublisher)", "mark": "one UPDATE ... WHERE id = ANY($1) per batch"}))
 	res.Cost = c
 	d, err := readBack(ctx, e.broker, topic, n, 10*time.Second)
 	if err != nil {

@@ -23,7 +23,7 @@ func TestPlainDrains(t *testing.T) {
 	}
 	c := kafkatest.New(t)
 	e := &env{dbURL: dbURL, broker: c.ListenAddrs()[0], brokerPid: os.Getpid(),
-		opts: options{events: 2500, aggregates: 40, timeout: time.Minute, maxOpenRequests: 1}}
+		opts: options{events: 2500, aggregates: 40, timeout: time.Minute, maxOpenRequests: 1, idempotent: true}}
 	if err := e.findPostmaster(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func runRelayScenario(ctx context.Context, e *env, replicas int, cpuprofile stri
 	if err != nil {
 		return throughput{}, fmt.Errorf("%s: %w", name, err)
 	}
-	res := newThroughput("relay", e.opts.events, took, relaySettings(rr.cfg, replicas))
+	res := newThroughput("relay", e.opts.events, took, e.producerSettings(relaySettings(rr.cfg, replicas)))
 	res.Cost = m.stop(ctx, e.opts.events)
 	if rr.stats != nil {
 		res.SQL = rr.stats.snapshot()
