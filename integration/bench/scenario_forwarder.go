@@ -90,12 +90,7 @@ func runForwarder(ctx context.Context, e *env, batch int) (throughput, error) {
 		"offsets": "DefaultPostgreSQLOffsetsAdapter", "publisher": "watermill-kafka (kafkapub.NewPublisher)",
 	})
 	res.Cost = c
-	d, err := readBack(ctx, e.broker, topic, n, 10*time.Second)
-	if err != nil {
-		return throughput{}, err
-	}
-	res.delivery = &d
-	return res, nil
+	return e.withDelivery(ctx, res, topic)
 }
 
 // writeForwarderBacklog writes the events through the watermill-sql

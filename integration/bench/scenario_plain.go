@@ -3,9 +3,9 @@ package main
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"hash/fnv"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,12 +107,7 @@ func runPlain(ctx context.Context, e *env) (throughput, error) {
 	res := newThroughput("plain", n, took, e.producerSettings(map[string]any{"workers": 1, "batch": plainBatch, "lanes": plainLanes,
 		"publisher": "watermill-kafka (kafkapub.NewPublisher)", "mark": "one UPDATE ... WHERE id = ANY($1) per batch"}))
 	res.Cost = c
-	d, err := readBack(ctx, e.broker, topic, n, 10*time.Second)
-	if err != nil {
-		return throughput{}, err
-	}
-	res.delivery = &d
-	return res, nil
+	return e.withDelivery(ctx, res, topic)
 }
 
 // plainLoop claims, publishes and marks until a claim finds nothing, and
@@ -143,26 +138,16 @@ func plainLoop(ctx context.Context, s *schemaDB, pub message.Publisher, claim, m
 	}
 }
 
-// plainClaim claims a batch and returns it in id order (UPDATE ...
-// RETURNING does not keep the subquery's order).
+// plainClaim claims a batch and returns it in id order.
 func plainClaim(ctx context.Context, s *schemaDB, claim string) ([]plainRow, error) {
-	rows, err := s.SQL.QueryContext(ctx, claim, plainBatch)
-	if err != nil {
-		return nil, fmt.Errorf("plain: claim: %w", err)
-	}
-	defer rows.Close()
-	var out []plainRow
-	for rows.Next() {
+	out, err := claimSorted(ctx, s, claim, plainBatch, func(rows *sql.Rows) (plainRow, error) {
 		var r plainRow
-		if err := rows.Scan(&r.id, &r.agg, &r.payload); err != nil {
-			return nil, fmt.Errorf("plain: claim: %w", err)
-		}
-		out = append(out, r)
+		err := rows.Scan(&r.id, &r.agg, &r.payload)
+		return r, err
+	}, func(r plainRow) int64 { return r.id })
+	if err != nil {
+		return nil, fmt.Errorf("plain: %w", err)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("plain: claim: %w", err)
-	}
-	slices.SortFunc(out, func(a, b plainRow) int { return cmp.Compare(a.id, b.id) })
 	return out, nil
 }
 

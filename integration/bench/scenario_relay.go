@@ -75,12 +75,7 @@ func runRelayScenario(ctx context.Context, e *env, replicas int, cpuprofile stri
 	if rr.stats != nil {
 		res.SQL = rr.stats.snapshot()
 	}
-	d, err := readBack(ctx, e.broker, topic, e.opts.events, 10*time.Second)
-	if err != nil {
-		return throughput{}, err
-	}
-	res.delivery = &d
-	return res, nil
+	return e.withDelivery(ctx, res, topic)
 }
 
 // runDBLimit drains the backlog with the relay and a publisher that
