@@ -79,10 +79,10 @@ type SASLConfig struct {
 //   - Sarama's idempotent producer, so an internal retry of a batch the
 //     broker stored but did not acknowledge does not store it twice.
 //     Sarama before v1.46.3 sent records buffered during a retry without a
-//     sequence number (IBM/sarama#3354); after a refused batch (a record
-//     over the broker's message.max.bytes) the crash suite's poison
-//     scenario then lost acknowledged events. This module requires a
-//     Sarama with the fix. Brokers that refuse idempotent writes (a
+//     sequence number (IBM/sarama#3354) and acknowledged records the
+//     broker never stored (integration/relaytest's
+//     TestKafkaPublisherRetriesStoreOnce loses hundreds with v1.43.3).
+//     This module requires a Sarama with the fix. Brokers that refuse idempotent writes (a
 //     cluster whose ACLs deny IdempotentWrite, before Kafka 2.8) need it
 //     off: set Producer.Idempotent = false in Configure;
 //   - Publish returns only after the acknowledgement;
