@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
@@ -21,8 +22,11 @@ const benchDatabase = "txoutbox_bench"
 type env struct {
 	dbURL  string // the bench database on the -database-url server
 	broker string // the kfake broker process's address
-	tmp    string // scratch directory for built binaries and profiles
-	opts   options
+	// brokerPid and postmaster are the processes whose CPU the drain
+	// scenarios read in /proc (0: not on this host).
+	brokerPid, postmaster int
+	tmp                   string // scratch directory for built binaries and profiles
+	opts                  options
 }
 
 // schemaDB is one scenario's fresh, migrated schema, dropped by close.
@@ -61,4 +65,39 @@ func (s *schemaDB) close() {
 	if err := s.ts.Drop(ctx); err != nil {
 		logf("%v", err)
 	}
+}
+
+// findPostmaster looks up the bench database's server among this host's
+// processes, for the drain scenarios' CPU figures.
+func (e *env) findPostmaster(ctx context.Context) error {
+	db, err := sql.Open("pgx", e.dbURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	e.postmaster, err = postmasterPID(ctx, db)
+	return err
+}
+
+// benchCluster is the cluster -own-cluster runs on.
+var benchCluster = testkit.Cluster{Version: "15", Name: "bench", Port: 5440}
+
+// startOwnCluster creates and starts the bench's own cluster, and returns
+// its URL and a function that stops it again if it was down before.
+func startOwnCluster(ctx context.Context) (stop func(), url string, err error) {
+	wasUp := benchCluster.Running(ctx)
+	logf("PostgreSQL cluster %s/%s on port %d", benchCluster.Version, benchCluster.Name, benchCluster.Port)
+	if url, err = benchCluster.Ensure(ctx); err != nil {
+		return nil, "", fmt.Errorf("-own-cluster: %w", err)
+	}
+	return func() {
+		if wasUp {
+			return
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := benchCluster.Stop(sctx); err != nil {
+			logf("stop the bench cluster: %v", err)
+		}
+	}, url, nil
 }

@@ -14,7 +14,11 @@
 //
 // It prints one JSON object per scenario on stdout, then the summary line
 //
-//	bench: relay_eps=… relay3_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_naive=… relay_vs_forwarder=… relay_vs_ceiling=… order_violations=… p50_ms=… p99_ms=… gorm_overhead=… ent_overhead=… claim_flatness=… relay_rss_mib=…
+//	bench: relay_eps=… relay3_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_naive=… relay_vs_forwarder=… relay_vs_ceiling=… order_violations=… p50_ms=… p99_ms=… gorm_overhead=… ent_overhead=… claim_flatness=… relay_rss_mib=… plain_eps=… relay_vs_plain=… relay3_vs_plain=… pg_us_per_event=… plain_pg_us_per_event=… cpu_us_per_event=… plain_cpu_us_per_event=… wal_bytes_per_event=… plain_wal_bytes_per_event=…
+//
+// where pg_us_per_event, cpu_us_per_event (relay, PostgreSQL and broker
+// together) and wal_bytes_per_event are the one-replica relay's drain, the
+// plain_ ones the plain loop's.
 //
 // Scenarios (names for -skip):
 //
@@ -22,6 +26,15 @@
 //     backlog, one replica and three (goroutines of this process, each its
 //     own relay.New and Kafka publisher); the topic is read back with
 //     franz-go and per-key order violations counted.
+//   - plain: the least a relay must do, on a lean table of its own (id,
+//     aggregate_id, payload jsonb, status, created_at, published_at; a
+//     partial index on pending ids): one worker claims 1,000 ids in id
+//     order (UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED)),
+//     publishes them on 64 lanes by hash of the aggregate id, each lane
+//     synchronously, through one publisher, marks the acknowledged ids in
+//     one UPDATE ... WHERE id = ANY($1), and claims again. No leases,
+//     shards or retries: a bound on what the essential work costs, not a
+//     relay to ship.
 //   - naive: the design articles' sketch: claim 100 with SKIP LOCKED in a
 //     short transaction, publish one by one, mark each row in its own
 //     statement.
@@ -50,6 +63,23 @@
 // Every Kafka scenario publishes through kafkapub.NewPublisher (Sarama via
 // watermill-kafka, acks=all), so they differ only in what drives
 // the publisher.
+//
+// Every drain (relay, relay3, plain, naive, forwarder, dblimit) reports its
+// cost per event (see cpu.go), read around the drain:
+//
+//   - relay_cpu_us_per_event: this process's CPU (/proc/self/stat utime +
+//     stime). The relays, the plain and the naive loops and the forwarder
+//     run in it, and do nothing else meanwhile but the relay scenarios' poll
+//     for the end of the drain (one index-only EXISTS every 5 ms, which the
+//     plain loop does not need: it sees the end itself);
+//   - pg_cpu_us_per_event: the whole PostgreSQL cluster: the postmaster,
+//     every live child, and the children that exited meanwhile (in the
+//     postmaster's cutime and cstime). On a server others use, their work
+//     is in it too: the pg_idle line printed first says how much, and
+//     -own-cluster runs on a cluster of the bench's own;
+//   - broker_cpu_us_per_event: the kfake process;
+//   - wal_bytes_per_event: pg_wal_lsn_diff of pg_current_wal_lsn() after and
+//     before, also cluster-wide.
 package main
 
 import (
@@ -90,9 +120,12 @@ type options struct {
 	skip            string
 	cpuprofile      string
 	sqlStats        bool
+	ownCluster      bool
+	maxOpenRequests int
+	idempotent      bool
 }
 
-var scenarioNames = []string{"relay", "relay3", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal"}
+var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal"}
 
 func main() {
 	var o options
@@ -120,6 +153,9 @@ func main() {
 	flag.StringVar(&o.skip, "skip", "", "comma-separated scenarios to skip: "+strings.Join(scenarioNames, ","))
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process while the one-replica relay drains")
 	flag.BoolVar(&o.sqlStats, "sql-stats", false, "record the relay's claim and mark statements (count, rows, time) in relay, relay3 and dblimit; the relays then poll instead of LISTENing")
+	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run on a PostgreSQL 15 cluster of the bench's own (created with pg_createcluster as \"bench\" on port 5440, started, and stopped at the end if it was down), so no other session's work is in the PostgreSQL CPU and WAL figures; overrides -database-url")
+	flag.IntVar(&o.maxOpenRequests, "max-open-requests", 1, "Sarama Net.MaxOpenRequests of every Kafka publisher (an experiment: above 1 a retry may reorder a partition; needs -idempotent=false)")
+	flag.BoolVar(&o.idempotent, "idempotent", true, "Sarama's idempotent producer in every Kafka publisher (kafkapub's default)")
 	flag.Parse()
 	if err := o.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -146,6 +182,12 @@ func (o options) validate() error {
 	}
 	if o.aggregates > 99_999 {
 		return fmt.Errorf("-aggregates must be at most 99999, got %d", o.aggregates)
+	}
+	if o.maxOpenRequests < 1 {
+		return fmt.Errorf("-max-open-requests must be at least 1, got %d", o.maxOpenRequests)
+	}
+	if o.maxOpenRequests > 1 && o.idempotent {
+		return fmt.Errorf("-max-open-requests %d needs -idempotent=false: Sarama allows its idempotent producer only one request in flight", o.maxOpenRequests)
 	}
 	if o.batch < 0 || o.lanes < 0 {
 		return fmt.Errorf("-batch and -lanes must not be negative")
@@ -184,6 +226,14 @@ func logf(format string, args ...any) {
 }
 
 func run(ctx context.Context, o options) error {
+	if o.ownCluster {
+		stop, url, err := startOwnCluster(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		o.databaseURL = url
+	}
 	dbURL, err := testkit.EnsureDatabase(ctx, o.databaseURL, benchDatabase)
 	if err != nil {
 		return err
@@ -213,12 +263,29 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer b.Stop(10 * time.Second) //nolint:errcheck // the run's results are out
-	e.broker = b.Addr
+	e.broker, e.brokerPid = b.Addr, b.Pid()
 	logf("broker (pid %d) at %s", b.Pid(), b.Addr)
+	if err := e.findPostmaster(ctx); err != nil {
+		return err
+	}
 
 	sum := newSummary()
 	out := json.NewEncoder(os.Stdout)
 	emit := func(v any) error { return out.Encode(v) }
+	if e.postmaster != 0 {
+		// What the server does without the bench: every PostgreSQL CPU
+		// figure below includes it.
+		idle, err := e.idleCluster(2 * time.Second)
+		if err != nil {
+			return err
+		}
+		logf("PostgreSQL (postmaster pid %d) uses %.1f ms CPU per second while the bench is idle", e.postmaster, idle/1000)
+		if err := emit(map[string]any{"scenario": "pg_idle", "seconds": 2, "pg_cpu_ms_per_s": math.Round(idle/100) / 10}); err != nil {
+			return err
+		}
+	} else {
+		logf("PostgreSQL is not on this host: its CPU is not measured")
+	}
 	step := func(name string, fn func() error) error {
 		if o.skipped(name) {
 			return nil
@@ -245,6 +312,7 @@ func run(ctx context.Context, o options) error {
 				return err
 			}
 			sum.RelayEPS = r.EPS
+			sum.Relay = r.Cost
 			sum.addViolations(r.OrderViolations)
 			return emit(r)
 		}},
@@ -254,6 +322,16 @@ func run(ctx context.Context, o options) error {
 				return err
 			}
 			sum.Relay3EPS = r.EPS
+			sum.addViolations(r.OrderViolations)
+			return emit(r)
+		}},
+		{"plain", func() error {
+			r, err := runPlain(ctx, e)
+			if err != nil {
+				return err
+			}
+			sum.PlainEPS = r.EPS
+			sum.Plain = r.Cost
 			sum.addViolations(r.OrderViolations)
 			return emit(r)
 		}},

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/txoutbox/txoutbox/relay"
@@ -130,9 +131,24 @@ func (rr relayRun) runUntil(ctx context.Context, s *schemaDB) error {
 // broker; every Kafka scenario uses it, so they differ only in what drives
 // it.
 func (e *env) kafkaPublisher() (message.Publisher, error) {
-	pub, err := kafkapub.NewPublisher([]string{e.broker}, kafkapub.Config{ClientID: "bench"})
+	cfg := kafkapub.Config{ClientID: "bench"}
+	if e.opts.maxOpenRequests > 1 || !e.opts.idempotent {
+		cfg.Configure = func(sc *sarama.Config) {
+			sc.Producer.Idempotent = e.opts.idempotent
+			sc.Net.MaxOpenRequests = e.opts.maxOpenRequests
+		}
+	}
+	pub, err := kafkapub.NewPublisher([]string{e.broker}, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kafka publisher: %w", err)
 	}
 	return pub, nil
+}
+
+// producerSettings adds the Kafka publishers' producer settings to a
+// scenario's settings.
+func (e *env) producerSettings(settings map[string]any) map[string]any {
+	settings["idempotent"] = e.opts.idempotent
+	settings["max_open_requests"] = e.opts.maxOpenRequests
+	return settings
 }

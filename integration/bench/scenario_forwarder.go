@@ -64,6 +64,7 @@ func runForwarder(ctx context.Context, e *env, batch int) (throughput, error) {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	m := e.startMeter(ctx, s.SQL)
 	start := time.Now()
 	wg.Add(1)
 	go func() {
@@ -77,6 +78,7 @@ func runForwarder(ctx context.Context, e *env, batch int) (throughput, error) {
 	case <-time.After(e.opts.timeout):
 	}
 	end := counted.last()
+	c := m.stop(ctx, n)
 	stop()
 	_ = fwd.Close()
 	wg.Wait()
@@ -87,12 +89,8 @@ func runForwarder(ctx context.Context, e *env, batch int) (throughput, error) {
 		"subscribe_batch_size": batch, "poll_interval": "1s (default)", "ack_deadline": "30s (default)",
 		"offsets": "DefaultPostgreSQLOffsetsAdapter", "publisher": "watermill-kafka (kafkapub.NewPublisher)",
 	})
-	d, err := readBack(ctx, e.broker, topic, n, 10*time.Second)
-	if err != nil {
-		return throughput{}, err
-	}
-	res.delivery = &d
-	return res, nil
+	res.Cost = c
+	return e.withDelivery(ctx, res, topic)
 }
 
 // writeForwarderBacklog writes the events through the watermill-sql

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"time"
@@ -55,6 +56,7 @@ func runNaive(ctx context.Context, e *env) (throughput, error) {
 	defer pub.Close()
 	claim, mark := s.Names.Render(naiveClaimSQL), s.Names.Render(naiveMarkSQL)
 
+	m := e.startMeter(ctx, s.SQL)
 	start := time.Now()
 	deadline := start.Add(e.opts.timeout)
 	for {
@@ -78,42 +80,56 @@ func runNaive(ctx context.Context, e *env) (throughput, error) {
 		}
 	}
 	took := time.Since(start)
+	c := m.stop(ctx, n)
 	res := newThroughput("naive", n, took, map[string]any{"workers": 1, "batch": naiveBatch, "publisher": "watermill-kafka (kafkapub.NewPublisher)", "mark": "one UPDATE per row"})
-	d, err := readBack(ctx, e.broker, topic, n, 10*time.Second)
-	if err != nil {
-		return throughput{}, err
-	}
-	res.delivery = &d
-	return res, nil
+	res.Cost = c
+	return e.withDelivery(ctx, res, topic)
 }
 
 // naiveClaim runs the claim in its own short transaction (the statement's)
-// and sorts the rows by id: UPDATE ... RETURNING does not keep the
-// subquery's order, and the sketch publishes oldest first.
+// and returns the rows oldest first, as the sketch publishes them.
 func naiveClaim(ctx context.Context, s *schemaDB, claim string) ([]naiveRow, error) {
-	rows, err := s.SQL.QueryContext(ctx, claim, naiveBatch)
-	if err != nil {
-		return nil, fmt.Errorf("naive: claim: %w", err)
-	}
-	defer rows.Close()
-	var out []naiveRow
-	for rows.Next() {
+	out, err := claimSorted(ctx, s, claim, naiveBatch, func(rows *sql.Rows) (naiveRow, error) {
 		var (
 			r  naiveRow
 			id string
 		)
 		if err := rows.Scan(&r.id, &id, &r.ev.Topic, &r.ev.AggregateType, &r.ev.AggregateID, &r.ev.Type,
 			&r.ev.ContentType, &r.ev.Payload, &r.ev.CreatedAt); err != nil {
-			return nil, fmt.Errorf("naive: claim: %w", err)
+			return r, err
 		}
+		var err error
 		if r.ev.ID, err = uuid.Parse(id); err != nil {
-			return nil, fmt.Errorf("naive: event id: %w", err)
+			return r, fmt.Errorf("event id: %w", err)
+		}
+		return r, nil
+	}, func(r naiveRow) int64 { return r.id })
+	if err != nil {
+		return nil, fmt.Errorf("naive: %w", err)
+	}
+	return out, nil
+}
+
+// claimSorted runs a claim statement, one short transaction of its own,
+// scans its rows and sorts them by id: UPDATE ... RETURNING does not keep
+// the subquery's order, and the loops publish oldest first.
+func claimSorted[T any](ctx context.Context, s *schemaDB, claim string, batch int, scan func(*sql.Rows) (T, error), id func(T) int64) ([]T, error) {
+	rows, err := s.SQL.QueryContext(ctx, claim, batch)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		r, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
 		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("naive: claim: %w", err)
+		return nil, fmt.Errorf("claim: %w", err)
 	}
-	slices.SortFunc(out, func(a, b naiveRow) int { return cmp.Compare(a.id, b.id) })
+	slices.SortFunc(out, func(a, b T) int { return cmp.Compare(id(a), id(b)) })
 	return out, nil
 }

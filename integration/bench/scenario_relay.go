@@ -20,6 +20,8 @@ type throughput struct {
 	Settings map[string]any `json:"settings"`
 	// SQL sums the relay's statements by kind, where they were recorded.
 	SQL map[string]sqlStat `json:"sql,omitempty"`
+	// Cost is the drain's CPU and WAL per event (see cpu.go).
+	Cost *cost `json:"cost,omitempty"`
 	*delivery
 }
 
@@ -63,20 +65,17 @@ func runRelayScenario(ctx context.Context, e *env, replicas int, cpuprofile stri
 		return throughput{}, err
 	}
 	rr := relayRun{replicas: replicas, cfg: e.relayConfig(), publisher: e.kafkaPublisher, cpuprofile: cpuprofile, stats: e.sqlStats(s)}
+	m := e.startMeter(ctx, s.SQL)
 	took, err := rr.drain(ctx, s, e.opts.timeout)
 	if err != nil {
 		return throughput{}, fmt.Errorf("%s: %w", name, err)
 	}
-	res := newThroughput("relay", e.opts.events, took, relaySettings(rr.cfg, replicas))
+	res := newThroughput("relay", e.opts.events, took, e.producerSettings(relaySettings(rr.cfg, replicas)))
+	res.Cost = m.stop(ctx, e.opts.events)
 	if rr.stats != nil {
 		res.SQL = rr.stats.snapshot()
 	}
-	d, err := readBack(ctx, e.broker, topic, e.opts.events, 10*time.Second)
-	if err != nil {
-		return throughput{}, err
-	}
-	res.delivery = &d
-	return res, nil
+	return e.withDelivery(ctx, res, topic)
 }
 
 // runDBLimit drains the backlog with the relay and a publisher that
@@ -92,6 +91,7 @@ func runDBLimit(ctx context.Context, e *env) (throughput, error) {
 	}
 	cfg := relay.Config{BatchSize: 1000}
 	rr := relayRun{replicas: 1, cfg: cfg, publisher: func() (message.Publisher, error) { return kafkatest.NopPublisher{}, nil }, stats: e.sqlStats(s)}
+	m := e.startMeter(ctx, s.SQL)
 	took, err := rr.drain(ctx, s, e.opts.timeout)
 	if err != nil {
 		return throughput{}, fmt.Errorf("dblimit: %w", err)
@@ -99,6 +99,7 @@ func runDBLimit(ctx context.Context, e *env) (throughput, error) {
 	settings := relaySettings(cfg, 1)
 	settings["publisher"] = "no-op"
 	res := newThroughput("dblimit", e.opts.events, took, settings)
+	res.Cost = m.stop(ctx, e.opts.events)
 	if rr.stats != nil {
 		res.SQL = rr.stats.snapshot()
 	}

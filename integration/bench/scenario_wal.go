@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,22 +78,22 @@ func runWAL(ctx context.Context, e *env) (walBench, error) {
 		return res, err
 	}
 	rr := relayRun{replicas: 1, cfg: e.relayConfig(), publisher: e.kafkaPublisher}
-	m := startMeter(ctx, ps)
+	m := e.startMeter(ctx, ps.SQL)
 	start := time.Now()
 	stop, err := rr.start(ctx, ps)
 	if err != nil {
 		return res, err
 	}
 	end, err := waitDrained(ctx, ps, e.opts.timeout)
-	cpu, wal := m.stop(ctx)
+	c := m.stop(ctx, e.opts.events)
 	stop()
 	if err != nil {
 		return res, fmt.Errorf("wal: polling relay: %w", err)
 	}
 	res.RelayEPS = float64(e.opts.events) / end.Sub(start).Seconds()
-	res.RelayPGUSPerEvent, res.RelayWALBytesPerEvent = perEvent(cpu, wal, e.opts.events)
+	res.RelayPGUSPerEvent, res.RelayWALBytesPerEvent = measured(c, pgUS), measured(c, walBytes)
 	// Its prune deleting the published rows, as it would after Retention.
-	m = startMeter(ctx, ps)
+	m = e.startMeter(ctx, ps.SQL)
 	prune := ps.Names.Render(outboxsql.Prune)
 	args := outboxsql.PruneArgs{Retention: 0, Batch: walrelay.CleanupBatchDefault}.Args()
 	for {
@@ -107,8 +105,7 @@ func runWAL(ctx context.Context, e *env) (walBench, error) {
 			break
 		}
 	}
-	cpu, _ = m.stop(ctx)
-	res.RelayPrunePGUSPerEvent, _ = perEvent(cpu, 0, e.opts.events)
+	res.RelayPrunePGUSPerEvent = measured(m.stop(ctx, e.opts.events), pgUS)
 
 	// The WAL relay: its slot exists before the backlog is written, so the
 	// backlog comes through the stream (rows written before the slot would
@@ -146,7 +143,7 @@ func runWAL(ctx context.Context, e *env) (walBench, error) {
 	if err != nil {
 		return res, err
 	}
-	m = startMeter(ctx, s)
+	m = e.startMeter(ctx, s.SQL)
 	start = time.Now()
 	if stopRelay, err = runWALRelay(ctx, dr); err != nil {
 		return res, err
@@ -156,21 +153,21 @@ func runWAL(ctx context.Context, e *env) (walBench, error) {
 		return res, fmt.Errorf("wal: %w", err)
 	}
 	took := time.Since(start)
-	cpu, wal = m.stop(ctx)
+	c = m.stop(ctx, e.opts.events)
 	stopRelay()
 	res.WALEPS = float64(e.opts.events) / took.Seconds()
-	res.WALPGUSPerEvent, res.WALWALBytesPerEvent = perEvent(cpu, wal, e.opts.events)
-	m = startMeter(ctx, s)
+	res.WALPGUSPerEvent, res.WALWALBytesPerEvent = measured(c, pgUS), measured(c, walBytes)
+	m = e.startMeter(ctx, s.SQL)
 	if stopRelay, err = runWALRelay(ctx, r); err != nil {
 		return res, err
 	}
 	_, err = waitDrained(ctx, s, e.opts.timeout)
-	cpu, wal = m.stop(ctx)
+	c = m.stop(ctx, e.opts.events)
 	stopRelay()
 	if err != nil {
 		return res, fmt.Errorf("wal: cleanup: %w", err)
 	}
-	res.WALCleanupPGUSPerEvent, res.WALCleanupWALBytesPerEvent = perEvent(cpu, wal, e.opts.events)
+	res.WALCleanupPGUSPerEvent, res.WALCleanupWALBytesPerEvent = measured(c, pgUS), measured(c, walBytes)
 	d, err := readBack(ctx, e.broker, topic, e.opts.events, 10*time.Second)
 	if err != nil {
 		return res, err
@@ -335,89 +332,11 @@ func walLatency(ctx context.Context, e *env, cfg walrelay.Config) (p50, p99 floa
 	return quantile(lat, 0.50), quantile(lat, 0.99), nil
 }
 
-// meter measures PostgreSQL's CPU time and WAL written between start and
-// stop.
-type meter struct {
-	s        *schemaDB
-	postmast int // the server's postmaster pid, 0 if not visible here
-	cpu0     time.Duration
-	lsn0     string
-}
-
-func startMeter(ctx context.Context, s *schemaDB) *meter {
-	m := &meter{s: s}
-	var backend int
-	if err := s.SQL.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err == nil {
-		if st, err := procStat(backend); err == nil {
-			m.postmast = st.ppid
-		}
+// measured is a cost figure, -1 when it could not be read (the JSON line
+// cannot carry NaN).
+func measured(c *cost, pick func(*cost) *float64) float64 {
+	if v := figure(c, pick); !math.IsNaN(v) {
+		return v
 	}
-	m.cpu0 = serverCPU(m.postmast)
-	_ = s.SQL.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&m.lsn0)
-	return m
-}
-
-// stop returns the CPU time (-1 if not measurable) and WAL bytes since
-// start.
-func (m *meter) stop(ctx context.Context) (cpu time.Duration, wal int64) {
-	cpu = -1
-	if m.postmast != 0 {
-		cpu = serverCPU(m.postmast) - m.cpu0
-	}
-	_ = m.s.SQL.QueryRowContext(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`, m.lsn0).Scan(&wal)
-	return cpu, wal
-}
-
-func perEvent(cpu time.Duration, wal int64, events int) (usPerEvent, bytesPerEvent float64) {
-	usPerEvent = -1
-	if cpu >= 0 {
-		usPerEvent = float64(cpu.Microseconds()) / float64(events)
-	}
-	return usPerEvent, float64(wal) / float64(events)
-}
-
-type stat struct {
-	ppid                 int
-	utime, stime, cutime int64
-	cstime               int64
-}
-
-// procStat reads /proc/<pid>/stat.
-func procStat(pid int) (stat, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return stat{}, err
-	}
-	// The command name is in parentheses and may hold spaces.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	if len(f) < 15 {
-		return stat{}, fmt.Errorf("short /proc/%d/stat", pid)
-	}
-	num := func(i int) int64 { v, _ := strconv.ParseInt(f[i], 10, 64); return v }
-	// Fields from state (index 0 here): ppid 1, utime 11, stime 12, cutime 13, cstime 14.
-	return stat{ppid: int(num(1)), utime: num(11), stime: num(12), cutime: num(13), cstime: num(14)}, nil
-}
-
-// serverCPU is the CPU time of the postmaster, its live children, and the
-// children it has reaped (cutime, cstime), in clock ticks of 10 ms.
-func serverCPU(postmaster int) time.Duration {
-	if postmaster == 0 {
-		return 0
-	}
-	pm, err := procStat(postmaster)
-	if err != nil {
-		return 0
-	}
-	ticks := pm.utime + pm.stime + pm.cutime + pm.cstime
-	entries, _ := os.ReadDir("/proc")
-	for _, d := range entries {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil || pid == postmaster {
-			continue
-		}
-		if st, err := procStat(pid); err == nil && st.ppid == postmaster {
-			ticks += st.utime + st.stime
-		}
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond
+	return -1
 }

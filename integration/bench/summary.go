@@ -17,6 +17,10 @@ type summary struct {
 	GormOverhead, EntOverhead                   float64
 	ClaimFlatness                               float64
 	RelayRSSMiB                                 float64
+	PlainEPS                                    float64
+	// Relay and Plain are the costs of the one-replica relay's and the
+	// plain loop's drains; nil when they did not run.
+	Relay, Plain *cost
 	walSummary
 }
 
@@ -36,7 +40,15 @@ func (s *summary) addWAL(r walBench) {
 
 func newSummary() summary {
 	nan := math.NaN()
-	return summary{nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, walSummary{nan, nan, nan, nan, nan}}
+	return summary{nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nil, nil, walSummary{nan, nan, nan, nan, nan}}
+}
+
+// figure is one cost figure, NaN when it was not measured.
+func figure(c *cost, pick func(*cost) *float64) float64 {
+	if c == nil || pick(c) == nil {
+		return math.NaN()
+	}
+	return *pick(c)
 }
 
 // ceiling is what claim, publish and mark done one after another allow:
@@ -77,6 +89,15 @@ func (s summary) String() string {
 		{"ent_overhead", ratio(s.EntOverhead)},
 		{"claim_flatness", ratio(s.ClaimFlatness)},
 		{"relay_rss_mib", ratio(s.RelayRSSMiB)},
+		{"plain_eps", eps(s.PlainEPS)},
+		{"relay_vs_plain", ratio(s.RelayEPS / s.PlainEPS)},
+		{"relay3_vs_plain", ratio(s.Relay3EPS / s.PlainEPS)},
+		{"pg_us_per_event", ratio(figure(s.Relay, pgUS))},
+		{"plain_pg_us_per_event", ratio(figure(s.Plain, pgUS))},
+		{"cpu_us_per_event", ratio(figure(s.Relay, totalUS))},
+		{"plain_cpu_us_per_event", ratio(figure(s.Plain, totalUS))},
+		{"wal_bytes_per_event", eps(figure(s.Relay, walBytes))},
+		{"plain_wal_bytes_per_event", eps(figure(s.Plain, walBytes))},
 		{"wal_eps", eps(s.WALEPS)},
 		{"wal_vs_relay", ratio(s.WALVsRelay)},
 		{"wal_pg_us_per_event", ratio(s.WALPGUSPerEvent)},
@@ -98,3 +119,7 @@ func (s *summary) addViolations(n int) {
 	}
 	s.OrderViolations += float64(n)
 }
+
+func pgUS(c *cost) *float64     { return c.PGUS }
+func totalUS(c *cost) *float64  { return c.TotalUS }
+func walBytes(c *cost) *float64 { return c.WALBytes }

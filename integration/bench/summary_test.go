@@ -13,9 +13,15 @@ func TestSummaryLine(t *testing.T) {
 	s.P50MS, s.P99MS = 3.456, 42
 	s.GormOverhead, s.EntOverhead, s.ClaimFlatness, s.RelayRSSMiB = 1.1, 1.234, 1.005, 37.5
 	s.addWAL(walBench{WALEPS: 60000, RelayEPS: 30000, WALPGUSPerEvent: 12.345, WALWALBytesPerEvent: 410, P99MS: 9.5})
+	s.PlainEPS = 24000
+	f := func(v float64) *float64 { return &v }
+	s.Relay = &cost{PGUS: f(25.04), TotalUS: f(52.5), WALBytes: f(612.4)}
+	s.Plain = &cost{PGUS: f(13.7), TotalUS: f(36.6), WALBytes: f(401)}
 	want := "bench: relay_eps=30000 relay3_eps=28000 naive_eps=1200 forwarder_eps=4000 dblimit_eps=50000 kafkalimit_eps=40000 ceiling_eps=22222" +
 		" relay_vs_naive=25.00 relay_vs_forwarder=7.50 relay_vs_ceiling=1.35 order_violations=0 p50_ms=3.46 p99_ms=42.00" +
 		" gorm_overhead=1.10 ent_overhead=1.23 claim_flatness=1.00 relay_rss_mib=37.50" +
+		" plain_eps=24000 relay_vs_plain=1.25 relay3_vs_plain=1.17 pg_us_per_event=25.04 plain_pg_us_per_event=13.70" +
+		" cpu_us_per_event=52.50 plain_cpu_us_per_event=36.60 wal_bytes_per_event=612 plain_wal_bytes_per_event=401" +
 		" wal_eps=60000 wal_vs_relay=2.00 wal_pg_us_per_event=12.35 wal_wal_bytes_per_event=410.00 wal_p99_ms=9.50"
 	if got := s.String(); got != want {
 		t.Errorf("summary line:\n got %s\nwant %s", got, want)
@@ -25,9 +31,12 @@ func TestSummaryLine(t *testing.T) {
 func TestSummaryLineMissing(t *testing.T) {
 	s := newSummary()
 	s.RelayEPS = 30000
+	s.Relay = &cost{} // ran, but nothing could be read
 	want := "bench: relay_eps=30000 relay3_eps=- naive_eps=- forwarder_eps=- dblimit_eps=- kafkalimit_eps=- ceiling_eps=-" +
 		" relay_vs_naive=- relay_vs_forwarder=- relay_vs_ceiling=- order_violations=- p50_ms=- p99_ms=-" +
 		" gorm_overhead=- ent_overhead=- claim_flatness=- relay_rss_mib=-" +
+		" plain_eps=- relay_vs_plain=- relay3_vs_plain=- pg_us_per_event=- plain_pg_us_per_event=-" +
+		" cpu_us_per_event=- plain_cpu_us_per_event=- wal_bytes_per_event=- plain_wal_bytes_per_event=-" +
 		" wal_eps=- wal_vs_relay=- wal_pg_us_per_event=- wal_wal_bytes_per_event=- wal_p99_ms=-"
 	if got := s.String(); got != want {
 		t.Errorf("summary line:\n got %s\nwant %s", got, want)

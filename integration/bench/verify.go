@@ -20,6 +20,16 @@ type delivery struct {
 	OrderViolations int `json:"order_violations"`
 }
 
+// withDelivery reads the drained topic back and adds what it found to res.
+func (e *env) withDelivery(ctx context.Context, res throughput, topic string) (throughput, error) {
+	d, err := readBack(ctx, e.broker, topic, res.Events, 10*time.Second)
+	if err != nil {
+		return throughput{}, err
+	}
+	res.delivery = &d
+	return res, nil
+}
+
 // readBack consumes topic from the start with franz-go until want distinct
 // events arrived or nothing new came for idle, and checks per-key order: a
 // record whose seq is below the highest seq seen for its key is a violation

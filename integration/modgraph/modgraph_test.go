@@ -87,7 +87,7 @@ var cases = []struct {
 			"github.com/jcmturner/goidentity/v6", "github.com/jcmturner/gokrb5/v8", "github.com/jcmturner/rpc/v2",
 			"golang.org/x/crypto", "golang.org/x/net", "golang.org/x/term", "golang.org/x/xerrors",
 			// Sarama's and watermill-kafka's own go.mod files (tests, tracing):
-			"github.com/dnwe/otelsarama", "github.com/fortytw2/leaktest", "github.com/gorilla/securecookie",
+			"github.com/dnwe/otelsarama", "go.uber.org/goleak", "github.com/gorilla/securecookie",
 			"github.com/gorilla/sessions", "github.com/rogpeppe/go-internal", "github.com/yuin/goldmark", "gopkg.in/yaml.v2",
 		}},
 	},

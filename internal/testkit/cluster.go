@@ -133,6 +133,18 @@ func (c Cluster) Start(ctx context.Context) error {
 	return c.wait(ctx, 30*time.Second)
 }
 
+// Stop shuts the server down cleanly (a checkpoint, then exit) and waits
+// until it is down. A cluster that is not running is left as it is.
+func (c Cluster) Stop(ctx context.Context) error {
+	if !c.running(ctx) {
+		return nil
+	}
+	return c.ctl(ctx, "pg_ctlcluster", "--skip-systemctl-redirect", c.Version, c.Name, "stop", "-m", "fast")
+}
+
+// Running reports whether the server is up.
+func (c Cluster) Running(ctx context.Context) bool { return c.running(ctx) }
+
 func (c Cluster) running(ctx context.Context) bool {
 	// pg_ctlcluster status exits 0 when the server runs, 3 when it is down.
 	return exec.CommandContext(ctx, "pg_ctlcluster", "--skip-systemctl-redirect", c.Version, c.Name, "status").Run() == nil

@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/txoutbox/txoutbox"
 	"log/slog"
 	"time"
 
@@ -12,6 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/txoutbox/txoutbox"
 )
 
 // Config tunes NewPublisher. The zero value is valid.
@@ -51,7 +52,8 @@ type Config struct {
 	// Configure, if set, is called last with the Sarama configuration,
 	// as an escape hatch for settings not covered here. Do not lower
 	// RequiredAcks or raise Net.MaxOpenRequests: durability and per-key
-	// order rest on them.
+	// order rest on them (Sarama refuses the idempotent producer with more
+	// than one request in flight).
 	Configure func(*sarama.Config)
 }
 
@@ -74,13 +76,15 @@ type SASLConfig struct {
 //   - acks from all in-sync replicas, and one request in flight per broker,
 //     so an internal retry cannot reorder a partition's records (the relay
 //     also never has two events of one aggregate in flight);
-//   - not Sarama's idempotent producer: after the broker refuses one batch
-//     (a record over its message.max.bytes), Sarama's sequence numbers for
-//     the partition go wrong, and it takes the broker's "duplicate sequence
-//     number" answer for a later batch as success although nothing was
-//     stored. The crash suite's poison scenario lost an acknowledged event
-//     that way. Without it a retry may store a record twice, which
-//     at-least-once delivery and the event id already cover;
+//   - Sarama's idempotent producer, so an internal retry of a batch the
+//     broker stored but did not acknowledge does not store it twice.
+//     Sarama before v1.46.3 sent records buffered during a retry without a
+//     sequence number (IBM/sarama#3354) and acknowledged records the
+//     broker never stored (integration/relaytest's
+//     TestKafkaPublisherRetriesStoreOnce loses hundreds with v1.43.3).
+//     This module requires a Sarama with the fix. Brokers that refuse idempotent writes (a
+//     cluster whose ACLs deny IdempotentWrite, before Kafka 2.8) need it
+//     off: set Producer.Idempotent = false in Configure;
 //   - Publish returns only after the acknowledgement;
 //   - the Watermill message UUID (the event id) and all metadata (event id,
 //     type, aggregate type and id, creation time, content type and the
@@ -132,6 +136,7 @@ func (cfg Config) sarama() (*sarama.Config, error) {
 	sc.Net.DialTimeout, sc.Net.ReadTimeout, sc.Net.WriteTimeout = timeout, timeout, timeout
 	sc.Producer.Timeout = timeout
 	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Producer.Idempotent = true
 	sc.Net.MaxOpenRequests = 1
 	sc.Producer.Retry.Max = 5
 	sc.Producer.Retry.Backoff = 100 * time.Millisecond

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTick is the unit of the CPU times in /proc/<pid>/stat: USER_HZ,
+// which Linux fixes at 100 for user space whatever the kernel's HZ.
+const clockTick = 10 * time.Millisecond
+
+// cost is what a drain cost per event: CPU of the process that moved the
+// events (this one), of PostgreSQL and of the broker, and the WAL
+// PostgreSQL wrote. A figure that could not be read is absent.
+type cost struct {
+	RelayUS  *float64 `json:"relay_cpu_us_per_event,omitempty"`
+	PGUS     *float64 `json:"pg_cpu_us_per_event,omitempty"`
+	BrokerUS *float64 `json:"broker_cpu_us_per_event,omitempty"`
+	TotalUS  *float64 `json:"total_cpu_us_per_event,omitempty"`
+	WALBytes *float64 `json:"wal_bytes_per_event,omitempty"`
+}
+
+// procStat is the part of /proc/<pid>/stat the meter reads.
+type procStat struct {
+	ppid                        int
+	utime, stime, cutime, cstim time.Duration
+}
+
+// readProcStat parses /proc/<pid>/stat. The command name (field 2) is in
+// parentheses and may hold spaces, so the fields are counted from the last
+// closing parenthesis: state, ppid, ..., utime (14), stime, cutime, cstime.
+func readProcStat(pid int) (procStat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 15 {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: %d fields after the command name", pid, len(f))
+	}
+	var v [5]int64
+	for k, idx := range []int{1, 11, 12, 13, 14} {
+		if v[k], err = strconv.ParseInt(f[idx], 10, 64); err != nil {
+			return procStat{}, fmt.Errorf("/proc/%d/stat field %d: %w", pid, idx+3, err)
+		}
+	}
+	t := func(ticks int64) time.Duration { return time.Duration(ticks) * clockTick }
+	return procStat{ppid: int(v[0]), utime: t(v[1]), stime: t(v[2]), cutime: t(v[3]), cstim: t(v[4])}, nil
+}
+
+// processCPU is the CPU time pid has used so far.
+func processCPU(pid int) (time.Duration, error) {
+	st, err := readProcStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	return st.utime + st.stime, nil
+}
+
+// clusterCPU is the CPU time a PostgreSQL cluster has used so far: the
+// postmaster's own, that of every live child (backends and auxiliary
+// processes: checkpointer, walwriter, autovacuum workers, ...), and that of
+// its children that exited, which the kernel adds to the postmaster's
+// cutime and cstime when it reaps them. The difference of two readings is
+// then exact whatever connections opened or closed in between.
+func clusterCPU(postmaster int) (time.Duration, error) {
+	pm, err := readProcStat(postmaster)
+	if err != nil {
+		return 0, err
+	}
+	total := pm.utime + pm.stime + pm.cutime + pm.cstim
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := readProcStat(pid)
+		if err != nil || st.ppid != postmaster {
+			continue // gone since the listing, or not the cluster's
+		}
+		total += st.utime + st.stime
+	}
+	return total, nil
+}
+
+// postmasterPID finds the postmaster of db's server on this host: the
+// parent of the backend serving the query. It returns 0 when that backend
+// is not a process here (a server on another host or in another PID
+// namespace).
+func postmasterPID(ctx context.Context, db *sql.DB) (int, error) {
+	var backend int
+	if err := db.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		return 0, fmt.Errorf("backend pid: %w", err)
+	}
+	cmd, err := os.ReadFile("/proc/" + strconv.Itoa(backend) + "/cmdline")
+	if err != nil || !bytes.HasPrefix(cmd, []byte("postgres:")) {
+		return 0, nil
+	}
+	st, err := readProcStat(backend)
+	if err != nil {
+		return 0, nil
+	}
+	return st.ppid, nil
+}
+
+// meter reads the CPU and WAL counters around a drain.
+type meter struct {
+	db                    *sql.DB
+	broker, postmaster    int // 0: not measurable here
+	self                  int
+	wal0                  string
+	pg0, broker0, self0   time.Duration
+	pgOK, brokerOK, walOK bool
+}
+
+// startMeter takes the first readings, the PostgreSQL and broker ones before
+// this process's own, so reading /proc is not counted as the relay's work.
+// A counter that cannot be read is left out of the cost, with a log line.
+func (e *env) startMeter(ctx context.Context, db *sql.DB) *meter {
+	m := &meter{db: db, broker: e.brokerPid, postmaster: e.postmaster, self: os.Getpid()}
+	if err := db.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&m.wal0); err != nil {
+		logf("WAL not measured: %v", err)
+	} else {
+		m.walOK = true
+	}
+	if m.postmaster != 0 {
+		var err error
+		if m.pg0, err = clusterCPU(m.postmaster); err == nil {
+			m.pgOK = true
+		}
+	}
+	if m.broker != 0 {
+		var err error
+		if m.broker0, err = processCPU(m.broker); err == nil {
+			m.brokerOK = true
+		}
+	}
+	m.self0, _ = processCPU(m.self)
+	return m
+}
+
+// stop takes the second readings and divides the differences by events.
+func (m *meter) stop(ctx context.Context, events int) *cost {
+	self1, selfErr := processCPU(m.self)
+	per := func(d time.Duration) *float64 {
+		v := float64(d.Microseconds()) / float64(events)
+		return &v
+	}
+	c := &cost{}
+	var total time.Duration
+	parts := 0
+	if selfErr == nil {
+		c.RelayUS = per(self1 - m.self0)
+		total += self1 - m.self0
+		parts++
+	}
+	if m.brokerOK {
+		if b1, err := processCPU(m.broker); err == nil {
+			c.BrokerUS = per(b1 - m.broker0)
+			total += b1 - m.broker0
+			parts++
+		}
+	}
+	if m.pgOK {
+		if p1, err := clusterCPU(m.postmaster); err == nil {
+			c.PGUS = per(p1 - m.pg0)
+			total += p1 - m.pg0
+			parts++
+		}
+	}
+	if parts == 3 {
+		c.TotalUS = per(total)
+	}
+	if m.walOK {
+		var bytes float64
+		if err := m.db.QueryRowContext(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8`, m.wal0).Scan(&bytes); err != nil {
+			logf("WAL not measured: %v", err)
+		} else {
+			v := bytes / float64(events)
+			c.WALBytes = &v
+		}
+	}
+	return c
+}
+
+// idleCluster reports how much CPU the PostgreSQL cluster used per second
+// while the bench did nothing: other sessions on a shared server, which
+// every PostgreSQL figure of the run then includes.
+func (e *env) idleCluster(d time.Duration) (float64, error) {
+	if e.postmaster == 0 {
+		return 0, fmt.Errorf("PostgreSQL is not on this host")
+	}
+	a, err := clusterCPU(e.postmaster)
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(d)
+	b, err := clusterCPU(e.postmaster)
+	if err != nil {
+		return 0, err
+	}
+	return float64((b - a).Microseconds()) / d.Seconds(), nil
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+// TestPlainDrains runs the plain loop on a small backlog against the test
+// server and an in-process broker: every event arrives once, in per-key
+// order, and the drain's cost figures are read.
+func TestPlainDrains(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dbURL, err := testkit.EnsureDatabase(ctx, testkit.ServerURL(), benchDatabase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := kafkatest.New(t)
+	e := &env{dbURL: dbURL, broker: c.ListenAddrs()[0], brokerPid: os.Getpid(),
+		opts: options{events: 2500, aggregates: 40, timeout: time.Minute, maxOpenRequests: 1, idempotent: true}}
+	if err := e.findPostmaster(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := runPlain(ctx, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Scenario != "plain" || r.Events != 2500 || r.EPS <= 0 {
+		t.Errorf("result %+v", r)
+	}
+	if r.delivery == nil || r.Records != 2500 || r.Missing != 0 || r.Duplicates != 0 || r.OrderViolations != 0 {
+		t.Fatalf("delivery %+v, want 2500 records, none missing, duplicated or out of order", r.delivery)
+	}
+	if r.Cost == nil || r.Cost.RelayUS == nil || *r.Cost.RelayUS <= 0 {
+		t.Fatalf("cost %+v: no CPU of this process", r.Cost)
+	}
+	if r.Cost.WALBytes == nil || *r.Cost.WALBytes < 50 {
+		t.Errorf("WAL per event %v, want at least 50 bytes (two updates of each row)", r.Cost.WALBytes)
+	}
+	t.Logf("%.0f events/s, cost: relay %.1f µs, pg %.1f µs, wal %.0f B per event", r.EPS, *r.Cost.RelayUS, deref(r.Cost.PGUS), *r.Cost.WALBytes)
+	// The test server runs on this host in development and in CI.
+	if e.postmaster == 0 {
+		t.Fatal("the test server's postmaster was not found among this host's processes")
+	}
+	if r.Cost.PGUS == nil || *r.Cost.PGUS <= 0 || r.Cost.TotalUS == nil || *r.Cost.TotalUS < *r.Cost.PGUS+*r.Cost.RelayUS {
+		t.Errorf("cost %+v: want PostgreSQL CPU and a total of the three", r.Cost)
+	}
+}
+
+func TestReadProcStat(t *testing.T) {
+	t.Parallel()
+	st, err := readProcStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ppid != os.Getppid() {
+		t.Errorf("ppid %d, want %d", st.ppid, os.Getppid())
+	}
+	// Burn a few clock ticks so the reading must move.
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for x := 0; time.Now().Before(deadline); x++ {
+		_ = x * x
+	}
+	cpu, err := processCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu < 20*time.Millisecond {
+		t.Errorf("CPU %s after a 50 ms busy loop, want at least 20 ms", cpu)
+	}
+	if _, err := readProcStat(-1); err == nil {
+		t.Error("readProcStat(-1) succeeded")
+	}
+}
+
+func deref(p *float64) float64 {
+	if p == nil {
+		return -1
+	}
+	return *p
+}

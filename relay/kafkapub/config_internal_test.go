@@ -1,0 +1,24 @@
+package kafkapub
+
+import (
+	"testing"
+
+	"github.com/IBM/sarama"
+)
+
+func TestSaramaConfigIsIdempotentAndOrdered(t *testing.T) {
+	t.Parallel()
+	sc, err := Config{}.sarama()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sc.Producer.Idempotent || sc.Producer.RequiredAcks != sarama.WaitForAll || sc.Net.MaxOpenRequests != 1 {
+		t.Errorf("idempotent=%v acks=%v max_open_requests=%d, want true, all, 1",
+			sc.Producer.Idempotent, sc.Producer.RequiredAcks, sc.Net.MaxOpenRequests)
+	}
+	// The escape hatch for brokers that refuse idempotent writes.
+	sc, err = Config{Configure: func(sc *sarama.Config) { sc.Producer.Idempotent = false }}.sarama()
+	if err != nil || sc.Producer.Idempotent {
+		t.Errorf("Configure turning idempotence off: idempotent=%v, err=%v", sc != nil && sc.Producer.Idempotent, err)
+	}
+}
