@@ -6,8 +6,8 @@ require (
 	entgo.io/ent v0.14.5
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/txoutbox/txoutbox v0.0.0-20261130115640-08b3f6edbd99
-	github.com/txoutbox/txoutbox/entoutbox v0.0.0-20261130115640-08b3f6edbd99
+	github.com/txoutbox/txoutbox v0.0.0-20261130120355-7c14f9aba6b6
+	github.com/txoutbox/txoutbox/entoutbox v0.0.0-20261130120355-7c14f9aba6b6
 )
 
 require (
