@@ -77,6 +77,9 @@ func insertBacklogRows(ctx context.Context, s *schemaDB, topic string, n, aggreg
 // claim index, so polling it stays cheap as the backlog drains.
 const unpublishedSQL = `SELECT EXISTS (SELECT 1 FROM {{table}} WHERE state IN ('pending', 'claimed'))`
 
+// backlogSQL counts the rows a drain must publish.
+const backlogSQL = `SELECT count(*) FROM {{table}} WHERE state IN ('pending', 'claimed')`
+
 // deadSQL counts dead rows: a benchmark run must have none.
 const deadSQL = `SELECT count(*) FROM {{table}} WHERE state = 'dead'`
 
