@@ -99,3 +99,26 @@ func TestTakeoverRefusesAnActiveSlot(t *testing.T) {
 		t.Fatalf("Takeover: %v, want ErrSlotActive", err)
 	}
 }
+
+// A relay that died while it initialised the slot leaves the
+// publication's mark, and the rows written before the slot unpublished:
+// the slot never streams them. Takeover must leave them pending for the
+// polling relay, not mark them published as if the slot confirmed them.
+func TestTakeoverAfterInterruptedInitialisationKeepsTheBacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	old := b.write(t, "k", "l")
+	slot, pub := SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
+	b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
+	b.exec(t, `COMMENT ON PUBLICATION `+pub+` IS 'txoutbox: initialising slot `+slot+`'`)
+	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+
+	res, err := Takeover(ctx, TakeoverConfig{ConnString: b.db.URL, Table: b.db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE state = 'pending'`); n != len(old) {
+		t.Fatalf("takeover %+v left %d rows pending, want the %d rows the slot never streamed", res, n, len(old))
+	}
+}
