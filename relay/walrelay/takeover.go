@@ -45,7 +45,9 @@ type TakeoverResult struct {
 	TableLess int
 	// Lost is true when the slot's WAL was gone (wal_status lost): no row
 	// could be told confirmed, so every unpublished row stays pending and
-	// the polling relay publishes them all, some a second time.
+	// the polling relay publishes them all, some a second time. Every row
+	// stays pending too, with Lost false, when a relay died while it
+	// created the slot: the rows written before it were not all published.
 	Lost bool
 }
 
@@ -109,6 +111,14 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 		return res, fmt.Errorf("%w: %s: stop the WAL relays first", ErrSlotActive, r.cfg.Slot)
 	}
 	res.Lost = st.walStatus == "lost"
+	// A relay that died while it created the slot left the publication's
+	// mark: the rows written before the slot were not all published, and
+	// the slot never streams them, so none can be told confirmed.
+	mark, _, err := r.marker(ctx, tx)
+	if err != nil {
+		return res, fmt.Errorf("walrelay: takeover: %w", err)
+	}
+	initialising := mark != ""
 	var keep []int64
 	if !res.Lost {
 		if keep, res.TableLess, err = r.unconfirmed(ctx, tx); err != nil {
@@ -117,6 +127,8 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 		if res.TableLess > 0 && !cfg.Force {
 			return res, fmt.Errorf("%w: %d table-less events exist only in the slot's WAL and would be lost; start a WAL relay to publish them, or force", ErrTableLessPending, res.TableLess)
 		}
+	}
+	if !res.Lost && !initialising {
 		tag, err := tx.Exec(ctx, r.names.Render(outboxsql.WALMarkAllBut), outboxsql.Int64Array(keep))
 		if err != nil {
 			return res, fmt.Errorf("walrelay: takeover: mark confirmed rows: %w", err)
@@ -124,7 +136,7 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 		res.Confirmed = tag.RowsAffected()
 	}
 	res.Unconfirmed = len(keep)
-	if res.Lost {
+	if res.Lost || initialising {
 		if err := tx.QueryRow(ctx, r.names.Render(`SELECT count(*) FROM {{table}} WHERE state IN ('pending', 'claimed')`)).Scan(&res.Unconfirmed); err != nil {
 			return res, fmt.Errorf("walrelay: takeover: %w", err)
 		}
