@@ -121,6 +121,9 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 	initialising := mark != ""
 	var keep []int64
 	if !res.Lost {
+		if err := flushWAL(ctx, pc, lockTimeout); err != nil {
+			return res, err
+		}
 		if keep, res.TableLess, err = r.unconfirmed(ctx, tx); err != nil {
 			return res, err
 		}
@@ -148,6 +151,33 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 		return res, fmt.Errorf("walrelay: takeover: commit: %w", err)
 	}
 	return res, nil
+}
+
+// flushWAL makes sure the WAL of every transaction that committed before
+// the takeover's table lock is flushed: the slot decodes only flushed WAL,
+// and a writer with synchronous_commit = off commits, is visible and
+// releases its lock before its WAL is. A transaction that writes WAL and
+// commits synchronously flushes all WAL before its commit record; on
+// another connection, as the takeover's own transaction must not commit.
+// Its message has a prefix no outbox uses and goes with the slot.
+func flushWAL(ctx context.Context, pc *pgx.ConnConfig, timeout time.Duration) error {
+	fctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(fctx, pc)
+	if err != nil {
+		return fmt.Errorf("walrelay: takeover: flush the WAL: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	err = pgx.BeginFunc(fctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(fctx, outboxsql.WALFlush); err != nil {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("walrelay: takeover: flush the WAL: %w", err)
+	}
+	return nil
 }
 
 // unconfirmed decodes the changes the slot holds past its confirmed
