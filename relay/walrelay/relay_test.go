@@ -470,3 +470,38 @@ func TestFailoverNeedsPostgreSQL17(t *testing.T) {
 		}
 	}
 }
+
+// A writer and a relay that name the same outbox table differently (one
+// schema-qualified, one by the search_path) both work for rows; the
+// relay must not silently drop the writer's table-less events either.
+func TestTableLessEventsOfTheSameTableNamedOtherwise(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.Table = txoutbox.Table{} // "outbox" on the search_path: the test's schema
+	cfg.Slot, cfg.Publication = SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
+	runActive(t, b.newRelay(t, cfg))
+	wal, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: b.db.Table(), WALMessages: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := b.db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	tableLess := b.events(t, "k")
+	if err := wal.Write(ctx, tx, tableLess...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	row := b.write(t, "k")
+	b.pub.waitFor(t, row...)
+	time.Sleep(500 * time.Millisecond)
+	if !slices.Contains(b.pub.ids(), tableLess[0].ID.String()) {
+		t.Fatalf("the row event went out, the table-less event written before it did not: published %v", b.pub.ids())
+	}
+}
