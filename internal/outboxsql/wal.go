@@ -188,6 +188,12 @@ const WALTakeoverLock = `LOCK TABLE {{table}} IN SHARE MODE`
 const WALPeek = `SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
     'proto_version', '1', 'publication_names', $2, 'messages', 'true')`
 
+// WALFlush, run in a transaction of its own, makes its commit flush the
+// WAL: it writes a transactional logical message (its prefix has no colon,
+// so no outbox's relay takes it for an event) and commits synchronously,
+// locally, which flushes all WAL before it.
+const WALFlush = `SELECT set_config('synchronous_commit', 'local', true), pg_logical_emit_message(true, 'txoutbox.takeover', '')`
+
 // WALMarkAllBut marks every unpublished row published except rows $1: the
 // takeover's rows the slot confirmed.
 const WALMarkAllBut = `UPDATE {{table}} SET state = 'published', published_at = now(), lease_owner = NULL, lease_expires_at = NULL

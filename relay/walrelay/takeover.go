@@ -45,7 +45,9 @@ type TakeoverResult struct {
 	TableLess int
 	// Lost is true when the slot's WAL was gone (wal_status lost): no row
 	// could be told confirmed, so every unpublished row stays pending and
-	// the polling relay publishes them all, some a second time.
+	// the polling relay publishes them all, some a second time. Every row
+	// stays pending too, with Lost false, when a relay died while it
+	// created the slot: the rows written before it were not all published.
 	Lost bool
 }
 
@@ -109,14 +111,27 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 		return res, fmt.Errorf("%w: %s: stop the WAL relays first", ErrSlotActive, r.cfg.Slot)
 	}
 	res.Lost = st.walStatus == "lost"
+	// A relay that died while it created the slot left the publication's
+	// mark: the rows written before the slot were not all published, and
+	// the slot never streams them, so none can be told confirmed.
+	mark, _, err := r.marker(ctx, tx)
+	if err != nil {
+		return res, fmt.Errorf("walrelay: takeover: %w", err)
+	}
+	initialising := mark != ""
 	var keep []int64
 	if !res.Lost {
+		if err := flushWAL(ctx, pc, lockTimeout); err != nil {
+			return res, err
+		}
 		if keep, res.TableLess, err = r.unconfirmed(ctx, tx); err != nil {
 			return res, err
 		}
 		if res.TableLess > 0 && !cfg.Force {
 			return res, fmt.Errorf("%w: %d table-less events exist only in the slot's WAL and would be lost; start a WAL relay to publish them, or force", ErrTableLessPending, res.TableLess)
 		}
+	}
+	if !res.Lost && !initialising {
 		tag, err := tx.Exec(ctx, r.names.Render(outboxsql.WALMarkAllBut), outboxsql.Int64Array(keep))
 		if err != nil {
 			return res, fmt.Errorf("walrelay: takeover: mark confirmed rows: %w", err)
@@ -124,7 +139,7 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 		res.Confirmed = tag.RowsAffected()
 	}
 	res.Unconfirmed = len(keep)
-	if res.Lost {
+	if res.Lost || initialising {
 		if err := tx.QueryRow(ctx, r.names.Render(`SELECT count(*) FROM {{table}} WHERE state IN ('pending', 'claimed')`)).Scan(&res.Unconfirmed); err != nil {
 			return res, fmt.Errorf("walrelay: takeover: %w", err)
 		}
@@ -136,6 +151,33 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 		return res, fmt.Errorf("walrelay: takeover: commit: %w", err)
 	}
 	return res, nil
+}
+
+// flushWAL makes sure the WAL of every transaction that committed before
+// the takeover's table lock is flushed: the slot decodes only flushed WAL,
+// and a writer with synchronous_commit = off commits, is visible and
+// releases its lock before its WAL is. A transaction that writes WAL and
+// commits synchronously flushes all WAL before its commit record; on
+// another connection, as the takeover's own transaction must not commit.
+// Its message has a prefix no outbox uses and goes with the slot.
+func flushWAL(ctx context.Context, pc *pgx.ConnConfig, timeout time.Duration) error {
+	fctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(fctx, pc)
+	if err != nil {
+		return fmt.Errorf("walrelay: takeover: flush the WAL: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	err = pgx.BeginFunc(fctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(fctx, outboxsql.WALFlush); err != nil {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("walrelay: takeover: flush the WAL: %w", err)
+	}
+	return nil
 }
 
 // unconfirmed decodes the changes the slot holds past its confirmed

@@ -99,3 +99,62 @@ func TestTakeoverRefusesAnActiveSlot(t *testing.T) {
 		t.Fatalf("Takeover: %v, want ErrSlotActive", err)
 	}
 }
+
+// A relay that died while it initialised the slot leaves the
+// publication's mark, and the rows written before the slot unpublished:
+// the slot never streams them. Takeover must leave them pending for the
+// polling relay, not mark them published as if the slot confirmed them.
+func TestTakeoverAfterInterruptedInitialisationKeepsTheBacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	old := b.write(t, "k", "l")
+	slot, pub := SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
+	b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
+	b.exec(t, `COMMENT ON PUBLICATION `+pub+` IS 'txoutbox: initialising slot `+slot+`'`)
+	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+
+	res, err := Takeover(ctx, TakeoverConfig{ConnString: b.db.URL, Table: b.db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE state = 'pending'`); n != len(old) {
+		t.Fatalf("takeover %+v left %d rows pending, want the %d rows the slot never streamed", res, n, len(old))
+	}
+}
+
+// A writer may commit asynchronously (synchronous_commit = off): its
+// commit is visible, and releases its lock, before its WAL is flushed, and
+// the slot decodes only flushed WAL. Takeover must still see such a row
+// as unconfirmed, not mark it published unsent.
+func TestTakeoverSeesAsynchronousCommits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	slot, pub := SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
+	b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
+	for i := range 5 {
+		b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+		tx, err := b.db.SQL.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+			t.Fatal(err)
+		}
+		ev := b.events(t, "k")
+		if err := b.w.Write(ctx, tx, ev...); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		res, err := Takeover(ctx, TakeoverConfig{ConnString: b.db.URL, Table: b.db.Table()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := b.count(t, `SELECT count(*) FROM outbox WHERE state = 'pending' AND event_id = $1`, ev[0].ID); n != 1 {
+			t.Fatalf("round %d: takeover %+v marked the asynchronously committed row published; the slot never streamed it", i, res)
+		}
+	}
+}
