@@ -99,7 +99,7 @@ type Writer struct {
 	insertOne      string       // the statement for one event, rendered once
 	insertOneQuiet string       // the same without NOTIFY
 	propagator     propagation.TextMapPropagator
-	walPrefix      string // with WALMessages: the messages' prefix, else empty
+	walMessages    bool   // WALMessages: emit instead of insert
 }
 
 // NewWriter validates cfg and returns a Writer.
@@ -119,9 +119,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	}
 	w := &Writer{names: names, maxPayload: cfg.MaxPayloadBytes, notify: !cfg.DisableNotify,
 		notifyInterval: cfg.NotifyInterval, propagator: cfg.Propagator}
-	if cfg.WALMessages {
-		w.walPrefix = outboxsql.WALMessagePrefix(names)
-	}
+	w.walMessages = cfg.WALMessages
 	w.insertOne = outboxsql.Insert(names, 1, w.notify)
 	w.insertOneQuiet = outboxsql.Insert(names, 1, false)
 	return w, nil
@@ -189,11 +187,11 @@ func (w *Writer) write(ctx context.Context, events []Event, exec func(string, []
 		}
 	}
 	traced := traceHeaders(ctx, w.propagator)
-	notify := w.walPrefix == "" && w.shouldNotify(now)
+	notify := !w.walMessages && w.shouldNotify(now)
 	for start := 0; start < len(events); start += maxRowsPerStatement {
 		chunk := events[start:min(start+maxRowsPerStatement, len(events))]
-		if w.walPrefix != "" {
-			args, err := emitArgs(w.walPrefix, chunk, traced)
+		if w.walMessages {
+			args, err := emitArgs(w.names.Table, chunk, traced)
 			if err != nil {
 				return err
 			}
@@ -251,10 +249,10 @@ func insertArgs(events []Event, traced propagation.MapCarrier) ([]any, error) {
 	return args, nil
 }
 
-// emitArgs binds outboxsql.WALEmit: the prefix, then each event encoded.
-func emitArgs(prefix string, events []Event, traced propagation.MapCarrier) ([]any, error) {
+// emitArgs binds outboxsql.WALEmit: the table, then each event encoded.
+func emitArgs(table string, events []Event, traced propagation.MapCarrier) ([]any, error) {
 	args := make([]any, 0, len(events)+1)
-	args = append(args, prefix)
+	args = append(args, table)
 	for i := range events {
 		e := &events[i]
 		headers, err := encodeHeaders(e.Headers, traced)

@@ -37,27 +37,33 @@ func WALName(schema, name string) string {
 // no parameters (COMMENT, SET TRANSACTION SNAPSHOT, replication commands).
 func Literal(s string) string { return quoteLiteral(s) }
 
-// WALMessagePrefix is the prefix of the logical decoding messages
+// WALMessagePrefix returns the prefix of the logical decoding messages
 // (pg_logical_emit_message) that carry the table-less events of an outbox
-// table: the writer emits them, the WAL relay publishes them.
-func WALMessagePrefix(n Names) string { return "txoutbox:" + n.Table }
+// table, for $1, the table as Names.Table renders it: "txoutbox:" and the
+// table's oid. The writer and the relay each resolve the name on their own
+// connection, so a writer that names the table schema-qualified and a
+// relay that finds it on its search_path agree; two outbox tables of the
+// same name in different schemas do not. Messages are database-wide: every
+// slot of the database sees them.
+const WALMessagePrefix = `SELECT 'txoutbox:' || $1::regclass::oid::text`
 
-// WALEmit records rows table-less events: $1 is the prefix, $2... the
-// encoded events, emitted left to right as transactional messages, so
-// they commit or roll back with the caller's transaction. Plain bytea
-// parameters work with any driver.
+// WALEmit records rows table-less events: $1 is the table (see
+// WALMessagePrefix), $2... the encoded events, emitted left to right as
+// transactional messages, so they commit or roll back with the caller's
+// transaction. Plain bytea parameters work with any driver.
 func WALEmit(rows int) string {
 	var b strings.Builder
-	b.Grow(16 + rows*56)
-	b.WriteString("SELECT ")
+	b.Grow(96 + rows*56)
+	b.WriteString("WITH p AS (SELECT 'txoutbox:' || $1::regclass::oid::text AS prefix) SELECT ")
 	for i := range rows {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("pg_logical_emit_message(true, $1, $")
+		b.WriteString("pg_logical_emit_message(true, p.prefix, $")
 		b.WriteString(strconv.Itoa(i + 2))
 		b.WriteString("::bytea)")
 	}
+	b.WriteString(" FROM p")
 	return b.String()
 }
 
@@ -139,6 +145,9 @@ const WALMarkPublished = `UPDATE {{table}} SET state = 'published', published_at
 const WALMarkDead = `UPDATE {{table}} SET state = 'dead', attempts = $2, last_error = $3, lease_owner = NULL, lease_expires_at = NULL
     WHERE id = $1 AND state IN ('pending', 'claimed')`
 
+// WALRowExists reports whether row $1 exists (visible to the statement).
+const WALRowExists = `SELECT EXISTS (SELECT 1 FROM {{table}} WHERE id = $1)`
+
 // WALHorizon starts a cleanup round: the highest row id now, and the
 // first transaction id not yet assigned.
 const WALHorizon = `SELECT coalesce((SELECT max(id) FROM {{table}}), 0), pg_snapshot_xmax(pg_current_snapshot())::text::bigint`
@@ -173,10 +182,10 @@ const WALMarkConfirmed = `WITH d AS (UPDATE {{table}} SET state = 'published', p
     ORDER BY id LIMIT $2) RETURNING id)
 SELECT count(*), coalesce(max(id), $4) FROM d`
 
-// WALCleanupFloor is where the next cleanup round starts: the lowest
-// unpublished id from $2 up to $1 (a row the round left, of a transaction
-// that took its id before its transaction id), or $1 + 1.
-const WALCleanupFloor = `SELECT coalesce(min(id), $1 + 1) FROM {{table}} WHERE id >= $2 AND id <= $1 AND state IN ('pending', 'claimed')`
+// WALCleanupFloor is where a cleanup round starts: the lowest unpublished
+// id up to $1 (on the claim index, which holds only unpublished rows), or
+// $1 + 1.
+const WALCleanupFloor = `SELECT coalesce(min(id), $1 + 1) FROM {{table}} WHERE id <= $1 AND state IN ('pending', 'claimed')`
 
 // WALTakeoverLock blocks new events while the takeover decides which rows
 // the slot has confirmed: SHARE conflicts with the writers' inserts and

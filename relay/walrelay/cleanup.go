@@ -40,7 +40,6 @@ type cleanup struct {
 	pool *pgxpool.Pool
 
 	started bool   // a round is in progress
-	floor   int64  // the lowest id a round looks at: below it, nothing is left to remove
 	maxID   int64  // H
 	xmax    int64  // X
 	lsn     uint64 // L, 0 until step 2 passed
@@ -99,23 +98,35 @@ func (c *cleanup) step(ctx context.Context) error {
 		return err
 	}
 	c.started = false
-	if c.r.cfg.Retention > 0 {
+	if c.r.cfg.Retention >= 0 {
+		// With Retention zero this deletes the rows marked published
+		// (by the slot's setup, or by the polling relay before).
 		return c.prune(ctx)
 	}
 	return nil
 }
 
-// remove deletes, or marks published, the unpublished rows with ids from
-// the floor up to maxID, in batches that each start where the last ended,
-// and moves the floor to the lowest row it had to leave.
+// remove deletes, or marks published, the unpublished rows with ids up to
+// maxID, in batches that each start where the last ended. The first batch
+// starts at the lowest unpublished id, looked up on the claim index each
+// round: a row an earlier round could not see yet (its transaction took
+// its id before that round and committed after it) is below where that
+// round ended, and must not be passed over for good.
 func (c *cleanup) remove(ctx context.Context, maxID, xmax int64) (int64, error) {
 	stmt := outboxsql.WALDeleteConfirmed
 	if c.r.cfg.Retention != 0 {
 		stmt = outboxsql.WALMarkConfirmed
 	}
 	stmt = c.r.names.Render(stmt)
+	var lo int64
+	sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
+	err := c.pool.QueryRow(sctx, c.r.names.Render(outboxsql.WALCleanupFloor), maxID).Scan(&lo)
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("cleanup: %w", err)
+	}
 	var total int64
-	after := c.floor - 1
+	after := lo - 1
 	for {
 		sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
 		var n int64
@@ -126,15 +137,9 @@ func (c *cleanup) remove(ctx context.Context, maxID, xmax int64) (int64, error) 
 		}
 		total += n
 		if n < int64(c.r.cfg.CleanupBatch) {
-			break
+			return total, nil
 		}
 	}
-	sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
-	defer cancel()
-	if err := c.pool.QueryRow(sctx, c.r.names.Render(outboxsql.WALCleanupFloor), maxID, c.floor).Scan(&c.floor); err != nil {
-		return total, fmt.Errorf("cleanup: %w", err)
-	}
-	return total, nil
 }
 
 // prune deletes published rows older than Retention, in batches.

@@ -112,7 +112,9 @@ type Config struct {
 
 	// Retention is how long rows of published events are kept. Zero (the
 	// default) deletes them as soon as the slot has confirmed them, in
-	// batches: the table holds only what is not yet confirmed. A positive
+	// batches: the table holds only what is not yet confirmed (rows
+	// already marked published, by the slot's setup or by the polling
+	// relay before, are deleted too). A positive
 	// Retention marks them published first, one batched UPDATE per
 	// CleanupBatch rows, and deletes them after Retention, so `outbox
 	// replay` and audits can read them. Negative marks them published and

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/relay"
 )
 
@@ -178,9 +177,7 @@ func (ls *lanes) dead(ctx context.Context, ev event, attempts int, cause error) 
 		return true
 	}
 	for try := 1; ; try++ {
-		sctx, cancel := context.WithTimeout(ctx, ls.r.cfg.StatementTimeout)
-		_, err := ls.pool.Exec(sctx, ls.r.names.Render(outboxsql.WALMarkDead), ev.row, attempts, cause.Error())
-		cancel()
+		err := ls.r.markDead(ctx, ls.pool, ev.row, attempts, cause.Error())
 		if err == nil {
 			ls.r.log.Error("event is dead: the broker refused it", "event_id", ev.e.ID, "row", ev.row, "topic", ev.e.Topic, "attempts", attempts, "err", cause)
 			return true

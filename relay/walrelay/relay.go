@@ -50,7 +50,6 @@ type Relay struct {
 	cfg     Config
 	log     *slog.Logger
 	names   outboxsql.Names
-	prefix  string
 	met     *metrics
 	running atomic.Bool
 
@@ -70,7 +69,7 @@ func New(cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	r := &Relay{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), names: names, prefix: outboxsql.WALMessagePrefix(names)}
+	r := &Relay{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), names: names}
 	if r.met, err = newMetrics(cfg.MeterProvider, r); err != nil {
 		return nil, fmt.Errorf("walrelay: metrics: %w", err)
 	}

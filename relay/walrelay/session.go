@@ -245,7 +245,11 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 		wg.Wait()
 	}()
 
-	dec := newDecoder(r.cfg.Table.Schema, r.tableName(), r.prefix)
+	prefix, err := r.messagePrefix(ctx, pool)
+	if err != nil {
+		return err
+	}
+	dec := newDecoder(r.cfg.Table.Schema, r.tableName(), prefix)
 	var (
 		queue    []*txn // dispatched, not yet confirmed, in commit order
 		open     *txn   // between Begin and Commit
@@ -412,12 +416,45 @@ func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn) err
 	return nil
 }
 
+// pgxDB is a pgx pool, connection or transaction.
+type pgxDB interface {
+	pgxExecer
+	pgxQuerier
+}
+
+// markDead marks row dead after attempts, with reason, within one
+// StatementTimeout. The stream can deliver a commit before the commit is
+// visible to other sessions: an update that finds no row waits for the row
+// to appear, since its insert is known to have committed, and stops at once
+// when the row exists but is settled already (a duplicate after a resume).
+func (r *Relay) markDead(ctx context.Context, db pgxDB, row int64, attempts int, reason string) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
+	for {
+		tag, err := db.Exec(ctx, r.names.Render(outboxsql.WALMarkDead), row, attempts, reason)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() > 0 {
+			return nil
+		}
+		var exists bool
+		if err := db.QueryRow(ctx, r.names.Render(outboxsql.WALRowExists), row).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			return nil
+		}
+		if !sleep(ctx, 5*time.Millisecond) {
+			return fmt.Errorf("row %d never became visible: %w", row, ctx.Err())
+		}
+	}
+}
+
 // markUndecodable marks a row the relay cannot decode dead, with the
 // reason, before the stream moves past it.
-func (r *Relay) markUndecodable(ctx context.Context, db pgxExecer, bad *rowError) error {
-	sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-	defer cancel()
-	if _, err := db.Exec(sctx, r.names.Render(outboxsql.WALMarkDead), bad.row, 0, "cannot decode: "+bad.err.Error()); err != nil {
+func (r *Relay) markUndecodable(ctx context.Context, db pgxDB, bad *rowError) error {
+	if err := r.markDead(ctx, db, bad.row, 0, "cannot decode: "+bad.err.Error()); err != nil {
 		return fmt.Errorf("mark undecodable row %d dead: %w", bad.row, err)
 	}
 	r.met.dead.Add(ctx, 1)
@@ -497,6 +534,18 @@ func (r *Relay) read(ctx context.Context, repl *pgconn.PgConn, out chan<- inMsg,
 }
 
 // tableName is the outbox table's unqualified name.
+// messagePrefix resolves the prefix of the table's table-less event
+// messages on this connection (see outboxsql.WALMessagePrefix).
+func (r *Relay) messagePrefix(ctx context.Context, q pgxQuerier) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
+	var prefix string
+	if err := q.QueryRow(ctx, outboxsql.WALMessagePrefix, r.names.Table).Scan(&prefix); err != nil {
+		return "", fmt.Errorf("walrelay: resolve the table %s: %w", r.names.Table, err)
+	}
+	return prefix, nil
+}
+
 func (r *Relay) tableName() string {
 	if r.cfg.Table.Name == "" {
 		return outboxsql.TableNameDefault

@@ -184,12 +184,16 @@ func flushWAL(ctx context.Context, pc *pgx.ConnConfig, timeout time.Duration) er
 // position: the ids of the rows inserted, and the number of table-less
 // events.
 func (r *Relay) unconfirmed(ctx context.Context, tx pgx.Tx) (rows []int64, tableLess int, err error) {
+	prefix, err := r.messagePrefix(ctx, tx)
+	if err != nil {
+		return nil, 0, err
+	}
 	res, err := tx.Query(ctx, outboxsql.WALPeek, r.cfg.Slot, r.cfg.Publication)
 	if err != nil {
 		return nil, 0, fmt.Errorf("walrelay: takeover: read the slot: %w", err)
 	}
 	defer res.Close()
-	dec := newDecoder(r.cfg.Table.Schema, r.tableName(), r.prefix)
+	dec := newDecoder(r.cfg.Table.Schema, r.tableName(), prefix)
 	for res.Next() {
 		var data []byte
 		if err := res.Scan(&data); err != nil {
