@@ -99,7 +99,7 @@ type Writer struct {
 	insertOne      string       // the statement for one event, rendered once
 	insertOneQuiet string       // the same without NOTIFY
 	propagator     propagation.TextMapPropagator
-	walMessages    bool   // WALMessages: emit instead of insert
+	walMessages    bool // WALMessages: emit instead of insert
 }
 
 // NewWriter validates cfg and returns a Writer.
