@@ -67,7 +67,9 @@ var ErrTableLessPending = errors.New("walrelay: the slot holds table-less events
 // pg_logical_slot_peek_binary_changes, which decodes all the WAL the slot
 // holds: the larger the slot's lag, the longer writers wait. The
 // publication stays; drop it with DROP PUBLICATION if the WAL relay is
-// not coming back.
+// not coming back. Table-less events (txoutbox.WriterConfig.WALMessages)
+// take no table lock: one committed while Takeover runs may be missed and
+// is lost with the slot, so stop writers of table-less events first.
 func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 	var res TakeoverResult
 	rc := Config{ConnString: cfg.ConnString, Table: cfg.Table, Publication: cfg.Publication, Slot: cfg.Slot, Publisher: nopPublisher{}}
