@@ -45,6 +45,13 @@ import (
 //     operator's retry, a frozen session, a peer's mark or release. The rows
 //     are reached by their tuple ids from "seen" (a TID scan), not through
 //     an index again.
+//   - "missed" are the due rows of "seen" that "took" did not lock: past
+//     Limit, passed over, or changed. It and "claim" test membership with
+//     NOT IN, which PostgreSQL answers from a hash of the subquery whatever
+//     the row estimates; an IN becomes a join whose method follows the
+//     estimates, and a generic plan (a prepared statement after five runs)
+//     estimates the CTEs at one row and picks a nested loop: quadratic in
+//     the batch, 90 ms for 1,000 rows.
 //   - "blocked" is, per aggregate, its first row in "seen" that is neither
 //     the incarnation's nor taken: a row in backoff, a row another
 //     incarnation holds, a row SKIP LOCKED passed over or one that changed
@@ -96,14 +103,16 @@ WITH fence AS MATERIALIZED (
         OR (o.state = 'claimed' AND (o.lease_expires_at <= now()
             OR o.lease_owner NOT IN (SELECT id FROM live))))
     FOR UPDATE OF o SKIP LOCKED
+), missed AS MATERIALIZED (
+    SELECT s.id FROM seen s WHERE s.due AND s.id NOT IN (SELECT id FROM took)
 ), blocked AS MATERIALIZED (
     SELECT s.aggregate_id, min(s.id) AS first_id
     FROM seen s
-    WHERE NOT s.mine AND s.id NOT IN (SELECT id FROM took)
+    WHERE NOT s.mine AND (NOT s.due OR s.id IN (SELECT id FROM missed))
     GROUP BY s.aggregate_id
 ), claim AS MATERIALIZED (
     SELECT s.tid FROM seen s
-    WHERE s.id IN (SELECT id FROM took)
+    WHERE s.due AND s.id NOT IN (SELECT id FROM missed)
       AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregate_id = s.aggregate_id AND b.first_id < s.id)
 )
 UPDATE {{table}} o
