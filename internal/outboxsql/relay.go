@@ -145,7 +145,11 @@ func (a ClaimArgs) Args() []any {
 // analyzed nearly empty), and with a low row estimate the planner sorts every
 // unpublished row to return a batch, which makes draining a backlog
 // quadratic. Without sorts and bitmap scans it walks the claim index in id
-// order and stops at the limit.
+// order and stops at the limit. Without sequential scans it reaches the
+// rows to lock and update by their tuple ids: on a table never analyzed it
+// would rather read the whole table and compare every row with the batch's
+// tuple ids (30 ms for a 1,000-row claim on a 30,000-row table, 8 ms
+// without).
 //
 // The claim commits asynchronously: a claim lost in a database crash only
 // returns its rows to their earlier state, which Claim treats as held by
@@ -165,6 +169,7 @@ func (a ClaimArgs) Args() []any {
 // the aggregate's later rows locked, and the claim would take them ahead of
 // the retried row.
 const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_seqscan', 'off', true),
        set_config('synchronous_commit', 'off', true),
        set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
        set_config('idle_in_transaction_session_timeout', $1, true),
