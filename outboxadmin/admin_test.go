@@ -57,15 +57,7 @@ func TestSelectionsMustBeExplicit(t *testing.T) {
 // treat one with commas, quotes and braces as one id.
 func TestRetryWithAwkwardAggregateIDs(t *testing.T) {
 	t.Parallel()
-	db := testkit.NewOutbox(t)
-	adm, err := outboxadmin.New(db.SQL, outboxadmin.Config{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, adm, w := setup(t, outboxadmin.Config{})
 	ctx := context.Background()
 	awkward := `a,"b"} \c {d`
 	var events []txoutbox.Event
@@ -100,4 +92,21 @@ func TestRetryWithAwkwardAggregateIDs(t *testing.T) {
 		retried[1].AggregateID != "plain" || len(retried[1].Overtaken) != 0 {
 		t.Fatalf("retried = %+v", retried)
 	}
+}
+
+// setup gives a test an outbox of its own, an Admin on it with cfg (its
+// Table set) and a Writer for it.
+func setup(t *testing.T, cfg outboxadmin.Config) (*testkit.DB, *outboxadmin.Admin, *txoutbox.Writer) {
+	t.Helper()
+	db := testkit.NewOutbox(t)
+	cfg.Table = db.Table()
+	adm, err := outboxadmin.New(db.SQL, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, adm, w
 }

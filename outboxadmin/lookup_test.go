@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox"
-	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
@@ -14,15 +13,7 @@ import (
 // within LookupWindow of the newest rows.
 func TestFindEventsAndCounts(t *testing.T) {
 	t.Parallel()
-	db := testkit.NewOutbox(t)
-	adm, err := outboxadmin.New(db.SQL, outboxadmin.Config{Table: db.Table(), LookupWindow: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, adm, w := setup(t, outboxadmin.Config{LookupWindow: 3})
 	ctx := context.Background()
 	before, err := adm.Snapshot(ctx)
 	if err != nil {
@@ -107,12 +98,7 @@ func TestFindEventsAndCounts(t *testing.T) {
 // handover; once the claim ends, or its relay is gone, it is not.
 func TestStatusHandovers(t *testing.T) {
 	t.Parallel()
-	db := testkit.NewOutbox(t)
-	adm, err := outboxadmin.New(db.SQL, outboxadmin.Config{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, _ := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
+	db, adm, w := setup(t, outboxadmin.Config{})
 	ctx := context.Background()
 	e, _ := txoutbox.NewEvent("orders", "order", "o-1", "order.placed", nil)
 	tx, _ := db.SQL.BeginTx(ctx, nil)

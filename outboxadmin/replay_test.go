@@ -15,15 +15,7 @@ import (
 // between two parts of its replay.
 func TestReplayResetsEachAggregateAtOnce(t *testing.T) {
 	t.Parallel()
-	db := testkit.NewOutbox(t)
-	adm, err := outboxadmin.New(db.SQL, outboxadmin.Config{Table: db.Table(), ReplayBatch: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, adm, w := setup(t, outboxadmin.Config{ReplayBatch: 2})
 	ctx := context.Background()
 	tx, err := db.SQL.BeginTx(ctx, nil)
 	if err != nil {

@@ -164,20 +164,6 @@ func shardRanges(shards []int) string {
 	return strings.Join(parts, ", ")
 }
 
-// seconds renders a duration for humans, rounded to what matters.
-func seconds(d time.Duration) string {
-	switch {
-	case d == 0:
-		return "0s"
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	default:
-		return d.Round(time.Second).String()
-	}
-}
-
 // oneLine shortens s to n runes on one line, for tables.
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/txoutbox/txoutbox/internal/human"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
@@ -69,7 +70,7 @@ func runStatus(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if exceeded {
-		return exitError{code: exitLagExceeded, msg: fmt.Sprintf("lag %s exceeds --max-lag %s", seconds(st.Lag), *maxLag)}
+		return exitError{code: exitLagExceeded, msg: fmt.Sprintf("lag %s exceeds --max-lag %s", human.Duration(st.Lag), *maxLag)}
 	}
 	return nil
 }
@@ -77,12 +78,12 @@ func runStatus(ctx context.Context, args []string, stdout io.Writer) error {
 func printStatus(w io.Writer, st outboxadmin.Status, staleAfter time.Duration) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "backlog\t%d\n", st.Backlog)
-	fmt.Fprintf(tw, "lag\t%s\n", seconds(st.Lag))
+	fmt.Fprintf(tw, "lag\t%s\n", human.Duration(st.Lag))
 	fmt.Fprintf(tw, "dead\t%d\n", st.Dead)
 	if len(st.Topics) > 0 {
 		fmt.Fprintln(tw, "\nTOPIC\tBACKLOG\tLAG\tDEAD")
 		for _, t := range st.Topics {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", t.Topic, t.Backlog, seconds(t.Lag), t.Dead)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", t.Topic, t.Backlog, human.Duration(t.Lag), t.Dead)
 		}
 	}
 	alive := 0
@@ -99,7 +100,7 @@ func printStatus(w io.Writer, st outboxadmin.Status, staleAfter time.Duration) e
 			if !r.Alive {
 				state = "stale"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%s (%d)\n", r.ID, r.Host, state, seconds(r.HeartbeatAge), shardRanges(r.Shards), len(r.Shards))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%s (%d)\n", r.ID, r.Host, state, human.Duration(r.HeartbeatAge), shardRanges(r.Shards), len(r.Shards))
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/txoutbox/txoutbox/internal/human"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
@@ -21,7 +22,7 @@ import (
 var pageNames = []string{"overview", "relays", "dead", "confirm", "done", "events", "event", "replay", "error"}
 
 var funcs = template.FuncMap{
-	"dur":   formatDuration,
+	"dur":   human.Duration,
 	"ts":    formatTime,
 	"short": shorten,
 	"add":   func(a, b int) int { return a + b },
@@ -121,20 +122,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v) //nolint:errcheck // the client went away
-}
-
-// formatDuration renders a duration for humans, rounded to what matters.
-func formatDuration(d time.Duration) string {
-	switch {
-	case d == 0:
-		return "0s"
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	default:
-		return d.Round(time.Second).String()
-	}
 }
 
 func formatTime(t any) string {

@@ -126,20 +126,26 @@ func (b *bundle) newRelay(t *testing.T, cfg Config) *Relay {
 // write commits events in one transaction, each for its aggregate.
 func (b *bundle) write(t *testing.T, aggs ...string) []txoutbox.Event {
 	t.Helper()
+	events := b.events(t, aggs...)
+	b.commit(t, events...)
+	return events
+}
+
+// commit writes events in one transaction.
+func (b *bundle) commit(t *testing.T, events ...txoutbox.Event) {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := b.db.SQL.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	events := b.events(t, aggs...)
 	if err := b.w.Write(ctx, tx, events...); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	return events
 }
 
 func (b *bundle) events(t *testing.T, aggs ...string) []txoutbox.Event {

@@ -84,13 +84,7 @@ func TestConfirmedStopsAtTheFirstUnacknowledgedTransaction(t *testing.T) {
 	release := b.pub.holdEvent(held[0].ID.String())
 	defer release()
 	ctx := context.Background()
-	tx, _ := b.db.SQL.BeginTx(ctx, nil)
-	if err := b.w.Write(ctx, tx, held...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	b.commit(t, held...)
 	var heldEnd string
 	if err := b.db.SQL.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&heldEnd); err != nil {
 		t.Fatal(err)
@@ -133,14 +127,7 @@ func TestRestartResumesFromTheConfirmedPosition(t *testing.T) {
 	held := b.events(t, "h")
 	release := b.pub.holdEvent(held[0].ID.String())
 	defer release()
-	ctx := context.Background()
-	tx, _ := b.db.SQL.BeginTx(ctx, nil)
-	if err := b.w.Write(ctx, tx, held...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	b.commit(t, held...)
 	after := b.write(t, "x", "y")
 	time.Sleep(300 * time.Millisecond)
 	go func() { time.Sleep(2 * time.Second); release() }() // let the stuck lane end
@@ -274,14 +261,7 @@ func TestRefusedEventGoesDead(t *testing.T) {
 	b.pub.mu.Lock()
 	b.pub.fail[bad[0].ID.String()] = errors.New("too large")
 	b.pub.mu.Unlock()
-	ctx := context.Background()
-	tx, _ := b.db.SQL.BeginTx(ctx, nil)
-	if err := b.w.Write(ctx, tx, bad...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	b.commit(t, bad...)
 	b.pub.waitFor(t, b.write(t, "k")...)
 	testkit.WaitFor(t, 10*time.Second, "the refused event dead", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead' AND attempts = 3 AND last_error LIKE '%too large%'`) == 1

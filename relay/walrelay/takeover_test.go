@@ -40,13 +40,7 @@ func TestTakeoverHandsTheRestToThePollingRelay(t *testing.T) {
 	held := b.events(t, "h")
 	release := b.pub.holdEvent(held[0].ID.String())
 	defer release()
-	tx, _ := b.db.SQL.BeginTx(ctx, nil)
-	if err := b.w.Write(ctx, tx, held...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	b.commit(t, held...)
 	rest := b.write(t, "a", "c")
 	time.Sleep(200 * time.Millisecond)
 	go func() { time.Sleep(time.Second); release() }()
