@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261130125112-c7c422a1e4f9
+	github.com/txoutbox/txoutbox v0.0.0-20261130130044-3a895f9b6307
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
