@@ -18,6 +18,7 @@ import (
 const (
 	BatchSizeDefault         = 1000
 	LanesDefault             = 64
+	LaneBatchDefault         = 64
 	PollIntervalDefault      = time.Second
 	LeaseDurationDefault     = 30 * time.Second
 	MaxAttemptsDefault       = 10
@@ -56,6 +57,13 @@ type Config struct {
 	// published one after another, in order, while the broker sees up to
 	// Lanes requests in flight. Default 64.
 	Lanes int
+
+	// LaneBatch is the most events a lane hands its publisher at once, when
+	// the publisher is a BatchPublisher (kafkapub's is): the events queued
+	// in the lane, of distinct aggregates, go out together, so the broker
+	// sees up to Lanes × LaneBatch events in flight. 1 sends one event at
+	// a time. Default 64.
+	LaneBatch int
 
 	// MaxInFlight bounds the claimed rows held in memory: the relay claims
 	// more only while fewer are waiting to be published and recorded. It
@@ -173,6 +181,7 @@ func (c *Config) setDefaults() {
 	}
 	setDefault(&c.BatchSize, BatchSizeDefault)
 	setDefault(&c.Lanes, LanesDefault)
+	setDefault(&c.LaneBatch, LaneBatchDefault)
 	setDefault(&c.MaxInFlight, 2*max(c.BatchSize, 0))
 	setDefault(&c.PollInterval, PollIntervalDefault)
 	setDefault(&c.LeaseDuration, LeaseDurationDefault)
@@ -220,7 +229,7 @@ func (c *Config) validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"BatchSize", c.BatchSize}, {"Lanes", c.Lanes}, {"MaxInFlight", c.MaxInFlight}, {"MaxAttempts", c.MaxAttempts}, {"PruneBatch", c.PruneBatch}} {
+	}{{"BatchSize", c.BatchSize}, {"Lanes", c.Lanes}, {"LaneBatch", c.LaneBatch}, {"MaxInFlight", c.MaxInFlight}, {"MaxAttempts", c.MaxAttempts}, {"PruneBatch", c.PruneBatch}} {
 		if f.v < 0 {
 			return bad("%s is negative (%d)", f.name, f.v)
 		}

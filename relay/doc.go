@@ -12,7 +12,10 @@
 // A claim is one short statement: it takes a batch of due rows with FOR
 // UPDATE SKIP LOCKED, marks them claimed under a lease (owner, expiry) and
 // commits. Publishing happens outside any transaction: lanes publish the
-// rows concurrently and wait for the broker's acknowledgement of each.
+// rows concurrently and wait for the broker's acknowledgement of each. With
+// a BatchPublisher (kafkapub's), a lane sends the rows queued in it in one
+// call, up to Config.LaneBatch and never two of one aggregate at once, so
+// a broker request carries many events.
 // Acknowledged rows are marked published by one statement per flush, not
 // one per row. A failed row goes back to pending with attempts+1, an
 // exponentially backed-off next attempt with jitter, and its error; after

@@ -5,9 +5,12 @@ import (
 	"sync"
 )
 
-// lane publishes the rows of the aggregates hashed to it, one at a time, in
-// the order they were claimed, so each aggregate's events reach the broker
-// in id order.
+// lane publishes the rows of the aggregates hashed to it in the order they
+// were claimed, so each aggregate's events reach the broker in id order.
+// With a BatchPublisher it sends the rows queued behind one another
+// together, up to Config.LaneBatch, but never two rows of one aggregate at
+// once: a row is sent only after its aggregate's previous row has an
+// outcome. Otherwise it sends one row at a time.
 //
 // When a row fails, the lane fences its aggregate: every later row of it is
 // released unpublished, so none can overtake the failed row, until the
@@ -19,6 +22,8 @@ import (
 type lane struct {
 	r     *Relay
 	queue chan *claimedRow
+	batch BatchPublisher // nil: one row per Publish
+	limit int            // the most rows sent at once
 
 	mu    sync.Mutex
 	fence map[string]*fence // by aggregate id
@@ -32,27 +37,94 @@ type fence struct {
 }
 
 func newLane(r *Relay, capacity int) *lane {
-	return &lane{r: r, queue: make(chan *claimedRow, capacity), fence: map[string]*fence{}}
+	l := &lane{r: r, queue: make(chan *claimedRow, capacity), fence: map[string]*fence{}, limit: 1}
+	if bp, ok := r.pub.(BatchPublisher); ok && r.cfg.LaneBatch > 1 {
+		l.batch, l.limit = bp, r.cfg.LaneBatch
+	}
+	return l
 }
 
 func (l *lane) run(ctx context.Context) {
-	for row := range l.queue {
-		if !row.inc.live(l.r.clock.now()) {
+	var (
+		next  *claimedRow // taken from the queue, for the next batch
+		batch = make([]*claimedRow, 0, l.limit)
+		send  = make([]*claimedRow, 0, l.limit)
+	)
+	for {
+		row := next
+		if row == nil {
+			var ok bool
+			if row, ok = <-l.queue; !ok {
+				return
+			}
+		}
+		var open bool
+		batch, next, open = l.gather(append(batch[:0], row))
+		send = l.process(ctx, batch, send[:0])
+		if !open {
+			return
+		}
+	}
+}
+
+// gather adds to batch the rows already queued, up to the lane's limit,
+// and stops before a row of an aggregate the batch holds, which it returns
+// as next. open is false once the queue is closed and drained.
+func (l *lane) gather(batch []*claimedRow) (_ []*claimedRow, next *claimedRow, open bool) {
+	for len(batch) < l.limit {
+		select {
+		case row, ok := <-l.queue:
+			if !ok {
+				return batch, nil, false
+			}
+			for _, b := range batch {
+				if b.event.AggregateID == row.event.AggregateID {
+					return batch, row, true
+				}
+			}
+			batch = append(batch, row)
+		default:
+			return batch, nil, true
+		}
+	}
+	return batch, nil, true
+}
+
+// process publishes the rows of batch that are still to be published and
+// hands every outcome to the completer. send is scratch space.
+func (l *lane) process(ctx context.Context, batch, send []*claimedRow) []*claimedRow {
+	now := l.r.clock.now()
+	for _, row := range batch {
+		switch {
+		case !row.inc.live(now):
 			// Declared dead, or past its deadline: peers may hold
 			// this row's aggregate now. Publish nothing more of what
 			// the incarnation claimed, and record nothing either.
 			l.r.drop(row)
-			continue
-		}
-		if ctx.Err() != nil {
+		case ctx.Err() != nil:
 			l.r.completer.release(row, nil) // shutting down: give it back unpublished
-			continue
-		}
-		if l.fenced(row) {
+		case l.fenced(row):
 			l.r.completer.release(row, l.hold(row.event.AggregateID))
-			continue
+		default:
+			send = append(send, row)
 		}
-		err := l.r.publish(ctx, row)
+	}
+	var errs []error
+	switch {
+	case len(send) == 0:
+		return send
+	case l.batch != nil && len(send) > 1:
+		errs = l.r.publishBatch(ctx, l.batch, send)
+	default:
+		if err := l.r.publish(ctx, send[0]); err != nil {
+			errs = []error{err}
+		}
+	}
+	for i, row := range send {
+		var err error
+		if errs != nil {
+			err = errs[i]
+		}
 		if err == nil {
 			l.r.outage.Store(0)
 			// Marked even if the incarnation ended meanwhile: the
@@ -68,6 +140,7 @@ func (l *lane) run(ctx context.Context) {
 		}
 		l.r.completer.fail(row, err, l.hold(row.event.AggregateID))
 	}
+	return send
 }
 
 // fenced reports whether row must be held back, and forgets fences that can

@@ -131,10 +131,7 @@ func Message(e txoutbox.Event) *message.Message {
 // tracing work is done per event.
 func (r *Relay) publish(ctx context.Context, row *claimedRow) error {
 	e := row.event
-	msg := Message(e)
-	if r.cfg.CloudEvents.Enabled {
-		r.cfg.CloudEvents.set(msg, e, r.cfg.Table)
-	}
+	msg := r.message(e)
 	t := r.trace
 	if _, ok := t.(globalTracer); ok {
 		t = currentGlobalTracer()
@@ -145,14 +142,27 @@ func (r *Relay) publish(ctx context.Context, row *claimedRow) error {
 		msg.SetContext(ctx)
 		err = r.send(e, msg)
 	} else {
-		err = r.sendTraced(ctx, t, e, msg)
+		spanCtx, span := r.startSpan(ctx, t, e)
+		msg.SetContext(spanCtx)
+		err = r.send(e, msg)
+		endSpan(span, err)
 	}
 	r.met.recordSend(ctx, e.Topic, time.Since(start), err)
 	return err
 }
 
-// sendTraced publishes msg inside a producer span.
-func (r *Relay) sendTraced(ctx context.Context, t trace.Tracer, e txoutbox.Event, msg *message.Message) error {
+// message is the message the relay publishes for e: Message, with the
+// CloudEvents headers when configured.
+func (r *Relay) message(e txoutbox.Event) *message.Message {
+	msg := Message(e)
+	if r.cfg.CloudEvents.Enabled {
+		r.cfg.CloudEvents.set(msg, e, r.cfg.Table)
+	}
+	return msg
+}
+
+// startSpan starts the producer span of publishing e.
+func (r *Relay) startSpan(ctx context.Context, t trace.Tracer, e txoutbox.Event) (context.Context, trace.Span) {
 	system := messagingSystem(r.cfg.MessagingSystem, r.pub)
 	attrs := []attribute.KeyValue{
 		attribute.String("messaging.system", system),
@@ -169,16 +179,17 @@ func (r *Relay) sendTraced(ctx context.Context, t trace.Tracer, e txoutbox.Event
 	if created.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: created}))
 	}
-	spanCtx, span := t.Start(ctx, "send "+e.Topic, opts...)
-	defer span.End()
-	msg.SetContext(spanCtx)
-	err := r.send(e, msg)
+	return t.Start(ctx, "send "+e.Topic, opts...)
+}
+
+// endSpan ends a publish span with the publish's outcome.
+func endSpan(span trace.Span, err error) {
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		span.SetAttributes(attribute.String("error.type", errorType(err)))
 	}
-	return err
+	span.End()
 }
 
 func (r *Relay) send(e txoutbox.Event, msg *message.Message) error {
@@ -201,6 +212,7 @@ func messagingSystem(set string, pub message.Publisher) string {
 	path := t.PkgPath()
 	for _, known := range []struct{ pkg, system string }{
 		{"watermill-kafka", "kafka"},
+		{"txoutbox/relay/kafkapub", "kafka"},
 		{"watermill-amqp", "rabbitmq"},
 		{"watermill-googlecloud", "gcp_pubsub"},
 		{"watermill-aws", "aws_sqs"},

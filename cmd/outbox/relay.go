@@ -41,6 +41,7 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&cfg.ID, "id", "", "relay id, unique among running relays; may stay the same across restarts (default host-pid-random)")
 	fs.IntVar(&cfg.BatchSize, "batch", relay.BatchSizeDefault, "rows per claim")
 	fs.IntVar(&cfg.Lanes, "lanes", relay.LanesDefault, "events published concurrently")
+	fs.IntVar(&cfg.LaneBatch, "lane-batch", relay.LaneBatchDefault, "most events a lane sends to Kafka at once, of distinct aggregates (1: one at a time)")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", relay.MaxAttemptsDefault, "failed publishes before an event is dead")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", relay.PollIntervalDefault, "poll for due rows this often when not woken by NOTIFY")
 	fs.BoolVar(&cfg.DisableListen, "no-listen", false, "do not LISTEN; poll only (for PgBouncer in transaction mode)")

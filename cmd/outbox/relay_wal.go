@@ -18,7 +18,7 @@ import (
 )
 
 // walFlags are the flags of `outbox relay --mode wal` beside the ones both
-// modes share (--lanes, --max-attempts, --backoff-*, --retention,
+// modes share (--lanes, --lane-batch, --max-attempts, --backoff-*, --retention,
 // --cloudevents*); the polling relay's own (--batch aside, which sets the
 // in-flight bound as in poll mode) are accepted and ignored.
 type walFlags struct {
@@ -54,6 +54,7 @@ func (w *walFlags) config(fs *flag.FlagSet, poll relay.Config, databaseURL strin
 		Slot:             w.slot,
 		Failover:         w.failover,
 		Lanes:            poll.Lanes,
+		LaneBatch:        poll.LaneBatch,
 		MaxInFlight:      w.maxInFlight,
 		MaxAttempts:      poll.MaxAttempts,
 		BackoffMin:       poll.BackoffMin,

@@ -115,6 +115,7 @@ type options struct {
 	notifyRounds    int
 	notifyPhase     time.Duration
 	batch, lanes    int
+	laneBatch       int
 	partitions      int
 	timeout         time.Duration
 	skip            string
@@ -148,6 +149,7 @@ func main() {
 	flag.DurationVar(&o.notifyPhase, "notify-phase", 2*time.Second, "length of one NOTIFY cost phase")
 	flag.IntVar(&o.batch, "batch", 0, "relay BatchSize for relay, relay3 and latency (0: the relay's default)")
 	flag.IntVar(&o.lanes, "lanes", 0, "relay Lanes for relay, relay3 and latency (0: the relay's default)")
+	flag.IntVar(&o.laneBatch, "lane-batch", 0, "relay and WAL relay LaneBatch (0: the default; 1 sends one event per Publish)")
 	flag.IntVar(&o.partitions, "partitions", 8, "partitions of the broker's topics")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest a single drain may take")
 	flag.StringVar(&o.skip, "skip", "", "comma-separated scenarios to skip: "+strings.Join(scenarioNames, ","))
@@ -189,8 +191,8 @@ func (o options) validate() error {
 	if o.maxOpenRequests > 1 && o.idempotent {
 		return fmt.Errorf("-max-open-requests %d needs -idempotent=false: Sarama allows its idempotent producer only one request in flight", o.maxOpenRequests)
 	}
-	if o.batch < 0 || o.lanes < 0 {
-		return fmt.Errorf("-batch and -lanes must not be negative")
+	if o.batch < 0 || o.lanes < 0 || o.laneBatch < 0 {
+		return fmt.Errorf("-batch, -lanes and -lane-batch must not be negative")
 	}
 	if o.latencyDuration < time.Second || o.notifyPhase <= 0 || o.timeout <= 0 {
 		return fmt.Errorf("-latency-duration must be at least 1s, -notify-phase and -timeout positive")

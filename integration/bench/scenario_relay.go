@@ -32,23 +32,26 @@ func newThroughput(scenario string, events int, d time.Duration, settings map[st
 // relayConfig is the relay configuration the throughput scenarios use: the
 // defaults, unless flags override batch size or lanes.
 func (e *env) relayConfig() relay.Config {
-	return relay.Config{BatchSize: e.opts.batch, Lanes: e.opts.lanes}
+	return relay.Config{BatchSize: e.opts.batch, Lanes: e.opts.lanes, LaneBatch: e.opts.laneBatch}
 }
 
 // relaySettings describes cfg for the JSON output, with defaults resolved.
 func relaySettings(cfg relay.Config, replicas int) map[string]any {
-	batch, lanes := cfg.BatchSize, cfg.Lanes
+	batch, lanes, laneBatch := cfg.BatchSize, cfg.Lanes, cfg.LaneBatch
 	if batch == 0 {
 		batch = relay.BatchSizeDefault
 	}
 	if lanes == 0 {
 		lanes = relay.LanesDefault
 	}
+	if laneBatch == 0 {
+		laneBatch = relay.LaneBatchDefault
+	}
 	inflight := cfg.MaxInFlight
 	if inflight == 0 {
 		inflight = 2 * batch
 	}
-	return map[string]any{"replicas": replicas, "batch": batch, "lanes": lanes, "max_in_flight": inflight, "listen": !cfg.DisableListen}
+	return map[string]any{"replicas": replicas, "batch": batch, "lanes": lanes, "lane_batch": laneBatch, "max_in_flight": inflight, "listen": !cfg.DisableListen}
 }
 
 // runRelayScenario drains the backlog with replicas in-process relays

@@ -61,11 +61,14 @@ const walTxEvents = 100
 
 func runWAL(ctx context.Context, e *env) (walBench, error) {
 	res := walBench{Scenario: "wal", Events: e.opts.events}
-	cfg := walrelay.Config{Lanes: e.opts.lanes, MaxInFlight: 2 * max(e.opts.batch, 1000), CleanupInterval: 200 * time.Millisecond,
+	cfg := walrelay.Config{Lanes: e.opts.lanes, LaneBatch: e.opts.laneBatch, MaxInFlight: 2 * max(e.opts.batch, 1000), CleanupInterval: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	res.Settings = map[string]any{"lanes": walrelay.LanesDefault, "max_in_flight": cfg.MaxInFlight, "tx_events": walTxEvents, "retention": "0 (deleted once confirmed)"}
+	res.Settings = map[string]any{"lanes": walrelay.LanesDefault, "lane_batch": walrelay.LaneBatchDefault, "max_in_flight": cfg.MaxInFlight, "tx_events": walTxEvents, "retention": "0 (deleted once confirmed)"}
 	if cfg.Lanes != 0 {
 		res.Settings["lanes"] = cfg.Lanes
+	}
+	if cfg.LaneBatch != 0 {
+		res.Settings["lane_batch"] = cfg.LaneBatch
 	}
 
 	// The polling relay first, on its own schema.

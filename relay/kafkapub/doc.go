@@ -1,5 +1,8 @@
-// Package kafkapub is the relay's Kafka publisher: a watermill-kafka
-// (Sarama) publisher set up so the relay's ordering and durability hold.
+// Package kafkapub is the relay's Kafka publisher: a Watermill publisher
+// over a Sarama producer, with watermill-kafka's message format, set up so
+// the relay's ordering and durability hold. It is also a
+// relay.BatchPublisher: the relay's lanes hand it many events at once,
+// which Sarama sends in few requests.
 //
 //	pub, err := kafkapub.NewPublisher(brokers, kafkapub.Config{})
 //	r, err := relay.New(db, pub, relay.Config{})

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -43,10 +43,11 @@ type Config struct {
 	// CompressionZSTD (which needs Version 2.1.0 or later).
 	Compression sarama.CompressionCodec
 
-	// Logger receives watermill-kafka's logs, so its errors are not
-	// dropped. Default: slog.Default(). Sarama itself logs through the
-	// package-level sarama.Logger, which a library must not set for its
-	// host program: set it with SaramaLogger.
+	// Logger receives the publisher's logs: each message the brokers
+	// refused, at debug level, with its topic and partition (its caller
+	// gets the error too). Default: slog.Default(). Sarama itself logs
+	// through the package-level sarama.Logger, which a library must not
+	// set for its host program: set it with SaramaLogger.
 	Logger *slog.Logger
 
 	// Configure, if set, is called last with the Sarama configuration,
@@ -68,7 +69,7 @@ type SASLConfig struct {
 	Password  string
 }
 
-// NewPublisher returns a watermill-kafka publisher set up for the
+// NewPublisher returns a Watermill publisher to Kafka set up for the
 // relay:
 //
 //   - the message key is the aggregate id, so one aggregate's events land on
@@ -88,10 +89,11 @@ type SASLConfig struct {
 //   - Publish returns only after the acknowledgement;
 //   - the Watermill message UUID (the event id) and all metadata (event id,
 //     type, aggregate type and id, creation time, content type and the
-//     event's headers) travel as Kafka headers.
+//     event's headers) travel as Kafka headers, encoded by watermill-kafka's
+//     marshaler, so watermill-kafka subscribers read them as usual.
 //
 // Close it after the relay's Run has returned.
-func NewPublisher(brokers []string, cfg Config) (message.Publisher, error) {
+func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 	if len(brokers) == 0 {
 		return nil, errors.New("kafkapub: no brokers")
 	}
@@ -103,15 +105,141 @@ func NewPublisher(brokers []string, cfg Config) (message.Publisher, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{
-		Brokers:               brokers,
-		Marshaler:             kafka.NewWithPartitioningMarshaler(aggregateKey),
-		OverwriteSaramaConfig: sc,
-	}, watermill.NewSlogLogger(logger))
+	producer, err := sarama.NewSyncProducer(brokers, sc)
 	if err != nil {
-		return nil, fmt.Errorf("kafkapub: %w", err)
+		return nil, fmt.Errorf("kafkapub: cannot create Kafka producer: %w", err)
 	}
-	return pub, nil
+	return &Publisher{
+		producer:  producer,
+		marshaler: kafka.NewWithPartitioningMarshaler(aggregateKey),
+		logger:    logger,
+	}, nil
+}
+
+// Publisher publishes Watermill messages to Kafka through a Sarama
+// synchronous producer, with watermill-kafka's marshaler. It is a
+// message.Publisher, and a relay.BatchPublisher: PublishBatch sends many
+// messages at once, which lets the relay keep many events in flight.
+type Publisher struct {
+	producer  sarama.SyncProducer
+	marshaler kafka.Marshaler
+	logger    *slog.Logger
+
+	mu     sync.RWMutex
+	closed bool
+}
+
+// ErrClosed is returned by a Publisher's Publish and PublishBatch after
+// Close.
+var ErrClosed = errors.New("kafkapub: publisher closed")
+
+// Publish publishes msgs to topic one after another, as watermill-kafka's
+// publisher does: each is acknowledged before the next is sent, and the
+// first failure ends the call.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrClosed
+	}
+	for _, msg := range msgs {
+		km, err := p.marshaler.Marshal(topic, msg)
+		if err != nil {
+			return fmt.Errorf("kafkapub: cannot marshal message %s: %w", msg.UUID, err)
+		}
+		if _, _, err := p.producer.SendMessage(km); err != nil {
+			p.logFailure(km, err)
+			return fmt.Errorf("kafkapub: cannot produce message %s: %w", msg.UUID, err)
+		}
+	}
+	return nil
+}
+
+// PublishBatch publishes msgs[i] to topics[i], all at once, and returns
+// once each was acknowledged or failed: nil when all were acknowledged,
+// otherwise each message's error (nil for those acknowledged). Messages
+// with the same key keep their order in the partition while none fails;
+// when one fails, a later one with its key may still be stored, so a
+// caller that needs per-key order after failures (the relay does) sends
+// at most one message per key in a call.
+func (p *Publisher) PublishBatch(topics []string, msgs []*message.Message) []error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if len(topics) != len(msgs) {
+		return repeat(fmt.Errorf("kafkapub: %d topics for %d messages", len(topics), len(msgs)), len(msgs))
+	}
+	if p.closed {
+		return repeat(ErrClosed, len(msgs))
+	}
+	var errs []error
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(msgs))
+		}
+		errs[i] = err
+	}
+	send := make([]*sarama.ProducerMessage, 0, len(msgs))
+	index := make(map[*sarama.ProducerMessage]int, len(msgs))
+	for i, msg := range msgs {
+		km, err := p.marshaler.Marshal(topics[i], msg)
+		if err != nil {
+			fail(i, fmt.Errorf("kafkapub: cannot marshal message %s: %w", msg.UUID, err))
+			continue
+		}
+		index[km] = i
+		send = append(send, km)
+	}
+	if len(send) == 0 {
+		return errs
+	}
+	err := p.producer.SendMessages(send)
+	if err == nil {
+		return errs
+	}
+	var perMessage sarama.ProducerErrors
+	if !errors.As(err, &perMessage) {
+		// Not per message: count them all as failed.
+		for _, km := range send {
+			fail(index[km], fmt.Errorf("kafkapub: cannot produce message %s: %w", msgs[index[km]].UUID, err))
+		}
+		return errs
+	}
+	for _, pe := range perMessage {
+		i, ok := index[pe.Msg]
+		if !ok {
+			continue
+		}
+		p.logFailure(pe.Msg, pe.Err)
+		fail(i, fmt.Errorf("kafkapub: cannot produce message %s: %w", msgs[i].UUID, pe.Err))
+	}
+	return errs
+}
+
+func (p *Publisher) logFailure(km *sarama.ProducerMessage, err error) {
+	p.logger.Debug("kafkapub: message not produced", "topic", km.Topic, "partition", km.Partition, "err", err)
+}
+
+func repeat(err error, n int) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// Close closes the producer once publishes in progress returned. Later
+// calls do nothing.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	if err := p.producer.Close(); err != nil {
+		return fmt.Errorf("kafkapub: cannot close Kafka producer: %w", err)
+	}
+	return nil
 }
 
 // aggregateKey makes the aggregate id the Kafka message key.

@@ -19,6 +19,7 @@ import (
 // Defaults of Config, used where a field is left zero.
 const (
 	LanesDefault            = 64
+	LaneBatchDefault        = relay.LaneBatchDefault
 	MaxInFlightDefault      = 2000
 	MaxAttemptsDefault      = 10
 	BackoffMinDefault       = time.Second
@@ -69,6 +70,12 @@ type Config struct {
 	// spread over lanes by aggregate id, so one aggregate's events are
 	// published one after another, in commit order. Default 64.
 	Lanes int
+
+	// LaneBatch is the most events a lane hands the publisher at once
+	// when it is a relay.BatchPublisher (kafkapub's is), as in the polling
+	// relay: the events queued in the lane, of distinct aggregates, go out
+	// together. 1 sends one event at a time. Default 64.
+	LaneBatch int
 
 	// MaxInFlight bounds the events read from the slot whose position the
 	// relay has not yet confirmed to the server: it stops reading while
@@ -171,6 +178,7 @@ func (c *Config) setDefaults() {
 		c.Slot = SlotDefault(c.Table)
 	}
 	setDefault(&c.Lanes, LanesDefault)
+	setDefault(&c.LaneBatch, LaneBatchDefault)
 	setDefault(&c.MaxInFlight, MaxInFlightDefault)
 	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
 	setDefault(&c.BackoffMin, BackoffMinDefault)
@@ -227,7 +235,7 @@ func (c *Config) validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"Lanes", c.Lanes}, {"MaxInFlight", c.MaxInFlight}, {"MaxAttempts", c.MaxAttempts}, {"CleanupBatch", c.CleanupBatch}} {
+	}{{"Lanes", c.Lanes}, {"LaneBatch", c.LaneBatch}, {"MaxInFlight", c.MaxInFlight}, {"MaxAttempts", c.MaxAttempts}, {"CleanupBatch", c.CleanupBatch}} {
 		if f.v < 0 {
 			return bad("%s is negative (%d)", f.name, f.v)
 		}

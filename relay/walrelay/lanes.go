@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txoutbox/txoutbox/relay"
@@ -98,19 +99,19 @@ func (ls *lanes) stop() {
 	ls.wg.Wait()
 }
 
-// run publishes l's events until ctx ends.
+// run publishes l's events until ctx ends: the events queued behind one
+// another together (see take), then each failed one on its own, retried
+// before the lane moves on.
 func (ls *lanes) run(ctx context.Context, l *lane) {
-	for {
-		l.mu.Lock()
-		var w work
-		ok := len(l.queue) > 0
-		if ok {
-			w = l.queue[0]
-			l.queue[0] = work{}
-			l.queue = l.queue[1:]
-		}
-		l.mu.Unlock()
-		if !ok {
+	limit := 1
+	bp, batching := ls.r.cfg.Publisher.(relay.BatchPublisher)
+	if batching {
+		limit = ls.r.cfg.LaneBatch
+	}
+	var batch []work
+	for ctx.Err() == nil {
+		batch = l.take(batch[:0], limit)
+		if len(batch) == 0 {
 			select {
 			case <-ctx.Done():
 				return
@@ -118,25 +119,62 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 				continue
 			}
 		}
-		if !ls.deliver(ctx, w.ev) {
-			return
+		var errs []error
+		if len(batch) > 1 {
+			errs = ls.publishBatch(ctx, bp, batch)
+		} else if err := ls.publish(ctx, batch[0].ev); err != nil {
+			errs = []error{err}
 		}
-		if w.tx.pending.Add(-1) == 0 {
-			ls.signal()
+		for i, w := range batch {
+			var err error
+			if errs != nil {
+				err = errs[i]
+			}
+			if !ls.deliver(ctx, w.ev, err) {
+				return
+			}
+			if w.tx.pending.Add(-1) == 0 {
+				ls.signal()
+			}
 		}
 	}
 }
 
-// deliver publishes ev, retrying with backoff, and reports whether it
-// settled: published, or dead after MaxAttempts. It returns false only when
-// ctx ended first.
-func (ls *lanes) deliver(ctx context.Context, ev event) bool {
-	cfg := &ls.r.cfg
-	for attempt := 1; ; attempt++ {
-		if ctx.Err() != nil {
-			return false
+// take moves the events at the head of l's queue to batch, up to limit,
+// stopping before a second event of an aggregate: each event is sent only
+// once its aggregate's previous one settled.
+func (l *lane) take(batch []work, limit int) []work {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+queue:
+	for n < len(l.queue) && n < limit {
+		for _, b := range batch {
+			if b.ev.e.AggregateID == l.queue[n].ev.e.AggregateID {
+				break queue
+			}
 		}
-		err := ls.publish(ctx, ev)
+		batch = append(batch, l.queue[n])
+		l.queue[n] = work{}
+		n++
+	}
+	l.queue = l.queue[n:]
+	return batch
+}
+
+// deliver settles ev, whose first publish ended with first: published, or
+// retried with backoff until it is published or dead after MaxAttempts. It
+// reports whether ev settled, false only when ctx ended first.
+func (ls *lanes) deliver(ctx context.Context, ev event, first error) bool {
+	cfg := &ls.r.cfg
+	err := first
+	for attempt := 1; ; attempt++ {
+		if attempt > 1 {
+			if ctx.Err() != nil {
+				return false
+			}
+			err = ls.publish(ctx, ev)
+		}
 		if err == nil {
 			ls.r.met.published.Add(ctx, 1)
 			return true
@@ -151,15 +189,48 @@ func (ls *lanes) deliver(ctx context.Context, ev event) bool {
 	}
 }
 
-// publish sends the polling relay's message for ev: relay.Message, with
+// publishBatch sends the events of batch, of distinct aggregates, at once,
+// and returns each one's error (nil when all were published).
+func (ls *lanes) publishBatch(ctx context.Context, bp relay.BatchPublisher, batch []work) []error {
+	topics := make([]string, len(batch))
+	msgs := make([]*message.Message, len(batch))
+	for i, w := range batch {
+		topics[i] = w.ev.e.Topic
+		msgs[i] = ls.message(ctx, w.ev)
+	}
+	errs := bp.PublishBatch(topics, msgs)
+	if errs == nil {
+		return nil
+	}
+	if len(errs) != len(batch) {
+		err := fmt.Errorf("publisher returned %d outcomes for %d messages", len(errs), len(batch))
+		errs = make([]error, len(batch))
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	for i, w := range batch {
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("publish event %s to %s: %w", w.ev.e.ID, w.ev.e.Topic, errs[i])
+		}
+	}
+	return errs
+}
+
+// message is the polling relay's message for ev: relay.Message, with
 // CloudEvents headers when configured.
-func (ls *lanes) publish(ctx context.Context, ev event) error {
+func (ls *lanes) message(ctx context.Context, ev event) *message.Message {
 	msg := relay.Message(ev.e)
 	if ls.r.cfg.CloudEvents.Enabled {
 		ls.r.cfg.CloudEvents.Set(msg, ev.e, ls.r.cfg.Table)
 	}
 	msg.SetContext(ctx)
-	if err := ls.r.cfg.Publisher.Publish(ev.e.Topic, msg); err != nil {
+	return msg
+}
+
+// publish sends the polling relay's message for ev.
+func (ls *lanes) publish(ctx context.Context, ev event) error {
+	if err := ls.r.cfg.Publisher.Publish(ev.e.Topic, ls.message(ctx, ev)); err != nil {
 		return fmt.Errorf("publish event %s to %s: %w", ev.e.ID, ev.e.Topic, err)
 	}
 	return nil
