@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -57,7 +58,7 @@ func (r *Relay) publishBatch(ctx context.Context, bp BatchPublisher, rows []*cla
 		msgs[i].SetContext(spanCtx)
 	}
 	start := time.Now()
-	errs := bp.PublishBatch(topics, msgs)
+	errs := slices.Clone(bp.PublishBatch(topics, msgs)) // ours to rewrite
 	took := time.Since(start)
 	if errs != nil && len(errs) != len(rows) {
 		// A publisher breaking the contract: count every message as

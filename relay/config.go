@@ -162,7 +162,7 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 
 	// MessagingSystem is the publish spans' messaging.system. Default:
-	// known from the publisher ("kafka" for watermill-kafka, "rabbitmq" for
+	// known from the publisher ("kafka" for kafkapub and watermill-kafka, "rabbitmq" for
 	// watermill-amqp, ...), "_OTHER" otherwise.
 	MessagingSystem string
 

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"slices"
 	"sync"
 )
 
@@ -120,26 +121,33 @@ func (l *lane) process(ctx context.Context, batch, send []*claimedRow) []*claime
 			errs = []error{err}
 		}
 	}
+	// One call is one publish for the outage count: any acknowledgement
+	// shows the broker is up, and a call that failed whole counts once.
+	if errs == nil || slices.Contains(errs, nil) {
+		l.r.outage.Store(0)
+	} else {
+		l.r.outage.Add(1)
+	}
 	for i, row := range send {
 		var err error
 		if errs != nil {
 			err = errs[i]
 		}
 		if err == nil {
-			l.r.outage.Store(0)
 			// Marked even if the incarnation ended meanwhile: the
 			// broker has it, and the mark applies only if no one
 			// claimed the row since.
 			l.r.completer.ack(row)
 			continue
 		}
-		l.r.outage.Add(1)
 		if !row.inc.live(l.r.clock.now()) {
 			l.r.drop(row)
 			continue
 		}
 		l.r.completer.fail(row, err, l.hold(row.event.AggregateID))
 	}
+	clear(batch)
+	clear(send)
 	return send
 }
 

@@ -131,7 +131,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.inflight.Store(0)
 	r.outage.Store(0)
 	r.unconfirmed = nil
-	r.log.Info("relay starting", "table", r.cfg.Table.String(), "lanes", r.cfg.Lanes, "batch", r.cfg.BatchSize)
+	_, batching := r.pub.(BatchPublisher)
+	r.log.Info("relay starting", "table", r.cfg.Table.String(), "lanes", r.cfg.Lanes, "batch", r.cfg.BatchSize,
+		"lane_batch", r.cfg.LaneBatch, "batch_publisher", batching)
 
 	unregister, err := r.met.observe(r)
 	if err != nil {

@@ -60,9 +60,11 @@
 //     wal_wal_bytes_per_event, wal_p99_ms). The server needs wal_level =
 //     logical.
 //
-// Every Kafka scenario publishes through kafkapub.NewPublisher (Sarama via
-// watermill-kafka, acks=all), so they differ only in what drives
-// the publisher.
+// Every Kafka scenario publishes through kafkapub.NewPublisher (Sarama with
+// watermill-kafka's message format, acks=all), so they differ only in what
+// drives the publisher: the relays through PublishBatch (see -lane-batch),
+// the other loops one message per Publish, as watermill-kafka's publisher
+// sends them.
 //
 // Every drain (relay, relay3, plain, naive, forwarder, dblimit) reports its
 // cost per event (see cpu.go), read around the drain:

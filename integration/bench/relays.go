@@ -159,7 +159,7 @@ func (rr *relayRun) runUntil(ctx context.Context, s *schemaDB) error {
 	return nil
 }
 
-// kafkaPublisher returns the relay's own watermill-kafka publisher for the
+// kafkaPublisher returns the relay's own Kafka publisher (kafkapub) for the
 // broker; every Kafka scenario uses it, so they differ only in what drives
 // it.
 func (e *env) kafkaPublisher() (message.Publisher, error) {

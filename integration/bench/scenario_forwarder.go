@@ -87,7 +87,7 @@ func runForwarder(ctx context.Context, e *env, batch int) (throughput, error) {
 	}
 	res := newThroughput("forwarder", n, end.Sub(start), map[string]any{
 		"subscribe_batch_size": batch, "poll_interval": "1s (default)", "ack_deadline": "30s (default)",
-		"offsets": "DefaultPostgreSQLOffsetsAdapter", "publisher": "watermill-kafka (kafkapub.NewPublisher)",
+		"offsets": "DefaultPostgreSQLOffsetsAdapter", "publisher": "kafkapub.Publisher.Publish (one message per call, as watermill-kafka's Publish)",
 	})
 	res.Cost = c
 	return e.withDelivery(ctx, res, topic)

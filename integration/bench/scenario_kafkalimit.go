@@ -66,5 +66,5 @@ func runKafkaLimit(ctx context.Context, e *env) (throughput, error) {
 	if first != nil {
 		return throughput{}, fmt.Errorf("kafkalimit: publish: %w", first)
 	}
-	return newThroughput("kafkalimit", n, took, map[string]any{"publishers": kafkaLimitPublishers, "publisher": "watermill-kafka (kafkapub.NewPublisher)"}), nil
+	return newThroughput("kafkalimit", n, took, map[string]any{"publishers": kafkaLimitPublishers, "publisher": "kafkapub.Publisher.Publish (one message per call, as watermill-kafka's Publish)"}), nil
 }

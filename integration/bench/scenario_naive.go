@@ -81,7 +81,7 @@ func runNaive(ctx context.Context, e *env) (throughput, error) {
 	}
 	took := time.Since(start)
 	c := m.stop(ctx, n)
-	res := newThroughput("naive", n, took, map[string]any{"workers": 1, "batch": naiveBatch, "publisher": "watermill-kafka (kafkapub.NewPublisher)", "mark": "one UPDATE per row"})
+	res := newThroughput("naive", n, took, map[string]any{"workers": 1, "batch": naiveBatch, "publisher": "kafkapub.Publisher.Publish (one message per call, as watermill-kafka's Publish)", "mark": "one UPDATE per row"})
 	res.Cost = c
 	return e.withDelivery(ctx, res, topic)
 }

@@ -105,7 +105,7 @@ func runPlain(ctx context.Context, e *env) (throughput, error) {
 		return throughput{}, fmt.Errorf("plain: published %d of %d events", done, n)
 	}
 	res := newThroughput("plain", n, took, e.producerSettings(map[string]any{"workers": 1, "batch": plainBatch, "lanes": plainLanes,
-		"publisher": "watermill-kafka (kafkapub.NewPublisher)", "mark": "one UPDATE ... WHERE id = ANY($1) per batch"}))
+		"publisher": "kafkapub.Publisher.Publish (one message per call, as watermill-kafka's Publish)", "mark": "one UPDATE ... WHERE id = ANY($1) per batch"}))
 	res.Cost = c
 	return e.withDelivery(ctx, res, topic)
 }

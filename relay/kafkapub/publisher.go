@@ -44,7 +44,7 @@ type Config struct {
 	Compression sarama.CompressionCodec
 
 	// Logger receives the publisher's logs: each message the brokers
-	// refused, at debug level, with its topic and partition (its caller
+	// refused, at debug level, with its topic and key (its caller
 	// gets the error too). Default: slog.Default(). Sarama itself logs
 	// through the package-level sarama.Logger, which a library must not
 	// set for its host program: set it with SaramaLogger.
@@ -205,10 +205,17 @@ func (p *Publisher) PublishBatch(topics []string, msgs []*message.Message) []err
 		return errs
 	}
 	for _, pe := range perMessage {
-		i, ok := index[pe.Msg]
-		if !ok {
-			continue
+		if _, ok := index[pe.Msg]; !ok {
+			// Not a message of this call: nothing tells which failed,
+			// so none counts as acknowledged.
+			for _, km := range send {
+				fail(index[km], fmt.Errorf("kafkapub: cannot produce message %s: %w", msgs[index[km]].UUID, err))
+			}
+			return errs
 		}
+	}
+	for _, pe := range perMessage {
+		i := index[pe.Msg]
 		p.logFailure(pe.Msg, pe.Err)
 		fail(i, fmt.Errorf("kafkapub: cannot produce message %s: %w", msgs[i].UUID, pe.Err))
 	}
@@ -216,7 +223,7 @@ func (p *Publisher) PublishBatch(topics []string, msgs []*message.Message) []err
 }
 
 func (p *Publisher) logFailure(km *sarama.ProducerMessage, err error) {
-	p.logger.Debug("kafkapub: message not produced", "topic", km.Topic, "partition", km.Partition, "err", err)
+	p.logger.Debug("kafkapub: message not produced", "topic", km.Topic, "key", km.Key, "err", err)
 }
 
 func repeat(err error, n int) []error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,9 +32,10 @@ type work struct {
 	tx *txn
 }
 
-// lanes publish events concurrently, one lane per aggregate: a lane
-// publishes its events one at a time, in the order they were pushed,
-// retrying each until it is published or dead.
+// lanes publish events concurrently, each aggregate on one lane: a lane
+// publishes its events in the order they were pushed, the queued ones
+// together when the publisher is a relay.BatchPublisher but never two of
+// one aggregate at once, retrying each until it is published or dead.
 type lanes struct {
 	r       *Relay
 	pool    *pgxpool.Pool
@@ -100,13 +102,14 @@ func (ls *lanes) stop() {
 }
 
 // run publishes l's events until ctx ends: the events queued behind one
-// another together (see take), then each failed one on its own, retried
-// before the lane moves on.
+// another together (see take), each settled before the lane moves on.
 func (ls *lanes) run(ctx context.Context, l *lane) {
 	limit := 1
 	bp, batching := ls.r.cfg.Publisher.(relay.BatchPublisher)
 	if batching {
 		limit = ls.r.cfg.LaneBatch
+	} else {
+		bp = nil
 	}
 	var batch []work
 	for ctx.Err() == nil {
@@ -119,24 +122,10 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 				continue
 			}
 		}
-		var errs []error
-		if len(batch) > 1 {
-			errs = ls.publishBatch(ctx, bp, batch)
-		} else if err := ls.publish(ctx, batch[0].ev); err != nil {
-			errs = []error{err}
+		if !ls.deliver(ctx, bp, batch) {
+			return
 		}
-		for i, w := range batch {
-			var err error
-			if errs != nil {
-				err = errs[i]
-			}
-			if !ls.deliver(ctx, w.ev, err) {
-				return
-			}
-			if w.tx.pending.Add(-1) == 0 {
-				ls.signal()
-			}
-		}
+		clear(batch)
 	}
 }
 
@@ -162,31 +151,65 @@ queue:
 	return batch
 }
 
-// deliver settles ev, whose first publish ended with first: published, or
-// retried with backoff until it is published or dead after MaxAttempts. It
-// reports whether ev settled, false only when ctx ended first.
-func (ls *lanes) deliver(ctx context.Context, ev event, first error) bool {
+// deliver publishes the events of batch, of distinct aggregates, and
+// settles each: published, or dead after MaxAttempts. Those the broker
+// acknowledged settle at once; the failed ones are retried together after
+// one backoff. It reports whether every event settled, false only when
+// ctx ended first.
+func (ls *lanes) deliver(ctx context.Context, bp relay.BatchPublisher, batch []work) bool {
 	cfg := &ls.r.cfg
-	err := first
+	pending := slices.Clone(batch)
 	for attempt := 1; ; attempt++ {
-		if attempt > 1 {
-			if ctx.Err() != nil {
-				return false
+		errs := ls.send(ctx, bp, pending)
+		failed := pending[:0]
+		for i, w := range pending {
+			var err error
+			if errs != nil {
+				err = errs[i]
 			}
-			err = ls.publish(ctx, ev)
+			switch {
+			case err == nil:
+				ls.r.met.published.Add(ctx, 1)
+			case attempt >= cfg.MaxAttempts:
+				if !ls.dead(ctx, w.ev, attempt, err) {
+					return false
+				}
+			default:
+				ls.r.log.Warn("publish failed; retrying", "event_id", w.ev.e.ID, "topic", w.ev.e.Topic, "attempt", attempt, "err", err)
+				failed = append(failed, w)
+				continue
+			}
+			if w.tx.pending.Add(-1) == 0 {
+				ls.signal()
+			}
 		}
-		if err == nil {
-			ls.r.met.published.Add(ctx, 1)
+		clear(pending[len(failed):])
+		if len(failed) == 0 {
 			return true
 		}
-		if attempt >= cfg.MaxAttempts {
-			return ls.dead(ctx, ev, attempt, err)
-		}
-		ls.r.log.Warn("publish failed; retrying", "event_id", ev.e.ID, "topic", ev.e.Topic, "attempt", attempt, "err", err)
+		pending = failed
 		if !sleep(ctx, backoff(cfg.BackoffMin, cfg.BackoffMax, attempt)) {
 			return false
 		}
 	}
+}
+
+// send publishes ws, together when bp is set and there are several, and
+// returns each one's error (nil when all were published).
+func (ls *lanes) send(ctx context.Context, bp relay.BatchPublisher, ws []work) []error {
+	if bp != nil && len(ws) > 1 {
+		return ls.publishBatch(ctx, bp, ws)
+	}
+	var errs []error
+	for i, w := range ws {
+		if err := ls.publish(ctx, w.ev); err != nil {
+			if errs == nil {
+				errs = make([]error, len(ws))
+			}
+			errs[i] = err
+		}
+	}
+	return errs
 }
 
 // publishBatch sends the events of batch, of distinct aggregates, at once,
@@ -198,7 +221,7 @@ func (ls *lanes) publishBatch(ctx context.Context, bp relay.BatchPublisher, batc
 		topics[i] = w.ev.e.Topic
 		msgs[i] = ls.message(ctx, w.ev)
 	}
-	errs := bp.PublishBatch(topics, msgs)
+	errs := slices.Clone(bp.PublishBatch(topics, msgs)) // ours to rewrite
 	if errs == nil {
 		return nil
 	}

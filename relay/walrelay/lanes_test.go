@@ -1,8 +1,15 @@
 package walrelay
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/txoutbox/txoutbox"
 )
@@ -35,5 +42,72 @@ func TestLaneTakesDistinctAggregates(t *testing.T) {
 		if rows(batch) != step.batch || rows(l.queue) != step.left {
 			t.Fatalf("take(limit %d) = %s, queue %s; want %s, queue %s", step.limit, rows(batch), rows(l.queue), step.batch, step.left)
 		}
+	}
+}
+
+// blipPublisher refuses every message of its first call (a broker blip),
+// then accepts everything, and records the calls.
+type blipPublisher struct {
+	mu    sync.Mutex
+	calls []int // messages per call
+}
+
+func (p *blipPublisher) call(n int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, n)
+	return len(p.calls) == 1
+}
+
+func (p *blipPublisher) Publish(_ string, msgs ...*message.Message) error {
+	if p.call(len(msgs)) {
+		return errors.New("broker blip")
+	}
+	return nil
+}
+
+func (p *blipPublisher) PublishBatch(_ []string, msgs []*message.Message) []error {
+	if !p.call(len(msgs)) {
+		return nil
+	}
+	errs := make([]error, len(msgs))
+	for i := range errs {
+		errs[i] = errors.New("broker blip")
+	}
+	return errs
+}
+
+func (*blipPublisher) Close() error { return nil }
+
+// A batch that failed whole is retried whole after one backoff, not event
+// by event with a backoff each: a blip costs one backoff, as it did when
+// lanes sent one event at a time, and the transaction settles then.
+func TestLaneRetriesAFailedBatchTogether(t *testing.T) {
+	pub := &blipPublisher{}
+	const backoffMin = 200 * time.Millisecond
+	r, err := New(Config{ConnString: "postgres://x@127.0.0.1/x", Publisher: pub, Lanes: 1, LaneBatch: 8,
+		BackoffMin: backoffMin, BackoffMax: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := newLanes(context.Background(), r, nil)
+	defer ls.stop()
+	tx := &txn{end: 1}
+	for i := range 8 {
+		tx.events = append(tx.events, event{e: txoutbox.Event{AggregateID: fmt.Sprintf("agg-%d", i), Topic: "t"}})
+	}
+	ls.push(tx)
+	deadline := time.After(10 * time.Second)
+	for tx.pending.Load() != 0 {
+		select {
+		case <-ls.settled:
+		case <-deadline:
+			t.Fatalf("transaction not settled after 10s; calls %v", pub.calls)
+		}
+	}
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if fmt.Sprint(pub.calls) != "[8 8]" {
+		t.Fatalf("calls of %v messages, want [8 8]: the failed batch again, once, after one backoff", pub.calls)
 	}
 }
