@@ -43,6 +43,11 @@ type Config struct {
 	// Table is the outbox table. Default: "outbox" on the search_path.
 	Table txoutbox.Table
 
+	// Slot is the WAL relay's replication slot, which Status reports when
+	// it exists. Default: the WAL relay's default slot name for Table
+	// (txoutbox_<schema>_<table>).
+	Slot string
+
 	// StaleAfter is how old a relay's heartbeat may be for Status to count
 	// it alive. Use the relays' Config.StaleAfter. Default 15s.
 	StaleAfter time.Duration
@@ -84,6 +89,9 @@ func New(db *sql.DB, cfg Config) (*Admin, error) {
 	}
 	if cfg.ReplayBatch < 0 {
 		return nil, fmt.Errorf("%w: ReplayBatch is negative (%d)", ErrInvalidConfig, cfg.ReplayBatch)
+	}
+	if cfg.Slot == "" {
+		cfg.Slot = outboxsql.WALName(cfg.Table.Schema, cfg.Table.Name)
 	}
 	if cfg.StaleAfter == 0 {
 		cfg.StaleAfter = StaleAfterDefault

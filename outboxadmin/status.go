@@ -2,9 +2,13 @@ package outboxadmin
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
-	"github.com/txoutbox/txoutbox"
 	"time"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // Status is the state of an outbox and its relays.
@@ -22,6 +26,23 @@ type Status struct {
 	// its batch). The new owner publishes their later events once those
 	// are done; a shard that stays here points at a stuck relay.
 	Handovers []int
+	// Slot is the WAL relay's replication slot (Config.Slot), nil when it
+	// does not exist (the polling relay publishes).
+	Slot *SlotStatus
+}
+
+// SlotStatus is the WAL relay's replication slot.
+type SlotStatus struct {
+	Name string
+	// Active is whether a relay streams from it.
+	Active bool
+	// WALStatus is PostgreSQL's wal_status: reserved or extended are fine,
+	// unreserved means the slot is about to pass max_slot_wal_keep_size,
+	// lost means WAL it needed is gone (see outbox wal takeover).
+	WALStatus string
+	// LagBytes is the WAL the slot holds back behind the server's current
+	// position: what to alert on.
+	LagBytes int64
 }
 
 // RelayStatus is one registered relay.
@@ -50,6 +71,9 @@ func (a *Admin) Status(ctx context.Context) (Status, error) {
 		return Status{}, fmt.Errorf("outboxadmin: status: %w", err)
 	}
 	st := Status{Stats: stats}
+	if st.Slot, err = a.slot(ctx); err != nil {
+		return Status{}, fmt.Errorf("outboxadmin: status: %w", err)
+	}
 	relays, err := a.relays(ctx)
 	if err != nil {
 		return Status{}, fmt.Errorf("outboxadmin: status: %w", err)
@@ -132,4 +156,18 @@ func (a *Admin) relays(ctx context.Context) ([]RelayStatus, error) {
 		return nil, fmt.Errorf("read relays: %w", err)
 	}
 	return out, nil
+}
+
+// slot reads the WAL relay's slot, nil when there is none.
+func (a *Admin) slot(ctx context.Context) (*SlotStatus, error) {
+	s := SlotStatus{Name: a.cfg.Slot}
+	var confirmed, plugin, database string
+	err := a.db.QueryRowContext(ctx, outboxsql.WALSlot, s.Name).Scan(&s.Active, &s.WALStatus, &confirmed, &plugin, &database, &s.LagBytes)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read replication slot %s: %w", s.Name, err)
+	}
+	return &s, nil
 }

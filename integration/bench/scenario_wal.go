@@ -210,7 +210,9 @@ func runWALRelay(ctx context.Context, r *walrelay.Relay) (stop func(), err error
 }
 
 // insertBacklogTx writes n events as the application would: walTxEvents
-// per transaction.
+// per transaction. Then, as insertBacklog does for the polling relay's
+// backlog, it vacuums and analyzes the table, so autovacuum does not start
+// on the fresh rows inside one drain and not the other.
 func insertBacklogTx(ctx context.Context, s *schemaDB, topic string, n, aggregates int) error {
 	q := s.Names.Render(insertBacklogSQL)
 	for done := 0; done < n; done += walTxEvents {
@@ -218,6 +220,9 @@ func insertBacklogTx(ctx context.Context, s *schemaDB, topic string, n, aggregat
 		if _, err := s.SQL.ExecContext(ctx, q, topic, k, aggregates, "pending", payloadPad, done); err != nil {
 			return fmt.Errorf("write backlog: %w", err)
 		}
+	}
+	if _, err := s.SQL.ExecContext(ctx, "VACUUM ANALYZE "+s.Names.Table); err != nil {
+		return fmt.Errorf("analyze backlog: %w", err)
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 	"github.com/txoutbox/txoutbox/outboxadmin/console"
@@ -446,5 +447,41 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	if _, err := console.New(nil, console.Options{}); !errors.Is(err, console.ErrInvalidOptions) {
 		t.Errorf("New(nil) = %v, want ErrInvalidOptions", err)
+	}
+}
+
+// With the WAL relay's slot in place, the overview shows its lag and
+// wal_status (HTML and JSON); without one, nothing of it.
+func TestOverviewShowsTheWALSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Options{})
+	if code, body := b.get(t, "api/overview"); code != http.StatusOK || strings.Contains(body, "wal_slot") {
+		t.Fatalf("GET api/overview without a slot = %d: %s", code, body)
+	}
+	slot := outboxsql.WALName(b.db.Table().Schema, b.db.Table().Name)
+	exec(t, b.db, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	t.Cleanup(func() { _, _ = b.db.SQL.Exec(`SELECT pg_drop_replication_slot($1)`, slot) })
+	exec(t, b.db, `SELECT pg_logical_emit_message(true, 'test', 'move the server past the slot')`)
+	code, body := b.get(t, "api/overview")
+	if code != http.StatusOK {
+		t.Fatalf("GET api/overview = %d: %s", code, body)
+	}
+	var got struct {
+		Slot *struct {
+			Name      string
+			Active    bool
+			WALStatus string `json:"wal_status"`
+			LagBytes  int64  `json:"lag_bytes"`
+		} `json:"wal_slot"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Slot == nil || got.Slot.Name != slot || got.Slot.Active || got.Slot.WALStatus != "reserved" || got.Slot.LagBytes <= 0 {
+		t.Fatalf("wal_slot = %+v, want %s, inactive, reserved, with a lag", got.Slot, slot)
+	}
+	code, page := b.get(t, "")
+	if code != http.StatusOK || !strings.Contains(page, "WAL slot") || !strings.Contains(page, "wal_status reserved, no relay streaming") {
+		t.Fatalf("GET overview = %d, without the slot's card", code)
 	}
 }

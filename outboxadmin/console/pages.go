@@ -26,11 +26,20 @@ type overviewData struct {
 	Relays      int                   `json:"relays_alive"`
 	Unowned     int                   `json:"unowned_shards"`
 	Handovers   int                   `json:"handover_shards"`
+	Slot        *slotJSON             `json:"wal_slot,omitempty"`
 	History     []point               `json:"history"`
 	At          time.Time             `json:"at"`
 	Status      outboxadmin.Status    `json:"-"`
 	Latest      outboxadmin.Snapshot  `json:"-"`
 	PollMillis  int64                 `json:"-"` // how often the page polls: SampleEvery
+}
+
+// slotJSON is the WAL relay's slot, when it exists.
+type slotJSON struct {
+	Name      string `json:"name"`
+	Active    bool   `json:"active"`
+	WALStatus string `json:"wal_status"`
+	LagBytes  int64  `json:"lag_bytes"`
 }
 
 type topicJSON struct {
@@ -54,6 +63,9 @@ func (c *Console) readOverview(r *http.Request) (overviewData, error) {
 		Topics: st.Topics, TopicsJSON: []topicJSON{}, Unowned: len(st.Unowned), Handovers: len(st.Handovers),
 		History: c.hist.points(), At: latest.At, Status: st, Latest: latest,
 		PollMillis: c.opts.SampleEvery.Milliseconds(),
+	}
+	if sl := st.Slot; sl != nil {
+		d.Slot = &slotJSON{Name: sl.Name, Active: sl.Active, WALStatus: sl.WALStatus, LagBytes: sl.LagBytes}
 	}
 	for _, t := range st.Topics {
 		d.TopicsJSON = append(d.TopicsJSON, topicJSON{Topic: t.Topic, Backlog: t.Backlog, LagSeconds: t.Lag.Seconds(), Dead: t.Dead})
