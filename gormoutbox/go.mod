@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261130135219-33809d503693
+	github.com/txoutbox/txoutbox v0.0.0-20261130142239-25380fd349ad
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
