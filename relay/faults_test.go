@@ -393,8 +393,11 @@ func TestFrozenRegistrationDoesNotStopPeers(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	b.exec(t, `INSERT INTO outbox_relays (id, name, heartbeat_at) VALUES ('r9#old', 'r9', now() - interval '1 hour')`)
+	// A round that waited on the frozen row would wait until the
+	// statement timeout, every round; the timeout only has to be long
+	// enough for a round on a loaded CI machine (500ms was not).
 	peer, err := New(b.db.SQL, failingPublisher{}, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler),
-		StatementTimeout: 500 * time.Millisecond})
+		StatementTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
