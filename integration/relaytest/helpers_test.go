@@ -48,11 +48,17 @@ func (b *bundle) fastConfig() relay.Config {
 		PollInterval:      50 * time.Millisecond,
 		HeartbeatInterval: 100 * time.Millisecond,
 		StaleAfter:        3 * time.Second, // a heartbeat may stall for seconds on a loaded CI machine
-		LeaseDuration:     2 * time.Second,
-		BackoffMin:        20 * time.Millisecond,
-		BackoffMax:        200 * time.Millisecond,
-		StatsInterval:     100 * time.Millisecond,
-		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// Longer than a publish takes here even on a loaded 2-core
+		// machine: with 2s, rows waiting in the lanes outlived their
+		// lease there, the relay claimed them again and the tests timed
+		// out on the churn. Takeover in these tests goes by StaleAfter;
+		// lease expiry has tests of its own (package relay, the crash
+		// suite).
+		LeaseDuration: 10 * time.Second,
+		BackoffMin:    20 * time.Millisecond,
+		BackoffMax:    200 * time.Millisecond,
+		StatsInterval: 100 * time.Millisecond,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }
 
