@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -195,23 +196,18 @@ func (p *Publisher) PublishBatch(topics []string, msgs []*message.Message) []err
 	if err == nil {
 		return errs
 	}
+	// Per message, unless the error is not, or names a message not of
+	// this call: then nothing tells which failed, and none counts as
+	// acknowledged.
 	var perMessage sarama.ProducerErrors
-	if !errors.As(err, &perMessage) {
-		// Not per message: count them all as failed.
+	if !errors.As(err, &perMessage) || slices.ContainsFunc(perMessage, func(pe *sarama.ProducerError) bool {
+		_, ok := index[pe.Msg]
+		return !ok
+	}) {
 		for _, km := range send {
 			fail(index[km], fmt.Errorf("kafkapub: cannot produce message %s: %w", msgs[index[km]].UUID, err))
 		}
 		return errs
-	}
-	for _, pe := range perMessage {
-		if _, ok := index[pe.Msg]; !ok {
-			// Not a message of this call: nothing tells which failed,
-			// so none counts as acknowledged.
-			for _, km := range send {
-				fail(index[km], fmt.Errorf("kafkapub: cannot produce message %s: %w", msgs[index[km]].UUID, err))
-			}
-			return errs
-		}
 	}
 	for _, pe := range perMessage {
 		i := index[pe.Msg]
