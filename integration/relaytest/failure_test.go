@@ -179,7 +179,7 @@ func TestUnacknowledgedEventsAreNeverMarked(t *testing.T) {
 	pub := &blockingPublisher{started: make(chan struct{}), release: make(chan struct{})}
 	_, stop := runRelay(t, b.db, pub, b.fastConfig())
 	<-pub.started
-	if n := count(t, b.db, "SELECT count(*) FROM outbox WHERE state = 'claimed'"); n == 0 {
+	if n := count(t, b.db, "SELECT count(*) FROM outbox WHERE lease_owner IS NOT NULL"); n == 0 {
 		t.Fatal("nothing claimed while publishing")
 	}
 	// Shut down while publishes hang, then let them fail.
@@ -188,7 +188,7 @@ func TestUnacknowledgedEventsAreNeverMarked(t *testing.T) {
 	if n := count(t, b.db, "SELECT count(*) FROM outbox WHERE state = 'published'"); n != 0 {
 		t.Fatalf("%d unacknowledged events marked published", n)
 	}
-	if n := count(t, b.db, "SELECT count(*) FROM outbox WHERE state = 'claimed'"); n != 0 {
+	if n := count(t, b.db, "SELECT count(*) FROM outbox WHERE lease_owner IS NOT NULL"); n != 0 {
 		t.Fatalf("%d rows left claimed after a clean shutdown; they should be released or failed", n)
 	}
 }

@@ -215,7 +215,7 @@ func check(t *testing.T, want []written, got []delivered) (duplicates int) {
 
 // claimSQL is in the relay's claim statement, and in no other: a traced
 // pool (testkit.DB.Traced) counts claims by it.
-const claimSQL = "SET state = 'claimed'"
+const claimSQL = "SET lease_owner = $1, lease_expires_at"
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()

@@ -6,9 +6,15 @@ package outboxsql
 // $aggregate and $type are exact matches or NULL, and $since and $until
 // timestamptz or NULL.
 
+// StateColumn is a row's state as operators see it: "claimed" for an
+// unpublished row a relay holds under a lease. Relays record a claim in the
+// lease columns alone and leave state 'pending' (see Claim), so the state
+// column says "claimed" only for rows claimed by relays of schema version 2.
+const StateColumn = `CASE WHEN state IN ('pending', 'claimed') AND lease_owner IS NOT NULL THEN 'claimed' ELSE state END`
+
 // opsRowColumns is what an operator sees of a row.
 const opsRowColumns = `id, event_id::text, topic, aggregate_type, aggregate_id, event_type, content_type,
-       length(payload), headers::text, created_at, state, attempts, next_attempt_at,
+       length(payload), headers::text, created_at, ` + StateColumn + `, attempts, next_attempt_at,
        coalesce(last_error, ''), published_at, coalesce(lease_owner, '')`
 
 // deadFilter selects dead rows by $1 ids, $2 topic, $3 aggregate id, $4
@@ -49,7 +55,7 @@ FOR UPDATE`
 // $1 (a text array literal). FOR UPDATE without SKIP LOCKED waits for a
 // claim in progress, so the rows it returns show which are in flight for
 // certain, and no relay can claim them until the retry commits.
-const OpsLockUnpublished = `SELECT id, aggregate_id, state
+const OpsLockUnpublished = `SELECT id, aggregate_id, ` + StateColumn + `
 FROM {{table}}
 WHERE state IN ('pending', 'claimed') AND aggregate_id = ANY($1::text[])
 ORDER BY id
@@ -129,7 +135,7 @@ const OpsShards = `SELECT shard, coalesce(owner, '') FROM {{shards}} ORDER BY sh
 // backlog.
 const OpsHandovers = `SELECT DISTINCT o.shard
 FROM {{table}} o JOIN {{shards}} s ON s.shard = o.shard
-WHERE o.state = 'claimed' AND o.lease_expires_at > now()
+WHERE o.state IN ('pending', 'claimed') AND o.lease_owner IS NOT NULL AND o.lease_expires_at > now()
   AND o.lease_owner IS DISTINCT FROM s.owner
   AND o.lease_owner IN (SELECT id FROM {{relays}})
 ORDER BY 1`

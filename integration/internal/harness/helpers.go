@@ -54,7 +54,7 @@ func (w *Writers) Emit(ctx context.Context, events ...txoutbox.Event) error {
 
 // holdsClaims reports whether relay id holds claimed rows right now.
 func holdsClaims(ctx context.Context, env *Env, id string) bool {
-	return outboxHas(ctx, env, `state = 'claimed' AND lease_owner = $1`, id)
+	return outboxHas(ctx, env, `state IN ('pending', 'claimed') AND lease_owner = $1`, id)
 }
 
 // outboxHas reports whether an outbox row matches the SQL condition where

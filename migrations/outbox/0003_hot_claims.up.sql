@@ -1,0 +1,15 @@
+-- txoutbox schema, version 3: claims as heap-only (HOT) updates.
+--
+-- A relay records a claim in the lease columns alone (lease_owner,
+-- lease_expires_at, and next_attempt_at set to the lease's end) and leaves
+-- state 'pending'; a claimed row is one with a lease_owner. No index covers
+-- those columns, so when the row's page has room PostgreSQL updates it in
+-- place: no new entry in any index, less WAL, and a page the mark then
+-- rewrites again instead of a new one. Half of each page is left free for
+-- that (fillfactor); it applies to pages filled from now on.
+--
+-- Relays of version 2 (state 'claimed') and 3 can run side by side during an
+-- upgrade: to a version-2 relay, a row claimed the new way is pending and
+-- not due before its lease ends (next_attempt_at), which is what a claim
+-- means to it, and version-3 relays treat state 'claimed' as claimed.
+ALTER TABLE outbox SET (fillfactor = 50);

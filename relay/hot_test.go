@@ -1,0 +1,148 @@
+package relay
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+)
+
+// A claim records itself in the lease columns alone, which no index covers,
+// so on a page with room (schema version 3's fillfactor) PostgreSQL updates
+// the row in place: a heap-only (HOT) update, with no new index entry.
+func TestClaimIsHeapOnlyUpdate(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 10, "k", "m")
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	if got := claimUpTo(t, r, 20); got != "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20" {
+		t.Fatalf("claimed %q", got)
+	}
+	// Backends report their statistics about a second after going idle.
+	var hot, updated int64
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if err := b.db.SQL.QueryRow(`SELECT n_tup_hot_upd, n_tup_upd FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'outbox'`,
+			b.db.Schema).Scan(&hot, &updated); err != nil {
+			t.Fatal(err)
+		}
+		if updated >= 20 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if updated != 20 || hot != 20 {
+		t.Fatalf("claiming 20 rows made %d updates, %d of them heap-only; want 20 and 20", updated, hot)
+	}
+}
+
+// A relay of schema version 2 (the claim statement below, as it shipped)
+// running beside version-3 relays during an upgrade must neither take the
+// rows they claimed nor any later row of those aggregates: to it, a row
+// claimed the new way is pending and not due before its lease ends.
+func TestVersion2ClaimLeavesVersion3ClaimsAlone(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 3, "k", "m") // k: 1 3 5, m: 2 4 6
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	if got := claimUpTo(t, r, 2); got != "1 2" {
+		t.Fatalf("claimed %q, want 1 2", got)
+	}
+	b.exec(t, `INSERT INTO outbox_relays (id, name) VALUES ('old#1', 'old')`)
+	names, err := outboxsql.NamesFor(b.db.Table().Schema, b.db.Table().Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimV2 := names.Render(claimVersion2)
+	args := outboxsql.ClaimArgs{Owner: "old#1", Limit: 10, Lease: time.Minute, Shards: allShards(), Window: 10}.Args()
+	rows, err := b.db.SQL.QueryContext(context.Background(), claimV2, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("a version-2 relay claimed %d rows while rows 1 and 2 were claimed by a version-3 one; want none", n)
+	}
+	// Once r1's claim is released, the version-2 relay may take them, in order.
+	b.exec(t, `UPDATE outbox SET lease_expires_at = now() - interval '1 second', next_attempt_at = now() - interval '1 second' WHERE id <= 2`)
+	rows, err = b.db.SQL.QueryContext(context.Background(), claimV2, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n = 0
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n != 6 {
+		t.Fatalf("after r1's lease ended, a version-2 relay claimed %d rows; want all 6", n)
+	}
+}
+
+func allShards() []int16 {
+	s := make([]int16, numShards)
+	for i := range s {
+		s[i] = int16(i)
+	}
+	return s
+}
+
+// claimVersion2 is outboxsql.Claim as relays of schema version 2 run it.
+const claimVersion2 = `
+WITH fence AS MATERIALIZED (
+    SELECT DISTINCT ON (o.aggregate_id) o.aggregate_id, o.id AS first_id
+    FROM {{table}} o
+    WHERE o.state = 'pending' AND o.attempts > 0 AND o.next_attempt_at > now()
+      AND o.shard = ANY($4::smallint[])
+    ORDER BY o.aggregate_id, o.id
+), live AS MATERIALIZED (
+    SELECT id FROM {{relays}}
+), seen AS MATERIALIZED (
+    SELECT o.ctid AS tid, o.id, o.aggregate_id,
+           (o.state = 'pending' AND o.next_attempt_at <= now())
+             OR (o.state = 'claimed' AND (o.lease_expires_at <= now()
+                 OR o.lease_owner NOT IN (SELECT id FROM live))) AS due,
+           o.state = 'claimed' AND o.lease_owner = $1 AS mine
+    FROM {{table}} o
+    WHERE o.state IN ('pending', 'claimed')
+      AND o.shard = ANY($4::smallint[])
+      AND NOT EXISTS (SELECT 1 FROM fence f WHERE f.aggregate_id = o.aggregate_id AND f.first_id < o.id)
+      AND EXISTS (SELECT 1 FROM live WHERE id = $1)
+    ORDER BY o.id
+    LIMIT $5
+), took AS MATERIALIZED (
+    SELECT o.id
+    FROM {{table}} o
+    WHERE o.ctid = ANY (ARRAY(SELECT tid FROM seen WHERE due LIMIT $2))
+      AND ((o.state = 'pending' AND o.next_attempt_at <= now())
+        OR (o.state = 'claimed' AND (o.lease_expires_at <= now()
+            OR o.lease_owner NOT IN (SELECT id FROM live))))
+    FOR UPDATE OF o SKIP LOCKED
+), missed AS MATERIALIZED (
+    SELECT s.id FROM seen s WHERE s.due AND s.id NOT IN (SELECT id FROM took)
+), blocked AS MATERIALIZED (
+    SELECT s.aggregate_id, min(s.id) AS first_id
+    FROM seen s
+    WHERE NOT s.mine AND (NOT s.due OR s.id IN (SELECT id FROM missed))
+    GROUP BY s.aggregate_id
+), claim AS MATERIALIZED (
+    SELECT s.tid FROM seen s
+    WHERE s.due AND s.id NOT IN (SELECT id FROM missed)
+      AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregate_id = s.aggregate_id AND b.first_id < s.id)
+)
+UPDATE {{table}} o
+SET state = 'claimed', lease_owner = $1, lease_expires_at = now() + $3::interval
+WHERE o.ctid = ANY (ARRAY(SELECT tid FROM claim))
+RETURNING o.id, o.event_id::text, o.topic, o.aggregate_type, o.aggregate_id, o.event_type,
+          o.content_type, o.payload, o.headers::text, o.created_at, o.attempts, o.ctid::text`
