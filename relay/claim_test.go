@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
@@ -324,7 +325,7 @@ func TestClaimGenericPlanHashesMembership(t *testing.T) {
 			t.Fatalf("%.40s: %v", q, err)
 		}
 	}
-	rows, err := conn.QueryContext(ctx, `EXPLAIN EXECUTE claim('r1#x', 1000, '30 seconds', '{1,2}', 3000)`)
+	rows, err := conn.QueryContext(ctx, `EXPLAIN EXECUTE claim('r1#x', 1000, '30 seconds', '`+outboxsql.ShardMask([]int16{1, 2})+`', 3000)`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,8 @@ func TestVersion2ClaimLeavesVersion3ClaimsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	claimV2 := names.Render(claimVersion2)
-	args := outboxsql.ClaimArgs{Owner: "old#1", Limit: 10, Lease: time.Minute, Shards: allShards(), Window: 10}.Args()
+	// Version 2 took its shards as an array.
+	args := []any{"old#1", 10, outboxsql.Interval(time.Minute), outboxsql.Int16Array(allShards()), 10}
 	rows, err := b.db.SQL.QueryContext(context.Background(), claimV2, args...)
 	if err != nil {
 		t.Fatal(err)

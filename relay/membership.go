@@ -18,7 +18,7 @@ import (
 )
 
 // numShards is fixed by the schema: shard = hashtext(aggregate_id) & 255.
-const numShards = 256
+const numShards = outboxsql.Shards
 
 // convergeInterval is how soon the relay rebalances again while it does not
 // yet claim from every shard it should own: a peer has not released them yet,

@@ -125,6 +125,24 @@ type meter struct {
 	wal0                  string
 	pg0, broker0, self0   time.Duration
 	pgOK, brokerOK, walOK bool
+	excluded              map[int]time.Duration // server processes left out: CPU at the start
+}
+
+// exclude leaves the server process pid (the backend of the harness's own
+// connection, see poller) out of the PostgreSQL CPU from now to stop.
+func (m *meter) exclude(pid int) *meter {
+	if !m.pgOK {
+		return m // the server's processes are not visible here
+	}
+	if cpu, err := processCPU(pid); err == nil {
+		if m.excluded == nil {
+			m.excluded = map[int]time.Duration{}
+		}
+		m.excluded[pid] = cpu
+	} else {
+		logf("backend %d not left out of the PostgreSQL CPU: %v", pid, err)
+	}
+	return m
 }
 
 // startMeter takes the first readings, the PostgreSQL and broker ones before
@@ -177,6 +195,13 @@ func (m *meter) stop(ctx context.Context, events int) *cost {
 	}
 	if m.pgOK {
 		if p1, err := clusterCPU(m.postmaster); err == nil {
+			for pid, cpu0 := range m.excluded {
+				if cpu1, err := processCPU(pid); err == nil {
+					p1 -= cpu1 - cpu0
+				} else {
+					logf("backend %d not left out of the PostgreSQL CPU: %v", pid, err)
+				}
+			}
 			c.PGUS = per(p1 - m.pg0)
 			total += p1 - m.pg0
 			parts++

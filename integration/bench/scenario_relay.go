@@ -68,8 +68,13 @@ func runRelayScenario(ctx context.Context, e *env, replicas int, cpuprofile stri
 		return throughput{}, err
 	}
 	rr := relayRun{replicas: replicas, cfg: e.relayConfig(), publisher: e.kafkaPublisher, cpuprofile: cpuprofile, stats: e.sqlStats(s)}
-	m := e.startMeter(ctx, s.SQL)
-	took, err := rr.drain(ctx, s, e.opts.timeout)
+	p, err := newPoller(ctx, s)
+	if err != nil {
+		return throughput{}, err
+	}
+	defer p.close()
+	m := e.startMeter(ctx, s.SQL).exclude(p.pid)
+	took, err := rr.drain(ctx, s, p, e.opts.timeout)
 	if err != nil {
 		return throughput{}, fmt.Errorf("%s: %w", name, err)
 	}
@@ -94,8 +99,13 @@ func runDBLimit(ctx context.Context, e *env) (throughput, error) {
 	}
 	cfg := relay.Config{BatchSize: 1000}
 	rr := relayRun{replicas: 1, cfg: cfg, publisher: func() (message.Publisher, error) { return kafkatest.NopPublisher{}, nil }, stats: e.sqlStats(s)}
-	m := e.startMeter(ctx, s.SQL)
-	took, err := rr.drain(ctx, s, e.opts.timeout)
+	p, err := newPoller(ctx, s)
+	if err != nil {
+		return throughput{}, err
+	}
+	defer p.close()
+	m := e.startMeter(ctx, s.SQL).exclude(p.pid)
+	took, err := rr.drain(ctx, s, p, e.opts.timeout)
 	if err != nil {
 		return throughput{}, fmt.Errorf("dblimit: %w", err)
 	}

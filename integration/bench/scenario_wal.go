@@ -48,6 +48,11 @@ type walBench struct {
 	RelayWALBytesPerEvent      float64 `json:"relay_wal_bytes_per_event"`
 	WALCleanupWALBytesPerEvent float64 `json:"wal_cleanup_wal_bytes_per_event"`
 
+	// Every part of each drain's CPU (relay process, PostgreSQL, broker)
+	// and WAL, per event.
+	WALCost   *cost `json:"wal_cost,omitempty"`
+	RelayCost *cost `json:"relay_cost,omitempty"`
+
 	// Commit-to-ack at -latency-rate through the WAL relay.
 	P50MS float64 `json:"wal_p50_ms"`
 	P99MS float64 `json:"wal_p99_ms"`
@@ -81,20 +86,25 @@ func runWAL(ctx context.Context, e *env) (walBench, error) {
 		return res, err
 	}
 	rr := relayRun{replicas: 1, cfg: e.relayConfig(), publisher: e.kafkaPublisher}
-	m := e.startMeter(ctx, ps.SQL)
+	p, err := newPoller(ctx, ps)
+	if err != nil {
+		return res, err
+	}
+	defer p.close()
+	m := e.startMeter(ctx, ps.SQL).exclude(p.pid)
 	start := time.Now()
 	stop, err := rr.start(ctx, ps)
 	if err != nil {
 		return res, err
 	}
-	end, err := waitDrained(ctx, ps, e.opts.timeout)
+	end, err := p.waitDrained(ctx, e.opts.timeout)
 	c := m.stop(ctx, e.opts.events)
 	stop()
 	if err != nil {
 		return res, fmt.Errorf("wal: polling relay: %w", err)
 	}
 	res.RelayEPS = float64(e.opts.events) / end.Sub(start).Seconds()
-	res.RelayPGUSPerEvent, res.RelayWALBytesPerEvent = measured(c, pgUS), measured(c, walBytes)
+	res.RelayPGUSPerEvent, res.RelayWALBytesPerEvent, res.RelayCost = measured(c, pgUS), measured(c, walBytes), c
 	// Its prune deleting the published rows, as it would after Retention.
 	m = e.startMeter(ctx, ps.SQL)
 	prune := ps.Names.Render(outboxsql.Prune)
@@ -159,7 +169,7 @@ func runWAL(ctx context.Context, e *env) (walBench, error) {
 	c = m.stop(ctx, e.opts.events)
 	stopRelay()
 	res.WALEPS = float64(e.opts.events) / took.Seconds()
-	res.WALPGUSPerEvent, res.WALWALBytesPerEvent = measured(c, pgUS), measured(c, walBytes)
+	res.WALPGUSPerEvent, res.WALWALBytesPerEvent, res.WALCost = measured(c, pgUS), measured(c, walBytes), c
 	m = e.startMeter(ctx, s.SQL)
 	if stopRelay, err = runWALRelay(ctx, r); err != nil {
 		return res, err

@@ -97,6 +97,28 @@ func Int64Array(ids []int64) string { return intArray(ids) }
 // Int16Array renders shard numbers as a PostgreSQL array literal.
 func Int16Array(v []int16) string { return intArray(v) }
 
+// Shards is how many shards the outbox table's shard column spreads
+// aggregates over (hashtext(aggregate_id) & 255).
+const Shards = 256
+
+// ShardMask renders shard numbers as a bit string of Shards bits, bit n
+// (from the left) set for shard n, for a $n::varbit parameter tested with
+// get_bit. Unlike "shard = ANY($n)", which a generic plan tests by scanning
+// the array for every row, get_bit costs the same for any number of
+// shards. Numbers outside [0, Shards) are ignored.
+func ShardMask(v []int16) string {
+	b := make([]byte, Shards)
+	for i := range b {
+		b[i] = '0'
+	}
+	for _, s := range v {
+		if s >= 0 && int(s) < Shards {
+			b[s] = '1'
+		}
+	}
+	return string(b)
+}
+
 // TIDArray renders tuple ids ("(page,item)", as PostgreSQL prints a ctid)
 // as a PostgreSQL array literal. A malformed one fails the statement.
 func TIDArray(tids []string) string {

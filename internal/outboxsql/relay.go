@@ -34,8 +34,10 @@ import (
 //     not committed yet), rows that are due (pending and past their backoff,
 //     or claimed under an expired lease or by an incarnation that is gone:
 //     deleted from the relays table as dead or replaced), and rows held by
-//     others. The shard list is a parameter, not a join, so the planner stops
-//     at the limit instead of sorting every unpublished row. Every row of an
+//     others. The shards are a parameter, not a join, so the planner stops
+//     at the limit instead of sorting every unpublished row; a bit mask
+//     (ShardMask), since the claim runs on a generic plan, where "shard =
+//     ANY(array)" would scan the array for every row walked. Every row of an
 //     aggregate is in the same shard, so for any row in "seen", every earlier
 //     unpublished row of its aggregate is in "seen" too (or the aggregate is
 //     fenced, and then so is the row).
@@ -90,7 +92,7 @@ WITH fence AS MATERIALIZED (
     SELECT DISTINCT ON (o.aggregate_id) o.aggregate_id, o.id AS first_id
     FROM {{table}} o
     WHERE o.state = 'pending' AND o.attempts > 0 AND o.next_attempt_at > now() AND o.lease_owner IS NULL
-      AND o.shard = ANY($4::smallint[])
+      AND get_bit($4::varbit, o.shard) = 1
     ORDER BY o.aggregate_id, o.id
 ), live AS MATERIALIZED (
     SELECT id FROM {{relays}}
@@ -102,7 +104,7 @@ WITH fence AS MATERIALIZED (
            coalesce(o.lease_owner = $1, false) AS mine
     FROM {{table}} o
     WHERE o.state IN ('pending', 'claimed')
-      AND o.shard = ANY($4::smallint[])
+      AND get_bit($4::varbit, o.shard) = 1
       AND NOT EXISTS (SELECT 1 FROM fence f WHERE f.aggregate_id = o.aggregate_id AND f.first_id < o.id)
       AND EXISTS (SELECT 1 FROM live WHERE id = $1)
     ORDER BY o.id
@@ -139,7 +141,7 @@ type ClaimArgs struct {
 	Owner  string        // $1: the claiming incarnation
 	Limit  int           // $2: the most rows to claim
 	Lease  time.Duration // $3: how long the claim holds them
-	Shards []int16       // $4: the shards to claim from
+	Shards []int16       // $4: the shards to claim from, passed as a ShardMask
 	// Window ($5) is how many unpublished rows the claim looks at, oldest
 	// first: Limit plus the rows the incarnation may hold (claimed and not
 	// yet marked). When smaller, a claim behind many held rows returns
@@ -149,7 +151,7 @@ type ClaimArgs struct {
 
 // Args returns Claim's parameters in order.
 func (a ClaimArgs) Args() []any {
-	return []any{a.Owner, a.Limit, Interval(a.Lease), Int16Array(a.Shards), max(a.Window, a.Limit)}
+	return []any{a.Owner, a.Limit, Interval(a.Lease), ShardMask(a.Shards), max(a.Window, a.Limit)}
 }
 
 // ClaimSettings runs first in the claim's transaction.
