@@ -134,7 +134,7 @@ func runWAL(ctx context.Context, e *env) (walBench, error) {
 		return res, err
 	}
 	defer kafka.Close()
-	acks := &ackRecorder{Publisher: kafka, at: map[string]time.Time{}}
+	acks := &ackRecorder{Publisher: kafka, at: make(map[string]time.Time, e.opts.events)}
 	cfg.ConnString, cfg.Table, cfg.Publisher = s.URL, s.Table, acks
 	r, err := walrelay.New(cfg)
 	if err != nil {

@@ -27,16 +27,34 @@ type decoder struct {
 	schema, table string // the outbox table; an empty schema matches any
 	prefix        string // prefix of table-less event messages
 	relations     map[uint32]*pglogrepl.RelationMessage
+	columns       map[uint32]map[string]int // column positions by relation (see positions)
 	types         *pgtype.Map
 }
 
 func newDecoder(schema, table, prefix string) *decoder {
 	return &decoder{schema: schema, table: table, prefix: prefix,
-		relations: map[uint32]*pglogrepl.RelationMessage{}, types: pgtype.NewMap()}
+		relations: map[uint32]*pglogrepl.RelationMessage{}, columns: map[uint32]map[string]int{}, types: pgtype.NewMap()}
 }
 
 // relation records a Relation message.
-func (d *decoder) relation(m *pglogrepl.RelationMessage) { d.relations[m.RelationID] = m }
+func (d *decoder) relation(m *pglogrepl.RelationMessage) {
+	d.relations[m.RelationID] = m
+	delete(d.columns, m.RelationID)
+}
+
+// positions returns the position of each of rel's columns by name, worked
+// out once per relation rather than once per row.
+func (d *decoder) positions(rel *pglogrepl.RelationMessage) map[string]int {
+	pos, ok := d.columns[rel.RelationID]
+	if !ok {
+		pos = make(map[string]int, len(rel.Columns))
+		for i, c := range rel.Columns {
+			pos[c.Name] = i
+		}
+		d.columns[rel.RelationID] = pos
+	}
+	return pos
+}
 
 // insert decodes an Insert into the outbox table; ok is false for rows of
 // other tables the publication may also publish.
@@ -51,30 +69,23 @@ func (d *decoder) insert(m *pglogrepl.InsertMessage) (ev event, ok bool, err err
 	if m.Tuple == nil || len(m.Tuple.Columns) != len(rel.Columns) {
 		return event{}, false, fmt.Errorf("insert into %s.%s: tuple does not match the relation's %d columns", rel.Namespace, rel.RelationName, len(rel.Columns))
 	}
-	type value struct {
-		data   []byte
-		oid    uint32
-		format int16
-	}
-	cols := make(map[string]value, len(rel.Columns))
-	for i, c := range rel.Columns {
-		tc := m.Tuple.Columns[i]
-		switch tc.DataType {
-		case pglogrepl.TupleDataTypeBinary:
-			cols[c.Name] = value{tc.Data, c.DataType, pgtype.BinaryFormatCode}
-		case pglogrepl.TupleDataTypeText:
-			cols[c.Name] = value{tc.Data, c.DataType, pgtype.TextFormatCode}
-		case pglogrepl.TupleDataTypeNull:
-		default:
-			return event{}, false, fmt.Errorf("insert into %s.%s: column %s sent as %q", rel.Namespace, rel.RelationName, c.Name, tc.DataType)
-		}
-	}
+	pos := d.positions(rel)
 	scan := func(name string, dst any) error {
-		v, ok := cols[name]
+		i, ok := pos[name]
 		if !ok {
 			return fmt.Errorf("column %s is missing or NULL", name)
 		}
-		return d.types.Scan(v.oid, v.format, v.data, dst)
+		tc := m.Tuple.Columns[i]
+		switch tc.DataType {
+		case pglogrepl.TupleDataTypeBinary:
+			return d.types.Scan(rel.Columns[i].DataType, pgtype.BinaryFormatCode, tc.Data, dst)
+		case pglogrepl.TupleDataTypeText:
+			return d.types.Scan(rel.Columns[i].DataType, pgtype.TextFormatCode, tc.Data, dst)
+		case pglogrepl.TupleDataTypeNull:
+			return fmt.Errorf("column %s is missing or NULL", name)
+		default:
+			return fmt.Errorf("sent as %q", tc.DataType)
+		}
 	}
 	ev, err = d.row(scan)
 	if err != nil {

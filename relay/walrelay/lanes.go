@@ -3,7 +3,6 @@ package walrelay
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -26,9 +25,10 @@ type txn struct {
 	pending atomic.Int64 // events not yet settled
 }
 
-// work is one event on its way to a lane.
+// work is one event on its way to a lane: a pointer into its
+// transaction's events, so queues and batches copy two words per event.
 type work struct {
-	ev event
+	ev *event
 	tx *txn
 }
 
@@ -74,10 +74,9 @@ func (ls *lanes) push(t *txn) {
 		ls.signal()
 		return
 	}
-	for _, ev := range t.events {
-		h := fnv.New32a()
-		h.Write([]byte(ev.e.AggregateID))
-		l := ls.lanes[h.Sum32()%uint32(len(ls.lanes))]
+	for i := range t.events {
+		ev := &t.events[i]
+		l := ls.lanes[fnv32a(ev.e.AggregateID)%uint32(len(ls.lanes))]
 		l.mu.Lock()
 		l.queue = append(l.queue, work{ev: ev, tx: t})
 		l.mu.Unlock()
@@ -86,6 +85,16 @@ func (ls *lanes) push(t *txn) {
 		default:
 		}
 	}
+}
+
+// fnv32a is FNV-1a of s (hash/fnv's New32a, without its allocations).
+func fnv32a(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
 }
 
 func (ls *lanes) signal() {
@@ -158,7 +167,7 @@ queue:
 // ctx ended first.
 func (ls *lanes) deliver(ctx context.Context, bp relay.BatchPublisher, batch []work) bool {
 	cfg := &ls.r.cfg
-	pending := slices.Clone(batch)
+	pending := batch // rewritten in place: the caller clears it after
 	for attempt := 1; ; attempt++ {
 		errs := ls.send(ctx, bp, pending)
 		failed := pending[:0]
@@ -242,7 +251,7 @@ func (ls *lanes) publishBatch(ctx context.Context, bp relay.BatchPublisher, batc
 
 // message is the polling relay's message for ev: relay.Message, with
 // CloudEvents headers when configured.
-func (ls *lanes) message(ctx context.Context, ev event) *message.Message {
+func (ls *lanes) message(ctx context.Context, ev *event) *message.Message {
 	msg := relay.Message(ev.e)
 	if ls.r.cfg.CloudEvents.Enabled {
 		ls.r.cfg.CloudEvents.Set(msg, ev.e, ls.r.cfg.Table)
@@ -252,7 +261,7 @@ func (ls *lanes) message(ctx context.Context, ev event) *message.Message {
 }
 
 // publish sends the polling relay's message for ev.
-func (ls *lanes) publish(ctx context.Context, ev event) error {
+func (ls *lanes) publish(ctx context.Context, ev *event) error {
 	if err := ls.r.cfg.Publisher.Publish(ev.e.Topic, ls.message(ctx, ev)); err != nil {
 		return fmt.Errorf("publish event %s to %s: %w", ev.e.ID, ev.e.Topic, err)
 	}
@@ -263,7 +272,7 @@ func (ls *lanes) publish(ctx context.Context, ev event) error {
 // (retried until the database takes it, as the slot must not pass an
 // event that is neither published nor recorded); a table-less event is
 // logged and dropped.
-func (ls *lanes) dead(ctx context.Context, ev event, attempts int, cause error) bool {
+func (ls *lanes) dead(ctx context.Context, ev *event, attempts int, cause error) bool {
 	ls.r.met.dead.Add(ctx, 1)
 	if ev.row == 0 {
 		ls.r.log.Error("table-less event dropped: the broker refused it", "event_id", ev.e.ID, "topic", ev.e.Topic,

@@ -20,7 +20,7 @@ import (
 func TestLaneTakesDistinctAggregates(t *testing.T) {
 	l := &lane{}
 	for i, agg := range []string{"a", "b", "a", "c", "d"} {
-		l.queue = append(l.queue, work{ev: event{row: int64(i + 1), e: txoutbox.Event{AggregateID: agg}}})
+		l.queue = append(l.queue, work{ev: &event{row: int64(i + 1), e: txoutbox.Event{AggregateID: agg}}})
 	}
 	rows := func(ws []work) string {
 		var out []int64
