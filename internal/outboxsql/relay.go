@@ -253,10 +253,13 @@ func (a MarkUndecodableArgs) Args() ([]any, error) {
 // owner is still publishing. Claim alone keeps order; this only keeps a new
 // owner from filling its batches with candidates Claim would drop while the
 // previous owner finishes. It scans the claim index, so it runs only while
-// some acquired shard is in handover.
+// some acquired shard is in handover, and not at all (a one-time filter)
+// while the incarnation is the only live one, as a lone relay starting on
+// a backlog is.
 const ShardsInHandover = `
 SELECT DISTINCT o.shard FROM {{table}} o
-WHERE o.state IN ('pending', 'claimed') AND o.lease_owner IS NOT NULL AND o.shard = ANY($2::smallint[])
+WHERE EXISTS (SELECT 1 FROM {{relays}} WHERE id <> $1)
+  AND o.state IN ('pending', 'claimed') AND o.lease_owner IS NOT NULL AND o.shard = ANY($2::smallint[])
   AND o.lease_owner <> $1 AND o.lease_expires_at > now()
   AND o.lease_owner IN (SELECT id FROM {{relays}})`
 

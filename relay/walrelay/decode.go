@@ -1,7 +1,9 @@
 package walrelay
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"math"
 	"fmt"
 	"time"
 
@@ -78,6 +80,9 @@ func (d *decoder) insert(m *pglogrepl.InsertMessage) (ev event, ok bool, err err
 		tc := m.Tuple.Columns[i]
 		switch tc.DataType {
 		case pglogrepl.TupleDataTypeBinary:
+			if scanBinary(rel.Columns[i].DataType, tc.Data, dst) {
+				return nil
+			}
 			return d.types.Scan(rel.Columns[i].DataType, pgtype.BinaryFormatCode, tc.Data, dst)
 		case pglogrepl.TupleDataTypeText:
 			return d.types.Scan(rel.Columns[i].DataType, pgtype.TextFormatCode, tc.Data, dst)
@@ -167,4 +172,53 @@ func (d *decoder) message(m *pglogrepl.LogicalDecodingMessage) (event, bool, err
 		return event{}, false, fmt.Errorf("message at %s: %w", m.LSN, err)
 	}
 	return ev, true, nil
+}
+
+// microsecondsToY2K is PostgreSQL's timestamp epoch (2000-01-01 UTC) in
+// microseconds since the Unix epoch.
+const microsecondsToY2K = 946684800 * 1000000
+
+// scanBinary decodes, in the binary format, the types the outbox table's
+// columns have into the targets row reads them into, as pgtype would but
+// without its per-value plan lookup, which was most of the decoder's cost.
+// It reports false for any other type or target, for an infinite
+// timestamp, and for a malformed value, all of which pgtype then decodes
+// (or refuses with its own error).
+func scanBinary(oid uint32, b []byte, dst any) bool {
+	switch d := dst.(type) {
+	case *int64:
+		if oid == pgtype.Int8OID && len(b) == 8 {
+			*d = int64(binary.BigEndian.Uint64(b))
+			return true
+		}
+	case *string:
+		if oid == pgtype.TextOID || oid == pgtype.VarcharOID {
+			*d = string(b)
+			return true
+		}
+	case *[]byte:
+		switch {
+		case oid == pgtype.ByteaOID:
+			*d = append([]byte{}, b...)
+			return true
+		case oid == pgtype.JSONBOID && len(b) > 0 && b[0] == 1: // version 1, then the JSON text
+			*d = append([]byte{}, b[1:]...)
+			return true
+		}
+	case *uuid.UUID:
+		if oid == pgtype.UUIDOID && len(b) == 16 {
+			copy(d[:], b)
+			return true
+		}
+	case *time.Time:
+		if oid == pgtype.TimestamptzOID && len(b) == 8 {
+			us := int64(binary.BigEndian.Uint64(b))
+			if us == math.MaxInt64 || us == math.MinInt64 { // infinity
+				return false
+			}
+			*d = time.Unix(microsecondsToY2K/1000000+us/1000000, (microsecondsToY2K%1000000*1000)+(us%1000000*1000))
+			return true
+		}
+	}
+	return false
 }
