@@ -3,8 +3,8 @@ package walrelay
 import (
 	"encoding/binary"
 	"encoding/json"
-	"math"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/google/uuid"
