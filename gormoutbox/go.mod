@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261130161927-9b166ff560f0
+	github.com/txoutbox/txoutbox v0.0.0-20261130170843-e67dba5abdc8
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
