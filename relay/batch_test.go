@@ -149,3 +149,21 @@ func TestLanesBatchDistinctAggregatesInOrder(t *testing.T) {
 		t.Errorf("agg-3's first event was sent %d times, want 3 (two refusals)", got)
 	}
 }
+
+// The dispatcher claims a full batch when MaxInFlight leaves room for one
+// beside a batch in flight, and from half a batch of room otherwise.
+func TestClaimAtIsAFullBatchWhenThereIsRoomForTwo(t *testing.T) {
+	for _, c := range []struct{ batch, maxInFlight, want int }{
+		{1000, 2000, 1000}, // the defaults
+		{1000, 5000, 1000},
+		{1000, 1500, 500},
+		{1000, 1000, 500},
+		{1, 1, 1}, // never a claim with no room
+		{10, 19, 9},
+	} {
+		r := &Relay{cfg: Config{BatchSize: c.batch, MaxInFlight: c.maxInFlight}}
+		if got := r.claimAt(); got != c.want {
+			t.Errorf("BatchSize %d, MaxInFlight %d: claimAt = %d, want %d", c.batch, c.maxInFlight, got, c.want)
+		}
+	}
+}

@@ -68,7 +68,9 @@ type Config struct {
 	// MaxInFlight bounds the claimed rows held in memory: the relay claims
 	// more only while fewer are waiting to be published and recorded. It
 	// is also the most events one crash can publish twice. Default
-	// 2 × BatchSize, so the next batch is claimed while one publishes.
+	// 2 × BatchSize, so the next batch is claimed while one publishes:
+	// the relay then claims a full batch once one's worth of room frees
+	// up (half a batch's worth below 2 × BatchSize).
 	MaxInFlight int
 
 	// PollInterval is how often the relay looks for due rows when nothing
