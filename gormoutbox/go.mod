@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261130170843-e67dba5abdc8
+	github.com/txoutbox/txoutbox v0.0.0-20261130173519-c262e809436e
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
