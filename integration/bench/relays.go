@@ -134,6 +134,22 @@ func (rr *relayRun) drain(ctx context.Context, s *schemaDB, p *poller, timeout t
 	return end.Sub(start), nil
 }
 
+// meteredDrain drains s with rr (see drain) and returns how long it took
+// and what it cost, the harness's own queries left out.
+func (e *env) meteredDrain(ctx context.Context, rr *relayRun, s *schemaDB) (time.Duration, *cost, error) {
+	p, err := newPoller(ctx, s)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer p.close()
+	m := e.startMeter(ctx, s.SQL).exclude(p.pid)
+	took, err := rr.drain(ctx, s, p, e.opts.timeout)
+	if err != nil {
+		return 0, nil, err
+	}
+	return took, m.stop(ctx, e.opts.events), nil
+}
+
 // ackCounter counts, in a counter it may share, the messages its Publisher
 // acknowledged.
 type ackCounter struct {

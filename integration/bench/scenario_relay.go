@@ -68,18 +68,12 @@ func runRelayScenario(ctx context.Context, e *env, replicas int, cpuprofile stri
 		return throughput{}, err
 	}
 	rr := relayRun{replicas: replicas, cfg: e.relayConfig(), publisher: e.kafkaPublisher, cpuprofile: cpuprofile, stats: e.sqlStats(s)}
-	p, err := newPoller(ctx, s)
-	if err != nil {
-		return throughput{}, err
-	}
-	defer p.close()
-	m := e.startMeter(ctx, s.SQL).exclude(p.pid)
-	took, err := rr.drain(ctx, s, p, e.opts.timeout)
+	took, c, err := e.meteredDrain(ctx, &rr, s)
 	if err != nil {
 		return throughput{}, fmt.Errorf("%s: %w", name, err)
 	}
 	res := newThroughput("relay", e.opts.events, took, e.producerSettings(relaySettings(rr.cfg, replicas)))
-	res.Cost = m.stop(ctx, e.opts.events)
+	res.Cost = c
 	if rr.stats != nil {
 		res.SQL = rr.stats.snapshot()
 	}
@@ -99,20 +93,14 @@ func runDBLimit(ctx context.Context, e *env) (throughput, error) {
 	}
 	cfg := relay.Config{BatchSize: 1000}
 	rr := relayRun{replicas: 1, cfg: cfg, publisher: func() (message.Publisher, error) { return kafkatest.NopPublisher{}, nil }, stats: e.sqlStats(s)}
-	p, err := newPoller(ctx, s)
-	if err != nil {
-		return throughput{}, err
-	}
-	defer p.close()
-	m := e.startMeter(ctx, s.SQL).exclude(p.pid)
-	took, err := rr.drain(ctx, s, p, e.opts.timeout)
+	took, c, err := e.meteredDrain(ctx, &rr, s)
 	if err != nil {
 		return throughput{}, fmt.Errorf("dblimit: %w", err)
 	}
 	settings := relaySettings(cfg, 1)
 	settings["publisher"] = "no-op"
 	res := newThroughput("dblimit", e.opts.events, took, settings)
-	res.Cost = m.stop(ctx, e.opts.events)
+	res.Cost = c
 	if rr.stats != nil {
 		res.SQL = rr.stats.snapshot()
 	}
