@@ -28,34 +28,29 @@ type event struct {
 type decoder struct {
 	schema, table string // the outbox table; an empty schema matches any
 	prefix        string // prefix of table-less event messages
-	relations     map[uint32]*pglogrepl.RelationMessage
-	columns       map[uint32]map[string]int // column positions by relation (see positions)
+	relations     map[uint32]*relation
 	types         *pgtype.Map
+}
+
+// relation is a Relation message with its columns' positions by name,
+// worked out once per relation rather than once per row.
+type relation struct {
+	*pglogrepl.RelationMessage
+	pos map[string]int
 }
 
 func newDecoder(schema, table, prefix string) *decoder {
 	return &decoder{schema: schema, table: table, prefix: prefix,
-		relations: map[uint32]*pglogrepl.RelationMessage{}, columns: map[uint32]map[string]int{}, types: pgtype.NewMap()}
+		relations: map[uint32]*relation{}, types: pgtype.NewMap()}
 }
 
 // relation records a Relation message.
 func (d *decoder) relation(m *pglogrepl.RelationMessage) {
-	d.relations[m.RelationID] = m
-	delete(d.columns, m.RelationID)
-}
-
-// positions returns the position of each of rel's columns by name, worked
-// out once per relation rather than once per row.
-func (d *decoder) positions(rel *pglogrepl.RelationMessage) map[string]int {
-	pos, ok := d.columns[rel.RelationID]
-	if !ok {
-		pos = make(map[string]int, len(rel.Columns))
-		for i, c := range rel.Columns {
-			pos[c.Name] = i
-		}
-		d.columns[rel.RelationID] = pos
+	rel := &relation{RelationMessage: m, pos: make(map[string]int, len(m.Columns))}
+	for i, c := range m.Columns {
+		rel.pos[c.Name] = i
 	}
-	return pos
+	d.relations[m.RelationID] = rel
 }
 
 // insert decodes an Insert into the outbox table; ok is false for rows of
@@ -71,9 +66,8 @@ func (d *decoder) insert(m *pglogrepl.InsertMessage) (ev event, ok bool, err err
 	if m.Tuple == nil || len(m.Tuple.Columns) != len(rel.Columns) {
 		return event{}, false, fmt.Errorf("insert into %s.%s: tuple does not match the relation's %d columns", rel.Namespace, rel.RelationName, len(rel.Columns))
 	}
-	pos := d.positions(rel)
 	scan := func(name string, dst any) error {
-		i, ok := pos[name]
+		i, ok := rel.pos[name]
 		if !ok {
 			return fmt.Errorf("column %s is missing or NULL", name)
 		}
