@@ -109,8 +109,9 @@ func (r *Relay) dispatch(ctx context.Context) {
 
 // claimAt is the room in flight (MaxInFlight less the rows held) the
 // dispatcher waits for before it claims. With room for a batch beside a
-// batch in flight, as by default, it is a full batch: every claim walks
-// the rows the incarnation holds (see outboxsql.Claim), so claiming fewer,
+// batch in flight, as by default, it is a full batch: every claim reads
+// the rows the incarnation holds to pass over them (see outboxsql.Claim),
+// so claiming fewer,
 // fuller batches walks fewer of them per row taken (measured on the bench:
 // 7% less PostgreSQL CPU per event than claiming from half a batch of
 // room). With less, it is half a batch, so that a few rows slow to settle
@@ -151,10 +152,7 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 	if _, err := tx.ExecContext(ctx, r.sql.claimSettings, outboxsql.TimeoutArgs{Timeout: r.cfg.StatementTimeout}.Args()...); err != nil {
 		return nil, fmt.Errorf("claim batch: settings: %w", err)
 	}
-	// The rows this incarnation holds are the oldest unpublished rows of
-	// its shards: the claim looks past them (see outboxsql.ClaimArgs).
-	args := outboxsql.ClaimArgs{Owner: inc.token, Limit: limit, Lease: r.cfg.LeaseDuration, Shards: shards,
-		Window: limit + int(r.inflight.Load())}
+	args := outboxsql.ClaimArgs{Owner: inc.token, Limit: limit, Lease: r.cfg.LeaseDuration, Shards: shards}
 	rows, err := tx.QueryContext(ctx, r.sql.claim, args.Args()...)
 	if err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
@@ -280,20 +278,20 @@ func scanClaimed(rows *sql.Rows, seq uint64, inc *incarnation) (out []*claimedRo
 	for rows.Next() {
 		var (
 			c       = &claimedRow{seq: seq, inc: inc}
-			eventID string
-			headers string
+			eventID sql.RawBytes // valid until the next row: decoded at once
+			headers sql.RawBytes
 		)
 		e := &c.event
 		if err := rows.Scan(&c.id, &eventID, &e.Topic, &e.AggregateType, &e.AggregateID, &e.Type,
 			&e.ContentType, &e.Payload, &headers, &e.CreatedAt, &c.attempts, &c.tid); err != nil {
 			return nil, nil, fmt.Errorf("claim batch: scan: %w", err)
 		}
-		if e.ID, err = uuid.Parse(eventID); err != nil {
+		if e.ID, err = decodeUUID(eventID); err != nil {
 			bad = append(bad, outboxsql.RowError{ID: c.id, Err: storableText("undecodable event: event_id: "+err.Error(), maxErrorText)})
 			continue
 		}
-		if headers != "{}" {
-			if err := json.Unmarshal([]byte(headers), &e.Headers); err != nil {
+		if string(headers) != "{}" {
+			if err := json.Unmarshal(headers, &e.Headers); err != nil {
 				bad = append(bad, outboxsql.RowError{ID: c.id, Err: storableText("undecodable event: headers must be a JSON object of strings: "+err.Error(), maxErrorText)})
 				continue
 			}
@@ -304,4 +302,14 @@ func scanClaimed(rows *sql.Rows, seq uint64, inc *incarnation) (out []*claimedRo
 		return nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
 	return out, bad, nil
+}
+
+// decodeUUID reads an event id as the driver returned it: text, as the
+// database/sql drivers for PostgreSQL send a uuid, or its 16 bytes, should
+// a driver use the binary format.
+func decodeUUID(b []byte) (uuid.UUID, error) {
+	if len(b) == 16 {
+		return uuid.FromBytes(b)
+	}
+	return uuid.ParseBytes(b)
 }
