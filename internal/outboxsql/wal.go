@@ -215,5 +215,7 @@ const WALMarkAllBut = `UPDATE {{table}} SET state = 'published', published_at = 
 // WAL but not yet visible (the walsender can send a commit before it is).
 const WALSettled = `SELECT id FROM {{table}} WHERE id = ANY($1::bigint[]) AND state IN ('published', 'dead')`
 
-// WALPosition is the server's current WAL position.
-const WALPosition = `SELECT pg_current_wal_lsn()::text`
+// WALResume is where a streaming session's recovery ends: the server's
+// current WAL position, and when the server started (see
+// walrelay's resume).
+const WALResume = `SELECT pg_current_wal_lsn()::text, pg_postmaster_start_time()`
