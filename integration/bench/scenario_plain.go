@@ -68,7 +68,7 @@ type plainRow struct {
 // hash of the aggregate id through one watermill-kafka publisher (the
 // relay's), each lane synchronously, marks the acknowledged ids in one
 // statement, and claims again.
-func runPlain(ctx context.Context, e *env) (throughput, error) {
+func runPlain(ctx context.Context, e *env, round int) (throughput, error) {
 	s, err := e.newSchema(ctx, "plain")
 	if err != nil {
 		return throughput{}, err
@@ -86,7 +86,7 @@ func runPlain(ctx context.Context, e *env) (throughput, error) {
 	if _, err := s.SQL.ExecContext(ctx, render("VACUUM ANALYZE {{plain}}")); err != nil {
 		return throughput{}, fmt.Errorf("plain: analyze backlog: %w", err)
 	}
-	topic := "bench.plain"
+	topic := fmt.Sprintf("bench.plain.%d", round)
 
 	m := e.startMeter(ctx, s.SQL)
 	start := time.Now()
@@ -106,7 +106,7 @@ func runPlain(ctx context.Context, e *env) (throughput, error) {
 	}
 	res := newThroughput("plain", n, took, e.producerSettings(map[string]any{"workers": 1, "batch": plainBatch, "lanes": plainLanes,
 		"publisher": "kafkapub.Publisher.Publish (one message per call, as watermill-kafka's Publish)", "mark": "one UPDATE ... WHERE id = ANY($1) per batch"}))
-	res.Cost = c
+	res.Cost, res.Round = c, round
 	return e.withDelivery(ctx, res, topic)
 }
 

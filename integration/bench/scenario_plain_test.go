@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +29,7 @@ func TestPlainDrains(t *testing.T) {
 	if err := e.findPostmaster(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err := runPlain(ctx, e)
+	r, err := runPlain(ctx, e, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +52,38 @@ func TestPlainDrains(t *testing.T) {
 	}
 	if r.Cost.PGUS == nil || *r.Cost.PGUS <= 0 || r.Cost.TotalUS == nil || *r.Cost.TotalUS < *r.Cost.PGUS+*r.Cost.RelayUS {
 		t.Errorf("cost %+v: want PostgreSQL CPU and a total of the three", r.Cost)
+	}
+}
+
+// The relay and the plain loop drain in interleaved rounds, each round on
+// a topic of its own: the relay first, then the plain loop twice, then the
+// relay, and every drain reads back exactly its own events.
+func TestRelayRoundsInterleave(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dbURL, err := testkit.EnsureDatabase(ctx, testkit.ServerURL(), benchDatabase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := kafkatest.New(t)
+	e := &env{dbURL: dbURL, broker: c.ListenAddrs()[0], brokerPid: os.Getpid(),
+		opts: options{events: 1500, aggregates: 30, timeout: time.Minute, maxOpenRequests: 1, idempotent: true, rounds: 2}}
+	var order []string
+	emit := func(v any) error {
+		r := v.(throughput)
+		order = append(order, fmt.Sprintf("%s%d", r.Scenario, r.Round))
+		if r.delivery == nil || r.Records != 1500 || r.Missing != 0 || r.Duplicates != 0 || r.OrderViolations != 0 {
+			t.Errorf("%s round %d: delivery %+v, want 1500 records, none missing, duplicated or out of order", r.Scenario, r.Round, r.delivery)
+		}
+		return nil
+	}
+	relays, plains, err := runRelayRounds(ctx, e, "", true, emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(order, " "); got != "relay0 plain0 plain1 relay1" || len(relays) != 2 || len(plains) != 2 {
+		t.Fatalf("drains %q (%d relay, %d plain), want relay0 plain0 plain1 relay1", got, len(relays), len(plains))
 	}
 }
 

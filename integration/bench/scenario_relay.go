@@ -22,6 +22,8 @@ type throughput struct {
 	SQL map[string]sqlStat `json:"sql,omitempty"`
 	// Cost is the drain's CPU and WAL per event (see cpu.go).
 	Cost *cost `json:"cost,omitempty"`
+	// Round numbers the drains of a scenario that runs in rounds, from 0.
+	Round int `json:"round"`
 	*delivery
 }
 
@@ -54,16 +56,97 @@ func relaySettings(cfg relay.Config, replicas int) map[string]any {
 	return map[string]any{"replicas": replicas, "batch": batch, "lanes": lanes, "lane_batch": laneBatch, "max_in_flight": inflight, "listen": !cfg.DisableListen}
 }
 
+// runRelayRounds drains the backlog -rounds times with one relay and, with
+// plain, as often with the plain loop, interleaved: the relay first in even
+// rounds, the plain loop first in odd ones, so that a machine whose speed
+// drifts during the run (this 2-core one moves by a fifth between
+// minutes) weighs on both alike. It emits each drain's result. The CPU
+// profile, if asked for, is of the first relay drain.
+func runRelayRounds(ctx context.Context, e *env, cpuprofile string, plain bool, emit func(any) error) (relays, plains []throughput, err error) {
+	for round := range e.opts.rounds {
+		drainRelay := func() error {
+			r, err := runRelayScenario(ctx, e, 1, round, cpuprofile)
+			cpuprofile = ""
+			if err != nil {
+				return err
+			}
+			relays = append(relays, r)
+			return emit(r)
+		}
+		drainPlain := func() error {
+			if !plain {
+				return nil
+			}
+			logf("scenario plain, round %d", round)
+			r, err := runPlain(ctx, e, round)
+			if err != nil {
+				return fmt.Errorf("plain: %w", err)
+			}
+			plains = append(plains, r)
+			return emit(r)
+		}
+		first, second := drainRelay, drainPlain
+		if round%2 == 1 {
+			first, second = second, first
+		}
+		if err := first(); err != nil {
+			return nil, nil, err
+		}
+		if err := second(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return relays, plains, nil
+}
+
+// medianDrain returns the median events/s and cost of drains (see
+// medianCost).
+func medianDrain(drains []throughput) (eps float64, c *cost) {
+	epss := make([]float64, len(drains))
+	costs := make([]*cost, len(drains))
+	for i, d := range drains {
+		epss[i], costs[i] = d.EPS, d.Cost
+	}
+	return median(epss), medianCost(costs)
+}
+
+// medianCost is the median of each figure of costs, over those that have
+// it: each figure's own median, so the figures need not come from one
+// drain, and with an even number the mean of the middle two.
+func medianCost(costs []*cost) *cost {
+	pick := func(g func(*cost) *float64) *float64 {
+		var v []float64
+		for _, c := range costs {
+			if c != nil && g(c) != nil {
+				v = append(v, *g(c))
+			}
+		}
+		if len(v) == 0 {
+			return nil
+		}
+		m := median(v)
+		return &m
+	}
+	return &cost{
+		RelayUS:  pick(func(c *cost) *float64 { return c.RelayUS }),
+		PGUS:     pick(pgUS),
+		BrokerUS: pick(func(c *cost) *float64 { return c.BrokerUS }),
+		TotalUS:  pick(totalUS),
+		WALBytes: pick(walBytes),
+	}
+}
+
 // runRelayScenario drains the backlog with replicas in-process relays
-// publishing to the broker, and reads the topic back.
-func runRelayScenario(ctx context.Context, e *env, replicas int, cpuprofile string) (throughput, error) {
+// publishing to the broker, and reads the topic back. round numbers the
+// drain among several of the same scenario.
+func runRelayScenario(ctx context.Context, e *env, replicas, round int, cpuprofile string) (throughput, error) {
 	name := fmt.Sprintf("relay%d", replicas)
 	s, err := e.newSchema(ctx, name)
 	if err != nil {
 		return throughput{}, err
 	}
 	defer s.close()
-	topic := "bench." + name
+	topic := fmt.Sprintf("bench.%s.%d", name, round)
 	if err := insertBacklog(ctx, s, topic, e.opts.events, e.opts.aggregates, "pending", 0); err != nil {
 		return throughput{}, err
 	}
@@ -73,7 +156,7 @@ func runRelayScenario(ctx context.Context, e *env, replicas int, cpuprofile stri
 		return throughput{}, fmt.Errorf("%s: %w", name, err)
 	}
 	res := newThroughput("relay", e.opts.events, took, e.producerSettings(relaySettings(rr.cfg, replicas)))
-	res.Cost = c
+	res.Cost, res.Round = c, round
 	if rr.stats != nil {
 		res.SQL = rr.stats.snapshot()
 	}

@@ -58,6 +58,8 @@ type walBench struct {
 	P99MS float64 `json:"wal_p99_ms"`
 
 	Settings map[string]any `json:"settings"`
+	// Rounds are the drains the figures above are the medians of.
+	Rounds []walRound `json:"rounds"`
 	*delivery
 }
 
@@ -68,127 +70,216 @@ func runWAL(ctx context.Context, e *env) (walBench, error) {
 	res := walBench{Scenario: "wal", Events: e.opts.events}
 	cfg := walrelay.Config{Lanes: e.opts.lanes, LaneBatch: e.opts.laneBatch, MaxInFlight: 2 * max(e.opts.batch, 1000), CleanupInterval: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	res.Settings = map[string]any{"lanes": walrelay.LanesDefault, "lane_batch": walrelay.LaneBatchDefault, "max_in_flight": cfg.MaxInFlight, "tx_events": walTxEvents, "retention": "0 (deleted once confirmed)"}
+	res.Settings = map[string]any{"lanes": walrelay.LanesDefault, "lane_batch": walrelay.LaneBatchDefault, "max_in_flight": cfg.MaxInFlight, "tx_events": walTxEvents,
+		"retention": "0 (deleted once confirmed)", "rounds": e.opts.rounds}
 	if cfg.Lanes != 0 {
 		res.Settings["lanes"] = cfg.Lanes
 	}
 	if cfg.LaneBatch != 0 {
 		res.Settings["lane_batch"] = cfg.LaneBatch
 	}
+	// The two drains in interleaved rounds (see runRelayRounds), each on a
+	// backlog of its own; the deletes after them in the first round only.
+	for round := range e.opts.rounds {
+		rd := walRound{Round: round}
+		poll := func() error { return walPollingDrain(ctx, e, &rd, &res, round == 0) }
+		stream := func() error { return walStreamDrain(ctx, e, cfg, &rd, &res, round == 0) }
+		first, second := poll, stream
+		if round%2 == 1 {
+			first, second = second, first
+		}
+		if err := first(); err != nil {
+			return res, err
+		}
+		if err := second(); err != nil {
+			return res, err
+		}
+		res.Rounds = append(res.Rounds, rd)
+		if res.delivery == nil {
+			res.delivery = &delivery{}
+		}
+		res.Records += rd.Records
+		res.Missing += rd.Missing
+		res.Duplicates += rd.Duplicates
+		res.OrderViolations += rd.OrderViolations
+	}
+	res.takeMedians()
+	var err error
+	res.P50MS, res.P99MS, err = walLatency(ctx, e, cfg)
+	return res, err
+}
 
-	// The polling relay first, on its own schema.
+// walRound is one round of the wal scenario: a drain by each relay.
+type walRound struct {
+	Round                 int     `json:"round"`
+	WALEPS                float64 `json:"wal_eps"`
+	RelayEPS              float64 `json:"relay_eps"`
+	WALPGUSPerEvent       float64 `json:"wal_pg_us_per_event"`
+	RelayPGUSPerEvent     float64 `json:"relay_pg_us_per_event"`
+	WALWALBytesPerEvent   float64 `json:"wal_wal_bytes_per_event"`
+	RelayWALBytesPerEvent float64 `json:"relay_wal_bytes_per_event"`
+	WALCost               *cost   `json:"wal_cost,omitempty"`
+	RelayCost             *cost   `json:"relay_cost,omitempty"`
+	WALSeconds            float64 `json:"wal_seconds"`
+	RelaySeconds          float64 `json:"relay_seconds"`
+	*delivery                     // of the WAL relay's drain
+}
+
+// takeMedians sets the scenario's figures to the medians of its rounds.
+func (res *walBench) takeMedians() {
+	pick := func(f func(walRound) float64) float64 {
+		v := make([]float64, 0, len(res.Rounds))
+		for _, rd := range res.Rounds {
+			if x := f(rd); x >= 0 {
+				v = append(v, x)
+			}
+		}
+		if len(v) == 0 {
+			return -1 // not measured here
+		}
+		return median(v)
+	}
+	res.WALEPS = pick(func(rd walRound) float64 { return rd.WALEPS })
+	res.RelayEPS = pick(func(rd walRound) float64 { return rd.RelayEPS })
+	res.WALPGUSPerEvent = pick(func(rd walRound) float64 { return rd.WALPGUSPerEvent })
+	res.RelayPGUSPerEvent = pick(func(rd walRound) float64 { return rd.RelayPGUSPerEvent })
+	res.WALWALBytesPerEvent = pick(func(rd walRound) float64 { return rd.WALWALBytesPerEvent })
+	res.RelayWALBytesPerEvent = pick(func(rd walRound) float64 { return rd.RelayWALBytesPerEvent })
+	var wal, relay []*cost
+	for _, rd := range res.Rounds {
+		wal, relay = append(wal, rd.WALCost), append(relay, rd.RelayCost)
+	}
+	res.WALCost, res.RelayCost = medianCost(wal), medianCost(relay)
+}
+
+// walPollingDrain drains a backlog with the polling relay into rd, and
+// with prune measures its prune deleting the published rows, as it would
+// after Retention, into res.
+func walPollingDrain(ctx context.Context, e *env, rd *walRound, res *walBench, prune bool) error {
+	logf("wal: polling relay, round %d", rd.Round)
 	ps, err := e.newSchema(ctx, "wal_poll")
 	if err != nil {
-		return res, err
+		return err
 	}
 	defer ps.close()
 	if err := insertBacklog(ctx, ps, "bench.wal_poll", e.opts.events, e.opts.aggregates, "pending", 0); err != nil {
-		return res, err
+		return err
 	}
 	rr := relayRun{replicas: 1, cfg: e.relayConfig(), publisher: e.kafkaPublisher}
 	p, err := newPoller(ctx, ps)
 	if err != nil {
-		return res, err
+		return err
 	}
 	defer p.close()
 	m := e.startMeter(ctx, ps.SQL).exclude(p.pid)
 	start := time.Now()
 	stop, err := rr.start(ctx, ps)
 	if err != nil {
-		return res, err
+		return err
 	}
 	end, err := p.waitDrained(ctx, e.opts.timeout)
 	c := m.stop(ctx, e.opts.events)
 	stop()
 	if err != nil {
-		return res, fmt.Errorf("wal: polling relay: %w", err)
+		return fmt.Errorf("wal: polling relay: %w", err)
 	}
-	res.RelayEPS = float64(e.opts.events) / end.Sub(start).Seconds()
-	res.RelayPGUSPerEvent, res.RelayWALBytesPerEvent, res.RelayCost = measured(c, pgUS), measured(c, walBytes), c
-	// Its prune deleting the published rows, as it would after Retention.
+	rd.RelaySeconds = end.Sub(start).Seconds()
+	rd.RelayEPS = float64(e.opts.events) / rd.RelaySeconds
+	rd.RelayPGUSPerEvent, rd.RelayWALBytesPerEvent, rd.RelayCost = measured(c, pgUS), measured(c, walBytes), c
+	if !prune {
+		return nil
+	}
 	m = e.startMeter(ctx, ps.SQL)
-	prune := ps.Names.Render(outboxsql.Prune)
+	q := ps.Names.Render(outboxsql.Prune)
 	args := outboxsql.PruneArgs{Retention: 0, Batch: walrelay.CleanupBatchDefault}.Args()
 	for {
-		r, err := ps.SQL.ExecContext(ctx, prune, args...)
+		r, err := ps.SQL.ExecContext(ctx, q, args...)
 		if err != nil {
-			return res, fmt.Errorf("wal: prune: %w", err)
+			return fmt.Errorf("wal: prune: %w", err)
 		}
 		if n, _ := r.RowsAffected(); n < int64(walrelay.CleanupBatchDefault) {
 			break
 		}
 	}
 	res.RelayPrunePGUSPerEvent = measured(m.stop(ctx, e.opts.events), pgUS)
+	return nil
+}
 
-	// The WAL relay: its slot exists before the backlog is written, so the
-	// backlog comes through the stream (rows written before the slot would
-	// be read from the table instead).
+// walStreamDrain drains a backlog with the WAL relay into rd and reads its
+// topic back; with cleanup it then measures the relay's cleanup deleting
+// the rows, into res.
+func walStreamDrain(ctx context.Context, e *env, cfg walrelay.Config, rd *walRound, res *walBench, cleanup bool) error {
+	logf("wal: WAL relay, round %d", rd.Round)
+	// Its slot exists before the backlog is written, so the backlog comes
+	// through the stream (rows written before the slot would be read from
+	// the table instead).
 	s, err := e.newSchema(ctx, "wal")
 	if err != nil {
-		return res, err
+		return err
 	}
 	defer s.close()
 	defer dropWALSlot(s)
 	kafka, err := e.kafkaPublisher()
 	if err != nil {
-		return res, err
+		return err
 	}
 	defer kafka.Close()
 	acks := &ackRecorder{Publisher: kafka, at: make(map[string]time.Time, e.opts.events)}
 	cfg.ConnString, cfg.Table, cfg.Publisher = s.URL, s.Table, acks
 	r, err := walrelay.New(cfg)
 	if err != nil {
-		return res, err
+		return err
 	}
 	stopRelay, err := runWALRelay(ctx, r)
 	if err != nil {
-		return res, err
+		return err
 	}
 	stopRelay()
-	topic := "bench.wal"
+	topic := fmt.Sprintf("bench.wal.%d", rd.Round)
 	if err := insertBacklogTx(ctx, s, topic, e.opts.events, e.opts.aggregates); err != nil {
-		return res, err
+		return err
 	}
 	// The drain, without the cleanup; then the cleanup alone.
 	drainCfg := cfg
 	drainCfg.CleanupInterval = time.Hour
 	dr, err := walrelay.New(drainCfg)
 	if err != nil {
-		return res, err
+		return err
 	}
-	m = e.startMeter(ctx, s.SQL)
-	start = time.Now()
+	m := e.startMeter(ctx, s.SQL)
+	start := time.Now()
 	if stopRelay, err = runWALRelay(ctx, dr); err != nil {
-		return res, err
+		return err
 	}
 	if err := acks.waitFor(e.opts.events, e.opts.timeout); err != nil {
 		stopRelay()
-		return res, fmt.Errorf("wal: %w", err)
+		return fmt.Errorf("wal: %w", err)
 	}
 	took := time.Since(start)
-	c = m.stop(ctx, e.opts.events)
+	c := m.stop(ctx, e.opts.events)
 	stopRelay()
-	res.WALEPS = float64(e.opts.events) / took.Seconds()
-	res.WALPGUSPerEvent, res.WALWALBytesPerEvent, res.WALCost = measured(c, pgUS), measured(c, walBytes), c
-	m = e.startMeter(ctx, s.SQL)
-	if stopRelay, err = runWALRelay(ctx, r); err != nil {
-		return res, err
+	rd.WALSeconds = took.Seconds()
+	rd.WALEPS = float64(e.opts.events) / rd.WALSeconds
+	rd.WALPGUSPerEvent, rd.WALWALBytesPerEvent, rd.WALCost = measured(c, pgUS), measured(c, walBytes), c
+	if cleanup {
+		m = e.startMeter(ctx, s.SQL)
+		if stopRelay, err = runWALRelay(ctx, r); err != nil {
+			return err
+		}
+		_, err = waitDrained(ctx, s, e.opts.timeout)
+		c = m.stop(ctx, e.opts.events)
+		stopRelay()
+		if err != nil {
+			return fmt.Errorf("wal: cleanup: %w", err)
+		}
+		res.WALCleanupPGUSPerEvent, res.WALCleanupWALBytesPerEvent = measured(c, pgUS), measured(c, walBytes)
 	}
-	_, err = waitDrained(ctx, s, e.opts.timeout)
-	c = m.stop(ctx, e.opts.events)
-	stopRelay()
-	if err != nil {
-		return res, fmt.Errorf("wal: cleanup: %w", err)
-	}
-	res.WALCleanupPGUSPerEvent, res.WALCleanupWALBytesPerEvent = measured(c, pgUS), measured(c, walBytes)
 	d, err := readBack(ctx, e.broker, topic, e.opts.events, 10*time.Second)
 	if err != nil {
-		return res, err
+		return err
 	}
-	res.delivery = &d
-
-	res.P50MS, res.P99MS, err = walLatency(ctx, e, cfg)
-	return res, err
+	rd.delivery = &d
+	return nil
 }
 
 // runWALRelay runs r until the returned stop is called, returning once it

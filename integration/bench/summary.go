@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -123,3 +124,18 @@ func (s *summary) addViolations(n int) {
 func pgUS(c *cost) *float64     { return c.PGUS }
 func totalUS(c *cost) *float64  { return c.TotalUS }
 func walBytes(c *cost) *float64 { return c.WALBytes }
+
+// median is the middle of values, or the mean of the middle two; NaN for
+// none. values is left as it is.
+func median(values []float64) float64 {
+	v := slices.Sorted(slices.Values(values))
+	n := len(v)
+	switch {
+	case n == 0:
+		return math.NaN()
+	case n%2 == 1:
+		return v[n/2]
+	default:
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+}

@@ -57,3 +57,20 @@ func TestQuantile(t *testing.T) {
 		t.Errorf("quantile of nothing = %v, want 0", got)
 	}
 }
+
+func TestMedianDrain(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	drains := []throughput{
+		{EPS: 300, Cost: &cost{PGUS: f(14), TotalUS: f(30)}},
+		{EPS: 100, Cost: &cost{PGUS: f(20), TotalUS: f(31)}},
+		{EPS: 200, Cost: &cost{PGUS: f(12)}}, // total not read in this one
+	}
+	eps, c := medianDrain(drains)
+	if eps != 200 || *c.PGUS != 14 || *c.TotalUS != 30.5 || c.WALBytes != nil {
+		t.Fatalf("median of drains: eps %v, pg %v, total %v, wal %v; want 200, 14, 30.5 (of the two read), none",
+			eps, *c.PGUS, *c.TotalUS, c.WALBytes)
+	}
+	if m := median(nil); !math.IsNaN(m) {
+		t.Fatalf("median of nothing %v, want NaN", m)
+	}
+}
