@@ -39,10 +39,10 @@ import (
 //     scan's filter, rather than keeping them for the steps below, saves
 //     about a tenth of the claim's PostgreSQL CPU while a relay drains a
 //     backlog, where as many rows are held as a claim takes. The shards are
-//     a parameter, not a join, so the planner stops
-//     at the limit instead of sorting every unpublished row; a bit mask
-//     (ShardMask), since the claim runs on a generic plan, where "shard =
-//     ANY(array)" would scan the array for every row walked. Every row of an
+//     a parameter, not a join, so the planner stops at the limit instead of
+//     sorting every unpublished row; a bit mask (ShardMask), since the
+//     claim runs on a generic plan, where "shard = ANY(array)" would scan
+//     the array for every row walked. Every row of an
 //     aggregate is in the same shard, so for any row in "seen", every earlier
 //     unpublished row of its aggregate is in "seen" too, or held by the
 //     incarnation, or the aggregate is fenced, and then so is the row.
