@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261130181127-df15a4d8a0f7
+	github.com/txoutbox/txoutbox v0.0.0-20261130193139-cfb6467f7742
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
