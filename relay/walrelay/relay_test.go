@@ -406,7 +406,7 @@ func TestResumeSkipsRowsPublishedBefore(t *testing.T) {
 		tx.events = append(tx.events, event{row: int64(i + 1), e: e})
 	}
 	tx.events = append(tx.events, event{e: events[0]}) // table-less: kept
-	if err := r.skipSettled(ctx, pool, tx); err != nil {
+	if err := r.skipSettled(ctx, pool, tx, resume{until: tx.end, settledMax: 4}); err != nil {
 		t.Fatal(err)
 	}
 	var kept []int64
@@ -418,34 +418,32 @@ func TestResumeSkipsRowsPublishedBefore(t *testing.T) {
 	}
 }
 
-// Only a transaction that ended before the session started and committed
-// before the server started can have been published before the slot moved
-// back; nothing else is looked up in the table.
-func TestResumeLooksUpOnlyWhatACrashCanHaveRepeated(t *testing.T) {
-	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	rs := resume{until: 1000, serverStart: start}
+// Only a row of a transaction that ended before the session started, no
+// higher than the highest settled row then, can be settled already; no
+// other is looked up in the table.
+func TestResumeLooksUpOnlyWhatCanBeSettled(t *testing.T) {
+	rs := resume{until: 1000, settledMax: 50}
 	for _, c := range []struct {
-		end    uint64
-		commit time.Time
-		want   bool
+		end  uint64
+		row  int64
+		want bool
 	}{
-		{1000, start.Add(-time.Second), true},
-		{999, start.Add(-time.Hour), true},
-		{1001, start.Add(-time.Second), false}, // after the session started
-		{1000, start, false},                   // committed since the server started
-		{10, start.Add(time.Second), false},
+		{1000, 50, true},
+		{10, 1, true},
+		{1001, 50, false}, // ended after the session started
+		{1000, 51, false}, // above every settled row
+		{1000, 0, false},  // a table-less event
 	} {
-		if got := rs.mayBePublished(c.end, c.commit); got != c.want {
-			t.Errorf("end %d, committed %s: mayBePublished %v, want %v", c.end, c.commit.Sub(start), got, c.want)
+		if got := rs.mayBeSettled(c.end, c.row); got != c.want {
+			t.Errorf("end %d, row %d: mayBeSettled %v, want %v", c.end, c.row, got, c.want)
 		}
 	}
 }
 
-// A relay restarted on a backlog written since the server started does not
-// look its rows up: a crash of PostgreSQL cannot have repeated them. (A
-// row marked published here, which the relay never does to rows it has
-// not confirmed, shows it: the relay publishes it anyway.)
-func TestRestartOnABacklogSinceTheServerStartedLooksNothingUp(t *testing.T) {
+// A relay that made a row dead and died before the slot confirmed its
+// transaction: the next one, streaming that transaction again, skips the
+// dead row and publishes the rest.
+func TestRestartSkipsARowMadeDeadBefore(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config()
@@ -454,11 +452,14 @@ func TestRestartOnABacklogSinceTheServerStartedLooksNothingUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	backlog := b.write(t, "a", "b")
-	b.exec(t, `UPDATE outbox SET state = 'published' WHERE event_id = $1`, backlog[0].ID)
+	b.exec(t, `UPDATE outbox SET state = 'dead' WHERE event_id = $1`, backlog[0].ID)
 	p := newRecorder()
 	cfg.Publisher = p
 	run(t, b.newRelay(t, cfg))
-	p.waitFor(t, backlog...)
+	p.waitFor(t, backlog[1])
+	if slices.Contains(p.ids(), backlog[0].ID.String()) {
+		t.Fatal("the dead row was published again")
+	}
 }
 
 // A row the relay cannot decode (headers that are not a JSON object of

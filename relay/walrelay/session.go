@@ -182,18 +182,10 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := r.usable(st); err != nil {
 		return err
 	}
-	var (
-		now string
-		rs  resume
-	)
-	if err := pool.QueryRow(ctx, outboxsql.WALResume).Scan(&now, &rs.serverStart); err != nil {
-		return fmt.Errorf("read the WAL position: %w", err)
-	}
-	end, err := pglogrepl.ParseLSN(now)
+	rs, err := r.resumeFrom(ctx, pool)
 	if err != nil {
 		return err
 	}
-	rs.until = uint64(end)
 	r.met.sample(st)
 	r.active.Store(true)
 	defer r.active.Store(false)
@@ -201,29 +193,55 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool) error {
 	return r.stream(ctx, pool, repl, ls, st.confirmed, rs)
 }
 
-// resume bounds which transactions of a session may have been published
-// already. The slot's position on disk lags the one last confirmed until a
-// checkpoint, so after a crash of PostgreSQL it moves back, and the
-// transactions in between come again: their rows the table holds as
-// published or dead are skipped (see skipSettled). Only a transaction that
-// ends before the WAL position at the session's start, and committed before
-// the server started, can be one of them. A relay restarted on a backlog
-// written since the server started, the common case, looks nothing up;
-// before this bound it ran a query per transaction of the backlog, about
-// a quarter of the PostgreSQL CPU of draining it.
-//
-// Skipping is only for fewer duplicates: a row not skipped is published
-// again. After a failover to a standby that started before the
-// transactions committed on the old primary, those go out again.
+// resume bounds what a session looks up of the rows it streams. The
+// slot's position on disk lags the one last confirmed until a checkpoint,
+// so after a crash of PostgreSQL (or a backend's, which reinitialises the
+// server in place) it moves back, and the transactions in between come
+// again: their rows the table holds as published or dead are skipped (see
+// skipSettled). Only a transaction that ended before the session started
+// can be one of them, and only a row whose id is at most the highest of a
+// settled row when it started can be settled: rows settle by this relay's
+// own cleanup and dead marks, which reach a row only after the session
+// streamed it. A relay restarted on a backlog no table row of which has
+// settled looks nothing up; before this bound it ran a query per
+// transaction of the backlog, about a quarter of the PostgreSQL CPU of
+// draining it.
 type resume struct {
-	until       uint64    // the WAL position when the session started
-	serverStart time.Time // pg_postmaster_start_time()
+	until      uint64 // the WAL position when the session started
+	settledMax int64  // the highest id of a published or dead row then
 }
 
-// mayBePublished reports whether the transaction ending at end and
-// committed at commit may have been published before the slot moved back.
-func (rs resume) mayBePublished(end uint64, commit time.Time) bool {
-	return end <= rs.until && commit.Before(rs.serverStart)
+// resumeFrom reads the session's resume bounds.
+func (r *Relay) resumeFrom(ctx context.Context, pool *pgxpool.Pool) (resume, error) {
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
+	tx, err := pool.Begin(sctx)
+	if err != nil {
+		return resume{}, fmt.Errorf("read where the session resumes: %w", err)
+	}
+	defer tx.Rollback(sctx) //nolint:errcheck // read-only; nothing to keep
+	var (
+		rs  resume
+		now string
+	)
+	if _, err := tx.Exec(sctx, outboxsql.WALResumeSettings); err != nil {
+		return resume{}, fmt.Errorf("read where the session resumes: %w", err)
+	}
+	if err := tx.QueryRow(sctx, r.names.Render(outboxsql.WALResume)).Scan(&now, &rs.settledMax); err != nil {
+		return resume{}, fmt.Errorf("read where the session resumes: %w", err)
+	}
+	end, err := pglogrepl.ParseLSN(now)
+	if err != nil {
+		return resume{}, err
+	}
+	rs.until = uint64(end)
+	return rs, nil
+}
+
+// mayBeSettled reports whether row, of a transaction ending at end, may be
+// one the table already holds as published or dead.
+func (rs resume) mayBeSettled(end uint64, row int64) bool {
+	return end <= rs.until && row != 0 && row <= rs.settledMax
 }
 
 // inMsg is one message of the replication stream.
@@ -275,11 +293,10 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 	}
 	dec := newDecoder(r.cfg.Table.Schema, r.tableName(), prefix)
 	var (
-		queue      []*txn    // dispatched, not yet confirmed, in commit order
-		open       *txn      // between Begin and Commit
-		openCommit time.Time // open's commit time
-		inflight   int       // events in queue
-		sent       = confirmed
+		queue    []*txn // dispatched, not yet confirmed, in commit order
+		open     *txn   // between Begin and Commit
+		inflight int    // events in queue
+		sent     = confirmed
 	)
 	advance := func() {
 		for len(queue) > 0 && queue[0].pending.Load() == 0 {
@@ -349,7 +366,6 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 				dec.relation(msg)
 			case *pglogrepl.BeginMessage:
 				open = &txn{}
-				openCommit = msg.CommitTime
 			case *pglogrepl.InsertMessage:
 				ev, ok, err := dec.insert(msg)
 				var bad *rowError
@@ -382,10 +398,8 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 					return fmt.Errorf("commit at %s without a begin", msg.CommitLSN)
 				}
 				open.end = uint64(msg.TransactionEndLSN)
-				if rs.mayBePublished(open.end, openCommit) {
-					if err := r.skipSettled(ctx, pool, open); err != nil {
-						return err
-					}
+				if err := r.skipSettled(ctx, pool, open, rs); err != nil {
+					return err
 				}
 				queue = append(queue, open)
 				inflight += len(open.events)
@@ -403,10 +417,10 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 // (the walsender can send a commit before other sessions see it), so it
 // is published, like a row the cleanup deleted (Retention 0) and a
 // table-less event, which cannot be told apart: those go out again.
-func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn) error {
+func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn, rs resume) error {
 	var ids []int64
 	for _, ev := range t.events {
-		if ev.row != 0 {
+		if rs.mayBeSettled(t.end, ev.row) {
 			ids = append(ids, ev.row)
 		}
 	}
