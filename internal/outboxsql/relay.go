@@ -46,14 +46,14 @@ import (
 //     aggregate is in the same shard, so for any row in "seen", every earlier
 //     unpublished row of its aggregate is in "seen" too, or held by the
 //     incarnation, or the aggregate is fenced, and then so is the row.
-//   - "took" locks the first Limit due rows of "seen" with SKIP LOCKED,
+//   - "took" locks the due rows of "seen" with SKIP LOCKED,
 //     re-checking on each row's latest version that it is still due. It
 //     passes over rows another transaction holds: a concurrent claim, an
 //     operator's retry, a frozen session, a peer's mark or release. The rows
 //     are reached by their tuple ids from "seen" (a TID scan), not through
 //     an index again.
-//   - "missed" are the due rows of "seen" that "took" did not lock: past
-//     Limit, passed over, or changed. It and "claim" test membership with
+//   - "missed" are the due rows of "seen" that "took" did not lock:
+//     passed over, or changed. It and "claim" test membership with
 //     NOT IN, which PostgreSQL answers from a hash of the subquery whatever
 //     the row estimates; an IN becomes a join whose method follows the
 //     estimates, and a generic plan (a prepared statement after five runs)
