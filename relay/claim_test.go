@@ -228,6 +228,22 @@ func TestClaimHoldsBackBehindBackoffNotBehindDead(t *testing.T) {
 	}
 }
 
+// Rows in backoff do not fill the claim's window: with more aggregates in
+// backoff at the head of the table than a claim takes (a burst of events to
+// a topic the broker refused), the other aggregates still go.
+func TestClaimLooksPastAggregatesInBackoff(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 1, "a", "b", "c", "d") // 1 2 3 4
+	b.write(t, 1, "e")                // 5
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	b.exec(t, `UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 hour' WHERE id <= 4`)
+	if got := claimUpTo(t, r, 4); got != "5" {
+		t.Fatalf("claimed %q with a, b, c and d in backoff, want 5: e goes on", got)
+	}
+}
+
 // Rows another incarnation claimed and that are pending again before this
 // relay's claims (a lost release) are nobody's: claimed again, in order.
 func TestClaimTakesRowsOfAGoneIncarnationInOrder(t *testing.T) {

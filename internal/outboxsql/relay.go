@@ -22,9 +22,13 @@ import (
 // relay incarnation), under a lease of Lease, and returns them. One
 // statement in a short transaction (see ClaimSettings).
 //
-//   - "fence" lists aggregates with a row in retry backoff: their later rows
-//     are left out of the walk. It only keeps them from filling the window
-//     with rows that would be blocked; it is MATERIALIZED (computed once) and
+//   - "fence" lists aggregates with a row in retry backoff: that row and
+//     their later ones are left out of the walk, since none of them can be
+//     claimed while it waits. It keeps them from filling the window: with
+//     the row in backoff kept as a blocker, a burst of failures across
+//     Limit aggregates (a topic the broker refuses) filled every claim's
+//     window with rows not due, and the other aggregates of those shards
+//     waited out the backoff. It is MATERIALIZED (computed once) and
 //     small by construction. Its ORDER BY is the order of outbox_fence_idx,
 //     which with sorts off (ClaimSettings) keeps the planner on that index
 //     even when stale statistics make the claim index look as small.
@@ -45,7 +49,7 @@ import (
 //     the array for every row walked. Every row of an
 //     aggregate is in the same shard, so for any row in "seen", every earlier
 //     unpublished row of its aggregate is in "seen" too, or held by the
-//     incarnation, or the aggregate is fenced, and then so is the row.
+//     incarnation, or in backoff, and then the row is fenced.
 //   - "took" locks the due rows of "seen" with SKIP LOCKED,
 //     re-checking on each row's latest version that it is still due. It
 //     passes over rows another transaction holds: a concurrent claim, an
@@ -113,7 +117,7 @@ WITH fence AS MATERIALIZED (
     WHERE o.state IN ('pending', 'claimed')
       AND get_bit($4::varbit, o.shard) = 1
       AND (o.lease_owner IS DISTINCT FROM $1 OR o.lease_expires_at <= now())
-      AND NOT EXISTS (SELECT 1 FROM fence f WHERE f.aggregate_id = o.aggregate_id AND f.first_id < o.id)
+      AND NOT EXISTS (SELECT 1 FROM fence f WHERE f.aggregate_id = o.aggregate_id AND f.first_id <= o.id)
       AND EXISTS (SELECT 1 FROM live WHERE id = $1)
     ORDER BY o.id
     LIMIT $2
