@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261130194129-f4fe3d31e21a
+	github.com/txoutbox/txoutbox v0.0.0-20261130195931-fae8ea30f27a
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
