@@ -12,6 +12,19 @@ import (
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
+// testEnv is an env on the test server's bench database and an in-process
+// broker, with opts and the producer's defaults.
+func testEnv(ctx context.Context, t *testing.T, opts options) *env {
+	t.Helper()
+	dbURL, err := testkit.EnsureDatabase(ctx, testkit.ServerURL(), benchDatabase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := kafkatest.New(t)
+	opts.timeout, opts.maxOpenRequests, opts.idempotent = time.Minute, 1, true
+	return &env{dbURL: dbURL, broker: c.ListenAddrs()[0], brokerPid: os.Getpid(), opts: opts}
+}
+
 // TestPlainDrains runs the plain loop on a small backlog against the test
 // server and an in-process broker: every event arrives once, in per-key
 // order, and the drain's cost figures are read.
@@ -19,13 +32,7 @@ func TestPlainDrains(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dbURL, err := testkit.EnsureDatabase(ctx, testkit.ServerURL(), benchDatabase)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := kafkatest.New(t)
-	e := &env{dbURL: dbURL, broker: c.ListenAddrs()[0], brokerPid: os.Getpid(),
-		opts: options{events: 2500, aggregates: 40, timeout: time.Minute, maxOpenRequests: 1, idempotent: true}}
+	e := testEnv(ctx, t, options{events: 2500, aggregates: 40})
 	if err := e.findPostmaster(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -62,13 +69,7 @@ func TestRelayRoundsInterleave(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dbURL, err := testkit.EnsureDatabase(ctx, testkit.ServerURL(), benchDatabase)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := kafkatest.New(t)
-	e := &env{dbURL: dbURL, broker: c.ListenAddrs()[0], brokerPid: os.Getpid(),
-		opts: options{events: 1500, aggregates: 30, timeout: time.Minute, maxOpenRequests: 1, idempotent: true, rounds: 2}}
+	e := testEnv(ctx, t, options{events: 1500, aggregates: 30, rounds: 2})
 	var order []string
 	emit := func(v any) error {
 		r := v.(throughput)

@@ -215,19 +215,21 @@ const WALMarkAllBut = `UPDATE {{table}} SET state = 'published', published_at = 
 // WAL but not yet visible (the walsender can send a commit before it is).
 const WALSettled = `SELECT id FROM {{table}} WHERE id = ANY($1::bigint[]) AND state IN ('published', 'dead')`
 
-// WALResume bounds a streaming session's recovery (see walrelay's
-// resume): the server's current WAL position, and the highest id of a row
-// the table holds as dead or published (0 for none). Dead rows are in
+// WALPosition is the server's current WAL position.
+const WALPosition = `SELECT pg_current_wal_lsn()::text`
+
+// WALSettledMax is the highest id of a row the table holds as dead or
+// published, 0 for none (see walrelay's resume). Dead rows are in
 // outbox_dead_idx; the highest published row is found walking the primary
-// key down from its top, past the rows not settled yet, which the session
-// runs with sequential scans and sorts off (WALResumeSettings): once per
+// key down from its top, past the rows not settled yet, which needs
+// sequential scans and sorts off (WALSettledMaxSettings): once per
 // session, in place of a lookup per transaction.
-const WALResume = `SELECT pg_current_wal_lsn()::text, greatest(0,
+const WALSettledMax = `SELECT greatest(0,
        (SELECT id FROM {{table}} WHERE state = 'dead' ORDER BY id DESC LIMIT 1),
        (SELECT id FROM {{table}} WHERE state = 'published' ORDER BY id DESC LIMIT 1))`
 
-// WALResumeSettings runs first in WALResume's transaction: the planner,
-// misled by statistics that count no published rows, would rather read the
-// whole table than walk the primary key down.
-const WALResumeSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
+// WALSettledMaxSettings runs first in WALSettledMax's transaction: the
+// planner, misled by statistics that count no published rows, would
+// rather read the whole table than walk the primary key down.
+const WALSettledMaxSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
        set_config('enable_bitmapscan', 'off', true)`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -437,6 +438,29 @@ func TestResumeLooksUpOnlyWhatCanBeSettled(t *testing.T) {
 		if got := rs.mayBeSettled(c.end, c.row); got != c.want {
 			t.Errorf("end %d, row %d: mayBeSettled %v, want %v", c.end, c.row, got, c.want)
 		}
+	}
+}
+
+// When the highest settled row cannot be read, a session looks up every
+// transaction the slot sends again, as it did before the bound.
+func TestResumeWithoutTheSettledBoundLooksUpEverything(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.Table.Name = "no_such_outbox"
+	r := b.newRelay(t, cfg)
+	ctx := context.Background()
+	pool, err := r.openPool(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	rs, err := r.resumeFrom(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.until == 0 || !rs.mayBeSettled(rs.until, math.MaxInt64) {
+		t.Fatalf("resume %+v without the table: want the WAL position and no bound on rows", rs)
 	}
 }
 

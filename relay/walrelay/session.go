@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -211,31 +212,46 @@ type resume struct {
 	settledMax int64  // the highest id of a published or dead row then
 }
 
-// resumeFrom reads the session's resume bounds.
+// resumeFrom reads the session's resume bounds. When the highest settled
+// row cannot be read in time (a backlog of many millions of rows, none
+// settled, is walked whole), every recovered transaction is looked up, as
+// before the bound existed.
 func (r *Relay) resumeFrom(ctx context.Context, pool *pgxpool.Pool) (resume, error) {
-	sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-	defer cancel()
-	tx, err := pool.Begin(sctx)
-	if err != nil {
-		return resume{}, fmt.Errorf("read where the session resumes: %w", err)
-	}
-	defer tx.Rollback(sctx) //nolint:errcheck // read-only; nothing to keep
-	var (
-		rs  resume
-		now string
-	)
-	if _, err := tx.Exec(sctx, outboxsql.WALResumeSettings); err != nil {
-		return resume{}, fmt.Errorf("read where the session resumes: %w", err)
-	}
-	if err := tx.QueryRow(sctx, r.names.Render(outboxsql.WALResume)).Scan(&now, &rs.settledMax); err != nil {
-		return resume{}, fmt.Errorf("read where the session resumes: %w", err)
+	var now string
+	if err := pool.QueryRow(ctx, outboxsql.WALPosition).Scan(&now); err != nil {
+		return resume{}, fmt.Errorf("read the WAL position: %w", err)
 	}
 	end, err := pglogrepl.ParseLSN(now)
 	if err != nil {
 		return resume{}, err
 	}
-	rs.until = uint64(end)
+	rs := resume{until: uint64(end), settledMax: math.MaxInt64}
+	switch m, err := r.settledMax(ctx, pool); {
+	case err == nil:
+		rs.settledMax = m
+	case ctx.Err() != nil:
+		return resume{}, ctx.Err()
+	default:
+		r.log.Warn("could not read the highest settled row; looking up every transaction the slot sends again", "err", err)
+	}
 	return rs, nil
+}
+
+// settledMax runs WALSettledMax.
+func (r *Relay) settledMax(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only; nothing to keep
+	if _, err := tx.Exec(ctx, outboxsql.WALSettledMaxSettings); err != nil {
+		return 0, err
+	}
+	var m int64
+	err = tx.QueryRow(ctx, r.names.Render(outboxsql.WALSettledMax)).Scan(&m)
+	return m, err
 }
 
 // mayBeSettled reports whether row, of a transaction ending at end, may be
