@@ -109,47 +109,35 @@ func runWAL(ctx context.Context, e *env) (walBench, error) {
 	return res, err
 }
 
-// walRound is one round of the wal scenario: a drain by each relay.
+// walRound is one round of the wal scenario: a drain by each relay. Its
+// PostgreSQL CPU and WAL figures are in the costs.
 type walRound struct {
-	Round                 int     `json:"round"`
-	WALEPS                float64 `json:"wal_eps"`
-	RelayEPS              float64 `json:"relay_eps"`
-	WALPGUSPerEvent       float64 `json:"wal_pg_us_per_event"`
-	RelayPGUSPerEvent     float64 `json:"relay_pg_us_per_event"`
-	WALWALBytesPerEvent   float64 `json:"wal_wal_bytes_per_event"`
-	RelayWALBytesPerEvent float64 `json:"relay_wal_bytes_per_event"`
-	WALCost               *cost   `json:"wal_cost,omitempty"`
-	RelayCost             *cost   `json:"relay_cost,omitempty"`
-	WALSeconds            float64 `json:"wal_seconds"`
-	RelaySeconds          float64 `json:"relay_seconds"`
-	*delivery                     // of the WAL relay's drain
+	Round        int     `json:"round"`
+	WALEPS       float64 `json:"wal_eps"`
+	RelayEPS     float64 `json:"relay_eps"`
+	WALSeconds   float64 `json:"wal_seconds"`
+	RelaySeconds float64 `json:"relay_seconds"`
+	WALCost      *cost   `json:"wal_cost,omitempty"`
+	RelayCost    *cost   `json:"relay_cost,omitempty"`
+	*delivery            // of the WAL relay's drain
 }
 
-// takeMedians sets the scenario's figures to the medians of its rounds.
+// takeMedians sets the scenario's figures to the medians of its rounds:
+// events/s, and each cost figure (see medianCost), which the PostgreSQL
+// CPU and WAL figures are read from.
 func (res *walBench) takeMedians() {
-	pick := func(f func(walRound) float64) float64 {
-		v := make([]float64, 0, len(res.Rounds))
-		for _, rd := range res.Rounds {
-			if x := f(rd); x >= 0 {
-				v = append(v, x)
-			}
-		}
-		if len(v) == 0 {
-			return -1 // not measured here
-		}
-		return median(v)
-	}
-	res.WALEPS = pick(func(rd walRound) float64 { return rd.WALEPS })
-	res.RelayEPS = pick(func(rd walRound) float64 { return rd.RelayEPS })
-	res.WALPGUSPerEvent = pick(func(rd walRound) float64 { return rd.WALPGUSPerEvent })
-	res.RelayPGUSPerEvent = pick(func(rd walRound) float64 { return rd.RelayPGUSPerEvent })
-	res.WALWALBytesPerEvent = pick(func(rd walRound) float64 { return rd.WALWALBytesPerEvent })
-	res.RelayWALBytesPerEvent = pick(func(rd walRound) float64 { return rd.RelayWALBytesPerEvent })
-	var wal, relay []*cost
+	var (
+		walEPS, relayEPS []float64
+		wal, relay       []*cost
+	)
 	for _, rd := range res.Rounds {
+		walEPS, relayEPS = append(walEPS, rd.WALEPS), append(relayEPS, rd.RelayEPS)
 		wal, relay = append(wal, rd.WALCost), append(relay, rd.RelayCost)
 	}
+	res.WALEPS, res.RelayEPS = median(walEPS), median(relayEPS)
 	res.WALCost, res.RelayCost = medianCost(wal), medianCost(relay)
+	res.WALPGUSPerEvent, res.WALWALBytesPerEvent = measured(res.WALCost, pgUS), measured(res.WALCost, walBytes)
+	res.RelayPGUSPerEvent, res.RelayWALBytesPerEvent = measured(res.RelayCost, pgUS), measured(res.RelayCost, walBytes)
 }
 
 // walPollingDrain drains a backlog with the polling relay into rd, and
@@ -185,7 +173,7 @@ func walPollingDrain(ctx context.Context, e *env, rd *walRound, res *walBench, p
 	}
 	rd.RelaySeconds = end.Sub(start).Seconds()
 	rd.RelayEPS = float64(e.opts.events) / rd.RelaySeconds
-	rd.RelayPGUSPerEvent, rd.RelayWALBytesPerEvent, rd.RelayCost = measured(c, pgUS), measured(c, walBytes), c
+	rd.RelayCost = c
 	if !prune {
 		return nil
 	}
@@ -260,7 +248,7 @@ func walStreamDrain(ctx context.Context, e *env, cfg walrelay.Config, rd *walRou
 	stopRelay()
 	rd.WALSeconds = took.Seconds()
 	rd.WALEPS = float64(e.opts.events) / rd.WALSeconds
-	rd.WALPGUSPerEvent, rd.WALWALBytesPerEvent, rd.WALCost = measured(c, pgUS), measured(c, walBytes), c
+	rd.WALCost = c
 	if cleanup {
 		m = e.startMeter(ctx, s.SQL)
 		if stopRelay, err = runWALRelay(ctx, r); err != nil {
