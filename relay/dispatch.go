@@ -256,7 +256,6 @@ func marksByOwner(rows []*claimedRow) map[string]outboxsql.MarkArgs {
 		m := out[row.inc.token]
 		m.Owner = row.inc.token
 		m.IDs = append(m.IDs, row.id)
-		m.TIDs = append(m.TIDs, row.tid)
 		out[row.inc.token] = m
 	}
 	return out
@@ -284,7 +283,7 @@ func scanClaimed(rows *sql.Rows, seq uint64, inc *incarnation) (out []*claimedRo
 		)
 		e := &c.event
 		if err := rows.Scan(&c.id, &eventID, &e.Topic, &e.AggregateType, &e.AggregateID, &e.Type,
-			&e.ContentType, &e.Payload, &headers, &e.CreatedAt, &c.attempts, &c.tid); err != nil {
+			&e.ContentType, &e.Payload, &headers, &e.CreatedAt, &c.attempts); err != nil {
 			return nil, nil, fmt.Errorf("claim batch: scan: %w", err)
 		}
 		if e.ID, err = decodeUUID(eventID); err != nil {

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // A claim records itself in the lease columns alone, which no index covers,
@@ -156,3 +158,63 @@ SET state = 'claimed', lease_owner = $1, lease_expires_at = now() + $3::interval
 WHERE o.ctid = ANY (ARRAY(SELECT tid FROM claim))
 RETURNING o.id, o.event_id::text, o.topic, o.aggregate_type, o.aggregate_id, o.event_type,
           o.content_type, o.payload, o.headers::text, o.created_at, o.attempts, o.ctid::text`
+
+// A mark is not heap-only (it takes the row out of the claim index), so its
+// new version needs room on the page. Reached through an index, each page
+// the mark reads is pruned of the versions the claims left dead, and the
+// new versions fit where those were: draining a backlog leaves the table
+// about the size it was. Marks that reached rows by tuple id pruned
+// nothing, and the table doubled.
+//
+// The test runs in a database of its own: an open transaction anywhere in
+// the same database (a parallel test's) would keep the dead versions.
+func TestMarkKeepsTheTableItsSize(t *testing.T) {
+	ctx := context.Background()
+	dbURL, err := testkit.EnsureDatabase(ctx, testkit.ServerURL(), "txoutbox_test_marks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := testkit.CreateSchema(ctx, dbURL, testkit.SchemaName("t_marks"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Drop(context.Background()) })
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: s.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &internalBundle{db: &testkit.DB{SQL: s.SQL, URL: s.URL, Schema: s.Name}, w: w}
+	b.write(t, 500, "a", "b", "c", "d")
+	pages := func() int64 {
+		t.Helper()
+		var n int64
+		if err := s.SQL.QueryRow(`SELECT pg_relation_size('outbox') / current_setting('block_size')::int`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := pages()
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	c := newCompleter(r)
+	for marked := 0; marked < 2000; {
+		rows, err := r.claim(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) == 0 {
+			t.Fatalf("claim took nothing after %d of 2000 rows", marked)
+		}
+		if err := c.flush(ctx, rows, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		marked += len(rows)
+	}
+	var left int
+	if err := s.SQL.QueryRow(`SELECT count(*) FROM outbox WHERE state <> 'published'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d rows not published (%v)", left, err)
+	}
+	if after := pages(); after > before+before/4 {
+		t.Fatalf("claiming and marking 2000 rows grew the table from %d to %d pages; want at most %d", before, after, before+before/4)
+	}
+}

@@ -206,7 +206,6 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // claimedRow is one claimed outbox row on its way through the relay.
 type claimedRow struct {
 	id       int64
-	tid      string // the claimed version's tuple id (see outboxsql.MarkPublished)
 	event    txoutbox.Event
 	attempts int          // failed publishes before this claim
 	seq      uint64       // the claim that took it

@@ -119,24 +119,6 @@ func ShardMask(v []int16) string {
 	return string(b)
 }
 
-// TIDArray renders tuple ids ("(page,item)", as PostgreSQL prints a ctid)
-// as a PostgreSQL array literal. A malformed one fails the statement.
-func TIDArray(tids []string) string {
-	var b strings.Builder
-	b.Grow(len(tids)*12 + 2)
-	b.WriteByte('{')
-	for i, t := range tids {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteByte('"')
-		b.WriteString(t)
-		b.WriteByte('"')
-	}
-	b.WriteByte('}')
-	return b.String()
-}
-
 func intArray[T int16 | int64](v []T) string {
 	var b strings.Builder
 	b.Grow(len(v)*8 + 2)
