@@ -2,11 +2,13 @@ package walrelay
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -89,5 +91,54 @@ func TestScanBinaryMatchesPgtype(t *testing.T) {
 	if scanBinary(pgtype.TimestamptzOID, inf, &ts) || scanBinary(pgtype.Int4OID, encode(pgtype.Int4OID, int32(1)), &n) ||
 		scanBinary(pgtype.JSONOID, encode(pgtype.JSONOID, `{}`), &s) {
 		t.Fatal("scanBinary decoded a value it should leave to pgtype")
+	}
+}
+
+// parseInsert must read an Insert exactly as pglogrepl does, which it
+// replaces on the relay's hot path, and refuse a message cut short or
+// padded with an error rather than a panic.
+func TestParseInsertMatchesPglogrepl(t *testing.T) {
+	msg := []byte{'I', 0, 0, 0x40, 0x01, 'N', 0, 4}
+	col := func(kind byte, v []byte) {
+		msg = append(msg, kind)
+		if kind == pglogrepl.TupleDataTypeText || kind == pglogrepl.TupleDataTypeBinary {
+			msg = binary.BigEndian.AppendUint32(msg, uint32(len(v)))
+			msg = append(msg, v...)
+		}
+	}
+	col(pglogrepl.TupleDataTypeText, []byte("orders"))
+	col(pglogrepl.TupleDataTypeBinary, []byte{0, 1, 2, 255})
+	col(pglogrepl.TupleDataTypeNull, nil)
+	col(pglogrepl.TupleDataTypeToast, nil)
+
+	want, err := pglogrepl.Parse(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := parseMessage(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, g := want.(*pglogrepl.InsertMessage), got.(*insertMessage)
+	if g.relation != w.RelationID || len(g.cols) != len(w.Tuple.Columns) {
+		t.Fatalf("relation %d with %d columns, pglogrepl %d with %d", g.relation, len(g.cols), w.RelationID, len(w.Tuple.Columns))
+	}
+	for i, c := range w.Tuple.Columns {
+		if g.cols[i].kind != c.DataType || !bytes.Equal(g.cols[i].data, c.Data) {
+			t.Fatalf("column %d: %q %v, pglogrepl %q %v", i, g.cols[i].kind, g.cols[i].data, c.DataType, c.Data)
+		}
+	}
+	for n := 1; n < len(msg); n++ {
+		if _, err := parseMessage(msg[:n]); err == nil {
+			t.Fatalf("a message cut to %d of %d bytes parsed", n, len(msg))
+		}
+	}
+	if _, err := parseMessage(append(msg[:len(msg):len(msg)], 0)); err == nil {
+		t.Fatal("a message with a byte after its last column parsed")
+	}
+	bad := append([]byte{}, msg...)
+	bad[8] = 'x' // the first column's kind
+	if _, err := parseMessage(bad); err == nil {
+		t.Fatal("a column of an unknown kind parsed")
 	}
 }

@@ -382,7 +382,7 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 				dec.relation(msg)
 			case *pglogrepl.BeginMessage:
 				open = &txn{}
-			case *pglogrepl.InsertMessage:
+			case *insertMessage:
 				ev, ok, err := dec.insert(msg)
 				var bad *rowError
 				if errors.As(err, &bad) {
@@ -565,7 +565,7 @@ func (r *Relay) read(ctx context.Context, repl *pgconn.PgConn, out chan<- inMsg,
 				if err != nil {
 					return err
 				}
-				if m.msg, err = pglogrepl.Parse(x.WALData); err != nil {
+				if m.msg, err = parseMessage(x.WALData); err != nil {
 					return fmt.Errorf("decode message at %s: %w", x.WALStart, err)
 				}
 			default:

@@ -201,14 +201,14 @@ func (r *Relay) unconfirmed(ctx context.Context, tx pgx.Tx) (rows []int64, table
 		if err := res.Scan(&data); err != nil {
 			return nil, 0, err
 		}
-		m, err := pglogrepl.Parse(data)
+		m, err := parseMessage(data)
 		if err != nil {
 			return nil, 0, fmt.Errorf("walrelay: takeover: decode: %w", err)
 		}
 		switch m := m.(type) {
 		case *pglogrepl.RelationMessage:
 			dec.relation(m)
-		case *pglogrepl.InsertMessage:
+		case *insertMessage:
 			ev, ok, err := dec.insert(m)
 			if err != nil {
 				return nil, 0, fmt.Errorf("walrelay: takeover: %w", err)
