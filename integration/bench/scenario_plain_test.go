@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/relay/walrelay"
 )
 
 // testEnv is an env on the test server's bench database and an in-process
@@ -119,4 +121,28 @@ func deref(p *float64) float64 {
 		return -1
 	}
 	return *p
+}
+
+// The WAL relay's drain counts its acknowledgements as the polling
+// relay's does, stops once every event is acknowledged, and reads back
+// exactly the round's events, in order.
+func TestWALDrainReadsBackEveryEvent(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := testEnv(ctx, t, options{events: 1500, aggregates: 30, rounds: 1})
+	if err := e.findPostmaster(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rd := walRound{Round: 7}
+	cfg := walrelay.Config{CleanupInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)}
+	if err := walStreamDrain(ctx, e, cfg, &rd, &walBench{}, false); err != nil {
+		t.Fatal(err)
+	}
+	if rd.delivery == nil || rd.Records != 1500 || rd.Missing != 0 || rd.Duplicates != 0 || rd.OrderViolations != 0 {
+		t.Fatalf("delivery %+v, want 1500 records, none missing, duplicated or out of order", rd.delivery)
+	}
+	if rd.WALEPS <= 0 || rd.WALCost == nil || rd.WALCost.RelayUS == nil || *rd.WALCost.RelayUS <= 0 {
+		t.Fatalf("round %+v: no events/s or no CPU of this process", rd)
+	}
 }
