@@ -3,6 +3,7 @@ package walrelay
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -30,25 +31,45 @@ type decoder struct {
 	prefix        string // prefix of table-less event messages
 	relations     map[uint32]*relation
 	types         *pgtype.Map
+	names         map[string]string // interned values of the columns in interned
 }
 
-// relation is a Relation message with its columns' positions by name,
-// worked out once per relation rather than once per row.
+// rowColumns are the outbox columns an event is built from.
+var rowColumns = [...]string{"id", "event_id", "topic", "aggregate_type", "aggregate_id", "event_type", "content_type", "payload", "headers", "created_at"}
+
+// interned marks the columns of rowColumns whose values repeat across
+// events (topics, types), which the decoder keeps one string of each
+// instead of allocating one per event; at most maxInterned of them.
+var interned = [len(rowColumns)]bool{2: true, 3: true, 5: true, 6: true}
+
+// maxInterned bounds the decoder's interned strings: past it, values are
+// allocated per event, as any others.
+const maxInterned = 1024
+
+// relation is a Relation message with the positions of rowColumns in it
+// (-1 for a column it lacks), worked out once per relation rather than
+// once per row.
 type relation struct {
 	*pglogrepl.RelationMessage
-	pos map[string]int
+	at [len(rowColumns)]int
 }
 
 func newDecoder(schema, table, prefix string) *decoder {
 	return &decoder{schema: schema, table: table, prefix: prefix,
-		relations: map[uint32]*relation{}, types: pgtype.NewMap()}
+		relations: map[uint32]*relation{}, types: pgtype.NewMap(), names: map[string]string{}}
 }
 
 // relation records a Relation message.
 func (d *decoder) relation(m *pglogrepl.RelationMessage) {
-	rel := &relation{RelationMessage: m, pos: make(map[string]int, len(m.Columns))}
-	for i, c := range m.Columns {
-		rel.pos[c.Name] = i
+	rel := &relation{RelationMessage: m}
+	for k, name := range rowColumns {
+		rel.at[k] = -1
+		for i, c := range m.Columns {
+			if c.Name == name {
+				rel.at[k] = i
+				break
+			}
+		}
 	}
 	d.relations[m.RelationID] = rel
 }
@@ -141,36 +162,55 @@ func (d *decoder) insert(m *insertMessage) (ev event, ok bool, err error) {
 	if len(m.cols) != len(rel.Columns) {
 		return event{}, false, fmt.Errorf("insert into %s.%s: tuple does not match the relation's %d columns", rel.Namespace, rel.RelationName, len(rel.Columns))
 	}
-	scan := func(name string, dst any) error {
-		i, ok := rel.pos[name]
-		if !ok {
-			return fmt.Errorf("column %s is missing or NULL", name)
-		}
-		tc := m.cols[i]
-		switch tc.kind {
-		case pglogrepl.TupleDataTypeBinary:
-			if scanBinary(rel.Columns[i].DataType, tc.data, dst) {
-				return nil
-			}
-			return d.types.Scan(rel.Columns[i].DataType, pgtype.BinaryFormatCode, tc.data, dst)
-		case pglogrepl.TupleDataTypeText:
-			return d.types.Scan(rel.Columns[i].DataType, pgtype.TextFormatCode, tc.data, dst)
-		case pglogrepl.TupleDataTypeNull:
-			return fmt.Errorf("column %s is missing or NULL", name)
-		default:
-			return fmt.Errorf("sent as %q", tc.kind)
-		}
-	}
-	ev, err = d.row(scan)
+	ev, err = d.row(rel, m)
 	if err != nil {
 		err = fmt.Errorf("insert into %s.%s: %w", rel.Namespace, rel.RelationName, err)
 		var row int64
-		if scan("id", &row) == nil {
+		if d.scan(rel, m, 0, &row) == nil {
 			return event{}, false, &rowError{row: row, err: err}
 		}
 		return event{}, false, err
 	}
 	return ev, true, nil
+}
+
+// scan reads column rowColumns[k] of m into dst.
+func (d *decoder) scan(rel *relation, m *insertMessage, k int, dst any) error {
+	i := rel.at[k]
+	if i < 0 {
+		return errors.New("missing or NULL")
+	}
+	tc, oid := m.cols[i], rel.Columns[i].DataType
+	switch tc.kind {
+	case pglogrepl.TupleDataTypeBinary:
+		if s, ok := dst.(*string); ok && interned[k] && (oid == pgtype.TextOID || oid == pgtype.VarcharOID) {
+			*s = d.intern(tc.data)
+			return nil
+		}
+		if scanBinary(oid, tc.data, dst) {
+			return nil
+		}
+		return d.types.Scan(oid, pgtype.BinaryFormatCode, tc.data, dst)
+	case pglogrepl.TupleDataTypeText:
+		return d.types.Scan(oid, pgtype.TextFormatCode, tc.data, dst)
+	case pglogrepl.TupleDataTypeNull:
+		return errors.New("missing or NULL")
+	default:
+		return fmt.Errorf("sent as %q", tc.kind)
+	}
+}
+
+// intern returns b as a string, the same one for the same bytes while
+// fewer than maxInterned are kept.
+func (d *decoder) intern(b []byte) string {
+	if s, ok := d.names[string(b)]; ok { // no allocation for the lookup
+		return s
+	}
+	s := string(b)
+	if len(d.names) < maxInterned {
+		d.names[s] = s
+	}
+	return s
 }
 
 // rowError is a row the relay cannot turn into an event (headers that are
@@ -184,22 +224,19 @@ type rowError struct {
 func (e *rowError) Error() string { return fmt.Sprintf("row %d: %v", e.row, e.err) }
 func (e *rowError) Unwrap() error { return e.err }
 
-// row builds an event from the outbox columns, read by scan.
-func (d *decoder) row(scan func(name string, dst any) error) (event, error) {
+// row builds an event from the outbox columns of m.
+func (d *decoder) row(rel *relation, m *insertMessage) (event, error) {
 	var (
 		ev      event
 		id      uuid.UUID
 		headers []byte
 		created time.Time
 	)
-	for _, f := range []struct {
-		name string
-		dst  any
-	}{{"id", &ev.row}, {"event_id", &id}, {"topic", &ev.e.Topic}, {"aggregate_type", &ev.e.AggregateType},
-		{"aggregate_id", &ev.e.AggregateID}, {"event_type", &ev.e.Type}, {"content_type", &ev.e.ContentType},
-		{"payload", &ev.e.Payload}, {"headers", &headers}, {"created_at", &created}} {
-		if err := scan(f.name, f.dst); err != nil {
-			return event{}, fmt.Errorf("column %s: %w", f.name, err)
+	dsts := [len(rowColumns)]any{&ev.row, &id, &ev.e.Topic, &ev.e.AggregateType, &ev.e.AggregateID,
+		&ev.e.Type, &ev.e.ContentType, &ev.e.Payload, &headers, &created}
+	for k, dst := range dsts {
+		if err := d.scan(rel, m, k, dst); err != nil {
+			return event{}, fmt.Errorf("column %s: %w", rowColumns[k], err)
 		}
 	}
 	ev.e.ID = id

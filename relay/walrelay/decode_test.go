@@ -3,13 +3,21 @@ package walrelay
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"math"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/txoutbox/txoutbox"
 )
 
 // scanBinary must decode every value exactly as pgtype does, which it
@@ -140,5 +148,123 @@ func TestParseInsertMatchesPglogrepl(t *testing.T) {
 	bad[8] = 'x' // the first column's kind
 	if _, err := parseMessage(bad); err == nil {
 		t.Fatal("a column of an unknown kind parsed")
+	}
+}
+
+// The decoder finds the outbox columns by name wherever the relation puts
+// them, among columns of its own, and keeps one string of each topic and
+// type, up to maxInterned of them.
+func TestDecoderReadsColumnsByName(t *testing.T) {
+	types := pgtype.NewMap()
+	id, created := uuid.New(), time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	type column struct {
+		name string
+		oid  uint32
+		v    any
+	}
+	columns := []column{{"headers", pgtype.JSONBOID, `{"k":"v"}`}, {"extra", pgtype.Int4OID, int32(7)}, {"id", pgtype.Int8OID, int64(42)},
+		{"payload", pgtype.ByteaOID, []byte(`{"n":1}`)}, {"topic", pgtype.TextOID, "orders"}, {"event_id", pgtype.UUIDOID, id},
+		{"aggregate_type", pgtype.TextOID, "order"}, {"aggregate_id", pgtype.TextOID, "o-1"}, {"event_type", pgtype.TextOID, "order.placed"},
+		{"content_type", pgtype.TextOID, "application/json"}, {"created_at", pgtype.TimestamptzOID, created}}
+	rel := &pglogrepl.RelationMessage{RelationID: 1, Namespace: "app", RelationName: "outbox"}
+	ins := &insertMessage{relation: 1}
+	for _, c := range columns {
+		b, err := types.Encode(c.oid, pgtype.BinaryFormatCode, c.v, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel.Columns = append(rel.Columns, &pglogrepl.RelationMessageColumn{Name: c.name, DataType: c.oid})
+		ins.cols = append(ins.cols, tupleColumn{kind: pglogrepl.TupleDataTypeBinary, data: b})
+	}
+	d := newDecoder("app", "outbox", "")
+	d.relation(rel)
+	ev, ok, err := d.insert(ins)
+	if err != nil || !ok {
+		t.Fatalf("insert: %v, %v", ok, err)
+	}
+	want := txoutbox.Event{ID: id, Topic: "orders", AggregateType: "order", AggregateID: "o-1", Type: "order.placed",
+		ContentType: "application/json", Payload: []byte(`{"n":1}`), Headers: map[string]string{"k": "v"}, CreatedAt: created}
+	if !ev.e.CreatedAt.Equal(created) {
+		t.Fatalf("created_at %s, want %s", ev.e.CreatedAt, created)
+	}
+	ev.e.CreatedAt = created // the same instant, in the local time zone
+	if ev.row != 42 || !reflect.DeepEqual(ev.e, want) {
+		t.Fatalf("decoded row %d %+v, want 42 %+v", ev.row, ev.e, want)
+	}
+	again, _, _ := d.insert(ins)
+	if unsafe.StringData(again.e.Topic) != unsafe.StringData(ev.e.Topic) || unsafe.StringData(again.e.Type) != unsafe.StringData(ev.e.Type) {
+		t.Error("the same topic and type decoded into new strings")
+	}
+	for i := range maxInterned + 10 {
+		d.intern([]byte(fmt.Sprint("topic-", i)))
+	}
+	if len(d.names) != maxInterned {
+		t.Errorf("%d interned strings, want at most %d", len(d.names), maxInterned)
+	}
+
+	// Without a topic column, the row cannot become an event.
+	rel2 := *rel
+	rel2.RelationID, rel2.Columns = 2, slices.Clone(rel.Columns)
+	rel2.Columns[4] = &pglogrepl.RelationMessageColumn{Name: "subject", DataType: pgtype.TextOID}
+	d.relation(&rel2)
+	ins.relation = 2
+	_, _, err = d.insert(ins)
+	var bad *rowError
+	if !errors.As(err, &bad) || bad.row != 42 || !strings.Contains(err.Error(), "column topic") {
+		t.Fatalf("insert without a topic column: %v, want a rowError for row 42 naming the column", err)
+	}
+}
+
+// BenchmarkDecodeInsert reads one outbox row from its pgoutput Insert
+// message, as the relay does for every event.
+func BenchmarkDecodeInsert(b *testing.B) {
+	types := pgtype.NewMap()
+	rel := &pglogrepl.RelationMessage{RelationID: 1, Namespace: "app", RelationName: "outbox"}
+	msg := []byte{'I', 0, 0, 0, 1, 'N', 0, 0}
+	add := func(name string, oid uint32, v any) {
+		rel.Columns = append(rel.Columns, &pglogrepl.RelationMessageColumn{Name: name, DataType: oid})
+		if v == nil {
+			msg = append(msg, pglogrepl.TupleDataTypeNull)
+			return
+		}
+		val, err := types.Encode(oid, pgtype.BinaryFormatCode, v, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		msg = append(msg, pglogrepl.TupleDataTypeBinary)
+		msg = binary.BigEndian.AppendUint32(msg, uint32(len(val)))
+		msg = append(msg, val...)
+	}
+	now := time.Now()
+	add("id", pgtype.Int8OID, int64(1))
+	add("event_id", pgtype.UUIDOID, uuid.New())
+	add("topic", pgtype.TextOID, "orders")
+	add("aggregate_type", pgtype.TextOID, "order")
+	add("aggregate_id", pgtype.TextOID, "order-00042")
+	add("event_type", pgtype.TextOID, "order.placed")
+	add("content_type", pgtype.TextOID, "application/json")
+	add("payload", pgtype.ByteaOID, bytes.Repeat([]byte("x"), 200))
+	add("headers", pgtype.JSONBOID, `{}`)
+	add("created_at", pgtype.TimestamptzOID, now)
+	add("shard", pgtype.Int2OID, int16(7))
+	add("state", pgtype.TextOID, "pending")
+	add("attempts", pgtype.Int4OID, int32(0))
+	add("next_attempt_at", pgtype.TimestamptzOID, now)
+	add("lease_owner", pgtype.TextOID, nil)
+	add("lease_expires_at", pgtype.TimestamptzOID, nil)
+	add("last_error", pgtype.TextOID, nil)
+	add("published_at", pgtype.TimestamptzOID, nil)
+	binary.BigEndian.PutUint16(msg[6:], uint16(len(rel.Columns)))
+	d := newDecoder("app", "outbox", "")
+	d.relation(rel)
+	b.ReportAllocs()
+	for b.Loop() {
+		m, err := parseMessage(bytes.Clone(msg)) // read clones each message
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, ok, err := d.insert(m.(*insertMessage)); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
 	}
 }
