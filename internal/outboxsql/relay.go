@@ -291,7 +291,10 @@ func (a ShardsArgs) Args() []any { return []any{a.Owner, Int16Array(a.Shards)} }
 // fetch by tuple id does not. Marking by tuple id, the new versions found
 // no room on the claimed pages and went to new ones: the table grew twice
 // as large, and a mark cost about 1.7 µs more per row (6.5 against 4.8 µs
-// for batches of 1,000, measured by the backend's CPU time).
+// for batches of 1,000, measured by the backend's CPU time). A row the
+// incarnation claimed again after its own lease ended, with the first
+// copy still in flight, is marked by whichever copy the broker
+// acknowledges first; the other goes out again, a duplicate.
 //
 // The statement runs as its own transaction and turns off synchronous
 // commit for it in the same round trip (the setting is read at commit): a
