@@ -300,6 +300,45 @@ func TestLateMarkDoesNotUndoAReplay(t *testing.T) {
 	}
 }
 
+// An acknowledgement marks only the version its claim took. After an
+// operator's replay the same incarnation may claim the row again; a late
+// mark of the earlier copy must leave that claim alone, or the replayed
+// event would count as published without going out again.
+func TestLateMarkDoesNotTakeTheNextClaim(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	r, first := claimOne(t, b)
+	b.exec(t, `UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = now() WHERE id = 1`)
+	second, err := r.claim(context.Background(), 10)
+	if err != nil || len(second) != 1 || second[0].id != 1 {
+		t.Fatalf("claim after the replay: %v, %d rows", err, len(second))
+	}
+	if first[0].version == second[0].version {
+		t.Fatalf("both claims returned version %d", first[0].version)
+	}
+	c := newCompleter(r)
+	state := func() string {
+		t.Helper()
+		var s string
+		if err := b.db.SQL.QueryRow(`SELECT state FROM outbox WHERE id = 1`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if err := c.flush(context.Background(), first, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if s := state(); s != "pending" {
+		t.Fatalf("state %s after the first claim's late mark, want pending (claimed again)", s)
+	}
+	if err := c.flush(context.Background(), second, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if s := state(); s != "published" {
+		t.Fatalf("state %s after the second claim's mark, want published", s)
+	}
+}
+
 // The rows an incarnation holds under a live lease are the oldest of its
 // shards while it drains a backlog. The claim passes over them, and takes
 // the next Limit rows, whatever the relay counts in flight; a row whose

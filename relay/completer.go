@@ -13,10 +13,10 @@ import (
 )
 
 // completer records the outcome of publishes in the database, in batches:
-// one UPDATE marks every acknowledged row since the last flush, and failed
-// and released rows are recorded in the same transaction. Acknowledgements
-// wait up to FlushInterval to fill a mark; failures and releases are
-// recorded at once, since the lanes' fences wait for them.
+// one UPDATE per claim marks the acknowledged rows since the last flush,
+// and failed and released rows are recorded in the same transaction.
+// Acknowledgements wait up to FlushInterval to fill a mark; failures and
+// releases are recorded at once, since the lanes' fences wait for them.
 //
 // Rows stay counted in flight until their outcome is committed, which bounds
 // memory while the database is unreachable: the dispatcher stops claiming,
@@ -165,14 +165,15 @@ func (c *completer) run() {
 // flushAt is how many acknowledgements make a mark worth sending at once.
 func (c *completer) flushAt() int { return max(c.r.cfg.BatchSize/2, 1) }
 
-// flush commits the outcomes: acknowledgements alone in one statement (the
-// common case, committed asynchronously: a lost mark only republishes), and
+// flush commits the outcomes: acknowledgements alone in one statement per
+// claim (the common case, committed asynchronously: a lost mark only
+// republishes), and
 // with failures or releases in one durable transaction, since those take
 // rows out of memory (see outboxsql.SettleSettings).
 func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []failedRow, releases []releasedRow) error {
 	r := c.r
 	if len(fails) == 0 && len(releases) == 0 {
-		for _, m := range marksByOwner(acks) {
+		for _, m := range marksByClaim(acks) {
 			if _, err := r.db.ExecContext(ctx, r.sql.markPublished, m.Args()...); err != nil {
 				return fmt.Errorf("mark %d published: %w", len(m.IDs), err)
 			}
@@ -199,7 +200,7 @@ func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []faile
 				}
 			}
 		}
-		for _, m := range marksByOwner(acks) {
+		for _, m := range marksByClaim(acks) {
 			if _, err := tx.ExecContext(ctx, r.sql.markPublished, m.Args()...); err != nil {
 				return 0, fmt.Errorf("mark %d published: %w", len(m.IDs), err)
 			}

@@ -248,15 +248,27 @@ func settle(ctx context.Context, db *sql.DB, q *statements, timeout time.Duratio
 	return n, nil
 }
 
-// marksByOwner groups acknowledged rows into one mark per incarnation: one
-// group but around a change of incarnation.
-func marksByOwner(rows []*claimedRow) map[string]outboxsql.MarkArgs {
-	out := make(map[string]outboxsql.MarkArgs, 1)
+// marksByClaim groups acknowledged rows into one mark per claim: the rows
+// of one incarnation's claim share their version (outboxsql.MarkPublished).
+// A flush usually holds acknowledgements of one or two claims.
+func marksByClaim(rows []*claimedRow) []outboxsql.MarkArgs {
+	type claim struct {
+		owner   string
+		version uint32
+	}
+	var (
+		out []outboxsql.MarkArgs
+		at  = make(map[claim]int, 2)
+	)
 	for _, row := range rows {
-		m := out[row.inc.token]
-		m.Owner = row.inc.token
-		m.IDs = append(m.IDs, row.id)
-		out[row.inc.token] = m
+		k := claim{row.inc.token, row.version}
+		i, ok := at[k]
+		if !ok {
+			i = len(out)
+			at[k] = i
+			out = append(out, outboxsql.MarkArgs{Owner: k.owner, Version: k.version})
+		}
+		out[i].IDs = append(out[i].IDs, row.id)
 	}
 	return out
 }
@@ -283,7 +295,7 @@ func scanClaimed(rows *sql.Rows, seq uint64, inc *incarnation) (out []*claimedRo
 		)
 		e := &c.event
 		if err := rows.Scan(&c.id, &eventID, &e.Topic, &e.AggregateType, &e.AggregateID, &e.Type,
-			&e.ContentType, &e.Payload, &headers, &e.CreatedAt, &c.attempts); err != nil {
+			&e.ContentType, &e.Payload, &headers, &e.CreatedAt, &c.attempts, &c.version); err != nil {
 			return nil, nil, fmt.Errorf("claim batch: scan: %w", err)
 		}
 		if e.ID, err = decodeUUID(eventID); err != nil {

@@ -16,8 +16,8 @@
 // a BatchPublisher (kafkapub's), a lane sends the rows queued in it in one
 // call, up to Config.LaneBatch and never two of one aggregate at once, so
 // a broker request carries many events.
-// Acknowledged rows are marked published by one statement per flush, not
-// one per row. A failed row goes back to pending with attempts+1, an
+// Acknowledged rows are marked published by one statement per flush and
+// claim, not one per row. A failed row goes back to pending with attempts+1, an
 // exponentially backed-off next attempt with jitter, and its error; after
 // MaxAttempts it is dead. The next batch is claimed while the current one
 // publishes, and the marks are written while the next publishes, so the

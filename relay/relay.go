@@ -210,6 +210,7 @@ type claimedRow struct {
 	attempts int          // failed publishes before this claim
 	seq      uint64       // the claim that took it
 	inc      *incarnation // the incarnation that claimed it
+	version  uint32       // the claimed version's xmin: the claim's transaction (see outboxsql.MarkPublished)
 }
 
 // drop forgets a row without recording anything: its incarnation ended, so

@@ -80,7 +80,9 @@ import (
 //     block like anyone else's.
 //   - It returns the columns as stored, without casts to text: a
 //     database/sql driver receives uuid and jsonb values as text
-//     anyway, and a cast would convert each value once more.
+//     anyway, and a cast would convert each value once more. It also
+//     returns xmin, the claim's transaction id, which its marks check
+//     (see MarkPublished).
 //   - The final UPDATE reaches the rows by the tuple ids "seen" read: a row
 //     updated since (and then locked by "took") is followed to its latest
 //     version by the update itself, as through an index.
@@ -146,7 +148,7 @@ UPDATE {{table}} o
 SET lease_owner = $1, lease_expires_at = now() + $3::interval, next_attempt_at = now() + $3::interval
 WHERE o.ctid = ANY (ARRAY(SELECT tid FROM claim))
 RETURNING o.id, o.event_id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type,
-          o.content_type, o.payload, o.headers, o.created_at, o.attempts`
+          o.content_type, o.payload, o.headers, o.created_at, o.attempts, o.xmin`
 
 // ClaimArgs binds Claim.
 type ClaimArgs struct {
@@ -280,9 +282,19 @@ type ShardsArgs struct {
 func (a ShardsArgs) Args() []any { return []any{a.Owner, Int16Array(a.Shards)} }
 
 // MarkPublished records broker acknowledgements for the rows IDs that Owner
-// still holds. A row taken over by another incarnation meanwhile is left to
-// it (it publishes the row again: at least once), and so is a row an
-// operator returned to pending (a replay), which a late mark must not undo.
+// still holds under the claim Version. A row taken over by another
+// incarnation meanwhile is left to it (it publishes the row again: at
+// least once), and so is a row an operator returned to pending (a replay),
+// which a late mark must not undo, even once the same incarnation has
+// claimed it again.
+//
+// Version is the claim's transaction id, which Claim returns as each row's
+// xmin: any later change of the row (a mark, a release, a replay, another
+// claim) makes a new version with another xmin, so an acknowledgement
+// marks only the version its claim took. A VACUUM FREEZE between claim and
+// mark hides the xmin (it reads as frozen): the mark passes over the row,
+// which is published again after its lease, a duplicate. Marks are
+// grouped by claim, one statement each; a mark usually covers one or two.
 //
 // The rows are reached through an index on id, not by the tuple ids their
 // claim returned. A mark is not heap-only (it takes the row out of the
@@ -291,10 +303,7 @@ func (a ShardsArgs) Args() []any { return []any{a.Owner, Int16Array(a.Shards)} }
 // fetch by tuple id does not. Marking by tuple id, the new versions found
 // no room on the claimed pages and went to new ones: the table grew twice
 // as large, and a mark cost about 1.7 µs more per row (6.5 against 4.8 µs
-// for batches of 1,000, measured by the backend's CPU time). A row the
-// incarnation claimed again after its own lease ended, with the first
-// copy still in flight, is marked by whichever copy the broker
-// acknowledges first; the other goes out again, a duplicate.
+// for batches of 1,000, measured by the backend's CPU time).
 //
 // The statement runs as its own transaction and turns off synchronous
 // commit for it in the same round trip (the setting is read at commit): a
@@ -303,17 +312,21 @@ const MarkPublished = `
 WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
 UPDATE {{table}} o
 SET state = 'published', published_at = now(), lease_owner = NULL, lease_expires_at = NULL
-WHERE o.id = ANY($1::bigint[]) AND o.state IN ('pending', 'claimed') AND o.lease_owner = $2
+WHERE o.id = ANY($1::bigint[]) AND o.lease_owner = $2 AND o.xmin = $3::text::xid
+  AND o.state IN ('pending', 'claimed')
   AND EXISTS (SELECT 1 FROM async)`
 
 // MarkArgs binds MarkPublished.
 type MarkArgs struct {
-	IDs   []int64 // $1
-	Owner string  // $2: the incarnation that claimed them
+	IDs     []int64 // $1
+	Owner   string  // $2: the incarnation that claimed them
+	Version uint32  // $3: the claim's transaction id, the rows' xmin as Claim returned it
 }
 
 // Args returns the parameters in order.
-func (a MarkArgs) Args() []any { return []any{Int64Array(a.IDs), a.Owner} }
+func (a MarkArgs) Args() []any {
+	return []any{Int64Array(a.IDs), a.Owner, strconv.FormatUint(uint64(a.Version), 10)}
+}
 
 // RowsArgs binds Release.
 type RowsArgs struct {
