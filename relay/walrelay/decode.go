@@ -166,7 +166,8 @@ func (d *decoder) insert(m *insertMessage) (ev event, ok bool, err error) {
 	if err != nil {
 		err = fmt.Errorf("insert into %s.%s: %w", rel.Namespace, rel.RelationName, err)
 		var row int64
-		if d.scan(rel, m, 0, &row) == nil {
+		if d.scan(rel, m, 0, &row) == nil { // rowColumns[0], the row's id
+
 			return event{}, false, &rowError{row: row, err: err}
 		}
 		return event{}, false, err
