@@ -167,9 +167,8 @@ func (c *completer) flushAt() int { return max(c.r.cfg.BatchSize/2, 1) }
 
 // flush commits the outcomes: acknowledgements alone in one statement per
 // claim (the common case, committed asynchronously: a lost mark only
-// republishes), and
-// with failures or releases in one durable transaction, since those take
-// rows out of memory (see outboxsql.SettleSettings).
+// republishes), and with failures or releases in one durable transaction,
+// since those take rows out of memory (see outboxsql.SettleSettings).
 func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []failedRow, releases []releasedRow) error {
 	r := c.r
 	if len(fails) == 0 && len(releases) == 0 {

@@ -34,13 +34,30 @@ type decoder struct {
 	names         map[string]string // interned values of the columns in interned
 }
 
-// rowColumns are the outbox columns an event is built from.
-var rowColumns = [...]string{"id", "event_id", "topic", "aggregate_type", "aggregate_id", "event_type", "content_type", "payload", "headers", "created_at"}
+// The outbox columns an event is built from, as indexes of rowColumns.
+const (
+	colID = iota
+	colEventID
+	colTopic
+	colAggregateType
+	colAggregateID
+	colEventType
+	colContentType
+	colPayload
+	colHeaders
+	colCreatedAt
+	numRowColumns
+)
 
-// interned marks the columns of rowColumns whose values repeat across
-// events (topics, types), which the decoder keeps one string of each
-// instead of allocating one per event; at most maxInterned of them.
-var interned = [len(rowColumns)]bool{2: true, 3: true, 5: true, 6: true}
+// rowColumns names the outbox columns an event is built from.
+var rowColumns = [numRowColumns]string{colID: "id", colEventID: "event_id", colTopic: "topic",
+	colAggregateType: "aggregate_type", colAggregateID: "aggregate_id", colEventType: "event_type",
+	colContentType: "content_type", colPayload: "payload", colHeaders: "headers", colCreatedAt: "created_at"}
+
+// interned marks the columns whose values repeat across events (topics,
+// types), which the decoder keeps one string of each instead of
+// allocating one per event; at most maxInterned of them.
+var interned = [numRowColumns]bool{colTopic: true, colAggregateType: true, colEventType: true, colContentType: true}
 
 // maxInterned bounds the decoder's interned strings: past it, values are
 // allocated per event, as any others.
@@ -51,7 +68,7 @@ const maxInterned = 1024
 // once per row.
 type relation struct {
 	*pglogrepl.RelationMessage
-	at [len(rowColumns)]int
+	at [numRowColumns]int
 }
 
 func newDecoder(schema, table, prefix string) *decoder {
@@ -166,7 +183,7 @@ func (d *decoder) insert(m *insertMessage) (ev event, ok bool, err error) {
 	if err != nil {
 		err = fmt.Errorf("insert into %s.%s: %w", rel.Namespace, rel.RelationName, err)
 		var row int64
-		if d.scan(rel, m, 0, &row) == nil { // rowColumns[0], the row's id
+		if d.scan(rel, m, colID, &row) == nil {
 
 			return event{}, false, &rowError{row: row, err: err}
 		}
@@ -233,8 +250,9 @@ func (d *decoder) row(rel *relation, m *insertMessage) (event, error) {
 		headers []byte
 		created time.Time
 	)
-	dsts := [len(rowColumns)]any{&ev.row, &id, &ev.e.Topic, &ev.e.AggregateType, &ev.e.AggregateID,
-		&ev.e.Type, &ev.e.ContentType, &ev.e.Payload, &headers, &created}
+	dsts := [numRowColumns]any{colID: &ev.row, colEventID: &id, colTopic: &ev.e.Topic,
+		colAggregateType: &ev.e.AggregateType, colAggregateID: &ev.e.AggregateID, colEventType: &ev.e.Type,
+		colContentType: &ev.e.ContentType, colPayload: &ev.e.Payload, colHeaders: &headers, colCreatedAt: &created}
 	for k, dst := range dsts {
 		if err := d.scan(rel, m, k, dst); err != nil {
 			return event{}, fmt.Errorf("column %s: %w", rowColumns[k], err)
