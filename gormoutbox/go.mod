@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261130223551-f161d008801a
+	github.com/txoutbox/txoutbox v0.0.0-20261130224821-4464cea3f23a
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
