@@ -15,3 +15,17 @@ func TestShardMaskSetsBitNFromTheLeft(t *testing.T) {
 		t.Fatalf("ShardMask(nil) = %s", got)
 	}
 }
+
+func TestWALCreatePublicationListsTheColumnsWhenAsked(t *testing.T) {
+	n, err := NamesFor("s", "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := WALCreatePublication(n, "p", false), `CREATE PUBLICATION "p" FOR TABLE "s"."events" WITH (publish = 'insert')`; got != want {
+		t.Errorf("without a column list:\n got %s\nwant %s", got, want)
+	}
+	want := `CREATE PUBLICATION "p" FOR TABLE "s"."events" (` + WALColumns + `) WITH (publish = 'insert')`
+	if got := WALCreatePublication(n, "p", true); got != want {
+		t.Errorf("with a column list:\n got %s\nwant %s", got, want)
+	}
+}

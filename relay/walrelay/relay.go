@@ -116,7 +116,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	if err := r.checkServer(ctx, pool); err != nil {
+	srv, err := r.checkServer(ctx, pool)
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -135,7 +136,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	delay := r.cfg.StandbyRetry
 	waiting := false
 	for {
-		err := r.session(ctx, pool)
+		err := r.session(ctx, pool, srv)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -201,17 +202,22 @@ func (r *Relay) replicationConfig() (*pgconn.Config, error) {
 	return c, nil
 }
 
-// checkServer refuses servers that cannot stream the outbox, with the fix.
-func (r *Relay) checkServer(ctx context.Context, pool *pgxpool.Pool) error {
+// checkServer refuses servers that cannot stream the outbox, with the fix,
+// and returns what it read of the server.
+func (r *Relay) checkServer(ctx context.Context, pool *pgxpool.Pool) (ServerFacts, error) {
 	info, err := ServerInfo(ctx, pool)
 	if err != nil {
-		return err
+		return info, err
 	}
 	if err := info.Check(); err != nil {
-		return err
+		return info, err
 	}
-	return info.checkFailover(r.cfg.Failover)
+	return info, info.checkFailover(r.cfg.Failover)
 }
+
+// columnListVersion is the first server_version_num with publication
+// column lists (PostgreSQL 15).
+const columnListVersion = 150000
 
 // checkFailover refuses Failover before PostgreSQL 17, which has no
 // failover slots.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/relay"
 )
@@ -38,6 +39,34 @@ func TestPublishesThePollingRelaysMessage(t *testing.T) {
 		if len(got.Metadata) != len(want.Metadata) {
 			t.Errorf("metadata %v, want %v", got.Metadata, want.Metadata)
 		}
+	}
+}
+
+// On PostgreSQL 15 and later the publication the relay creates carries
+// only the columns an event is built from. A publication of every column,
+// as relays created before, streams the same events
+// (TestInterruptedInitialisationStartsOver runs on one).
+func TestPublicationListsOnlyTheEventColumns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.newRelay(t, b.config())
+	runActive(t, r)
+	b.pub.waitFor(t, b.write(t, "a")...)
+	ctx := context.Background()
+	var version int
+	if err := b.db.SQL.QueryRowContext(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version < columnListVersion {
+		t.Skipf("PostgreSQL %d has no publication column lists", version)
+	}
+	var cols string
+	if err := b.db.SQL.QueryRowContext(ctx, `SELECT array_to_string(attnames, ', ') FROM pg_publication_tables WHERE pubname = $1`,
+		r.cfg.Publication).Scan(&cols); err != nil {
+		t.Fatal(err)
+	}
+	if cols != outboxsql.WALColumns {
+		t.Errorf("published columns %q, want %q", cols, outboxsql.WALColumns)
 	}
 }
 

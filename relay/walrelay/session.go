@@ -91,12 +91,15 @@ func (r *Relay) marker(ctx context.Context, q pgxQuerier) (string, bool, error) 
 // created and the table's earlier rows are not all published yet.
 func (r *Relay) initMarker() string { return "txoutbox: initialising slot " + r.cfg.Slot }
 
-// ensurePublication creates the publication if it does not exist.
-func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool) error {
+// ensurePublication creates the publication if it does not exist, on
+// PostgreSQL 15 and later with a column list (see
+// outboxsql.WALCreatePublication). One that exists is left as it is: the
+// decoder finds its columns by name in whatever the stream sends.
+func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts) error {
 	if _, ok, err := r.marker(ctx, pool); err != nil || ok {
 		return err
 	}
-	_, err := pool.Exec(ctx, outboxsql.WALCreatePublication(r.names, r.cfg.Publication))
+	_, err := pool.Exec(ctx, outboxsql.WALCreatePublication(r.names, r.cfg.Publication, srv.VersionNum >= columnListVersion))
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
@@ -111,8 +114,8 @@ func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool) error
 }
 
 // session runs one attempt: set up, take the slot, stream.
-func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool) error {
-	if err := r.ensurePublication(ctx, pool); err != nil {
+func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts) error {
+	if err := r.ensurePublication(ctx, pool, srv); err != nil {
 		return err
 	}
 	st, err := r.slotState(ctx, pool)
