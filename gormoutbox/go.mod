@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261130224821-4464cea3f23a
+	github.com/txoutbox/txoutbox v0.0.0-20261130234109-1f1756d9f670
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
