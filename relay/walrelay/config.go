@@ -50,8 +50,11 @@ type Config struct {
 
 	// Publication and Slot name the publication of the table's inserts and
 	// the logical replication slot the relay reads them through. The relay
-	// creates both if they do not exist. Default for both:
-	// PublicationDefault(Table) and SlotDefault(Table), the same name.
+	// creates both if they do not exist, the publication on PostgreSQL 15
+	// and later with a column list of the columns an event is built from
+	// (see outboxsql.WALCreatePublication); a publication of every column
+	// works too. Default for both: PublicationDefault(Table) and
+	// SlotDefault(Table), the same name.
 	Publication string
 	Slot        string
 
