@@ -52,8 +52,9 @@ type Config struct {
 	// the logical replication slot the relay reads them through. The relay
 	// creates both if they do not exist, the publication on PostgreSQL 15
 	// and later with a column list of the columns an event is built from
-	// (see outboxsql.WALCreatePublication); a publication of every column
-	// works too. Default for both: PublicationDefault(Table) and
+	// (id, event_id, topic, aggregate_type, aggregate_id, event_type,
+	// content_type, payload, headers, created_at), so the server does not
+	// encode and send the others; a publication of every column works too. Default for both: PublicationDefault(Table) and
 	// SlotDefault(Table), the same name.
 	Publication string
 	Slot        string
