@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261130234109-1f1756d9f670
+	github.com/txoutbox/txoutbox v0.0.0-20261201001201-cacd2f523141
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
