@@ -107,7 +107,14 @@ func TestLaneRetriesAFailedBatchTogether(t *testing.T) {
 	}
 	pub.mu.Lock()
 	defer pub.mu.Unlock()
-	if fmt.Sprint(pub.calls) != "[8 8]" {
-		t.Fatalf("calls of %v messages, want [8 8]: the failed batch again, once, after one backoff", pub.calls)
+	// Usually [8 8]. The lane may start on the first events before the
+	// rest are queued ([1 1 7] under load): what matters is that the
+	// failed batch, whatever it held, went again whole, once.
+	sent := 0
+	for _, n := range pub.calls[min(1, len(pub.calls)):] {
+		sent += n
+	}
+	if len(pub.calls) < 2 || pub.calls[1] != pub.calls[0] || sent != 8 {
+		t.Fatalf("calls of %v messages, want the failed first batch again, once, then the rest (8 in all after the failure)", pub.calls)
 	}
 }
