@@ -36,6 +36,16 @@ var (
 
 	// ErrNotFound is returned by Event for an id with no row.
 	ErrNotFound = errors.New("outboxadmin: no such event")
+
+	// ErrWALStreamed is returned by Retry and Replay while a WAL relay's
+	// slot may be streaming the table (a pgoutput slot exists in the
+	// database and a publication includes the table). They return rows to
+	// pending with an UPDATE, which the stream does not carry: the WAL
+	// relay would never publish those rows, and its cleanup, or outbox wal
+	// takeover, would take them for rows it had published. Hand the outbox
+	// to the polling relay first (walrelay.Takeover, `outbox wal
+	// takeover`), or drop the publication if no WAL relay streams it.
+	ErrWALStreamed = errors.New("outboxadmin: a WAL relay's slot streams the outbox table")
 )
 
 // Config configures an Admin. The zero value is valid.
@@ -119,6 +129,7 @@ type statements struct {
 	deadList, row, deadLock, lockUnpublished, retry, drop, wake, pruneLock string
 	replaySelect, replay, timeouts, claimGate, relays, shards              string
 	deadCount, handovers, snapshot, lookupAggregate, lookupEventID         string
+	walGate, walSlots, table                                               string
 }
 
 func render(n outboxsql.Names) statements {
@@ -142,5 +153,8 @@ func render(n outboxsql.Names) statements {
 		snapshot:        n.Render(outboxsql.OpsSnapshot),
 		lookupAggregate: n.Render(outboxsql.OpsLookupAggregate),
 		lookupEventID:   n.Render(outboxsql.OpsLookupEventID),
+		walGate:         n.Render(outboxsql.OpsWALGate),
+		walSlots:        outboxsql.OpsWALSlots,
+		table:           n.Table,
 	}
 }

@@ -133,12 +133,18 @@ type Retried struct {
 // without the retried one; the ones already claimed (in flight) are
 // reported in Overtaken.
 // Retried rows wake the relays (NOTIFY) when the retry commits.
+//
+// While a WAL relay's slot streams the table, Retry changes nothing and
+// returns ErrWALStreamed.
 func (a *Admin) Retry(ctx context.Context, f Filter, dryRun bool) ([]Retried, error) {
 	if f.empty() && !f.All {
 		return nil, ErrNoSelection
 	}
 	var out []Retried
 	err := a.inTx(ctx, dryRun, func(tx *sql.Tx) error {
+		if err := a.refuseWhileStreamed(ctx, tx); err != nil {
+			return err
+		}
 		dead, err := lockDead(ctx, tx, a.sql.deadLock, f)
 		if err != nil || len(dead) == 0 {
 			return err
@@ -182,13 +188,41 @@ func (a *Admin) Retry(ctx context.Context, f Filter, dryRun bool) ([]Retried, er
 		}
 		return nil
 	})
-	if errors.Is(err, ErrNotDead) {
+	if errors.Is(err, ErrNotDead) || errors.Is(err, ErrWALStreamed) {
 		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("outboxadmin: retry dead events: %w", err)
 	}
 	return out, nil
+}
+
+// querier is what refuseWhileStreamed runs its statements on: a
+// transaction, or the pool for a dry run that opens none.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// refuseWhileStreamed returns ErrWALStreamed while a WAL relay's slot may
+// stream the table. In a transaction it first takes the WAL gate (see
+// outboxsql.OpsWALGate), so a slot created after the check sees the
+// transaction's rows as pending when it is made; it must run before the
+// transaction takes any row lock.
+func (a *Admin) refuseWhileStreamed(ctx context.Context, q querier) error {
+	if _, ok := q.(*sql.Tx); ok {
+		if _, err := q.ExecContext(ctx, a.sql.walGate); err != nil {
+			return fmt.Errorf("take the WAL gate: %w", err)
+		}
+	}
+	var slots string
+	if err := q.QueryRowContext(ctx, a.sql.walSlots, a.sql.table).Scan(&slots); err != nil {
+		return fmt.Errorf("look for WAL relays' slots: %w", err)
+	}
+	if slots != "" {
+		return fmt.Errorf("%w (slot %s): run `outbox wal takeover` first, or drop the publication if no WAL relay streams the table", ErrWALStreamed, slots)
+	}
+	return nil
 }
 
 // Drop deletes the dead events f selects and returns them. With dryRun it

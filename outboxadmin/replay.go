@@ -60,13 +60,23 @@ type TopicCount struct {
 // aggregate id per row). Each transaction takes the relays' prune lock, so
 // pruning cannot delete a row the replay has just reset. With dryRun
 // nothing changes and the result says what would be replayed.
+//
+// While a WAL relay's slot streams the table, Replay changes nothing and
+// returns ErrWALStreamed.
 func (a *Admin) Replay(ctx context.Context, f ReplayFilter, dryRun bool) (ReplayResult, error) {
 	if f.Since.IsZero() {
 		return ReplayResult{}, ErrNoSince
 	}
 	sctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
-	groups, err := a.replaySelection(sctx, f)
+	err := a.refuseWhileStreamed(sctx, a.db)
+	var groups []replayGroup
+	if err == nil {
+		groups, err = a.replaySelection(sctx, f)
+	}
 	cancel()
+	if errors.Is(err, ErrWALStreamed) {
+		return ReplayResult{}, err
+	}
 	if err != nil {
 		return ReplayResult{}, fmt.Errorf("outboxadmin: replay: %w", err)
 	}
@@ -96,6 +106,9 @@ func (a *Admin) Replay(ctx context.Context, f ReplayFilter, dryRun bool) (Replay
 			groups = groups[1:]
 		}
 		err := a.inTx(ctx, false, func(tx *sql.Tx) error {
+			if err := a.refuseWhileStreamed(ctx, tx); err != nil {
+				return err
+			}
 			if _, err := tx.ExecContext(ctx, a.sql.pruneLock); err != nil {
 				return fmt.Errorf("take the prune lock: %w", err)
 			}
@@ -129,6 +142,9 @@ func (a *Admin) Replay(ctx context.Context, f ReplayFilter, dryRun bool) (Replay
 			}
 			return nil
 		})
+		if errors.Is(err, ErrWALStreamed) {
+			return res, err
+		}
 		if err != nil {
 			return res, fmt.Errorf("outboxadmin: replay (after %d events): %w", res.Events, err)
 		}

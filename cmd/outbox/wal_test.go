@@ -56,12 +56,22 @@ func TestWALModeRelayStatusAndTakeover(t *testing.T) {
 	if code, _, errOut := e.run(t, "wal", "takeover"); code == 0 || !strings.Contains(errOut, "stop the WAL relays first") {
 		t.Errorf("takeover with the relay running: exit %d, %q", code, errOut)
 	}
+	if code, _, errOut := e.run(t, "replay", "--since", "1h"); code == 0 || !strings.Contains(errOut, "run `outbox wal takeover` first") {
+		t.Errorf("replay with the relay streaming: exit %d, %q", code, errOut)
+	}
 	if code := b.stop(t); code != 0 {
 		t.Fatalf("relay exit %d; stderr:\n%s", code, b.stderr)
 	}
 	code, out, errOut := e.run(t, "wal", "takeover")
-	if code != 0 || !strings.Contains(out, "slot dropped") {
+	if code != 0 || !strings.Contains(out, "slot and publication dropped") {
 		t.Fatalf("takeover: exit %d, %q %q", code, out, errOut)
+	}
+	var pubs int
+	if err := e.db.SQL.QueryRow(`SELECT count(*) FROM pg_publication WHERE pubname = $1`, slot).Scan(&pubs); err != nil || pubs != 0 {
+		t.Errorf("publications named %s after takeover: %d (%v)", slot, pubs, err)
+	}
+	if code, out, errOut := e.run(t, "replay", "--since", "1h"); code != 0 {
+		t.Errorf("replay after takeover: exit %d, %q %q", code, out, errOut)
 	}
 	e.runJSON(t, &st, "status")
 	if st.WALSlot != nil {

@@ -111,6 +111,27 @@ RETURNING id, topic`
 // rows; operator transactions are short and bounded by OpsTimeouts.
 const OpsClaimGate = `SELECT pg_advisory_xact_lock(hashtext({{channel}} || '.claim'))`
 
+// OpsWALGate is taken (shared) by retry and replay before anything else in
+// their transaction, and exclusively by a WAL relay while it creates its
+// slot (WALSlotGate): a retry or replay either commits before the slot's
+// snapshot, which then holds its rows as pending and publishes them, or
+// runs after the slot exists and is refused (OpsWALSlots). It is taken
+// before the transaction has an id, since creating a slot waits for every
+// transaction with one to end.
+const OpsWALGate = `SELECT pg_advisory_xact_lock_shared(hashtext({{channel}} || '.wal'))`
+
+// OpsWALSlots names the logical replication slots (pgoutput, this
+// database) that may be streaming the outbox table $1 (its quoted name):
+// any such slot while a publication includes the table, "" for none. Rows
+// an operator returns to pending are changed by an UPDATE, which no
+// outbox publication carries: a WAL relay would never publish them, and
+// its cleanup (or outbox wal takeover) would take them for rows it had.
+const OpsWALSlots = `SELECT coalesce(string_agg(s.slot_name, ', ' ORDER BY s.slot_name), '')
+FROM pg_replication_slots s
+WHERE s.slot_type = 'logical' AND s.plugin = 'pgoutput' AND s.database = current_database()
+  AND EXISTS (SELECT 1 FROM pg_publication_tables pt
+              WHERE format('%I.%I', pt.schemaname, pt.tablename)::regclass = $1::regclass)`
+
 // OpsTimeouts runs first in every operator transaction: a statement or a
 // lock wait longer than $1 fails instead of stalling the operator, and a
 // session left idle in the transaction (a tool frozen or cut off) is ended,

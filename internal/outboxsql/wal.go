@@ -72,8 +72,8 @@ func WALEmit(rows int) string {
 const WALServer = `SELECT current_setting('server_version_num')::int, current_setting('wal_level'),
     coalesce((SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user), false)`
 
-// WALPublicationExists reports whether publication $1 exists, and its
-// comment, the WAL relay's marker of an unfinished slot initialisation.
+// WALPublication returns publication $1's comment, the WAL relay's marker
+// of an unfinished slot initialisation, and no row when it does not exist.
 const WALPublication = `SELECT coalesce(obj_description(oid, 'pg_publication'), '') FROM pg_publication WHERE pubname = $1`
 
 // WALCreatePublication publishes the outbox table's inserts only: the
@@ -127,6 +127,10 @@ const WALCreateSlot = `SELECT lsn::text FROM pg_create_logical_replication_slot(
 // (PostgreSQL 17+), so a synchronized standby keeps the slot.
 const WALCreateSlotFailover = `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', failover => true)`
 
+// WALDropPublication drops the publication pub (a validated identifier),
+// if it exists.
+func WALDropPublication(pub string) string { return "DROP PUBLICATION IF EXISTS " + ident.Quote(pub) }
+
 // WALDropSlot drops slot $1.
 const WALDropSlot = `SELECT pg_drop_replication_slot($1)`
 
@@ -136,6 +140,13 @@ const WALInitLock = `SELECT pg_try_advisory_lock(hashtext('txoutbox.wal.' || $1)
 
 // WALInitUnlock releases WALInitLock.
 const WALInitUnlock = `SELECT pg_advisory_unlock(hashtext('txoutbox.wal.' || $1))`
+
+// WALSlotGate takes OpsWALGate exclusively for the session, while the
+// relay creates its slot; WALSlotUngate releases it.
+const WALSlotGate = `SELECT pg_advisory_lock(hashtext({{channel}} || '.wal'))`
+
+// WALSlotUngate releases WALSlotGate.
+const WALSlotUngate = `SELECT pg_advisory_unlock(hashtext({{channel}} || '.wal'))`
 
 // WALColumns are the columns the WAL relay reads of a row, in the order
 // its decoder expects them when it reads the table (the stream names them).
@@ -204,9 +215,11 @@ const WALCleanupFloor = `SELECT coalesce(min(id), $1 + 1) FROM {{table}} WHERE i
 const WALTakeoverLock = `LOCK TABLE {{table}} IN SHARE MODE`
 
 // WALPeek returns the changes slot $1 has not confirmed, decoded by
-// pgoutput for publication $2, without consuming them.
+// pgoutput for publication $2, without consuming them. Values come in
+// binary, as the stream sends them, so the session's settings (bytea_output,
+// DateStyle) do not change how they read.
 const WALPeek = `SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
-    'proto_version', '1', 'publication_names', $2, 'messages', 'true')`
+    'proto_version', '1', 'publication_names', $2, 'messages', 'true', 'binary', 'true')`
 
 // WALFlush, run in a transaction of its own, makes its commit flush the
 // WAL: it writes a transactional logical message (its prefix has no colon,

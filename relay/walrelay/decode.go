@@ -169,27 +169,50 @@ func parseInsert(src []byte) (*insertMessage, error) {
 // insert decodes an Insert into the outbox table; ok is false for rows of
 // other tables the publication may also publish.
 func (d *decoder) insert(m *insertMessage) (ev event, ok bool, err error) {
-	rel, known := d.relations[m.relation]
-	if !known {
-		return event{}, false, fmt.Errorf("insert into relation %d, which the stream has not described", m.relation)
-	}
-	if rel.RelationName != d.table || (d.schema != "" && rel.Namespace != d.schema) {
-		return event{}, false, nil
-	}
-	if len(m.cols) != len(rel.Columns) {
-		return event{}, false, fmt.Errorf("insert into %s.%s: tuple does not match the relation's %d columns", rel.Namespace, rel.RelationName, len(rel.Columns))
+	rel, ok, err := d.outboxRelation(m)
+	if !ok || err != nil {
+		return event{}, false, err
 	}
 	ev, err = d.row(rel, m)
 	if err != nil {
 		err = fmt.Errorf("insert into %s.%s: %w", rel.Namespace, rel.RelationName, err)
 		var row int64
 		if d.scan(rel, m, colID, &row) == nil {
-
 			return event{}, false, &rowError{row: row, err: err}
 		}
 		return event{}, false, err
 	}
 	return ev, true, nil
+}
+
+// rowID reads only the id of an Insert into the outbox table; ok is false
+// for another table's. Takeover needs no more, so a row the relay could
+// not turn into an event (it would go dead) does not stop a takeover.
+func (d *decoder) rowID(m *insertMessage) (row int64, ok bool, err error) {
+	rel, ok, err := d.outboxRelation(m)
+	if !ok || err != nil {
+		return 0, false, err
+	}
+	if err := d.scan(rel, m, colID, &row); err != nil {
+		return 0, false, fmt.Errorf("insert into %s.%s: id: %w", rel.Namespace, rel.RelationName, err)
+	}
+	return row, true, nil
+}
+
+// outboxRelation returns the relation m inserts into, with ok false when
+// it is not the outbox table.
+func (d *decoder) outboxRelation(m *insertMessage) (*relation, bool, error) {
+	rel, known := d.relations[m.relation]
+	if !known {
+		return nil, false, fmt.Errorf("insert into relation %d, which the stream has not described", m.relation)
+	}
+	if rel.RelationName != d.table || (d.schema != "" && rel.Namespace != d.schema) {
+		return nil, false, nil
+	}
+	if len(m.cols) != len(rel.Columns) {
+		return nil, false, fmt.Errorf("insert into %s.%s: tuple does not match the relation's %d columns", rel.Namespace, rel.RelationName, len(rel.Columns))
+	}
+	return rel, true, nil
 }
 
 // scan reads column rowColumns[k] of m into dst.

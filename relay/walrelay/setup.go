@@ -66,7 +66,7 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	if _, err := conn.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, r.initMarker())); err != nil {
 		return fmt.Errorf("%w: mark publication %s (the relay's role must own it): %w", errPermanent, r.cfg.Publication, err)
 	}
-	snapshot, err := r.createSlot(ctx, repl)
+	snapshot, err := r.createGatedSlot(ctx, conn, repl)
 	if err != nil {
 		return err
 	}
@@ -85,6 +85,28 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	}
 	r.log.Info("created replication slot", "backlog", len(backlog))
 	return nil
+}
+
+// createGatedSlot runs createSlot holding the WAL gate (see
+// outboxsql.OpsWALGate) on conn: an operator's retry or replay of rows
+// either commits before the slot's snapshot, which then holds the rows as
+// pending and publishes them with the backlog, or finds the slot and is
+// refused. Without it a retry could commit after the snapshot and before
+// the slot showed, leaving its rows to neither the backlog nor the
+// stream.
+func (r *Relay) createGatedSlot(ctx context.Context, conn *pgxpool.Conn, repl *pgconn.PgConn) (string, error) {
+	if _, err := conn.Exec(ctx, r.names.Render(outboxsql.WALSlotGate)); err != nil {
+		return "", fmt.Errorf("initialise slot: take the WAL gate: %w", err)
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StatementTimeout)
+		defer cancel()
+		if _, err := conn.Exec(uctx, r.names.Render(outboxsql.WALSlotUngate)); err != nil {
+			// The lock ends with the session: drop the connection.
+			_ = conn.Conn().Close(uctx)
+		}
+	}()
+	return r.createSlot(ctx, repl)
 }
 
 // createSlot creates the slot on the replication connection and returns

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/outboxadmin"
 	"github.com/txoutbox/txoutbox/relay"
 )
 
@@ -126,8 +129,9 @@ func TestTakeoverSeesAsynchronousCommits(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	slot, pub := SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
-	b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
 	for i := range 5 {
+		// Takeover drops both.
+		b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
 		b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
 		tx, err := b.db.SQL.BeginTx(ctx, nil)
 		if err != nil {
@@ -150,5 +154,154 @@ func TestTakeoverSeesAsynchronousCommits(t *testing.T) {
 		if n := b.count(t, `SELECT count(*) FROM outbox WHERE state = 'pending' AND event_id = $1`, ev[0].ID); n != 1 {
 			t.Fatalf("round %d: takeover %+v marked the asynchronously committed row published; the slot never streamed it", i, res)
 		}
+	}
+}
+
+// Takeover reads only the ids of the rows the slot has not confirmed: a
+// row the relay could not turn into an event (headers that are no string
+// map; the relay marks such a row dead), or a session whose settings would
+// format values differently, does not stop it.
+func TestTakeoverReadsOnlyTheRowIDs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	slot, pub := SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
+	b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
+	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	b.exec(t, `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, headers)
+		VALUES (gen_random_uuid(), 'orders', 'k', 'x', '\x7b7d', '{"n": 1}')`)
+	b.write(t, "k")
+	sep := "?"
+	if strings.Contains(b.db.URL, "?") {
+		sep = "&"
+	}
+	res, err := Takeover(ctx, TakeoverConfig{ConnString: b.db.URL + sep + "bytea_output=escape&DateStyle=SQL,DMY", Table: b.db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Unconfirmed != 2 || res.Confirmed != 0 || b.count(t, `SELECT count(*) FROM outbox WHERE state = 'pending'`) != 2 {
+		t.Fatalf("takeover %+v; want both rows left pending", res)
+	}
+}
+
+// An operator's retry of a dead event is refused while the WAL relay
+// streams, and while its slot waits for takeover: the stream never
+// carries the row's return to pending, so the relay would not publish it,
+// and its cleanup or the takeover would take it for published. After the
+// takeover the retry works and the row stays pending for the polling
+// relay.
+func TestRetryWaitsForTheTakeover(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	cfg := b.config()
+	cfg.MaxAttempts = 1
+	stop := runActive(t, b.newRelay(t, cfg))
+	bad := b.events(t, "k")
+	b.pub.mu.Lock()
+	b.pub.fail[bad[0].ID.String()] = errors.New("refused")
+	b.pub.mu.Unlock()
+	b.commit(t, bad...)
+	testkit.WaitFor(t, 10*time.Second, "the refused event dead", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead'`) == 1
+	})
+	adm, err := outboxadmin.New(b.db.SQL, outboxadmin.Config{Table: b.db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.Retry(ctx, outboxadmin.Filter{All: true}, false); !errors.Is(err, outboxadmin.ErrWALStreamed) {
+		t.Fatalf("retry while the relay streams: %v, want ErrWALStreamed", err)
+	}
+	b.pub.waitFor(t, b.write(t, "other")...)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.Retry(ctx, outboxadmin.Filter{All: true}, false); !errors.Is(err, outboxadmin.ErrWALStreamed) {
+		t.Fatalf("retry before the takeover: %v, want ErrWALStreamed", err)
+	}
+	if _, err := Takeover(ctx, TakeoverConfig{ConnString: b.db.URL, Table: b.db.Table()}); err != nil {
+		t.Fatal(err)
+	}
+	if retried, err := adm.Retry(ctx, outboxadmin.Filter{All: true}, false); err != nil || len(retried) != 1 {
+		t.Fatalf("retry after the takeover: %v, %v", retried, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE event_id = $1 AND state = 'pending'`, bad[0].ID); n != 1 {
+		t.Fatalf("the retried event is not pending (%d rows)", n)
+	}
+}
+
+// A relay creates its slot under the WAL gate that retries and replays
+// hold (outboxsql.OpsWALGate): an operator's retry in progress when the
+// relay starts commits before the slot's snapshot, and the retried row
+// goes out with the backlog, instead of falling between the snapshot and
+// the stream.
+func TestSlotCreationWaitsForARetryInProgress(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	dead := b.write(t, "k")
+	b.exec(t, `UPDATE outbox SET state = 'dead', last_error = 'refused'`)
+	names, err := outboxsql.NamesFor(b.db.Table().Schema, b.db.Table().Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // committed below
+	if _, err := tx.ExecContext(ctx, names.Render(outboxsql.OpsWALGate)); err != nil {
+		t.Fatal(err)
+	}
+	r := b.newRelay(t, b.config())
+	run(t, r)
+	testkit.WaitFor(t, 20*time.Second, "the relay initialising the slot", func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_publication WHERE pubname = $1 AND obj_description(oid, 'pg_publication') <> ''`, r.cfg.Publication) == 1 ||
+			b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot) == 1
+	})
+	time.Sleep(200 * time.Millisecond)
+	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot); n != 0 {
+		t.Fatal("the slot was created while a retry held the WAL gate")
+	}
+	if _, err := tx.ExecContext(ctx, names.Render(outboxsql.OpsRetry), outboxsql.Int64Array([]int64{1})); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	b.pub.waitFor(t, dead...)
+}
+
+// A role that may take over (REPLICATION, and the table's privileges) but
+// does not own the publication hands over all the same, and leaves the
+// publication, saying so.
+func TestTakeoverLeavesAPublicationItDoesNotOwn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	slot, pub := SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
+	b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
+	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	b.write(t, "k")
+	role := "takeover_" + b.db.Schema
+	b.exec(t, `CREATE ROLE `+role+` LOGIN REPLICATION`)
+	t.Cleanup(func() {
+		_, _ = b.db.SQL.ExecContext(context.Background(), `DROP OWNED BY `+role)
+		_, _ = b.db.SQL.ExecContext(context.Background(), `DROP ROLE `+role)
+	})
+	b.exec(t, `GRANT USAGE ON SCHEMA `+b.db.Schema+` TO `+role)
+	b.exec(t, `GRANT SELECT, UPDATE ON `+b.db.Table().String()+` TO `+role)
+	res, err := Takeover(ctx, TakeoverConfig{ConnString: b.db.URL + "&user=" + role, Table: b.db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.PublicationLeft || res.Unconfirmed != 1 {
+		t.Fatalf("takeover %+v; want the row pending and PublicationLeft", res)
+	}
+	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot); n != 0 {
+		t.Fatal("the slot is still there")
+	}
+	if n := b.count(t, `SELECT count(*) FROM pg_publication WHERE pubname = $1`, pub); n != 1 {
+		t.Fatal("the publication is gone")
 	}
 }
