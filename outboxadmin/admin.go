@@ -38,13 +38,14 @@ var (
 	ErrNotFound = errors.New("outboxadmin: no such event")
 
 	// ErrWALStreamed is returned by Retry and Replay while a WAL relay's
-	// slot may be streaming the table (a pgoutput slot exists in the
-	// database and a publication includes the table). They return rows to
+	// slot may be streaming the table: a pgoutput slot named Config.Slot,
+	// or named as a publication that includes the table (the WAL relay's
+	// default pairing). They return rows to
 	// pending with an UPDATE, which the stream does not carry: the WAL
 	// relay would never publish those rows, and its cleanup, or outbox wal
 	// takeover, would take them for rows it had published. Hand the outbox
 	// to the polling relay first (walrelay.Takeover, `outbox wal
-	// takeover`), or drop the publication if no WAL relay streams it.
+	// takeover`), which drops the slot.
 	ErrWALStreamed = errors.New("outboxadmin: a WAL relay's slot streams the outbox table")
 )
 
@@ -54,8 +55,10 @@ type Config struct {
 	Table txoutbox.Table
 
 	// Slot is the WAL relay's replication slot, which Status reports when
-	// it exists. Default: the WAL relay's default slot name for Table
-	// (txoutbox_<schema>_<table>).
+	// it exists, and while which Retry and Replay refuse (ErrWALStreamed).
+	// Default: the WAL relay's default slot name for Table
+	// (txoutbox_<schema>_<table>). Set it when the WAL relay's slot is
+	// named otherwise than its publication.
 	Slot string
 
 	// StaleAfter is how old a relay's heartbeat may be for Status to count
@@ -153,7 +156,7 @@ func render(n outboxsql.Names) statements {
 		snapshot:        n.Render(outboxsql.OpsSnapshot),
 		lookupAggregate: n.Render(outboxsql.OpsLookupAggregate),
 		lookupEventID:   n.Render(outboxsql.OpsLookupEventID),
-		walGate:         n.Render(outboxsql.OpsWALGate),
+		walGate:         outboxsql.OpsWALGate,
 		walSlots:        outboxsql.OpsWALSlots,
 		table:           n.Table,
 	}

@@ -211,16 +211,16 @@ type querier interface {
 // transaction takes any row lock.
 func (a *Admin) refuseWhileStreamed(ctx context.Context, q querier) error {
 	if _, ok := q.(*sql.Tx); ok {
-		if _, err := q.ExecContext(ctx, a.sql.walGate); err != nil {
+		if _, err := q.ExecContext(ctx, a.sql.walGate, a.sql.table); err != nil {
 			return fmt.Errorf("take the WAL gate: %w", err)
 		}
 	}
 	var slots string
-	if err := q.QueryRowContext(ctx, a.sql.walSlots, a.sql.table).Scan(&slots); err != nil {
+	if err := q.QueryRowContext(ctx, a.sql.walSlots, a.sql.table, a.cfg.Slot).Scan(&slots); err != nil {
 		return fmt.Errorf("look for WAL relays' slots: %w", err)
 	}
 	if slots != "" {
-		return fmt.Errorf("%w (slot %s): run `outbox wal takeover` first, or drop the publication if no WAL relay streams the table", ErrWALStreamed, slots)
+		return fmt.Errorf("%w (slot %s): run `outbox wal takeover` first", ErrWALStreamed, slots)
 	}
 	return nil
 }

@@ -10,12 +10,12 @@ import (
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
-// While a WAL relay's slot may stream the table (a pgoutput slot in the
-// database, and a publication of the table), retry and replay refuse and
-// change nothing: the stream never carries the UPDATE that returns a row
-// to pending, so the WAL relay would not publish the row and its cleanup
-// would remove it. A slot alone (another table's), or a publication alone
-// (a WAL relay that has not created its slot yet), does not stop them.
+// While a WAL relay's slot may stream the table (a pgoutput slot named as
+// Config.Slot, or as a publication of the table), retry and replay refuse
+// and change nothing: the stream never carries the UPDATE that returns a
+// row to pending, so the WAL relay would not publish the row and its
+// cleanup would remove it. Another slot, even beside another publication
+// of the table (a CDC tool's), does not stop them.
 func TestRetryAndReplayRefuseWhileAWALSlotStreams(t *testing.T) {
 	t.Parallel()
 	db, adm, w := setup(t, outboxadmin.Config{})
@@ -46,10 +46,26 @@ func TestRetryAndReplayRefuseWhileAWALSlotStreams(t *testing.T) {
 	dropSlot := func() {
 		_, _ = db.SQL.Exec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
 	}
-	t.Cleanup(dropSlot)
+	t.Cleanup(func() {
+		dropSlot()
+		_, _ = db.SQL.Exec(`DROP PUBLICATION IF EXISTS ` + slot + `, cdc_` + slot)
+	})
 	since := outboxadmin.ReplayFilter{Since: time.Now().Add(-time.Hour)}
 	if _, err := adm.Retry(ctx, outboxadmin.Filter{All: true}, true); err != nil {
 		t.Fatalf("retry with a slot but no publication of the table: %v", err)
+	}
+	if _, err := db.SQL.Exec(`CREATE PUBLICATION cdc_` + slot + ` FOR TABLE ` + db.Table().String()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.Retry(ctx, outboxadmin.Filter{All: true}, true); err != nil {
+		t.Fatalf("retry with a slot and a publication of another name: %v", err)
+	}
+	named, err := outboxadmin.New(db.SQL, outboxadmin.Config{Table: db.Table(), Slot: slot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := named.Retry(ctx, outboxadmin.Filter{All: true}, true); !errors.Is(err, outboxadmin.ErrWALStreamed) {
+		t.Fatalf("retry with the configured slot present: %v, want ErrWALStreamed", err)
 	}
 	if _, err := db.SQL.Exec(`CREATE PUBLICATION ` + slot + ` FOR TABLE ` + db.Table().String()); err != nil {
 		t.Fatal(err)

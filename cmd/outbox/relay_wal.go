@@ -32,7 +32,7 @@ type walFlags struct {
 
 func (w *walFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.slot, "slot", "", "wal mode: replication slot (default txoutbox_<schema>_<table>)")
-	fs.StringVar(&w.publication, "publication", "", "wal mode: publication of the table's inserts (default: the slot's name)")
+	fs.StringVar(&w.publication, "publication", "", "wal mode: publication of the table's inserts (default txoutbox_<schema>_<table>)")
 	fs.BoolVar(&w.failover, "failover", false, "wal mode: create the slot with failover => true (PostgreSQL 17+), so a promoted standby keeps it")
 	fs.IntVar(&w.maxInFlight, "max-in-flight", 0, "events held unconfirmed at most, the bound on duplicates after a crash (default 2 × --batch)")
 	fs.DurationVar(&w.senderTimeout, "sender-timeout", walrelay.SenderTimeoutDefault, "wal mode: the server frees the slot of a relay silent this long; standbys take over after it")

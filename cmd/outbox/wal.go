@@ -61,7 +61,7 @@ func runWALTakeover(ctx context.Context, args []string, stdout io.Writer) error 
 	}
 	if common.json {
 		return printJSON(stdout, map[string]any{"confirmed": res.Confirmed, "unconfirmed": res.Unconfirmed,
-			"table_less_lost": res.TableLess, "slot_lost": res.Lost, "publication_left": res.PublicationLeft})
+			"table_less_lost": res.TableLess, "slot_lost": res.Lost})
 	}
 	if res.Lost {
 		fmt.Fprintf(stdout, "the slot was lost: no row could be told confirmed; the polling relay publishes all %d pending rows, some again\n", res.Unconfirmed)
@@ -71,11 +71,6 @@ func runWALTakeover(ctx context.Context, args []string, stdout io.Writer) error 
 	if res.TableLess > 0 {
 		fmt.Fprintf(stdout, "%d table-less events the slot had not confirmed are lost (--force)\n", res.TableLess)
 	}
-	if res.PublicationLeft {
-		fmt.Fprintln(stdout, "the publication is left: this role does not own it; drop it, or dead retry and replay keep refusing while a pgoutput slot exists in the database")
-		fmt.Fprintln(stdout, "slot dropped: start the polling relays (outbox relay)")
-		return nil
-	}
-	fmt.Fprintln(stdout, "slot and publication dropped: start the polling relays (outbox relay)")
+	fmt.Fprintln(stdout, "slot dropped: start the polling relays (outbox relay)")
 	return nil
 }

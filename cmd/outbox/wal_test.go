@@ -63,12 +63,8 @@ func TestWALModeRelayStatusAndTakeover(t *testing.T) {
 		t.Fatalf("relay exit %d; stderr:\n%s", code, b.stderr)
 	}
 	code, out, errOut := e.run(t, "wal", "takeover")
-	if code != 0 || !strings.Contains(out, "slot and publication dropped") {
+	if code != 0 || !strings.Contains(out, "slot dropped") {
 		t.Fatalf("takeover: exit %d, %q %q", code, out, errOut)
-	}
-	var pubs int
-	if err := e.db.SQL.QueryRow(`SELECT count(*) FROM pg_publication WHERE pubname = $1`, slot).Scan(&pubs); err != nil || pubs != 0 {
-		t.Errorf("publications named %s after takeover: %d (%v)", slot, pubs, err)
 	}
 	if code, out, errOut := e.run(t, "replay", "--since", "1h"); code != 0 {
 		t.Errorf("replay after takeover: exit %d, %q %q", code, out, errOut)

@@ -117,20 +117,32 @@ const OpsClaimGate = `SELECT pg_advisory_xact_lock(hashtext({{channel}} || '.cla
 // snapshot, which then holds its rows as pending and publishes them, or
 // runs after the slot exists and is refused (OpsWALSlots). It is taken
 // before the transaction has an id, since creating a slot waits for every
-// transaction with one to end.
-const OpsWALGate = `SELECT pg_advisory_xact_lock_shared(hashtext({{channel}} || '.wal'))`
+// transaction with one to end. Its key is the table's OID ($1, the
+// table's quoted name), so any spelling of the table (with or without its
+// schema) takes the same lock.
+const OpsWALGate = `SELECT pg_advisory_xact_lock_shared(` + walGateKey + `)`
 
-// OpsWALSlots names the logical replication slots (pgoutput, this
-// database) that may be streaming the outbox table $1 (its quoted name):
-// any such slot while a publication includes the table, "" for none. Rows
-// an operator returns to pending are changed by an UPDATE, which no
-// outbox publication carries: a WAL relay would never publish them, and
-// its cleanup (or outbox wal takeover) would take them for rows it had.
+// walGateKey is OpsWALGate's two-part advisory lock key: a fixed class,
+// and the table's OID shifted into int4's range.
+const walGateKey = `hashtext('txoutbox.wal.gate'), ($1::regclass::oid::bigint - 2147483648)::int`
+
+// OpsWALSlots names the WAL relay slots that may be streaming the outbox
+// table $1 (its quoted name), "" for none: a pgoutput slot of this
+// database named $2 (the operator's setting, by default the WAL relay's
+// default slot name), or named as a publication that includes the table
+// (a WAL relay names its slot and publication alike by default). Rows an
+// operator returns to pending are changed by an UPDATE, which the WAL
+// relay's publication does not carry: the relay would never publish them,
+// and its cleanup (or outbox wal takeover) would take them for rows it
+// had. Other logical replication (a subscription, a CDC tool's slot and
+// FOR ALL TABLES publication) does not match. pg_get_publication_tables
+// compares table OIDs, which needs no privilege on other tables' schemas.
 const OpsWALSlots = `SELECT coalesce(string_agg(s.slot_name, ', ' ORDER BY s.slot_name), '')
 FROM pg_replication_slots s
 WHERE s.slot_type = 'logical' AND s.plugin = 'pgoutput' AND s.database = current_database()
-  AND EXISTS (SELECT 1 FROM pg_publication_tables pt
-              WHERE format('%I.%I', pt.schemaname, pt.tablename)::regclass = $1::regclass)`
+  AND (s.slot_name = $2 OR EXISTS (
+      SELECT 1 FROM pg_publication p, LATERAL pg_get_publication_tables(p.pubname::text) t
+      WHERE p.pubname = s.slot_name AND t.relid = $1::regclass))`
 
 // OpsTimeouts runs first in every operator transaction: a statement or a
 // lock wait longer than $1 fails instead of stalling the operator, and a

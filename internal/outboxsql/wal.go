@@ -127,10 +127,6 @@ const WALCreateSlot = `SELECT lsn::text FROM pg_create_logical_replication_slot(
 // (PostgreSQL 17+), so a synchronized standby keeps the slot.
 const WALCreateSlotFailover = `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', failover => true)`
 
-// WALDropPublication drops the publication pub (a validated identifier),
-// if it exists.
-func WALDropPublication(pub string) string { return "DROP PUBLICATION IF EXISTS " + ident.Quote(pub) }
-
 // WALDropSlot drops slot $1.
 const WALDropSlot = `SELECT pg_drop_replication_slot($1)`
 
@@ -142,11 +138,11 @@ const WALInitLock = `SELECT pg_try_advisory_lock(hashtext('txoutbox.wal.' || $1)
 const WALInitUnlock = `SELECT pg_advisory_unlock(hashtext('txoutbox.wal.' || $1))`
 
 // WALSlotGate takes OpsWALGate exclusively for the session, while the
-// relay creates its slot; WALSlotUngate releases it.
-const WALSlotGate = `SELECT pg_advisory_lock(hashtext({{channel}} || '.wal'))`
+// relay creates its slot; $1 is the table's quoted name.
+const WALSlotGate = `SELECT pg_advisory_lock(` + walGateKey + `)`
 
 // WALSlotUngate releases WALSlotGate.
-const WALSlotUngate = `SELECT pg_advisory_unlock(hashtext({{channel}} || '.wal'))`
+const WALSlotUngate = `SELECT pg_advisory_unlock(` + walGateKey + `)`
 
 // WALColumns are the columns the WAL relay reads of a row, in the order
 // its decoder expects them when it reads the table (the stream names them).

@@ -101,6 +101,8 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, msg = http.StatusNotFound, err.Error()
 	case errors.Is(err, outboxadmin.ErrNotDead):
 		status, msg = http.StatusConflict, err.Error()+": nothing changed; the selection changed since the preview, look again"
+	case errors.Is(err, outboxadmin.ErrWALStreamed):
+		status, msg = http.StatusConflict, err.Error()+"; nothing changed"
 	case errors.Is(err, errReadOnly), errors.Is(err, errCSRF):
 		status, msg = http.StatusForbidden, err.Error()
 	case errors.Is(err, context.DeadlineExceeded):

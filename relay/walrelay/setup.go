@@ -95,13 +95,13 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 // the slot showed, leaving its rows to neither the backlog nor the
 // stream.
 func (r *Relay) createGatedSlot(ctx context.Context, conn *pgxpool.Conn, repl *pgconn.PgConn) (string, error) {
-	if _, err := conn.Exec(ctx, r.names.Render(outboxsql.WALSlotGate)); err != nil {
+	if _, err := conn.Exec(ctx, outboxsql.WALSlotGate, r.names.Table); err != nil {
 		return "", fmt.Errorf("initialise slot: take the WAL gate: %w", err)
 	}
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StatementTimeout)
 		defer cancel()
-		if _, err := conn.Exec(uctx, r.names.Render(outboxsql.WALSlotUngate)); err != nil {
+		if _, err := conn.Exec(uctx, outboxsql.WALSlotUngate, r.names.Table); err != nil {
 			// The lock ends with the session: drop the connection.
 			_ = conn.Conn().Close(uctx)
 		}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
@@ -44,10 +43,6 @@ type TakeoverResult struct {
 	// TableLess is the number of table-less events the slot had not
 	// confirmed (lost, with Force).
 	TableLess int
-	// PublicationLeft is true when the role could not drop the
-	// publication (it does not own it): while it and any pgoutput slot of
-	// the database exist, retry and replay refuse; drop it by hand.
-	PublicationLeft bool
 	// Lost is true when the slot's WAL was gone (wal_status lost): no row
 	// could be told confirmed, so every unpublished row stays pending and
 	// the polling relay publishes them all, some a second time. Every row
@@ -70,11 +65,10 @@ var ErrTableLessPending = errors.New("walrelay: the slot holds table-less events
 // transaction that holds a SHARE lock on the table, so no event commits
 // meanwhile. It reads the unconfirmed changes with
 // pg_logical_slot_peek_binary_changes, which decodes all the WAL the slot
-// holds: the larger the slot's lag, the longer writers wait. It drops the
-// publication too (a WAL relay started again creates both), so `outbox
-// dead retry` and `outbox replay` work again (see
-// outboxadmin.ErrWALStreamed); a role that may not drop it leaves it, and
-// says so in PublicationLeft. Table-less events (txoutbox.WriterConfig.WALMessages)
+// holds: the larger the slot's lag, the longer writers wait. The
+// publication stays; drop it with DROP PUBLICATION if the WAL relay is
+// not coming back. With the slot gone, `outbox dead retry` and `outbox
+// replay` work again (see outboxadmin.ErrWALStreamed). Table-less events (txoutbox.WriterConfig.WALMessages)
 // take no table lock: one committed while Takeover runs may be missed and
 // is lost with the slot, so stop writers of table-less events first.
 func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
@@ -156,32 +150,10 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 	if _, err := tx.Exec(ctx, outboxsql.WALDropSlot, r.cfg.Slot); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: drop slot: %w", err)
 	}
-	if res.PublicationLeft, err = dropPublication(ctx, tx, r.cfg.Publication); err != nil {
-		return res, err
-	}
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: commit: %w", err)
 	}
 	return res, nil
-}
-
-// dropPublication drops the publication in tx, under a savepoint: a role
-// that does not own it (42501) leaves it, and left reports that, without
-// failing the takeover.
-func dropPublication(ctx context.Context, tx pgx.Tx, pub string) (left bool, err error) {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("walrelay: takeover: %w", err)
-	}
-	_, err = sp.Exec(ctx, outboxsql.WALDropPublication(pub))
-	var pgErr *pgconn.PgError
-	switch {
-	case err == nil:
-		return false, sp.Commit(ctx)
-	case errors.As(err, &pgErr) && pgErr.Code == "42501":
-		return true, sp.Rollback(ctx)
-	}
-	return false, fmt.Errorf("walrelay: takeover: drop publication %s: %w", pub, err)
 }
 
 // flushWAL makes sure the WAL of every transaction that committed before

@@ -129,9 +129,8 @@ func TestTakeoverSeesAsynchronousCommits(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	slot, pub := SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
+	b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
 	for i := range 5 {
-		// Takeover drops both.
-		b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
 		b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
 		tx, err := b.db.SQL.BeginTx(ctx, nil)
 		if err != nil {
@@ -250,7 +249,9 @@ func TestSlotCreationWaitsForARetryInProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback() //nolint:errcheck // committed below
-	if _, err := tx.ExecContext(ctx, names.Render(outboxsql.OpsWALGate)); err != nil {
+	// The gate is keyed by the table's OID: the relay names the table with
+	// its schema, this the search_path's way.
+	if _, err := tx.ExecContext(ctx, outboxsql.OpsWALGate, "outbox"); err != nil {
 		t.Fatal(err)
 	}
 	r := b.newRelay(t, b.config())
@@ -270,38 +271,4 @@ func TestSlotCreationWaitsForARetryInProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.pub.waitFor(t, dead...)
-}
-
-// A role that may take over (REPLICATION, and the table's privileges) but
-// does not own the publication hands over all the same, and leaves the
-// publication, saying so.
-func TestTakeoverLeavesAPublicationItDoesNotOwn(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	slot, pub := SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
-	b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
-	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
-	b.write(t, "k")
-	role := "takeover_" + b.db.Schema
-	b.exec(t, `CREATE ROLE `+role+` LOGIN REPLICATION`)
-	t.Cleanup(func() {
-		_, _ = b.db.SQL.ExecContext(context.Background(), `DROP OWNED BY `+role)
-		_, _ = b.db.SQL.ExecContext(context.Background(), `DROP ROLE `+role)
-	})
-	b.exec(t, `GRANT USAGE ON SCHEMA `+b.db.Schema+` TO `+role)
-	b.exec(t, `GRANT SELECT, UPDATE ON `+b.db.Table().String()+` TO `+role)
-	res, err := Takeover(ctx, TakeoverConfig{ConnString: b.db.URL + "&user=" + role, Table: b.db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.PublicationLeft || res.Unconfirmed != 1 {
-		t.Fatalf("takeover %+v; want the row pending and PublicationLeft", res)
-	}
-	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot); n != 0 {
-		t.Fatal("the slot is still there")
-	}
-	if n := b.count(t, `SELECT count(*) FROM pg_publication WHERE pubname = $1`, pub); n != 1 {
-		t.Fatal("the publication is gone")
-	}
 }
