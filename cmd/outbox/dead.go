@@ -165,6 +165,10 @@ func runDeadShow(ctx context.Context, args []string, stdout io.Writer) error {
 // the command line only (see applyEnv).
 var selectionFlags = []string{"all", "yes", "topic", "aggregate", "type", "since"}
 
+// walSlotHelp is the --slot flag of the commands that return rows to
+// pending, which refuse while the WAL relay's slot exists.
+const walSlotHelp = "the WAL relay's replication slot (its --slot): retry and replay refuse while it exists (default txoutbox_<schema>_<table>; a slot named as a publication of the table is found anyway)"
+
 // maxListed bounds the events retry and drop list for humans.
 const maxListed = 50
 
@@ -176,6 +180,7 @@ func runDeadChange(ctx context.Context, action string, args []string, stdout io.
 		filters filterFlags
 		all     = fs.Bool("all", false, "select every dead event (when no IDs or filters are given)")
 		dryRun  = fs.Bool("dry-run", false, "show what would change, change nothing")
+		slot    = fs.String("slot", "", walSlotHelp)
 		yes     *bool
 	)
 	common.register(fs)
@@ -203,7 +208,7 @@ func runDeadChange(ctx context.Context, action string, args []string, stdout io.
 	}
 	f.All = *all
 	// Even a dry run locks the rows it would change: operator grants.
-	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{}, operatorGrants)
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{Slot: *slot}, operatorGrants)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 		topic     = fs.String("topic", "", "only events of this topic")
 		aggregate = fs.String("aggregate", "", "only events of this aggregate id")
 		dryRun    = fs.Bool("dry-run", false, "count what would be replayed, change nothing")
+		slot      = fs.String("slot", "", walSlotHelp)
 	)
 	common.register(fs)
 	fs.Var(&since, "since", "replay events published since: a duration ago (2h) or an RFC 3339 time (required)")
@@ -34,7 +35,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 		return usagef("--since is required: replay events published since when?")
 	}
 	// Even a dry run locks the rows it would change: operator grants.
-	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{}, operatorGrants)
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{Slot: *slot}, operatorGrants)
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,7 @@ func runUI(ctx context.Context, args []string, stdout io.Writer) error {
 		staleAfter  = fs.Duration("stale-after", outboxadmin.StaleAfterDefault, "count a relay alive if its heartbeat is younger (the relays' --stale-after)")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		sampleEvery = fs.Duration("sample-every", console.SampleEveryDefault, "sample backlog and lag for the overview's chart this often")
+		slot        = fs.String("slot", "", walSlotHelp)
 	)
 	common.register(fs)
 	fs.BoolVar(&opts.AllowWrites, "allow-writes", false, "allow retry, drop and replay from the console (default: read-only)")
@@ -66,7 +67,7 @@ func runUI(ctx context.Context, args []string, stdout io.Writer) error {
 	if opts.AllowWrites {
 		need = operatorGrants
 	}
-	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{StaleAfter: *staleAfter}, need)
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{StaleAfter: *staleAfter, Slot: *slot}, need)
 	if err != nil {
 		return err
 	}

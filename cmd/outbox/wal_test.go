@@ -93,3 +93,26 @@ func TestWALModeUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// A WAL relay started with --slot names its slot otherwise than its
+// publication: retry and replay find it when given the same --slot.
+func TestRetryAndReplayTakeTheRelaysSlot(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	slot := "custom_" + e.db.Schema
+	if _, err := e.db.SQL.Exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = e.db.SQL.Exec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+	})
+	if code, _, errOut := e.run(t, "replay", "--since", "1h", "--slot", slot); code == 0 || !strings.Contains(errOut, "run `outbox wal takeover` first") {
+		t.Errorf("replay --slot %s: exit %d, %q", slot, code, errOut)
+	}
+	if code, _, errOut := e.run(t, "dead", "retry", "--all", "--slot", slot); code == 0 || !strings.Contains(errOut, "run `outbox wal takeover` first") {
+		t.Errorf("dead retry --slot %s: exit %d, %q", slot, code, errOut)
+	}
+	if code, out, errOut := e.run(t, "replay", "--since", "1h"); code != 0 {
+		t.Errorf("replay without the slot: exit %d, %q %q", code, out, errOut)
+	}
+}
