@@ -54,6 +54,17 @@ func (b *bundle) config() Config {
 	}
 }
 
+// slotByHand creates the relay's default publication (of every column, as
+// relays made it before the column list) and slot, as a relay that set
+// them up, or half did, leaves them.
+func (b *bundle) slotByHand(t *testing.T) (slot, pub string) {
+	t.Helper()
+	slot, pub = SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
+	b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
+	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	return slot, pub
+}
+
 // dropSlot drops the test's slot and publication: a slot left behind
 // holds the shared server's WAL forever.
 func (b *bundle) dropSlot(t *testing.T) {

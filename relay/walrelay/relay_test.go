@@ -229,19 +229,10 @@ func TestBacklogBeforeTheSlotIsPublished(t *testing.T) {
 func TestInterruptedInitialisationStartsOver(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
 	old := b.write(t, "k")
 	r := b.newRelay(t, b.config())
-	pub := PublicationDefault(b.db.Table())
-	if _, err := b.db.SQL.ExecContext(ctx, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.db.SQL.ExecContext(ctx, `COMMENT ON PUBLICATION `+pub+` IS 'txoutbox: initialising slot `+r.cfg.Slot+`'`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.db.SQL.ExecContext(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, r.cfg.Slot); err != nil {
-		t.Fatal(err)
-	}
+	slot, pub := b.slotByHand(t)
+	b.exec(t, `COMMENT ON PUBLICATION `+pub+` IS 'txoutbox: initialising slot `+slot+`'`)
 	run(t, r)
 	b.pub.waitFor(t, old...)
 	b.pub.waitFor(t, b.write(t, "k")...)

@@ -68,9 +68,10 @@ var ErrTableLessPending = errors.New("walrelay: the slot holds table-less events
 // holds: the larger the slot's lag, the longer writers wait. The
 // publication stays; drop it with DROP PUBLICATION if the WAL relay is
 // not coming back. With the slot gone, `outbox dead retry` and `outbox
-// replay` work again (see outboxadmin.ErrWALStreamed). Table-less events (txoutbox.WriterConfig.WALMessages)
-// take no table lock: one committed while Takeover runs may be missed and
-// is lost with the slot, so stop writers of table-less events first.
+// replay` work again (see outboxadmin.ErrWALStreamed). Table-less events
+// (txoutbox.WriterConfig.WALMessages) take no table lock: one committed
+// while Takeover runs may be missed and is lost with the slot, so stop
+// writers of table-less events first.
 func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 	var res TakeoverResult
 	rc := Config{ConnString: cfg.ConnString, Table: cfg.Table, Publication: cfg.Publication, Slot: cfg.Slot, Publisher: nopPublisher{}}

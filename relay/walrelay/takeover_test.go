@@ -106,10 +106,8 @@ func TestTakeoverAfterInterruptedInitialisationKeepsTheBacklog(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	old := b.write(t, "k", "l")
-	slot, pub := SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
-	b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
+	slot, pub := b.slotByHand(t)
 	b.exec(t, `COMMENT ON PUBLICATION `+pub+` IS 'txoutbox: initialising slot `+slot+`'`)
-	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
 
 	res, err := Takeover(ctx, TakeoverConfig{ConnString: b.db.URL, Table: b.db.Table()})
 	if err != nil {
@@ -164,9 +162,7 @@ func TestTakeoverReadsOnlyTheRowIDs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	slot, pub := SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
-	b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
-	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	b.slotByHand(t)
 	b.exec(t, `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, headers)
 		VALUES (gen_random_uuid(), 'orders', 'k', 'x', '\x7b7d', '{"n": 1}')`)
 	b.write(t, "k")
