@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261201005752-84545e69b24b
+	github.com/txoutbox/txoutbox v0.0.0-20261201011142-6eb1f9d561ad
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
