@@ -50,27 +50,37 @@ import (
 //     aggregate is in the same shard, so for any row in "seen", every earlier
 //     unpublished row of its aggregate is in "seen" too, or held by the
 //     incarnation, or in backoff, and then the row is fenced.
-//   - "took" locks the due rows of "seen" with SKIP LOCKED,
-//     re-checking on each row's latest version that it is still due. It
-//     passes over rows another transaction holds: a concurrent claim, an
-//     operator's retry, a frozen session, a peer's mark or release. The rows
-//     are reached by their tuple ids from "seen" (a TID scan), not through
-//     an index again.
-//   - "missed" are the due rows of "seen" that "took" did not lock:
-//     passed over, or changed. It and "claim" test membership with
-//     NOT IN, which PostgreSQL answers from a hash of the subquery whatever
+//   - "due" collects the tuple ids of the due rows of "seen" into one array.
+//   - "took" locks those rows with SKIP LOCKED, re-checking on each row's
+//     latest version that it is still due. It passes over rows another
+//     transaction holds: a concurrent claim, an operator's retry, a frozen
+//     session, a peer's mark or release. The rows are reached by their
+//     tuple ids (a TID scan), not through an index again.
+//   - "stop" is every row of "seen" the claim does not take: rows not due
+//     (in backoff, or held by another incarnation) and due rows "took" did
+//     not lock (passed over, or changed since the snapshot). Usually "took"
+//     locked every due row, which its count shows, and then only the rows
+//     not due are looked at: the test of each due row against "took" (a
+//     hash of the locked ids) is left out. It tests membership with NOT
+//     IN, which PostgreSQL answers from a hash of the subquery whatever
 //     the row estimates; an IN becomes a join whose method follows the
 //     estimates, and a generic plan (a prepared statement after five runs)
 //     estimates the CTEs at one row and picks a nested loop: quadratic in
 //     the batch, 90 ms for 1,000 rows.
-//   - "blocked" is, per aggregate, its first row in "seen" that is neither
-//     the incarnation's nor taken: a row in backoff, a row another
-//     incarnation holds, a row SKIP LOCKED passed over or one that changed
-//     since the snapshot. Taken rows at or after it are not claimed (their
-//     locks end with the transaction), so no row is ever claimed while an
-//     earlier row of its aggregate is held by anyone else or by no one.
-//     This needs nothing beyond the walk: no per-aggregate index and no
-//     probe per aggregate.
+//   - The rows claimed are the due rows of "seen" that are not in "stop"
+//     and come after no row of their aggregate in "stop" that is not the
+//     incarnation's: a row in backoff, a row another incarnation holds, a
+//     row SKIP LOCKED passed over or one that changed since the snapshot.
+//     Taken rows after such a row are not claimed (their locks end with the
+//     transaction), so no row is ever claimed while an earlier row of its
+//     aggregate is held by anyone else or by no one. This needs nothing
+//     beyond the walk: no per-aggregate index and no probe per aggregate.
+//     When "stop" is empty, as while a relay drains its own shards, they
+//     are all the due rows, and the array "due" built is used as it is.
+//     Taken together, the fast paths save about a tenth of the claim's
+//     PostgreSQL work per row over computing the blocked rows of each
+//     aggregate, the missed rows and the claimed rows as three CTEs of
+//     their own (instructions counted under callgrind).
 //   - A row claimed by Owner is not a blocker: the incarnation holds it in
 //     memory, ahead of later rows of its aggregate in the same lane, or the
 //     broker acknowledged it and its mark is not committed yet (or the mark
@@ -123,30 +133,32 @@ WITH fence AS MATERIALIZED (
       AND EXISTS (SELECT 1 FROM live WHERE id = $1)
     ORDER BY o.id
     LIMIT $2
+), due AS MATERIALIZED (
+    SELECT ARRAY(SELECT tid FROM seen WHERE due) AS tids
 ), took AS MATERIALIZED (
     SELECT o.id
     FROM {{table}} o
-    WHERE o.ctid = ANY (ARRAY(SELECT tid FROM seen WHERE due LIMIT $2))
+    WHERE o.ctid = ANY ((SELECT tids FROM due)::tid[])
       AND o.state IN ('pending', 'claimed')
       AND ((o.lease_owner IS NULL AND o.next_attempt_at <= now())
         OR (o.lease_owner IS NOT NULL AND (o.lease_expires_at <= now()
             OR o.lease_owner NOT IN (SELECT id FROM live))))
     FOR UPDATE OF o SKIP LOCKED
-), missed AS MATERIALIZED (
-    SELECT s.id FROM seen s WHERE s.due AND s.id NOT IN (SELECT id FROM took)
-), blocked AS MATERIALIZED (
-    SELECT s.aggregate_id, min(s.id) AS first_id
-    FROM seen s
-    WHERE NOT s.mine AND (NOT s.due OR s.id IN (SELECT id FROM missed))
-    GROUP BY s.aggregate_id
-), claim AS MATERIALIZED (
-    SELECT s.tid FROM seen s
-    WHERE s.due AND s.id NOT IN (SELECT id FROM missed)
-      AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregate_id = s.aggregate_id AND b.first_id < s.id)
+), stop AS MATERIALIZED (
+    SELECT s.id, s.aggregate_id, s.mine FROM seen s
+    WHERE NOT s.due
+       OR (s.due AND (SELECT count(*) FROM took) < (SELECT cardinality(tids) FROM due)
+           AND s.id NOT IN (SELECT id FROM took))
 )
 UPDATE {{table}} o
 SET lease_owner = $1, lease_expires_at = now() + $3::interval, next_attempt_at = now() + $3::interval
-WHERE o.ctid = ANY (ARRAY(SELECT tid FROM claim))
+WHERE o.ctid = ANY (CASE WHEN NOT EXISTS (SELECT 1 FROM stop) THEN (SELECT tids FROM due)::tid[]
+    ELSE ARRAY(
+        SELECT s.tid FROM seen s
+        WHERE s.due
+          AND NOT EXISTS (SELECT 1 FROM stop b WHERE b.aggregate_id = s.aggregate_id
+                          AND (b.id = s.id OR (b.id < s.id AND NOT b.mine))))
+    END)
 RETURNING o.id, o.event_id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type,
           o.content_type, o.payload, o.headers, o.created_at, o.attempts, o.xmin`
 
