@@ -80,6 +80,7 @@ func runPlain(ctx context.Context, e *env, round int) (throughput, error) {
 		return throughput{}, fmt.Errorf("plain: create table: %w", err)
 	}
 	n := e.opts.events
+	checkpoint(ctx, s.SQL)
 	if _, err := s.SQL.ExecContext(ctx, render(plainBacklogSQL), n, e.opts.aggregates, payloadPad); err != nil {
 		return throughput{}, fmt.Errorf("plain: write backlog: %w", err)
 	}

@@ -308,6 +308,7 @@ func runWALRelay(ctx context.Context, r *walrelay.Relay) (stop func(), err error
 // backlog, it vacuums and analyzes the table, so autovacuum does not start
 // on the fresh rows inside one drain and not the other.
 func insertBacklogTx(ctx context.Context, s *schemaDB, topic string, n, aggregates int) error {
+	checkpoint(ctx, s.SQL)
 	q := s.Names.Render(insertBacklogSQL)
 	for done := 0; done < n; done += walTxEvents {
 		k := min(walTxEvents, n-done)
