@@ -364,9 +364,9 @@ func TestClaimLooksPastTheRowsItHolds(t *testing.T) {
 
 // A prepared claim runs on a generic plan after five executions, which
 // estimates every CTE at one row. Membership in the locked set must still
-// be tested through a hash (a nested loop there made a 1,000-row claim
-// take 90 ms instead of 15), and so must the rows' aggregates against the
-// rows not taken, which during a handover are as many as the batch.
+// be tested through a hash: a nested loop there made a 1,000-row claim
+// take 90 ms instead of 15 (TestClaimAggregateTestStaysLinear covers the
+// test of the rows' aggregates).
 func TestClaimGenericPlanHashesMembership(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
@@ -392,7 +392,7 @@ func TestClaimGenericPlanHashesMembership(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := strings.Join(plan, "\n")
-	if strings.Contains(text, "Semi Join") || strings.Count(text, "hashed SubPlan") < 2 || !strings.Contains(text, "Hash Anti Join") {
+	if strings.Contains(text, "Semi Join") || strings.Count(text, "hashed SubPlan") < 3 {
 		t.Fatalf("generic plan of the claim tests membership without a hash:\n%s", text)
 	}
 }

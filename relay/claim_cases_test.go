@@ -1,0 +1,193 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+)
+
+// A row of the claiming incarnation whose lease ended is not a blocker, even
+// when another transaction holds it locked (a peer's mark, an operator): the
+// incarnation holds it in memory ahead of the later rows of its aggregate.
+// SKIP LOCKED passes over it; the later rows are claimed; once the lock goes
+// the row itself is claimed again.
+func TestClaimPassesOverItsOwnRowLockedElsewhere(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 3, "k", "m") // k: 1 3 5, m: 2 4 6
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	inc := r.members.cur.Load()
+	b.exec(t, `UPDATE outbox SET lease_owner = $1, lease_expires_at = now() - interval '1 second' WHERE id = 1`, inc.token)
+	tx, err := b.db.SQL.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	if _, err := tx.Exec(`SELECT 1 FROM outbox WHERE id = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimIDs(t, r); got != "2 3 4 5 6" {
+		t.Fatalf("claimed %q while the incarnation's own row 1 is locked elsewhere, want 2 3 4 5 6", got)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	b.exec(t, `UPDATE outbox SET lease_expires_at = now() - interval '1 second' WHERE id = 1`)
+	if got := claimIDs(t, r); got != "1" {
+		t.Fatalf("claimed %q after the lock went, want 1", got)
+	}
+}
+
+// A due row changed by a transaction that commits after the claim took its
+// snapshot, but before the claim locks it, may be claimed on its latest
+// version or passed over (PostgreSQL releases whose TID scan rechecks the
+// tuple id pass over it), but a later row of its aggregate is never claimed
+// without it. The claim is slowed down after its snapshot by a function
+// called from the "live" CTE.
+func TestClaimHoldsBackBehindARowChangedAfterItsSnapshot(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 3, "k", "m") // k: 1 3 5, m: 2 4 6
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	const live = "live AS MATERIALIZED (\n    SELECT id FROM "
+	i := strings.Index(r.sql.claim, live)
+	if i < 0 {
+		t.Fatal("the claim has no live CTE to slow down")
+	}
+	j := i + strings.Index(r.sql.claim[i:], "\n)")
+	b.exec(t, `CREATE FUNCTION claim_test_nap() RETURNS bool LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.3); RETURN true; END $$`)
+	r.sql.claim = r.sql.claim[:j] + " WHERE claim_test_nap()" + r.sql.claim[j:]
+	done := make(chan string, 1)
+	go func() {
+		rows, err := r.claim(context.Background(), 100)
+		if err != nil {
+			done <- "error: " + err.Error()
+			return
+		}
+		var ids []string
+		for _, row := range rows {
+			ids = append(ids, fmt.Sprint(row.id))
+		}
+		done <- strings.Join(ids, " ")
+	}()
+	time.Sleep(100 * time.Millisecond)
+	b.exec(t, `UPDATE outbox SET payload = payload WHERE id = 3`)
+	switch got := <-done; got {
+	case "1 2 3 4 5 6", "1 2 4 6":
+	default:
+		t.Fatalf("claimed %q with row 3 changed after the snapshot, want 1 2 3 4 5 6 or 1 2 4 6 (never 5 without 3)", got)
+	}
+}
+
+// joinFilterWork runs the claim for owner on a generic plan under the
+// claim's settings and setting, and returns how many rows its joins rejected
+// in their join filters: the work of its membership tests, which must stay
+// linear in the batch.
+func joinFilterWork(t *testing.T, db *sql.DB, claim, owner string, limit int, setting string) int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{`BEGIN`, `SET LOCAL plan_cache_mode = force_generic_plan`, `SET LOCAL enable_sort = off`,
+		`SET LOCAL enable_bitmapscan = off`, `SET LOCAL enable_seqscan = off`, `SET LOCAL lock_timeout = '5s'`, `SET LOCAL ` + setting, `PREPARE work_claim AS ` + claim} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%.40s: %v", q, err)
+		}
+	}
+	defer conn.ExecContext(ctx, `ROLLBACK`)              //nolint:errcheck
+	defer conn.ExecContext(ctx, `DEALLOCATE work_claim`) //nolint:errcheck
+	var plan string
+	if err := conn.QueryRowContext(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE work_claim('%s', %d, '30 seconds', '%s')`,
+		owner, limit, outboxsql.ShardMask(allShards()))).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(any) int
+	walk = func(v any) int {
+		n := 0
+		switch v := v.(type) {
+		case map[string]any:
+			if f, ok := v["Rows Removed by Join Filter"].(float64); ok {
+				n += int(f)
+			}
+			for _, c := range v {
+				n += walk(c)
+			}
+		case []any:
+			for _, c := range v {
+				n += walk(c)
+			}
+		}
+		return n
+	}
+	var doc any
+	if err := json.Unmarshal([]byte(plan), &doc); err != nil {
+		t.Fatal(err)
+	}
+	return walk(doc)
+}
+
+// joinMethods are the settings the claim's work is measured under: on a
+// generic plan the planner estimates the CTEs at a row or two, so which join
+// method it picks follows the table's size and statistics of the moment.
+var joinMethods = []string{"enable_nestloop = off", "enable_hashjoin = off"}
+
+// The claim's test of each row's aggregate against the rows it does not
+// take must cost about the same per row, whichever join method the planner
+// picks, however those rows fall: all in one aggregate (a hot aggregate
+// whose rows another transaction holds locked, as in a handover), or one
+// aggregate held by a peer ahead of rows of other aggregates.
+func TestClaimAggregateTestStaysLinear(t *testing.T) {
+	t.Parallel()
+	const n = 1000
+	t.Run("hot aggregate locked", func(t *testing.T) {
+		t.Parallel()
+		b := setupInternal(t)
+		b.write(t, n, "hot")
+		b.exec(t, `ANALYZE outbox`)
+		r := b.newRelay(t, "r1")
+		b.exec(t, `INSERT INTO outbox_relays (id, name) VALUES ('me#1', 'me')`)
+		tx, err := b.db.SQL.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback() //nolint:errcheck
+		if _, err := tx.Exec(`SELECT 1 FROM outbox FOR UPDATE`); err != nil {
+			t.Fatal(err)
+		}
+		for _, setting := range joinMethods {
+			if w := joinFilterWork(t, b.db.SQL, r.sql.claim, "me#1", n, setting); w > 10*n {
+				t.Errorf("with %s, a claim of %d rows of one aggregate, all locked elsewhere, rejected %d rows in join filters", setting, n, w)
+			}
+		}
+	})
+	t.Run("aggregate held by a peer", func(t *testing.T) {
+		t.Parallel()
+		b := setupInternal(t)
+		aggs := make([]string, 2*n)
+		for i := range aggs {
+			aggs[i] = fmt.Sprintf("a%d", i)
+		}
+		b.write(t, 1, aggs...)
+		r := b.newRelay(t, "r1")
+		b.exec(t, `INSERT INTO outbox_relays (id, name) VALUES ('me#1', 'me'), ('peer#1', 'peer')`)
+		// The first n rows become one aggregate's, which a peer holds.
+		b.exec(t, `UPDATE outbox SET aggregate_id = 'held', lease_owner = 'peer#1', lease_expires_at = now() + interval '1 hour',
+			next_attempt_at = now() + interval '1 hour' WHERE id <= $1`, n)
+		for _, setting := range joinMethods {
+			if w := joinFilterWork(t, b.db.SQL, r.sql.claim, "me#1", 2*n, setting); w > 10*n {
+				t.Errorf("with %s, a claim of %d rows behind %d rows a peer holds rejected %d rows in join filters", setting, n, n, w)
+			}
+		}
+	})
+}
