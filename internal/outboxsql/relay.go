@@ -97,9 +97,9 @@ import (
 //     anyway, and a cast would convert each value once more. It also
 //     returns xmin, the claim's transaction id, which its marks check
 //     (see MarkPublished).
-//   - The final UPDATE reaches the rows by the tuple ids "seen" read: a row
-//     updated since (and then locked by "took") is followed to its latest
-//     version by the update itself, as through an index.
+//   - The final UPDATE reaches the rows by the tuple ids "seen" read. Where
+//     "took" locked a changed row on its latest version (see above), the
+//     update follows it there itself, as through an index.
 //   - Nothing here locks the relays table: a relay frozen inside a claim
 //     holds only outbox rows, which its peers skip.
 //   - A claim is recorded in the lease columns alone (lease_owner,
