@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261201011142-6eb1f9d561ad
+	github.com/txoutbox/txoutbox v0.0.0-20261201025358-bf450c334ddd
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
