@@ -25,20 +25,11 @@ func TestClaimPassesOverItsOwnRowLockedElsewhere(t *testing.T) {
 	ready(t, r)
 	inc := r.members.cur.Load()
 	b.exec(t, `UPDATE outbox SET lease_owner = $1, lease_expires_at = now() - interval '1 second' WHERE id = 1`, inc.token)
-	tx, err := b.db.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback() //nolint:errcheck
-	if _, err := tx.Exec(`SELECT 1 FROM outbox WHERE id = 1 FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	release := b.lock(t, `SELECT 1 FROM outbox WHERE id = 1 FOR UPDATE`)
 	if got := claimIDs(t, r); got != "2 3 4 5 6" {
 		t.Fatalf("claimed %q while the incarnation's own row 1 is locked elsewhere, want 2 3 4 5 6", got)
 	}
-	if err := tx.Rollback(); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	b.exec(t, `UPDATE outbox SET lease_expires_at = now() - interval '1 second' WHERE id = 1`)
 	if got := claimIDs(t, r); got != "1" {
 		t.Fatalf("claimed %q after the lock went, want 1", got)
@@ -157,14 +148,7 @@ func TestClaimAggregateTestStaysLinear(t *testing.T) {
 		b.exec(t, `ANALYZE outbox`)
 		r := b.newRelay(t, "r1")
 		b.exec(t, `INSERT INTO outbox_relays (id, name) VALUES ('me#1', 'me')`)
-		tx, err := b.db.SQL.Begin()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback() //nolint:errcheck
-		if _, err := tx.Exec(`SELECT 1 FROM outbox FOR UPDATE`); err != nil {
-			t.Fatal(err)
-		}
+		b.lock(t, `SELECT 1 FROM outbox FOR UPDATE`)
 		for _, setting := range joinMethods {
 			if w := joinFilterWork(t, b.db.SQL, r.sql.claim, "me#1", n, setting); w > 10*n {
 				t.Errorf("with %s, a claim of %d rows of one aggregate, all locked elsewhere, rejected %d rows in join filters", setting, n, w)

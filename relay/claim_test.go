@@ -39,6 +39,27 @@ func (b *internalBundle) newRelay(t *testing.T, id string) *Relay {
 	return r
 }
 
+// lock holds the rows query selects FOR UPDATE in a transaction of its
+// own, as an operator's retry or a frozen session would, until release is
+// called or the test ends.
+func (b *internalBundle) lock(t *testing.T, query string) (release func()) {
+	t.Helper()
+	tx, err := b.db.SQL.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	if _, err := tx.Exec(query); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // write commits n events of each aggregate, aggregates interleaved: rows
 // 1..n*len(aggs) in id order.
 func (b *internalBundle) write(t *testing.T, n int, aggs ...string) {
@@ -195,20 +216,11 @@ func TestClaimDoesNotPassOverALockedRow(t *testing.T) {
 	b.write(t, 3, "k", "m") // k: 1 3 5, m: 2 4 6
 	r := b.newRelay(t, "r1")
 	ready(t, r)
-	tx, err := b.db.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback() //nolint:errcheck
-	if _, err := tx.Exec(`SELECT 1 FROM outbox WHERE id = 3 FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	release := b.lock(t, `SELECT 1 FROM outbox WHERE id = 3 FOR UPDATE`)
 	if got := claimIDs(t, r); got != "1 2 4 6" {
 		t.Fatalf("claimed %q while row 3 is locked, want 1 2 4 6 (k's row 5 waits behind 3)", got)
 	}
-	if err := tx.Rollback(); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if got := claimIDs(t, r); got != "3 5" {
 		t.Fatalf("claimed %q after the lock went, want 3 5", got)
 	}
