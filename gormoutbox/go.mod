@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261201025358-bf450c334ddd
+	github.com/txoutbox/txoutbox v0.0.0-20261201033058-cba5dc6a5029
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
