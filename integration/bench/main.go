@@ -14,11 +14,14 @@
 //
 // It prints one JSON object per scenario on stdout, then the summary line
 //
-//	bench: relay_eps=… relay3_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_naive=… relay_vs_forwarder=… relay_vs_ceiling=… order_violations=… p50_ms=… p99_ms=… gorm_overhead=… ent_overhead=… claim_flatness=… relay_rss_mib=… plain_eps=… relay_vs_plain=… relay3_vs_plain=… pg_us_per_event=… plain_pg_us_per_event=… cpu_us_per_event=… plain_cpu_us_per_event=… wal_bytes_per_event=… plain_wal_bytes_per_event=…
+//	bench: relay_eps=… relay3_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_naive=… relay_vs_forwarder=… relay_vs_ceiling=… order_violations=… p50_ms=… p99_ms=… gorm_overhead=… ent_overhead=… claim_flatness=… relay_rss_mib=… plain_eps=… relay_vs_plain=… relay3_vs_plain=… pg_us_per_event=… plain_pg_us_per_event=… cpu_us_per_event=… plain_cpu_us_per_event=… wal_bytes_per_event=… plain_wal_bytes_per_event=… wal_eps=… wal_vs_relay=… wal_pg_us_per_event=… wal_wal_bytes_per_event=… wal_p99_ms=… pg_vs_plain=… cpu_vs_plain=…
 //
 // where pg_us_per_event, cpu_us_per_event (relay, PostgreSQL and broker
 // together) and wal_bytes_per_event are the one-replica relay's drains, the
-// plain_ ones the plain loop's (medians of the rounds).
+// plain_ ones the plain loop's (medians of the rounds), and pg_vs_plain and
+// cpu_vs_plain the medians of each round's relay ÷ plain ratio of the same
+// figures, which the machine's drift over a run does not move (see
+// pairedRatio).
 //
 // Scenarios (names for -skip):
 //
@@ -329,6 +332,8 @@ func run(ctx context.Context, o options) error {
 			sum.RelayEPS, sum.Relay = medianDrain(relays)
 			if len(plains) > 0 {
 				sum.PlainEPS, sum.Plain = medianDrain(plains)
+				sum.PGVsPlain = pairedRatio(relays, plains, pgUS)
+				sum.CPUVsPlain = pairedRatio(relays, plains, totalUS)
 			}
 			for _, r := range append(relays, plains...) {
 				sum.addViolations(r.OrderViolations)

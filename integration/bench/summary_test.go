@@ -17,12 +17,14 @@ func TestSummaryLine(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	s.Relay = &cost{PGUS: f(25.04), TotalUS: f(52.5), WALBytes: f(612.4)}
 	s.Plain = &cost{PGUS: f(13.7), TotalUS: f(36.6), WALBytes: f(401)}
+	s.PGVsPlain, s.CPUVsPlain = 0.914, 0.8
 	want := "bench: relay_eps=30000 relay3_eps=28000 naive_eps=1200 forwarder_eps=4000 dblimit_eps=50000 kafkalimit_eps=40000 ceiling_eps=22222" +
 		" relay_vs_naive=25.00 relay_vs_forwarder=7.50 relay_vs_ceiling=1.35 order_violations=0 p50_ms=3.46 p99_ms=42.00" +
 		" gorm_overhead=1.10 ent_overhead=1.23 claim_flatness=1.00 relay_rss_mib=37.50" +
 		" plain_eps=24000 relay_vs_plain=1.25 relay3_vs_plain=1.17 pg_us_per_event=25.04 plain_pg_us_per_event=13.70" +
 		" cpu_us_per_event=52.50 plain_cpu_us_per_event=36.60 wal_bytes_per_event=612 plain_wal_bytes_per_event=401" +
-		" wal_eps=60000 wal_vs_relay=2.00 wal_pg_us_per_event=12.35 wal_wal_bytes_per_event=410.00 wal_p99_ms=9.50"
+		" wal_eps=60000 wal_vs_relay=2.00 wal_pg_us_per_event=12.35 wal_wal_bytes_per_event=410.00 wal_p99_ms=9.50" +
+		" pg_vs_plain=0.91 cpu_vs_plain=0.80"
 	if got := s.String(); got != want {
 		t.Errorf("summary line:\n got %s\nwant %s", got, want)
 	}
@@ -37,7 +39,8 @@ func TestSummaryLineMissing(t *testing.T) {
 		" gorm_overhead=- ent_overhead=- claim_flatness=- relay_rss_mib=-" +
 		" plain_eps=- relay_vs_plain=- relay3_vs_plain=- pg_us_per_event=- plain_pg_us_per_event=-" +
 		" cpu_us_per_event=- plain_cpu_us_per_event=- wal_bytes_per_event=- plain_wal_bytes_per_event=-" +
-		" wal_eps=- wal_vs_relay=- wal_pg_us_per_event=- wal_wal_bytes_per_event=- wal_p99_ms=-"
+		" wal_eps=- wal_vs_relay=- wal_pg_us_per_event=- wal_wal_bytes_per_event=- wal_p99_ms=-" +
+		" pg_vs_plain=- cpu_vs_plain=-"
 	if got := s.String(); got != want {
 		t.Errorf("summary line:\n got %s\nwant %s", got, want)
 	}
@@ -72,5 +75,27 @@ func TestMedianDrain(t *testing.T) {
 	}
 	if m := median(nil); !math.IsNaN(m) {
 		t.Fatalf("median of nothing %v, want NaN", m)
+	}
+}
+
+// TestPairedRatio takes each round's ratio and their median, and leaves
+// out rounds without the figure on both sides.
+func TestPairedRatio(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	drain := func(round int, pg *float64) throughput {
+		return throughput{Round: round, Cost: &cost{PGUS: pg}}
+	}
+	// Rounds 0 to 2 are measured on both sides: 10/8, 20/16 and 30/40.
+	relays := []throughput{drain(0, f(10)), drain(1, f(20)), drain(2, f(30)), drain(3, nil), drain(4, f(5))}
+	plains := []throughput{drain(1, f(16)), drain(0, f(8)), drain(2, f(40)), drain(3, f(9))}
+	if got := pairedRatio(relays, plains, pgUS); got != 1.25 {
+		t.Errorf("paired ratio %v, want the median of 1.25, 1.25 and 0.75: 1.25", got)
+	}
+	plains[0] = drain(1, f(25))
+	if got := pairedRatio(relays, plains, pgUS); got != 0.8 {
+		t.Errorf("paired ratio %v, want the median of 1.25, 0.8 and 0.75: 0.8", got)
+	}
+	if got := pairedRatio(relays[3:4], plains, pgUS); !math.IsNaN(got) {
+		t.Errorf("paired ratio %v with no round measured on both sides, want NaN", got)
 	}
 }
