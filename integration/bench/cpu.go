@@ -30,13 +30,15 @@ type cost struct {
 
 // procStat is the part of /proc/<pid>/stat the meter reads.
 type procStat struct {
+	state                       byte // R, S, Z (exited, not reaped), X (being reaped), ...
 	ppid                        int
 	utime, stime, cutime, cstim time.Duration
 }
 
 // readProcStat parses /proc/<pid>/stat. The command name (field 2) is in
 // parentheses and may hold spaces, so the fields are counted from the last
-// closing parenthesis: state, ppid, ..., utime (14), stime, cutime, cstime.
+// closing parenthesis: state (3), ppid, ..., utime (14), stime, cutime,
+// cstime.
 func readProcStat(pid int) (procStat, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
@@ -57,7 +59,7 @@ func readProcStat(pid int) (procStat, error) {
 		}
 	}
 	t := func(ticks int64) time.Duration { return time.Duration(ticks) * clockTick }
-	return procStat{ppid: int(v[0]), utime: t(v[1]), stime: t(v[2]), cutime: t(v[3]), cstim: t(v[4])}, nil
+	return procStat{state: f[0][0], ppid: int(v[0]), utime: t(v[1]), stime: t(v[2]), cutime: t(v[3]), cstim: t(v[4])}, nil
 }
 
 // processCPU is the CPU time pid has used so far.
@@ -71,10 +73,12 @@ func processCPU(pid int) (time.Duration, error) {
 
 // clusterCPU is the CPU time a PostgreSQL cluster has used so far: the
 // postmaster's own, that of every live child (backends and auxiliary
-// processes: checkpointer, walwriter, autovacuum workers, ...), and that of
-// its children that exited, which the kernel adds to the postmaster's
-// cutime and cstime when it reaps them. The difference of two readings is
-// then exact whatever connections opened or closed in between.
+// processes: checkpointer, walwriter, autovacuum workers, ...) with that of
+// the children they reaped (a backend's COPY ... PROGRAM, the archiver's
+// archive_command), and that of its children that exited, which the kernel
+// adds to the postmaster's cutime and cstime when it reaps them. The
+// difference of two readings is then exact whatever connections opened or
+// closed in between.
 //
 // A child reaped while the children are listed would be in neither part:
 // its time joins the postmaster's cutime after that was read, and its /proc
@@ -83,15 +87,17 @@ func processCPU(pid int) (time.Duration, error) {
 // relay drain came out at 8.9 µs per event that way, against 15.5 to 22
 // for the four others of its run. So a reading counts only if the
 // postmaster's children's times were the same before the listing and
-// after it (no child was reaped in between); it is taken again otherwise,
-// up to clusterReadings times.
+// after it (no child was reaped in between) and no child was in the midst
+// of being reaped (state X: the kernel has added its times to the
+// postmaster's but not yet taken it off the list, so it would count twice);
+// it is taken again otherwise, up to clusterReadings times.
 func clusterCPU(postmaster int) (time.Duration, error) {
 	for range clusterReadings {
 		before, err := readProcStat(postmaster)
 		if err != nil {
 			return 0, err
 		}
-		children, err := childrenCPU(postmaster)
+		children, settled, err := childrenCPU(postmaster)
 		if err != nil {
 			return 0, err
 		}
@@ -99,7 +105,7 @@ func clusterCPU(postmaster int) (time.Duration, error) {
 		if err != nil {
 			return 0, err
 		}
-		if reaped := after.cutime + after.cstim; reaped == before.cutime+before.cstim {
+		if reaped := after.cutime + after.cstim; settled && reaped == before.cutime+before.cstim {
 			return after.utime + after.stime + reaped + children, nil
 		}
 	}
@@ -111,36 +117,41 @@ func clusterCPU(postmaster int) (time.Duration, error) {
 // second reading nearly always does.
 const clusterReadings = 20
 
-// childrenCPU sums the CPU time of parent's child processes, live ones and
-// those that exited and wait to be reaped (zombies keep their times). It
-// reads the children's list of each of parent's threads where the kernel
-// keeps one (CONFIG_PROC_CHILDREN), which keeps clusterCPU's window short,
-// and walks /proc otherwise.
-func childrenCPU(parent int) (time.Duration, error) {
+// childrenCPU sums the CPU time of parent's child processes and of the
+// children they reaped, live ones and those that exited and wait to be
+// reaped (zombies keep their times). settled is false if a child was being
+// reaped (see clusterCPU). It reads the children's list of each of
+// parent's threads where the kernel keeps one (CONFIG_PROC_CHILDREN),
+// which keeps clusterCPU's window short, and walks /proc otherwise.
+func childrenCPU(parent int) (total time.Duration, settled bool, err error) {
 	pids, err := childPIDs(parent)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	var total time.Duration
-	for _, pid := range pids {
+	for pid := range pids {
 		st, err := readProcStat(pid)
 		if err != nil || st.ppid != parent {
 			continue // gone since the listing, or not parent's
 		}
-		total += st.utime + st.stime
+		if st.state == 'X' {
+			return 0, false, nil
+		}
+		total += st.utime + st.stime + st.cutime + st.cstim
 	}
-	return total, nil
+	return total, true, nil
 }
 
 // childPIDs lists parent's child processes, and where the kernel keeps no
-// list of them, every process (childrenCPU checks the parent).
-func childPIDs(parent int) ([]int, error) {
+// list of them, every process (childrenCPU checks the parent). It is a set:
+// when a thread ends, the kernel moves its children to another thread's
+// list, so one may show up on two.
+func childPIDs(parent int) (map[int]bool, error) {
 	dir := "/proc/" + strconv.Itoa(parent) + "/task"
 	tasks, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	var pids []int
+	pids := map[int]bool{}
 	for _, task := range tasks {
 		b, err := os.ReadFile(dir + "/" + task.Name() + "/children")
 		if errors.Is(err, fs.ErrNotExist) {
@@ -154,7 +165,7 @@ func childPIDs(parent int) ([]int, error) {
 		}
 		for _, f := range strings.Fields(string(b)) {
 			if pid, err := strconv.Atoi(f); err == nil {
-				pids = append(pids, pid)
+				pids[pid] = true
 			}
 		}
 	}
@@ -162,15 +173,15 @@ func childPIDs(parent int) ([]int, error) {
 }
 
 // allPIDs lists every process.
-func allPIDs() ([]int, error) {
+func allPIDs() (map[int]bool, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
 	}
-	var pids []int
+	pids := map[int]bool{}
 	for _, e := range entries {
 		if pid, err := strconv.Atoi(e.Name()); err == nil {
-			pids = append(pids, pid)
+			pids[pid] = true
 		}
 	}
 	return pids, nil
@@ -238,12 +249,16 @@ func (e *env) startMeter(ctx context.Context, db *sql.DB) *meter {
 		var err error
 		if m.pg0, err = clusterCPU(m.postmaster); err == nil {
 			m.pgOK = true
+		} else {
+			logf("PostgreSQL CPU not measured: %v", err)
 		}
 	}
 	if m.broker != 0 {
 		var err error
 		if m.broker0, err = processCPU(m.broker); err == nil {
 			m.brokerOK = true
+		} else {
+			logf("broker CPU not measured: %v", err)
 		}
 	}
 	m.self0, _ = processCPU(m.self)
@@ -270,6 +285,8 @@ func (m *meter) stop(ctx context.Context, events int) *cost {
 			c.BrokerUS = per(b1 - m.broker0)
 			total += b1 - m.broker0
 			parts++
+		} else {
+			logf("broker CPU not measured: %v", err)
 		}
 	}
 	if m.pgOK {
@@ -284,6 +301,8 @@ func (m *meter) stop(ctx context.Context, events int) *cost {
 			c.PGUS = per(p1 - m.pg0)
 			total += p1 - m.pg0
 			parts++
+		} else {
+			logf("PostgreSQL CPU not measured: %v", err)
 		}
 	}
 	if parts == 3 {

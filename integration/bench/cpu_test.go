@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"os/exec"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -88,7 +87,7 @@ func TestChildPIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(pids, cmd.Process.Pid) {
+	if !pids[cmd.Process.Pid] {
 		t.Errorf("child %d not among %v", cmd.Process.Pid, pids)
 	}
 }
