@@ -20,8 +20,8 @@
 // together) and wal_bytes_per_event are the one-replica relay's drains, the
 // plain_ ones the plain loop's (medians of the rounds), and pg_vs_plain and
 // cpu_vs_plain the medians of each round's relay ÷ plain ratio of the same
-// figures, which the machine's drift over a run does not move (see
-// pairedRatio).
+// figures, which changes in the machine's speed from one round to the next
+// do not move (see pairedRatio).
 //
 // Scenarios (names for -skip):
 //
@@ -69,14 +69,17 @@
 // the other loops one message per Publish, as watermill-kafka's publisher
 // sends them.
 //
-// The drains compared in the goals' ratios run -rounds times (5 by
+// The drains compared in the goals' ratios run -rounds times (6 by
 // default), interleaved: relay and plain (relay first in even rounds, plain
 // first in odd ones), and in the wal scenario the polling and the WAL relay
-// likewise. The summary line takes each figure's median over the rounds;
-// the JSON objects give every round. On a 2-core virtual machine one
-// drain's figures move by a fifth from one minute to the next, and a ratio
-// of two single drains by as much; the medians of three rounds still put
-// the same code's PostgreSQL ratio anywhere from 0.92 to 1.14.
+// likewise. An even number of rounds has each side drain first as often
+// (with five, one side did three times, and a drift within the rounds
+// leaned its figures one way). The summary line takes each figure's median
+// over the rounds, and pg_vs_plain and cpu_vs_plain the median of the
+// rounds' ratios; the JSON objects give every round. On a 2-core virtual
+// machine one drain's figures move by a fifth from one minute to the next,
+// and a ratio of two single drains by as much; the medians of three rounds
+// still put the same code's PostgreSQL ratio anywhere from 0.92 to 1.14.
 //
 // Every drain (relay, relay3, plain, naive, forwarder, dblimit) reports its
 // cost per event (see cpu.go), read around the drain:
@@ -167,7 +170,7 @@ func main() {
 	flag.IntVar(&o.laneBatch, "lane-batch", 0, "relay and WAL relay LaneBatch (0: the default; 1 sends one event per Publish)")
 	flag.IntVar(&o.partitions, "partitions", 8, "partitions of the broker's topics")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest a single drain may take")
-	flag.IntVar(&o.rounds, "rounds", 5, "rounds of the drains compared with each other (relay with plain, and in the wal scenario the WAL relay with the polling relay), interleaved; the summary takes each figure's median")
+	flag.IntVar(&o.rounds, "rounds", 6, "rounds of the drains compared with each other (relay with plain, and in the wal scenario the WAL relay with the polling relay), interleaved; the summary takes each figure's median")
 	flag.StringVar(&o.skip, "skip", "", "comma-separated scenarios to skip: "+strings.Join(scenarioNames, ","))
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process while the one-replica relay drains")
 	flag.BoolVar(&o.sqlStats, "sql-stats", false, "record the relay's claim and mark statements (count, rows, time) in relay, relay3 and dblimit; the relays then poll instead of LISTENing")

@@ -131,14 +131,15 @@ func totalUS(c *cost) *float64  { return c.TotalUS }
 func walBytes(c *cost) *float64 { return c.WALBytes }
 
 // pairedRatio is the median over the rounds of the ratio of a's figure to
-// b's in the same round: the relay's and the plain loop's drains of a round
-// run a minute apart, while the machine's speed moves both by a fifth or
-// more from one round to another, alike (in one run of seven rounds the
-// relay took 14.0–20.4 µs of PostgreSQL CPU per event and the plain loop
-// 15.7–22.3, both falling as the run went on). A ratio within each round
-// leaves that drift out, which the ratio of the two medians does only when
-// the drift treats both sides' rounds alike. NaN when no round has the
-// figure on both sides.
+// b's in the same round. The relay's and the plain loop's drains of a round
+// run a minute apart, while the machine's speed moves from one round to
+// the next by more than the difference measured (in one run of seven
+// rounds the relay took 14.0–20.4 µs of PostgreSQL CPU per event and the
+// plain loop 15.7–22.3, both falling as the run went on). The two medians
+// can then come from rounds at different speeds; a ratio within each round
+// leaves out what changes between rounds, though not a drift within one,
+// which raises or lowers the rounds' ratios by turns as the side that
+// drains first alternates. NaN when no round has the figure on both sides.
 func pairedRatio(a, b []throughput, pick func(*cost) *float64) float64 {
 	var ratios []float64
 	for _, x := range a {
