@@ -139,8 +139,11 @@ type Config struct {
 	// Default 10s.
 	StatementTimeout time.Duration
 
-	// StatsInterval is how often the lag and backlog gauges are
-	// refreshed from the database. Default 10s.
+	// StatsInterval is how often the lag gauge is refreshed from the
+	// database, and the backlog and dead gauges while counting the rows is
+	// quick: after a count that took d, they are counted again no sooner
+	// than a hundred times d, so that a long backlog's count does not load
+	// the database. Default 10s.
 	StatsInterval time.Duration
 
 	// Logger receives the relay's logs. Default: slog.Default().

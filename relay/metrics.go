@@ -20,7 +20,7 @@ import (
 var PublishDurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
 
 // metrics are the relay's OpenTelemetry instruments. The gauges read the
-// last Stats the relay sampled (every StatsInterval), so a scrape costs no
+// figures the relay last sampled (see statsLoop), so a scrape costs no
 // query.
 type metrics struct {
 	meter        metric.Meter
@@ -37,8 +37,9 @@ type metrics struct {
 
 	topicAttrs sync.Map // topic → metric.MeasurementOption, see recordSend
 
-	mu   sync.Mutex
-	last *Stats
+	mu                      sync.Mutex
+	lagSample               *time.Duration // nil until first read
+	backlogCount, deadCount *int64         // nil until first counted
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -97,12 +98,14 @@ func (m *metrics) observe(r *Relay) (func() error, error) {
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(m.shards, r.members.owned.Load())
 		m.mu.Lock()
-		last := m.last
+		lag, backlog, dead := m.lagSample, m.backlogCount, m.deadCount
 		m.mu.Unlock()
-		if last != nil {
-			o.ObserveFloat64(m.lag, last.Lag.Seconds())
-			o.ObserveInt64(m.backlog, last.Backlog)
-			o.ObserveInt64(m.deadRows, last.Dead)
+		if lag != nil {
+			o.ObserveFloat64(m.lag, lag.Seconds())
+		}
+		if backlog != nil {
+			o.ObserveInt64(m.backlog, *backlog)
+			o.ObserveInt64(m.deadRows, *dead)
 		}
 		return nil
 	}, m.shards, m.lag, m.backlog, m.deadRows)
@@ -112,9 +115,17 @@ func (m *metrics) observe(r *Relay) (func() error, error) {
 	return reg.Unregister, nil
 }
 
-func (m *metrics) setStats(s Stats) {
+// setLag sets the lag gauge's figure.
+func (m *metrics) setLag(lag time.Duration) {
 	m.mu.Lock()
-	m.last = &s
+	m.lagSample = &lag
+	m.mu.Unlock()
+}
+
+// setCounts sets the backlog and dead-rows gauges' figures.
+func (m *metrics) setCounts(backlog, dead int64) {
+	m.mu.Lock()
+	m.backlogCount, m.deadCount = &backlog, &dead
 	m.mu.Unlock()
 }
 

@@ -8,7 +8,7 @@ type statements struct {
 	markPublished, fail, release                                                              string
 	register, replacePredecessors, otherIncarnations, heartbeat, notifyRebalance, forgetStale string
 	liveRelays, releaseShards, acquireShards, leaveShards, leaveRelay                         string
-	prune, pruneLock, stats, topicStats                                                       string
+	prune, pruneLock, statsLag, statsCounts                                                   string
 }
 
 func render(n outboxsql.Names) *statements {
@@ -34,5 +34,7 @@ func render(n outboxsql.Names) *statements {
 		leaveRelay:          n.Render(outboxsql.LeaveRelay),
 		prune:               n.Render(outboxsql.Prune),
 		pruneLock:           n.Render(outboxsql.PruneLock),
+		statsLag:            n.Render(outboxsql.StatsLag),
+		statsCounts:         n.Render(outboxsql.StatsCounts),
 	}
 }
