@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261201033058-cba5dc6a5029
+	github.com/txoutbox/txoutbox v0.0.0-20261201045421-0341c51e4fae
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
