@@ -35,8 +35,11 @@ type TopicStats struct {
 }
 
 // ReadStats reads backlog, lag and dead count of the outbox in table with
-// one cheap query (it uses the claim and dead-letter partial indexes). Lag is
-// measured with the database clock.
+// one query. It reads only the claim and dead-letter partial indexes, but
+// an entry of every unpublished and dead row, and the row itself where its
+// page changed since the last vacuum: on a long backlog, a fraction of a
+// microsecond of server CPU per row. Lag is measured with the database
+// clock.
 func ReadStats(ctx context.Context, db *sql.DB, table Table) (Stats, error) {
 	names, err := outboxsql.NamesFor(table.Schema, table.Name)
 	if err != nil {

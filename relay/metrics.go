@@ -105,6 +105,8 @@ func (m *metrics) observe(r *Relay) (func() error, error) {
 		}
 		if backlog != nil {
 			o.ObserveInt64(m.backlog, *backlog)
+		}
+		if dead != nil {
 			o.ObserveInt64(m.deadRows, *dead)
 		}
 		return nil
@@ -122,10 +124,17 @@ func (m *metrics) setLag(lag time.Duration) {
 	m.mu.Unlock()
 }
 
-// setCounts sets the backlog and dead-rows gauges' figures.
-func (m *metrics) setCounts(backlog, dead int64) {
+// setBacklog sets the backlog gauge's figure.
+func (m *metrics) setBacklog(n int64) {
 	m.mu.Lock()
-	m.backlogCount, m.deadCount = &backlog, &dead
+	m.backlogCount = &n
+	m.mu.Unlock()
+}
+
+// setDead sets the dead-rows gauge's figure.
+func (m *metrics) setDead(n int64) {
+	m.mu.Lock()
+	m.deadCount = &n
 	m.mu.Unlock()
 }
 

@@ -63,10 +63,10 @@ type Relay struct {
 // db is a database/sql pool; a pgx pool converts with stdlib.OpenDBFromPool.
 // With the pgx driver the relay holds one connection for LISTEN; with another
 // driver, or one wrapped by instrumentation, it polls. A relay uses up to
-// six connections at once (claims, marks, heartbeats, LISTEN, stats,
-// pruning): give its pool at least that many idle connections
-// (db.SetMaxIdleConns), or database/sql's default of two makes it reconnect
-// constantly.
+// eight connections at once (claims, marks, heartbeats, LISTEN, three
+// stats readings, pruning): give its pool at least that many idle
+// connections (db.SetMaxIdleConns), or database/sql's default of two makes
+// it reconnect constantly.
 //
 // pub is any Watermill publisher; its Publish must return only once the
 // broker acknowledged the message (watermill-kafka's does; see

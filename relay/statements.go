@@ -8,7 +8,7 @@ type statements struct {
 	markPublished, fail, release                                                              string
 	register, replacePredecessors, otherIncarnations, heartbeat, notifyRebalance, forgetStale string
 	liveRelays, releaseShards, acquireShards, leaveShards, leaveRelay                         string
-	prune, pruneLock, statsLag, statsCounts                                                   string
+	prune, pruneLock, statsLag, statsBacklog, statsDead                                       string
 }
 
 func render(n outboxsql.Names) *statements {
@@ -35,6 +35,7 @@ func render(n outboxsql.Names) *statements {
 		prune:               n.Render(outboxsql.Prune),
 		pruneLock:           n.Render(outboxsql.PruneLock),
 		statsLag:            n.Render(outboxsql.StatsLag),
-		statsCounts:         n.Render(outboxsql.StatsCounts),
+		statsBacklog:        n.Render(outboxsql.StatsBacklog),
+		statsDead:           n.Render(outboxsql.StatsDead),
 	}
 }

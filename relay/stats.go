@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/txoutbox/txoutbox"
@@ -39,81 +40,118 @@ func (r *Relay) Stats(ctx context.Context) (txoutbox.Stats, error) {
 	return txoutbox.ReadStats(ctx, r.db, r.cfg.Table)
 }
 
-// statsLoop refreshes the gauges' figures. The lag, one index entry away,
-// is read every StatsInterval. The backlog and dead counts read an entry of
-// every unpublished and dead row (see outboxsql.StatsCounts), so they are
-// read every StatsInterval only while that is cheap: after a count that
-// took d, the next waits at least statsCountSpacing × d. On a backlog of
-// millions of rows, as after an outage, counting every StatsInterval took
-// a server core from the database the relay is catching up on, on every
-// replica; a count the StatementTimeout cut short was repeated as soon.
+// statsLoop refreshes the gauges' figures until ctx ends: the lag, the
+// backlog and the dead count, each read apart (see paced), so that a slow
+// count never holds up the lag. The lag is one index entry away and read
+// every StatsInterval. A count reads an entry of every row it counts
+// (see outboxsql.StatsBacklog): on a backlog of millions of rows, as after
+// an outage, counting it every StatsInterval took a good part of a server
+// core from the database the relay is catching up on, on every replica,
+// and a count cut short by the StatementTimeout was tried again as soon.
 func (r *Relay) statsLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.StatsInterval)
+	var wg sync.WaitGroup
+	for _, read := range []func(context.Context, *sql.Conn) error{r.readLag, r.readBacklog, r.readDead} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			paced(ctx, r.cfg.StatsInterval, func(ctx context.Context) time.Duration {
+				took, err := r.timed(ctx, read)
+				if err != nil && ctx.Err() == nil {
+					r.log.Debug("relay: read stats", "err", err)
+				}
+				return took
+			})
+		}()
+	}
+	wg.Wait()
+}
+
+// timed runs read on a connection of its own and returns how long read
+// took: the statement, not the wait for a connection or for opening one,
+// which say nothing of what it costs the server. A read the
+// StatementTimeout cut short took that long.
+func (r *Relay) timed(ctx context.Context, read func(context.Context, *sql.Conn) error) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
+	conn, err := r.db.Conn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read stats: %w", err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	err = read(ctx, conn)
+	return time.Since(start), err
+}
+
+// statsSpacing is how many times as long as its last statement a stats
+// reading waits, from the start of that statement, before it runs again:
+// a reading whose statement takes longer than a hundredth of
+// StatsInterval then runs a hundredth of the time (of each replica's
+// time, and more of the server's CPU where PostgreSQL adds parallel
+// workers to a count).
+const statsSpacing = 100
+
+// paced runs read until ctx ends: every interval, or, after a run whose
+// statement took d (read's result), statsSpacing × d after that run
+// started, if that is later.
+func paced(ctx context.Context, interval time.Duration, read func(context.Context) time.Duration) {
+	t := time.NewTimer(0)
 	defer t.Stop()
-	var countAt time.Time // when the counts are next read
 	for {
-		if start := time.Now(); !start.Before(countAt) {
-			backlog, dead, err := r.readCounts(ctx)
-			took := time.Since(start)
-			wait := countSpacing(r.cfg.StatsInterval, took)
-			countAt = start.Add(wait)
-			if err == nil {
-				r.met.setCounts(backlog, dead)
-			} else if ctx.Err() == nil {
-				r.log.Debug("relay: count the backlog", "err", err)
-			}
-			if wait > r.cfg.StatsInterval && ctx.Err() == nil {
-				r.log.Debug("relay: counting the backlog is slow; counting less often", "took", took, "next_in", wait)
-			}
-		}
-		if lag, err := r.readLag(ctx); err == nil {
-			r.met.setLag(lag)
-		} else if ctx.Err() == nil {
-			r.log.Debug("relay: read the lag", "err", err)
-		}
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			return
 		}
+		start := time.Now()
+		took := read(ctx)
+		t.Reset(time.Until(start.Add(spacing(interval, took))))
 	}
 }
 
-// statsCountSpacing is how many times longer than the last count of the
-// backlog the relay waits before it counts again: counting takes at most
-// about a hundredth of its time.
-const statsCountSpacing = 100
-
-// countSpacing is how long after a count that took took the next one is
-// due: StatsInterval, or statsCountSpacing times took if that is longer.
-func countSpacing(interval, took time.Duration) time.Duration {
-	return max(interval, statsCountSpacing*took)
+// spacing is how long after the start of a reading whose statement took
+// took the next one starts.
+func spacing(interval, took time.Duration) time.Duration {
+	return max(interval, statsSpacing*took)
 }
 
-// readCounts counts the unpublished (backlog) and dead rows.
-func (r *Relay) readCounts(ctx context.Context) (backlog, dead int64, err error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-	defer cancel()
-	if err := r.db.QueryRowContext(ctx, r.sql.statsCounts).Scan(&backlog, &dead); err != nil {
-		return 0, 0, fmt.Errorf("count the backlog: %w", err)
-	}
-	return backlog, dead, nil
-}
-
-// readLag is the age of the oldest unpublished row by the database clock,
-// 0 when there is none.
-func (r *Relay) readLag(ctx context.Context) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-	defer cancel()
+// readLag sets the lag gauge: the age of the oldest unpublished row by the
+// database clock. With no unpublished row it also sets the backlog gauge
+// to 0, which a count that is slow to come round again would otherwise
+// leave as it was.
+func (r *Relay) readLag(ctx context.Context, conn *sql.Conn) error {
 	var (
 		oldest sql.NullTime
 		now    time.Time
 	)
-	if err := r.db.QueryRowContext(ctx, r.sql.statsLag).Scan(&oldest, &now); err != nil {
-		return 0, fmt.Errorf("read the lag: %w", err)
+	if err := conn.QueryRowContext(ctx, r.sql.statsLag).Scan(&oldest, &now); err != nil {
+		return fmt.Errorf("read the lag: %w", err)
 	}
 	if !oldest.Valid {
-		return 0, nil
+		r.met.setLag(0)
+		r.met.setBacklog(0)
+		return nil
 	}
-	return max(now.Sub(oldest.Time), 0), nil
+	r.met.setLag(max(now.Sub(oldest.Time), 0))
+	return nil
+}
+
+// readBacklog sets the backlog gauge.
+func (r *Relay) readBacklog(ctx context.Context, conn *sql.Conn) error {
+	var n int64
+	if err := conn.QueryRowContext(ctx, r.sql.statsBacklog).Scan(&n); err != nil {
+		return fmt.Errorf("count the backlog: %w", err)
+	}
+	r.met.setBacklog(n)
+	return nil
+}
+
+// readDead sets the dead-rows gauge.
+func (r *Relay) readDead(ctx context.Context, conn *sql.Conn) error {
+	var n int64
+	if err := conn.QueryRowContext(ctx, r.sql.statsDead).Scan(&n); err != nil {
+		return fmt.Errorf("count the dead rows: %w", err)
+	}
+	r.met.setDead(n)
+	return nil
 }

@@ -8,84 +8,141 @@ import (
 	"time"
 )
 
-func TestCountSpacing(t *testing.T) {
+func TestSpacing(t *testing.T) {
 	for _, c := range []struct{ took, want time.Duration }{
-		{time.Millisecond, 10 * time.Second},       // cheap: every StatsInterval
-		{200 * time.Millisecond, 20 * time.Second}, // statsCountSpacing × took
+		{time.Millisecond, 10 * time.Second},       // quick: every StatsInterval
+		{200 * time.Millisecond, 20 * time.Second}, // statsSpacing × took
 		{10 * time.Second, 1000 * time.Second},     // cut short by StatementTimeout
 	} {
-		if got := countSpacing(10*time.Second, c.took); got != c.want {
-			t.Errorf("countSpacing(10s, %s) = %s, want %s", c.took, got, c.want)
+		if got := spacing(10*time.Second, c.took); got != c.want {
+			t.Errorf("spacing(10s, %s) = %s, want %s", c.took, got, c.want)
 		}
 	}
 }
 
-// statsRelay is a relay whose stats loop runs every 20ms, and a function
-// that runs the loop for d.
-func statsRelay(t *testing.T, b *internalBundle) (*Relay, func(d time.Duration)) {
+// TestPacedRunsEveryIntervalWhileQuick: a quick reading runs on every
+// tick, not every other one.
+func TestPacedRunsEveryIntervalWhileQuick(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	runs := 0
+	paced(ctx, 20*time.Millisecond, func(context.Context) time.Duration { runs++; return 0 })
+	if runs < 30 { // 50 on time
+		t.Errorf("%d runs in a second at 20ms, want about 50", runs)
+	}
+}
+
+// statsRelay is a relay whose stats are read every 20ms, and a function
+// that starts its stats loop until the test ends.
+func statsRelay(t *testing.T, b *internalBundle) (*Relay, func()) {
 	t.Helper()
 	r, err := New(b.db.SQL, nopPublisher{}, Config{Table: b.db.Table(), ID: "stats", Logger: slog.New(slog.DiscardHandler),
 		StatsInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r, func(d time.Duration) {
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
+	return r, func() {
+		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() { defer wg.Done(); r.statsLoop(ctx) }()
-		wg.Wait()
+		t.Cleanup(func() { cancel(); wg.Wait() })
 	}
 }
 
-func (m *metrics) sample() (lag time.Duration, backlog, dead int64, ok bool) {
+// sample is what the gauges would report; -1 for a gauge not set yet.
+func (m *metrics) sample() (lag time.Duration, backlog, dead int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.lagSample == nil || m.backlogCount == nil {
-		return 0, 0, 0, false
+	lag, backlog, dead = -1, -1, -1
+	if m.lagSample != nil {
+		lag = *m.lagSample
 	}
-	return *m.lagSample, *m.backlogCount, *m.deadCount, true
+	if m.backlogCount != nil {
+		backlog = *m.backlogCount
+	}
+	if m.deadCount != nil {
+		dead = *m.deadCount
+	}
+	return lag, backlog, dead
 }
 
-// TestStatsGaugesFollowTheTable: while counting is quick, the backlog and
-// dead gauges are counted again every StatsInterval.
+// waitGauges polls the gauges until ok says they are as wanted.
+func waitGauges(t *testing.T, r *Relay, what string, ok func(lag time.Duration, backlog, dead int64) bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		lag, backlog, dead := r.met.sample()
+		if ok(lag, backlog, dead) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gauges: lag %s, backlog %d, dead %d; want %s", lag, backlog, dead, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestStatsGaugesFollowTheTable: the gauges follow rows written, dead and
+// published while the loop runs.
 func TestStatsGaugesFollowTheTable(t *testing.T) {
 	b := setupInternal(t)
 	b.write(t, 3, "a")
 	b.exec(t, `UPDATE outbox SET state = 'dead' WHERE id = (SELECT min(id) FROM outbox)`)
-	r, run := statsRelay(t, b)
-	run(200 * time.Millisecond)
-	if lag, backlog, dead, ok := r.met.sample(); !ok || backlog != 2 || dead != 1 || lag <= 0 {
-		t.Fatalf("gauges: lag %s, backlog %d, dead %d (set: %v), want a lag, 2 and 1", lag, backlog, dead, ok)
-	}
+	r, start := statsRelay(t, b)
+	start()
+	waitGauges(t, r, "a lag, backlog 2, dead 1", func(lag time.Duration, backlog, dead int64) bool {
+		return lag > 0 && backlog == 2 && dead == 1
+	})
 	b.write(t, 2, "b")
-	run(200 * time.Millisecond)
-	if _, backlog, _, _ := r.met.sample(); backlog != 4 {
-		t.Fatalf("backlog gauge %d after two more rows, want 4", backlog)
-	}
+	waitGauges(t, r, "backlog 4", func(_ time.Duration, backlog, _ int64) bool { return backlog == 4 })
+	b.exec(t, `UPDATE outbox SET state = 'published', published_at = now() WHERE state = 'pending'`)
+	waitGauges(t, r, "no lag, backlog 0, dead 1", func(lag time.Duration, backlog, dead int64) bool {
+		return lag == 0 && backlog == 0 && dead == 1
+	})
 }
 
 // TestStatsCountLessOftenWhenSlow: a count that takes 50ms is not run
-// again for statsCountSpacing times as long, while the lag is still read
-// every StatsInterval. The statements are replaced by ones that number
-// their runs.
+// again for statsSpacing times as long, and a count that takes a second
+// does not hold up the lag. The statements are replaced by ones that
+// number their runs.
 func TestStatsCountLessOftenWhenSlow(t *testing.T) {
 	b := setupInternal(t)
 	b.exec(t, `CREATE SEQUENCE counts`)
 	b.exec(t, `CREATE SEQUENCE lags`)
-	r, run := statsRelay(t, b)
-	r.sql.statsCounts = `SELECT nextval('counts'), 0::bigint FROM pg_sleep(0.05)`
+	r, start := statsRelay(t, b)
+	r.sql.statsBacklog = `SELECT nextval('counts') FROM pg_sleep(0.05)`
+	r.sql.statsDead = `SELECT 0::bigint FROM pg_sleep(1)`
 	r.sql.statsLag = `SELECT now() - make_interval(secs => nextval('lags')), now()`
-	run(time.Second)
-	lag, counts, _, ok := r.met.sample()
-	if !ok {
-		t.Fatal("gauges not set")
-	}
+	start()
+	time.Sleep(900 * time.Millisecond)
+	lag, counts, dead := r.met.sample()
 	if counts != 1 {
-		t.Errorf("the backlog was counted %d times in a second, each count taking 50ms; want once", counts)
+		t.Errorf("the backlog was counted %d times in 0.9s, each count taking 50ms; want once", counts)
 	}
 	if lag < 10*time.Second {
-		t.Errorf("the lag was read %d times in a second with StatsInterval 20ms; want 10 or more", int(lag.Seconds()))
+		t.Errorf("the lag was read %.0f times in 0.9s at 20ms while a count took a second; want 10 or more", lag.Seconds())
+	}
+	if dead != -1 {
+		t.Errorf("dead gauge %d before its count of a second ended", dead)
+	}
+}
+
+// TestStatsEmptyTableClearsASlowBacklogCount: once no row is unpublished,
+// the lag's reading sets the backlog gauge to 0, whatever the last count,
+// which waits statsSpacing times its duration, said.
+func TestStatsEmptyTableClearsASlowBacklogCount(t *testing.T) {
+	b := setupInternal(t)
+	b.exec(t, `CREATE SEQUENCE counts`)
+	r, start := statsRelay(t, b)
+	r.sql.statsBacklog = `SELECT 6 + nextval('counts') FROM pg_sleep(0.05)`
+	start()
+	time.Sleep(300 * time.Millisecond)
+	var counted int64
+	if err := b.db.SQL.QueryRow(`SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM counts`).Scan(&counted); err != nil {
+		t.Fatal(err)
+	}
+	if _, backlog, _ := r.met.sample(); counted != 1 || backlog != 0 {
+		t.Fatalf("backlog gauge %d after %d counts of 7 on an empty table; want one count, then 0", backlog, counted)
 	}
 }

@@ -136,7 +136,7 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer db.Close()
-	db.SetMaxIdleConns(8) // the relay's loops use up to six connections at once
+	db.SetMaxIdleConns(10) // the relay's loops use up to eight connections at once
 	logger.Info("connected to the database", "database", redactDatabaseURL(common.databaseURL), "table", table.String())
 	names, err := outboxsql.NamesFor(table.Schema, table.Name)
 	if err != nil {

@@ -62,7 +62,7 @@ func Schema(ctx context.Context, schema string) (*sql.DB, string, txoutbox.Table
 	}
 	db, err := sql.Open("pgx", u)
 	if err == nil {
-		db.SetMaxIdleConns(8) // the relay's loops use up to six connections at once
+		db.SetMaxIdleConns(10) // the relay's loops use up to eight connections at once
 	}
 	return db, u, table, err
 }
