@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261201045421-0341c51e4fae
+	github.com/txoutbox/txoutbox v0.0.0-20261201050155-55b45605d337
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
