@@ -50,7 +50,11 @@ func (r *Relay) Stats(ctx context.Context) (txoutbox.Stats, error) {
 // and a count cut short by the StatementTimeout was tried again as soon.
 func (r *Relay) statsLoop(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, read := range []func(context.Context, *sql.Conn) error{r.readLag, r.readBacklog, r.readDead} {
+	for _, read := range []func(context.Context, *sql.Conn) error{
+		r.readLag,
+		readCount("backlog", r.sql.statsBacklog, r.met.setBacklog),
+		readCount("dead rows", r.sql.statsDead, r.met.setDead),
+	} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -91,9 +95,16 @@ func (r *Relay) timed(ctx context.Context, read func(context.Context, *sql.Conn)
 // workers to a count).
 const statsSpacing = 100
 
+// statsQuick is the duration under which a reading is not spaced out
+// whatever StatsInterval: such a statement costs the server little, and
+// the first on a fresh connection (planning, the catalog caches) can take
+// a few milliseconds that say nothing of the next ones. With the default
+// StatsInterval only statements over 100 ms are spaced out anyway.
+const statsQuick = 25 * time.Millisecond
+
 // paced runs read until ctx ends: every interval, or, after a run whose
-// statement took d (read's result), statsSpacing × d after that run
-// started, if that is later.
+// statement took d (read's result) of statsQuick or more, statsSpacing × d
+// after that run started, if that is later.
 func paced(ctx context.Context, interval time.Duration, read func(context.Context) time.Duration) {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -112,6 +123,9 @@ func paced(ctx context.Context, interval time.Duration, read func(context.Contex
 // spacing is how long after the start of a reading whose statement took
 // took the next one starts.
 func spacing(interval, took time.Duration) time.Duration {
+	if took < statsQuick {
+		return interval
+	}
 	return max(interval, statsSpacing*took)
 }
 
@@ -136,22 +150,15 @@ func (r *Relay) readLag(ctx context.Context, conn *sql.Conn) error {
 	return nil
 }
 
-// readBacklog sets the backlog gauge.
-func (r *Relay) readBacklog(ctx context.Context, conn *sql.Conn) error {
-	var n int64
-	if err := conn.QueryRowContext(ctx, r.sql.statsBacklog).Scan(&n); err != nil {
-		return fmt.Errorf("count the backlog: %w", err)
+// readCount is a stats reading that runs query, a count of what, and sets
+// a gauge with it.
+func readCount(what, query string, set func(int64)) func(context.Context, *sql.Conn) error {
+	return func(ctx context.Context, conn *sql.Conn) error {
+		var n int64
+		if err := conn.QueryRowContext(ctx, query).Scan(&n); err != nil {
+			return fmt.Errorf("count the %s: %w", what, err)
+		}
+		set(n)
+		return nil
 	}
-	r.met.setBacklog(n)
-	return nil
-}
-
-// readDead sets the dead-rows gauge.
-func (r *Relay) readDead(ctx context.Context, conn *sql.Conn) error {
-	var n int64
-	if err := conn.QueryRowContext(ctx, r.sql.statsDead).Scan(&n); err != nil {
-		return fmt.Errorf("count the dead rows: %w", err)
-	}
-	r.met.setDead(n)
-	return nil
 }

@@ -11,11 +11,16 @@ import (
 func TestSpacing(t *testing.T) {
 	for _, c := range []struct{ took, want time.Duration }{
 		{time.Millisecond, 10 * time.Second},       // quick: every StatsInterval
+		{20 * time.Millisecond, time.Second},       // under statsQuick: every StatsInterval, however short
 		{200 * time.Millisecond, 20 * time.Second}, // statsSpacing × took
 		{10 * time.Second, 1000 * time.Second},     // cut short by StatementTimeout
 	} {
-		if got := spacing(10*time.Second, c.took); got != c.want {
-			t.Errorf("spacing(10s, %s) = %s, want %s", c.took, got, c.want)
+		interval := 10 * time.Second
+		if c.want == time.Second {
+			interval = time.Second
+		}
+		if got := spacing(interval, c.took); got != c.want {
+			t.Errorf("spacing(%s, %s) = %s, want %s", interval, c.took, got, c.want)
 		}
 	}
 }
@@ -130,19 +135,17 @@ func TestStatsCountLessOftenWhenSlow(t *testing.T) {
 
 // TestStatsEmptyTableClearsASlowBacklogCount: once no row is unpublished,
 // the lag's reading sets the backlog gauge to 0, whatever the last count,
-// which waits statsSpacing times its duration, said.
+// which waits statsSpacing times its duration, said. The count is
+// replaced by one that says 7 after 50ms, and the lag's statement by one
+// that sees an unpublished row until that count has run, none after.
 func TestStatsEmptyTableClearsASlowBacklogCount(t *testing.T) {
 	b := setupInternal(t)
 	b.exec(t, `CREATE SEQUENCE counts`)
 	r, start := statsRelay(t, b)
 	r.sql.statsBacklog = `SELECT 6 + nextval('counts') FROM pg_sleep(0.05)`
+	r.sql.statsLag = `SELECT CASE WHEN is_called THEN NULL ELSE now() - interval '1 hour' END, now() FROM counts`
 	start()
-	time.Sleep(300 * time.Millisecond)
-	var counted int64
-	if err := b.db.SQL.QueryRow(`SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM counts`).Scan(&counted); err != nil {
-		t.Fatal(err)
-	}
-	if _, backlog, _ := r.met.sample(); counted != 1 || backlog != 0 {
-		t.Fatalf("backlog gauge %d after %d counts of 7 on an empty table; want one count, then 0", backlog, counted)
-	}
+	waitGauges(t, r, "backlog 0 once the table is empty", func(lag time.Duration, backlog, _ int64) bool {
+		return lag == 0 && backlog == 0
+	})
 }
