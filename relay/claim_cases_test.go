@@ -19,10 +19,7 @@ import (
 // the row itself is claimed again.
 func TestClaimPassesOverItsOwnRowLockedElsewhere(t *testing.T) {
 	t.Parallel()
-	b := setupInternal(t)
-	b.write(t, 3, "k", "m") // k: 1 3 5, m: 2 4 6
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	b, r := setupKM(t) // k: 1 3 5, m: 2 4 6
 	inc := r.members.cur.Load()
 	b.exec(t, `UPDATE outbox SET lease_owner = $1, lease_expires_at = now() - interval '1 second' WHERE id = 1`, inc.token)
 	release := b.lock(t, `SELECT 1 FROM outbox WHERE id = 1 FOR UPDATE`)
@@ -44,10 +41,7 @@ func TestClaimPassesOverItsOwnRowLockedElsewhere(t *testing.T) {
 // called from the "live" CTE.
 func TestClaimHoldsBackBehindARowChangedAfterItsSnapshot(t *testing.T) {
 	t.Parallel()
-	b := setupInternal(t)
-	b.write(t, 3, "k", "m") // k: 1 3 5, m: 2 4 6
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	b, r := setupKM(t) // k: 1 3 5, m: 2 4 6
 	const live = "live AS MATERIALIZED (\n    SELECT id FROM "
 	i := strings.Index(r.sql.claim, live)
 	if i < 0 {

@@ -30,6 +30,18 @@ func setupInternal(t *testing.T) *internalBundle {
 	return &internalBundle{db: db, w: w}
 }
 
+// setupKM is the claim tests' common start: aggregates k and m with three
+// rows each, written interleaved (k: 1 3 5, m: 2 4 6), and relay r1,
+// registered and owning every shard.
+func setupKM(t *testing.T) (*internalBundle, *Relay) {
+	t.Helper()
+	b := setupInternal(t)
+	b.write(t, 3, "k", "m")
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	return b, r
+}
+
 func (b *internalBundle) newRelay(t *testing.T, id string) *Relay {
 	t.Helper()
 	r, err := New(b.db.SQL, nopPublisher{}, Config{Table: b.db.Table(), ID: id, Logger: slog.New(slog.DiscardHandler)})
@@ -173,10 +185,7 @@ func TestClaimAfterUnconfirmedCommitReleasesItsRows(t *testing.T) {
 // lease, are claimed again first, never skipped for the later ones.
 func TestClaimAfterSameIDRestartTakesEarlierRowsFirst(t *testing.T) {
 	t.Parallel()
-	b := setupInternal(t)
-	b.write(t, 3, "k", "m")
-	first := b.newRelay(t, "r1")
-	ready(t, first)
+	b, first := setupKM(t)
 	if got := claimIDs(t, first); got != "1 2 3 4 5 6" {
 		t.Fatalf("first run claimed %q", got)
 	}
@@ -192,10 +201,7 @@ func TestClaimAfterSameIDRestartTakesEarlierRowsFirst(t *testing.T) {
 // later rows of their aggregates; other aggregates flow.
 func TestClaimWaitsForRowsAnotherRelayHolds(t *testing.T) {
 	t.Parallel()
-	b := setupInternal(t)
-	b.write(t, 3, "k", "m") // k: 1 3 5, m: 2 4 6
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	b, r := setupKM(t) // k: 1 3 5, m: 2 4 6
 	b.exec(t, `INSERT INTO outbox_relays (id, name) VALUES ('r2#x', 'r2')`)
 	b.exec(t, `UPDATE outbox SET state = 'claimed', lease_owner = 'r2#x', lease_expires_at = now() + interval '1 hour' WHERE id = 1`)
 	if got := claimIDs(t, r); got != "2 4 6" {
@@ -212,10 +218,7 @@ func TestClaimWaitsForRowsAnotherRelayHolds(t *testing.T) {
 // retry, a frozen session): the later rows of its aggregate must wait too.
 func TestClaimDoesNotPassOverALockedRow(t *testing.T) {
 	t.Parallel()
-	b := setupInternal(t)
-	b.write(t, 3, "k", "m") // k: 1 3 5, m: 2 4 6
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	b, r := setupKM(t) // k: 1 3 5, m: 2 4 6
 	release := b.lock(t, `SELECT 1 FROM outbox WHERE id = 3 FOR UPDATE`)
 	if got := claimIDs(t, r); got != "1 2 4 6" {
 		t.Fatalf("claimed %q while row 3 is locked, want 1 2 4 6 (k's row 5 waits behind 3)", got)
@@ -358,10 +361,7 @@ func TestLateMarkDoesNotTakeTheNextClaim(t *testing.T) {
 // order.
 func TestClaimLooksPastTheRowsItHolds(t *testing.T) {
 	t.Parallel()
-	b := setupInternal(t)
-	b.write(t, 3, "k", "m") // k: 1 3 5, m: 2 4 6
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	b, r := setupKM(t) // k: 1 3 5, m: 2 4 6
 	if got := claimUpTo(t, r, 2); got != "1 2" {
 		t.Fatalf("first claim took %q, want 1 2", got)
 	}

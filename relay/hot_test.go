@@ -49,10 +49,7 @@ func TestClaimIsHeapOnlyUpdate(t *testing.T) {
 // claimed the new way is pending and not due before its lease ends.
 func TestVersion2ClaimLeavesVersion3ClaimsAlone(t *testing.T) {
 	t.Parallel()
-	b := setupInternal(t)
-	b.write(t, 3, "k", "m") // k: 1 3 5, m: 2 4 6
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	b, r := setupKM(t) // k: 1 3 5, m: 2 4 6
 	if got := claimUpTo(t, r, 2); got != "1 2" {
 		t.Fatalf("claimed %q, want 1 2", got)
 	}
