@@ -1,0 +1,110 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
+)
+
+// The relay command against the real Apache Kafka cluster of .ci/services,
+// on its TLS listener and on its SASL/SCRAM listener, each of its own: the
+// event arrives, keyed by its aggregate, read back by an independent
+// client over the same listener.
+
+func TestRelayOverTLSToApacheKafka(t *testing.T) {
+	kafkatest.LockCluster(t, false)
+	kafkatest.Cluster(t)
+	brokers := kafkatest.ClusterTLSBrokersDefault
+	pem, err := os.ReadFile(kafkatest.ClusterCAFile())
+	if err != nil {
+		t.Fatalf("the cluster's CA (made by .ci/services): %v", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	e := newOps(t)
+	topic := "txoutbox_" + e.db.Schema
+	id, eventID := e.write(t, topic, "o-1", "order.placed")
+	env := map[string]string{"OUTBOX_BROKERS": brokers, "OUTBOX_TLS_CA": kafkatest.ClusterCAFile()}
+	b := startOutbox(t, env, append([]string{"relay", "--poll-interval", "50ms"}, e.flags...)...)
+	waitFor(t, 30*time.Second, "the event published over TLS", func() bool { s, _ := e.state(t, id); return s == "published" })
+	b.stop(t)
+	readBack(t, brokers, topic, eventID, kgo.DialTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+
+	// Without the CA the broker's certificate does not verify: no
+	// connection, nothing claimed.
+	e2 := newOps(t)
+	id2, _ := e2.write(t, topic, "o-2", "order.placed")
+	code, _, errOut := outboxEnv(t, map[string]string{"OUTBOX_BROKERS": brokers, "OUTBOX_TLS": "true"}, append([]string{"relay"}, e2.flags...)...)
+	if code != 1 || !strings.Contains(errOut, "connect to kafka") {
+		t.Errorf("unverified broker: exit %d, want 1; stderr:\n%s", code, errOut)
+	}
+	if s, _ := e2.state(t, id2); s != "pending" {
+		t.Errorf("row is %s after a refused connection, want pending", s)
+	}
+}
+
+func TestRelayOverSCRAMToApacheKafka(t *testing.T) {
+	kafkatest.LockCluster(t, false)
+	kafkatest.Cluster(t)
+	brokers := kafkatest.ClusterSASLBrokersDefault
+	for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-512"} {
+		t.Run(mech, func(t *testing.T) {
+			e := newOps(t)
+			topic := "txoutbox_" + e.db.Schema
+			id, eventID := e.write(t, topic, "o-1", "order.placed")
+			env := map[string]string{"OUTBOX_BROKERS": brokers, "OUTBOX_SASL_MECHANISM": mech,
+				"OUTBOX_SASL_USER": kafkatest.ClusterSCRAMUser, "OUTBOX_SASL_PASSWORD": kafkatest.ClusterSCRAMPassword}
+			b := startOutbox(t, env, append([]string{"relay", "--poll-interval", "50ms"}, e.flags...)...)
+			waitFor(t, 30*time.Second, "the event published with "+mech, func() bool { s, _ := e.state(t, id); return s == "published" })
+			b.stop(t)
+			if out := b.stdout.String() + b.stderr.String(); strings.Contains(out, kafkatest.ClusterSCRAMPassword) {
+				t.Errorf("the password is in the output:\n%s", out)
+			}
+			auth := scram.Auth{User: kafkatest.ClusterSCRAMUser, Pass: kafkatest.ClusterSCRAMPassword}
+			m := auth.AsSha256Mechanism()
+			if mech == "SCRAM-SHA-512" {
+				m = auth.AsSha512Mechanism()
+			}
+			readBack(t, brokers, topic, eventID, kgo.SASL(m))
+
+			// The wrong password: the broker refuses the login.
+			e2 := newOps(t)
+			id2, _ := e2.write(t, topic, "o-2", "order.placed")
+			env["OUTBOX_SASL_PASSWORD"] = "wrong"
+			code, _, errOut := outboxEnv(t, env, append([]string{"relay"}, e2.flags...)...)
+			if code != 1 || !strings.Contains(errOut, "connect to kafka") {
+				t.Errorf("wrong password: exit %d, want 1; stderr:\n%s", code, errOut)
+			}
+			if s, _ := e2.state(t, id2); s != "pending" {
+				t.Errorf("row is %s after a refused login, want pending", s)
+			}
+		})
+	}
+}
+
+// readBack reads topic over the listener at brokers (with opts) and wants
+// exactly the one event, keyed o-1.
+func readBack(t *testing.T, brokers, topic, eventID string, opts ...kgo.Opt) {
+	t.Helper()
+	ctx, cancel := contextTimeout(30 * time.Second)
+	defer cancel()
+	var recs []*kgo.Record
+	err := kafkatest.Consume(ctx, strings.Split(brokers, ","), []string{topic}, 2*time.Second,
+		func(r *kgo.Record) bool { recs = append(recs, r); return true }, opts...)
+	if !errors.Is(err, kafkatest.ErrIdle) {
+		t.Fatalf("read back: %v", err)
+	}
+	if len(recs) != 1 || string(recs[0].Key) != "o-1" || kafkatest.Header(recs[0], txoutbox.HeaderEventID) != eventID {
+		t.Fatalf("read back %d records, want the event %s keyed o-1", len(recs), eventID)
+	}
+}
