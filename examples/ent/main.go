@@ -33,7 +33,9 @@ import (
 const schema = "txoutbox_ent_example"
 
 func main() {
-	if err := run(context.Background()); err != nil {
+	err := run(context.Background())
+	demo.Shutdown() // the embedded PostgreSQL, if one was started
+	if err != nil {
 		log.Fatal(err)
 	}
 }

@@ -53,7 +53,9 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *addr, *once); err != nil {
+	err := run(ctx, *addr, *once)
+	demo.Shutdown() // the embedded PostgreSQL, if one was started
+	if err != nil {
 		log.Fatal(err)
 	}
 }

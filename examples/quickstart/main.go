@@ -5,7 +5,8 @@
 //
 //	go run ./examples/quickstart
 //
-// It uses DATABASE_URL, or the local PostgreSQL with trust auth, and works in
+// It uses DATABASE_URL, or the local PostgreSQL with trust auth, or an
+// embedded PostgreSQL started from the machine's installation, and works in
 // its own schema "txoutbox_quickstart". It publishes to KAFKA_BROKERS, or to
 // an embedded Kafka-protocol broker (kfake) on a loopback port when that is
 // empty.
@@ -31,7 +32,9 @@ import (
 )
 
 func main() {
-	if err := run(context.Background()); err != nil {
+	err := run(context.Background())
+	demo.Shutdown() // the embedded PostgreSQL, if one was started
+	if err != nil {
 		log.Fatal(err)
 	}
 }

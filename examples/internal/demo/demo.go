@@ -28,14 +28,6 @@ import (
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
-// DatabaseURL is DATABASE_URL, or the local PostgreSQL with trust auth.
-func DatabaseURL() string {
-	if u := os.Getenv("DATABASE_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-}
-
 // Schema drops and recreates schema, migrates the outbox into it, and
 // returns a pool whose connections use it as their search_path, with its URL
 // (for GORM or ent) and the outbox table.
