@@ -27,18 +27,31 @@
 //
 //   - all of them at once (mixed; the soak).
 //
+// The broker is a kfakeproc child per scenario, or, with -broker kafka and
+// in the tests named *Kafka, the real 3-node Apache Kafka cluster of
+// .ci/services (replication factor 3, min.insync.replicas = 2), where each
+// fault is made on the cluster's own processes: a broker outage SIGKILLs
+// every node and starts them again (log recovery); a slow broker pauses
+// (SIGSTOP) the node leading most partitions past the lease; a broker
+// partition freezes or drops TCP proxies in front of every node (the
+// nodes' PROXIED listeners advertise them); leader-election SIGKILLs the
+// busiest leader again and again while relays restart under their own ids.
+//
 //     go test -race -count=1 ./integration/             # the CI-sized suite, under 6 minutes
 //     go test -count=1 -timeout 4h ./integration/ -run Mixed -soak  # every fault over ≥ 1,000,000 events
 //     go run ./integration/chaos [-soak] [-seed N]     # the same scenarios, standalone
+//     go run ./integration/chaos -broker kafka          # all of them on the real cluster
 //
 // Every scenario ends with the line
 //
-//	chaos: committed=N rolled_back=M delivered_unique=N lost=0 phantom=0 order_violations=0 duplicates=D dead=P crashes=K same_id_restarts=S pauses=Z partitions=X admin_ops=A db_crashes=C
+//	chaos: committed=N rolled_back=M delivered_unique=N lost=0 phantom=0 order_violations=0 duplicates=D dead=P crashes=K same_id_restarts=S pauses=Z partitions=X admin_ops=A db_crashes=C broker=kfake
 //
-// and fails on any lost, phantom or out-of-order event. Order is judged on
-// first deliveries per key; events an operator retried from dead are left
-// out of it (a dead event does not block its aggregate, so it arrives after
-// later events of its key when retried), every other event is checked. An
+// (with leader_kills=L where a scenario killed leaders, mode=wal in WAL
+// mode, broker=kafka on the real cluster) and fails on any lost, phantom or
+// out-of-order event. Order is judged on first deliveries per key; events
+// an operator retried from dead are left out of it (a dead event does not
+// block its aggregate, so it arrives after later events of its key when
+// retried), every other event is checked. An
 // event dropped from dead is not lost; a writer transaction that failed at
 // a database crash may or may not have committed, and is accepted either
 // way, but if its events are in the outbox they must be delivered.

@@ -87,6 +87,19 @@ func seed() uint64 {
 // hit.
 func run(t *testing.T, plan harness.Plan) harness.Result {
 	t.Helper()
+	return runOn(t, plan, nil)
+}
+
+// runKafka is run with the real Apache Kafka cluster of .ci/services as
+// the broker, held exclusively while the scenario kills, pauses and
+// partitions its nodes.
+func runKafka(t *testing.T, plan harness.Plan) harness.Result {
+	t.Helper()
+	return runOn(t, plan, kafkatest.ClusterBrokers())
+}
+
+func runOn(t *testing.T, plan harness.Plan, kafka []string) harness.Result {
+	t.Helper()
 	t.Parallel()
 	lane := &sharedLane
 	if plan.OwnCluster {
@@ -94,6 +107,13 @@ func run(t *testing.T, plan harness.Plan) harness.Result {
 	}
 	lane.Lock()
 	defer lane.Unlock()
+	if kafka != nil {
+		unlock, err := kafkatest.LockClusterFile(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unlock()
+	}
 	var (
 		db      *testkit.DB
 		cluster *testkit.Cluster
@@ -124,6 +144,7 @@ func run(t *testing.T, plan harness.Plan) harness.Result {
 		Logf:    t.Logf,
 		Seed:    seed(),
 		Cluster: cluster,
+		Kafka:   kafka,
 	}
 	limit := 4 * time.Minute
 	if *soak {
@@ -448,4 +469,38 @@ func TestWALSlotLost(t *testing.T) {
 	if !res.Lost || res.Confirmed != 0 || pending != 1 {
 		t.Fatalf("takeover of a lost slot: %+v, the unconfirmed event pending: %v; want Lost and nothing marked", res, pending == 1)
 	}
+}
+
+// The faults only a real, replicated cluster has, on the 3-node Apache
+// Kafka cluster of .ci/services; sizes as `go run ./integration/chaos
+// -broker kafka`. Nothing may go dead in any of them but the poison
+// scenario's own poison events.
+
+func TestLeaderElectionKafka(t *testing.T) {
+	res := runKafka(t, harness.LeaderElection(harness.Size{Events: 4000, Over: 16 * time.Second}, 3, 5*time.Second, 1500*time.Millisecond))
+	if res.LeaderKills < 3 || res.SameIDRestarts < 2 {
+		t.Fatalf("%d leader kills and %d same-id restarts, want at least 3 and 2", res.LeaderKills, res.SameIDRestarts)
+	}
+}
+
+func TestBrokerOutageKafka(t *testing.T) {
+	runKafka(t, onCluster(harness.BrokerOutage(harness.Size{Events: 4000, Over: 24 * time.Second}, 10*time.Second)))
+}
+
+func TestPauseSlowBrokerKafka(t *testing.T) {
+	res := runKafka(t, harness.PauseSlowBroker(harness.Size{Events: 3000, Over: 10 * time.Second}, 1, 4*time.Second))
+	if res.SlowBroker < 1 {
+		t.Fatal("no node was paused while publishes waited on it")
+	}
+}
+
+func TestPartitionKafka(t *testing.T) {
+	res := runKafka(t, onCluster(harness.Partition(harness.Size{Events: 3000, Over: 16 * time.Second}, 2)))
+	if res.Partitions < 2 {
+		t.Fatalf("%d partitions, want at least 2", res.Partitions)
+	}
+}
+
+func TestPoisonKafka(t *testing.T) {
+	runKafka(t, harness.Poison(harness.Size{Events: 2000, Over: 10 * time.Second}, 3))
 }

@@ -32,7 +32,7 @@ func TestRelayOverTLSToApacheKafka(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(pem)
 	e := newOps(t)
-	topic := "txoutbox_" + e.db.Schema
+	topic := realTopic(t, e)
 	id, eventID := e.write(t, topic, "o-1", "order.placed")
 	env := map[string]string{"OUTBOX_BROKERS": brokers, "OUTBOX_TLS_CA": kafkatest.ClusterCAFile()}
 	b := startOutbox(t, env, append([]string{"relay", "--poll-interval", "50ms"}, e.flags...)...)
@@ -60,7 +60,7 @@ func TestRelayOverSCRAMToApacheKafka(t *testing.T) {
 	for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-512"} {
 		t.Run(mech, func(t *testing.T) {
 			e := newOps(t)
-			topic := "txoutbox_" + e.db.Schema
+			topic := realTopic(t, e)
 			id, eventID := e.write(t, topic, "o-1", "order.placed")
 			env := map[string]string{"OUTBOX_BROKERS": brokers, "OUTBOX_SASL_MECHANISM": mech,
 				"OUTBOX_SASL_USER": kafkatest.ClusterSCRAMUser, "OUTBOX_SASL_PASSWORD": kafkatest.ClusterSCRAMPassword}
@@ -90,6 +90,19 @@ func TestRelayOverSCRAMToApacheKafka(t *testing.T) {
 			}
 		})
 	}
+}
+
+// realTopic creates a topic of the test's own on the cluster, which
+// creates none on first use.
+func realTopic(t *testing.T, e *opsEnv) string {
+	t.Helper()
+	topic := "txoutbox_" + e.db.Schema
+	ctx, cancel := contextTimeout(30 * time.Second)
+	defer cancel()
+	if err := kafkatest.CreateTopic(ctx, kafkatest.ClusterBrokers(), topic, 3, 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	return topic
 }
 
 // readBack reads topic over the listener at brokers (with opts) and wants

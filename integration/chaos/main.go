@@ -5,8 +5,9 @@
 //	go run ./integration/chaos                 # every scenario, CI-sized (~6 minutes)
 //	go run ./integration/chaos -soak           # every fault at once over 1,000,000 events
 //	go run ./integration/chaos -run crash -seed 42
+//	go run ./integration/chaos -broker kafka   # the same faults on the real 3-node Apache Kafka cluster
 //
-//	chaos: committed=N rolled_back=M delivered_unique=N lost=0 phantom=0 order_violations=0 duplicates=D dead=P crashes=K same_id_restarts=S pauses=Z partitions=X admin_ops=A db_crashes=C
+//	chaos: committed=N rolled_back=M delivered_unique=N lost=0 phantom=0 order_violations=0 duplicates=D dead=P crashes=K same_id_restarts=S pauses=Z partitions=X admin_ops=A db_crashes=C broker=kfake
 //
 // It needs PostgreSQL (-database-url, default $DATABASE_URL, else the local
 // server with trust auth) and the Go toolchain, to build the relay CLI and
@@ -33,6 +34,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/txoutbox/txoutbox/integration/internal/harness"
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
@@ -47,6 +49,7 @@ func main() {
 		keep  = flag.Bool("keep", false, "keep the scenario directories (logs, broker data) and schemas")
 		mode  = flag.String("mode", "poll", "relay mode: poll, or wal (the WAL relay's scenarios: kills, same-id restarts, database crashes, partitions, broker outage, slow broker, commit order without row locks)")
 		cport = flag.Int("cluster-port", testkit.ChaosCluster.Port, "port of the PostgreSQL cluster \"chaos\" the database-crash scenarios run on (created if missing)")
+		brk   = flag.String("broker", harness.BrokerKfake, "the broker: kfake (a kfakeproc child per scenario) or kafka (the real 3-node Apache Kafka cluster of .ci/services, or "+kafkatest.EnvClusterBrokers+"; its nodes are killed, paused and partitioned)")
 	)
 	flag.Parse()
 	if *dbURL == "" {
@@ -62,7 +65,22 @@ func main() {
 	if *mode != "poll" && *mode != harness.WALMode {
 		log.Fatalf("chaos: -mode %q: want poll or wal", *mode)
 	}
-	if err := run(ctx, *dbURL, cluster, *seed, plans(*soak, *mode), *only, *keep); err != nil {
+	var kafka []string
+	switch *brk {
+	case harness.BrokerKfake:
+	case harness.BrokerKafka:
+		// The scenarios kill and pause the cluster's nodes: no test may
+		// use it meanwhile.
+		unlock, err := kafkatest.LockClusterFile(true)
+		if err != nil {
+			log.Fatalf("chaos: %v", err)
+		}
+		defer unlock()
+		kafka = kafkatest.ClusterBrokers()
+	default:
+		log.Fatalf("chaos: -broker %q: want kfake or kafka", *brk)
+	}
+	if err := run(ctx, *dbURL, cluster, kafka, *seed, plans(*soak, *mode), *only, *keep); err != nil {
 		log.SetFlags(0)
 		log.Fatalf("chaos: %v", err)
 	}
@@ -91,6 +109,7 @@ func plans(soak bool, mode string) []harness.Plan {
 		harness.Partition(harness.Size{Events: 3000, Over: 16 * time.Second}, 2),
 		harness.Admin(harness.Size{Events: 3000, Over: 12 * time.Second}, 12),
 		harness.DBCrash(harness.Size{Events: 3000, Over: 15 * time.Second}, 3, 4*time.Second),
+		harness.LeaderElection(harness.Size{Events: 4000, Over: 16 * time.Second}, 3, 5*time.Second, 1500*time.Millisecond),
 		harness.Mixed(harness.Size{Events: 5000, Over: 20 * time.Second}),
 	}
 }
@@ -109,7 +128,7 @@ func walPlans() []harness.Plan {
 	}
 }
 
-func run(ctx context.Context, dbURL string, cluster testkit.Cluster, seed uint64, plans []harness.Plan, only string, keep bool) error {
+func run(ctx context.Context, dbURL string, cluster testkit.Cluster, kafka []string, seed uint64, plans []harness.Plan, only string, keep bool) error {
 	dir, err := os.MkdirTemp("", "txoutbox-chaos-")
 	if err != nil {
 		return err
@@ -154,7 +173,7 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, seed uint64
 			}
 			db, own = clusterDB, &cluster
 		}
-		res, err := runOne(ctx, db, own, bin, dir, seed+uint64(i), plan, keep)
+		res, err := runOne(ctx, db, own, kafka, bin, dir, seed+uint64(i), plan, keep)
 		unlock()
 		if err == nil {
 			err = res.Check()
@@ -176,6 +195,9 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, seed uint64
 	if len(plans) > 0 {
 		total.Mode = plans[0].Flags.Mode
 	}
+	if kafka != nil {
+		total.Broker = harness.BrokerKafka
+	}
 	fmt.Println(total.Line())
 	if len(failed) > 0 {
 		return fmt.Errorf("failed: %s", strings.Join(failed, ", "))
@@ -184,7 +206,7 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, seed uint64
 }
 
 // runOne runs plan in a fresh schema and scenario directory.
-func runOne(ctx context.Context, serverDB string, cluster *testkit.Cluster, bin harness.Binaries, dir string, seed uint64, plan harness.Plan, keep bool) (res harness.Result, err error) {
+func runOne(ctx context.Context, serverDB string, cluster *testkit.Cluster, kafka []string, bin harness.Binaries, dir string, seed uint64, plan harness.Plan, keep bool) (res harness.Result, err error) {
 	db, err := testkit.CreateSchema(ctx, serverDB, testkit.SchemaName("chaos_"+plan.Name), true)
 	if err != nil {
 		return res, err
@@ -206,6 +228,7 @@ func runOne(ctx context.Context, serverDB string, cluster *testkit.Cluster, bin 
 		Dir:     scenarioDir,
 		Seed:    seed,
 		Cluster: cluster,
+		Kafka:   kafka,
 		Logf: func(format string, args ...any) {
 			fmt.Printf("  %s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 		},

@@ -164,10 +164,22 @@ func (n ClusterNode) PID() (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
-// Running reports whether the node's process is alive (paused included).
+// Running reports whether the node's process is alive (paused included);
+// a zombie, killed but not yet reaped, is not.
 func (n ClusterNode) Running() bool {
 	pid, err := n.PID()
-	return err == nil && syscall.Kill(pid, 0) == nil
+	if err != nil || syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses.
+	if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) {
+		return stat[i+2] != 'Z' && stat[i+2] != 'X'
+	}
+	return true
 }
 
 func (n ClusterNode) signal(sig syscall.Signal) error {
@@ -203,14 +215,25 @@ func (n ClusterNode) Pause() error { return n.signal(syscall.SIGSTOP) }
 // Resume sends SIGCONT to a paused node.
 func (n ClusterNode) Resume() error { return n.signal(syscall.SIGCONT) }
 
-// Start starts a node that is not running with its start script, on its
-// own data directory, and waits until it listens.
-func (n ClusterNode) Start(ctx context.Context) error {
+// Launch starts a node that is not running with its start script, on its
+// own data directory, and returns at once. Nodes that were all down must
+// be launched together: a node opens its client port only once the
+// controller quorum (two of the three) is back.
+func (n ClusterNode) Launch(ctx context.Context) error {
 	if n.Running() {
 		return nil
 	}
 	if out, err := exec.CommandContext(ctx, filepath.Join(n.dir, "start")).CombinedOutput(); err != nil {
 		return fmt.Errorf("kafkatest: start node %d: %w: %s", n.ID, err, out)
+	}
+	return nil
+}
+
+// Start launches a node that is not running and waits until it listens;
+// with the quorum down, use Launch on every node, then WaitCluster.
+func (n ClusterNode) Start(ctx context.Context) error {
+	if err := n.Launch(ctx); err != nil {
+		return err
 	}
 	for {
 		if c, err := net.DialTimeout("tcp", n.Addr, time.Second); err == nil {
@@ -231,10 +254,21 @@ func (n ClusterNode) Start(ctx context.Context) error {
 // test's records.
 func LockCluster(t testing.TB, exclusive bool) {
 	t.Helper()
+	unlock, err := LockClusterFile(exclusive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unlock)
+}
+
+// LockClusterFile is LockCluster outside a test (the crash suite's
+// runner): an flock on a file in the temporary directory, waiting as long
+// as it takes. Call unlock to let it go; it also ends with the process.
+func LockClusterFile(exclusive bool) (unlock func(), err error) {
 	path := filepath.Join(os.TempDir(), "txoutbox-kafka-cluster.lock")
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
-		t.Fatalf("kafkatest: lock the cluster: %v", err)
+		return nil, fmt.Errorf("kafkatest: lock the cluster: %w", err)
 	}
 	how := syscall.LOCK_SH
 	if exclusive {
@@ -242,9 +276,9 @@ func LockCluster(t testing.TB, exclusive bool) {
 	}
 	if err := syscall.Flock(int(f.Fd()), how); err != nil {
 		f.Close()
-		t.Fatalf("kafkatest: lock the cluster: %v", err)
+		return nil, fmt.Errorf("kafkatest: lock the cluster: %w", err)
 	}
-	t.Cleanup(func() { f.Close() })
+	return func() { f.Close() }, nil
 }
 
 // FaultCluster is Cluster for a test that injects faults into the cluster's
@@ -262,7 +296,7 @@ func FaultCluster(t testing.TB) ([]string, []ClusterNode) {
 		for _, n := range nodes {
 			if n.Running() {
 				_ = n.Resume()
-			} else if err := n.Start(ctx); err != nil {
+			} else if err := n.Launch(ctx); err != nil {
 				t.Errorf("restore the cluster: %v", err)
 			}
 		}

@@ -47,19 +47,29 @@ type Broker struct {
 	proc    *kafkatest.Proc // nil while stopped
 	proxy   *Proxy          // nil unless cfg.Proxy
 	control string          // the control endpoint's address, once started
+	real    *realCluster    // the real cluster instead of a kfakeproc (Env.Kafka)
 }
 
-// StartBroker picks a free loopback port and starts the broker on it.
+// StartBroker picks a free loopback port and starts the broker on it; or,
+// with Env.Kafka, takes the real cluster, with the scenario's topics made
+// anew.
 func StartBroker(ctx context.Context, env *Env, cfg BrokerConfig) (*Broker, error) {
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 8
+	}
+	if env.Kafka != nil {
+		c, err := startRealCluster(ctx, env, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return &Broker{env: env, cfg: cfg, real: c}, nil
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("pick a broker port: %w", err)
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	if cfg.Partitions == 0 {
-		cfg.Partitions = 8
-	}
 	b := &Broker{env: env, cfg: cfg, port: port, dir: filepath.Join(env.Dir, "broker-data")}
 	if cfg.Proxy {
 		if b.proxy, err = NewProxy("127.0.0.1:" + strconv.Itoa(port)); err != nil {
@@ -74,22 +84,55 @@ func StartBroker(ctx context.Context, env *Env, cfg BrokerConfig) (*Broker, erro
 }
 
 // Addr is the address clients dial: the broker's, or its proxy's with
-// BrokerConfig.Proxy. It does not change across restarts.
+// BrokerConfig.Proxy; on the real cluster a comma-separated list, one per
+// node. It does not change across restarts.
 func (b *Broker) Addr() string {
+	if b.real != nil {
+		return b.real.addr()
+	}
 	if b.proxy != nil {
 		return b.proxy.Addr()
 	}
 	return "127.0.0.1:" + strconv.Itoa(b.port)
 }
 
+// Name is the broker's kind for the result line: BrokerKfake or
+// BrokerKafka.
+func (b *Broker) Name() string {
+	if b.real != nil {
+		return BrokerKafka
+	}
+	return BrokerKfake
+}
+
+// Partitioner is a network path a scenario can cut: the proxy in front of
+// the broker (every node's, on the real cluster) or of PostgreSQL.
+type Partitioner interface {
+	Freeze()
+	Thaw()
+	Drop()
+	Conns() int
+}
+
 // Proxy is the proxy in front of the broker (nil without
 // BrokerConfig.Proxy).
-func (b *Broker) Proxy() *Proxy { return b.proxy }
+func (b *Broker) Proxy() Partitioner {
+	switch {
+	case b.real != nil && b.real.proxies != nil:
+		return b.real.proxies
+	case b.proxy != nil:
+		return b.proxy
+	}
+	return nil
+}
 
 // HoldProduce makes the broker hold every produce request arriving in the
 // next window for hold before answering it (and storing its records as
 // usual). It needs BrokerConfig.Control.
 func (b *Broker) HoldProduce(ctx context.Context, window, hold time.Duration) error {
+	if b.real != nil {
+		return b.real.holdProduce(ctx, window, hold)
+	}
 	if b.control == "" {
 		return errors.New("broker: started without BrokerConfig.Control")
 	}
@@ -112,6 +155,9 @@ func (b *Broker) HoldProduce(ctx context.Context, window, hold time.Duration) er
 
 // Start starts the broker process and waits until it listens.
 func (b *Broker) Start(ctx context.Context) error {
+	if b.real != nil {
+		return b.real.start(ctx)
+	}
 	if b.proc != nil {
 		return errors.New("broker: already running")
 	}
@@ -160,6 +206,9 @@ func (b *Broker) start(ctx context.Context, args []string, logf *os.File) error 
 // Stop stops the broker with SIGTERM, so it flushes its data directory, and
 // waits for it to exit.
 func (b *Broker) Stop() error {
+	if b.real != nil {
+		return b.real.stop()
+	}
 	if b.proc == nil {
 		return nil
 	}
@@ -171,6 +220,9 @@ func (b *Broker) Stop() error {
 // HeldProduce is how many produce requests the broker held (HoldProduce)
 // since it last started: proof that the slow-broker fault hit publishes.
 func (b *Broker) HeldProduce(ctx context.Context) (int, error) {
+	if b.real != nil {
+		return b.real.heldProduce(), nil
+	}
 	if b.control == "" {
 		return 0, errors.New("broker: started without BrokerConfig.Control")
 	}
@@ -190,8 +242,12 @@ func (b *Broker) HeldProduce(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// Close stops the broker and its proxy.
+// Close stops the broker and its proxy; the real cluster is left whole
+// for the next scenario.
 func (b *Broker) Close() error {
+	if b.real != nil {
+		return b.real.close()
+	}
 	err := b.Stop()
 	b.proxy.close()
 	return err

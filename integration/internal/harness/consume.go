@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -18,12 +19,13 @@ type Delivery struct {
 	EventID   string // the event_id header; "" if missing
 }
 
-// ReadAll reads every record of topics from the broker, from the start of
+// ReadAll reads every record of topics from the broker (an address, or a
+// comma-separated list of them), from the start of
 // each partition up to its end offset at the time of the call, and calls fn
 // for each in partition order (partitions interleave): kafkatest.ReadAll,
 // with each record cut down to what the verifier checks.
 func ReadAll(ctx context.Context, broker string, topics []string, fn func(Delivery) error) error {
-	return kafkatest.ReadAll(ctx, []string{broker}, topics, func(r *kgo.Record) error {
+	return kafkatest.ReadAll(ctx, strings.Split(broker, ","), topics, func(r *kgo.Record) error {
 		return fn(Delivery{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: string(r.Key),
 			EventID: kafkatest.Header(r, txoutbox.HeaderEventID)})
 	})

@@ -51,6 +51,11 @@ type Env struct {
 	// Cluster is the PostgreSQL cluster DB lives on, when the scenario
 	// has one of its own (Plan.OwnCluster): the one it may crash.
 	Cluster *testkit.Cluster
+	// Kafka, if set, is the real Apache Kafka cluster of .ci/services
+	// (kafkatest.ClusterBrokers): the scenario's broker and its faults are
+	// that cluster's nodes instead of a kfakeproc child. The caller holds
+	// the cluster exclusively (kafkatest.LockClusterFile).
+	Kafka []string
 
 	once sync.Once
 	mu   sync.Mutex

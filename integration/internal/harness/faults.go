@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,14 +24,15 @@ type Fault func(ctx context.Context, w *World) (dupWindows int, err error)
 // Tally counts what the faults did, for the result line, and what the
 // verifier must know about the operators' work.
 type Tally struct {
-	mu         sync.Mutex
-	pauses     int
-	partitions int
-	adminOps   int
-	dbCrashes  int
-	slowBroker int
-	replayed   int             // rows replayed: each may be delivered once more
-	retried    map[string]bool // event ids that were dead and retried
+	mu          sync.Mutex
+	pauses      int
+	partitions  int
+	adminOps    int
+	dbCrashes   int
+	slowBroker  int
+	leaderKills int
+	replayed    int             // rows replayed: each may be delivered once more
+	retried     map[string]bool // event ids that were dead and retried
 }
 
 func (t *Tally) add(f func(t *Tally)) {
@@ -47,6 +49,7 @@ func (t *Tally) fill(res *Result) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	res.Pauses, res.Partitions, res.AdminOps, res.DBCrashes, res.SlowBroker = t.pauses, t.partitions, t.adminOps, t.dbCrashes, t.slowBroker
+	res.LeaderKills = t.leaderKills
 }
 
 // unordered returns the events the order check leaves out (see Verify).
@@ -282,7 +285,7 @@ func Partitions(min int) Fault {
 		n := 0
 		err := until(ctx, w, min, time.Second, 3*time.Second, func(k int) error {
 			var (
-				p       *Proxy
+				p       Partitioner
 				what    string
 				windows int
 			)
@@ -504,14 +507,16 @@ func createTopic(ctx context.Context, broker, topic string, partitions int32) er
 }
 
 func createTopicOnce(ctx context.Context, broker, topic string, partitions int32) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
+	seeds := strings.Split(broker, ",")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	req := kmsg.NewPtrCreateTopicsRequest()
 	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, 1
+	// One copy on kfake, one per node on the real cluster.
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, int16(min(len(seeds), 3))
 	req.Topics = append(req.Topics, rt)
 	req.TimeoutMillis = 10000
 	resp, err := req.RequestWith(ctx, cl)
@@ -529,4 +534,44 @@ func createTopicOnce(ctx context.Context, broker, topic string, partitions int32
 // deadOn reports whether an event of topic is dead.
 func deadOn(ctx context.Context, env *Env, topic string) bool {
 	return outboxHas(ctx, env, `state = 'dead' AND topic = $1`, topic)
+}
+
+// LeaderKills SIGKILLs the broker leading most partitions about every
+// period (±30%), at least min times, and starts it again 2-5 s later: on
+// the real cluster a leader election each time, with the producers'
+// retries and the idempotent producer's sequences crossing it; on kfake,
+// its one broker stops and starts. One window per live relay per kill.
+func LeaderKills(min int, period time.Duration) Fault {
+	return func(ctx context.Context, w *World) (int, error) {
+		n := 0
+		err := until(ctx, w, min, period*7/10, period*13/10, func(int) error {
+			var restart func(context.Context) error
+			if r := w.Broker.real; r != nil {
+				var id int32
+				var err error
+				if restart, id, err = r.killLeader(ctx); err != nil {
+					return err
+				}
+				w.Env.Logf("leader kill: node %d SIGKILLed", id)
+			} else {
+				if err := w.Broker.Stop(); err != nil {
+					return err
+				}
+				restart = w.Broker.Start
+				w.Env.Logf("leader kill: the broker stopped")
+			}
+			ok := sleep(ctx, w.Env.Duration(2*time.Second, 5*time.Second))
+			// Started again even when the run is ending, so it drains.
+			if err := restart(context.WithoutCancel(ctx)); err != nil {
+				return err
+			}
+			n += len(w.Fleet.Live())
+			w.Tally.add(func(t *Tally) { t.leaderKills++ })
+			if !ok {
+				return ctx.Err()
+			}
+			return nil
+		})
+		return n, err
+	}
 }

@@ -11,6 +11,8 @@ import (
 type Result struct {
 	Scenario        string
 	Mode            string // the relay mode: "" (poll) or "wal"
+	Broker          string // BrokerKfake ("" too) or BrokerKafka
+	LeaderKills     int    // brokers leading partitions killed (LeaderKills)
 	Committed       int    // events in the outbox after the run
 	RolledBack      int    // events written in transactions that rolled back
 	DeliveredUnique int    // distinct committed events on the broker
@@ -56,7 +58,22 @@ func (r *Result) note(format string, args ...any) {
 func (r Result) Line() string {
 	return fmt.Sprintf("chaos: committed=%d rolled_back=%d delivered_unique=%d lost=%d phantom=%d order_violations=%d duplicates=%d dead=%d crashes=%d same_id_restarts=%d pauses=%d partitions=%d admin_ops=%d db_crashes=%d",
 		r.Committed, r.RolledBack, r.DeliveredUnique, r.Lost, r.Phantom, r.OrderViolations, r.Duplicates, r.Dead, r.Crashes,
-		r.SameIDRestarts, r.Pauses, r.Partitions, r.AdminOps, r.DBCrashes) + r.modeTag()
+		r.SameIDRestarts, r.Pauses, r.Partitions, r.AdminOps, r.DBCrashes) + r.leaderTag() + r.modeTag() + " broker=" + r.brokerName()
+}
+
+// leaderTag counts the leader kills where a scenario made some.
+func (r Result) leaderTag() string {
+	if r.LeaderKills == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" leader_kills=%d", r.LeaderKills)
+}
+
+func (r Result) brokerName() string {
+	if r.Broker == "" {
+		return BrokerKfake
+	}
+	return r.Broker
 }
 
 // Add sums two results, for the suite's total line.
@@ -84,6 +101,7 @@ func (r Result) Add(o Result) Result {
 	r.AdminOps += o.AdminOps
 	r.DBCrashes += o.DBCrashes
 	r.SlowBroker += o.SlowBroker
+	r.LeaderKills += o.LeaderKills
 	r.Unordered += o.Unordered
 	r.Records += o.Records
 	r.Misrouted += o.Misrouted

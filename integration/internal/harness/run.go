@@ -168,6 +168,7 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 	}
 	res.Scenario = plan.Name
 	res.Mode = plan.Flags.Mode
+	res.Broker = broker.Name()
 	res.RolledBack = writers.RolledBack()
 	res.Crashes = fleet.Kills()
 	res.SameIDRestarts = fleet.Restarts()

@@ -159,3 +159,18 @@ func wantNoDead(name string) func(context.Context, *World, *Result) error {
 		return nil
 	}
 }
+
+// LeaderElection: 3 relays with fixed ids are SIGKILLed and restarted
+// under the same id about every restartEvery while the broker leading most
+// partitions is SIGKILLed and restarted about every killEvery, at least
+// kills times: relay restarts land in leader elections. Nothing may go
+// dead: an election is an outage of some partitions, not the events'
+// fault. Bound: one window per restart, one per live relay per kill.
+func LeaderElection(s Size, kills int, killEvery, restartEvery time.Duration) Plan {
+	return Plan{
+		Name: "leader-election", Relays: 3, FixedIDs: true,
+		Flags: DefaultRelayFlags(), Write: writeLoad(s),
+		Fault: Mix(LeaderKills(kills, killEvery), SameIDRestarts(2, restartEvery)),
+		Check: wantNoDead("leader-election"),
+	}
+}

@@ -1,0 +1,301 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
+)
+
+// BrokerKafka and BrokerKfake name the scenario's broker in the result
+// line: the real Apache Kafka cluster of .ci/services, or a kfakeproc
+// child.
+const (
+	BrokerKafka = "kafka"
+	BrokerKfake = "kfake"
+)
+
+// realCluster is the scenario's broker when it is the real 3-node cluster
+// (Env.Kafka): each fault is made on real processes. A broker outage kills
+// every node (SIGKILL: their logs are recovered at the restart); a slow
+// broker is the node leading most partitions paused (SIGSTOP) past the
+// lease; a partition freezes or drops the TCP proxies in front of every
+// node (the nodes' PROXIED listeners advertise the proxies' ports).
+type realCluster struct {
+	env     *Env
+	brokers []string
+	nodes   []kafkatest.ClusterNode
+	proxies proxySet // nil unless BrokerConfig.Proxy
+
+	mu     sync.Mutex
+	held   int
+	resume []*time.Timer // paused nodes' SIGCONTs to come
+}
+
+// proxyPorts: node i's PROXIED listener is its client port + 4 and it
+// advertises port + 5, where its proxy listens (.ci/kafka/node.properties).
+const (
+	proxiedListenerOffset = 4
+	proxiedAdvertOffset   = 5
+)
+
+func startRealCluster(ctx context.Context, env *Env, cfg BrokerConfig) (*realCluster, error) {
+	c := &realCluster{env: env, brokers: env.Kafka, nodes: kafkatest.ClusterNodes()}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := c.ensureRunning(wctx); err != nil {
+		return nil, err
+	}
+	// Topics live on across runs on a real cluster: every topic a
+	// scenario reads is made anew, empty.
+	configs := map[string]string{}
+	if cfg.MaxMessageBytes > 0 {
+		configs["max.message.bytes"] = strconv.Itoa(cfg.MaxMessageBytes)
+	}
+	topics := dedupe(append([]string{TopicEnt, TopicGorm}, cfg.Topics...))
+	if err := deleteTopics(wctx, c.brokers, append(topics, PoisonTopic)); err != nil {
+		return nil, err
+	}
+	for _, t := range topics {
+		if err := recreateTopic(wctx, c.brokers, t, int32(cfg.Partitions), configs); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Proxy {
+		for _, n := range c.nodes {
+			port, err := strconv.Atoi(n.Addr[strings.LastIndexByte(n.Addr, ':')+1:])
+			if err != nil {
+				return nil, err
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+proxiedAdvertOffset))
+			if err != nil {
+				c.proxies.close()
+				return nil, fmt.Errorf("proxy for node %d: %w", n.ID, err)
+			}
+			c.proxies = append(c.proxies, newProxy(ln, "127.0.0.1:"+strconv.Itoa(port+proxiedListenerOffset)))
+		}
+	}
+	return c, nil
+}
+
+// addr is what clients bootstrap from: the nodes, or their proxies.
+func (c *realCluster) addr() string {
+	if c.proxies != nil {
+		addrs := make([]string, len(c.proxies))
+		for i, p := range c.proxies {
+			addrs[i] = p.Addr()
+		}
+		return strings.Join(addrs, ",")
+	}
+	return strings.Join(c.brokers, ",")
+}
+
+// ensureRunning resumes paused nodes, starts stopped ones and waits until
+// all of them serve.
+func (c *realCluster) ensureRunning(ctx context.Context) error {
+	c.mu.Lock()
+	for _, t := range c.resume {
+		t.Stop()
+	}
+	c.resume = nil
+	c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n.Running() {
+			_ = n.Resume()
+		} else if err := n.Launch(ctx); err != nil {
+			return err
+		}
+	}
+	if err := kafkatest.WaitCluster(ctx, c.brokers, len(c.nodes)); err != nil {
+		return fmt.Errorf("the Kafka cluster at %s is not serving (start it with: bash .ci/services kafka): %w", strings.Join(c.brokers, ","), err)
+	}
+	return nil
+}
+
+// stop kills every node: the whole cluster is gone.
+func (c *realCluster) stop() error {
+	var errs []error
+	for _, n := range c.nodes {
+		if n.Running() {
+			errs = append(errs, n.Kill())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// start starts the nodes again and waits until the cluster serves.
+func (c *realCluster) start(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return c.ensureRunning(wctx)
+}
+
+// busiest returns the node leading most partitions of the writers'
+// topics: the one whose stall holds most produce requests.
+func (c *realCluster) busiest(ctx context.Context) (kafkatest.ClusterNode, error) {
+	led := map[int32]int{}
+	for _, t := range []string{TopicEnt, TopicGorm} {
+		leaders, err := kafkatest.PartitionLeaders(ctx, c.brokers, t)
+		if err != nil {
+			return kafkatest.ClusterNode{}, err
+		}
+		for _, l := range leaders {
+			led[l]++
+		}
+	}
+	best := c.nodes[0]
+	for _, n := range c.nodes {
+		if led[n.ID] > led[best.ID] {
+			best = n
+		}
+	}
+	return best, nil
+}
+
+// holdProduce pauses the busiest node for hold: every produce request to
+// the partitions it leads waits that long for an answer (the relays'
+// acknowledgements with them), as with an overloaded or stalled broker.
+// window is kfake's: how long new requests are caught; a paused node
+// catches all of them until it resumes.
+func (c *realCluster) holdProduce(ctx context.Context, _, hold time.Duration) error {
+	n, err := c.busiest(ctx)
+	if err != nil {
+		return err
+	}
+	if err := n.Pause(); err != nil {
+		return err
+	}
+	c.env.Logf("slow broker: node %d (the leader of most partitions) paused for %s", n.ID, hold)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if outboxHas(ctx, c.env, `state IN ('pending', 'claimed')`) {
+		c.held++ // rows wait to be published: their produce requests wait on the node
+	}
+	c.resume = append(c.resume, time.AfterFunc(hold, func() { _ = n.Resume() }))
+	return nil
+}
+
+func (c *realCluster) heldProduce() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.held
+}
+
+// close leaves the cluster whole for the next scenario.
+func (c *realCluster) close() error {
+	c.proxies.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return c.ensureRunning(ctx)
+}
+
+// proxySet is the proxies in front of every node, frozen, thawed and
+// dropped together: a partition between the relays and the cluster.
+type proxySet []*Proxy
+
+func (s proxySet) Freeze() {
+	for _, p := range s {
+		p.Freeze()
+	}
+}
+
+func (s proxySet) Thaw() {
+	for _, p := range s {
+		p.Thaw()
+	}
+}
+
+func (s proxySet) Drop() {
+	for _, p := range s {
+		p.Drop()
+	}
+}
+
+func (s proxySet) Conns() int {
+	n := 0
+	for _, p := range s {
+		n += p.Conns()
+	}
+	return n
+}
+
+func (s proxySet) close() {
+	for _, p := range s {
+		p.close()
+	}
+}
+
+// deleteTopics deletes topics that exist and waits until they are gone.
+func deleteTopics(ctx context.Context, brokers, topics []string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	req.TimeoutMillis = 30000
+	for _, t := range topics {
+		rt := kmsg.NewDeleteTopicsRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+		req.TopicNames = append(req.TopicNames, t)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("delete topics: %w", err)
+	}
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			return fmt.Errorf("delete topic %v: %w", t.Topic, err)
+		}
+	}
+	return nil
+}
+
+// recreateTopic creates topic with three replicas, retrying while the
+// deletion of its previous incarnation completes.
+func recreateTopic(ctx context.Context, brokers []string, topic string, partitions int32, configs map[string]string) error {
+	for {
+		err := kafkatest.CreateTopic(ctx, brokers, topic, partitions, 3, configs)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, kerr.TopicAlreadyExists) {
+			return err
+		}
+		if !sleep(ctx, 250*time.Millisecond) {
+			return fmt.Errorf("recreate topic %s: %w", topic, errors.Join(ctx.Err(), err))
+		}
+	}
+}
+
+// killLeader SIGKILLs the node leading most of the writers' partitions and
+// returns a function that starts it again: the cluster elects new leaders
+// from the in-sync replicas meanwhile.
+func (c *realCluster) killLeader(ctx context.Context) (restart func(context.Context) error, id int32, err error) {
+	n, err := c.busiest(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := n.Kill(); err != nil {
+		return nil, 0, err
+	}
+	return func(ctx context.Context) error {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if err := n.Start(wctx); err != nil {
+			return err
+		}
+		return kafkatest.WaitCluster(wctx, c.brokers, len(c.nodes))
+	}, n.ID, nil
+}
