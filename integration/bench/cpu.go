@@ -63,6 +63,20 @@ func readProcStat(pid int) (procStat, error) {
 }
 
 // processCPU is the CPU time pid has used so far.
+// processesCPU is processCPU summed over pids: the three nodes of the real
+// cluster.
+func processesCPU(pids []int) (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range pids {
+		cpu, err := processCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += cpu
+	}
+	return sum, nil
+}
+
 func processCPU(pid int) (time.Duration, error) {
 	st, err := readProcStat(pid)
 	if err != nil {
@@ -210,7 +224,8 @@ func postmasterPID(ctx context.Context, db *sql.DB) (int, error) {
 // meter reads the CPU and WAL counters around a drain.
 type meter struct {
 	db                    *sql.DB
-	broker, postmaster    int // 0: not measurable here
+	broker                []int // the broker's processes (none: not measurable here)
+	postmaster            int   // 0: not measurable here
 	self                  int
 	wal0                  string
 	pg0, broker0, self0   time.Duration
@@ -239,7 +254,7 @@ func (m *meter) exclude(pid int) *meter {
 // this process's own, so reading /proc is not counted as the relay's work.
 // A counter that cannot be read is left out of the cost, with a log line.
 func (e *env) startMeter(ctx context.Context, db *sql.DB) *meter {
-	m := &meter{db: db, broker: e.brokerPid, postmaster: e.postmaster, self: os.Getpid()}
+	m := &meter{db: db, broker: e.brokerPids, postmaster: e.postmaster, self: os.Getpid()}
 	if err := db.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&m.wal0); err != nil {
 		logf("WAL not measured: %v", err)
 	} else {
@@ -253,9 +268,9 @@ func (e *env) startMeter(ctx context.Context, db *sql.DB) *meter {
 			logf("PostgreSQL CPU not measured: %v", err)
 		}
 	}
-	if m.broker != 0 {
+	if len(m.broker) > 0 {
 		var err error
-		if m.broker0, err = processCPU(m.broker); err == nil {
+		if m.broker0, err = processesCPU(m.broker); err == nil {
 			m.brokerOK = true
 		} else {
 			logf("broker CPU not measured: %v", err)
@@ -281,7 +296,7 @@ func (m *meter) stop(ctx context.Context, events int) *cost {
 		parts++
 	}
 	if m.brokerOK {
-		if b1, err := processCPU(m.broker); err == nil {
+		if b1, err := processesCPU(m.broker); err == nil {
 			c.BrokerUS = per(b1 - m.broker0)
 			total += b1 - m.broker0
 			parts++

@@ -9,6 +9,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
@@ -20,11 +21,15 @@ const benchDatabase = "txoutbox_bench"
 // env is what every scenario shares: the PostgreSQL database, the broker
 // process and a scratch directory.
 type env struct {
-	dbURL  string // the bench database on the -database-url server
-	broker string // the kfake broker process's address
-	// brokerPid and postmaster are the processes whose CPU the drain
-	// scenarios read in /proc (0: not on this host).
-	brokerPid, postmaster int
+	dbURL   string   // the bench database on the -database-url server
+	brokers []string // the kfake broker process's address, or the real cluster's
+	// real: brokers are the Apache Kafka cluster of .ci/services, whose
+	// topics are made anew before each drain (it creates none on use).
+	real bool
+	// brokerPids and postmaster are the processes whose CPU the drain
+	// scenarios read in /proc (none, 0: not on this host).
+	brokerPids []int
+	postmaster int
 	tmp                   string // scratch directory for built binaries and profiles
 	opts                  options
 }
@@ -56,6 +61,22 @@ func (e *env) newSchema(ctx context.Context, scenario string) (*schemaDB, error)
 		return nil, err
 	}
 	return s, nil
+}
+
+// topic returns name after making sure it is an empty topic with the
+// bench's partitions: on kfake topics are made on first use; on the real
+// cluster the topic of an earlier run is deleted and made again, with
+// three replicas.
+func (e *env) topic(ctx context.Context, name string) (string, error) {
+	if !e.real {
+		return name, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := kafkatest.RecreateTopic(ctx, e.brokers, name, int32(e.opts.partitions), 3, nil); err != nil {
+		return "", err
+	}
+	return name, nil
 }
 
 // close drops the schema and closes the pool.

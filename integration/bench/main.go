@@ -142,6 +142,7 @@ type options struct {
 	ownCluster      bool
 	maxOpenRequests int
 	idempotent      bool
+	broker          string
 }
 
 var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal"}
@@ -177,6 +178,7 @@ func main() {
 	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run on a PostgreSQL 15 cluster of the bench's own (created with pg_createcluster as \"bench\" on port 5440, started, and stopped at the end if it was down), so no other session's work is in the PostgreSQL CPU and WAL figures; overrides -database-url")
 	flag.IntVar(&o.maxOpenRequests, "max-open-requests", 1, "Sarama Net.MaxOpenRequests of every Kafka publisher (an experiment: above 1 a retry may reorder a partition; needs -idempotent=false)")
 	flag.BoolVar(&o.idempotent, "idempotent", true, "Sarama's idempotent producer in every Kafka publisher (kafkapub's default)")
+	flag.StringVar(&o.broker, "broker", "kfake", "the broker: kfake (a kfakeproc process of the bench's own) or kafka (the 3-node Apache Kafka cluster of .ci/services, or "+kafkatest.EnvClusterBrokers+"; topics of three replicas, made anew per drain)")
 	flag.Parse()
 	if err := o.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -273,24 +275,55 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	// The broker runs in a process of its own, so its CPU is not in the
-	// profile or the scheduler of the process under test.
-	brokerBin, err := kafkatest.Build(ctx, kafkatest.ProcPackage, tmp)
-	if err != nil {
-		return err
+	switch o.broker {
+	case "kafka":
+		// No test may use the cluster meanwhile: its records and CPU
+		// would be in the figures.
+		unlock, err := kafkatest.LockClusterFile(true)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		e.brokers, e.real = kafkatest.ClusterBrokers(), true
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err = kafkatest.WaitCluster(wctx, e.brokers, len(e.brokers))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("the Kafka cluster at %s is not serving (start it with: bash .ci/services kafka): %w", strings.Join(e.brokers, ","), err)
+		}
+		for _, n := range kafkatest.ClusterNodes() {
+			if pid, err := n.PID(); err == nil && n.Running() {
+				e.brokerPids = append(e.brokerPids, pid)
+			}
+		}
+		if len(e.brokerPids) != len(e.brokers) {
+			logf("the cluster's processes are not all on this host: broker CPU is not measured")
+			e.brokerPids = nil
+		}
+		logf("broker: the Apache Kafka cluster at %s (pids %v)", strings.Join(e.brokers, ","), e.brokerPids)
+	case "kfake":
+		// The broker runs in a process of its own, so its CPU is not in
+		// the profile or the scheduler of the process under test.
+		brokerBin, err := kafkatest.Build(ctx, kafkatest.ProcPackage, tmp)
+		if err != nil {
+			return err
+		}
+		b, err := kafkatest.StartProc(ctx, brokerBin, []string{"-partitions", fmt.Sprint(o.partitions)}, os.Stderr)
+		if err != nil {
+			return err
+		}
+		defer b.Stop(10 * time.Second) //nolint:errcheck // the run's results are out
+		e.brokers, e.brokerPids = []string{b.Addr}, []int{b.Pid()}
+		logf("broker (pid %d) at %s", b.Pid(), b.Addr)
+	default:
+		return fmt.Errorf("-broker %q: want kfake or kafka", o.broker)
 	}
-	b, err := kafkatest.StartProc(ctx, brokerBin, []string{"-partitions", fmt.Sprint(o.partitions)}, os.Stderr)
-	if err != nil {
-		return err
-	}
-	defer b.Stop(10 * time.Second) //nolint:errcheck // the run's results are out
-	e.broker, e.brokerPid = b.Addr, b.Pid()
-	logf("broker (pid %d) at %s", b.Pid(), b.Addr)
 	if err := e.findPostmaster(ctx); err != nil {
 		return err
 	}
 
 	sum := newSummary()
+	sum.Broker = o.broker
 	out := json.NewEncoder(os.Stdout)
 	emit := func(v any) error { return out.Encode(v) }
 	if e.postmaster != 0 {

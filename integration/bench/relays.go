@@ -187,7 +187,7 @@ func (e *env) kafkaPublisher() (message.Publisher, error) {
 			sc.Net.MaxOpenRequests = e.opts.maxOpenRequests
 		}
 	}
-	pub, err := kafkapub.NewPublisher([]string{e.broker}, cfg)
+	pub, err := kafkapub.NewPublisher(e.brokers, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kafka publisher: %w", err)
 	}

@@ -32,7 +32,10 @@ func runForwarder(ctx context.Context, e *env, batch int) (throughput, error) {
 	}
 	defer s.close()
 	n := e.opts.forwarderEvents
-	topic := "bench." + name
+	topic, err := e.topic(ctx, "bench."+name)
+	if err != nil {
+		return throughput{}, err
+	}
 	logger := watermill.NopLogger{}
 
 	schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: batch}

@@ -21,7 +21,10 @@ const kafkaLimitPublishers = 64
 // Messages are built before the clock starts.
 func runKafkaLimit(ctx context.Context, e *env) (throughput, error) {
 	n := e.opts.events
-	topic := "bench.kafkalimit"
+	topic, err := e.topic(ctx, "bench.kafkalimit")
+	if err != nil {
+		return throughput{}, err
+	}
 	msgs := make([]*message.Message, n)
 	for i := range msgs {
 		msgs[i] = relay.Message(benchEvent(topic, i, e.opts.aggregates))

@@ -62,7 +62,10 @@ func runLatency(ctx context.Context, e *env, notify bool) (latency, error) {
 		return latency{}, err
 	}
 	defer s.close()
-	topic := "bench.latency." + mode
+	topic, err := e.topic(ctx, "bench.latency."+mode)
+	if err != nil {
+		return latency{}, err
+	}
 
 	db, err := gorm.Open(postgres.Open(s.URL), &gorm.Config{Logger: logger.Discard})
 	if err != nil {

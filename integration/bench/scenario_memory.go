@@ -33,10 +33,14 @@ func runMemory(ctx context.Context, e *env, outboxBin string) (memory, error) {
 	}
 	defer s.close()
 	n := e.opts.memoryEvents
-	if err := insertBacklog(ctx, s, "bench.memory", n, e.opts.aggregates, "pending", 0); err != nil {
+	topic, err := e.topic(ctx, "bench.memory")
+	if err != nil {
 		return memory{}, err
 	}
-	args := []string{"relay", "--database-url", s.URL, "--schema", s.Schema, "--brokers", e.broker, "--log-level", "warn", "--retention", "-1s"}
+	if err := insertBacklog(ctx, s, topic, n, e.opts.aggregates, "pending", 0); err != nil {
+		return memory{}, err
+	}
+	args := []string{"relay", "--database-url", s.URL, "--schema", s.Schema, "--brokers", strings.Join(e.brokers, ","), "--log-level", "warn", "--retention", "-1s"}
 	cmd := exec.Command(outboxBin, args...)
 	cmd.Stderr = os.Stderr
 	start := time.Now()

@@ -44,7 +44,10 @@ func runNaive(ctx context.Context, e *env) (throughput, error) {
 		return throughput{}, err
 	}
 	defer s.close()
-	topic := "bench.naive"
+	topic, err := e.topic(ctx, "bench.naive")
+	if err != nil {
+		return throughput{}, err
+	}
 	n := e.opts.naiveEvents
 	if err := insertBacklog(ctx, s, topic, n, e.opts.aggregates, "pending", 0); err != nil {
 		return throughput{}, err

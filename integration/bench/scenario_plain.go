@@ -87,7 +87,10 @@ func runPlain(ctx context.Context, e *env, round int) (throughput, error) {
 	if _, err := s.SQL.ExecContext(ctx, render("VACUUM ANALYZE {{plain}}")); err != nil {
 		return throughput{}, fmt.Errorf("plain: analyze backlog: %w", err)
 	}
-	topic := fmt.Sprintf("bench.plain.%d", round)
+	topic, err := e.topic(ctx, fmt.Sprintf("bench.plain.%d", round))
+	if err != nil {
+		return throughput{}, err
+	}
 
 	m := e.startMeter(ctx, s.SQL)
 	start := time.Now()

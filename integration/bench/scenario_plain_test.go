@@ -24,7 +24,7 @@ func testEnv(ctx context.Context, t *testing.T, opts options) *env {
 	}
 	c := kafkatest.New(t)
 	opts.timeout, opts.maxOpenRequests, opts.idempotent = time.Minute, 1, true
-	return &env{dbURL: dbURL, broker: c.ListenAddrs()[0], brokerPid: os.Getpid(), opts: opts}
+	return &env{dbURL: dbURL, brokers: c.ListenAddrs(), brokerPids: []int{os.Getpid()}, opts: opts}
 }
 
 // TestPlainDrains runs the plain loop on a small backlog against the test

@@ -146,7 +146,10 @@ func runRelayScenario(ctx context.Context, e *env, replicas, round int, cpuprofi
 		return throughput{}, err
 	}
 	defer s.close()
-	topic := fmt.Sprintf("bench.%s.%d", name, round)
+	topic, err := e.topic(ctx, fmt.Sprintf("bench.%s.%d", name, round))
+	if err != nil {
+		return throughput{}, err
+	}
 	if err := insertBacklog(ctx, s, topic, e.opts.events, e.opts.aggregates, "pending", 0); err != nil {
 		return throughput{}, err
 	}

@@ -226,7 +226,10 @@ func walStreamDrain(ctx context.Context, e *env, cfg walrelay.Config, rd *walRou
 		return err
 	}
 	stopRelay()
-	topic := fmt.Sprintf("bench.wal.%d", rd.Round)
+	topic, err := e.topic(ctx, fmt.Sprintf("bench.wal.%d", rd.Round))
+	if err != nil {
+		return err
+	}
 	if err := insertBacklogTx(ctx, s, topic, e.opts.events, e.opts.aggregates); err != nil {
 		return err
 	}
@@ -267,7 +270,7 @@ func walStreamDrain(ctx context.Context, e *env, cfg walrelay.Config, rd *walRou
 		}
 		res.WALCleanupPGUSPerEvent, res.WALCleanupWALBytesPerEvent = measured(c, pgUS), measured(c, walBytes)
 	}
-	d, err := readBack(ctx, e.broker, topic, e.opts.events, 10*time.Second)
+	d, err := readBack(ctx, e.brokers, topic, e.opts.events, 10*time.Second)
 	if err != nil {
 		return err
 	}

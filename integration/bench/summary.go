@@ -25,6 +25,8 @@ type summary struct {
 	// PGVsPlain and CPUVsPlain are the medians of each round's relay ÷
 	// plain PostgreSQL and total CPU per event (see pairedRatio).
 	PGVsPlain, CPUVsPlain float64
+	// Broker is the -broker the run used: kfake or kafka.
+	Broker string
 	walSummary
 }
 
@@ -44,7 +46,7 @@ func (s *summary) addWAL(r walBench) {
 
 func newSummary() summary {
 	nan := math.NaN()
-	return summary{nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nil, nil, nan, nan, walSummary{nan, nan, nan, nan, nan}}
+	return summary{nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nil, nil, nan, nan, "", walSummary{nan, nan, nan, nan, nan}}
 }
 
 // figure is one cost figure, NaN when it was not measured.
@@ -72,6 +74,10 @@ func (s summary) String() string {
 			return "-"
 		}
 		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	broker := s.Broker
+	if broker == "" {
+		broker = "kfake"
 	}
 	fields := []struct {
 		name, value string
@@ -109,6 +115,7 @@ func (s summary) String() string {
 		{"wal_p99_ms", ratio(s.WALP99MS)},
 		{"pg_vs_plain", ratio(s.PGVsPlain)},
 		{"cpu_vs_plain", ratio(s.CPUVsPlain)},
+		{"broker", broker},
 	}
 	var b strings.Builder
 	b.WriteString("bench:")

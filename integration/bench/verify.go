@@ -22,7 +22,7 @@ type delivery struct {
 
 // withDelivery reads the drained topic back and adds what it found to res.
 func (e *env) withDelivery(ctx context.Context, res throughput, topic string) (throughput, error) {
-	d, err := readBack(ctx, e.broker, topic, res.Events, 10*time.Second)
+	d, err := readBack(ctx, e.brokers, topic, res.Events, 10*time.Second)
 	if err != nil {
 		return throughput{}, err
 	}
@@ -35,13 +35,13 @@ func (e *env) withDelivery(ctx context.Context, res throughput, topic string) (t
 // record whose seq is below the highest seq seen for its key is a violation
 // (Kafka keeps order per partition, and a key maps to one partition, so the
 // topic holds exactly the order in which the publisher's acks happened).
-func readBack(ctx context.Context, brokerAddr, topic string, want int, idle time.Duration) (delivery, error) {
+func readBack(ctx context.Context, brokers []string, topic string, want int, idle time.Duration) (delivery, error) {
 	var (
 		d       delivery
 		highest = map[string]int{}
 		seen    = map[seenKey]bool{}
 	)
-	err := kafkatest.Consume(ctx, []string{brokerAddr}, []string{topic}, idle, func(r *kgo.Record) bool {
+	err := kafkatest.Consume(ctx, brokers, []string{topic}, idle, func(r *kgo.Record) bool {
 		d.Records++
 		var p benchPayload
 		if err := json.Unmarshal(r.Value, &p); err != nil {

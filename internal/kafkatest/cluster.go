@@ -377,3 +377,54 @@ func PartitionLeaders(ctx context.Context, brokers []string, topic string) (map[
 	}
 	return out, nil
 }
+
+// DeleteTopics deletes those of topics that exist.
+func DeleteTopics(ctx context.Context, brokers []string, topics ...string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return fmt.Errorf("kafkatest: client: %w", err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	req.TimeoutMillis = 30000
+	for _, t := range topics {
+		rt := kmsg.NewDeleteTopicsRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+		req.TopicNames = append(req.TopicNames, t)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("kafkatest: delete topics: %w", err)
+	}
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			name := ""
+			if t.Topic != nil {
+				name = *t.Topic
+			}
+			return fmt.Errorf("kafkatest: delete topic %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// RecreateTopic deletes topic if it exists and creates it empty, as
+// CreateTopic does, retrying while the deletion completes: a real
+// cluster keeps topics, and their records, across runs.
+func RecreateTopic(ctx context.Context, brokers []string, topic string, partitions int32, replicas int16, configs map[string]string) error {
+	if err := DeleteTopics(ctx, brokers, topic); err != nil {
+		return err
+	}
+	for {
+		err := CreateTopic(ctx, brokers, topic, partitions, replicas, configs)
+		if err == nil || !errors.Is(err, kerr.TopicAlreadyExists) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kafkatest: recreate topic %s: %w", topic, errors.Join(ctx.Err(), err))
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

@@ -10,10 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/txoutbox/txoutbox/internal/kafkatest"
 )
 
@@ -63,11 +59,11 @@ func startRealCluster(ctx context.Context, env *Env, cfg BrokerConfig) (*realClu
 		configs["max.message.bytes"] = strconv.Itoa(cfg.MaxMessageBytes)
 	}
 	topics := dedupe(append([]string{TopicEnt, TopicGorm}, cfg.Topics...))
-	if err := deleteTopics(wctx, c.brokers, append(topics, PoisonTopic)); err != nil {
+	if err := kafkatest.DeleteTopics(wctx, c.brokers, PoisonTopic); err != nil {
 		return nil, err
 	}
 	for _, t := range topics {
-		if err := recreateTopic(wctx, c.brokers, t, int32(cfg.Partitions), configs); err != nil {
+		if err := kafkatest.RecreateTopic(wctx, c.brokers, t, int32(cfg.Partitions), 3, configs); err != nil {
 			return nil, err
 		}
 	}
@@ -232,50 +228,6 @@ func (s proxySet) Conns() int {
 func (s proxySet) close() {
 	for _, p := range s {
 		p.close()
-	}
-}
-
-// deleteTopics deletes topics that exist and waits until they are gone.
-func deleteTopics(ctx context.Context, brokers, topics []string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrDeleteTopicsRequest()
-	req.TimeoutMillis = 30000
-	for _, t := range topics {
-		rt := kmsg.NewDeleteTopicsRequestTopic()
-		rt.Topic = kmsg.StringPtr(t)
-		req.Topics = append(req.Topics, rt)
-		req.TopicNames = append(req.TopicNames, t)
-	}
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return fmt.Errorf("delete topics: %w", err)
-	}
-	for _, t := range resp.Topics {
-		if err := kerr.ErrorForCode(t.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
-			return fmt.Errorf("delete topic %v: %w", t.Topic, err)
-		}
-	}
-	return nil
-}
-
-// recreateTopic creates topic with three replicas, retrying while the
-// deletion of its previous incarnation completes.
-func recreateTopic(ctx context.Context, brokers []string, topic string, partitions int32, configs map[string]string) error {
-	for {
-		err := kafkatest.CreateTopic(ctx, brokers, topic, partitions, 3, configs)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, kerr.TopicAlreadyExists) {
-			return err
-		}
-		if !sleep(ctx, 250*time.Millisecond) {
-			return fmt.Errorf("recreate topic %s: %w", topic, errors.Join(ctx.Err(), err))
-		}
 	}
 }
 
