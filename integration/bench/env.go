@@ -30,8 +30,8 @@ type env struct {
 	// scenarios read in /proc (none, 0: not on this host).
 	brokerPids []int
 	postmaster int
-	tmp                   string // scratch directory for built binaries and profiles
-	opts                  options
+	tmp        string // scratch directory for built binaries and profiles
+	opts       options
 }
 
 // schemaDB is one scenario's fresh, migrated schema, dropped by close.
