@@ -174,13 +174,14 @@ WHERE o.state IN ('pending', 'claimed') AND o.lease_owner IS NOT NULL AND o.leas
 ORDER BY 1`
 
 // OpsSnapshot reads what a console samples over time: backlog, the
-// creation time of the oldest unpublished row, the dead count (Stats), the
+// creation time of the oldest unpublished row (OldestUnpublished), the dead
+// count (Stats), the
 // highest row id (the primary key's last entry, which counts the events
 // written) and the database clock.
 const OpsSnapshot = `
 SELECT
     (SELECT count(*) FROM {{table}} WHERE state IN ('pending', 'claimed')),
-    (SELECT created_at FROM {{table}} WHERE state IN ('pending', 'claimed') ORDER BY id LIMIT 1),
+    ` + OldestUnpublished + `,
     (SELECT count(*) FROM {{table}} WHERE state = 'dead'),
     (SELECT coalesce(max(id), 0) FROM {{table}}),
     now()`

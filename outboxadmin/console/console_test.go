@@ -454,7 +454,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 // wal_status (HTML and JSON); without one, nothing of it.
 func TestOverviewShowsTheWALSlot(t *testing.T) {
 	t.Parallel()
-	b := setup(t, console.Options{})
+	// The status is read once per SampleEvery for every page: a short one
+	// shows the slot on the next request.
+	b := setup(t, console.Options{SampleEvery: time.Millisecond})
 	if code, body := b.get(t, "api/overview"); code != http.StatusOK || strings.Contains(body, "wal_slot") {
 		t.Fatalf("GET api/overview without a slot = %d: %s", code, body)
 	}
@@ -462,6 +464,7 @@ func TestOverviewShowsTheWALSlot(t *testing.T) {
 	exec(t, b.db, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
 	t.Cleanup(func() { _, _ = b.db.SQL.Exec(`SELECT pg_drop_replication_slot($1)`, slot) })
 	exec(t, b.db, `SELECT pg_logical_emit_message(true, 'test', 'move the server past the slot')`)
+	time.Sleep(2 * time.Millisecond)
 	code, body := b.get(t, "api/overview")
 	if code != http.StatusOK {
 		t.Fatalf("GET api/overview = %d: %s", code, body)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -21,11 +22,22 @@ import (
 // layout.html.
 var pageNames = []string{"overview", "relays", "dead", "confirm", "done", "events", "event", "replay", "error"}
 
+// funcs are the templates' helpers. Every string from the database goes
+// through esc (a value shown whole), short (a table cell) or, in a <pre>,
+// lines: control and bidirectional characters are shown escaped.
 var funcs = template.FuncMap{
 	"dur":   human.Duration,
 	"ts":    formatTime,
-	"short": shorten,
+	"short": func(n int, s string) string { return human.OneLine(s, n) },
+	"esc":   human.Escape,
+	"lines": human.EscapeLines,
 	"add":   func(a, b int) int { return a + b },
+	"rate": func(r *float64) string {
+		if r == nil {
+			return "–"
+		}
+		return strconv.FormatFloat(*r, 'f', 1, 64) + "/s"
+	},
 }
 
 func parsePages() (map[string]*template.Template, error) {
@@ -142,34 +154,33 @@ func formatTime(t any) string {
 	return fmt.Sprint(t)
 }
 
-// shorten puts s on one line of at most n runes.
-func shorten(n int, s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
-
 // payloadView is a payload as the detail page shows it.
 type payloadView struct {
-	Kind string // "json", "text" or "binary"
+	Kind string // "json", "json, compact", "text" or "binary"
 	Text string
 }
 
-// payloadShownMax is the most payload bytes the detail page renders.
-const payloadShownMax = 256 << 10
+// payloadShownMax is the most payload bytes the detail page renders;
+// prettyMax the most its indented JSON may take, past which it is shown
+// compact (indentation grows with the square of the nesting depth).
+const (
+	payloadShownMax = 256 << 10
+	prettyMax       = 1 << 20
+)
 
-// viewPayload pretty-prints JSON, shows other UTF-8 as it is and binary as
-// a hex dump.
+// viewPayload pretty-prints JSON, within prettyMax, shows other UTF-8 as
+// it is and binary as a hex dump.
 func viewPayload(b []byte) payloadView {
 	if len(b) > payloadShownMax {
 		return payloadView{Kind: "binary", Text: fmt.Sprintf("(%d bytes, too large to show; the first %d)\n", len(b), 4096) + hex.Dump(b[:4096])}
 	}
 	if json.Valid(b) {
+		if out, ok := human.IndentJSON(b, prettyMax); ok {
+			return payloadView{Kind: "json", Text: string(out)}
+		}
 		var out bytes.Buffer
-		if json.Indent(&out, b, "", "  ") == nil {
-			return payloadView{Kind: "json", Text: out.String()}
+		if json.Compact(&out, b) == nil {
+			return payloadView{Kind: "json, compact: indented it would pass 1 MiB", Text: out.String()}
 		}
 	}
 	if utf8.Valid(b) {
