@@ -77,16 +77,16 @@ func unsafeRune(r rune, lines bool) bool {
 	return bidiOrSeparator(r)
 }
 
-// bidiOrSeparator reports the bidirectional formatting characters (marks,
-// embeddings, overrides, isolates) and the line and paragraph separators.
+// bidiOrSeparator reports the bidirectional formatting characters and the
+// line and paragraph separators.
 func bidiOrSeparator(r rune) bool {
-	switch {
-	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
-		return true
-	case r == 0x2028, r == 0x2029:
-		return true
-	}
-	return false
+	return IsBidi(r) || r == 0x2028 || r == 0x2029
+}
+
+// IsBidi reports the bidirectional formatting characters: marks,
+// embeddings, overrides and isolates.
+func IsBidi(r rune) bool {
+	return r == 0x061c || r == 0x200e || r == 0x200f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
 }
 
 // OneLine is s escaped (Escape) and, past n runes, cut to n-1 and "…"

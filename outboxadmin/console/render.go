@@ -74,7 +74,33 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	w.Write(b.Bytes()) //nolint:errcheck // the client went away
+	w.Write(inertHTML(b.Bytes())) //nolint:errcheck // the client went away
+}
+
+// inertHTML writes the control and bidirectional characters left in a
+// page as character references. Text goes through esc, short or lines
+// already; what is left is in attribute values (a filter echoed in its
+// input, the hidden fields of a confirmation), where a reference means the
+// same value to the browser and the page's source stays plain text.
+func inertHTML(page []byte) []byte {
+	var out []byte
+	last := 0
+	for i := 0; i < len(page); {
+		r, n := utf8.DecodeRune(page[i:])
+		if r != '\n' && r != '\t' && (r < 0x20 || r >= 0x7f && r < 0xa0 || human.IsBidi(r)) {
+			if out == nil {
+				out = make([]byte, 0, len(page)+16)
+			}
+			out = append(out, page[last:i]...)
+			out = fmt.Appendf(out, "&#x%x;", r)
+			last = i + n
+		}
+		i += n
+	}
+	if out == nil {
+		return page
+	}
+	return append(out, page[last:]...)
 }
 
 // root is the relative path from r's page to the console's root, so links
@@ -131,11 +157,18 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	c.render(w, r, status, "error", "", errorPage{Status: status, Message: msg})
 }
 
+// writeJSON answers v as JSON, with the characters a terminal would act on
+// as \u escapes (human.EscapeJSON): the same document, safe to curl.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "internal error: the console's log has the details", http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v) //nolint:errcheck // the client went away
+	w.Write(append(human.EscapeJSON(b), '\n')) //nolint:errcheck // the client went away
 }
 
 func formatTime(t any) string {
