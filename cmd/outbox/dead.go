@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -107,7 +106,7 @@ func runDeadShow(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("outbox dead show", flag.ContinueOnError)
 	var common commonFlags
 	common.register(fs)
-	full := fs.Bool("full", false, fmt.Sprintf("show every value whole (default: values past %d characters are cut, payloads past %d bytes compact)", shownMax, prettyMax))
+	full := fs.Bool("full", false, fmt.Sprintf("show every value whole (default: values past %d characters are cut)", shownMax))
 	positional, err := parseInterleaved(ctx, fs, args)
 	if err != nil {
 		return err
@@ -197,7 +196,7 @@ func printRow(w io.Writer, r outboxadmin.Row, full bool) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	payload, how := payloadText(r.Payload, full)
+	payload, how := payloadText(r.Payload)
 	fmt.Fprintf(w, "payload (%s, %d bytes%s):\n%s\n", show(r.ContentType), r.PayloadBytes, how, payload)
 	if cut > 0 {
 		fmt.Fprintf(w, "(%d value(s) cut at %d characters: --full shows them whole)\n", cut, shownMax)
@@ -373,21 +372,17 @@ func rowJSON(r outboxadmin.Row) rowOutput {
 }
 
 // payloadText renders a payload for humans: indented if JSON (compact if
-// indented it would pass prettyMax bytes, unless full), as is if UTF-8
-// text, else a hex dump; escaped either way (human.EscapeLines). how
-// says which form past the plain one.
-func payloadText(p []byte, full bool) (text, how string) {
+// indented it would pass prettyMax bytes: the whole payload either way),
+// as is if UTF-8 text, else a hex dump; escaped either way
+// (human.EscapeLines). how says which form past the plain one.
+func payloadText(p []byte) (text, how string) {
 	if json.Valid(p) {
-		limit := prettyMax
-		if full {
-			limit = math.MaxInt
-		}
-		if out, ok := human.IndentJSON(p, limit); ok {
+		if out, ok := human.IndentJSON(p, prettyMax); ok {
 			return human.EscapeLines(string(out)), ""
 		}
 		var b bytes.Buffer
 		if json.Compact(&b, p) == nil {
-			return human.EscapeLines(b.String()), fmt.Sprintf(", compact: indented it would pass %d bytes (--full indents it)", prettyMax)
+			return human.EscapeLines(b.String()), fmt.Sprintf(", compact: indented it would pass %d bytes", prettyMax)
 		}
 	}
 	if utf8.Valid(p) {
