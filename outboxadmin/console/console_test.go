@@ -57,7 +57,7 @@ func (s *syncBuffer) String() string {
 
 // setup seeds 3 pending events (topic orders), 2 published (orders) and 2
 // dead (one orders, one payments) and serves the console.
-func setup(t *testing.T, opts console.Options) *bundle {
+func setup(t testing.TB, opts console.Options) *bundle {
 	t.Helper()
 	db := testkit.NewOutbox(t)
 	b := &bundle{db: db, log: &syncBuffer{}}
@@ -122,7 +122,7 @@ func setup(t *testing.T, opts console.Options) *bundle {
 	return b
 }
 
-func exec(t *testing.T, db *testkit.DB, q string, args ...any) {
+func exec(t testing.TB, db *testkit.DB, q string, args ...any) {
 	t.Helper()
 	if _, err := db.SQL.Exec(q, args...); err != nil {
 		t.Fatalf("%s: %v", q, err)

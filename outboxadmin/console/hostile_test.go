@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -27,20 +28,9 @@ func TestHostileDeadRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t, console.Options{AllowWrites: true})
 	ids := testkit.SeedHostile(t, b.db)
-	check := func(path string, code int, body string) {
+	check := func(path string, _ int, body string) {
 		t.Helper()
-		if i, near := testkit.Unsafe(body); i >= 0 {
-			t.Errorf("GET %s: an unescaped control or bidi character at %d: %q", path, i, near)
-		}
-		// inertHTML writes what is left as &#x…; references, which a
-		// browser shows as the characters themselves: left in text (not in
-		// a quoted attribute) they would act as raw ones.
-		if m := hexRef.FindString(attrValue.ReplaceAllString(body, `""`)); m != "" {
-			t.Errorf("GET %s: %s in the page's text: a value not escaped for display", path, m)
-		}
-		if len(body) > pageMax {
-			t.Errorf("GET %s: %d bytes, over %d", path, len(body), pageMax)
-		}
+		safePage(t, path, body)
 	}
 	for _, path := range []string{"", "api/overview", "relays", "dead", "dead?limit=500", "dead?topic=hostile"} {
 		code, body := b.get(t, path)
@@ -91,4 +81,32 @@ func TestHostileDeadRows(t *testing.T) {
 			t.Errorf("%s: POST dead/drop = %d, row %s:\n%.2000s", r.Kind, code, b.state(t, ids[r.Kind]), body)
 		}
 	}
+}
+
+// safePage fails t if body has a control or bidirectional character, raw
+// or as a reference in its text, or passes pageMax.
+func safePage(t *testing.T, path, body string) {
+	t.Helper()
+	if i, near := testkit.Unsafe(body); i >= 0 {
+		t.Errorf("GET %.200s: an unescaped control or bidi character at %d: %q", path, i, near)
+	}
+	// inertHTML writes what is left as &#x…; references, which a browser
+	// shows as the characters themselves: left in text (not in a quoted
+	// attribute) they would act as raw ones.
+	if m := hexRef.FindString(attrValue.ReplaceAllString(body, `""`)); m != "" {
+		t.Errorf("GET %.200s: %s in the page's text: a value not escaped for display", path, m)
+	}
+	if len(body) > pageMax {
+		t.Errorf("GET %.200s: %d bytes, over %d", path, len(body), pageMax)
+	}
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
