@@ -29,7 +29,7 @@ const chromiumPath = "/usr/bin/chromium"
 
 // browser starts a headless Chromium of the test's own (a fresh profile)
 // and returns a tab's context.
-func browser(t *testing.T) context.Context {
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	if _, err := exec.LookPath(chromiumPath); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -48,6 +48,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 900),
 	}
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancelTab(); cancelAlloc() })
