@@ -274,9 +274,15 @@ func TestConsoleInABrowser(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "row 8 published", func() bool { return state(8) == "published" })
 
 	// The relays page shows the relay and its shards.
-	do(t, ctx, "relays", chromedp.Navigate(base+"relays"))
-	relays := text(t, ctx, `#relay-list tbody`)
-	if !strings.Contains(relays, "alive") || !strings.Contains(relays, "256") {
+	// The pages share a status read once a SampleEvery (1s here): the
+	// relay shows within one.
+	var relays string
+	testkit.WaitFor(t, 10*time.Second, "the relay on the relays page", func() bool {
+		do(t, ctx, "relays", chromedp.Navigate(base+"relays"))
+		relays = text(t, ctx, `#relay-list tbody`)
+		return strings.Contains(relays, "alive")
+	})
+	if !strings.Contains(relays, "256") {
 		t.Errorf("relays page: %q", relays)
 	}
 	screenshot(t, ctx, "console-relays")
