@@ -58,6 +58,14 @@ VALUES (gen_random_uuid(), 'orders', $1, 't', '{}', now() - make_interval(mins =
 		t.Fatal(err)
 	}
 	near("Snapshot", snap.Lag)
+	ts, err := adm.TopicSnapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near("TopicSnapshot", ts.Lag)
+	if ts.Backlog != 3 || len(ts.Topics) != 1 || ts.Topics[0].Backlog != 3 || ts.LastID != 3 {
+		t.Errorf("TopicSnapshot = %+v, want a backlog of 3 in one topic, last id 3", ts)
+	}
 	stats, err := txoutbox.ReadStats(ctx, db.SQL, db.Table())
 	if err != nil {
 		t.Fatal(err)

@@ -186,6 +186,11 @@ SELECT
     (SELECT coalesce(max(id), 0) FROM {{table}}),
     now()`
 
+// OpsHead reads what a snapshot takes besides the counts: the highest row
+// id, the creation time of the oldest unpublished row and the database
+// clock, from the last entries of the primary key and the lag index.
+const OpsHead = `SELECT (SELECT coalesce(max(id), 0) FROM {{table}}), ` + OldestUnpublished + `, now()`
+
 // lookup finds the rows whose column col equals $1, newest first, at most
 // $3, on indexes only: the unpublished ones on the claim or aggregate index,
 // the dead ones on the dead-letter index, and the published ones among the

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/txoutbox/txoutbox"
@@ -22,12 +21,11 @@ type statusCache struct {
 	interval time.Duration
 	hist     *history
 
-	mu         sync.Mutex
+	mu         chan struct{}      // held while reading: a lock a waiter can give up
 	fleet      outboxadmin.Status // Relays, Unowned, Slot
 	lag        time.Duration
-	fleetAt    time.Time // local clock of the last fleet reading
-	counts     outboxadmin.Snapshot
-	topics     []txoutbox.TopicStats
+	fleetAt    time.Time            // local clock of the last fleet reading
+	counts     outboxadmin.Snapshot // with Topics
 	handovers  []int
 	countsNext time.Time // local clock of the next count
 	read       bool      // both have been read once
@@ -42,7 +40,7 @@ const (
 )
 
 func newStatusCache(adm *outboxadmin.Admin, interval time.Duration, hist *history) *statusCache {
-	return &statusCache{adm: adm, interval: interval, hist: hist}
+	return &statusCache{adm: adm, interval: interval, hist: hist, mu: make(chan struct{}, 1)}
 }
 
 // statusView is what the pages show: Status with the figures of the last
@@ -59,16 +57,18 @@ type statusView struct {
 // get returns the status, reading what is due. Concurrent callers wait
 // for one reading and share it.
 func (c *statusCache) get(ctx context.Context) (statusView, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	// A request that gives up (its client went away) stops waiting for
+	// a reading in progress.
+	select {
+	case c.mu <- struct{}{}:
+	case <-ctx.Done():
+		return statusView{}, ctx.Err()
+	}
+	defer func() { <-c.mu }()
 	now := time.Now()
 	if !c.read || !now.Before(c.countsNext) {
 		start := time.Now()
-		counts, err := c.adm.Snapshot(ctx)
-		if err != nil {
-			return statusView{}, err
-		}
-		topics, err := c.adm.TopicStats(ctx)
+		counts, err := c.adm.TopicSnapshot(ctx)
 		if err != nil {
 			return statusView{}, err
 		}
@@ -77,9 +77,11 @@ func (c *statusCache) get(ctx context.Context) (statusView, error) {
 			return statusView{}, err
 		}
 		took := time.Since(start)
-		c.counts, c.topics, c.handovers = counts, topics, handovers
+		c.counts, c.handovers = counts, handovers
 		c.countsNext = start.Add(countPacing(c.interval, took))
-		c.hist.add(counts)
+		sample := counts
+		sample.Topics = nil // the chart keeps the totals only
+		c.hist.add(sample)
 	}
 	if !c.read || now.Sub(c.fleetAt) >= c.interval {
 		fleet, err := c.adm.Fleet(ctx)
@@ -94,7 +96,7 @@ func (c *statusCache) get(ctx context.Context) (statusView, error) {
 	}
 	c.read = true
 	v := statusView{Status: c.fleet, Counted: c.counts.At, LastID: c.counts.LastID}
-	v.Stats = txoutbox.Stats{Backlog: c.counts.Backlog, Lag: c.lag, Dead: c.counts.Dead, Topics: c.topics}
+	v.Stats = txoutbox.Stats{Backlog: c.counts.Backlog, Lag: c.lag, Dead: c.counts.Dead, Topics: c.counts.Topics}
 	v.Handovers = c.handovers
 	return v, nil
 }
