@@ -31,7 +31,7 @@ func runUI(ctx context.Context, args []string, stdout io.Writer) error {
 		common      commonFlags
 		opts        console.Options
 		listen      = fs.String("listen", uiListenDefault, "address to serve the console on; beyond loopback it needs --allow-host, and --token-file or --behind-auth-proxy")
-		allowHosts  = fs.String("allow-host", "", "comma-separated host names the console answers to (the browser's Host and Origin); default: the loopback names (localhost, 127.0.0.1, ::1); \"*\": any")
+		allowHosts  = fs.String("allow-host", "", "comma-separated host names the console answers to (the browser's Host and Origin), besides the loopback names when --listen is on loopback; \"*\": any")
 		tokenFile   = fs.String("token-file", "", "require this file's token as the HTTP basic auth password (any user name, which the change log lines name as the operator)")
 		proxied     = fs.Bool("behind-auth-proxy", false, "the console is behind a proxy that authenticates operators: allow --listen beyond loopback without --token-file")
 		staleAfter  = fs.Duration("stale-after", outboxadmin.StaleAfterDefault, "count a relay alive if its heartbeat is younger (the relays' --stale-after)")
@@ -74,6 +74,10 @@ func runUI(ctx context.Context, args []string, stdout io.Writer) error {
 		if opts.Authenticate, err = console.TokenAuth(strings.TrimSpace(string(b))); err != nil {
 			return usagef("--token-file %s: %v", *tokenFile, err)
 		}
+	}
+	if console.IsLoopbackName(host) && len(opts.Hosts) > 0 {
+		// Names added for a tunnel or a proxy: loopback is still served.
+		opts.Hosts = append(opts.Hosts, "localhost", "127.0.0.1", "::1")
 	}
 	if !console.IsLoopbackName(host) {
 		// Anyone who reaches the port could read payloads and, with
