@@ -15,8 +15,8 @@ import (
 type Stats struct {
 	// Backlog counts unpublished events (pending or claimed).
 	Backlog int64 `json:"backlog"`
-	// Lag is the age of the oldest unpublished event, zero when there is
-	// none. Alert on it: a relay that is up but stuck shows a growing lag,
+	// Lag is the age of the oldest unpublished event by created_at (which
+	// need not follow id order), zero when there is none. Alert on it: a relay that is up but stuck shows a growing lag,
 	// whereas the backlog alone looks the same whether its events are two
 	// seconds or two hours old.
 	Lag time.Duration `json:"lag"`
@@ -35,7 +35,7 @@ type TopicStats struct {
 }
 
 // ReadStats reads backlog, lag and dead count of the outbox in table with
-// one query. It reads only the claim and dead-letter partial indexes, but
+// one query. It reads only the claim, lag and dead-letter partial indexes, but
 // an entry of every unpublished and dead row, and the row itself where its
 // page changed since the last vacuum: on a long backlog, a fraction of a
 // microsecond of server CPU per row. Lag is measured with the database

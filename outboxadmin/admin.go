@@ -132,7 +132,7 @@ type statements struct {
 	deadList, row, deadLock, lockUnpublished, retry, drop, wake, pruneLock string
 	replaySelect, replay, timeouts, claimGate, relays, shards              string
 	deadCount, handovers, snapshot, lookupAggregate, lookupEventID         string
-	walGate, walSlots, table                                               string
+	walGate, walSlots, table, lag, topicStats, head                        string
 }
 
 func render(n outboxsql.Names) statements {
@@ -159,5 +159,8 @@ func render(n outboxsql.Names) statements {
 		walGate:         outboxsql.OpsWALGate,
 		walSlots:        outboxsql.OpsWALSlots,
 		table:           n.Table,
+		lag:             n.Render(outboxsql.StatsLag),
+		topicStats:      n.Render(outboxsql.TopicStats),
+		head:            n.Render(outboxsql.OpsHead),
 	}
 }

@@ -3,6 +3,7 @@ package outboxadmin_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,4 +110,39 @@ func setup(t *testing.T, cfg outboxadmin.Config) (*testkit.DB, *outboxadmin.Admi
 		t.Fatal(err)
 	}
 	return db, adm, w
+}
+
+// A dead row whose headers are not a JSON object of strings (the relay
+// dead-letters such rows at once) is listed, read, retried and dropped,
+// with its headers as stored.
+func TestMalformedHeadersAreReadable(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	adm, err := outboxadmin.New(db.SQL, outboxadmin.Config{Table: db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ids := testkit.SeedHostile(t, db)
+	bad := ids["headers-nested"]
+	rows, err := adm.ListDead(ctx, outboxadmin.Filter{}, 0, 100)
+	if err != nil || len(rows) != len(ids) {
+		t.Fatalf("ListDead = %d rows, %v; want %d", len(rows), err, len(ids))
+	}
+	r, err := adm.Event(ctx, bad)
+	if err != nil || r.Headers != nil || !strings.Contains(string(r.RawHeaders), `"nested"`) || !strings.Contains(r.HeadersError, "not a JSON object of strings") {
+		t.Fatalf("Event = %+v, %v", r, err)
+	}
+	if r, err := adm.Event(ctx, ids["headers-escapes"]); err != nil || r.RawHeaders != nil || r.Headers["bidi"] != "abc\u202etxt" {
+		t.Fatalf("Event of well-formed headers = %+v, %v", r.Headers, err)
+	}
+	if got, err := adm.Retry(ctx, outboxadmin.Filter{IDs: []int64{bad}}, false); err != nil || len(got) != 1 || got[0].RawHeaders == nil {
+		t.Fatalf("Retry = %+v, %v", got, err)
+	}
+	if _, err := db.SQL.Exec(`UPDATE outbox SET state = 'dead' WHERE id = $1`, bad); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := adm.Drop(ctx, outboxadmin.Filter{All: true}, false); err != nil || len(got) != len(ids) {
+		t.Fatalf("Drop(All) = %d rows, %v; want %d", len(got), err, len(ids))
+	}
 }

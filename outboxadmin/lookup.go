@@ -72,7 +72,8 @@ func (a *Admin) FindEvents(ctx context.Context, q Lookup) ([]Row, error) {
 // Snapshot is the outbox's totals at one moment, cheap enough to sample
 // every few seconds.
 type Snapshot struct {
-	// Backlog, Lag and Dead are the totals (Stats.Topics is empty).
+	// Backlog, Lag and Dead are the totals (Stats.Topics is empty but in
+	// TopicSnapshot's).
 	txoutbox.Stats
 	// LastID is the highest row id: it grows by one per event written, so
 	// two snapshots tell the write rate, and with Backlog and Dead the
@@ -97,6 +98,34 @@ func (a *Admin) Snapshot(ctx context.Context) (Snapshot, error) {
 	if oldest.Valid {
 		s.Lag = max(s.At.Sub(oldest.Time), 0)
 	}
+	return s, nil
+}
+
+// TopicSnapshot is Snapshot with the per-topic figures in Stats.Topics,
+// the totals summed from them: one reading of the unpublished and dead
+// rows for both, where Snapshot and TopicStats make two.
+func (a *Admin) TopicSnapshot(ctx context.Context) (Snapshot, error) {
+	topics, err := a.TopicStats(ctx)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
+	defer cancel()
+	var (
+		s      Snapshot
+		oldest sql.NullTime
+	)
+	if err := a.db.QueryRowContext(ctx, a.sql.head).Scan(&s.LastID, &oldest, &s.At); err != nil {
+		return Snapshot{}, fmt.Errorf("outboxadmin: snapshot: %w", err)
+	}
+	if oldest.Valid {
+		s.Lag = max(s.At.Sub(oldest.Time), 0)
+	}
+	for _, t := range topics {
+		s.Backlog += t.Backlog
+		s.Dead += t.Dead
+	}
+	s.Topics = topics
 	return s, nil
 }
 

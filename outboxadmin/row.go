@@ -4,10 +4,10 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // Row is an outbox row as an operator sees it.
@@ -23,9 +23,16 @@ type Row struct {
 	Type          string
 	ContentType   string
 	// Payload is read by Event only; PayloadBytes is always set.
-	Payload       []byte
-	PayloadBytes  int
+	Payload      []byte
+	PayloadBytes int
+	// Headers are the event's headers, nil when the stored ones are not a
+	// JSON object of strings (rows other tooling wrote, which the relay
+	// dead-letters at once): RawHeaders then holds them as stored and
+	// HeadersError says why, so such a row can still be shown, retried
+	// and dropped.
 	Headers       map[string]string
+	RawHeaders    json.RawMessage
+	HeadersError  string
 	CreatedAt     time.Time
 	State         string // pending, claimed, published or dead
 	Attempts      int
@@ -58,7 +65,9 @@ func scanRow(s scanner, extra ...any) (Row, error) {
 	}
 	r.EventID = id
 	if err := json.Unmarshal([]byte(headers), &r.Headers); err != nil {
-		return Row{}, fmt.Errorf("row %d: headers: %w", r.ID, err)
+		r.Headers = nil
+		r.RawHeaders = json.RawMessage(headers)
+		r.HeadersError = "not a JSON object of strings: " + err.Error()
 	}
 	if published.Valid {
 		t := published.Time

@@ -62,7 +62,9 @@ type RelayStatus struct {
 }
 
 // Status reads the outbox's figures (txoutbox.ReadTopicStats), the relays and
-// their shards.
+// their shards: Fleet, TopicStats and Handovers at once. Its figures and
+// handovers read every unpublished and dead row; a dashboard that polls
+// reads Lag and Fleet often and the others less often, as the console does.
 func (a *Admin) Status(ctx context.Context) (Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
@@ -70,7 +72,27 @@ func (a *Admin) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, fmt.Errorf("outboxadmin: status: %w", err)
 	}
-	st := Status{Stats: stats}
+	st, err := a.Fleet(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	st.Stats = stats
+	if st.Handovers, err = a.Handovers(ctx); err != nil {
+		return Status{}, err
+	}
+	return st, nil
+}
+
+// Fleet reads the relays, their shards, the shards no live relay owns and
+// the WAL relay's slot: Status without Stats and Handovers. It reads the
+// small coordination tables only.
+func (a *Admin) Fleet(ctx context.Context) (Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
+	defer cancel()
+	var (
+		st  Status
+		err error
+	)
 	if st.Slot, err = a.slot(ctx); err != nil {
 		return Status{}, fmt.Errorf("outboxadmin: status: %w", err)
 	}
@@ -107,10 +129,69 @@ func (a *Admin) Status(ctx context.Context) (Status, error) {
 		return Status{}, fmt.Errorf("outboxadmin: status: read shards: %w", err)
 	}
 	st.Relays = relays
-	if st.Handovers, err = a.handovers(ctx); err != nil {
-		return Status{}, fmt.Errorf("outboxadmin: status: %w", err)
-	}
 	return st, nil
+}
+
+// Lag reads the age of the oldest unpublished event by created_at, by the
+// database clock (zero when there is none): the lag of Status, Snapshot,
+// the relays' metrics and txoutbox.ReadStats, from one entry of the lag
+// index (schema version 4).
+func (a *Admin) Lag(ctx context.Context) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
+	defer cancel()
+	var (
+		oldest sql.NullTime
+		now    time.Time
+	)
+	if err := a.db.QueryRowContext(ctx, a.sql.lag).Scan(&oldest, &now); err != nil {
+		return 0, fmt.Errorf("outboxadmin: read lag: %w", err)
+	}
+	if !oldest.Valid {
+		return 0, nil
+	}
+	return max(now.Sub(oldest.Time), 0), nil
+}
+
+// TopicStats reads backlog, lag and dead count per topic, in topic order.
+// Like Status, it reads every unpublished and dead row.
+func (a *Admin) TopicStats(ctx context.Context) ([]txoutbox.TopicStats, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
+	defer cancel()
+	rows, err := a.db.QueryContext(ctx, a.sql.topicStats)
+	if err != nil {
+		return nil, fmt.Errorf("outboxadmin: read topic stats: %w", err)
+	}
+	defer rows.Close()
+	var out []txoutbox.TopicStats
+	for rows.Next() {
+		var (
+			t   txoutbox.TopicStats
+			lag sql.NullFloat64
+		)
+		if err := rows.Scan(&t.Topic, &t.Backlog, &lag, &t.Dead); err != nil {
+			return nil, fmt.Errorf("outboxadmin: read topic stats: %w", err)
+		}
+		if lag.Valid {
+			t.Lag = max(time.Duration(lag.Float64*float64(time.Second)), 0)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outboxadmin: read topic stats: %w", err)
+	}
+	return out, nil
+}
+
+// Handovers reads the shards in handover (Status.Handovers). It walks the
+// claim index, so it costs as much as the backlog.
+func (a *Admin) Handovers(ctx context.Context) ([]int, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
+	defer cancel()
+	out, err := a.handovers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("outboxadmin: status: %w", err)
+	}
+	return out, nil
 }
 
 func (a *Admin) handovers(ctx context.Context) ([]int, error) {

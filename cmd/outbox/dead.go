@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/txoutbox/txoutbox/internal/human"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
@@ -60,6 +60,9 @@ func runDeadList(ctx context.Context, args []string, stdout io.Writer) error {
 	if *after < 0 {
 		return usagef("--after %d is negative", *after)
 	}
+	if err := filters.check(); err != nil {
+		return err
+	}
 	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{}, readerGrants)
 	if err != nil {
 		return err
@@ -87,8 +90,8 @@ func runDeadList(ctx context.Context, args []string, stdout io.Writer) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTOPIC\tAGGREGATE\tTYPE\tCREATED\tATTEMPTS\tLAST ERROR")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", r.ID, r.Topic, oneLine(r.AggregateID, 40), r.Type,
-			r.CreatedAt.Local().Format(time.DateTime), r.Attempts, oneLine(r.LastError, 60))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", r.ID, oneLine(r.Topic, 60), oneLine(r.AggregateID, 40), oneLine(r.Type, 60),
+			r.CreatedAt.UTC().Format(timeUTC), r.Attempts, oneLine(r.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -103,6 +106,7 @@ func runDeadShow(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("outbox dead show", flag.ContinueOnError)
 	var common commonFlags
 	common.register(fs)
+	full := fs.Bool("full", false, fmt.Sprintf("show every value whole (default: values past %d characters are cut)", shownMax))
 	positional, err := parseInterleaved(ctx, fs, args)
 	if err != nil {
 		return err
@@ -120,44 +124,83 @@ func runDeadShow(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer db.Close()
 	r, err := adm.Event(ctx, ids[0])
-	if errors.Is(err, outboxadmin.ErrNotFound) {
-		return usagef("%v", err)
-	}
 	if err != nil {
 		return err
 	}
 	if common.json {
 		return printJSON(stdout, rowJSON(r))
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	return printRow(stdout, r, *full)
+}
+
+// shownMax is the most characters of a value dead show prints without
+// --full; prettyMax the most bytes of an indented payload, past which it
+// is printed compact (indentation grows with the square of the depth).
+const (
+	shownMax  = 1000
+	prettyMax = 1 << 20
+)
+
+// timeUTC is how times are printed for humans: UTC, saying so, as the
+// console does.
+const timeUTC = "2006-01-02 15:04:05Z"
+
+// printRow writes r for humans. Every value from the database is escaped
+// (human.Escape), so none can drive the terminal, and cut at shownMax
+// characters unless full.
+func printRow(w io.Writer, r outboxadmin.Row, full bool) error {
+	cut := 0
+	show := func(s string) string {
+		s = human.Escape(s)
+		if full {
+			return s
+		}
+		s, clipped := human.Clip(s, shownMax)
+		if clipped {
+			cut++
+		}
+		return s
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "id\t%d\n", r.ID)
 	fmt.Fprintf(tw, "event id\t%s\n", r.EventID)
 	fmt.Fprintf(tw, "state\t%s\n", r.State)
-	fmt.Fprintf(tw, "topic\t%s\n", r.Topic)
-	fmt.Fprintf(tw, "aggregate\t%s %s\n", r.AggregateType, r.AggregateID)
-	fmt.Fprintf(tw, "type\t%s\n", r.Type)
-	fmt.Fprintf(tw, "created\t%s\n", r.CreatedAt.Format(time.RFC3339Nano))
+	fmt.Fprintf(tw, "topic\t%s\n", show(r.Topic))
+	fmt.Fprintf(tw, "aggregate\t%s %s\n", show(r.AggregateType), show(r.AggregateID))
+	fmt.Fprintf(tw, "type\t%s\n", show(r.Type))
+	fmt.Fprintf(tw, "created\t%s\n", r.CreatedAt.UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(tw, "attempts\t%d\n", r.Attempts)
+	if r.State == "pending" || r.State == "claimed" {
+		fmt.Fprintf(tw, "next attempt\t%s\n", r.NextAttemptAt.UTC().Format(time.RFC3339Nano))
+	}
 	if r.PublishedAt != nil {
-		fmt.Fprintf(tw, "published\t%s\n", r.PublishedAt.Format(time.RFC3339Nano))
+		fmt.Fprintf(tw, "published\t%s\n", r.PublishedAt.UTC().Format(time.RFC3339Nano))
 	}
 	if r.LeaseOwner != "" {
-		fmt.Fprintf(tw, "claimed by\t%s\n", r.LeaseOwner)
+		fmt.Fprintf(tw, "claimed by\t%s\n", show(r.LeaseOwner))
 	}
-	fmt.Fprintf(tw, "last error\t%s\n", r.LastError)
-	names := make([]string, 0, len(r.Headers))
-	for k := range r.Headers {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	fmt.Fprintf(tw, "headers\t%d\n", len(names))
-	for _, k := range names {
-		fmt.Fprintf(tw, "  %s\t%s\n", k, r.Headers[k])
+	fmt.Fprintf(tw, "last error\t%s\n", show(r.LastError))
+	if r.HeadersError != "" {
+		fmt.Fprintf(tw, "headers\t%s; as stored: %s\n", r.HeadersError, show(string(r.RawHeaders)))
+	} else {
+		names := make([]string, 0, len(r.Headers))
+		for k := range r.Headers {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		fmt.Fprintf(tw, "headers\t%d\n", len(names))
+		for _, k := range names {
+			fmt.Fprintf(tw, "  %s\t%s\n", show(k), show(r.Headers[k]))
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "payload (%s, %d bytes):\n%s\n", r.ContentType, r.PayloadBytes, payloadText(r))
+	payload, how := payloadText(r.Payload)
+	fmt.Fprintf(w, "payload (%s, %d bytes%s):\n%s\n", show(r.ContentType), r.PayloadBytes, how, payload)
+	if cut > 0 {
+		fmt.Fprintf(w, "(%d value(s) cut at %d characters: --full shows them whole)\n", cut, shownMax)
+	}
 	return nil
 }
 
@@ -196,6 +239,9 @@ func runDeadChange(ctx context.Context, action string, args []string, stdout io.
 	if err != nil {
 		return err
 	}
+	if err := filters.check(); err != nil {
+		return err
+	}
 	f := filters.filter(ids)
 	selected := ids != nil || f.Topic != "" || f.AggregateID != "" || f.Type != "" || !f.Since.IsZero()
 	switch {
@@ -220,9 +266,6 @@ func runDeadChange(ctx context.Context, action string, args []string, stdout io.
 	)
 	if action == "retry" {
 		retried, err := adm.Retry(ctx, f, *dryRun)
-		if errors.Is(err, outboxadmin.ErrNotDead) {
-			return usagef("%v", err)
-		}
 		if err != nil {
 			return err
 		}
@@ -234,9 +277,6 @@ func runDeadChange(ctx context.Context, action string, args []string, stdout io.
 		}
 	} else {
 		rows, err = adm.Drop(ctx, f, *dryRun)
-		if errors.Is(err, outboxadmin.ErrNotDead) {
-			return usagef("%v", err)
-		}
 		if err != nil {
 			return err
 		}
@@ -265,7 +305,7 @@ func runDeadChange(ctx context.Context, action string, args []string, stdout io.
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tEVENT ID\tTOPIC\tAGGREGATE\tTYPE")
 		for _, r := range rows[:min(len(rows), maxListed)] {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.ID, r.EventID, r.Topic, oneLine(r.AggregateID, 40), r.Type)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.ID, r.EventID, oneLine(r.Topic, 60), oneLine(r.AggregateID, 40), oneLine(r.Type, 60))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -277,7 +317,7 @@ func runDeadChange(ctx context.Context, action string, args []string, stdout io.
 	for _, r := range rows {
 		if later := overtaken[r.ID]; len(later) > 0 {
 			fmt.Fprintf(stdout, "note: %d later event(s) of aggregate %q were already in flight and may be published before %d: %s\n",
-				len(later), r.AggregateID, r.ID, joinIDs(later))
+				len(later), oneLine(r.AggregateID, 80), r.ID, joinIDs(later))
 		}
 	}
 	if *dryRun {
@@ -301,20 +341,24 @@ type rowOutput struct {
 	Payload       json.RawMessage   `json:"payload,omitempty"`
 	PayloadBase64 []byte            `json:"payload_base64,omitempty"`
 	Headers       map[string]string `json:"headers"`
-	CreatedAt     time.Time         `json:"created_at"`
-	Attempts      int               `json:"attempts"`
-	NextAttemptAt time.Time         `json:"next_attempt_at"`
-	LastError     string            `json:"last_error"`
-	PublishedAt   *time.Time        `json:"published_at,omitempty"`
-	LeaseOwner    string            `json:"lease_owner,omitempty"`
-	Overtaken     []int64           `json:"overtaken_by,omitempty"`
+	// HeadersRaw and HeadersError: headers that are not a JSON object of
+	// strings, as stored, and why (Headers is then null).
+	HeadersRaw    json.RawMessage `json:"headers_raw,omitempty"`
+	HeadersError  string          `json:"headers_error,omitempty"`
+	CreatedAt     time.Time       `json:"created_at"`
+	Attempts      int             `json:"attempts"`
+	NextAttemptAt time.Time       `json:"next_attempt_at"`
+	LastError     string          `json:"last_error"`
+	PublishedAt   *time.Time      `json:"published_at,omitempty"`
+	LeaseOwner    string          `json:"lease_owner,omitempty"`
+	Overtaken     []int64         `json:"overtaken_by,omitempty"`
 }
 
 func rowJSON(r outboxadmin.Row) rowOutput {
 	out := rowOutput{
 		ID: r.ID, EventID: r.EventID.String(), State: r.State, Topic: r.Topic, AggregateType: r.AggregateType,
 		AggregateID: r.AggregateID, Type: r.Type, ContentType: r.ContentType, PayloadBytes: r.PayloadBytes,
-		Headers: r.Headers, CreatedAt: r.CreatedAt, Attempts: r.Attempts, NextAttemptAt: r.NextAttemptAt,
+		Headers: r.Headers, HeadersRaw: r.RawHeaders, HeadersError: r.HeadersError, CreatedAt: r.CreatedAt, Attempts: r.Attempts, NextAttemptAt: r.NextAttemptAt,
 		LastError: r.LastError, PublishedAt: r.PublishedAt, LeaseOwner: r.LeaseOwner,
 	}
 	if r.Payload != nil {
@@ -327,29 +371,24 @@ func rowJSON(r outboxadmin.Row) rowOutput {
 	return out
 }
 
-// payloadText renders a payload for humans: indented if JSON, as is if
-// printable text, else a hex dump.
-func payloadText(r outboxadmin.Row) string {
-	var b bytes.Buffer
-	if json.Indent(&b, r.Payload, "", "  ") == nil {
-		return b.String()
-	}
-	if isPrintable(r.Payload) {
-		return string(r.Payload)
-	}
-	return fmt.Sprintf("% x", r.Payload)
-}
-
-func isPrintable(p []byte) bool {
-	if !utf8.Valid(p) {
-		return false
-	}
-	for _, c := range string(p) {
-		if c < 0x20 && c != '\n' && c != '\t' && c != '\r' {
-			return false
+// payloadText renders a payload for humans: indented if JSON (compact if
+// indented it would pass prettyMax bytes: the whole payload either way),
+// as is if UTF-8 text, else a hex dump; escaped either way
+// (human.EscapeLines). how says which form past the plain one.
+func payloadText(p []byte) (text, how string) {
+	if json.Valid(p) {
+		if out, ok := human.IndentJSON(p, prettyMax); ok {
+			return human.EscapeLines(string(out)), ""
+		}
+		var b bytes.Buffer
+		if json.Compact(&b, p) == nil {
+			return human.EscapeLines(b.String()), fmt.Sprintf(", compact: indented it would pass %d bytes", prettyMax)
 		}
 	}
-	return true
+	if utf8.Valid(p) {
+		return human.EscapeLines(string(p)), ""
+	}
+	return fmt.Sprintf("% x", p), ", binary"
 }
 
 func joinIDs(ids []int64) string {

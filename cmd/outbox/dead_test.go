@@ -107,7 +107,7 @@ func TestDeadListAndShow(t *testing.T) {
 		t.Errorf("show of a pending row: state %q", row.State)
 	}
 	code, _, errOut := e.run(t, "dead", "show", "999999")
-	if code != 2 || !strings.Contains(errOut, "no such event: 999999") {
+	if code != 1 || !strings.Contains(errOut, "no such event: 999999") {
 		t.Errorf("show of a missing id: exit %d, %q", code, errOut)
 	}
 }
@@ -132,7 +132,7 @@ func TestDeadRetryAndDrop(t *testing.T) {
 
 	// An id that is not dead refuses the whole command: nothing changes.
 	code, _, errOut := e.run(t, "dead", "retry", fmt.Sprint(d1), fmt.Sprint(pending), "999999")
-	if code != 2 || !strings.Contains(errOut, fmt.Sprintf("not dead or no such event: %d, 999999", pending)) {
+	if code != 1 || !strings.Contains(errOut, fmt.Sprintf("not dead or no such event: %d, 999999", pending)) {
 		t.Errorf("retry of a pending and a missing id: exit %d, %q", code, errOut)
 	}
 	if s, _ := e.state(t, d1); s != "dead" {
@@ -158,7 +158,7 @@ func TestDeadRetryAndDrop(t *testing.T) {
 		t.Errorf("retried d1: %s, attempts %d, due %v, last_error %q; want pending, 0, due, kept", s, n, due, lastErr)
 	}
 	// Retrying again: it is no longer dead.
-	if code, _, errOut := e.run(t, "dead", "retry", fmt.Sprint(d1)); code != 2 || !strings.Contains(errOut, "not dead") {
+	if code, _, errOut := e.run(t, "dead", "retry", fmt.Sprint(d1)); code != 1 || !strings.Contains(errOut, "not dead") {
 		t.Errorf("second retry: exit %d, %q", code, errOut)
 	}
 

@@ -17,6 +17,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/human"
 )
 
 // errHelp is returned when -h was asked for; the usage is already printed.
@@ -90,12 +91,26 @@ func parseArgs(fs *flag.FlagSet, args []string, commandLineOnly ...string) error
 	return nil
 }
 
-// printJSON writes v as indented JSON.
+// printJSON writes v as indented JSON, or compact when indented it would
+// pass jsonIndentMax (a deeply nested payload, whose indentation grows with
+// the square of its depth). Characters a terminal or an editor would act
+// on (C1 controls, bidirectional formatting) are written as \u escapes,
+// which decode to the same strings.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if out, ok := human.IndentJSON(b, max(8*len(b), jsonIndentMax)); ok {
+		b = out
+	}
+	b = append(human.EscapeJSON(b), '\n')
+	_, err = w.Write(b)
+	return err
 }
+
+// jsonIndentMax is the least output printJSON allows its indentation.
+const jsonIndentMax = 1 << 20
 
 // joinInts renders versions for humans.
 func joinInts(v []int) string {

@@ -10,7 +10,7 @@
 //	outbox dead retry ID... | --topic T ... | --all [--dry-run]
 //	outbox dead drop ID... | --topic T ... | --all --yes|--dry-run
 //	outbox replay --since 2h [--topic T] [--aggregate A] [--dry-run]
-//	outbox ui [--listen 127.0.0.1:8080] [--allow-writes]
+//	outbox ui [--listen 127.0.0.1:8080] [--allow-writes] [--allow-host H --token-file F | --behind-auth-proxy]
 //
 // Every flag can also be set in the environment as OUTBOX_ and its name in
 // upper case with underscores (--max-lag: OUTBOX_MAX_LAG); the command line
@@ -19,7 +19,9 @@
 // dead drop and replay change are read from the command line only.
 //
 // Every command takes --database-url, --schema and --table. Output is for
-// humans unless --json is given. Exit codes: 0 success, 1 failure, 2 bad
+// humans unless --json is given; values from the database are printed with
+// control and bidirectional characters escaped. Exit codes: 0 success, 1
+// failure (including an event that does not exist or is not dead), 2 bad
 // usage (nothing touched), 3 the lag exceeds status's --max-lag.
 package main
 

@@ -34,6 +34,12 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if since.t.IsZero() {
 		return usagef("--since is required: replay events published since when?")
 	}
+	if err := textFlag("--topic", *topic); err != nil {
+		return err
+	}
+	if err := textFlag("--aggregate", *aggregate); err != nil {
+		return err
+	}
 	// Even a dry run locks the rows it would change: operator grants.
 	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{Slot: *slot}, operatorGrants)
 	if err != nil {
@@ -65,7 +71,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintln(stdout)
 	for _, t := range res.Topics {
-		fmt.Fprintf(stdout, "  %s: %d\n", t.Topic, t.Events)
+		fmt.Fprintf(stdout, "  %s: %d\n", oneLine(t.Topic, 80), t.Events)
 	}
 	if *dryRun {
 		fmt.Fprintln(stdout, "dry run: nothing changed")

@@ -9,9 +9,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/grants"
+	"github.com/txoutbox/txoutbox/internal/human"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
@@ -53,6 +55,28 @@ func (f *filterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.aggregate, "aggregate", "", "only events of this aggregate id")
 	fs.StringVar(&f.eventType, "type", "", "only events of this event type")
 	fs.Var(&f.since, "since", "only events created since: a duration ago (24h) or an RFC 3339 time")
+}
+
+// check refuses filters PostgreSQL's text cannot hold (not UTF-8, a NUL),
+// which the database would answer with an error after connecting.
+func (f *filterFlags) check() error {
+	for name, v := range map[string]string{"--topic": f.topic, "--aggregate": f.aggregate, "--type": f.eventType} {
+		if err := textFlag(name, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// textFlag refuses a value PostgreSQL's text cannot hold.
+func textFlag(name, v string) error {
+	switch {
+	case !utf8.ValidString(v):
+		return usagef("%s %s is not UTF-8 text", name, human.Escape(v))
+	case strings.ContainsRune(v, 0):
+		return usagef("%s %s contains a NUL character", name, human.Escape(v))
+	}
+	return nil
 }
 
 func (f *filterFlags) filter(ids []int64) outboxadmin.Filter {
@@ -164,11 +188,6 @@ func shardRanges(shards []int) string {
 	return strings.Join(parts, ", ")
 }
 
-// oneLine shortens s to n runes on one line, for tables.
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
+// oneLine escapes s onto one line and shortens it to n runes, for tables
+// (human.OneLine).
+func oneLine(s string, n int) string { return human.OneLine(s, n) }

@@ -83,7 +83,7 @@ func printStatus(w io.Writer, st outboxadmin.Status, staleAfter time.Duration) e
 	if len(st.Topics) > 0 {
 		fmt.Fprintln(tw, "\nTOPIC\tBACKLOG\tLAG\tDEAD")
 		for _, t := range st.Topics {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", t.Topic, t.Backlog, human.Duration(t.Lag), t.Dead)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", oneLine(t.Topic, 80), t.Backlog, human.Duration(t.Lag), t.Dead)
 		}
 	}
 	alive := 0
@@ -100,7 +100,7 @@ func printStatus(w io.Writer, st outboxadmin.Status, staleAfter time.Duration) e
 			if !r.Alive {
 				state = "stale"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%s (%d)\n", r.ID, r.Host, state, human.Duration(r.HeartbeatAge), shardRanges(r.Shards), len(r.Shards))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%s (%d)\n", oneLine(r.ID, 80), oneLine(r.Host, 60), state, human.Duration(r.HeartbeatAge), shardRanges(r.Shards), len(r.Shards))
 		}
 	}
 	if err := tw.Flush(); err != nil {

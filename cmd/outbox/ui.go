@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/txoutbox/txoutbox/outboxadmin"
@@ -28,7 +30,10 @@ func runUI(ctx context.Context, args []string, stdout io.Writer) error {
 	var (
 		common      commonFlags
 		opts        console.Options
-		listen      = fs.String("listen", uiListenDefault, "address to serve the console on; it has no authentication, keep it on loopback or behind a proxy that authenticates")
+		listen      = fs.String("listen", uiListenDefault, "address to serve the console on; beyond loopback it needs --allow-host, and --token-file or --behind-auth-proxy")
+		allowHosts  = fs.String("allow-host", "", "comma-separated host names the console answers to (the browser's Host and Origin), besides the loopback names when --listen is on loopback; \"*\": any")
+		tokenFile   = fs.String("token-file", "", "require this file's token as the HTTP basic auth password (any user name, which the change log lines name as the operator)")
+		proxied     = fs.Bool("behind-auth-proxy", false, "the console is behind a proxy that authenticates operators: allow --listen beyond loopback without --token-file")
 		staleAfter  = fs.Duration("stale-after", outboxadmin.StaleAfterDefault, "count a relay alive if its heartbeat is younger (the relays' --stale-after)")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		sampleEvery = fs.Duration("sample-every", console.SampleEveryDefault, "sample backlog and lag for the overview's chart this often")
@@ -39,7 +44,7 @@ func runUI(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&opts.Title, "title", console.TitleDefault, "name shown in the pages' header, e.g. orders (prod)")
 	// --allow-writes widens what the console can do: command line only, like
 	// the selections of dead retry and replay.
-	if err := parseFlags(ctx, fs, args, "allow-writes"); err != nil {
+	if err := parseFlags(ctx, fs, args, "allow-writes", "behind-auth-proxy"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -49,9 +54,41 @@ func runUI(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usagef("--log-level: %v", err)
 	}
-	host, _, err := net.SplitHostPort(*listen)
+	host, port, err := net.SplitHostPort(*listen)
 	if err != nil {
 		return usagef("--listen %q: %v", *listen, err)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return usagef("--listen %q: %v", *listen, err)
+	}
+	for _, h := range strings.Split(*allowHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			opts.Hosts = append(opts.Hosts, h)
+		}
+	}
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return usagef("--token-file: %v", err)
+		}
+		if opts.Authenticate, err = console.TokenAuth(strings.TrimSpace(string(b))); err != nil {
+			return usagef("--token-file %s: %v", *tokenFile, err)
+		}
+	}
+	if console.IsLoopbackName(host) && len(opts.Hosts) > 0 {
+		// Names added for a tunnel or a proxy: loopback is still served.
+		opts.Hosts = append(opts.Hosts, "localhost", "127.0.0.1", "::1")
+	}
+	if !console.IsLoopbackName(host) {
+		// Anyone who reaches the port could read payloads and, with
+		// --allow-writes, drop events; a browser tricked by DNS rebinding
+		// too, unless the Host is checked against the names served.
+		switch {
+		case len(opts.Hosts) == 0:
+			return usagef("--listen %s is beyond loopback: name the hosts the console is reached by with --allow-host", *listen)
+		case opts.Authenticate == nil && !*proxied:
+			return usagef("--listen %s is beyond loopback and the console authenticates nobody: pass --token-file, or --behind-auth-proxy if a proxy authenticates every request", *listen)
+		}
 	}
 	if *sampleEvery <= 0 {
 		return usagef("--sample-every must be positive (%s)", *sampleEvery)
@@ -80,8 +117,8 @@ func runUI(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		logger.Warn("the console listens beyond loopback and authenticates nobody: put an authenticating proxy in front", "listen", *listen)
+	if !console.IsLoopbackName(host) && opts.Authenticate == nil {
+		logger.Warn("the console listens beyond loopback and authenticates nobody (--behind-auth-proxy)", "listen", *listen, "hosts", opts.Hosts)
 	}
 	mode := "read-only"
 	if opts.AllowWrites {

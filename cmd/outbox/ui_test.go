@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -56,10 +58,74 @@ func TestUIUsageErrors(t *testing.T) {
 		{[]string{"ui", "--table", "x; drop table y"}, "invalid table name"},
 		{[]string{"ui", "extra"}, "unexpected arguments"},
 		{[]string{"ui"}, "no database"},
+		// Checked before connecting: no --database-url is given.
+		{[]string{"ui", "--listen", "127.0.0.1:99999"}, "invalid port"},
+		{[]string{"ui", "--listen", "0.0.0.0:8080"}, "--allow-host"},
+		{[]string{"ui", "--listen", ":8080", "--allow-host", "outbox.example"}, "--token-file, or --behind-auth-proxy"},
+		{[]string{"ui", "--listen", "[::]:8080", "--allow-host", "outbox.example", "--allow-writes"}, "authenticates nobody"},
+		{[]string{"ui", "--token-file", "/nonexistent/token"}, "--token-file"},
 	} {
 		code, _, errOut := outbox(t, tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.msg) {
 			t.Errorf("outbox %v = exit %d, stderr %q; want exit 2 mentioning %q", tc.args, code, errOut, tc.msg)
 		}
+	}
+}
+
+// With --token-file every request needs the token (HTTP basic auth); an
+// explicit --behind-auth-proxy and --allow-host let it listen beyond
+// loopback.
+func TestUIAuthAndListen(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret-s3cret-s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := startOutbox(t, nil, append([]string{"ui", "--listen", "127.0.0.1:0", "--token-file", tokenFile}, e.flags...)...)
+	b.waitOutput(t, "serving the outbox console")
+	base := regexp.MustCompile(`http://\S+/`).FindString(b.stdout.String())
+	resp, err := http.Get(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET / without the token = %d, want 401", resp.StatusCode)
+	}
+	req, _ := http.NewRequest("GET", base, nil)
+	req.SetBasicAuth("bob", "s3cret-s3cret-s3cret")
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET / with the token = %d, want 200", resp.StatusCode)
+	}
+	if code := b.stop(t); code != 0 {
+		t.Errorf("exit %d, stderr:\n%s", code, b.stderr)
+	}
+
+	wide := startOutbox(t, nil, append([]string{"ui", "--listen", "0.0.0.0:0", "--allow-host", "outbox.example", "--behind-auth-proxy"}, e.flags...)...)
+	wide.waitOutput(t, "serving the outbox console")
+	port := regexp.MustCompile(`:(\d+)/`).FindStringSubmatch(wide.stdout.String())[1]
+	req, _ = http.NewRequest("GET", "http://127.0.0.1:"+port+"/", nil)
+	req.Host = "outbox.example"
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET / with an allowed host = %d, want 200", resp.StatusCode)
+	}
+	if resp, err = http.Get("http://127.0.0.1:" + port + "/"); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("GET / with a host not allowed = %d, want 421", resp.StatusCode)
+	}
+	if code := wide.stop(t); code != 0 {
+		t.Errorf("exit %d, stderr:\n%s", code, wide.stderr)
 	}
 }

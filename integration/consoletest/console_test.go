@@ -29,7 +29,7 @@ const chromiumPath = "/usr/bin/chromium"
 
 // browser starts a headless Chromium of the test's own (a fresh profile)
 // and returns a tab's context.
-func browser(t *testing.T) context.Context {
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	if _, err := exec.LookPath(chromiumPath); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -48,6 +48,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 900),
 	}
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancelTab(); cancelAlloc() })
@@ -273,9 +274,15 @@ func TestConsoleInABrowser(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "row 8 published", func() bool { return state(8) == "published" })
 
 	// The relays page shows the relay and its shards.
-	do(t, ctx, "relays", chromedp.Navigate(base+"relays"))
-	relays := text(t, ctx, `#relay-list tbody`)
-	if !strings.Contains(relays, "alive") || !strings.Contains(relays, "256") {
+	// The pages share a status read once a SampleEvery (1s here): the
+	// relay shows within one.
+	var relays string
+	testkit.WaitFor(t, 10*time.Second, "the relay on the relays page", func() bool {
+		do(t, ctx, "relays", chromedp.Navigate(base+"relays"))
+		relays = text(t, ctx, `#relay-list tbody`)
+		return strings.Contains(relays, "alive")
+	})
+	if !strings.Contains(relays, "256") {
 		t.Errorf("relays page: %q", relays)
 	}
 	screenshot(t, ctx, "console-relays")

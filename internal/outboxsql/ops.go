@@ -174,16 +174,22 @@ WHERE o.state IN ('pending', 'claimed') AND o.lease_owner IS NOT NULL AND o.leas
 ORDER BY 1`
 
 // OpsSnapshot reads what a console samples over time: backlog, the
-// creation time of the oldest unpublished row, the dead count (Stats), the
+// creation time of the oldest unpublished row (OldestUnpublished), the dead
+// count (Stats), the
 // highest row id (the primary key's last entry, which counts the events
 // written) and the database clock.
 const OpsSnapshot = `
 SELECT
     (SELECT count(*) FROM {{table}} WHERE state IN ('pending', 'claimed')),
-    (SELECT created_at FROM {{table}} WHERE state IN ('pending', 'claimed') ORDER BY id LIMIT 1),
+    ` + OldestUnpublished + `,
     (SELECT count(*) FROM {{table}} WHERE state = 'dead'),
     (SELECT coalesce(max(id), 0) FROM {{table}}),
     now()`
+
+// OpsHead reads what a snapshot takes besides the counts: the highest row
+// id, the creation time of the oldest unpublished row and the database
+// clock, from the last entries of the primary key and the lag index.
+const OpsHead = `SELECT (SELECT coalesce(max(id), 0) FROM {{table}}), ` + OldestUnpublished + `, now()`
 
 // lookup finds the rows whose column col equals $1, newest first, at most
 // $3, on indexes only: the unpublished ones on the claim or aggregate index,

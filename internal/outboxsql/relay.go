@@ -530,21 +530,30 @@ func (a PruneArgs) Args() []any { return []any{Interval(a.Retention), a.Batch} }
 const PruneLock = `SELECT pg_try_advisory_xact_lock(hashtext({{channel}} || '.prune'))`
 
 // Stats summarises the outbox for health checks: backlog (pending and
-// claimed rows), the creation time of the oldest of them, and dead rows.
+// claimed rows), the creation time of the oldest of them (OldestUnpublished)
+// and dead rows.
 const Stats = `
 SELECT
     (SELECT count(*) FROM {{table}} WHERE state IN ('pending', 'claimed')),
-    (SELECT created_at FROM {{table}} WHERE state IN ('pending', 'claimed') ORDER BY id LIMIT 1),
+    ` + OldestUnpublished + `,
     (SELECT count(*) FROM {{table}} WHERE state = 'dead'),
     now()`
+
+// OldestUnpublished is the lag's one definition, everywhere it is shown
+// (relay metrics, outbox status, the console's totals and its topics): the
+// earliest created_at of an unpublished row. created_at need not follow id
+// order (an application may set it, clocks skew), so the row with the
+// lowest id is not it. The lag index (schema version 4) serves it with one
+// entry; without it, it reads the claim index whole.
+const OldestUnpublished = `(SELECT min(created_at) FROM {{table}} WHERE state IN ('pending', 'claimed'))`
 
 // StatsLag, StatsBacklog and StatsDead are Stats's three parts, which a
 // relay reads apart (see relay.Config's StatsInterval).
 //
-// StatsLag is the creation time of the oldest unpublished row, the claim
-// index's first live entry, and the database clock.
+// StatsLag is the creation time of the oldest unpublished row
+// (OldestUnpublished) and the database clock.
 const StatsLag = `
-SELECT (SELECT created_at FROM {{table}} WHERE state IN ('pending', 'claimed') ORDER BY id LIMIT 1), now()`
+SELECT ` + OldestUnpublished + `, now()`
 
 // StatsBacklog counts the unpublished rows. It reads a claim index entry
 // of each, and the row too where its page changed since the last vacuum,

@@ -2,6 +2,7 @@ package console
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"time"
@@ -27,7 +28,8 @@ func (c *Console) writes(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		if !c.csrf.valid(r) {
-			c.log.Warn("outbox console: refused a POST without a valid CSRF token", "path", r.URL.Path, "remote", r.RemoteAddr)
+			c.log.Warn("outbox console: refused a POST without a valid CSRF token", "path", r.URL.Path, "remote", r.RemoteAddr,
+				operatorAttr(r))
 			c.fail(w, r, errCSRF)
 			return
 		}
@@ -73,7 +75,7 @@ func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.log.Info("outbox console: retried dead events", "count", len(retried), "ids", logIDs(f.IDs),
-		"filter", filterAttrs(f), "remote", r.RemoteAddr)
+		"filter", filterAttrs(f), "remote", r.RemoteAddr, operatorAttr(r))
 	c.render(w, r, http.StatusOK, "done", "dead", doneData{Action: "retry", Count: int64(len(retried)), Retried: retried})
 }
 
@@ -89,7 +91,7 @@ func (c *Console) deadDrop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.log.Info("outbox console: dropped dead events", "count", len(dropped), "ids", logIDs(f.IDs),
-		"filter", filterAttrs(f), "remote", r.RemoteAddr)
+		"filter", filterAttrs(f), "remote", r.RemoteAddr, operatorAttr(r))
 	c.render(w, r, http.StatusOK, "done", "dead", doneData{Action: "drop", Count: int64(len(dropped)), Rows: dropped})
 }
 
@@ -137,7 +139,11 @@ type replayData struct {
 // replayForm shows the replay form and, once filled in, the dry run: what
 // a replay would return to pending. The dry run only reads.
 func (c *Console) replayForm(w http.ResponseWriter, r *http.Request) {
-	v := r.URL.Query()
+	v, err := query(r)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	if len(v) == 0 {
 		c.render(w, r, http.StatusOK, "replay", "replay", replayData{})
 		return
@@ -166,12 +172,14 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 		// Replay commits aggregate by aggregate: some may be pending
 		// again already.
 		c.log.Error("outbox console: replay failed", "replayed", res.Events, "since", q.filter.Since,
-			"topic", q.filter.Topic, "aggregate", q.filter.AggregateID, "err", err)
+			"topic", q.filter.Topic, "aggregate", q.filter.AggregateID, "remote", r.RemoteAddr,
+			operatorAttr(r), "err", err)
 		c.fail(w, r, err)
 		return
 	}
 	c.log.Info("outbox console: replayed events", "count", res.Events, "first_id", res.FirstID, "last_id", res.LastID,
-		"since", q.filter.Since, "topic", q.filter.Topic, "aggregate", q.filter.AggregateID, "remote", r.RemoteAddr)
+		"since", q.filter.Since, "topic", q.filter.Topic, "aggregate", q.filter.AggregateID, "remote", r.RemoteAddr,
+		operatorAttr(r))
 	c.render(w, r, http.StatusOK, "done", "replay", doneData{Action: "replay", Count: res.Events, Replay: &res})
 }
 
@@ -198,4 +206,13 @@ func filterAttrs(f outboxadmin.Filter) map[string]string {
 		out["until"] = f.Until.UTC().Format(time.RFC3339)
 	}
 	return out
+}
+
+// operatorAttr names Options.Authenticate's operator in a log record, and
+// is empty (dropped by the handler) without one.
+func operatorAttr(r *http.Request) slog.Attr {
+	if op := Operator(r.Context()); op != "" {
+		return slog.String("operator", op)
+	}
+	return slog.Attr{}
 }

@@ -51,6 +51,24 @@ type Options struct {
 	// History is how far back the overview's chart goes: samples older are
 	// dropped. Default HistoryDefault.
 	History time.Duration
+
+	// Hosts are the host names the console answers to (the Host header
+	// without its port, and an Origin header's host when one is sent);
+	// other requests are refused, 421 for the Host and 403 for the
+	// Origin. Empty: the loopback names only (localhost, *.localhost and
+	// loopback IPs). A browser that a rebinding attack pointed at the
+	// console still sends the attacker's name, so only names checked here
+	// keep another site's pages from reading and using it. "*" accepts
+	// any name: for a console behind an authenticating proxy or
+	// Authenticate, whose credentials a rebound name does not carry.
+	Hosts []string
+
+	// Authenticate, when set, runs on every request before anything else
+	// but the Host check, and returns who makes it: the operator that
+	// every change's log line names. An error refuses the request with
+	// 401 (and a WWW-Authenticate: Basic challenge). Hook the embedding
+	// application's authentication in here, or use TokenAuth.
+	Authenticate func(r *http.Request) (operator string, err error)
 }
 
 // Console is the web console of one outbox, an http.Handler. Mount it under
@@ -64,6 +82,8 @@ type Console struct {
 	pages   map[string]*template.Template
 	csrf    csrf
 	hist    *history
+	status  *statusCache
+	hosts   hostList
 }
 
 //go:embed assets
@@ -95,6 +115,10 @@ func New(adm *outboxadmin.Admin, opts Options) (*Console, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	hosts, err := parseHosts(opts.Hosts)
+	if err != nil {
+		return nil, err
+	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("console: CSRF key: %w", err)
@@ -104,10 +128,11 @@ func New(adm *outboxadmin.Admin, opts Options) (*Console, error) {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
 	c := &Console{
-		adm: adm, opts: opts, log: opts.Logger, pages: pages,
+		adm: adm, opts: opts, log: opts.Logger, pages: pages, hosts: hosts,
 		csrf: csrf{key: key},
 		hist: newHistory(opts.SampleEvery, opts.History),
 	}
+	c.status = newStatusCache(adm, opts.SampleEvery, c.hist)
 	static, err := fs.Sub(assets, "assets/static")
 	if err != nil {
 		return nil, fmt.Errorf("console: assets: %w", err)
@@ -124,7 +149,7 @@ func New(adm *outboxadmin.Admin, opts Options) (*Console, error) {
 	mux.HandleFunc("GET /events/{id}", c.event)
 	mux.HandleFunc("GET /replay", c.replayForm)
 	mux.HandleFunc("POST /replay", c.writes(c.replay))
-	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.Handle("GET /static/", http.StripPrefix("/static/", noListing(http.FileServerFS(static))))
 	// Cross-origin protection rejects a browser's cross-site POST before
 	// the token is checked; the token also covers old browsers and clients
 	// that send neither Origin nor Sec-Fetch-Site.
@@ -146,7 +171,38 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Referrer-Policy", "same-origin")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
+	if !c.hosts.allows(r.Host) {
+		c.log.Warn("outbox console: refused a request for another host", "host", r.Host, "path", r.URL.Path, "remote", r.RemoteAddr)
+		http.Error(w, fmt.Sprintf("this console does not serve the host %q: see Options.Hosts (outbox ui --allow-host)", r.Host), http.StatusMisdirectedRequest)
+		return
+	}
+	if o := r.Header.Get("Origin"); o != "" && !c.hosts.allowsOrigin(o) {
+		c.log.Warn("outbox console: refused a request from another origin", "origin", o, "path", r.URL.Path, "remote", r.RemoteAddr)
+		http.Error(w, fmt.Sprintf("this console does not serve pages of the origin %q", o), http.StatusForbidden)
+		return
+	}
+	if c.opts.Authenticate != nil {
+		op, err := c.opts.Authenticate(r)
+		if err != nil {
+			c.log.Warn("outbox console: refused an unauthenticated request", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
+			w.Header().Set("WWW-Authenticate", `Basic realm="outbox console", charset="UTF-8"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), operatorKey{}, op))
+	}
 	c.handler.ServeHTTP(w, r)
+}
+
+// noListing answers a directory of the static files with 404.
+func noListing(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "" || strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Run samples the overview's history every Options.SampleEvery until ctx
@@ -157,7 +213,7 @@ func (c *Console) Run(ctx context.Context) error {
 	t := time.NewTicker(c.opts.SampleEvery)
 	defer t.Stop()
 	for {
-		if _, err := c.hist.sample(ctx, c.adm); err != nil && ctx.Err() == nil {
+		if _, err := c.readStatus(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("outbox console: sample", "err", err)
 		}
 		select {

@@ -57,7 +57,7 @@ func (s *syncBuffer) String() string {
 
 // setup seeds 3 pending events (topic orders), 2 published (orders) and 2
 // dead (one orders, one payments) and serves the console.
-func setup(t *testing.T, opts console.Options) *bundle {
+func setup(t testing.TB, opts console.Options) *bundle {
 	t.Helper()
 	db := testkit.NewOutbox(t)
 	b := &bundle{db: db, log: &syncBuffer{}}
@@ -122,7 +122,7 @@ func setup(t *testing.T, opts console.Options) *bundle {
 	return b
 }
 
-func exec(t *testing.T, db *testkit.DB, q string, args ...any) {
+func exec(t testing.TB, db *testkit.DB, q string, args ...any) {
 	t.Helper()
 	if _, err := db.SQL.Exec(q, args...); err != nil {
 		t.Fatalf("%s: %v", q, err)
@@ -454,7 +454,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 // wal_status (HTML and JSON); without one, nothing of it.
 func TestOverviewShowsTheWALSlot(t *testing.T) {
 	t.Parallel()
-	b := setup(t, console.Options{})
+	// The status is read once per SampleEvery for every page: a short one
+	// shows the slot on the next request.
+	b := setup(t, console.Options{SampleEvery: time.Millisecond})
 	if code, body := b.get(t, "api/overview"); code != http.StatusOK || strings.Contains(body, "wal_slot") {
 		t.Fatalf("GET api/overview without a slot = %d: %s", code, body)
 	}
@@ -462,6 +464,7 @@ func TestOverviewShowsTheWALSlot(t *testing.T) {
 	exec(t, b.db, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
 	t.Cleanup(func() { _, _ = b.db.SQL.Exec(`SELECT pg_drop_replication_slot($1)`, slot) })
 	exec(t, b.db, `SELECT pg_logical_emit_message(true, 'test', 'move the server past the slot')`)
+	time.Sleep(2 * time.Millisecond)
 	code, body := b.get(t, "api/overview")
 	if code != http.StatusOK {
 		t.Fatalf("GET api/overview = %d: %s", code, body)

@@ -5,32 +5,73 @@
 // `outbox ui`.
 //
 //	adm, err := outboxadmin.New(db, outboxadmin.Config{})
-//	con, err := console.New(adm, console.Options{AllowWrites: true})
-//	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", requireOperator(con)))
+//	con, err := console.New(adm, console.Options{AllowWrites: true,
+//		Hosts: []string{"admin.example.com"}, Authenticate: operatorOf})
+//	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", con))
 //
 // Its pages, styles and script are embedded: it needs no internet access,
 // no CDN and no Node.js. Links are relative, so it works under any prefix
 // that http.StripPrefix removes.
 //
-// # Safety
+// # Security model
 //
-// The console authenticates nobody: mount it behind the application's
-// authentication and authorization. It is read-only unless
-// Options.AllowWrites is set, and every page shows which mode it is in.
-// Each state-changing request is a POST carrying a CSRF token (the HMAC,
-// under a key random to the Console, of a random secret in a SameSite
-// cookie), checked before anything else, and refused with 403 without it;
-// cross-site browser POSTs are also refused by http.CrossOriginProtection.
-// A retry or drop is previewed first (a read) and the confirmation sends
-// back the previewed ids, so it changes exactly what was shown, or nothing
-// when one of them changed meanwhile (409). Every change is logged with what
-// it selected and how many rows it changed. Bad input is answered 400 with a
-// message and touches nothing. Database errors are logged and answered with
-// a generic message, so no host, role or connection detail reaches the page.
+// The console checks where a request comes from, then who makes it, then
+// what it may do:
+//
+//   - Host and Origin. It answers only to Options.Hosts (by default the
+//     loopback names: localhost, *.localhost and loopback IPs), with 421
+//     for another Host and 403 for another Origin. A page of another site
+//     that rebinds its name to the console's address (DNS rebinding) sends
+//     its own name as both, so it can neither read a page nor post a form
+//     with a token it read; browser cross-origin checks alone pass such a
+//     request, which is same-origin under the attacker's name. Set Hosts
+//     to the names the console is served under; "*" accepts any, for a
+//     console behind authentication a rebound name does not carry.
+//   - Authentication. The console authenticates nobody unless
+//     Options.Authenticate is set: a hook for the embedding application's
+//     authentication (or TokenAuth, HTTP basic auth against a token, which
+//     `outbox ui --token-file` uses). It runs on every request after the
+//     Host check; an error answers 401. The operator it returns (Operator
+//     reads it from a request's context) is named in every change's log
+//     line, with the remote address. Without it, mount the console behind
+//     the application's authentication. `outbox ui` refuses to listen
+//     beyond loopback without --allow-host and either --token-file or
+//     --behind-auth-proxy.
+//   - Writes. The console is read-only unless Options.AllowWrites is set,
+//     and every page shows which mode it is in. Each state-changing
+//     request is a POST carrying a CSRF token (the HMAC, under a key random
+//     to the Console, of a random secret in a SameSite cookie), checked
+//     before anything else, and refused with 403 without it; cross-site
+//     browser POSTs are also refused by http.CrossOriginProtection. A retry
+//     or drop is previewed first (a read) and the confirmation sends back
+//     the previewed ids, so it changes exactly what was shown, or nothing
+//     when one of them changed meanwhile (409). Every change is logged
+//     with what it selected and how many rows it changed.
+//
+// Bad input is answered 400 with the reason and touches nothing: a query
+// string that does not parse (a raw ";", a bad escape) is refused whole
+// rather than losing a filter, and text that PostgreSQL cannot hold (not
+// UTF-8, a NUL) is refused before any statement. Database errors are
+// logged and answered with a generic message, so no host, role or
+// connection detail reaches the page.
+//
+// Rows are shown whatever they hold. Headers that are not a JSON object of
+// strings are shown as stored (outboxadmin.Row.RawHeaders). Control and
+// bidirectional characters are shown escaped (\x1b, \u202e), so none can
+// reorder the text around it; tables cut long values, and the event's page
+// shows them whole. A JSON payload is indented unless that would pass
+// 1 MiB (indentation grows with the square of the nesting), then shown
+// compact; one over 256 KiB is shown as the hex dump of its start.
 //
 // # Cost
 //
-// Every query uses an index: the overview reads the totals and the
+// Every page and tab shares one status reading per Options.SampleEvery:
+// the lag (one entry of the lag index) and the relays every interval, and
+// the figures that read every unpublished and dead row (backlog, dead
+// count, per topic, handovers) paced as the relays pace theirs: after a
+// reading that took d of 25 ms or more, no sooner than 100 × d later. The
+// figures a page shows may be that old after a change; the overview says
+// when they were counted. Every query uses an index: the overview reads the totals and the
 // per-topic figures on the claim and dead-letter partial indexes (their cost
 // grows with the backlog and the dead letters, not with the published rows
 // retained), the dead-letter list pages through the dead-letter index, and

@@ -1,49 +1,42 @@
 package console
 
 import (
-	"context"
 	"sync"
 	"time"
 
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
-// history keeps the overview's samples in memory: at most one per every,
-// none older than span (360 samples with the defaults, a few kilobytes).
-// It lives as long as the Console: a restart starts it empty, and without
-// Run it grows only while a page polls.
+// history keeps the overview's samples in memory: the counts of the
+// status cache, about one per every (fewer while counts are paced), none
+// older than span (360 samples with the defaults, a few kilobytes). It
+// lives as long as the Console: a restart starts it empty, and without Run
+// it grows only while a page polls.
 type history struct {
 	every, span time.Duration
 
 	mu      sync.Mutex
 	samples []outboxadmin.Snapshot
-	taken   time.Time // local clock of the last sample
 }
 
 func newHistory(every, span time.Duration) *history {
 	return &history{every: every, span: span}
 }
 
-// sample takes a snapshot unless the last is younger than every, and
-// returns the latest. Concurrent callers wait for one snapshot.
-func (h *history) sample(ctx context.Context, adm *outboxadmin.Admin) (outboxadmin.Snapshot, error) {
+// add records a count's snapshot, unless the last is younger than every
+// by the database clock, and drops the samples older than span.
+func (h *history) add(s outboxadmin.Snapshot) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if n := len(h.samples); n > 0 && time.Since(h.taken) < h.every {
-		return h.samples[n-1], nil
+	if n := len(h.samples); n > 0 && s.At.Sub(h.samples[n-1].At) < h.every/2 {
+		return
 	}
-	s, err := adm.Snapshot(ctx)
-	if err != nil {
-		return outboxadmin.Snapshot{}, err
-	}
-	h.taken = time.Now()
 	h.samples = append(h.samples, s)
 	cut := 0
 	for cut < len(h.samples) && s.At.Sub(h.samples[cut].At) > h.span {
 		cut++
 	}
 	h.samples = append(h.samples[:0], h.samples[cut:]...)
-	return s, nil
 }
 
 // point is one sample as the chart draws it.

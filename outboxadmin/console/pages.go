@@ -28,10 +28,11 @@ type overviewData struct {
 	Handovers   int                   `json:"handover_shards"`
 	Slot        *slotJSON             `json:"wal_slot,omitempty"`
 	History     []point               `json:"history"`
-	At          time.Time             `json:"at"`
-	Status      outboxadmin.Status    `json:"-"`
-	Latest      outboxadmin.Snapshot  `json:"-"`
-	PollMillis  int64                 `json:"-"` // how often the page polls: SampleEvery
+	// At is the database clock of the last count (backlog, dead, topics),
+	// which is paced while counting is slow.
+	At         time.Time          `json:"at"`
+	Status     outboxadmin.Status `json:"-"`
+	PollMillis int64              `json:"-"` // how often the page polls: SampleEvery
 }
 
 // slotJSON is the WAL relay's slot, when it exists.
@@ -50,18 +51,14 @@ type topicJSON struct {
 }
 
 func (c *Console) readOverview(r *http.Request) (overviewData, error) {
-	latest, err := c.hist.sample(r.Context(), c.adm)
-	if err != nil {
-		return overviewData{}, err
-	}
-	st, err := c.adm.Status(r.Context())
+	st, err := c.readStatus(r.Context())
 	if err != nil {
 		return overviewData{}, err
 	}
 	d := overviewData{
 		Backlog: st.Backlog, Lag: st.Lag, LagSeconds: st.Lag.Seconds(), Dead: st.Dead,
 		Topics: st.Topics, TopicsJSON: []topicJSON{}, Unowned: len(st.Unowned), Handovers: len(st.Handovers),
-		History: c.hist.points(), At: latest.At, Status: st, Latest: latest,
+		History: c.hist.points(), At: st.Counted, Status: st.Status,
 		PollMillis: c.opts.SampleEvery.Milliseconds(),
 	}
 	if sl := st.Slot; sl != nil {
@@ -124,7 +121,7 @@ type relaysData struct {
 const paletteSize = 12
 
 func (c *Console) relays(w http.ResponseWriter, r *http.Request) {
-	st, err := c.adm.Status(r.Context())
+	st, err := c.readStatus(r.Context())
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -167,7 +164,11 @@ type deadData struct {
 }
 
 func (c *Console) deadList(w http.ResponseWriter, r *http.Request) {
-	v := r.URL.Query()
+	v, err := query(r)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	q, err := parseDeadQuery(v, time.Now())
 	if err != nil {
 		c.fail(w, r, err)
@@ -255,7 +256,11 @@ const shownMax = 100
 // their ids back, so it changes exactly what was shown, or nothing if one
 // of them changed meanwhile.
 func (c *Console) deadConfirm(w http.ResponseWriter, r *http.Request) {
-	v := r.URL.Query()
+	v, err := query(r)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	action := v.Get("action")
 	if action != "retry" && action != "drop" {
 		c.fail(w, r, badf("action: %q is neither retry nor drop", action))
@@ -322,7 +327,11 @@ type eventsData struct {
 }
 
 func (c *Console) events(w http.ResponseWriter, r *http.Request) {
-	v := r.URL.Query()
+	v, err := query(r)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	q, err := text(v, "q")
 	if err != nil {
 		c.fail(w, r, err)
@@ -349,6 +358,10 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 			c.fail(w, r, badf("q: %q is not an event id (a UUID)", q))
 			return
 		}
+		if id == uuid.Nil {
+			c.fail(w, r, badf("q: the zero UUID is no event's id"))
+			return
+		}
 		lookup.EventID = id
 	case "aggregate":
 		lookup.AggregateID = q
@@ -368,6 +381,9 @@ type eventData struct {
 	Row     outboxadmin.Row
 	Payload payloadView
 	Headers []header
+	// RawHeaders are the stored headers when they are not a JSON object
+	// of strings (Row.HeadersError), shown as JSON.
+	RawHeaders payloadView
 }
 
 type header struct{ Key, Value string }
@@ -384,6 +400,9 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := eventData{Row: row, Payload: viewPayload(row.Payload)}
+	if row.RawHeaders != nil {
+		d.RawHeaders = viewPayload(row.RawHeaders)
+	}
 	for k, val := range row.Headers {
 		d.Headers = append(d.Headers, header{k, val})
 	}

@@ -3,10 +3,12 @@ package console
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
@@ -23,11 +25,28 @@ func badf(format string, args ...any) error { return badInput{fmt.Sprintf(format
 // aggregate ids are short; a longer value is a mistake or an attack).
 const maxField = 1024
 
-// text reads a trimmed text field.
+// query parses r's query string. A malformed one is refused whole: a raw
+// ";" or a bad escape would otherwise drop that pair silently, and a
+// preview would select more than the operator asked for.
+func query(r *http.Request) (url.Values, error) {
+	v, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badf("malformed query string: %v (write ; as %%3B)", err)
+	}
+	return v, nil
+}
+
+// text reads a trimmed text field: UTF-8 without NUL, as PostgreSQL's text
+// is.
 func text(v url.Values, name string) (string, error) {
 	s := strings.TrimSpace(v.Get(name))
-	if len(s) > maxField {
+	switch {
+	case len(s) > maxField:
 		return "", badf("%s is longer than %d bytes", name, maxField)
+	case !utf8.ValidString(s):
+		return "", badf("%s is not UTF-8 text", name)
+	case strings.ContainsRune(s, 0):
+		return "", badf("%s contains a NUL character", name)
 	}
 	return s, nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -21,11 +22,22 @@ import (
 // layout.html.
 var pageNames = []string{"overview", "relays", "dead", "confirm", "done", "events", "event", "replay", "error"}
 
+// funcs are the templates' helpers. Every string from the database goes
+// through esc (a value shown whole), short (a table cell) or, in a <pre>,
+// lines: control and bidirectional characters are shown escaped.
 var funcs = template.FuncMap{
 	"dur":   human.Duration,
 	"ts":    formatTime,
-	"short": shorten,
+	"short": func(n int, s string) string { return human.OneLine(s, n) },
+	"esc":   human.Escape,
+	"lines": human.EscapeLines,
 	"add":   func(a, b int) int { return a + b },
+	"rate": func(r *float64) string {
+		if r == nil {
+			return "–"
+		}
+		return strconv.FormatFloat(*r, 'f', 1, 64) + "/s"
+	},
 }
 
 func parsePages() (map[string]*template.Template, error) {
@@ -62,7 +74,33 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	w.Write(b.Bytes()) //nolint:errcheck // the client went away
+	w.Write(inertHTML(b.Bytes())) //nolint:errcheck // the client went away
+}
+
+// inertHTML writes the control and bidirectional characters left in a
+// page as character references. Text goes through esc, short or lines
+// already; what is left is in attribute values (a filter echoed in its
+// input, the hidden fields of a confirmation), where a reference means the
+// same value to the browser and the page's source stays plain text.
+func inertHTML(page []byte) []byte {
+	var out []byte
+	last := 0
+	for i := 0; i < len(page); {
+		r, n := utf8.DecodeRune(page[i:])
+		if r != '\n' && r != '\t' && (r < 0x20 || r >= 0x7f && r < 0xa0 || human.IsBidi(r)) {
+			if out == nil {
+				out = make([]byte, 0, len(page)+16)
+			}
+			out = append(out, page[last:i]...)
+			out = fmt.Appendf(out, "&#x%x;", r)
+			last = i + n
+		}
+		i += n
+	}
+	if out == nil {
+		return page
+	}
+	return append(out, page[last:]...)
 }
 
 // root is the relative path from r's page to the console's root, so links
@@ -119,11 +157,18 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	c.render(w, r, status, "error", "", errorPage{Status: status, Message: msg})
 }
 
+// writeJSON answers v as JSON, with the characters a terminal would act on
+// as \u escapes (human.EscapeJSON): the same document, safe to curl.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "internal error: the console's log has the details", http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v) //nolint:errcheck // the client went away
+	w.Write(append(human.EscapeJSON(b), '\n')) //nolint:errcheck // the client went away
 }
 
 func formatTime(t any) string {
@@ -142,34 +187,33 @@ func formatTime(t any) string {
 	return fmt.Sprint(t)
 }
 
-// shorten puts s on one line of at most n runes.
-func shorten(n int, s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
-
 // payloadView is a payload as the detail page shows it.
 type payloadView struct {
-	Kind string // "json", "text" or "binary"
+	Kind string // "json", "json, compact", "text" or "binary"
 	Text string
 }
 
-// payloadShownMax is the most payload bytes the detail page renders.
-const payloadShownMax = 256 << 10
+// payloadShownMax is the most payload bytes the detail page renders;
+// prettyMax the most its indented JSON may take, past which it is shown
+// compact (indentation grows with the square of the nesting depth).
+const (
+	payloadShownMax = 256 << 10
+	prettyMax       = 1 << 20
+)
 
-// viewPayload pretty-prints JSON, shows other UTF-8 as it is and binary as
-// a hex dump.
+// viewPayload pretty-prints JSON, within prettyMax, shows other UTF-8 as
+// it is and binary as a hex dump.
 func viewPayload(b []byte) payloadView {
 	if len(b) > payloadShownMax {
 		return payloadView{Kind: "binary", Text: fmt.Sprintf("(%d bytes, too large to show; the first %d)\n", len(b), 4096) + hex.Dump(b[:4096])}
 	}
 	if json.Valid(b) {
+		if out, ok := human.IndentJSON(b, prettyMax); ok {
+			return payloadView{Kind: "json", Text: string(out)}
+		}
 		var out bytes.Buffer
-		if json.Indent(&out, b, "", "  ") == nil {
-			return payloadView{Kind: "json", Text: out.String()}
+		if json.Compact(&out, b) == nil {
+			return payloadView{Kind: "json, compact: indented it would pass 1 MiB", Text: out.String()}
 		}
 	}
 	if utf8.Valid(b) {

@@ -18,6 +18,21 @@
     return Math.floor(m / 60) + "h" + (m % 60) + "m" + r + "s";
   }
   function text(id, v) { var e = document.getElementById(id); if (e) e.textContent = v; }
+  // shown escapes control and bidirectional characters and cuts a value
+  // to n characters, as the server's pages do (internal/human.OneLine).
+  function shown(s, n) {
+    s = String(s).replace(/[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g, function (c) {
+      var h = c.charCodeAt(0).toString(16);
+      if (c === "\n") return "\\n";
+      if (c === "\r") return "\\r";
+      if (c === "\t") return "\\t";
+      return c.charCodeAt(0) < 0x100 ? "\\x" + ("0" + h).slice(-2) : "\\u" + ("000" + h).slice(-4);
+    });
+    var cs = Array.from(s);
+    return cs.length > n ? cs.slice(0, n - 1).join("") + "\u2026" : s;
+  }
+  // utc renders a time as the pages do: UTC, with the zone.
+  function utc(t) { return new Date(t).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z"); }
   function el(name, attrs, parent) {
     var e = document.createElementNS(SVG, name);
     for (var k in attrs) e.setAttribute(k, attrs[k]);
@@ -68,7 +83,7 @@
     if (!body) return;
     var rows = list.map(function (t) {
       var tr = document.createElement("tr");
-      [[t.topic, ""], [t.backlog, "num"], [fmtDur(t.lag_seconds), "num"], [t.dead, "num"]].forEach(function (c) {
+      [[shown(t.topic, 80), ""], [t.backlog, "num"], [fmtDur(t.lag_seconds), "num"], [t.dead, "num"]].forEach(function (c) {
         var td = document.createElement("td"); td.textContent = c[0]; if (c[1]) td.className = c[1]; tr.appendChild(td);
       });
       return tr;
@@ -89,7 +104,7 @@
         text("dead", d.dead);
         text("rate", d.publish_rate == null ? "–" : d.publish_rate.toFixed(1) + "/s");
         text("relays", d.relays_alive);
-        text("updated", "updated " + new Date(d.at).toLocaleTimeString());
+        text("updated", "counted " + utc(d.at));
         topics(d.topics);
         draw(d.history);
       })

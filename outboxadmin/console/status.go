@@ -1,0 +1,116 @@
+package console
+
+import (
+	"context"
+	"time"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/outboxadmin"
+)
+
+// statusCache is the status every page and tab shows, read once per
+// interval whoever asks: the lag and the relays every interval (a few
+// index entries and the small coordination tables), and the figures that
+// read every unpublished row (the counts, the per-topic figures, the
+// handovers) paced as the relays pace their counts: after a reading whose
+// statements took d of countQuick or more, no sooner than countSpacing × d
+// after it started. Ten tabs polling during an incident cost the primary
+// what one does, and a slow count runs a hundredth of the time.
+type statusCache struct {
+	adm      *outboxadmin.Admin
+	interval time.Duration
+	hist     *history
+
+	mu         chan struct{}      // held while reading: a lock a waiter can give up
+	fleet      outboxadmin.Status // Relays, Unowned, Slot
+	lag        time.Duration
+	fleetAt    time.Time            // local clock of the last fleet reading
+	counts     outboxadmin.Snapshot // with Topics
+	handovers  []int
+	countsNext time.Time // local clock of the next count
+	read       bool      // both have been read once
+}
+
+// countSpacing and countQuick are the relay's pacing of its counts
+// (relay.Config.StatsInterval): a reading is spaced out to countSpacing
+// times its statements' duration once that is countQuick or more.
+const (
+	countSpacing = 100
+	countQuick   = 25 * time.Millisecond
+)
+
+func newStatusCache(adm *outboxadmin.Admin, interval time.Duration, hist *history) *statusCache {
+	return &statusCache{adm: adm, interval: interval, hist: hist, mu: make(chan struct{}, 1)}
+}
+
+// statusView is what the pages show: Status with the figures of the last
+// count.
+type statusView struct {
+	outboxadmin.Status
+	// Counted is the database clock of the last count (Backlog, Dead,
+	// Topics, Handovers); Lag and the relays are at most one interval old.
+	Counted time.Time
+	// LastID is the highest row id at the last count.
+	LastID int64
+}
+
+// get returns the status, reading what is due. Concurrent callers wait
+// for one reading and share it.
+func (c *statusCache) get(ctx context.Context) (statusView, error) {
+	// A request that gives up (its client went away) stops waiting for
+	// a reading in progress.
+	select {
+	case c.mu <- struct{}{}:
+	case <-ctx.Done():
+		return statusView{}, ctx.Err()
+	}
+	defer func() { <-c.mu }()
+	now := time.Now()
+	if !c.read || !now.Before(c.countsNext) {
+		start := time.Now()
+		counts, err := c.adm.TopicSnapshot(ctx)
+		if err != nil {
+			return statusView{}, err
+		}
+		handovers, err := c.adm.Handovers(ctx)
+		if err != nil {
+			return statusView{}, err
+		}
+		took := time.Since(start)
+		c.counts, c.handovers = counts, handovers
+		c.countsNext = start.Add(countPacing(c.interval, took))
+		sample := counts
+		sample.Topics = nil // the chart keeps the totals only
+		c.hist.add(sample)
+	}
+	if !c.read || now.Sub(c.fleetAt) >= c.interval {
+		fleet, err := c.adm.Fleet(ctx)
+		if err != nil {
+			return statusView{}, err
+		}
+		lag, err := c.adm.Lag(ctx)
+		if err != nil {
+			return statusView{}, err
+		}
+		c.fleet, c.lag, c.fleetAt = fleet, lag, time.Now()
+	}
+	c.read = true
+	v := statusView{Status: c.fleet, Counted: c.counts.At, LastID: c.counts.LastID}
+	v.Stats = txoutbox.Stats{Backlog: c.counts.Backlog, Lag: c.lag, Dead: c.counts.Dead, Topics: c.counts.Topics}
+	v.Handovers = c.handovers
+	return v, nil
+}
+
+// countPacing is how long after a count whose statements took took the
+// next one starts.
+func countPacing(interval, took time.Duration) time.Duration {
+	if took < countQuick {
+		return interval
+	}
+	return max(interval, countSpacing*took)
+}
+
+// readStatus is the shared status (see statusCache).
+func (c *Console) readStatus(ctx context.Context) (statusView, error) {
+	return c.status.get(ctx)
+}

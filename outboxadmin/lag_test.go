@@ -1,0 +1,130 @@
+package outboxadmin_test
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/outboxadmin"
+)
+
+// One lag everywhere: the age of the oldest unpublished event by
+// created_at, also when created_at is not in id order (an application sets
+// Event.CreatedAt, clocks skew). The headline reads the same row as the
+// topics.
+func TestLagIsTheOldestCreatedAt(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	ctx := context.Background()
+	adm, err := outboxadmin.New(db.SQL, outboxadmin.Config{Table: db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := db.SQL.Exec(`INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, created_at)
+VALUES (gen_random_uuid(), 'orders', $1, 't', '{}', now() - make_interval(mins => $2))`, "a"+string(rune('0'+i)), []int{34, 5, 3 * 24 * 60}[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const want = 3 * 24 * time.Hour
+	near := func(what string, got time.Duration) {
+		t.Helper()
+		if got < want || got > want+time.Minute {
+			t.Errorf("%s lag = %s, want about %s (the oldest by created_at, not the lowest id's 34m)", what, got, want)
+		}
+	}
+	lag, err := adm.Lag(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near("Admin.Lag", lag)
+	st, err := adm.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near("Status", st.Lag)
+	if len(st.Topics) != 1 {
+		t.Fatalf("topics = %+v", st.Topics)
+	}
+	near("Status.Topics[orders]", st.Topics[0].Lag)
+	snap, err := adm.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near("Snapshot", snap.Lag)
+	ts, err := adm.TopicSnapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near("TopicSnapshot", ts.Lag)
+	if ts.Backlog != 3 || len(ts.Topics) != 1 || ts.Topics[0].Backlog != 3 || ts.LastID != 3 {
+		t.Errorf("TopicSnapshot = %+v, want a backlog of 3 in one topic, last id 3", ts)
+	}
+	stats, err := txoutbox.ReadStats(ctx, db.SQL, db.Table())
+	if err != nil {
+		t.Fatal(err)
+	}
+	near("txoutbox.ReadStats (the relay's health check)", stats.Lag)
+}
+
+// The lag index serves the lag in a few buffers whatever the backlog:
+// the same at 2,000 and 20,000 unpublished rows, generic plan included.
+func TestLagReadsOneIndexEntry(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	names, err := outboxsql.NamesFor(db.Schema, "outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	query := names.Render(outboxsql.StatsLag)
+	buffers := func(rows int) int {
+		t.Helper()
+		if _, err := db.SQL.Exec(`INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, created_at)
+SELECT gen_random_uuid(), 'orders', 'a' || (g % 97), 't', '{}', now() - (g % 1000) * interval '1 second' - random() * interval '1 hour'
+FROM generate_series(1, $1) g`, rows); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.SQL.Exec(`VACUUM ANALYZE outbox`); err != nil {
+			t.Fatal(err)
+		}
+		conn, err := db.SQL.Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var plan string
+		for _, stmt := range []string{`SET plan_cache_mode = force_generic_plan`, `PREPARE lag_` + strconv.Itoa(rows) + ` AS ` + query} {
+			if _, err := conn.ExecContext(context.Background(), stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := conn.QueryRowContext(context.Background(), `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE lag_`+strconv.Itoa(rows)).Scan(&plan); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(plan, `"outbox_lag_idx"`) {
+			t.Fatalf("lag plan at %d rows does not use outbox_lag_idx:\n%s", rows, plan)
+		}
+		var p []struct {
+			Plan struct {
+				Hit  int `json:"Shared Hit Blocks"`
+				Read int `json:"Shared Read Blocks"`
+			} `json:"Plan"`
+		}
+		if err := json.Unmarshal([]byte(plan), &p); err != nil || len(p) != 1 {
+			t.Fatalf("plan %s: %v", plan, err)
+		}
+		return p[0].Plan.Hit + p[0].Plan.Read
+	}
+	small := buffers(2_000)
+	large := buffers(18_000) // 20,000 in all
+	t.Logf("lag statement buffers: %d at 2,000 unpublished rows, %d at 20,000", small, large)
+	if large > small+1 || large > 8 {
+		t.Errorf("lag statement read %d buffers at 20,000 rows and %d at 2,000: want a few, the same at both", large, small)
+	}
+}
