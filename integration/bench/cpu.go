@@ -276,13 +276,23 @@ func (e *env) startMeter(ctx context.Context, db *sql.DB) *meter {
 			logf("broker CPU not measured: %v", err)
 		}
 	}
-	m.self0, _ = processCPU(m.self)
+	m.self0, _ = m.relayCPU()
 	return m
 }
 
+// relayPID makes the relay's CPU that of process pid (a relay in its own
+// process, Debezium's JVM) instead of this process's.
+func (m *meter) relayPID(pid int) *meter {
+	m.self = pid
+	m.self0, _ = m.relayCPU()
+	return m
+}
+
+func (m *meter) relayCPU() (time.Duration, error) { return processCPU(m.self) }
+
 // stop takes the second readings and divides the differences by events.
 func (m *meter) stop(ctx context.Context, events int) *cost {
-	self1, selfErr := processCPU(m.self)
+	self1, selfErr := m.relayCPU()
 	per := func(d time.Duration) *float64 {
 		v := float64(d.Microseconds()) / float64(events)
 		return &v

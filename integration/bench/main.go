@@ -145,7 +145,7 @@ type options struct {
 	broker          string
 }
 
-var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal"}
+var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal", "debezium"}
 
 func main() {
 	var o options
@@ -500,6 +500,21 @@ func run(ctx context.Context, o options) error {
 				return err
 			}
 			sum.addWAL(r)
+			if r.delivery != nil {
+				sum.addViolations(r.OrderViolations)
+			}
+			return emit(r)
+		}},
+		{"debezium", func() error {
+			if !e.real {
+				logf("debezium: skipped: it runs with -broker kafka")
+				return nil
+			}
+			r, err := runDebezium(ctx, e)
+			if err != nil {
+				return err
+			}
+			sum.addDebezium(r)
 			if r.delivery != nil {
 				sum.addViolations(r.OrderViolations)
 			}

@@ -372,51 +372,15 @@ func walLatency(ctx context.Context, e *env, cfg walrelay.Config) (p50, p99 floa
 	if err != nil {
 		return 0, 0, err
 	}
-	// commit writes n events from latencyWriters writers, paced at the
-	// rate, and returns when each committed.
-	var (
-		mu       sync.Mutex
-		commits  map[uuid.UUID]time.Time
-		failures atomic.Int64
-	)
-	commit := func(n, base int) {
-		var wg sync.WaitGroup
-		jobs := make(chan int, n)
-		for range latencyWriters {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range jobs {
-					ev := benchEvent("bench.wal_latency", base+i, e.opts.aggregates)
-					if err := commitEvent(ctx, s, w, ev); err != nil {
-						failures.Add(1)
-						continue
-					}
-					at := time.Now()
-					mu.Lock()
-					commits[ev.ID] = at
-					mu.Unlock()
-				}
-			}()
-		}
-		interval := time.Second / time.Duration(e.opts.latencyRate)
-		start := time.Now()
-		for i := range n {
-			if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-				time.Sleep(d)
-			}
-			jobs <- i
-		}
-		close(jobs)
-		wg.Wait()
-	}
 	// Warm up for a second at the same rate, as a system that has been
 	// running is: the writers' connections are open, the topic exists,
 	// the producer has its metadata and producer id. Without it the first
 	// second pays for all of that once, which is 10% of a 10-second run
 	// and all of its p99.
-	commits = map[uuid.UUID]time.Time{}
-	commit(e.opts.latencyRate, 1_000_000_000)
+	commits, err := commitPaced(ctx, s, w, "bench.wal_latency", e.opts.latencyRate, e.opts.latencyRate, 1_000_000_000, e.opts.aggregates)
+	if err != nil {
+		return 0, 0, fmt.Errorf("wal latency: warm-up: %w", err)
+	}
 	if err := acks.waitFor(len(commits), 30*time.Second); err != nil {
 		return 0, 0, fmt.Errorf("wal latency: warm-up: %w", err)
 	}
@@ -424,10 +388,8 @@ func walLatency(ctx context.Context, e *env, cfg walrelay.Config) (p50, p99 floa
 	clear(acks.at)
 	acks.mu.Unlock()
 	n := e.opts.latencyRate * int(e.opts.latencyDuration/time.Second)
-	commits = make(map[uuid.UUID]time.Time, n)
-	commit(n, 0)
-	if f := failures.Load(); f > 0 {
-		return 0, 0, fmt.Errorf("wal latency: %d writes failed", f)
+	if commits, err = commitPaced(ctx, s, w, "bench.wal_latency", e.opts.latencyRate, n, 0, e.opts.aggregates); err != nil {
+		return 0, 0, fmt.Errorf("wal latency: %w", err)
 	}
 	if err := acks.waitFor(n, 60*time.Second); err != nil {
 		return 0, 0, fmt.Errorf("wal latency: %w", err)
@@ -445,6 +407,50 @@ func walLatency(ctx context.Context, e *env, cfg walrelay.Config) (p50, p99 floa
 	acks.mu.Unlock()
 	slices.Sort(lat)
 	return quantile(lat, 0.50), quantile(lat, 0.99), nil
+}
+
+// commitPaced commits n events of topic (numbered from base) from
+// latencyWriters writers, each alone in its transaction, paced at rate per
+// second, and returns when each committed, with its commit time.
+func commitPaced(ctx context.Context, s *schemaDB, w *txoutbox.Writer, topic string, rate, n, base, aggregates int) (map[uuid.UUID]time.Time, error) {
+	var (
+		mu       sync.Mutex
+		commits  = make(map[uuid.UUID]time.Time, n)
+		failures atomic.Int64
+		wg       sync.WaitGroup
+	)
+	jobs := make(chan int, n)
+	for range latencyWriters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				ev := benchEvent(topic, base+i, aggregates)
+				if err := commitEvent(ctx, s, w, ev); err != nil {
+					failures.Add(1)
+					continue
+				}
+				at := time.Now()
+				mu.Lock()
+				commits[ev.ID] = at
+				mu.Unlock()
+			}
+		}()
+	}
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := range n {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	if f := failures.Load(); f > 0 {
+		return commits, fmt.Errorf("%d writes failed", f)
+	}
+	return commits, nil
 }
 
 // commitEvent commits ev alone through w.

@@ -28,25 +28,41 @@ type summary struct {
 	// Broker is the -broker the run used: kfake or kafka.
 	Broker string
 	walSummary
+	debeziumSummary
 }
 
 // walSummary are the WAL relay scenario's figures.
 type walSummary struct {
 	WALEPS, WALVsRelay, WALPGUSPerEvent, WALWALBytesPerEvent, WALP99MS float64
+	WALTotalUS                                                         float64
+}
+
+// debeziumSummary are the debezium scenario's figures.
+type debeziumSummary struct {
+	DebeziumEPS, DebeziumTotalUS, DebeziumP99MS float64
 }
 
 // addWAL takes the wal scenario's figures.
 func (s *summary) addWAL(r walBench) {
 	s.walSummary = walSummary{WALEPS: r.WALEPS, WALVsRelay: r.WALEPS / r.RelayEPS, WALPGUSPerEvent: r.WALPGUSPerEvent,
-		WALWALBytesPerEvent: r.WALWALBytesPerEvent, WALP99MS: r.P99MS}
+		WALWALBytesPerEvent: r.WALWALBytesPerEvent, WALP99MS: r.P99MS, WALTotalUS: figure(r.WALCost, totalUS)}
 	if r.WALPGUSPerEvent < 0 {
 		s.WALPGUSPerEvent = math.NaN()
 	}
 }
 
+// addDebezium takes the debezium scenario's figures.
+func (s *summary) addDebezium(r debeziumBench) {
+	s.debeziumSummary = debeziumSummary{DebeziumEPS: r.EPS, DebeziumTotalUS: figure(r.Cost, totalUS), DebeziumP99MS: r.P99MS}
+}
+
 func newSummary() summary {
 	nan := math.NaN()
-	return summary{nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nil, nil, nan, nan, "", walSummary{nan, nan, nan, nan, nan}}
+	return summary{RelayEPS: nan, Relay3EPS: nan, NaiveEPS: nan, ForwarderEPS: nan, DBLimitEPS: nan, KafkaLimitEPS: nan,
+		OrderViolations: nan, P50MS: nan, P99MS: nan, GormOverhead: nan, EntOverhead: nan, ClaimFlatness: nan, RelayRSSMiB: nan,
+		PlainEPS: nan, PGVsPlain: nan, CPUVsPlain: nan,
+		walSummary:      walSummary{nan, nan, nan, nan, nan, nan},
+		debeziumSummary: debeziumSummary{nan, nan, nan}}
 }
 
 // figure is one cost figure, NaN when it was not measured.
@@ -116,6 +132,10 @@ func (s summary) String() string {
 		{"pg_vs_plain", ratio(s.PGVsPlain)},
 		{"cpu_vs_plain", ratio(s.CPUVsPlain)},
 		{"broker", broker},
+		{"debezium_eps", eps(s.DebeziumEPS)},
+		{"wal_vs_debezium", ratio(s.WALEPS / s.DebeziumEPS)},
+		{"wal_cpu_vs_debezium", ratio(s.WALTotalUS / s.DebeziumTotalUS)},
+		{"wal_p99_vs_debezium", ratio(s.WALP99MS / s.DebeziumP99MS)},
 	}
 	var b strings.Builder
 	b.WriteString("bench:")
