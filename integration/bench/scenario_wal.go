@@ -150,7 +150,11 @@ func walPollingDrain(ctx context.Context, e *env, rd *walRound, res *walBench, p
 		return err
 	}
 	defer ps.close()
-	if err := insertBacklog(ctx, ps, "bench.wal_poll", e.opts.events, e.opts.aggregates, "pending", 0); err != nil {
+	topic, err := e.topic(ctx, "bench.wal_poll")
+	if err != nil {
+		return err
+	}
+	if err := insertBacklog(ctx, ps, topic, e.opts.events, e.opts.aggregates, "pending", 0); err != nil {
 		return err
 	}
 	rr := relayRun{replicas: 1, cfg: e.relayConfig(), publisher: e.kafkaPublisher}
@@ -377,7 +381,11 @@ func walLatency(ctx context.Context, e *env, cfg walrelay.Config) (p50, p99 floa
 	// the producer has its metadata and producer id. Without it the first
 	// second pays for all of that once, which is 10% of a 10-second run
 	// and all of its p99.
-	commits, err := commitPaced(ctx, s, w, "bench.wal_latency", e.opts.latencyRate, e.opts.latencyRate, 1_000_000_000, e.opts.aggregates)
+	topic, err := e.topic(ctx, "bench.wal_latency")
+	if err != nil {
+		return 0, 0, err
+	}
+	commits, err := commitPaced(ctx, s, w, topic, e.opts.latencyRate, e.opts.latencyRate, 1_000_000_000, e.opts.aggregates)
 	if err != nil {
 		return 0, 0, fmt.Errorf("wal latency: warm-up: %w", err)
 	}
@@ -388,7 +396,7 @@ func walLatency(ctx context.Context, e *env, cfg walrelay.Config) (p50, p99 floa
 	clear(acks.at)
 	acks.mu.Unlock()
 	n := e.opts.latencyRate * int(e.opts.latencyDuration/time.Second)
-	if commits, err = commitPaced(ctx, s, w, "bench.wal_latency", e.opts.latencyRate, n, 0, e.opts.aggregates); err != nil {
+	if commits, err = commitPaced(ctx, s, w, topic, e.opts.latencyRate, n, 0, e.opts.aggregates); err != nil {
 		return 0, 0, fmt.Errorf("wal latency: %w", err)
 	}
 	if err := acks.waitFor(n, 60*time.Second); err != nil {
