@@ -143,9 +143,10 @@ type options struct {
 	maxOpenRequests int
 	idempotent      bool
 	broker          string
+	river1Events    int
 }
 
-var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal", "debezium"}
+var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal", "debezium", "river"}
 
 func main() {
 	var o options
@@ -178,6 +179,7 @@ func main() {
 	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run on a PostgreSQL 15 cluster of the bench's own (created with pg_createcluster as \"bench\" on port 5440, started, and stopped at the end if it was down), so no other session's work is in the PostgreSQL CPU and WAL figures; overrides -database-url")
 	flag.IntVar(&o.maxOpenRequests, "max-open-requests", 1, "Sarama Net.MaxOpenRequests of every Kafka publisher (an experiment: above 1 a retry may reorder a partition; needs -idempotent=false)")
 	flag.BoolVar(&o.idempotent, "idempotent", true, "Sarama's idempotent producer in every Kafka publisher (kafkapub's default)")
+	flag.IntVar(&o.river1Events, "river1-events", 10_000, "backlog of the river scenario's one-worker drain (it runs at a few hundred events/s); the unordered drain takes -events")
 	flag.StringVar(&o.broker, "broker", "kfake", "the broker: kfake (a kfakeproc process of the bench's own) or kafka (the 3-node Apache Kafka cluster of .ci/services, or "+kafkatest.EnvClusterBrokers+"; topics of three replicas, made anew per drain)")
 	flag.Parse()
 	if err := o.validate(); err != nil {
@@ -504,6 +506,24 @@ func run(ctx context.Context, o options) error {
 				sum.addViolations(r.OrderViolations)
 			}
 			return emit(r)
+		}},
+		{"river", func() error {
+			for _, workers := range []int{1, riverUnorderedWorkers} {
+				r, err := runRiver(ctx, e, workers)
+				if err != nil {
+					return err
+				}
+				if workers == 1 {
+					sum.River1EPS = r.EPS
+					sum.addViolations(r.OrderViolations) // one worker keeps order: a violation is a bench bug
+				} else {
+					sum.RiverEPS, sum.RiverPGUS, sum.RiverOrderViolations = r.EPS, figure(r.Cost, pgUS), float64(r.OrderViolations)
+				}
+				if err := emit(r); err != nil {
+					return err
+				}
+			}
+			return nil
 		}},
 		{"debezium", func() error {
 			if !e.real {

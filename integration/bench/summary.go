@@ -29,6 +29,7 @@ type summary struct {
 	Broker string
 	walSummary
 	debeziumSummary
+	riverSummary
 }
 
 // walSummary are the WAL relay scenario's figures.
@@ -40,6 +41,15 @@ type walSummary struct {
 // debeziumSummary are the debezium scenario's figures.
 type debeziumSummary struct {
 	DebeziumEPS, DebeziumTotalUS, DebeziumP99MS float64
+}
+
+// riverSummary are the river scenario's figures: one worker (ordered)
+// and riverUnorderedWorkers (unordered).
+type riverSummary struct {
+	RiverEPS, River1EPS, RiverPGUS float64
+	// RiverOrderViolations are the unordered drain's; they are River's,
+	// not the suite's order_violations.
+	RiverOrderViolations float64
 }
 
 // addWAL takes the wal scenario's figures.
@@ -62,7 +72,8 @@ func newSummary() summary {
 		OrderViolations: nan, P50MS: nan, P99MS: nan, GormOverhead: nan, EntOverhead: nan, ClaimFlatness: nan, RelayRSSMiB: nan,
 		PlainEPS: nan, PGVsPlain: nan, CPUVsPlain: nan,
 		walSummary:      walSummary{nan, nan, nan, nan, nan, nan},
-		debeziumSummary: debeziumSummary{nan, nan, nan}}
+		debeziumSummary: debeziumSummary{nan, nan, nan},
+		riverSummary:    riverSummary{nan, nan, nan, nan}}
 }
 
 // figure is one cost figure, NaN when it was not measured.
@@ -136,6 +147,12 @@ func (s summary) String() string {
 		{"wal_vs_debezium", ratio(s.WALEPS / s.DebeziumEPS)},
 		{"wal_cpu_vs_debezium", ratio(s.WALTotalUS / s.DebeziumTotalUS)},
 		{"wal_p99_vs_debezium", ratio(s.WALP99MS / s.DebeziumP99MS)},
+		{"river_eps", eps(s.RiverEPS)},
+		{"river1_eps", eps(s.River1EPS)},
+		{"relay_vs_river1", ratio(s.RelayEPS / s.River1EPS)},
+		{"relay_vs_river", ratio(s.RelayEPS / s.RiverEPS)},
+		{"relay_pg_vs_river", ratio(figure(s.Relay, pgUS) / s.RiverPGUS)},
+		{"river_order_violations", eps(s.RiverOrderViolations)},
 	}
 	var b strings.Builder
 	b.WriteString("bench:")

@@ -24,7 +24,7 @@ func TestSummaryLine(t *testing.T) {
 		" plain_eps=24000 relay_vs_plain=1.25 relay3_vs_plain=1.17 pg_us_per_event=25.04 plain_pg_us_per_event=13.70" +
 		" cpu_us_per_event=52.50 plain_cpu_us_per_event=36.60 wal_bytes_per_event=612 plain_wal_bytes_per_event=401" +
 		" wal_eps=60000 wal_vs_relay=2.00 wal_pg_us_per_event=12.35 wal_wal_bytes_per_event=410.00 wal_p99_ms=9.50" +
-		" pg_vs_plain=0.91 cpu_vs_plain=0.80 broker=kfake debezium_eps=- wal_vs_debezium=- wal_cpu_vs_debezium=- wal_p99_vs_debezium=-"
+		" pg_vs_plain=0.91 cpu_vs_plain=0.80 broker=kfake debezium_eps=- wal_vs_debezium=- wal_cpu_vs_debezium=- wal_p99_vs_debezium=- river_eps=- river1_eps=- relay_vs_river1=- relay_vs_river=- relay_pg_vs_river=- river_order_violations=-"
 	if got := s.String(); got != want {
 		t.Errorf("summary line:\n got %s\nwant %s", got, want)
 	}
@@ -40,7 +40,7 @@ func TestSummaryLineMissing(t *testing.T) {
 		" plain_eps=- relay_vs_plain=- relay3_vs_plain=- pg_us_per_event=- plain_pg_us_per_event=-" +
 		" cpu_us_per_event=- plain_cpu_us_per_event=- wal_bytes_per_event=- plain_wal_bytes_per_event=-" +
 		" wal_eps=- wal_vs_relay=- wal_pg_us_per_event=- wal_wal_bytes_per_event=- wal_p99_ms=-" +
-		" pg_vs_plain=- cpu_vs_plain=- broker=kfake debezium_eps=- wal_vs_debezium=- wal_cpu_vs_debezium=- wal_p99_vs_debezium=-"
+		" pg_vs_plain=- cpu_vs_plain=- broker=kfake debezium_eps=- wal_vs_debezium=- wal_cpu_vs_debezium=- wal_p99_vs_debezium=- river_eps=- river1_eps=- relay_vs_river1=- relay_vs_river=- relay_pg_vs_river=- river_order_violations=-"
 	if got := s.String(); got != want {
 		t.Errorf("summary line:\n got %s\nwant %s", got, want)
 	}
