@@ -4,7 +4,12 @@
 //
 //	go run ./integration/bench                       # defaults: about 5 minutes on 2 cores
 //	go run ./integration/bench -events 50000 -skip memory,claim
+//	go run ./integration/bench -broker kafka          # on the real 3-node cluster, with Debezium
 //
+// With -broker kafka every drain publishes to the Apache Kafka cluster of
+// .ci/services (replication factor 3, min.insync.replicas = 2, held
+// exclusively for the run), each on a topic made anew, and the broker's
+// CPU is its three nodes'; the debezium scenario runs only there.
 // It needs PostgreSQL (-database-url, default $DATABASE_URL or the local
 // server with trust auth) and the Go toolchain: it builds the kfake broker
 // (internal/kfakeproc), which runs in its own OS process on loopback, and the
@@ -14,7 +19,7 @@
 //
 // It prints one JSON object per scenario on stdout, then the summary line
 //
-//	bench: relay_eps=… relay3_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_naive=… relay_vs_forwarder=… relay_vs_ceiling=… order_violations=… p50_ms=… p99_ms=… gorm_overhead=… ent_overhead=… claim_flatness=… relay_rss_mib=… plain_eps=… relay_vs_plain=… relay3_vs_plain=… pg_us_per_event=… plain_pg_us_per_event=… cpu_us_per_event=… plain_cpu_us_per_event=… wal_bytes_per_event=… plain_wal_bytes_per_event=… wal_eps=… wal_vs_relay=… wal_pg_us_per_event=… wal_wal_bytes_per_event=… wal_p99_ms=… pg_vs_plain=… cpu_vs_plain=…
+//	bench: relay_eps=… relay3_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_naive=… relay_vs_forwarder=… relay_vs_ceiling=… order_violations=… p50_ms=… p99_ms=… gorm_overhead=… ent_overhead=… claim_flatness=… relay_rss_mib=… plain_eps=… relay_vs_plain=… relay3_vs_plain=… pg_us_per_event=… plain_pg_us_per_event=… cpu_us_per_event=… plain_cpu_us_per_event=… wal_bytes_per_event=… plain_wal_bytes_per_event=… wal_eps=… wal_vs_relay=… wal_pg_us_per_event=… wal_wal_bytes_per_event=… wal_p99_ms=… pg_vs_plain=… cpu_vs_plain=… broker=… debezium_eps=… wal_vs_debezium=… wal_cpu_vs_debezium=… wal_p99_vs_debezium=… river_eps=… river1_eps=… relay_vs_river1=… relay_vs_river=… relay_pg_vs_river=… river_order_violations=…
 //
 // where pg_us_per_event, cpu_us_per_event (relay, PostgreSQL and broker
 // together) and wal_bytes_per_event are the one-replica relay's drains, the
@@ -62,6 +67,20 @@
 //     -latency-rate (summary: wal_eps, wal_vs_relay, wal_pg_us_per_event,
 //     wal_wal_bytes_per_event, wal_p99_ms). The server needs wal_level =
 //     logical.
+//   - debezium: Debezium's PostgreSQL connector (3.6.1.Final, pgoutput)
+//     with the outbox event router in Kafka Connect standalone (4.3.0,
+//     the version Debezium 3.6.1 is built against), jars from Maven
+//     Central (bench/debezium/pom.xml), draining the wal scenario's
+//     backlog the same way (written while its warm JVM is stopped, so it
+//     comes through the slot); its CPU counts the JVM; commit-to-append
+//     p99 at -latency-rate from the topic's LogAppendTime (summary:
+//     debezium_eps, wal_vs_debezium, wal_cpu_vs_debezium as total CPU per
+//     event, wal_p99_vs_debezium).
+//   - river: River used as an outbox (a job per event in the business
+//     transaction, a worker that publishes it), one worker (ordered, on
+//     -river1-events) and 64 (unordered), at River's fastest fetch
+//     settings (summary: river_eps, river1_eps, relay_vs_river1,
+//     relay_vs_river, relay_pg_vs_river, river_order_violations).
 //
 // Every Kafka scenario publishes through kafkapub.NewPublisher (Sarama with
 // watermill-kafka's message format, acks=all), so they differ only in what
@@ -94,7 +113,8 @@
 //     postmaster's cutime and cstime). On a server others use, their work
 //     is in it too: the pg_idle line printed first says how much, and
 //     -own-cluster runs on a cluster of the bench's own;
-//   - broker_cpu_us_per_event: the kfake process;
+//   - broker_cpu_us_per_event: the kfake process, or the cluster's three
+//     nodes;
 //   - wal_bytes_per_event: pg_wal_lsn_diff of pg_current_wal_lsn() after and
 //     before, also cluster-wide.
 package main
