@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -13,11 +11,11 @@ import (
 )
 
 // outbox runs the CLI in-process and returns its exit code and output.
+// outbox runs the CLI to completion with an empty environment, so what the
+// caller exported (DATABASE_URL, OUTBOX_*) cannot change the outcome.
 func outbox(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), args, &stdout, &stderr)
-	return code, stdout.String(), stderr.String()
+	return outboxEnv(t, nil, args...)
 }
 
 func TestMigrateCommands(t *testing.T) {
