@@ -36,7 +36,8 @@
 //     line, with the remote address. Without it, mount the console behind
 //     the application's authentication. `outbox ui` refuses to listen
 //     beyond loopback without --allow-host and either --token-file or
-//     --behind-auth-proxy.
+//     --behind-auth-proxy, and to answer any name (--allow-host '*') without
+//     one of those two, on loopback too.
 //   - Writes. The console is read-only unless Options.AllowWrites is set,
 //     and every page shows which mode it is in. Each state-changing
 //     request is a POST carrying a CSRF token (the HMAC, under a key random
