@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/outboxadmin"
 	"github.com/txoutbox/txoutbox/outboxadmin/console"
 )
 
@@ -92,8 +94,16 @@ func TestHostAndOriginAreChecked(t *testing.T) {
 	if code, _ := anyHost.do(t, "GET", "", nil, map[string]string{"Host": rebound}); code != http.StatusOK {
 		t.Errorf(`GET with any Host on Hosts ["*"] = %d, want 200`, code)
 	}
-	if _, err := console.New(nil, console.Options{Hosts: []string{"http://x/"}}); err == nil {
-		t.Error("New accepted a URL as a host name")
+	adm, err := outboxadmin.New(b.db.SQL, outboxadmin.Config{Table: b.db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A URL, and a pattern: no name matches one, so the console would
+	// serve none of the names its operator meant.
+	for _, h := range []string{"http://x/", "*.example.com"} {
+		if _, err := console.New(adm, console.Options{Hosts: []string{h}}); !errors.Is(err, console.ErrInvalidOptions) || !strings.Contains(err.Error(), "is not a host name") {
+			t.Errorf("New with Hosts [%q] = %v, want it refused as not a host name", h, err)
+		}
 	}
 }
 
