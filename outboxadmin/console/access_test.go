@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -207,5 +208,47 @@ func TestPublishRateCard(t *testing.T) {
 	})
 	if !regexp.MustCompile(`^\d+\.\d/s$`).MatchString(card) {
 		t.Errorf("publish rate card = %q, want a rate", card)
+	}
+}
+
+// A count that fails is paced as a slow one, as the relays pace theirs:
+// the next poll does not run it again (a count that ran into the
+// statement timeout would otherwise run again at once, one after another,
+// for as long as a tab is open). A request whose client gave up paces
+// nothing: the next one counts.
+func TestStatusPacesAFailedCount(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Options{SampleEvery: time.Hour})
+
+	// The client gives up while the count waits on a lock.
+	tx, err := b.db.SQL.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	req, _ := http.NewRequestWithContext(ctx, "GET", b.base+"api/overview", nil)
+	if resp, err := b.client.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("api/overview behind a lock = %d, want the client to give up", resp.StatusCode)
+	}
+	cancel()
+	tx.Rollback()
+	if code, body := b.get(t, "api/overview"); code != http.StatusOK || !strings.Contains(body, `"backlog":3`) {
+		t.Fatalf("api/overview after a request that gave up = %d, want 200 with backlog 3:\n%s", code, body)
+	}
+
+	// A count that fails (here: a column it reads is gone) is not run
+	// again within SampleEvery.
+	c := setup(t, console.Options{SampleEvery: time.Hour})
+	exec(t, c.db, `ALTER TABLE outbox RENAME COLUMN topic TO topic_away`)
+	if code, body := c.get(t, "api/overview"); code != http.StatusInternalServerError {
+		t.Fatalf("api/overview with the count failing = %d, want 500:\n%s", code, body)
+	}
+	exec(t, c.db, `ALTER TABLE outbox RENAME COLUMN topic_away TO topic`)
+	if code, body := c.get(t, "api/overview"); code != http.StatusInternalServerError {
+		t.Errorf("api/overview right after a failed count = %d, want the failure again (500), not a new count:\n%s", code, body)
 	}
 }
