@@ -237,3 +237,28 @@ func TestExport(t *testing.T) {
 		t.Fatalf("Export(flyway) = %v", err)
 	}
 }
+
+// Version 4's index can be built beforehand with CREATE INDEX CONCURRENTLY,
+// which does not block the application's writes as the migration's
+// transaction does: the migration then keeps it.
+func TestLagIndexBuiltConcurrentlyBeforehand(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewDB(t)
+	ctx := context.Background()
+	m, err := migrations.New(db.SQL, migrations.Config{Table: txoutbox.Table{Schema: db.Schema}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := m.Down(ctx); err != nil || v != 4 {
+		t.Fatalf("Down = %d, %v; want 4", v, err)
+	}
+	if _, err := db.SQL.Exec(`CREATE INDEX CONCURRENTLY outbox_lag_idx ON "` + db.Schema + `".outbox (created_at) WHERE state IN ('pending', 'claimed')`); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{4}) {
+		t.Fatalf("Up over the index built beforehand = %v, %v; want [4]", applied, err)
+	}
+}
