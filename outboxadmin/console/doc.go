@@ -70,7 +70,8 @@
 // the lag (one entry of the lag index) and the relays every interval, and
 // the figures that read every unpublished and dead row (backlog, dead
 // count, per topic, handovers) paced as the relays pace theirs: after a
-// reading that took d of 25 ms or more, no sooner than 100 × d later. The
+// reading that took d of 25 ms or more, failed or not, no sooner than
+// 100 × d later (a failed recount leaves the last count shown). The
 // figures a page shows may be that old after a change; the overview says
 // when they were counted. Every query uses an index: the overview reads the totals and the
 // per-topic figures on the claim and dead-letter partial indexes (their cost
