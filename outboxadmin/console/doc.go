@@ -60,7 +60,8 @@
 // strings are shown as stored (outboxadmin.Row.RawHeaders). Control and
 // bidirectional characters are shown escaped (\x1b, \u202e), so none can
 // reorder the text around it; tables cut long values, and the event's page
-// shows them whole. A JSON payload is indented unless that would pass
+// shows them whole up to 64 KiB each (`outbox dead show --full` prints the
+// rest). A JSON payload is indented unless that would pass
 // 1 MiB (indentation grows with the square of the nesting), then shown
 // compact; one over 256 KiB is shown as the hex dump of its start.
 //
