@@ -208,7 +208,7 @@ func TestExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(goose) != 4 || goose[3].Name != "0004_lag_index.sql" || !strings.Contains(goose[3].Body, `CREATE INDEX "events_lag_idx" ON "events" (created_at)`) || goose[2].Name != "0003_hot_claims.sql" || !strings.Contains(goose[2].Body, `ALTER TABLE "events" SET (fillfactor = 50)`) || goose[0].Name != "0001_outbox.sql" || goose[1].Name != "0002_fencing.sql" ||
+	if len(goose) != 4 || goose[3].Name != "0004_lag_index.sql" || !strings.Contains(goose[3].Body, `CREATE INDEX IF NOT EXISTS "events_lag_idx" ON "events" (created_at)`) || goose[2].Name != "0003_hot_claims.sql" || !strings.Contains(goose[2].Body, `ALTER TABLE "events" SET (fillfactor = 50)`) || goose[0].Name != "0001_outbox.sql" || goose[1].Name != "0002_fencing.sql" ||
 		!strings.HasPrefix(goose[0].Body, "-- +goose Up\n") || !strings.Contains(goose[0].Body, "\n-- +goose Down\n") ||
 		!strings.Contains(goose[0].Body, `CREATE TABLE "events" (`) || strings.Contains(goose[0].Body, "outbox_") ||
 		!strings.Contains(goose[1].Body, `ALTER TABLE "events_relays" ADD COLUMN name`) {
@@ -235,5 +235,30 @@ func TestExport(t *testing.T) {
 	}
 	if _, err := m.Export("flyway"); err == nil || !strings.Contains(err.Error(), `unknown export format "flyway"`) {
 		t.Fatalf("Export(flyway) = %v", err)
+	}
+}
+
+// Version 4's index can be built beforehand with CREATE INDEX CONCURRENTLY,
+// which does not block the application's writes as the migration's
+// transaction does: the migration then keeps it.
+func TestLagIndexBuiltConcurrentlyBeforehand(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewDB(t)
+	ctx := context.Background()
+	m, err := migrations.New(db.SQL, migrations.Config{Table: txoutbox.Table{Schema: db.Schema}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := m.Down(ctx); err != nil || v != 4 {
+		t.Fatalf("Down = %d, %v; want 4", v, err)
+	}
+	if _, err := db.SQL.Exec(`CREATE INDEX CONCURRENTLY outbox_lag_idx ON "` + db.Schema + `".outbox (created_at) WHERE state IN ('pending', 'claimed')`); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{4}) {
+		t.Fatalf("Up over the index built beforehand = %v, %v; want [4]", applied, err)
 	}
 }

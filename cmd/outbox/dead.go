@@ -326,8 +326,8 @@ func runDeadChange(ctx context.Context, action string, args []string, stdout io.
 	return nil
 }
 
-// rowOutput is a row in --json output. A JSON payload is embedded as JSON,
-// any other as base64 (PayloadBase64).
+// rowOutput is a row in --json output. A JSON payload (in UTF-8) is
+// embedded as JSON, any other as base64 (PayloadBase64).
 type rowOutput struct {
 	ID            int64             `json:"id"`
 	EventID       string            `json:"event_id"`
@@ -362,7 +362,9 @@ func rowJSON(r outboxadmin.Row) rowOutput {
 		LastError: r.LastError, PublishedAt: r.PublishedAt, LeaseOwner: r.LeaseOwner,
 	}
 	if r.Payload != nil {
-		if json.Valid(r.Payload) && len(r.Payload) > 0 {
+		// encoding/json takes JSON that is not UTF-8 as valid, and would
+		// copy its bytes (0x9b, the 8-bit CSI) to the output as they are.
+		if len(r.Payload) > 0 && json.Valid(r.Payload) && utf8.Valid(r.Payload) {
 			out.Payload = r.Payload
 		} else {
 			out.PayloadBase64 = r.Payload

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,7 +32,7 @@ func runUI(ctx context.Context, args []string, stdout io.Writer) error {
 		common      commonFlags
 		opts        console.Options
 		listen      = fs.String("listen", uiListenDefault, "address to serve the console on; beyond loopback it needs --allow-host, and --token-file or --behind-auth-proxy")
-		allowHosts  = fs.String("allow-host", "", "comma-separated host names the console answers to (the browser's Host and Origin), besides the loopback names when --listen is on loopback; \"*\": any")
+		allowHosts  = fs.String("allow-host", "", "comma-separated host names the console answers to (the browser's Host and Origin), besides the loopback names when --listen is on loopback; \"*\": any (needs --token-file or --behind-auth-proxy)")
 		tokenFile   = fs.String("token-file", "", "require this file's token as the HTTP basic auth password (any user name, which the change log lines name as the operator)")
 		proxied     = fs.Bool("behind-auth-proxy", false, "the console is behind a proxy that authenticates operators: allow --listen beyond loopback without --token-file")
 		staleAfter  = fs.Duration("stale-after", outboxadmin.StaleAfterDefault, "count a relay alive if its heartbeat is younger (the relays' --stale-after)")
@@ -89,6 +90,11 @@ func runUI(ctx context.Context, args []string, stdout io.Writer) error {
 		case opts.Authenticate == nil && !*proxied:
 			return usagef("--listen %s is beyond loopback and the console authenticates nobody: pass --token-file, or --behind-auth-proxy if a proxy authenticates every request", *listen)
 		}
+	}
+	if slices.Contains(opts.Hosts, "*") && opts.Authenticate == nil && !*proxied {
+		// No Host check: a page under a rebound name reaches even a
+		// loopback console, and only credentials it lacks stop it.
+		return usagef("--allow-host * answers to any name, so a DNS-rebinding page could use the console: pass --token-file, or --behind-auth-proxy if a proxy authenticates every request")
 	}
 	if *sampleEvery <= 0 {
 		return usagef("--sample-every must be positive (%s)", *sampleEvery)

@@ -64,6 +64,10 @@ func TestUIUsageErrors(t *testing.T) {
 		{[]string{"ui", "--listen", ":8080", "--allow-host", "outbox.example"}, "--token-file, or --behind-auth-proxy"},
 		{[]string{"ui", "--listen", "[::]:8080", "--allow-host", "outbox.example", "--allow-writes"}, "authenticates nobody"},
 		{[]string{"ui", "--token-file", "/nonexistent/token"}, "--token-file"},
+		// "*" turns the Host check off: on loopback too, a rebound name
+		// would reach the console, so it needs authentication as well.
+		{[]string{"ui", "--allow-host", "*", "--allow-writes"}, "--token-file, or --behind-auth-proxy"},
+		{[]string{"ui", "--allow-host", "outbox.example,*"}, "--token-file, or --behind-auth-proxy"},
 	} {
 		code, _, errOut := outbox(t, tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.msg) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // HostileRow is a dead row of a kind the relay dead-letters or an operator
@@ -65,6 +66,9 @@ func HostileRows() []HostileRow {
 	add("payload-binary", func(r *HostileRow) { r.ContentType = "application/octet-stream"; r.Payload = binary })
 	add("payload-text-escapes", func(r *HostileRow) { r.ContentType = "text/plain"; r.Payload = []byte(hostileMix + "\nline 2") })
 	add("payload-json-bidi", func(r *HostileRow) { r.Payload = []byte("{\"name\":\"abc\u202etxt\u0085\"}") })
+	// Valid JSON to encoding/json, which does not check UTF-8: a raw 0x9b
+	// is the 8-bit CSI.
+	add("payload-json-not-utf8", func(r *HostileRow) { r.Payload = []byte("{\"a\":\"\x9b[2J\xff\"}") })
 	add("payload-large", func(r *HostileRow) { r.Payload = []byte(`"` + strings.Repeat("y", 1_100_000) + `"`) })
 	add("text-escapes", func(r *HostileRow) {
 		r.Topic, r.Type, r.AggregateID, r.LastError = "t"+EscClear+BidiRTLO, "type"+EscOverLn, "agg"+EscLink, "err"+hostileMix
@@ -99,17 +103,19 @@ RETURNING id`, r.EventID, r.Topic, r.AggregateID, r.Type, r.ContentType, r.Paylo
 
 // Unsafe reports the first byte sequence of out a terminal or a page would
 // act on: an ASCII control character other than newline and tab, a C1
-// control, or a bidirectional formatting character, with its offset; -1
-// when there is none.
+// control, a bidirectional formatting character, or a byte that is not
+// UTF-8 (0x9b is the 8-bit CSI), with its offset; -1 when there is none.
 func Unsafe(out string) (int, string) {
-	for i, r := range out {
+	for i := 0; i < len(out); {
+		r, n := utf8.DecodeRuneInString(out[i:])
 		switch {
 		case r == '\n' || r == '\t':
-		case r < 0x20, r >= 0x7f && r < 0xa0,
+		case r == utf8.RuneError && n == 1, r < 0x20, r >= 0x7f && r < 0xa0,
 			r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
 			lo, hi := max(i-20, 0), min(i+20, len(out))
 			return i, out[lo:hi]
 		}
+		i += n
 	}
 	return -1, ""
 }

@@ -6,4 +6,8 @@
 -- This index holds only unpublished rows, like the claim index, and a claim
 -- (lease columns only) changes none of its columns, so claims stay
 -- heap-only updates; each write adds one entry.
-CREATE INDEX outbox_lag_idx ON outbox (created_at) WHERE state IN ('pending', 'claimed');
+--
+-- Building it here blocks writes to the table while it is read (about
+-- 0.2 s per 200,000 rows); on a large table build it beforehand with
+-- CREATE INDEX CONCURRENTLY and this statement keeps it.
+CREATE INDEX IF NOT EXISTS outbox_lag_idx ON outbox (created_at) WHERE state IN ('pending', 'claimed');

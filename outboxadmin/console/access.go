@@ -26,8 +26,11 @@ func parseHosts(hosts []string) (hostList, error) {
 			l.any = true
 			continue
 		}
+		// Checked before the port is split off: "http://x/" would leave
+		// the name "http". "*" alone is any name; within one it is no
+		// pattern, but a name that no Host matches.
 		n := normalHost(h)
-		if n == "" || strings.ContainsAny(n, "/ ?#@") {
+		if n == "" || strings.ContainsAny(h, "/ ?#@*") {
 			return hostList{}, fmt.Errorf("%w: Hosts: %q is not a host name", ErrInvalidOptions, h)
 		}
 		l.names[n] = true

@@ -1,6 +1,8 @@
 package console_test
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/outboxadmin"
 	"github.com/txoutbox/txoutbox/outboxadmin/console"
 )
 
@@ -92,8 +95,16 @@ func TestHostAndOriginAreChecked(t *testing.T) {
 	if code, _ := anyHost.do(t, "GET", "", nil, map[string]string{"Host": rebound}); code != http.StatusOK {
 		t.Errorf(`GET with any Host on Hosts ["*"] = %d, want 200`, code)
 	}
-	if _, err := console.New(nil, console.Options{Hosts: []string{"http://x/"}}); err == nil {
-		t.Error("New accepted a URL as a host name")
+	adm, err := outboxadmin.New(b.db.SQL, outboxadmin.Config{Table: b.db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A URL, and a pattern: no name matches one, so the console would
+	// serve none of the names its operator meant.
+	for _, h := range []string{"http://x/", "*.example.com"} {
+		if _, err := console.New(adm, console.Options{Hosts: []string{h}}); !errors.Is(err, console.ErrInvalidOptions) || !strings.Contains(err.Error(), "is not a host name") {
+			t.Errorf("New with Hosts [%q] = %v, want it refused as not a host name", h, err)
+		}
 	}
 }
 
@@ -197,5 +208,47 @@ func TestPublishRateCard(t *testing.T) {
 	})
 	if !regexp.MustCompile(`^\d+\.\d/s$`).MatchString(card) {
 		t.Errorf("publish rate card = %q, want a rate", card)
+	}
+}
+
+// A count that fails is paced as a slow one, as the relays pace theirs:
+// the next poll does not run it again (a count that ran into the
+// statement timeout would otherwise run again at once, one after another,
+// for as long as a tab is open). A request whose client gave up paces
+// nothing: the next one counts.
+func TestStatusPacesAFailedCount(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Options{SampleEvery: time.Hour})
+
+	// The client gives up while the count waits on a lock.
+	tx, err := b.db.SQL.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	req, _ := http.NewRequestWithContext(ctx, "GET", b.base+"api/overview", nil)
+	if resp, err := b.client.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("api/overview behind a lock = %d, want the client to give up", resp.StatusCode)
+	}
+	cancel()
+	tx.Rollback()
+	if code, body := b.get(t, "api/overview"); code != http.StatusOK || !strings.Contains(body, `"backlog":3`) {
+		t.Fatalf("api/overview after a request that gave up = %d, want 200 with backlog 3:\n%s", code, body)
+	}
+
+	// A count that fails (here: a column it reads is gone) is not run
+	// again within SampleEvery.
+	c := setup(t, console.Options{SampleEvery: time.Hour})
+	exec(t, c.db, `ALTER TABLE outbox RENAME COLUMN topic TO topic_away`)
+	if code, body := c.get(t, "api/overview"); code != http.StatusInternalServerError {
+		t.Fatalf("api/overview with the count failing = %d, want 500:\n%s", code, body)
+	}
+	exec(t, c.db, `ALTER TABLE outbox RENAME COLUMN topic_away TO topic`)
+	if code, body := c.get(t, "api/overview"); code != http.StatusInternalServerError {
+		t.Errorf("api/overview right after a failed count = %d, want the failure again (500), not a new count:\n%s", code, body)
 	}
 }

@@ -36,7 +36,8 @@
 //     line, with the remote address. Without it, mount the console behind
 //     the application's authentication. `outbox ui` refuses to listen
 //     beyond loopback without --allow-host and either --token-file or
-//     --behind-auth-proxy.
+//     --behind-auth-proxy, and to answer any name (--allow-host '*') without
+//     one of those two, on loopback too.
 //   - Writes. The console is read-only unless Options.AllowWrites is set,
 //     and every page shows which mode it is in. Each state-changing
 //     request is a POST carrying a CSRF token (the HMAC, under a key random
@@ -59,7 +60,8 @@
 // strings are shown as stored (outboxadmin.Row.RawHeaders). Control and
 // bidirectional characters are shown escaped (\x1b, \u202e), so none can
 // reorder the text around it; tables cut long values, and the event's page
-// shows them whole. A JSON payload is indented unless that would pass
+// shows them whole up to 64 KiB each (`outbox dead show --full` prints the
+// rest). A JSON payload is indented unless that would pass
 // 1 MiB (indentation grows with the square of the nesting), then shown
 // compact; one over 256 KiB is shown as the hex dump of its start.
 //
@@ -69,7 +71,8 @@
 // the lag (one entry of the lag index) and the relays every interval, and
 // the figures that read every unpublished and dead row (backlog, dead
 // count, per topic, handovers) paced as the relays pace theirs: after a
-// reading that took d of 25 ms or more, no sooner than 100 × d later. The
+// reading that took d of 25 ms or more, failed or not, no sooner than
+// 100 × d later (a failed recount leaves the last count shown). The
 // figures a page shows may be that old after a change; the overview says
 // when they were counted. Every query uses an index: the overview reads the totals and the
 // per-topic figures on the claim and dead-letter partial indexes (their cost

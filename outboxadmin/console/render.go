@@ -31,7 +31,11 @@ var funcs = template.FuncMap{
 	"short": func(n int, s string) string { return human.OneLine(s, n) },
 	"esc":   human.Escape,
 	"lines": human.EscapeLines,
-	"add":   func(a, b int) int { return a + b },
+	"clip":  clipValue,
+	// findable: a value the events page can look up (a longer one is
+	// refused as a filter).
+	"findable": func(s string) bool { return len(s) <= maxField },
+	"add":      func(a, b int) int { return a + b },
 	"rate": func(r *float64) string {
 		if r == nil {
 			return "–"
@@ -185,6 +189,23 @@ func formatTime(t any) string {
 		return v.UTC().Format("2006-01-02 15:04:05Z")
 	}
 	return fmt.Sprint(t)
+}
+
+// valueShownMax is the most bytes of one value (a header, the last error,
+// a topic) the event's page shows; the payload has its own bounds.
+const valueShownMax = 64 << 10
+
+// clipValue cuts s at valueShownMax bytes, on a character boundary, and
+// says how long it is and where to see it whole.
+func clipValue(s string) string {
+	if len(s) <= valueShownMax {
+		return s
+	}
+	i := valueShownMax
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + fmt.Sprintf("… (%d bytes in all: outbox dead show --full prints it whole)", len(s))
 }
 
 // payloadView is a payload as the detail page shows it.

@@ -14,8 +14,9 @@ import (
 // read every unpublished row (the counts, the per-topic figures, the
 // handovers) paced as the relays pace their counts: after a reading whose
 // statements took d of countQuick or more, no sooner than countSpacing × d
-// after it started. Ten tabs polling during an incident cost the primary
-// what one does, and a slow count runs a hundredth of the time.
+// after it started, failed or not. Ten tabs polling during an incident
+// cost the primary what one does, and a slow count runs a hundredth of the
+// time.
 type statusCache struct {
 	adm      *outboxadmin.Admin
 	interval time.Duration
@@ -28,7 +29,7 @@ type statusCache struct {
 	counts     outboxadmin.Snapshot // with Topics
 	handovers  []int
 	countsNext time.Time // local clock of the next count
-	read       bool      // both have been read once
+	countsErr  error     // the last count's failure, until the next count
 }
 
 // countSpacing and countQuick are the relay's pacing of its counts
@@ -66,24 +67,27 @@ func (c *statusCache) get(ctx context.Context) (statusView, error) {
 	}
 	defer func() { <-c.mu }()
 	now := time.Now()
-	if !c.read || !now.Before(c.countsNext) {
+	if !now.Before(c.countsNext) {
 		start := time.Now()
-		counts, err := c.adm.TopicSnapshot(ctx)
+		err := c.count(ctx)
+		if err != nil && ctx.Err() != nil {
+			return statusView{}, err // the caller gave up: the next one counts
+		}
+		// A failed count is paced as a slow one, as the relays pace
+		// theirs: one that ran into the statement timeout does not run
+		// again at the next poll.
+		c.countsNext = start.Add(countPacing(c.interval, time.Since(start)))
+		c.countsErr = err
 		if err != nil {
 			return statusView{}, err
 		}
-		handovers, err := c.adm.Handovers(ctx)
-		if err != nil {
-			return statusView{}, err
-		}
-		took := time.Since(start)
-		c.counts, c.handovers = counts, handovers
-		c.countsNext = start.Add(countPacing(c.interval, took))
-		sample := counts
-		sample.Topics = nil // the chart keeps the totals only
-		c.hist.add(sample)
 	}
-	if !c.read || now.Sub(c.fleetAt) >= c.interval {
+	if c.countsErr != nil && c.counts.At.IsZero() {
+		// Never counted: the failure until the next count. Once counted,
+		// the pages show the last count, with its time.
+		return statusView{}, c.countsErr
+	}
+	if now.Sub(c.fleetAt) >= c.interval {
 		fleet, err := c.adm.Fleet(ctx)
 		if err != nil {
 			return statusView{}, err
@@ -94,11 +98,27 @@ func (c *statusCache) get(ctx context.Context) (statusView, error) {
 		}
 		c.fleet, c.lag, c.fleetAt = fleet, lag, time.Now()
 	}
-	c.read = true
 	v := statusView{Status: c.fleet, Counted: c.counts.At, LastID: c.counts.LastID}
 	v.Stats = txoutbox.Stats{Backlog: c.counts.Backlog, Lag: c.lag, Dead: c.counts.Dead, Topics: c.counts.Topics}
 	v.Handovers = c.handovers
 	return v, nil
+}
+
+// count reads the figures that read every unpublished row.
+func (c *statusCache) count(ctx context.Context) error {
+	counts, err := c.adm.TopicSnapshot(ctx)
+	if err != nil {
+		return err
+	}
+	handovers, err := c.adm.Handovers(ctx)
+	if err != nil {
+		return err
+	}
+	c.counts, c.handovers = counts, handovers
+	sample := counts
+	sample.Topics = nil // the chart keeps the totals only
+	c.hist.add(sample)
+	return nil
 }
 
 // countPacing is how long after a count whose statements took took the
