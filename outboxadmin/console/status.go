@@ -66,13 +66,15 @@ func (c *statusCache) get(ctx context.Context) (statusView, error) {
 		return statusView{}, ctx.Err()
 	}
 	defer func() { <-c.mu }()
+	// Once started, a reading finishes and is kept even if this caller
+	// gives up (a reload, a tab closed): otherwise a slow count would
+	// start over at every request and never finish. Each statement has
+	// the admin's own timeout.
+	rctx := context.WithoutCancel(ctx)
 	now := time.Now()
 	if !now.Before(c.countsNext) {
 		start := time.Now()
-		err := c.count(ctx)
-		if err != nil && ctx.Err() != nil {
-			return statusView{}, err // the caller gave up: the next one counts
-		}
+		err := c.count(rctx)
 		// A failed count is paced as a slow one, as the relays pace
 		// theirs: one that ran into the statement timeout does not run
 		// again at the next poll.
@@ -88,11 +90,11 @@ func (c *statusCache) get(ctx context.Context) (statusView, error) {
 		return statusView{}, c.countsErr
 	}
 	if now.Sub(c.fleetAt) >= c.interval {
-		fleet, err := c.adm.Fleet(ctx)
+		fleet, err := c.adm.Fleet(rctx)
 		if err != nil {
 			return statusView{}, err
 		}
-		lag, err := c.adm.Lag(ctx)
+		lag, err := c.adm.Lag(rctx)
 		if err != nil {
 			return statusView{}, err
 		}
