@@ -31,15 +31,15 @@ func TestUpUpDownUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2, 3}) {
-		t.Fatalf("first Up = %v, %v; want [1 2 3]", applied, err)
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2, 3, 5}) {
+		t.Fatalf("first Up = %v, %v; want [1 2 3 5]", applied, err)
 	}
 	if applied, err := m.Up(ctx); err != nil || len(applied) != 0 {
 		t.Fatalf("second Up = %v, %v; want a no-op", applied, err)
 	}
 	st, err := m.Status(ctx)
-	if err != nil || len(st) != 3 || st[0].AppliedAt == nil || st[0].Name != "outbox" || st[1].AppliedAt == nil || st[1].Name != "fencing" ||
-		st[2].AppliedAt == nil || st[2].Name != "hot_claims" {
+	if err != nil || len(st) != 4 || st[0].AppliedAt == nil || st[0].Name != "outbox" || st[1].AppliedAt == nil || st[1].Name != "fencing" ||
+		st[2].AppliedAt == nil || st[2].Name != "hot_claims" || st[3].AppliedAt == nil || st[3].Version != 5 || st[3].Name != "cost_indexes" {
 		t.Fatalf("Status = %+v, %v", st, err)
 	}
 	for _, tbl := range []string{"outbox", "outbox_relays", "outbox_shards"} {
@@ -51,8 +51,11 @@ func TestUpUpDownUp(t *testing.T) {
 	if err := db.SQL.QueryRow(`SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = $1::regclass`, `"`+db.Schema+`".outbox`).Scan(&fillfactor); err != nil || fillfactor != "fillfactor=50" {
 		t.Fatalf("outbox options after Up = %q, %v; want fillfactor=50 (version 3)", fillfactor, err)
 	}
+	if v, err := m.Down(ctx); err != nil || v != 5 {
+		t.Fatalf("Down = %d, %v; want 5 (one version at a time)", v, err)
+	}
 	if v, err := m.Down(ctx); err != nil || v != 3 {
-		t.Fatalf("Down = %d, %v; want 3 (one version at a time)", v, err)
+		t.Fatalf("Down = %d, %v; want 3", v, err)
 	}
 	if v, err := m.Down(ctx); err != nil || v != 2 {
 		t.Fatalf("Down = %d, %v; want 2", v, err)
@@ -69,7 +72,7 @@ func TestUpUpDownUp(t *testing.T) {
 	if st, _ := m.Status(ctx); st[0].AppliedAt != nil {
 		t.Fatalf("Status after Down = %+v", st)
 	}
-	if applied, err := m.Up(ctx); err != nil || len(applied) != 3 {
+	if applied, err := m.Up(ctx); err != nil || len(applied) != 4 {
 		t.Fatalf("Up after Down = %v, %v", applied, err)
 	}
 	if !tableExists(t, db, db.Schema, "outbox") {
@@ -111,11 +114,11 @@ func TestConcurrentUpAppliesOnce(t *testing.T) {
 		t.Fatalf("concurrent Up failed: %v", errs)
 	}
 	slices.Sort(total)
-	if !slices.Equal(total, []int{1, 2, 3}) {
-		t.Fatalf("versions applied across 4 goroutines = %v, want [1 2 3] exactly once", total)
+	if !slices.Equal(total, []int{1, 2, 3, 5}) {
+		t.Fatalf("versions applied across 4 goroutines = %v, want [1 2 3 5] exactly once", total)
 	}
 	var n int
-	if err := db.SQL.QueryRow(`SELECT count(*) FROM outbox_schema_migrations`).Scan(&n); err != nil || n != 3 {
+	if err := db.SQL.QueryRow(`SELECT count(*) FROM outbox_schema_migrations`).Scan(&n); err != nil || n != 4 {
 		t.Fatalf("recorded versions = %d, %v", n, err)
 	}
 }
@@ -176,7 +179,7 @@ func TestFilesArePlainSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"0001_outbox.down.sql", "0001_outbox.up.sql", "0002_fencing.down.sql", "0002_fencing.up.sql",
-		"0003_hot_claims.down.sql", "0003_hot_claims.up.sql"}
+		"0003_hot_claims.down.sql", "0003_hot_claims.up.sql", "0005_cost_indexes.down.sql", "0005_cost_indexes.up.sql"}
 	if len(entries) != len(want) {
 		t.Fatalf("files = %v, want %v", entries, want)
 	}
@@ -198,19 +201,19 @@ func TestExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(goose) != 3 || goose[2].Name != "0003_hot_claims.sql" || !strings.Contains(goose[2].Body, `ALTER TABLE "events" SET (fillfactor = 50)`) || goose[0].Name != "0001_outbox.sql" || goose[1].Name != "0002_fencing.sql" ||
+	if len(goose) != 4 || goose[3].Name != "0005_cost_indexes.sql" || !strings.Contains(goose[3].Body, `CREATE INDEX "events_prune_idx" ON "events"`) || goose[2].Name != "0003_hot_claims.sql" || !strings.Contains(goose[2].Body, `ALTER TABLE "events" SET (fillfactor = 50)`) || goose[0].Name != "0001_outbox.sql" || goose[1].Name != "0002_fencing.sql" ||
 		!strings.HasPrefix(goose[0].Body, "-- +goose Up\n") || !strings.Contains(goose[0].Body, "\n-- +goose Down\n") ||
 		!strings.Contains(goose[0].Body, `CREATE TABLE "events" (`) || strings.Contains(goose[0].Body, "outbox_") ||
 		!strings.Contains(goose[1].Body, `ALTER TABLE "events_relays" ADD COLUMN name`) {
 		t.Fatalf("goose export = %+v", goose)
 	}
 	gm, err := m.Export(migrations.FormatGolangMigrate)
-	if err != nil || len(gm) != 6 || gm[0].Name != "0001_outbox.up.sql" || gm[1].Name != "0001_outbox.down.sql" ||
+	if err != nil || len(gm) != 8 || gm[0].Name != "0001_outbox.up.sql" || gm[1].Name != "0001_outbox.down.sql" ||
 		gm[2].Name != "0002_fencing.up.sql" || gm[3].Name != "0002_fencing.down.sql" {
 		t.Fatalf("golang-migrate export = %+v, %v", gm, err)
 	}
 	// The exported up files apply as they are, and the down files revert them.
-	for _, f := range []int{0, 2, 4} {
+	for _, f := range []int{0, 2, 4, 6} {
 		if _, err := db.SQL.Exec(gm[f].Body); err != nil {
 			t.Fatalf("apply exported %s: %v", gm[f].Name, err)
 		}
@@ -218,7 +221,7 @@ func TestExport(t *testing.T) {
 	if !tableExists(t, db, db.Schema, "events_shards") {
 		t.Fatal("exported up did not create events_shards")
 	}
-	for _, f := range []int{5, 3, 1} {
+	for _, f := range []int{7, 5, 3, 1} {
 		if _, err := db.SQL.Exec(gm[f].Body); err != nil {
 			t.Fatalf("apply exported %s: %v", gm[f].Name, err)
 		}
