@@ -499,23 +499,22 @@ const LeaveShards = `UPDATE {{shards}} SET owner = NULL, updated_at = now() WHER
 // LeaveRelay deletes the incarnation's heartbeat row ($1).
 const LeaveRelay = `DELETE FROM {{relays}} WHERE id = $1`
 
-// Prune deletes up to $2 published rows older than $1. It walks the primary
-// key only up to the first row created inside the window ("bound", found
-// from the start of the key, where pruning leaves few rows), because a row
-// created inside the window cannot have been published before it; without
-// the bound every round would scan the whole retained history.
+// Prune deletes up to $2 published rows older than $1, oldest first. It
+// reads them on the prune index (schema version 5), which holds published
+// rows only, in published_at order: the range it reads is the batch, however
+// many dead or unpublished rows come first in the primary key and however
+// many published rows are retained. It deletes them by their tuple ids, so
+// no plan can join the batch to the whole table; the outer condition is
+// checked again on a row changed meanwhile (an operator's replay holds
+// PruneLock, so that takes another writer).
 const Prune = `
-WITH bound AS (
-    SELECT coalesce(
-        (SELECT id FROM {{table}} WHERE created_at >= now() - $1::interval ORDER BY id LIMIT 1),
-        (SELECT max(id) + 1 FROM {{table}})) AS id
-)
-DELETE FROM {{table}} WHERE id IN (
-    SELECT o.id FROM {{table}} o, bound
-    WHERE o.id < bound.id
-      AND o.state = 'published' AND o.published_at < now() - $1::interval
-    ORDER BY o.id
-    LIMIT $2)`
+DELETE FROM {{table}}
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM {{table}}
+    WHERE state = 'published' AND published_at < now() - $1::interval
+    ORDER BY published_at
+    LIMIT $2))
+  AND state = 'published' AND published_at < now() - $1::interval`
 
 // PruneArgs binds Prune.
 type PruneArgs struct {

@@ -1,0 +1,91 @@
+package outboxsql_test
+
+import (
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+// The tests here prove that a statement costs its batch or an index look-up,
+// not the table: each runs one statement at two sizes 10x apart, under the
+// custom and the generic plan, and compares the work its plan did
+// (testkit.PlanWork: buffers, not time).
+
+// costRatio is how much more work the larger size may take: the index
+// descents grow by a level at most, never by the 10x of the sizes.
+const costRatio = 2
+
+// costSmall and costLarge are the two sizes, 10x apart, affordable in CI.
+const (
+	costSmall = 2_000
+	costLarge = 20_000
+)
+
+// costDB is a fresh outbox with its statements rendered for it.
+type costDB struct {
+	db    *sql.DB
+	names outboxsql.Names
+}
+
+func newCostDB(t *testing.T) costDB {
+	t.Helper()
+	d := testkit.NewOutbox(t)
+	n, err := outboxsql.NamesFor(d.Schema, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return costDB{db: d.SQL, names: n}
+}
+
+func (c costDB) exec(t *testing.T, stmt string, args ...any) {
+	t.Helper()
+	if _, err := c.db.Exec(c.names.Render(stmt), args...); err != nil {
+		t.Fatalf("%v\n%s", err, stmt)
+	}
+}
+
+// insert adds n rows of aggregates prefix1..prefixN (one row each), with the
+// given state and columns as SQL expressions of g, the row's number.
+func (c costDB) insert(t *testing.T, n int, aggregate, state, attempts, nextAttempt, createdAt, publishedAt string) {
+	t.Helper()
+	c.exec(t, `INSERT INTO {{table}} (event_id, topic, aggregate_id, event_type, payload, state, attempts,
+        next_attempt_at, created_at, published_at)
+    SELECT gen_random_uuid(), 'orders', `+aggregate+`, 'e', '\x7b7d', '`+state+`', `+attempts+`,
+           `+nextAttempt+`, `+createdAt+`, `+publishedAt+`
+    FROM generate_series(1, $1) g`, n)
+}
+
+// settle vacuums and analyzes the table, so the plans see what production
+// sees and dead index entries are not part of the work.
+func (c costDB) settle(t *testing.T) {
+	t.Helper()
+	c.exec(t, `VACUUM ANALYZE {{table}}`)
+	c.exec(t, `VACUUM ANALYZE {{relays}}`)
+}
+
+func (c costDB) work(t *testing.T, setup []string, stmt string, args ...any) map[string]testkit.Work {
+	t.Helper()
+	for i, s := range setup {
+		setup[i] = c.names.Render(s)
+	}
+	return testkit.PlanWorkModes(t, c.db, setup, c.names.Render(stmt), args...)
+}
+
+// Pruning reads the published rows it deletes, not the dead rows kept for
+// weeks ahead of them in the primary key.
+func TestPruneCostIsItsBatchWithAnyNumberOfDeadRows(t *testing.T) {
+	t.Parallel()
+	measure := func(dead int) map[string]testkit.Work {
+		c := newCostDB(t)
+		c.insert(t, dead, `'dead-' || g`, "dead", "10", "now()", "now() - interval '20 days'", "NULL")
+		c.insert(t, 1_000, `'old-' || g`, "published", "0", "now()", "now() - interval '3 days'", "now() - interval '3 days'")
+		c.insert(t, 200, `'new-' || g`, "published", "0", "now()", "now()", "now()")
+		c.insert(t, 100, `'pending-' || g`, "pending", "0", "now()", "now()", "NULL")
+		c.settle(t)
+		return c.work(t, nil, outboxsql.Prune, outboxsql.Interval(24*time.Hour), 500)
+	}
+	testkit.AssertFlat(t, "prune", costRatio, measure(costSmall), measure(costLarge))
+}
