@@ -2,6 +2,8 @@ package outboxsql_test
 
 import (
 	"database/sql"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,4 +90,60 @@ func TestPruneCostIsItsBatchWithAnyNumberOfDeadRows(t *testing.T) {
 		return c.work(t, nil, outboxsql.Prune, outboxsql.Interval(24*time.Hour), 500)
 	}
 	testkit.AssertFlat(t, "prune", costRatio, measure(costSmall), measure(costLarge))
+}
+
+// settings renders a settings statement (WalkSettings, ClaimSettings) with
+// a statement timeout for PlanWork's setup.
+func settings(stmt string) string {
+	return strings.ReplaceAll(stmt, "$1", "'60000ms'")
+}
+
+// The handover check reads a claim's batch of the backlog, not all of it,
+// and still finds the rows a peer holds where a claim would look first.
+func TestHandoverCheckCostIsItsWindowWithAnyBacklog(t *testing.T) {
+	t.Parallel()
+	all := make([]int16, outboxsql.Shards)
+	for i := range all {
+		all[i] = int16(i)
+	}
+	measure := func(backlog int) map[string]testkit.Work {
+		c := newCostDB(t)
+		c.exec(t, `INSERT INTO {{relays}} (id, name) VALUES ('me', 'me'), ('peer', 'peer')`)
+		c.insert(t, backlog, `'agg-' || g`, "pending", "0", "now()", "now()", "NULL")
+		// The peer still publishes the first 20 rows.
+		c.exec(t, `UPDATE {{table}} SET lease_owner = 'peer', lease_expires_at = now() + interval '1 hour',
+            next_attempt_at = now() + interval '1 hour' WHERE id <= 20`)
+		c.settle(t)
+		var want []int16
+		rows, err := c.db.Query(c.names.Render(`SELECT DISTINCT shard FROM {{table}} WHERE id <= 20 ORDER BY 1`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var s int16
+			if err := rows.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, s)
+		}
+		args := outboxsql.HandoverArgs{Owner: "me", Shards: all, Window: 500}.Args()
+		var got []int16
+		rows, err = c.db.Query(c.names.Render(outboxsql.ShardsInHandover), args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var s int16
+			if err := rows.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, s)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("shards in handover = %v, want %v (those of the peer's rows)", got, want)
+		}
+		return c.work(t, []string{settings(outboxsql.WalkSettings)}, outboxsql.ShardsInHandover, args...)
+	}
+	testkit.AssertFlat(t, "handover check", costRatio, measure(10*costSmall), measure(10*costLarge))
 }

@@ -275,21 +275,46 @@ func (a MarkUndecodableArgs) Args() ([]any, error) {
 }
 
 // ShardsInHandover returns which of Shards still hold rows claimed by
-// another live incarnation under a valid lease: rows the shard's previous
-// owner is still publishing. Claim alone keeps order; this only keeps a new
-// owner from filling its batches with candidates Claim would drop while the
-// previous owner finishes. It scans the claim index, so it runs only while
-// some acquired shard is in handover, and not at all (a one-time filter)
-// while the incarnation is the only live one, as a lone relay starting on
-// a backlog is.
+// another live incarnation under a valid lease among the first Window
+// unpublished rows of those shards in id order: the rows a claim of the new
+// owner would walk first, which the shard's previous owner is still
+// publishing. Claim alone keeps order; this only keeps a new owner from
+// filling its batches with candidates Claim would drop while the previous
+// owner finishes. It reads Window entries of the claim index at most,
+// whatever the backlog, in id order (run it after WalkSettings, so no plan
+// sorts the backlog instead), and nothing at all (a one-time filter) while
+// the incarnation is the only live one, as a lone relay starting on a
+// backlog is.
 const ShardsInHandover = `
-SELECT DISTINCT o.shard FROM {{table}} o
-WHERE EXISTS (SELECT 1 FROM {{relays}} WHERE id <> $1)
-  AND o.state IN ('pending', 'claimed') AND o.lease_owner IS NOT NULL AND o.shard = ANY($2::smallint[])
-  AND o.lease_owner <> $1 AND o.lease_expires_at > now()
-  AND o.lease_owner IN (SELECT id FROM {{relays}})`
+SELECT DISTINCT w.shard FROM (
+    SELECT o.shard, o.lease_owner, o.lease_expires_at
+    FROM {{table}} o
+    WHERE o.state IN ('pending', 'claimed') AND get_bit($2::varbit, o.shard) = 1
+      AND EXISTS (SELECT 1 FROM {{relays}} WHERE id <> $1)
+    ORDER BY o.id
+    LIMIT $3
+) w
+WHERE w.lease_owner IS NOT NULL AND w.lease_owner <> $1 AND w.lease_expires_at > now()
+  AND w.lease_owner IN (SELECT id FROM {{relays}})`
 
-// ShardsArgs binds ShardsInHandover, ReleaseShards and AcquireShards.
+// HandoverArgs binds ShardsInHandover.
+type HandoverArgs struct {
+	Owner  string  // $1: the incarnation
+	Shards []int16 // $2: the shards to check, passed as a ShardMask
+	Window int     // $3: how many unpublished rows to look at, a claim's batch
+}
+
+// Args returns the parameters in order.
+func (a HandoverArgs) Args() []any { return []any{a.Owner, ShardMask(a.Shards), a.Window} }
+
+// WalkSettings runs first in the transaction of a statement that walks an
+// index in order up to a limit (ShardsInHandover): with stale statistics
+// the planner would rather read and sort every row the index holds. See
+// ClaimSettings. $1 is the statement timeout.
+const WalkSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_seqscan', 'off', true), set_config('statement_timeout', $1, true)`
+
+// ShardsArgs binds ReleaseShards and AcquireShards.
 type ShardsArgs struct {
 	Owner  string  // $1: the incarnation
 	Shards []int16 // $2
