@@ -87,7 +87,7 @@ func TestPruneCostIsItsBatchWithAnyNumberOfDeadRows(t *testing.T) {
 		c.insert(t, 200, `'new-' || g`, "published", "0", "now()", "now()", "now()")
 		c.insert(t, 100, `'pending-' || g`, "pending", "0", "now()", "now()", "NULL")
 		c.settle(t)
-		return c.work(t, nil, outboxsql.Prune, outboxsql.Interval(24*time.Hour), 500)
+		return c.work(t, nil, outboxsql.Prune, outboxsql.Interval(24*time.Hour), 100)
 	}
 	testkit.AssertFlat(t, "prune", costRatio, measure(costSmall), measure(costLarge))
 }
@@ -146,4 +146,53 @@ func TestHandoverCheckCostIsItsWindowWithAnyBacklog(t *testing.T) {
 		return c.work(t, []string{settings(outboxsql.WalkSettings)}, outboxsql.ShardsInHandover, args...)
 	}
 	testkit.AssertFlat(t, "handover check", costRatio, measure(10*costSmall), measure(10*costLarge))
+}
+
+// The statements `outbox dead retry` runs holding the claim gate, and the
+// aggregate look-up, read the aggregates' rows, not the backlog.
+func TestRetryLookupsCostTheAggregatesWithAnyBacklog(t *testing.T) {
+	t.Parallel()
+	measure := func(backlog int) (lock, lookup map[string]testkit.Work) {
+		c := newCostDB(t)
+		c.insert(t, backlog, `'agg-' || g`, "pending", "0", "now()", "now()", "NULL")
+		c.insert(t, 3, `'poison'`, "dead", "10", "now()", "now()", "NULL")
+		c.insert(t, 5, `'poison'`, "pending", "0", "now()", "now()", "NULL")
+		c.settle(t)
+		lock = c.work(t, nil, outboxsql.OpsLockUnpublished, outboxsql.TextArray([]string{"poison", "agg-7"}))
+		lookup = c.work(t, nil, outboxsql.OpsLookupAggregate, "poison", 100, 50)
+		for mode, w := range lock {
+			if w.Rows != 6 {
+				t.Fatalf("lock unpublished, %s: %d rows, want the 6 unpublished rows of the two aggregates", mode, w.Rows)
+			}
+		}
+		for mode, w := range lookup {
+			if w.Rows != 8 {
+				t.Fatalf("look-up, %s: %d rows, want the aggregate's 8", mode, w.Rows)
+			}
+		}
+		return lock, lookup
+	}
+	smallLock, smallLookup := measure(costSmall)
+	largeLock, largeLookup := measure(costLarge)
+	testkit.AssertFlat(t, "retry's lock of the aggregates' unpublished rows", costRatio, smallLock, largeLock)
+	testkit.AssertFlat(t, "aggregate look-up", costRatio, smallLookup, largeLookup)
+}
+
+// A replay reads the published rows it selects, not every retained one.
+func TestReplaySelectCostIsTheRowsSelected(t *testing.T) {
+	t.Parallel()
+	measure := func(retained int) map[string]testkit.Work {
+		c := newCostDB(t)
+		c.insert(t, retained, `'old-' || g`, "published", "0", "now()", "now() - interval '3 days'", "now() - interval '3 days'")
+		c.insert(t, 200, `'new-' || g`, "published", "0", "now()", "now()", "now()")
+		c.settle(t)
+		w := c.work(t, nil, outboxsql.OpsReplaySelect, time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano), nil, nil)
+		for mode, x := range w {
+			if x.Rows != 200 {
+				t.Fatalf("replay select, %s: %d rows, want the 200 published in the last hour", mode, x.Rows)
+			}
+		}
+		return w
+	}
+	testkit.AssertFlat(t, "replay select", costRatio, measure(costSmall), measure(costLarge))
 }
