@@ -196,3 +196,35 @@ func TestReplaySelectCostIsTheRowsSelected(t *testing.T) {
 	}
 	testkit.AssertFlat(t, "replay select", costRatio, measure(costSmall), measure(costLarge))
 }
+
+// A claim costs its batch however many aggregates have a row in retry
+// backoff: it reads neither those rows nor their aggregates' later ones.
+func TestClaimCostIsItsBatchWithAnyNumberOfRowsInBackoff(t *testing.T) {
+	t.Parallel()
+	all := make([]int16, outboxsql.Shards)
+	for i := range all {
+		all[i] = int16(i)
+	}
+	const batch = 500
+	measure := func(backoff int) map[string]testkit.Work {
+		c := newCostDB(t)
+		c.exec(t, `INSERT INTO {{relays}} (id, name) VALUES ('me', 'me')`)
+		// As Fail leaves them, ahead of the healthy rows in id order.
+		c.insert(t, backoff, `'poison-' || g`, "pending", "1", "now() + interval '1 hour'", "now()", "NULL")
+		c.exec(t, `UPDATE {{table}} SET retry_at = next_attempt_at WHERE attempts > 0`)
+		// Retries due now, and the healthy events.
+		c.insert(t, 50, `'retried-' || g`, "pending", "1", "now() - interval '1 second'", "now()", "NULL")
+		c.exec(t, `UPDATE {{table}} SET retry_at = next_attempt_at WHERE attempts > 0 AND retry_at = '-infinity'`)
+		c.insert(t, 2*batch, `'healthy-' || (g % 300)`, "pending", "0", "now()", "now()", "NULL")
+		c.settle(t)
+		w := c.work(t, []string{settings(outboxsql.ClaimSettings)}, outboxsql.Claim,
+			outboxsql.ClaimArgs{Owner: "me", Limit: batch, Lease: time.Minute, Shards: all}.Args()...)
+		for mode, x := range w {
+			if x.Rows != batch {
+				t.Fatalf("%s: claimed %d rows, want %d", mode, x.Rows, batch)
+			}
+		}
+		return w
+	}
+	testkit.AssertFlat(t, "claim", costRatio, measure(costSmall), measure(costLarge))
+}

@@ -64,10 +64,11 @@ ORDER BY id
 FOR UPDATE`
 
 // OpsRetry returns the dead rows $1 to pending, due now, with fresh
-// attempts. last_error is kept: it says why the event died until the relay
+// attempts, as first attempts (retry_at, see Claim). last_error is kept: it says why the event died until the relay
 // publishes it or records a new failure.
 const OpsRetry = `UPDATE {{table}}
-SET state = 'pending', attempts = 0, next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL
+SET state = 'pending', attempts = 0, next_attempt_at = now(), retry_at = '-infinity',
+    lease_owner = NULL, lease_expires_at = NULL
 WHERE id = ANY($1::bigint[]) AND state = 'dead'`
 
 // OpsDrop deletes the dead rows $1.
@@ -103,7 +104,7 @@ ORDER BY first_id, id`
 // aggregates' rows) to pending, due now, if they are still published, and
 // returns the ids and topics reset.
 const OpsReplay = `UPDATE {{table}}
-SET state = 'pending', attempts = 0, next_attempt_at = now(), published_at = NULL,
+SET state = 'pending', attempts = 0, next_attempt_at = now(), retry_at = '-infinity', published_at = NULL,
     lease_owner = NULL, lease_expires_at = NULL
 WHERE id = ANY($1::bigint[]) AND state = 'published'
 RETURNING id, topic`

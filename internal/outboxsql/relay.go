@@ -22,34 +22,41 @@ import (
 // relay incarnation), under a lease of Lease, and returns them. One
 // statement in a short transaction (see ClaimSettings).
 //
-//   - "fence" lists aggregates with a row in retry backoff: that row and
-//     their later ones are left out of the walk, since none of them can be
-//     claimed while it waits. It keeps them from filling the window: with
-//     the row in backoff kept as a blocker, a burst of failures across
-//     Limit aggregates (a topic the broker refuses) filled every claim's
-//     window with rows not due, and the other aggregates of those shards
-//     waited out the backoff. It is MATERIALIZED (computed once) and
-//     small by construction. Its ORDER BY is the order of outbox_fence_idx,
-//     which with sorts off (ClaimSettings) keeps the planner on that index
-//     even when stale statistics make the claim index look as small.
-//   - "seen" walks the claim index in id order over the shards in Shards,
-//     without locking, and keeps the first Limit unpublished rows other
-//     than those the incarnation holds under a live lease (in flight, or
-//     acknowledged with the mark not committed yet), which it passes over:
-//     rows that are due (pending and past their backoff, or claimed under an
-//     expired lease, the incarnation's own included ("mine"), or by an
-//     incarnation that is gone: deleted from the relays table as dead or
-//     replaced), and rows held by others. Passing over the held rows in the
-//     scan's filter, rather than keeping them for the steps below, saves
-//     about a tenth of the claim's PostgreSQL CPU while a relay drains a
-//     backlog, where as many rows are held as a claim takes. The shards are
-//     a parameter, not a join, so the planner stops at the limit instead of
+// Its cost is bounded by Limit, however many rows wait in retry backoff:
+// a row that failed has a retry_at (schema version 5), and the claim reads
+// first attempts and retries apart, on indexes that leave the rows in
+// backoff out, instead of walking past them.
+//
+//   - "retry" takes the first Limit retries whose retry_at has passed, on
+//     outbox_retry_idx (retry_at order), in the shards in Shards: due
+//     retries and retries claimed since (in flight, or under an expired
+//     lease). A retry in backoff is not read at all.
+//   - "fresh" walks outbox_fresh_idx (first attempts: rows never failed)
+//     in id order over the shards and keeps the first Limit rows no retry
+//     of their aggregate comes before, other than those in "retry". That
+//     check is one probe of outbox_retry_agg_idx per row walked (a
+//     subquery with LIMIT 1, which PostgreSQL runs per row rather than
+//     joining the whole index), so an aggregate with a row in backoff
+//     does not fill the window: its later rows are left out, and the
+//     rows in backoff themselves are never walked. The shards are a
+//     parameter, not a join, so the planner stops at the limit instead of
 //     sorting every unpublished row; a bit mask (ShardMask), since the
 //     claim runs on a generic plan, where "shard = ANY(array)" would scan
-//     the array for every row walked. Every row of an
-//     aggregate is in the same shard, so for any row in "seen", every earlier
-//     unpublished row of its aggregate is in "seen" too, or held by the
-//     incarnation, or in backoff, and then the row is fenced.
+//     the array for every row walked.
+//   - Both pass over the rows the incarnation holds under a live lease (in
+//     flight, or acknowledged with the mark not committed yet), which are
+//     not blockers (see below), and keep rows held by others and rows not
+//     due.
+//   - "seen" is the first Limit rows of both in id order, with each
+//     retry marked blocked (neither due nor the incarnation's) if an
+//     earlier unpublished row of its aggregate is in neither and not held
+//     by the incarnation (one probe of outbox_aggregate_idx per retry).
+//     Every row of an aggregate is in the same shard, so for every row of
+//     "seen" not blocked, every earlier unpublished row of its aggregate
+//     is in "seen" too or held by the incarnation: for a first attempt,
+//     the walk is in id order and a retry outside "retry" would have left
+//     it out; for a retry, by the probe; and cutting "seen" at Limit drops
+//     the highest ids only. The rules below rest on that alone.
 //   - "due" collects the tuple ids of the due rows of "seen" into one array.
 //   - "took" locks those rows with SKIP LOCKED, re-checking that each is
 //     still due. It passes over rows another transaction holds: a
@@ -60,15 +67,15 @@ import (
 //     PostgreSQL 15.20 does (releases without that recheck lock the row's
 //     latest version and re-check it there).
 //   - "stop" holds the due rows "took" did not lock (passed over, or
-//     changed) and the rows not due (in backoff, or held by another
-//     incarnation). Usually "took" locked every due row, which its count
-//     shows, and then the test of each due row against "took" (a hash of
-//     the locked ids) is left out. Membership is tested with NOT IN,
-//     which PostgreSQL answers from a hash of the subquery whatever the
-//     row estimates; an IN becomes a join whose method follows the
-//     estimates, and a generic plan (a prepared statement after five runs)
-//     estimates the CTEs at one row and picks a nested loop: quadratic in
-//     the batch, 90 ms for 1,000 rows.
+//     changed) and the rows not due (in backoff, blocked, or held by
+//     another incarnation). Usually "took" locked every due row, which its
+//     count shows, and then the test of each due row against "took" (a
+//     hash of the locked ids) is left out. Membership is tested with NOT
+//     IN, which PostgreSQL answers from a hash of the subquery whatever
+//     the row estimates; an IN becomes a join whose method follows the
+//     estimates, and a generic plan (a prepared statement after five
+//     runs) estimates the CTEs at one row and picks a nested loop:
+//     quadratic in the batch, 90 ms for 1,000 rows.
 //   - The rows claimed are the due rows of "seen" that are not in "stop"
 //     and come after no row of their aggregate in "stop" that is not the
 //     incarnation's: a row in backoff, a row another incarnation holds, a
@@ -77,8 +84,7 @@ import (
 //     transaction), so no row is ever claimed while an earlier row of its
 //     aggregate is held by anyone else or by no one. The test keeps one row
 //     per aggregate of "stop", its first, so it stays linear when "stop"
-//     holds many rows of one aggregate. This needs nothing beyond the walk:
-//     no per-aggregate index and no probe per aggregate.
+//     holds many rows of one aggregate.
 //   - When "stop" is empty, as while a relay drains its own shards, the
 //     rows claimed are all the due rows, and the array "due" is updated as
 //     it is. With that and the count, a claim does about a tenth less
@@ -104,38 +110,65 @@ import (
 //     holds only outbox rows, which its peers skip.
 //   - A claim is recorded in the lease columns alone (lease_owner,
 //     lease_expires_at) and leaves state 'pending': a row is claimed when
-//     it has a lease_owner. No index covers those columns, so with the
-//     free space schema version 3 leaves in each page (fillfactor) the
-//     update is heap-only (HOT): no index entry is added, and the mark
-//     later finds room on the same page. It also sets next_attempt_at to
-//     the lease's end, so that a relay of schema version 2 (which claims
-//     pending rows past next_attempt_at and knows a claim by state
-//     'claimed') sees the row as not due until then and holds back the
-//     aggregate's later rows; rows it claimed (state 'claimed', with a
-//     lease_owner) are claimed to this statement too. Release resets
-//     next_attempt_at.
+//     it has a lease_owner. No index covers those columns (nor retry_at's
+//     indexes anything a claim changes), so with the free space schema
+//     version 3 leaves in each page (fillfactor) the update is heap-only
+//     (HOT): no index entry is added, and the mark later finds room on the
+//     same page. It also sets next_attempt_at to the lease's end, so that
+//     a relay of schema version 2 (which claims pending rows past
+//     next_attempt_at and knows a claim by state 'claimed') sees the row
+//     as not due until then and holds back the aggregate's later rows;
+//     rows it claimed (state 'claimed', with a lease_owner) are claimed to
+//     this statement too. Release resets next_attempt_at. Relays of
+//     version 3 or 4 fail rows without setting retry_at: such a row is
+//     walked as a first attempt and, in backoff, holds back its aggregate
+//     as a row not due.
 const Claim = `
-WITH fence AS MATERIALIZED (
-    SELECT DISTINCT ON (o.aggregate_id) o.aggregate_id, o.id AS first_id
-    FROM {{table}} o
-    WHERE o.state = 'pending' AND o.attempts > 0 AND o.next_attempt_at > now() AND o.lease_owner IS NULL
-      AND get_bit($4::varbit, o.shard) = 1
-    ORDER BY o.aggregate_id, o.id
-), live AS MATERIALIZED (
+WITH live AS MATERIALIZED (
     SELECT id FROM {{relays}}
-), seen AS MATERIALIZED (
-    SELECT o.ctid AS tid, o.id, o.aggregate_id,
-           (o.lease_owner IS NULL AND o.next_attempt_at <= now())
-             OR (o.lease_owner IS NOT NULL AND (o.lease_expires_at <= now()
-                 OR o.lease_owner NOT IN (SELECT id FROM live))) AS due,
-           coalesce(o.lease_owner = $1, false) AS mine
+), retry AS MATERIALIZED (
+    SELECT o.ctid AS tid, o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at, o.next_attempt_at
     FROM {{table}} o
-    WHERE o.state IN ('pending', 'claimed')
+    WHERE o.state IN ('pending', 'claimed') AND o.retry_at > '-infinity' AND o.retry_at <= now()
       AND get_bit($4::varbit, o.shard) = 1
       AND (o.lease_owner IS DISTINCT FROM $1 OR o.lease_expires_at <= now())
-      AND NOT EXISTS (SELECT 1 FROM fence f WHERE f.aggregate_id = o.aggregate_id AND f.first_id <= o.id)
+      AND EXISTS (SELECT 1 FROM live WHERE id = $1)
+    ORDER BY o.retry_at
+    LIMIT $2
+), fresh AS MATERIALIZED (
+    SELECT o.ctid AS tid, o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at, o.next_attempt_at
+    FROM {{table}} o
+    WHERE o.state IN ('pending', 'claimed') AND o.retry_at = '-infinity'
+      AND get_bit($4::varbit, o.shard) = 1
+      AND (o.lease_owner IS DISTINCT FROM $1 OR o.lease_expires_at <= now())
+      AND (SELECT true FROM {{table}} b
+           WHERE b.aggregate_id = o.aggregate_id AND b.id < o.id
+             AND b.state IN ('pending', 'claimed') AND b.retry_at > '-infinity'
+             AND (b.lease_owner IS DISTINCT FROM $1 OR b.lease_expires_at <= now())
+             AND b.id NOT IN (SELECT id FROM retry)
+           LIMIT 1) IS NULL
       AND EXISTS (SELECT 1 FROM live WHERE id = $1)
     ORDER BY o.id
+    LIMIT $2
+), seen AS MATERIALIZED (
+    SELECT c.tid, c.id, c.aggregate_id,
+           NOT c.blocked AND ((c.lease_owner IS NULL AND c.next_attempt_at <= now())
+             OR (c.lease_owner IS NOT NULL AND (c.lease_expires_at <= now()
+                 OR c.lease_owner NOT IN (SELECT id FROM live)))) AS due,
+           NOT c.blocked AND coalesce(c.lease_owner = $1, false) AS mine
+    FROM (
+        SELECT f.tid, f.id, f.aggregate_id, f.lease_owner, f.lease_expires_at, f.next_attempt_at, false AS blocked
+        FROM fresh f
+        UNION ALL
+        SELECT r.tid, r.id, r.aggregate_id, r.lease_owner, r.lease_expires_at, r.next_attempt_at,
+               (SELECT true FROM {{table}} x
+                WHERE x.aggregate_id = r.aggregate_id AND x.id < r.id AND x.state IN ('pending', 'claimed')
+                  AND (x.lease_owner IS DISTINCT FROM $1 OR x.lease_expires_at <= now())
+                  AND x.id NOT IN (SELECT id FROM fresh) AND x.id NOT IN (SELECT id FROM retry)
+                LIMIT 1) IS NOT NULL
+        FROM retry r
+    ) c
+    ORDER BY c.id
     LIMIT $2
 ), due AS MATERIALIZED (
     SELECT ARRAY(SELECT tid FROM seen WHERE due) AS tids
@@ -192,6 +225,10 @@ func (a ClaimArgs) Args() []any {
 // tuple ids (30 ms for a 1,000-row claim on a 30,000-row table, 8 ms
 // without).
 //
+// JIT is off: "seen" sorts at most twice Limit rows, which with sorts off
+// costs the plan the planner's penalty for a sort, far above
+// jit_above_cost, and compiling the claim took seconds.
+//
 // The claim runs on a generic plan (plan_cache_mode): its shape does not
 // depend on the parameters, which the settings above pin, and planning the
 // statement anew each time cost about 1 µs per claimed row.
@@ -215,7 +252,7 @@ func (a ClaimArgs) Args() []any {
 // the retried row.
 const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true),
-       set_config('synchronous_commit', 'off', true),
+       set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true),
        set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
        set_config('idle_in_transaction_session_timeout', $1, true),
        pg_advisory_xact_lock_shared(hashtext({{channel}} || '.claim'))`
@@ -380,11 +417,14 @@ type RowsArgs struct {
 func (a RowsArgs) Args() []any { return []any{Int64Array(a.IDs), a.Owner} }
 
 // Fail records failed publishes. Rows reaching MaxAttempts become dead.
+// retry_at (see Claim) is the backoff's end, as next_attempt_at is until
+// the row is claimed again.
 const Fail = `
 UPDATE {{table}} o
 SET attempts = o.attempts + 1,
     state = CASE WHEN o.attempts + 1 >= $2 THEN 'dead' ELSE 'pending' END,
     next_attempt_at = now() + f.delay_ms * interval '1 millisecond',
+    retry_at = now() + f.delay_ms * interval '1 millisecond',
     last_error = f.err,
     lease_owner = NULL,
     lease_expires_at = NULL

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,7 +31,9 @@ var PlanModes = []string{"force_custom_plan", "force_generic_plan"}
 // set), and returns the work its plan did. A statement that changes rows
 // changes nothing: the transaction is rolled back. args are rendered as SQL
 // literals (ints, strings, nil), so the statement's parameters take the
-// types its text gives them.
+// types its text gives them. With TESTKIT_PLAN_TEXT set in the
+// environment it logs the plan as text instead, to see where the work
+// goes, and returns no work.
 func PlanWork(t testing.TB, db *sql.DB, mode string, setup []string, stmt string, args ...any) Work {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -69,6 +72,25 @@ func PlanWork(t testing.TB, db *sql.DB, mode string, setup []string, stmt string
 	exec := "EXECUTE testkit_plan_work"
 	if len(lits) > 0 {
 		exec += "(" + strings.Join(lits, ", ") + ")"
+	}
+	if os.Getenv("TESTKIT_PLAN_TEXT") != "" {
+		rows, err := tx.QueryContext(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+exec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for rows.Next() {
+			var l string
+			if err := rows.Scan(&l); err != nil {
+				t.Fatal(err)
+			}
+			b.WriteString(l + "\n")
+		}
+		t.Logf("%s:\n%s", mode, b.String())
+		if _, err := tx.ExecContext(ctx, "DEALLOCATE testkit_plan_work"); err != nil {
+			t.Fatal(err)
+		}
+		return Work{}
 	}
 	var out string
 	if err := tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+exec).Scan(&out); err != nil {

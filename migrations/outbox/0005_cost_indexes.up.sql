@@ -12,3 +12,18 @@ CREATE INDEX outbox_prune_idx ON outbox (published_at) WHERE state = 'published'
 -- retry` locks while it holds the claim gate, the aggregate look-up, and
 -- the handover check's probe. Small like the claim index.
 CREATE INDEX outbox_aggregate_idx ON outbox (aggregate_id, id) WHERE state IN ('pending', 'claimed');
+
+-- Retries apart from first attempts, so a claim never walks the rows in
+-- retry backoff. retry_at is when a row's retry is due: set by the relay
+-- when a publish fails, '-infinity' for a row never failed (or returned to
+-- pending by an operator). Claims do not change it, so they stay heap-only
+-- updates. The claim walks the first attempts in id order on
+-- outbox_fresh_idx, takes the retries whose retry_at has passed on
+-- outbox_retry_idx, and checks an aggregate for retries ahead of a row on
+-- outbox_retry_agg_idx. Rows failed before this version keep their
+-- backoff.
+ALTER TABLE outbox ADD COLUMN retry_at timestamptz NOT NULL DEFAULT '-infinity';
+UPDATE outbox SET retry_at = next_attempt_at WHERE state IN ('pending', 'claimed') AND attempts > 0;
+CREATE INDEX outbox_fresh_idx ON outbox (id) WHERE state IN ('pending', 'claimed') AND retry_at = '-infinity';
+CREATE INDEX outbox_retry_idx ON outbox (retry_at) WHERE state IN ('pending', 'claimed') AND retry_at > '-infinity';
+CREATE INDEX outbox_retry_agg_idx ON outbox (aggregate_id, id) WHERE state IN ('pending', 'claimed') AND retry_at > '-infinity';
