@@ -36,7 +36,8 @@ import (
 //     of their aggregate comes before, other than those in "retry". That
 //     check is one probe of outbox_retry_agg_idx per row walked (a
 //     subquery with LIMIT 1, which PostgreSQL runs per row rather than
-//     joining the whole index), so an aggregate with a row in backoff
+//     joining the whole index; skipped, by a one-time test, while no
+//     unpublished row has a retry_at), so an aggregate with a row in backoff
 //     does not fill the window: its later rows are left out, and the
 //     rows in backoff themselves are never walked. The shards are a
 //     parameter, not a join, so the planner stops at the limit instead of
@@ -141,12 +142,13 @@ WITH live AS MATERIALIZED (
     WHERE o.state IN ('pending', 'claimed') AND o.retry_at = '-infinity'
       AND get_bit($4::varbit, o.shard) = 1
       AND (o.lease_owner IS DISTINCT FROM $1 OR o.lease_expires_at <= now())
-      AND (SELECT true FROM {{table}} b
-           WHERE b.aggregate_id = o.aggregate_id AND b.id < o.id
-             AND b.state IN ('pending', 'claimed') AND b.retry_at > '-infinity'
-             AND (b.lease_owner IS DISTINCT FROM $1 OR b.lease_expires_at <= now())
-             AND b.id NOT IN (SELECT id FROM retry)
-           LIMIT 1) IS NULL
+      AND (NOT (SELECT EXISTS (SELECT 1 FROM {{table}} WHERE state IN ('pending', 'claimed') AND retry_at > '-infinity'))
+        OR (SELECT true FROM {{table}} b
+            WHERE b.aggregate_id = o.aggregate_id AND b.id < o.id
+              AND b.state IN ('pending', 'claimed') AND b.retry_at > '-infinity'
+              AND (b.lease_owner IS DISTINCT FROM $1 OR b.lease_expires_at <= now())
+              AND b.id NOT IN (SELECT id FROM retry)
+            LIMIT 1) IS NULL)
       AND EXISTS (SELECT 1 FROM live WHERE id = $1)
     ORDER BY o.id
     LIMIT $2
