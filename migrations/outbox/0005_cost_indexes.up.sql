@@ -6,12 +6,12 @@
 -- unpublished rows precede them in the primary key. Replay selects
 -- published rows by published_at on it too. Claims never change
 -- published_at or state, so they stay heap-only updates.
-CREATE INDEX outbox_prune_idx ON outbox (published_at) WHERE state = 'published';
+CREATE INDEX IF NOT EXISTS outbox_prune_idx ON outbox (published_at) WHERE state = 'published';
 
 -- The unpublished rows of an aggregate, in id order: what `outbox dead
 -- retry` locks while it holds the claim gate, the aggregate look-up, and
 -- the handover check's probe. Small like the claim index.
-CREATE INDEX outbox_aggregate_idx ON outbox (aggregate_id, id) WHERE state IN ('pending', 'claimed');
+CREATE INDEX IF NOT EXISTS outbox_aggregate_idx ON outbox (aggregate_id, id) WHERE state IN ('pending', 'claimed');
 
 -- Retries apart from first attempts, so a claim never walks the rows in
 -- retry backoff. retry_at is when a row's retry is due: set by the relay
@@ -22,8 +22,8 @@ CREATE INDEX outbox_aggregate_idx ON outbox (aggregate_id, id) WHERE state IN ('
 -- outbox_retry_idx, and checks an aggregate for retries ahead of a row on
 -- outbox_retry_agg_idx. Rows failed before this version keep their
 -- backoff.
-ALTER TABLE outbox ADD COLUMN retry_at timestamptz NOT NULL DEFAULT '-infinity';
+ALTER TABLE outbox ADD COLUMN IF NOT EXISTS retry_at timestamptz NOT NULL DEFAULT '-infinity';
 UPDATE outbox SET retry_at = next_attempt_at WHERE state IN ('pending', 'claimed') AND attempts > 0;
-CREATE INDEX outbox_fresh_idx ON outbox (id) WHERE state IN ('pending', 'claimed') AND retry_at = '-infinity';
-CREATE INDEX outbox_retry_idx ON outbox (retry_at) WHERE state IN ('pending', 'claimed') AND retry_at > '-infinity';
-CREATE INDEX outbox_retry_agg_idx ON outbox (aggregate_id, id) WHERE state IN ('pending', 'claimed') AND retry_at > '-infinity';
+CREATE INDEX IF NOT EXISTS outbox_fresh_idx ON outbox (id) WHERE state IN ('pending', 'claimed') AND retry_at = '-infinity';
+CREATE INDEX IF NOT EXISTS outbox_retry_idx ON outbox (retry_at) WHERE state IN ('pending', 'claimed') AND retry_at > '-infinity';
+CREATE INDEX IF NOT EXISTS outbox_retry_agg_idx ON outbox (aggregate_id, id) WHERE state IN ('pending', 'claimed') AND retry_at > '-infinity';
