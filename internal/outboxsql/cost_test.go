@@ -60,6 +60,29 @@ func (c costDB) insert(t *testing.T, n int, aggregate, state, attempts, nextAtte
     FROM generate_series(1, $1) g`, n)
 }
 
+// shards runs a statement returning shard numbers and returns them sorted.
+func (c costDB) shards(t *testing.T, stmt string, args ...any) []int16 {
+	t.Helper()
+	rows, err := c.db.Query(c.names.Render(stmt), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []int16
+	for rows.Next() {
+		var s int16
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // settle vacuums and analyzes the table, so the plans see what production
 // sees and dead index entries are not part of the work.
 func (c costDB) settle(t *testing.T) {
@@ -114,32 +137,9 @@ func TestHandoverCheckCostIsItsWindowWithAnyBacklog(t *testing.T) {
 		c.exec(t, `UPDATE {{table}} SET lease_owner = 'peer', lease_expires_at = now() + interval '1 hour',
             next_attempt_at = now() + interval '1 hour' WHERE id <= 20`)
 		c.settle(t)
-		var want []int16
-		rows, err := c.db.Query(c.names.Render(`SELECT DISTINCT shard FROM {{table}} WHERE id <= 20 ORDER BY 1`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var s int16
-			if err := rows.Scan(&s); err != nil {
-				t.Fatal(err)
-			}
-			want = append(want, s)
-		}
+		want := c.shards(t, `SELECT DISTINCT shard FROM {{table}} WHERE id <= 20`)
 		args := outboxsql.HandoverArgs{Owner: "me", Shards: all, Window: 500}.Args()
-		var got []int16
-		rows, err = c.db.Query(c.names.Render(outboxsql.ShardsInHandover), args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var s int16
-			if err := rows.Scan(&s); err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, s)
-		}
-		slices.Sort(got)
+		got := c.shards(t, outboxsql.ShardsInHandover, args...)
 		if !slices.Equal(got, want) {
 			t.Fatalf("shards in handover = %v, want %v (those of the peer's rows)", got, want)
 		}
