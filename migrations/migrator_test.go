@@ -201,7 +201,7 @@ func TestExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(goose) != 4 || goose[3].Name != "0005_cost_indexes.sql" || !strings.Contains(goose[3].Body, `CREATE INDEX "events_prune_idx" ON "events"`) || goose[2].Name != "0003_hot_claims.sql" || !strings.Contains(goose[2].Body, `ALTER TABLE "events" SET (fillfactor = 50)`) || goose[0].Name != "0001_outbox.sql" || goose[1].Name != "0002_fencing.sql" ||
+	if len(goose) != 4 || goose[3].Name != "0005_cost_indexes.sql" || !strings.Contains(goose[3].Body, `CREATE INDEX IF NOT EXISTS "events_prune_idx" ON "events"`) || goose[2].Name != "0003_hot_claims.sql" || !strings.Contains(goose[2].Body, `ALTER TABLE "events" SET (fillfactor = 50)`) || goose[0].Name != "0001_outbox.sql" || goose[1].Name != "0002_fencing.sql" ||
 		!strings.HasPrefix(goose[0].Body, "-- +goose Up\n") || !strings.Contains(goose[0].Body, "\n-- +goose Down\n") ||
 		!strings.Contains(goose[0].Body, `CREATE TABLE "events" (`) || strings.Contains(goose[0].Body, "outbox_") ||
 		!strings.Contains(goose[1].Body, `ALTER TABLE "events_relays" ADD COLUMN name`) {

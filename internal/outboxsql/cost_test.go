@@ -149,11 +149,13 @@ func TestHandoverCheckCostIsItsWindowWithAnyBacklog(t *testing.T) {
 }
 
 // The statements `outbox dead retry` runs holding the claim gate, and the
-// aggregate look-up, read the aggregates' rows, not the backlog.
+// aggregate look-up, read the aggregates' rows, not the backlog or the dead
+// letters.
 func TestRetryLookupsCostTheAggregatesWithAnyBacklog(t *testing.T) {
 	t.Parallel()
 	measure := func(backlog int) (lock, lookup map[string]testkit.Work) {
 		c := newCostDB(t)
+		c.insert(t, backlog, `'dead-' || g`, "dead", "10", "now()", "now()", "NULL")
 		c.insert(t, backlog, `'agg-' || g`, "pending", "0", "now()", "now()", "NULL")
 		c.insert(t, 3, `'poison'`, "dead", "10", "now()", "now()", "NULL")
 		c.insert(t, 5, `'poison'`, "pending", "0", "now()", "now()", "NULL")

@@ -192,9 +192,11 @@ SELECT
 
 // lookup finds the rows whose column col equals $1, newest first, at most
 // $3, on indexes only: the unpublished ones on the aggregate index (by
-// aggregate) or the claim index (by event id), the dead ones on the
-// dead-letter index, and the published ones among the newest $2 rows of
-// the primary key. Without an index on col over every
+// aggregate) or the claim index (by event id), the dead ones on the dead
+// aggregate index (by aggregate) or the dead-letter index (by event id),
+// and the published ones among the newest $2 rows of the primary key. By
+// aggregate, it reads the aggregate's rows and $2 index entries, whatever
+// the table holds. Without an index on col over every
 // row (which would cost each insert, claim and publish one more index
 // write), an older published row is found by its id only.
 func lookup(col, cast string) string {
@@ -212,7 +214,7 @@ LIMIT $3`
 }
 
 // OpsLookupAggregate finds an aggregate's rows (see lookup); the aggregate
-// index (schema version 5) serves its unpublished ones.
+// indexes (schema version 5) serve its unpublished and dead ones.
 var OpsLookupAggregate = lookup("aggregate_id", "")
 
 // OpsLookupEventID finds the rows of an event id (see lookup).

@@ -13,6 +13,10 @@ CREATE INDEX IF NOT EXISTS outbox_prune_idx ON outbox (published_at) WHERE state
 -- the handover check's probe. Small like the claim index.
 CREATE INDEX IF NOT EXISTS outbox_aggregate_idx ON outbox (aggregate_id, id) WHERE state IN ('pending', 'claimed');
 
+-- The dead rows of an aggregate, for the aggregate look-up: dead letters
+-- kept for weeks are not read one by one to find an aggregate's.
+CREATE INDEX IF NOT EXISTS outbox_dead_agg_idx ON outbox (aggregate_id, id) WHERE state = 'dead';
+
 -- Retries apart from first attempts, so a claim never walks the rows in
 -- retry backoff. retry_at is when a row's retry is due: set by the relay
 -- when a publish fails, '-infinity' for a row never failed (or returned to
