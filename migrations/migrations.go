@@ -90,10 +90,11 @@ func (s Set) load() ([]Migration, error) {
 		out = append(out, *m)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
-	for i, m := range out {
-		if m.Version != i+1 {
-			return nil, fmt.Errorf("%s migrations: version %d follows %d; versions must be consecutive from 1", s.name, m.Version, i)
-		}
+	// Versions start at 1 and ascend; a gap is allowed (as golang-migrate
+	// allows it), so versions written on separate branches merge in any
+	// order. Up applies every version not yet applied, in version order.
+	if len(out) > 0 && out[0].Version != 1 {
+		return nil, fmt.Errorf("%s migrations: the first version is %d; versions start at 1", s.name, out[0].Version)
 	}
 	return out, nil
 }

@@ -230,16 +230,23 @@ func TestClaimDoesNotPassOverALockedRow(t *testing.T) {
 }
 
 // A row in retry backoff holds back its aggregate; a dead row does not.
+// The row in backoff is as Fail leaves it (retry_at set), or as a relay of
+// schema version 3 left it (no retry_at).
 func TestClaimHoldsBackBehindBackoffNotBehindDead(t *testing.T) {
 	t.Parallel()
-	b := setupInternal(t)
-	b.write(t, 2, "k", "m") // k: 1 3, m: 2 4
-	r := b.newRelay(t, "r1")
-	ready(t, r)
-	b.exec(t, `UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 hour' WHERE id = 1`)
-	b.exec(t, `UPDATE outbox SET state = 'dead', attempts = 10 WHERE id = 2`)
-	if got := claimIDs(t, r); got != "4" {
-		t.Fatalf("claimed %q, want 4: k waits behind its row in backoff, m goes on past its dead row", got)
+	for _, backoff := range []string{
+		`UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 hour', retry_at = now() + interval '1 hour' WHERE id = 1`,
+		`UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 hour' WHERE id = 1`,
+	} {
+		b := setupInternal(t)
+		b.write(t, 2, "k", "m") // k: 1 3, m: 2 4
+		r := b.newRelay(t, "r1")
+		ready(t, r)
+		b.exec(t, backoff)
+		b.exec(t, `UPDATE outbox SET state = 'dead', attempts = 10 WHERE id = 2`)
+		if got := claimIDs(t, r); got != "4" {
+			t.Fatalf("%s: claimed %q, want 4: k waits behind its row in backoff, m goes on past its dead row", backoff, got)
+		}
 	}
 }
 
@@ -253,7 +260,8 @@ func TestClaimLooksPastAggregatesInBackoff(t *testing.T) {
 	b.write(t, 1, "e")                // 5
 	r := b.newRelay(t, "r1")
 	ready(t, r)
-	b.exec(t, `UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 hour' WHERE id <= 4`)
+	// As Fail leaves them: retry_at is the backoff's end.
+	b.exec(t, `UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 hour', retry_at = now() + interval '1 hour' WHERE id <= 4`)
 	if got := claimUpTo(t, r, 4); got != "5" {
 		t.Fatalf("claimed %q with a, b, c and d in backoff, want 5: e goes on", got)
 	}
@@ -407,4 +415,44 @@ func TestClaimGenericPlanHashesMembership(t *testing.T) {
 	if strings.Contains(text, "Semi Join") || strings.Count(text, "hashed SubPlan") < 3 {
 		t.Fatalf("generic plan of the claim tests membership without a hash:\n%s", text)
 	}
+}
+
+// Retries (rows with a retry_at) and first attempts are read apart and
+// claimed together in id order per aggregate, a batch cut at its limit by
+// id, and a due retry waits behind an earlier row of its aggregate in
+// backoff.
+func TestClaimOrdersRetriesAndFirstAttemptsOfAnAggregate(t *testing.T) {
+	t.Parallel()
+	t.Run("in order, cut by id", func(t *testing.T) {
+		t.Parallel()
+		b := setupInternal(t)
+		b.write(t, 1, "a", "b", "c") // 1 2 3
+		b.write(t, 1, "a", "b", "c") // 4 5 6
+		b.write(t, 1, "c")           // 7
+		r := b.newRelay(t, "r1")
+		ready(t, r)
+		// a: 1 a due retry, then 4. b: 2 in backoff, then 5. c: 3 (never
+		// failed, as after a replay), 6 a due retry, then 7.
+		b.exec(t, `UPDATE outbox SET attempts = 1, next_attempt_at = now() - interval '2 seconds', retry_at = now() - interval '2 seconds' WHERE id = 1`)
+		b.exec(t, `UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 hour', retry_at = now() + interval '1 hour' WHERE id = 2`)
+		b.exec(t, `UPDATE outbox SET attempts = 1, next_attempt_at = now() - interval '1 second', retry_at = now() - interval '1 second' WHERE id = 6`)
+		for _, want := range []string{"1 3", "4 6", "7", ""} {
+			if got := claimUpTo(t, r, 2); got != want {
+				t.Fatalf("claimed %q, want %q", got, want)
+			}
+		}
+	})
+	t.Run("a due retry behind a row in backoff", func(t *testing.T) {
+		t.Parallel()
+		b := setupInternal(t)
+		b.write(t, 2, "e") // 1 2
+		b.write(t, 1, "g") // 3
+		r := b.newRelay(t, "r1")
+		ready(t, r)
+		b.exec(t, `UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 hour', retry_at = now() + interval '1 hour' WHERE id = 1`)
+		b.exec(t, `UPDATE outbox SET attempts = 1, next_attempt_at = now() - interval '1 second', retry_at = now() - interval '1 second' WHERE id = 2`)
+		if got := claimIDs(t, r); got != "3" {
+			t.Fatalf("claimed %q, want 3: e's due retry 2 waits behind 1 in backoff", got)
+		}
+	})
 }

@@ -165,14 +165,11 @@ func (m *membership) round(ctx context.Context) (converged bool, err error) {
 	if n, _ := res.RowsAffected(); n > 0 {
 		m.announce(ctx) // the shards' new owners can take them now
 	}
-	owned, err := m.queryShards(ctx, m.sql.acquireShards, want.Args()...)
+	owned, err := queryShards(ctx, m.db, m.sql.acquireShards, want.Args()...)
 	if err != nil {
 		return false, fmt.Errorf("acquire shards: %w", err)
 	}
-	ready, err := m.outOfHandover(ctx, inc, owned)
-	if err != nil {
-		return false, err
-	}
+	ready := m.outOfHandover(ctx, inc, owned)
 	if len(ready) != int(m.owned.Load()) {
 		m.log.Info("relay: shards rebalanced", "owned", len(owned), "claiming_from", len(ready), "live_relays", len(names))
 	}
@@ -282,9 +279,12 @@ func (m *membership) announce(ctx context.Context) {
 
 // outOfHandover returns the owned shards the relay may claim from: those it
 // has claimed from before, and newly acquired ones whose previous owner has
-// no claimed rows in flight any more (see outboxsql.ShardsInHandover).
-// Shards still in handover are checked again at the next round.
-func (m *membership) outOfHandover(ctx context.Context, inc *incarnation, owned []int16) ([]int16, error) {
+// no claimed rows in flight any more where a claim would look first (see
+// outboxsql.ShardsInHandover). Shards still in handover are checked again
+// at the next round, and so are all new ones when the check fails: the
+// shards already out of handover stay claimable, since Claim keeps order
+// on its own.
+func (m *membership) outOfHandover(ctx context.Context, inc *incarnation, owned []int16) []int16 {
 	m.mu.Lock()
 	var fresh []int16
 	for _, s := range owned {
@@ -294,13 +294,27 @@ func (m *membership) outOfHandover(ctx context.Context, inc *incarnation, owned 
 	}
 	m.mu.Unlock()
 	if len(fresh) == 0 {
-		return owned, nil
+		return owned
 	}
-	busy, err := m.queryShards(ctx, m.sql.shardsInHandover, outboxsql.ShardsArgs{Owner: inc.token, Shards: fresh}.Args()...)
+	busy, err := m.shardsInHandover(ctx, outboxsql.HandoverArgs{Owner: inc.token, Shards: fresh, Window: m.cfg.BatchSize})
 	if err != nil {
-		return nil, fmt.Errorf("check shard handover: %w", err)
+		m.log.Warn("relay: check shard handover; claiming only from the shards out of handover before", "err", err, "new_shards", len(fresh))
+		busy = fresh
 	}
-	return slices.DeleteFunc(owned, func(s int16) bool { return slices.Contains(busy, s) }), nil
+	return slices.DeleteFunc(owned, func(s int16) bool { return slices.Contains(busy, s) })
+}
+
+// shardsInHandover runs outboxsql.ShardsInHandover after its settings.
+func (m *membership) shardsInHandover(ctx context.Context, args outboxsql.HandoverArgs) ([]int16, error) {
+	tx, err := m.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only
+	if _, err := tx.ExecContext(ctx, m.sql.walkSettings, outboxsql.TimeoutArgs{Timeout: m.cfg.StatementTimeout}.Args()...); err != nil {
+		return nil, err
+	}
+	return queryShards(ctx, tx, m.sql.shardsInHandover, args.Args()...)
 }
 
 // leave gives up the incarnation's shards and heartbeat so peers take over
@@ -374,8 +388,12 @@ func (m *membership) queryStrings(ctx context.Context, query string, args ...any
 	return scanStrings(rows)
 }
 
-func (m *membership) queryShards(ctx context.Context, query string, args ...any) ([]int16, error) {
-	rows, err := m.db.QueryContext(ctx, query, args...)
+// queryShards runs a statement that returns shard numbers, on the pool or
+// in a transaction, and returns them sorted.
+func queryShards(ctx context.Context, q interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}, query string, args ...any) ([]int16, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,7 @@ import "github.com/txoutbox/txoutbox/internal/outboxsql"
 
 // statements are the relay's SQL, rendered once for its table.
 type statements struct {
-	claim, claimSettings, settleSettings, markUndecodable, shardsInHandover                   string
+	claim, claimSettings, settleSettings, markUndecodable, shardsInHandover, walkSettings     string
 	markPublished, fail, release                                                              string
 	register, replacePredecessors, otherIncarnations, heartbeat, notifyRebalance, forgetStale string
 	liveRelays, releaseShards, acquireShards, leaveShards, leaveRelay                         string
@@ -18,6 +18,7 @@ func render(n outboxsql.Names) *statements {
 		settleSettings:      outboxsql.SettleSettings,
 		markUndecodable:     n.Render(outboxsql.MarkUndecodable),
 		shardsInHandover:    n.Render(outboxsql.ShardsInHandover),
+		walkSettings:        outboxsql.WalkSettings,
 		markPublished:       n.Render(outboxsql.MarkPublished),
 		fail:                n.Render(outboxsql.Fail),
 		release:             n.Render(outboxsql.Release),

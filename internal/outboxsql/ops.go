@@ -54,7 +54,9 @@ FOR UPDATE`
 // OpsLockUnpublished locks the pending and claimed rows of the aggregates in
 // $1 (a text array literal). FOR UPDATE without SKIP LOCKED waits for a
 // claim in progress, so the rows it returns show which are in flight for
-// certain, and no relay can claim them until the retry commits.
+// certain, and no relay can claim them until the retry commits. A retry
+// runs it holding the claim gate, so it reads the aggregates' rows on the
+// aggregate index (schema version 5) and nothing else of the backlog.
 const OpsLockUnpublished = `SELECT id, aggregate_id, ` + StateColumn + `
 FROM {{table}}
 WHERE state IN ('pending', 'claimed') AND aggregate_id = ANY($1::text[])
@@ -62,10 +64,11 @@ ORDER BY id
 FOR UPDATE`
 
 // OpsRetry returns the dead rows $1 to pending, due now, with fresh
-// attempts. last_error is kept: it says why the event died until the relay
+// attempts, as first attempts (retry_at, see Claim). last_error is kept: it says why the event died until the relay
 // publishes it or records a new failure.
 const OpsRetry = `UPDATE {{table}}
-SET state = 'pending', attempts = 0, next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL
+SET state = 'pending', attempts = 0, next_attempt_at = now(), retry_at = '-infinity',
+    lease_owner = NULL, lease_expires_at = NULL
 WHERE id = ANY($1::bigint[]) AND state = 'dead'`
 
 // OpsDrop deletes the dead rows $1.
@@ -82,7 +85,9 @@ const OpsWake = `SELECT pg_notify({{channel}}, '')`
 const OpsPruneLock = `SELECT pg_advisory_xact_lock(hashtext({{channel}} || '.prune'))`
 
 // OpsReplaySelect lists the published rows a replay selects: published at
-// or after $1, with $2 topic and $3 aggregate id when not NULL. Rows come
+// or after $1, with $2 topic and $3 aggregate id when not NULL, read on the
+// prune index (schema version 5) from $1 on, however many published rows
+// are retained before it. Rows come
 // grouped by aggregate, each aggregate's in id order, aggregates in the
 // order of their first row, so the replay can reset each aggregate's rows
 // in one statement.
@@ -99,7 +104,7 @@ ORDER BY first_id, id`
 // aggregates' rows) to pending, due now, if they are still published, and
 // returns the ids and topics reset.
 const OpsReplay = `UPDATE {{table}}
-SET state = 'pending', attempts = 0, next_attempt_at = now(), published_at = NULL,
+SET state = 'pending', attempts = 0, next_attempt_at = now(), retry_at = '-infinity', published_at = NULL,
     lease_owner = NULL, lease_expires_at = NULL
 WHERE id = ANY($1::bigint[]) AND state = 'published'
 RETURNING id, topic`
@@ -192,9 +197,12 @@ SELECT
 const OpsHead = `SELECT (SELECT coalesce(max(id), 0) FROM {{table}}), ` + OldestUnpublished + `, now()`
 
 // lookup finds the rows whose column col equals $1, newest first, at most
-// $3, on indexes only: the unpublished ones on the claim or aggregate index,
-// the dead ones on the dead-letter index, and the published ones among the
-// newest $2 rows of the primary key. Without an index on col over every
+// $3, on indexes only: the unpublished ones on the aggregate index (by
+// aggregate) or the claim index (by event id), the dead ones on the dead
+// aggregate index (by aggregate) or the dead-letter index (by event id),
+// and the published ones among the newest $2 rows of the primary key. By
+// aggregate, it reads the aggregate's rows and $2 index entries, whatever
+// the table holds. Without an index on col over every
 // row (which would cost each insert, claim and publish one more index
 // write), an older published row is found by its id only.
 func lookup(col, cast string) string {
@@ -212,7 +220,7 @@ LIMIT $3`
 }
 
 // OpsLookupAggregate finds an aggregate's rows (see lookup); the aggregate
-// index serves its unpublished ones.
+// indexes (schema version 5) serve its unpublished and dead ones.
 var OpsLookupAggregate = lookup("aggregate_id", "")
 
 // OpsLookupEventID finds the rows of an event id (see lookup).

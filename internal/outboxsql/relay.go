@@ -22,34 +22,42 @@ import (
 // relay incarnation), under a lease of Lease, and returns them. One
 // statement in a short transaction (see ClaimSettings).
 //
-//   - "fence" lists aggregates with a row in retry backoff: that row and
-//     their later ones are left out of the walk, since none of them can be
-//     claimed while it waits. It keeps them from filling the window: with
-//     the row in backoff kept as a blocker, a burst of failures across
-//     Limit aggregates (a topic the broker refuses) filled every claim's
-//     window with rows not due, and the other aggregates of those shards
-//     waited out the backoff. It is MATERIALIZED (computed once) and
-//     small by construction. Its ORDER BY is the order of outbox_fence_idx,
-//     which with sorts off (ClaimSettings) keeps the planner on that index
-//     even when stale statistics make the claim index look as small.
-//   - "seen" walks the claim index in id order over the shards in Shards,
-//     without locking, and keeps the first Limit unpublished rows other
-//     than those the incarnation holds under a live lease (in flight, or
-//     acknowledged with the mark not committed yet), which it passes over:
-//     rows that are due (pending and past their backoff, or claimed under an
-//     expired lease, the incarnation's own included ("mine"), or by an
-//     incarnation that is gone: deleted from the relays table as dead or
-//     replaced), and rows held by others. Passing over the held rows in the
-//     scan's filter, rather than keeping them for the steps below, saves
-//     about a tenth of the claim's PostgreSQL CPU while a relay drains a
-//     backlog, where as many rows are held as a claim takes. The shards are
-//     a parameter, not a join, so the planner stops at the limit instead of
+// Its cost is bounded by Limit, however many rows wait in retry backoff:
+// a row that failed has a retry_at (schema version 5), and the claim reads
+// first attempts and retries apart, on indexes that leave the rows in
+// backoff out, instead of walking past them.
+//
+//   - "retry" takes the first Limit retries whose retry_at has passed, on
+//     outbox_retry_idx (retry_at order), in the shards in Shards: due
+//     retries and retries claimed since (in flight, or under an expired
+//     lease). A retry in backoff is not read at all.
+//   - "fresh" walks outbox_fresh_idx (first attempts: rows never failed)
+//     in id order over the shards and keeps the first Limit rows no retry
+//     of their aggregate comes before, other than those in "retry". That
+//     check is one probe of outbox_retry_agg_idx per row walked (a
+//     subquery with LIMIT 1, which PostgreSQL runs per row rather than
+//     joining the whole index; skipped, by a one-time test, while no
+//     unpublished row has a retry_at), so an aggregate with a row in backoff
+//     does not fill the window: its later rows are left out, and the
+//     rows in backoff themselves are never walked. The shards are a
+//     parameter, not a join, so the planner stops at the limit instead of
 //     sorting every unpublished row; a bit mask (ShardMask), since the
 //     claim runs on a generic plan, where "shard = ANY(array)" would scan
-//     the array for every row walked. Every row of an
-//     aggregate is in the same shard, so for any row in "seen", every earlier
-//     unpublished row of its aggregate is in "seen" too, or held by the
-//     incarnation, or in backoff, and then the row is fenced.
+//     the array for every row walked.
+//   - Both pass over the rows the incarnation holds under a live lease (in
+//     flight, or acknowledged with the mark not committed yet), which are
+//     not blockers (see below), and keep rows held by others and rows not
+//     due.
+//   - "seen" is the first Limit rows of both in id order, with each
+//     retry marked blocked (neither due nor the incarnation's) if an
+//     earlier unpublished row of its aggregate is in neither and not held
+//     by the incarnation (one probe of outbox_aggregate_idx per retry).
+//     Every row of an aggregate is in the same shard, so for every row of
+//     "seen" not blocked, every earlier unpublished row of its aggregate
+//     is in "seen" too or held by the incarnation: for a first attempt,
+//     the walk is in id order and a retry outside "retry" would have left
+//     it out; for a retry, by the probe; and cutting "seen" at Limit drops
+//     the highest ids only. The rules below rest on that alone.
 //   - "due" collects the tuple ids of the due rows of "seen" into one array.
 //   - "took" locks those rows with SKIP LOCKED, re-checking that each is
 //     still due. It passes over rows another transaction holds: a
@@ -60,15 +68,15 @@ import (
 //     PostgreSQL 15.20 does (releases without that recheck lock the row's
 //     latest version and re-check it there).
 //   - "stop" holds the due rows "took" did not lock (passed over, or
-//     changed) and the rows not due (in backoff, or held by another
-//     incarnation). Usually "took" locked every due row, which its count
-//     shows, and then the test of each due row against "took" (a hash of
-//     the locked ids) is left out. Membership is tested with NOT IN,
-//     which PostgreSQL answers from a hash of the subquery whatever the
-//     row estimates; an IN becomes a join whose method follows the
-//     estimates, and a generic plan (a prepared statement after five runs)
-//     estimates the CTEs at one row and picks a nested loop: quadratic in
-//     the batch, 90 ms for 1,000 rows.
+//     changed) and the rows not due (in backoff, blocked, or held by
+//     another incarnation). Usually "took" locked every due row, which its
+//     count shows, and then the test of each due row against "took" (a
+//     hash of the locked ids) is left out. Membership is tested with NOT
+//     IN, which PostgreSQL answers from a hash of the subquery whatever
+//     the row estimates; an IN becomes a join whose method follows the
+//     estimates, and a generic plan (a prepared statement after five
+//     runs) estimates the CTEs at one row and picks a nested loop:
+//     quadratic in the batch, 90 ms for 1,000 rows.
 //   - The rows claimed are the due rows of "seen" that are not in "stop"
 //     and come after no row of their aggregate in "stop" that is not the
 //     incarnation's: a row in backoff, a row another incarnation holds, a
@@ -77,8 +85,7 @@ import (
 //     transaction), so no row is ever claimed while an earlier row of its
 //     aggregate is held by anyone else or by no one. The test keeps one row
 //     per aggregate of "stop", its first, so it stays linear when "stop"
-//     holds many rows of one aggregate. This needs nothing beyond the walk:
-//     no per-aggregate index and no probe per aggregate.
+//     holds many rows of one aggregate.
 //   - When "stop" is empty, as while a relay drains its own shards, the
 //     rows claimed are all the due rows, and the array "due" is updated as
 //     it is. With that and the count, a claim does about a tenth less
@@ -104,38 +111,66 @@ import (
 //     holds only outbox rows, which its peers skip.
 //   - A claim is recorded in the lease columns alone (lease_owner,
 //     lease_expires_at) and leaves state 'pending': a row is claimed when
-//     it has a lease_owner. No index covers those columns, so with the
-//     free space schema version 3 leaves in each page (fillfactor) the
-//     update is heap-only (HOT): no index entry is added, and the mark
-//     later finds room on the same page. It also sets next_attempt_at to
-//     the lease's end, so that a relay of schema version 2 (which claims
-//     pending rows past next_attempt_at and knows a claim by state
-//     'claimed') sees the row as not due until then and holds back the
-//     aggregate's later rows; rows it claimed (state 'claimed', with a
-//     lease_owner) are claimed to this statement too. Release resets
-//     next_attempt_at.
+//     it has a lease_owner. No index covers those columns (nor retry_at's
+//     indexes anything a claim changes), so with the free space schema
+//     version 3 leaves in each page (fillfactor) the update is heap-only
+//     (HOT): no index entry is added, and the mark later finds room on the
+//     same page. It also sets next_attempt_at to the lease's end, so that
+//     a relay of schema version 2 (which claims pending rows past
+//     next_attempt_at and knows a claim by state 'claimed') sees the row
+//     as not due until then and holds back the aggregate's later rows;
+//     rows it claimed (state 'claimed', with a lease_owner) are claimed to
+//     this statement too. Release resets next_attempt_at. Relays of
+//     version 3 or 4 fail rows without setting retry_at: such a row is
+//     walked as a first attempt and, in backoff, holds back its aggregate
+//     as a row not due.
 const Claim = `
-WITH fence AS MATERIALIZED (
-    SELECT DISTINCT ON (o.aggregate_id) o.aggregate_id, o.id AS first_id
-    FROM {{table}} o
-    WHERE o.state = 'pending' AND o.attempts > 0 AND o.next_attempt_at > now() AND o.lease_owner IS NULL
-      AND get_bit($4::varbit, o.shard) = 1
-    ORDER BY o.aggregate_id, o.id
-), live AS MATERIALIZED (
+WITH live AS MATERIALIZED (
     SELECT id FROM {{relays}}
-), seen AS MATERIALIZED (
-    SELECT o.ctid AS tid, o.id, o.aggregate_id,
-           (o.lease_owner IS NULL AND o.next_attempt_at <= now())
-             OR (o.lease_owner IS NOT NULL AND (o.lease_expires_at <= now()
-                 OR o.lease_owner NOT IN (SELECT id FROM live))) AS due,
-           coalesce(o.lease_owner = $1, false) AS mine
+), retry AS MATERIALIZED (
+    SELECT o.ctid AS tid, o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at, o.next_attempt_at
     FROM {{table}} o
-    WHERE o.state IN ('pending', 'claimed')
+    WHERE o.state IN ('pending', 'claimed') AND o.retry_at > '-infinity' AND o.retry_at <= now()
       AND get_bit($4::varbit, o.shard) = 1
       AND (o.lease_owner IS DISTINCT FROM $1 OR o.lease_expires_at <= now())
-      AND NOT EXISTS (SELECT 1 FROM fence f WHERE f.aggregate_id = o.aggregate_id AND f.first_id <= o.id)
+      AND EXISTS (SELECT 1 FROM live WHERE id = $1)
+    ORDER BY o.retry_at
+    LIMIT $2
+), fresh AS MATERIALIZED (
+    SELECT o.ctid AS tid, o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at, o.next_attempt_at
+    FROM {{table}} o
+    WHERE o.state IN ('pending', 'claimed') AND o.retry_at = '-infinity'
+      AND get_bit($4::varbit, o.shard) = 1
+      AND (o.lease_owner IS DISTINCT FROM $1 OR o.lease_expires_at <= now())
+      AND (NOT (SELECT EXISTS (SELECT 1 FROM {{table}} WHERE state IN ('pending', 'claimed') AND retry_at > '-infinity'))
+        OR (SELECT true FROM {{table}} b
+            WHERE b.aggregate_id = o.aggregate_id AND b.id < o.id
+              AND b.state IN ('pending', 'claimed') AND b.retry_at > '-infinity'
+              AND (b.lease_owner IS DISTINCT FROM $1 OR b.lease_expires_at <= now())
+              AND b.id NOT IN (SELECT id FROM retry)
+            LIMIT 1) IS NULL)
       AND EXISTS (SELECT 1 FROM live WHERE id = $1)
     ORDER BY o.id
+    LIMIT $2
+), seen AS MATERIALIZED (
+    SELECT c.tid, c.id, c.aggregate_id,
+           NOT c.blocked AND ((c.lease_owner IS NULL AND c.next_attempt_at <= now())
+             OR (c.lease_owner IS NOT NULL AND (c.lease_expires_at <= now()
+                 OR c.lease_owner NOT IN (SELECT id FROM live)))) AS due,
+           NOT c.blocked AND coalesce(c.lease_owner = $1, false) AS mine
+    FROM (
+        SELECT f.tid, f.id, f.aggregate_id, f.lease_owner, f.lease_expires_at, f.next_attempt_at, false AS blocked
+        FROM fresh f
+        UNION ALL
+        SELECT r.tid, r.id, r.aggregate_id, r.lease_owner, r.lease_expires_at, r.next_attempt_at,
+               (SELECT true FROM {{table}} x
+                WHERE x.aggregate_id = r.aggregate_id AND x.id < r.id AND x.state IN ('pending', 'claimed')
+                  AND (x.lease_owner IS DISTINCT FROM $1 OR x.lease_expires_at <= now())
+                  AND x.id NOT IN (SELECT id FROM fresh) AND x.id NOT IN (SELECT id FROM retry)
+                LIMIT 1) IS NOT NULL
+        FROM retry r
+    ) c
+    ORDER BY c.id
     LIMIT $2
 ), due AS MATERIALIZED (
     SELECT ARRAY(SELECT tid FROM seen WHERE due) AS tids
@@ -192,6 +227,10 @@ func (a ClaimArgs) Args() []any {
 // tuple ids (30 ms for a 1,000-row claim on a 30,000-row table, 8 ms
 // without).
 //
+// JIT is off: "seen" sorts at most twice Limit rows, which with sorts off
+// costs the plan the planner's penalty for a sort, far above
+// jit_above_cost, and compiling the claim took seconds.
+//
 // The claim runs on a generic plan (plan_cache_mode): its shape does not
 // depend on the parameters, which the settings above pin, and planning the
 // statement anew each time cost about 1 µs per claimed row.
@@ -215,7 +254,7 @@ func (a ClaimArgs) Args() []any {
 // the retried row.
 const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true),
-       set_config('synchronous_commit', 'off', true),
+       set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true),
        set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
        set_config('idle_in_transaction_session_timeout', $1, true),
        pg_advisory_xact_lock_shared(hashtext({{channel}} || '.claim'))`
@@ -275,21 +314,46 @@ func (a MarkUndecodableArgs) Args() ([]any, error) {
 }
 
 // ShardsInHandover returns which of Shards still hold rows claimed by
-// another live incarnation under a valid lease: rows the shard's previous
-// owner is still publishing. Claim alone keeps order; this only keeps a new
-// owner from filling its batches with candidates Claim would drop while the
-// previous owner finishes. It scans the claim index, so it runs only while
-// some acquired shard is in handover, and not at all (a one-time filter)
-// while the incarnation is the only live one, as a lone relay starting on
-// a backlog is.
+// another live incarnation under a valid lease among the first Window
+// unpublished rows of those shards in id order: the rows a claim of the new
+// owner would walk first, which the shard's previous owner is still
+// publishing. Claim alone keeps order; this only keeps a new owner from
+// filling its batches with candidates Claim would drop while the previous
+// owner finishes. It reads Window entries of the claim index at most,
+// whatever the backlog, in id order (run it after WalkSettings, so no plan
+// sorts the backlog instead), and nothing at all (a one-time filter) while
+// the incarnation is the only live one, as a lone relay starting on a
+// backlog is.
 const ShardsInHandover = `
-SELECT DISTINCT o.shard FROM {{table}} o
-WHERE EXISTS (SELECT 1 FROM {{relays}} WHERE id <> $1)
-  AND o.state IN ('pending', 'claimed') AND o.lease_owner IS NOT NULL AND o.shard = ANY($2::smallint[])
-  AND o.lease_owner <> $1 AND o.lease_expires_at > now()
-  AND o.lease_owner IN (SELECT id FROM {{relays}})`
+SELECT DISTINCT w.shard FROM (
+    SELECT o.shard, o.lease_owner, o.lease_expires_at
+    FROM {{table}} o
+    WHERE o.state IN ('pending', 'claimed') AND get_bit($2::varbit, o.shard) = 1
+      AND EXISTS (SELECT 1 FROM {{relays}} WHERE id <> $1)
+    ORDER BY o.id
+    LIMIT $3
+) w
+WHERE w.lease_owner IS NOT NULL AND w.lease_owner <> $1 AND w.lease_expires_at > now()
+  AND w.lease_owner IN (SELECT id FROM {{relays}})`
 
-// ShardsArgs binds ShardsInHandover, ReleaseShards and AcquireShards.
+// HandoverArgs binds ShardsInHandover.
+type HandoverArgs struct {
+	Owner  string  // $1: the incarnation
+	Shards []int16 // $2: the shards to check, passed as a ShardMask
+	Window int     // $3: how many unpublished rows to look at, a claim's batch
+}
+
+// Args returns the parameters in order.
+func (a HandoverArgs) Args() []any { return []any{a.Owner, ShardMask(a.Shards), a.Window} }
+
+// WalkSettings runs first in the transaction of a statement that walks an
+// index in order up to a limit (ShardsInHandover): with stale statistics
+// the planner would rather read and sort every row the index holds. See
+// ClaimSettings. $1 is the statement timeout.
+const WalkSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_seqscan', 'off', true), set_config('statement_timeout', $1, true)`
+
+// ShardsArgs binds ReleaseShards and AcquireShards.
 type ShardsArgs struct {
 	Owner  string  // $1: the incarnation
 	Shards []int16 // $2
@@ -355,11 +419,14 @@ type RowsArgs struct {
 func (a RowsArgs) Args() []any { return []any{Int64Array(a.IDs), a.Owner} }
 
 // Fail records failed publishes. Rows reaching MaxAttempts become dead.
+// retry_at (see Claim) is the backoff's end, as next_attempt_at is until
+// the row is claimed again.
 const Fail = `
 UPDATE {{table}} o
 SET attempts = o.attempts + 1,
     state = CASE WHEN o.attempts + 1 >= $2 THEN 'dead' ELSE 'pending' END,
     next_attempt_at = now() + f.delay_ms * interval '1 millisecond',
+    retry_at = now() + f.delay_ms * interval '1 millisecond',
     last_error = f.err,
     lease_owner = NULL,
     lease_expires_at = NULL
@@ -499,23 +566,22 @@ const LeaveShards = `UPDATE {{shards}} SET owner = NULL, updated_at = now() WHER
 // LeaveRelay deletes the incarnation's heartbeat row ($1).
 const LeaveRelay = `DELETE FROM {{relays}} WHERE id = $1`
 
-// Prune deletes up to $2 published rows older than $1. It walks the primary
-// key only up to the first row created inside the window ("bound", found
-// from the start of the key, where pruning leaves few rows), because a row
-// created inside the window cannot have been published before it; without
-// the bound every round would scan the whole retained history.
+// Prune deletes up to $2 published rows older than $1, oldest first. It
+// reads them on the prune index (schema version 5), which holds published
+// rows only, in published_at order: the range it reads is the batch, however
+// many dead or unpublished rows come first in the primary key and however
+// many published rows are retained. It deletes them by their tuple ids, so
+// no plan can join the batch to the whole table; the outer condition is
+// checked again on a row changed meanwhile (an operator's replay holds
+// PruneLock, so that takes another writer).
 const Prune = `
-WITH bound AS (
-    SELECT coalesce(
-        (SELECT id FROM {{table}} WHERE created_at >= now() - $1::interval ORDER BY id LIMIT 1),
-        (SELECT max(id) + 1 FROM {{table}})) AS id
-)
-DELETE FROM {{table}} WHERE id IN (
-    SELECT o.id FROM {{table}} o, bound
-    WHERE o.id < bound.id
-      AND o.state = 'published' AND o.published_at < now() - $1::interval
-    ORDER BY o.id
-    LIMIT $2)`
+DELETE FROM {{table}}
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM {{table}}
+    WHERE state = 'published' AND published_at < now() - $1::interval
+    ORDER BY published_at
+    LIMIT $2))
+  AND state = 'published' AND published_at < now() - $1::interval`
 
 // PruneArgs binds Prune.
 type PruneArgs struct {

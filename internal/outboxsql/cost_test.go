@@ -1,0 +1,232 @@
+package outboxsql_test
+
+import (
+	"database/sql"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+// The tests here prove that a statement costs its batch or an index look-up,
+// not the table: each runs one statement at two sizes 10x apart, under the
+// custom and the generic plan, and compares the work its plan did
+// (testkit.PlanWork: buffers, not time).
+
+// costRatio is how much more work the larger size may take: the index
+// descents grow by a level at most, never by the 10x of the sizes.
+const costRatio = 2
+
+// costSmall and costLarge are the two sizes, 10x apart, affordable in CI.
+const (
+	costSmall = 2_000
+	costLarge = 20_000
+)
+
+// costDB is a fresh outbox with its statements rendered for it.
+type costDB struct {
+	db    *sql.DB
+	names outboxsql.Names
+}
+
+func newCostDB(t *testing.T) costDB {
+	t.Helper()
+	d := testkit.NewOutbox(t)
+	n, err := outboxsql.NamesFor(d.Schema, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return costDB{db: d.SQL, names: n}
+}
+
+func (c costDB) exec(t *testing.T, stmt string, args ...any) {
+	t.Helper()
+	if _, err := c.db.Exec(c.names.Render(stmt), args...); err != nil {
+		t.Fatalf("%v\n%s", err, stmt)
+	}
+}
+
+// insert adds n rows of aggregates prefix1..prefixN (one row each), with the
+// given state and columns as SQL expressions of g, the row's number.
+func (c costDB) insert(t *testing.T, n int, aggregate, state, attempts, nextAttempt, createdAt, publishedAt string) {
+	t.Helper()
+	c.exec(t, `INSERT INTO {{table}} (event_id, topic, aggregate_id, event_type, payload, state, attempts,
+        next_attempt_at, created_at, published_at)
+    SELECT gen_random_uuid(), 'orders', `+aggregate+`, 'e', '\x7b7d', '`+state+`', `+attempts+`,
+           `+nextAttempt+`, `+createdAt+`, `+publishedAt+`
+    FROM generate_series(1, $1) g`, n)
+}
+
+// shards runs a statement returning shard numbers and returns them sorted.
+func (c costDB) shards(t *testing.T, stmt string, args ...any) []int16 {
+	t.Helper()
+	rows, err := c.db.Query(c.names.Render(stmt), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []int16
+	for rows.Next() {
+		var s int16
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// settle vacuums and analyzes the table, so the plans see what production
+// sees and dead index entries are not part of the work.
+func (c costDB) settle(t *testing.T) {
+	t.Helper()
+	c.exec(t, `VACUUM ANALYZE {{table}}`)
+	c.exec(t, `VACUUM ANALYZE {{relays}}`)
+}
+
+func (c costDB) work(t *testing.T, setup []string, stmt string, args ...any) map[string]testkit.Work {
+	t.Helper()
+	for i, s := range setup {
+		setup[i] = c.names.Render(s)
+	}
+	return testkit.PlanWorkModes(t, c.db, setup, c.names.Render(stmt), args...)
+}
+
+// Pruning reads the published rows it deletes, not the dead rows kept for
+// weeks ahead of them in the primary key.
+func TestPruneCostIsItsBatchWithAnyNumberOfDeadRows(t *testing.T) {
+	t.Parallel()
+	measure := func(dead int) map[string]testkit.Work {
+		c := newCostDB(t)
+		c.insert(t, dead, `'dead-' || g`, "dead", "10", "now()", "now() - interval '20 days'", "NULL")
+		c.insert(t, 1_000, `'old-' || g`, "published", "0", "now()", "now() - interval '3 days'", "now() - interval '3 days'")
+		c.insert(t, 200, `'new-' || g`, "published", "0", "now()", "now()", "now()")
+		c.insert(t, 100, `'pending-' || g`, "pending", "0", "now()", "now()", "NULL")
+		c.settle(t)
+		return c.work(t, nil, outboxsql.Prune, outboxsql.Interval(24*time.Hour), 100)
+	}
+	testkit.AssertFlat(t, "prune", costRatio, measure(costSmall), measure(costLarge))
+}
+
+// settings renders a settings statement (WalkSettings, ClaimSettings) with
+// a statement timeout for PlanWork's setup.
+func settings(stmt string) string {
+	return strings.ReplaceAll(stmt, "$1", "'60000ms'")
+}
+
+// The handover check reads a claim's batch of the backlog, not all of it,
+// and still finds the rows a peer holds where a claim would look first.
+func TestHandoverCheckCostIsItsWindowWithAnyBacklog(t *testing.T) {
+	t.Parallel()
+	all := make([]int16, outboxsql.Shards)
+	for i := range all {
+		all[i] = int16(i)
+	}
+	measure := func(backlog int) map[string]testkit.Work {
+		c := newCostDB(t)
+		c.exec(t, `INSERT INTO {{relays}} (id, name) VALUES ('me', 'me'), ('peer', 'peer')`)
+		c.insert(t, backlog, `'agg-' || g`, "pending", "0", "now()", "now()", "NULL")
+		// The peer still publishes the first 20 rows.
+		c.exec(t, `UPDATE {{table}} SET lease_owner = 'peer', lease_expires_at = now() + interval '1 hour',
+            next_attempt_at = now() + interval '1 hour' WHERE id <= 20`)
+		c.settle(t)
+		want := c.shards(t, `SELECT DISTINCT shard FROM {{table}} WHERE id <= 20`)
+		args := outboxsql.HandoverArgs{Owner: "me", Shards: all, Window: 500}.Args()
+		got := c.shards(t, outboxsql.ShardsInHandover, args...)
+		if !slices.Equal(got, want) {
+			t.Fatalf("shards in handover = %v, want %v (those of the peer's rows)", got, want)
+		}
+		return c.work(t, []string{settings(outboxsql.WalkSettings)}, outboxsql.ShardsInHandover, args...)
+	}
+	testkit.AssertFlat(t, "handover check", costRatio, measure(10*costSmall), measure(10*costLarge))
+}
+
+// The statements `outbox dead retry` runs holding the claim gate, and the
+// aggregate look-up, read the aggregates' rows, not the backlog or the dead
+// letters.
+func TestRetryLookupsCostTheAggregatesWithAnyBacklog(t *testing.T) {
+	t.Parallel()
+	measure := func(backlog int) (lock, lookup map[string]testkit.Work) {
+		c := newCostDB(t)
+		c.insert(t, backlog, `'dead-' || g`, "dead", "10", "now()", "now()", "NULL")
+		c.insert(t, backlog, `'agg-' || g`, "pending", "0", "now()", "now()", "NULL")
+		c.insert(t, 3, `'poison'`, "dead", "10", "now()", "now()", "NULL")
+		c.insert(t, 5, `'poison'`, "pending", "0", "now()", "now()", "NULL")
+		c.settle(t)
+		lock = c.work(t, nil, outboxsql.OpsLockUnpublished, outboxsql.TextArray([]string{"poison", "agg-7"}))
+		lookup = c.work(t, nil, outboxsql.OpsLookupAggregate, "poison", 100, 50)
+		for mode, w := range lock {
+			if w.Rows != 6 {
+				t.Fatalf("lock unpublished, %s: %d rows, want the 6 unpublished rows of the two aggregates", mode, w.Rows)
+			}
+		}
+		for mode, w := range lookup {
+			if w.Rows != 8 {
+				t.Fatalf("look-up, %s: %d rows, want the aggregate's 8", mode, w.Rows)
+			}
+		}
+		return lock, lookup
+	}
+	smallLock, smallLookup := measure(costSmall)
+	largeLock, largeLookup := measure(costLarge)
+	testkit.AssertFlat(t, "retry's lock of the aggregates' unpublished rows", costRatio, smallLock, largeLock)
+	testkit.AssertFlat(t, "aggregate look-up", costRatio, smallLookup, largeLookup)
+}
+
+// A replay reads the published rows it selects, not every retained one.
+func TestReplaySelectCostIsTheRowsSelected(t *testing.T) {
+	t.Parallel()
+	measure := func(retained int) map[string]testkit.Work {
+		c := newCostDB(t)
+		c.insert(t, retained, `'old-' || g`, "published", "0", "now()", "now() - interval '3 days'", "now() - interval '3 days'")
+		c.insert(t, 200, `'new-' || g`, "published", "0", "now()", "now()", "now()")
+		c.settle(t)
+		w := c.work(t, nil, outboxsql.OpsReplaySelect, time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano), nil, nil)
+		for mode, x := range w {
+			if x.Rows != 200 {
+				t.Fatalf("replay select, %s: %d rows, want the 200 published in the last hour", mode, x.Rows)
+			}
+		}
+		return w
+	}
+	testkit.AssertFlat(t, "replay select", costRatio, measure(costSmall), measure(costLarge))
+}
+
+// A claim costs its batch however many aggregates have a row in retry
+// backoff: it reads neither those rows nor their aggregates' later ones.
+func TestClaimCostIsItsBatchWithAnyNumberOfRowsInBackoff(t *testing.T) {
+	t.Parallel()
+	all := make([]int16, outboxsql.Shards)
+	for i := range all {
+		all[i] = int16(i)
+	}
+	const batch = 500
+	measure := func(backoff int) map[string]testkit.Work {
+		c := newCostDB(t)
+		c.exec(t, `INSERT INTO {{relays}} (id, name) VALUES ('me', 'me')`)
+		// As Fail leaves them, ahead of the healthy rows in id order.
+		c.insert(t, backoff, `'poison-' || g`, "pending", "1", "now() + interval '1 hour'", "now()", "NULL")
+		c.exec(t, `UPDATE {{table}} SET retry_at = next_attempt_at WHERE attempts > 0`)
+		// Retries due now, and the healthy events.
+		c.insert(t, 50, `'retried-' || g`, "pending", "1", "now() - interval '1 second'", "now()", "NULL")
+		c.exec(t, `UPDATE {{table}} SET retry_at = next_attempt_at WHERE attempts > 0 AND retry_at = '-infinity'`)
+		c.insert(t, 2*batch, `'healthy-' || (g % 300)`, "pending", "0", "now()", "now()", "NULL")
+		c.settle(t)
+		w := c.work(t, []string{settings(outboxsql.ClaimSettings)}, outboxsql.Claim,
+			outboxsql.ClaimArgs{Owner: "me", Limit: batch, Lease: time.Minute, Shards: all}.Args()...)
+		for mode, x := range w {
+			if x.Rows != batch {
+				t.Fatalf("%s: claimed %d rows, want %d", mode, x.Rows, batch)
+			}
+		}
+		return w
+	}
+	testkit.AssertFlat(t, "claim", costRatio, measure(costSmall), measure(costLarge))
+}
