@@ -24,6 +24,7 @@ const (
 	MaxAttemptsDefault       = 10
 	BackoffMinDefault        = time.Second
 	BackoffMaxDefault        = 5 * time.Minute
+	OutageBackoffMaxDefault  = 30 * time.Second
 	HeartbeatIntervalDefault = 2 * time.Second
 	StaleAfterDefault        = 15 * time.Second
 	RetentionDefault         = 7 * 24 * time.Hour
@@ -92,14 +93,24 @@ type Config struct {
 	// another relay holds. Default 30s.
 	LeaseDuration time.Duration
 
-	// MaxAttempts is how many failed publishes make an event dead.
-	// Default 10.
+	// MaxAttempts is how many failed publishes make an event dead, when
+	// the last of them was the event's own fault: the broker refused that
+	// message (see Permanent; kafkapub marks Kafka's refusals). A failure
+	// for an outage (the broker, the network or the publisher away: any
+	// error not marked permanent) counts as an attempt but never makes an
+	// event dead, however long the outage lasts. Default 10.
 	MaxAttempts int
 
 	// BackoffMin and BackoffMax bound the delay before a failed event is
 	// retried: BackoffMin × 2^(attempts-1), capped at BackoffMax, with
 	// jitter. Defaults 1s and 5m.
 	BackoffMin, BackoffMax time.Duration
+
+	// OutageBackoffMax caps the delay instead of BackoffMax after a
+	// failure for an outage, so events resume soon after the broker is
+	// back. Meanwhile the relay also backs off between claims. Default
+	// 30s.
+	OutageBackoffMax time.Duration
 
 	// HeartbeatInterval is how often the relay refreshes its liveness and
 	// rebalances shards. Default 2s.
@@ -193,6 +204,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
 	setDefault(&c.BackoffMin, BackoffMinDefault)
 	setDefault(&c.BackoffMax, BackoffMaxDefault)
+	setDefault(&c.OutageBackoffMax, OutageBackoffMaxDefault)
 	setDefault(&c.HeartbeatInterval, HeartbeatIntervalDefault)
 	setDefault(&c.StaleAfter, StaleAfterDefault)
 	setDefault(&c.Retention, RetentionDefault)
@@ -242,7 +254,7 @@ func (c *Config) validate() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"PollInterval", c.PollInterval}, {"LeaseDuration", c.LeaseDuration}, {"BackoffMin", c.BackoffMin}, {"BackoffMax", c.BackoffMax},
+	}{{"PollInterval", c.PollInterval}, {"LeaseDuration", c.LeaseDuration}, {"BackoffMin", c.BackoffMin}, {"BackoffMax", c.BackoffMax}, {"OutageBackoffMax", c.OutageBackoffMax},
 		{"HeartbeatInterval", c.HeartbeatInterval}, {"StaleAfter", c.StaleAfter}, {"PruneInterval", c.PruneInterval}, {"StatsInterval", c.StatsInterval}, {"FlushInterval", c.FlushInterval}, {"StatementTimeout", c.StatementTimeout}} {
 		if f.v < 0 {
 			return bad("%s is negative (%s)", f.name, f.v)

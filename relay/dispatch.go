@@ -25,10 +25,6 @@ const (
 	hotPollWindow   = 100 * time.Millisecond
 )
 
-// outageThreshold is how many publishes in a row must fail, with none
-// succeeding, before the dispatcher backs off between claims.
-const outageThreshold = 3
-
 // dispatch claims due rows and hands them to the lanes until ctx ends. It
 // claims the next batch while earlier ones publish (bounded by MaxInFlight),
 // and waits for a NOTIFY, the poll interval or free capacity otherwise.
@@ -72,11 +68,11 @@ func (r *Relay) dispatch(ctx context.Context) {
 				return
 			}
 		}
-		if n := r.outage.Load(); n >= outageThreshold {
+		if n := r.outageRun(); n >= outageThreshold {
 			// The last publishes all failed: the broker is likely down.
 			// Back off before claiming more rows only to fail them. A
 			// lone poison event retrying stays below the threshold.
-			if !sleep(ctx, backoff(int(n-outageThreshold+1), 50*time.Millisecond, 5*time.Second)) {
+			if !sleep(ctx, backoff(n-outageThreshold+1, 50*time.Millisecond, min(5*time.Second, r.cfg.OutageBackoffMax))) {
 				return
 			}
 		}

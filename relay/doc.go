@@ -19,7 +19,7 @@
 // Acknowledged rows are marked published by one statement per flush and
 // claim, not one per row. A failed row goes back to pending with attempts+1, an
 // exponentially backed-off next attempt with jitter, and its error; after
-// MaxAttempts it is dead. The next batch is claimed while the current one
+// MaxAttempts it is dead, if the broker refused it (see Failures). The next batch is claimed while the current one
 // publishes, and the marks are written while the next publishes, so the
 // database and the broker work at the same time.
 //
@@ -131,15 +131,31 @@
 // # Failures
 //
 // Losing the database or the broker makes the relay log, back off and retry;
-// it never exits on them and resumes by itself. A payload the broker rejects
-// (too large, unknown topic) is retried with backoff, then dead; it never
-// blocks other aggregates. A row the relay cannot turn into a message (its
-// headers are not a JSON object of strings, as when written by other
-// tooling) goes dead at once with the reason. Two effects of the Kafka producer show there: an
+// it never exits on them and resumes by itself.
+//
+// The rule: an outage is not a poison. An event goes dead for its own fault
+// only, when the broker refuses that message: the publisher marks such
+// errors with Permanent (kafkapub does for a message too large, a topic
+// that is invalid, unknown or not authorised, a record the topic refuses),
+// and an event is dead once it has failed MaxAttempts times, the last of
+// them such a refusal. Every other failure is taken for an outage (the
+// broker, the network or the publisher away: connection errors, timeouts,
+// leader elections, not enough replicas). It counts as an attempt and
+// fences its aggregate like any failure, but backs off no longer than
+// OutageBackoffMax and never makes an event dead, so no event goes dead in
+// an outage of any length. While publishes keep failing that way the relay
+// logs that it is in an outage, shows it in the
+// txoutbox.relay.outage.duration gauge, and backs off between claims. A
+// publisher that marks nothing never dead-letters: its refused events are
+// retried forever, holding back their aggregates only.
+//
+// A refused event never blocks other aggregates. A row the relay cannot
+// turn into a message (its headers are not a JSON object of strings, as
+// when written by other tooling) goes dead at once with the reason. An
 // event sent in the same produce request as a refused one may fail that
-// attempt too (it is retried and arrives), and after three failed lookups of
+// attempt too (it is retried and arrives); after three failed lookups of
 // an unknown topic Sarama's circuit breaker answers "circuit breaker is
-// open" for a while, which then becomes the dead event's last error.
+// open" for a while, an outage error that does not count towards dead.
 //
 // # Retention and health
 //
@@ -148,5 +164,5 @@
 // backlog, lag (age of the oldest unpublished event) and dead count for
 // health checks; the same figures are OpenTelemetry gauges, with counters
 // of published, retried and dead-lettered events, a publish latency
-// histogram, claim batch sizes and owned shards.
+// histogram, claim batch sizes, owned shards and the outage gauge.
 package relay

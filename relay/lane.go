@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"slices"
 	"sync"
 )
 
@@ -121,30 +120,30 @@ func (l *lane) process(ctx context.Context, batch, send []*claimedRow) []*claime
 			errs = []error{err}
 		}
 	}
-	// One call is one publish for the outage count: any acknowledgement
-	// shows the broker is up, and a call that failed whole counts once.
-	if errs == nil || slices.Contains(errs, nil) {
-		l.r.outage.Store(0)
-	} else {
-		l.r.outage.Add(1)
-	}
+	stopping := ctx.Err() != nil
+	l.r.countOutage(errs, stopping)
 	for i, row := range send {
 		var err error
 		if errs != nil {
 			err = errs[i]
 		}
-		if err == nil {
+		switch {
+		case err == nil:
 			// Marked even if the incarnation ended meanwhile: the
 			// broker has it, and the mark applies only if no one
 			// claimed the row since.
 			l.r.completer.ack(row)
-			continue
-		}
-		if !row.inc.live(l.r.clock.now()) {
+		case !row.inc.live(l.r.clock.now()):
 			l.r.drop(row)
-			continue
+		case stopping && !IsPermanent(err):
+			// Shutting down: a publisher that gives up on the
+			// cancelled context did not try the event. Give it back
+			// without counting an attempt, fenced like a failure (the
+			// broker may have it).
+			l.r.completer.release(row, l.hold(row.event.AggregateID))
+		default:
+			l.r.completer.fail(row, err, l.hold(row.event.AggregateID))
 		}
-		l.r.completer.fail(row, err, l.hold(row.event.AggregateID))
 	}
 	clear(batch)
 	clear(send)

@@ -47,10 +47,10 @@ type Relay struct {
 	capacity chan struct{} // signalled when inflight drops
 	wake     chan struct{} // signalled by NOTIFY
 
-	// outage counts publishes failed in a row across lanes; the
+	// outage follows publishes failed in a row across lanes; the
 	// dispatcher backs off while it grows, so a broker outage is not
 	// hammered.
-	outage atomic.Int64
+	outage outageState
 
 	lanes     []*lane
 	completer *completer
@@ -129,7 +129,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	// shutdown (the database gone): those rows are its incarnation's, to be
 	// taken over, not this run's.
 	r.inflight.Store(0)
-	r.outage.Store(0)
+	r.resetOutage()
 	r.unconfirmed = nil
 	_, batching := r.pub.(BatchPublisher)
 	r.log.Info("relay starting", "table", r.cfg.Table.String(), "lanes", r.cfg.Lanes, "batch", r.cfg.BatchSize,

@@ -354,16 +354,19 @@ type RowsArgs struct {
 // Args returns the parameters in order.
 func (a RowsArgs) Args() []any { return []any{Int64Array(a.IDs), a.Owner} }
 
-// Fail records failed publishes. Rows reaching MaxAttempts become dead.
+// Fail records failed publishes. Every failure counts in attempts (which
+// also puts the row in outbox_fence_idx, so Claim fences its aggregate),
+// but only a permanent one (the event's own fault) makes a row that
+// reached MaxAttempts dead: a failure in an outage never does.
 const Fail = `
 UPDATE {{table}} o
 SET attempts = o.attempts + 1,
-    state = CASE WHEN o.attempts + 1 >= $2 THEN 'dead' ELSE 'pending' END,
+    state = CASE WHEN f.permanent AND o.attempts + 1 >= $2 THEN 'dead' ELSE 'pending' END,
     next_attempt_at = now() + f.delay_ms * interval '1 millisecond',
     last_error = f.err,
     lease_owner = NULL,
     lease_expires_at = NULL
-FROM jsonb_to_recordset($1::jsonb) AS f(id bigint, owner text, err text, delay_ms bigint)
+FROM jsonb_to_recordset($1::jsonb) AS f(id bigint, owner text, err text, permanent boolean, delay_ms bigint)
 WHERE o.id = f.id AND o.state IN ('pending', 'claimed') AND o.lease_owner = f.owner
 RETURNING o.id, o.state`
 
@@ -375,10 +378,11 @@ type FailArgs struct {
 
 // Failure is one failed publish.
 type Failure struct {
-	ID      int64  `json:"id"`
-	Owner   string `json:"owner"` // the incarnation that claimed it
-	Err     string `json:"err"`
-	DelayMS int64  `json:"delay_ms"`
+	ID        int64  `json:"id"`
+	Owner     string `json:"owner"` // the incarnation that claimed it
+	Err       string `json:"err"`
+	Permanent bool   `json:"permanent"` // the event's own fault: it may make the row dead
+	DelayMS   int64  `json:"delay_ms"`
 }
 
 // Args returns Fail's parameters.
