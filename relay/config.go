@@ -33,6 +33,7 @@ const (
 	StatsIntervalDefault     = 10 * time.Second
 	FlushIntervalDefault     = 5 * time.Millisecond
 	StatementTimeoutDefault  = 10 * time.Second
+	PublishTimeoutDefault    = time.Minute
 )
 
 // Config configures a Relay. The zero value is valid: every zero field
@@ -150,6 +151,18 @@ type Config struct {
 	// Default 10s.
 	StatementTimeout time.Duration
 
+	// PublishTimeout bounds one publish call: one that has not returned
+	// after it counts as failed with an unknown outcome (ErrPublishTimeout,
+	// an outage: the event is retried, its aggregate fenced meanwhile, and
+	// it may arrive twice). The lane that made the call sends nothing more
+	// until the call returns. While such a call is outstanding and nothing
+	// was acknowledged for PublishTimeout, the relay cannot make progress:
+	// it reports Health.Stalled (outbox relay's /readyz fails), gives up its
+	// shards and claims so its peers take them over, and joins again once
+	// the call returns. It must exceed the publisher's own timeouts (with
+	// kafkapub, Config.Timeout and Sarama's retries). Default 1m.
+	PublishTimeout time.Duration
+
 	// StatsInterval is how often the lag gauge is refreshed from the
 	// database, and the backlog and dead gauges while counting the rows is
 	// quick: a count whose statement took d (of 25 ms or more) runs again
@@ -213,6 +226,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.StatsInterval, StatsIntervalDefault)
 	setDefault(&c.FlushInterval, FlushIntervalDefault)
 	setDefault(&c.StatementTimeout, StatementTimeoutDefault)
+	setDefault(&c.PublishTimeout, PublishTimeoutDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -255,7 +269,7 @@ func (c *Config) validate() error {
 		name string
 		v    time.Duration
 	}{{"PollInterval", c.PollInterval}, {"LeaseDuration", c.LeaseDuration}, {"BackoffMin", c.BackoffMin}, {"BackoffMax", c.BackoffMax}, {"OutageBackoffMax", c.OutageBackoffMax},
-		{"HeartbeatInterval", c.HeartbeatInterval}, {"StaleAfter", c.StaleAfter}, {"PruneInterval", c.PruneInterval}, {"StatsInterval", c.StatsInterval}, {"FlushInterval", c.FlushInterval}, {"StatementTimeout", c.StatementTimeout}} {
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"StaleAfter", c.StaleAfter}, {"PruneInterval", c.PruneInterval}, {"StatsInterval", c.StatsInterval}, {"FlushInterval", c.FlushInterval}, {"StatementTimeout", c.StatementTimeout}, {"PublishTimeout", c.PublishTimeout}} {
 		if f.v < 0 {
 			return bad("%s is negative (%s)", f.name, f.v)
 		}

@@ -137,7 +137,7 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 		}
 	}
 	inc, shards := r.members.claimable()
-	if inc == nil || len(shards) == 0 {
+	if inc == nil || len(shards) == 0 || r.stalled() {
 		return nil, nil
 	}
 	seq := r.claimSeq.Add(1)

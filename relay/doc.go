@@ -149,6 +149,16 @@
 // publisher that marks nothing never dead-letters: its refused events are
 // retried forever, holding back their aggregates only.
 //
+// A publish call that has not returned after PublishTimeout (a hung
+// socket, an AMQP connection blocked by a broker alarm) counts as failed
+// with an unknown outcome (ErrPublishTimeout): its events are retried, as
+// after an outage, their aggregates fenced meanwhile; the broker may have
+// them, so they may arrive twice. Its lane makes no other call until it
+// returns. While such a call is outstanding and nothing was acknowledged
+// since, the relay cannot make progress: Health.Stalled says so, and the
+// relay ends its incarnation and leaves, so its peers take its shards and
+// rows over at once; it joins again once the call returns.
+//
 // A refused event never blocks other aggregates. A row the relay cannot
 // turn into a message (its headers are not a JSON object of strings, as
 // when written by other tooling) goes dead at once with the reason. An

@@ -262,3 +262,98 @@ type markedError struct{ permanent bool }
 
 func (markedError) Error() string     { return "marked" }
 func (e markedError) Permanent() bool { return e.permanent }
+
+// hungPublisher never returns from Publish until released; it then
+// acknowledges.
+type hungPublisher struct {
+	calls   chan struct{}
+	release chan struct{}
+}
+
+func (p *hungPublisher) Publish(string, ...*message.Message) error {
+	select {
+	case p.calls <- struct{}{}:
+	default:
+	}
+	<-p.release
+	return nil
+}
+
+func (*hungPublisher) Close() error { return nil }
+
+// A publish that never returns: after PublishTimeout its event counts as
+// failed (retried, not dead), the relay reports itself stalled and gives up
+// its shards, a peer publishes everything in order, and the stalled relay
+// joins again once its publisher answers. Run returns meanwhile.
+func TestHungPublishGivesTheShardsUp(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 3, "k", "m")
+	hung := &hungPublisher{calls: make(chan struct{}, 1), release: make(chan struct{})}
+	cfg := fastConfig(b)
+	cfg.PublishTimeout = 200 * time.Millisecond
+	r1, err := New(b.db.SQL, hung, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop1 := start(t, r1)
+	<-hung.calls
+	testkit.WaitFor(t, 10*time.Second, "the relay to report itself stalled and give its shards up", func() bool {
+		h := r1.Health()
+		return h.Stalled && !h.Heartbeating && h.Shards == 0 &&
+			b.count(t, `SELECT count(*) FROM outbox_shards WHERE owner IS NOT NULL`) == 0 &&
+			b.count(t, `SELECT count(*) FROM outbox_relays`) == 0
+	})
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE attempts > 0 AND state = 'pending' AND last_error LIKE '%PublishTimeout%'`); n == 0 {
+		t.Fatal("no event recorded as failed by the publish deadline")
+	}
+
+	pub := newOutagePublisher(nil)
+	cfg2 := cfg
+	cfg2.ID = "r2"
+	r2, err := New(b.db.SQL, pub, cfg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, r2)
+	testkit.WaitFor(t, 20*time.Second, "the peer to publish everything", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'published'`) == 6
+	})
+	pub.checkOrder(t, 3, "k", "m")
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead'`); n != 0 {
+		t.Fatalf("%d events dead", n)
+	}
+
+	close(hung.release)
+	testkit.WaitFor(t, 10*time.Second, "the relay to join again", func() bool {
+		h := r1.Health()
+		return !h.Stalled && h.Heartbeating
+	})
+	stop1()
+}
+
+// Shutdown does not wait for a hung publish longer than PublishTimeout, and
+// counts no attempt for it.
+func TestShutdownDuringAHungPublish(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 1, "k")
+	hung := &hungPublisher{calls: make(chan struct{}, 1), release: make(chan struct{})}
+	t.Cleanup(func() { close(hung.release) })
+	cfg := fastConfig(b)
+	cfg.PublishTimeout = 500 * time.Millisecond
+	r, err := New(b.db.SQL, hung, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, r)
+	<-hung.calls
+	begun := time.Now()
+	stop()
+	if took := time.Since(begun); took > 10*time.Second {
+		t.Fatalf("shutdown took %s with a hung publish", took)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE attempts > 0 OR lease_owner IS NOT NULL`); n != 0 {
+		t.Fatalf("%d rows counted an attempt or stayed claimed", n)
+	}
+}

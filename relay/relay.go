@@ -20,6 +20,10 @@ import (
 // ErrAlreadyRunning is returned by Run when the relay is running already.
 var ErrAlreadyRunning = errors.New("relay: already running")
 
+// ErrPublishTimeout is the recorded error of an event whose publish call
+// outlived Config.PublishTimeout: its outcome is unknown, and it is retried.
+var ErrPublishTimeout = errors.New("relay: publish outlived PublishTimeout; outcome unknown")
+
 // Relay publishes the outbox. Build it with New and call Run; several relays,
 // in one process or many, may run against one table at once.
 type Relay struct {
@@ -51,6 +55,12 @@ type Relay struct {
 	// dispatcher backs off while it grows, so a broker outage is not
 	// hammered.
 	outage outageState
+
+	// hung counts the lanes whose last publish call outlived
+	// PublishTimeout and has not returned; hungSince is when the first of
+	// them was given up on, and lastAck when a call last had an event
+	// acknowledged, on the relay's clock. See stalled.
+	hung, hungSince, lastAck atomic.Int64
 
 	lanes     []*lane
 	completer *completer
@@ -103,6 +113,7 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		wake:     make(chan struct{}, 1),
 	}
 	r.members = newMembership(db, r.sql, &r.cfg, r.log, r.clock, r.wake)
+	r.members.stalled = r.stalled
 	return r, nil
 }
 
@@ -112,7 +123,8 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 func (r *Relay) ID() string { return r.cfg.ID }
 
 // Run publishes the outbox until ctx ends, then shuts down cleanly: it
-// stops claiming, lets publishes already sent to the broker finish, records
+// stops claiming, lets publishes already sent to the broker finish (for up
+// to PublishTimeout; a publish still running then is left behind), records
 // their outcome, returns the rest of its claimed rows to pending, and gives
 // up its shards so peers take over at once. It never marks an event the
 // broker did not acknowledge.
@@ -130,6 +142,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	// taken over, not this run's.
 	r.inflight.Store(0)
 	r.resetOutage()
+	r.hung.Store(0)
+	r.lastAck.Store(int64(r.clock.now()))
 	r.unconfirmed = nil
 	_, batching := r.pub.(BatchPublisher)
 	r.log.Info("relay starting", "table", r.cfg.Table.String(), "lanes", r.cfg.Lanes, "batch", r.cfg.BatchSize,
@@ -181,6 +195,18 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.log.Info("relay stopped")
 	return nil
+}
+
+// stalled reports whether the relay cannot make progress: a publish call
+// outlived PublishTimeout and has not returned, and no event was
+// acknowledged for PublishTimeout since. The membership gives up the
+// relay's shards meanwhile, so peers publish them.
+func (r *Relay) stalled() bool {
+	if r.hung.Load() == 0 {
+		return false
+	}
+	last := time.Duration(max(r.lastAck.Load(), r.hungSince.Load()-int64(r.cfg.PublishTimeout)))
+	return r.clock.now()-last >= r.cfg.PublishTimeout
 }
 
 // signal does a non-blocking send on a wake-up channel of capacity 1.
