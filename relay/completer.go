@@ -156,8 +156,19 @@ func (c *completer) run() {
 			}
 			attempt = 0
 			n := len(acks) + len(fails) + len(releases)
+			var bytes int64
+			for _, a := range acks {
+				bytes += a.bytes
+			}
+			for _, f := range fails {
+				bytes += f.row.bytes
+			}
+			for _, rel := range releases {
+				bytes += rel.row.bytes
+			}
 			acks, releases, fails = acks[:0], releases[:0], fails[:0]
 			c.r.inflight.Add(-int64(n))
+			c.r.inflightBytes.Add(-bytes)
 			signal(c.r.capacity)
 		}
 		if closed {

@@ -17,6 +17,7 @@ import (
 // Defaults of Config, used where a field is left zero.
 const (
 	BatchSizeDefault         = 1000
+	BatchBytesDefault        = 32 << 20
 	LanesDefault             = 64
 	LaneBatchDefault         = 64
 	PollIntervalDefault      = time.Second
@@ -53,6 +54,19 @@ type Config struct {
 
 	// BatchSize is the most rows one claim takes. Default 1000.
 	BatchSize int
+
+	// BatchBytes is the most payload bytes one claim takes: a claim stops
+	// before the row that would pass it, but always takes at least one
+	// row. Default 32 MiB.
+	BatchBytes int64
+
+	// MaxInFlightBytes bounds the payload bytes of the claimed rows held
+	// in memory, as MaxInFlight bounds their number; a row larger than
+	// the room left is claimed alone once nothing else is held. The relay
+	// holds about three times the payloads it has in flight (the rows,
+	// the messages, the publisher's requests): the defaults keep a relay
+	// with events of up to a MiB under 512 MiB. Default 2 × BatchBytes.
+	MaxInFlightBytes int64
 
 	// Lanes is how many events are published concurrently. Events are
 	// spread over lanes by aggregate id, so one aggregate's events are
@@ -212,6 +226,8 @@ func (c *Config) setDefaults() {
 	setDefault(&c.Lanes, LanesDefault)
 	setDefault(&c.LaneBatch, LaneBatchDefault)
 	setDefault(&c.MaxInFlight, 2*max(c.BatchSize, 0))
+	setDefault(&c.BatchBytes, BatchBytesDefault)
+	setDefault(&c.MaxInFlightBytes, 2*max(c.BatchBytes, 0))
 	setDefault(&c.PollInterval, PollIntervalDefault)
 	setDefault(&c.LeaseDuration, LeaseDurationDefault)
 	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
@@ -232,7 +248,7 @@ func (c *Config) setDefaults() {
 	}
 }
 
-func setDefault[T int | time.Duration](v *T, def T) {
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
 	if *v == 0 {
 		*v = def
 	}
@@ -273,6 +289,17 @@ func (c *Config) validate() error {
 		if f.v < 0 {
 			return bad("%s is negative (%s)", f.name, f.v)
 		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"BatchBytes", c.BatchBytes}, {"MaxInFlightBytes", c.MaxInFlightBytes}} {
+		if f.v < 0 {
+			return bad("%s is negative (%d)", f.name, f.v)
+		}
+	}
+	if c.MaxInFlightBytes < c.BatchBytes {
+		return bad("MaxInFlightBytes (%d) is smaller than BatchBytes (%d)", c.MaxInFlightBytes, c.BatchBytes)
 	}
 	if c.MaxInFlight < c.BatchSize {
 		return bad("MaxInFlight (%d) is smaller than BatchSize (%d)", c.MaxInFlight, c.BatchSize)

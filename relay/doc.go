@@ -11,7 +11,10 @@
 //
 // A claim is one short statement: it takes a batch of due rows with FOR
 // UPDATE SKIP LOCKED, marks them claimed under a lease (owner, expiry) and
-// commits. Publishing happens outside any transaction: lanes publish the
+// commits. A batch is bounded in rows (BatchSize) and in payload bytes
+// (BatchBytes), and so are the claimed rows held in memory (MaxInFlight,
+// MaxInFlightBytes), so large events cannot make a relay run out of
+// memory; a row larger than the budget is claimed alone. Publishing happens outside any transaction: lanes publish the
 // rows concurrently and wait for the broker's acknowledgement of each. With
 // a BatchPublisher (kafkapub's), a lane sends the rows queued in it in one
 // call, up to Config.LaneBatch and never two of one aggregate at once, so
@@ -19,8 +22,8 @@
 // Acknowledged rows are marked published by one statement per flush and
 // claim, not one per row. A failed row goes back to pending with attempts+1, an
 // exponentially backed-off next attempt with jitter, and its error; after
-// MaxAttempts it is dead, if the broker refused it (see Failures). The next batch is claimed while the current one
-// publishes, and the marks are written while the next publishes, so the
+// MaxAttempts it is dead, if the broker refused it (see Failures). The next
+// batch is claimed while the current one publishes, and the marks are written while the next publishes, so the
 // database and the broker work at the same time.
 //
 // # Ordering

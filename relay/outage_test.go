@@ -87,8 +87,8 @@ func (p *outagePublisher) checkOrder(t *testing.T, n int, aggs ...string) {
 // short enough for a test to go through many of them.
 func fastConfig(b *internalBundle) Config {
 	return Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler),
-		PollInterval: 10 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, StaleAfter: 2 * time.Second,
-		LeaseDuration: 5 * time.Second, BackoffMin: 2 * time.Millisecond, BackoffMax: 20 * time.Millisecond,
+		PollInterval: 10 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, StaleAfter: 10 * time.Second,
+		LeaseDuration: 15 * time.Second, BackoffMin: 2 * time.Millisecond, BackoffMax: 20 * time.Millisecond,
 		OutageBackoffMax: 20 * time.Millisecond}
 }
 
@@ -140,12 +140,12 @@ func TestOutageMakesNoEventDead(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, r)
-	// Every aggregate's first event failed ten times MaxAttempts.
-	testkit.WaitFor(t, 30*time.Second, "many failed rounds", func() bool {
+	// Every aggregate's first event failed five times MaxAttempts.
+	testkit.WaitFor(t, 60*time.Second, "many failed rounds", func() bool {
 		if n := b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead'`); n != 0 {
 			t.Fatalf("%d events dead in an outage", n)
 		}
-		return b.count(t, `SELECT count(*) FROM outbox WHERE attempts >= 20`) == 3
+		return b.count(t, `SELECT count(*) FROM outbox WHERE attempts >= 10`) == 3
 	})
 	if n := b.count(t, `SELECT count(*) FROM outbox WHERE attempts > 0`); n != 3 {
 		t.Fatalf("%d events attempted; only each aggregate's first should be, the rest fenced behind it", n)

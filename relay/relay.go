@@ -47,9 +47,11 @@ type Relay struct {
 	// took them, which the lanes' fences compare against.
 	claimSeq atomic.Uint64
 
-	inflight atomic.Int64  // claimed rows not yet recorded as published, failed or released, nor dropped
-	capacity chan struct{} // signalled when inflight drops
-	wake     chan struct{} // signalled by NOTIFY
+	inflight atomic.Int64 // claimed rows not yet recorded as published, failed or released, nor dropped
+	// inflightBytes is the payload bytes of those rows.
+	inflightBytes atomic.Int64
+	capacity      chan struct{} // signalled when inflight drops
+	wake          chan struct{} // signalled by NOTIFY
 
 	// outage follows publishes failed in a row across lanes; the
 	// dispatcher backs off while it grows, so a broker outage is not
@@ -141,6 +143,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	// shutdown (the database gone): those rows are its incarnation's, to be
 	// taken over, not this run's.
 	r.inflight.Store(0)
+	r.inflightBytes.Store(0)
 	r.resetOutage()
 	r.hung.Store(0)
 	r.lastAck.Store(int64(r.clock.now()))
@@ -237,11 +240,13 @@ type claimedRow struct {
 	seq      uint64       // the claim that took it
 	inc      *incarnation // the incarnation that claimed it
 	version  uint32       // the claimed version's xmin: the claim's transaction (see outboxsql.MarkPublished)
+	bytes    int64        // its payload's size, counted in Relay.inflightBytes
 }
 
 // drop forgets a row without recording anything: its incarnation ended, so
 // the row is someone else's to claim (see incarnation).
 func (r *Relay) drop(row *claimedRow) {
 	r.inflight.Add(-1)
+	r.inflightBytes.Add(-row.bytes)
 	signal(r.capacity)
 }

@@ -40,6 +40,8 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	wal.register(fs)
 	fs.StringVar(&cfg.ID, "id", "", "relay id, unique among running relays; may stay the same across restarts (default host-pid-random)")
 	fs.IntVar(&cfg.BatchSize, "batch", relay.BatchSizeDefault, "rows per claim")
+	fs.Int64Var(&cfg.BatchBytes, "batch-bytes", relay.BatchBytesDefault, "payload bytes per claim (at least one row)")
+	fs.Int64Var(&cfg.MaxInFlightBytes, "max-in-flight-bytes", 0, "payload bytes of claimed events held in memory (0: 2 × --batch-bytes)")
 	fs.IntVar(&cfg.Lanes, "lanes", relay.LanesDefault, "events published concurrently")
 	fs.IntVar(&cfg.LaneBatch, "lane-batch", relay.LaneBatchDefault, "most events a lane sends to Kafka at once, of distinct aggregates (1: one at a time)")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", relay.MaxAttemptsDefault, "failed publishes before an event the broker refuses is dead (an outage never makes one dead)")

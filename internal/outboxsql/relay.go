@@ -50,7 +50,14 @@ import (
 //     aggregate is in the same shard, so for any row in "seen", every earlier
 //     unpublished row of its aggregate is in "seen" too, or held by the
 //     incarnation, or in backoff, and then the row is fenced.
-//   - "due" collects the tuple ids of the due rows of "seen" into one array.
+//   - "seen" also keeps the running total of the payload bytes it walked
+//     (octet_length reads a TOASTed payload's size from its pointer,
+//     without fetching it), which bounds the claim in bytes: the due rows
+//     claimed are those within Bytes, and the first due row however large
+//     (it is then claimed alone). They are a prefix, in id order, of the
+//     due rows, so no row is claimed ahead of an earlier row of its
+//     aggregate; the rest wait for the next claim.
+//   - "due" collects the tuple ids of those due rows into one array.
 //   - "took" locks those rows with SKIP LOCKED, re-checking that each is
 //     still due. It passes over rows another transaction holds: a
 //     concurrent claim, an operator's retry, a frozen session, a peer's
@@ -128,7 +135,8 @@ WITH fence AS MATERIALIZED (
            (o.lease_owner IS NULL AND o.next_attempt_at <= now())
              OR (o.lease_owner IS NOT NULL AND (o.lease_expires_at <= now()
                  OR o.lease_owner NOT IN (SELECT id FROM live))) AS due,
-           coalesce(o.lease_owner = $1, false) AS mine
+           coalesce(o.lease_owner = $1, false) AS mine,
+           sum(octet_length(o.payload)) OVER (ORDER BY o.id) AS upto
     FROM {{table}} o
     WHERE o.state IN ('pending', 'claimed')
       AND get_bit($4::varbit, o.shard) = 1
@@ -138,7 +146,7 @@ WITH fence AS MATERIALIZED (
     ORDER BY o.id
     LIMIT $2
 ), due AS MATERIALIZED (
-    SELECT ARRAY(SELECT tid FROM seen WHERE due) AS tids
+    SELECT ARRAY(SELECT tid FROM seen WHERE due AND (upto <= $5 OR id = (SELECT min(id) FROM seen WHERE due))) AS tids
 ), took AS MATERIALIZED (
     SELECT o.id
     FROM {{table}} o
@@ -159,7 +167,7 @@ SET lease_owner = $1, lease_expires_at = now() + $3::interval, next_attempt_at =
 WHERE o.ctid = ANY (CASE WHEN NOT EXISTS (SELECT 1 FROM stop) THEN (SELECT tids FROM due)::tid[]
     ELSE ARRAY(
         SELECT s.tid FROM seen s
-        WHERE s.due AND s.id NOT IN (SELECT id FROM stop)
+        WHERE s.due AND (s.upto <= $5 OR s.id = (SELECT min(id) FROM seen WHERE due)) AND s.id NOT IN (SELECT id FROM stop)
           AND NOT EXISTS (SELECT 1 FROM (SELECT aggregate_id, min(id) AS first_id FROM stop WHERE NOT mine
                                          GROUP BY aggregate_id) b
                           WHERE b.aggregate_id = s.aggregate_id AND b.first_id < s.id))
@@ -173,11 +181,12 @@ type ClaimArgs struct {
 	Limit  int           // $2: the most rows to claim
 	Lease  time.Duration // $3: how long the claim holds them
 	Shards []int16       // $4: the shards to claim from, passed as a ShardMask
+	Bytes  int64         // $5: the most payload bytes to claim (at least one row is)
 }
 
 // Args returns Claim's parameters in order.
 func (a ClaimArgs) Args() []any {
-	return []any{a.Owner, a.Limit, Interval(a.Lease), ShardMask(a.Shards)}
+	return []any{a.Owner, a.Limit, Interval(a.Lease), ShardMask(a.Shards), a.Bytes}
 }
 
 // ClaimSettings runs first in the claim's transaction.
@@ -309,9 +318,10 @@ func (a ShardsArgs) Args() []any { return []any{a.Owner, Int16Array(a.Shards)} }
 // xmin: any later change of the row (a mark, a release, a replay, another
 // claim) makes a new version with another xmin, so an acknowledgement
 // marks only the version its claim took. A VACUUM FREEZE between claim and
-// mark hides the xmin (it reads as frozen): the mark passes over the row,
-// which is published again after its lease, a duplicate. Marks are
-// grouped by claim, one statement each; a mark usually covers one or two.
+// mark does not change that: freezing sets a flag in the tuple's header and
+// keeps its xmin, which the xmin column still reads (PostgreSQL 9.4 and
+// later). Marks are grouped by claim, one statement each; a mark usually
+// covers one or two.
 //
 // The rows are reached through an index on id, not by the tuple ids their
 // claim returned. A mark is not heap-only (it takes the row out of the
