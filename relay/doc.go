@@ -70,9 +70,9 @@
 //     Retrying it publishes it before any later event of its aggregate still
 //     pending.
 //   - Durable records. A failure or release takes a row out of memory, so it
-//     commits durably before the lane lets later rows go. Claims and marks
-//     commit asynchronously: losing one in a database crash leaves its rows
-//     claimed by nobody or by their holder, which the rule handles.
+//     commits durably before the lane lets later rows go. Marks commit
+//     asynchronously: losing one in a database crash leaves its rows
+//     claimed by their holder, which the rule handles.
 //
 // A publish that outlives its lease (a stalled broker), a paused relay that
 // wakes up and finishes a publish, a takeover while the old owner's message
@@ -127,8 +127,12 @@
 //
 // # Bookkeeping
 //
-// Claims and marks commit with synchronous_commit off, which keeps them
-// short; failures and releases commit durably (see Durable records above).
+// Marks commit with synchronous_commit off, which keeps them short;
+// failures and releases commit durably (see Durable records above), and so
+// do claims that take rows: nothing is published before its row's commit
+// is durable, even when the application commits with synchronous_commit =
+// off (the claim's flush covers the writers' commits before it). A claim
+// costs one WAL flush for its whole batch; an empty one none.
 // Applications' transactions are not affected.
 //
 // # Failures

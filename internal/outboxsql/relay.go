@@ -205,10 +205,18 @@ func (a ClaimArgs) Args() []any {
 // depend on the parameters, which the settings above pin, and planning the
 // statement anew each time cost about 1 µs per claimed row.
 //
-// The claim commits asynchronously: a claim lost in a database crash only
-// returns its rows to their earlier state, which Claim treats as held by
-// nobody (see the ordering rule above), so the incarnation that still holds
-// them publishes them and anyone else may publish them again, in order.
+// A claim that takes rows commits durably, with the server's
+// synchronous_commit and at least 'local' (as SettleSettings), because
+// nothing may be published before its row's commit is durable: a writer
+// with synchronous_commit = off commits, and its row is visible to the
+// claim, before its WAL is flushed. The claim's commit record comes after
+// the writer's (the row was visible to the claim), so flushing it flushes
+// the writer's too; a crash cannot then lose a row the relay published.
+// A claim that takes nothing has no transaction id and writes no commit
+// record, so polling an empty outbox flushes nothing; a claim of a batch
+// costs one WAL flush, shared by its rows. (Were a claim lost in a crash
+// anyway, its rows would return to their earlier state, which Claim
+// treats as held by nobody: see the ordering rule above.)
 //
 // The timeouts bound the transaction on the server: a relay frozen or cut
 // off inside it loses its session after Timeout, which releases its row
@@ -224,7 +232,8 @@ func (a ClaimArgs) Args() []any {
 // the retried row.
 const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true),
-       set_config('synchronous_commit', 'off', true),
+       set_config('synchronous_commit',
+           CASE current_setting('synchronous_commit') WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true),
        set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
        set_config('idle_in_transaction_session_timeout', $1, true),
        pg_advisory_xact_lock_shared(hashtext({{channel}} || '.claim'))`
