@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
@@ -18,24 +15,9 @@ import (
 // interleaved.
 func (b *internalBundle) writeSized(t *testing.T, n int, aggs ...string) {
 	t.Helper()
-	tx, err := b.db.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range n {
-		for _, agg := range aggs {
-			e, err := txoutbox.NewEvent("orders", "order", agg, "order.changed", strings.Repeat("x", 998)) // 1000 bytes of JSON
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := b.w.Write(context.Background(), tx, e); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	b.exec(t, `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload)
+		SELECT gen_random_uuid(), 'orders', a, 'order.changed', convert_to(repeat('x', 1000), 'UTF8')
+		FROM generate_series(1, $1) i, unnest($2::text[]) WITH ORDINALITY AS g(a, k) ORDER BY i, k`, n, "{"+strings.Join(aggs, ",")+"}")
 }
 
 func claimWithinIDs(t *testing.T, r *Relay, bytes int64) string {
@@ -91,27 +73,13 @@ func TestClaimByteBudgetKeepsOrder(t *testing.T) {
 	}
 }
 
-// heldPublisher holds every publish until released.
-type heldPublisher struct {
-	release chan struct{}
-	held    chan struct{}
-}
-
-func (p *heldPublisher) Publish(string, ...*message.Message) error {
-	p.held <- struct{}{}
-	<-p.release
-	return nil
-}
-
-func (*heldPublisher) Close() error { return nil }
-
 // The rows held in memory stay within MaxInFlightBytes, however many rows
 // MaxInFlight allows.
 func TestInFlightStaysWithinItsByteBudget(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	b.writeSized(t, 10, "a", "b", "c", "d")
-	pub := &heldPublisher{release: make(chan struct{}), held: make(chan struct{}, 100)}
+	pub := &hungPublisher{calls: make(chan struct{}, 1), release: make(chan struct{})}
 	cfg := fastConfig(b)
 	cfg.BatchSize, cfg.MaxInFlight = 100, 200
 	cfg.BatchBytes, cfg.MaxInFlightBytes = 3000, 4000
@@ -123,7 +91,7 @@ func TestInFlightStaysWithinItsByteBudget(t *testing.T) {
 	var once sync.Once
 	release := func() { once.Do(func() { close(pub.release) }) }
 	t.Cleanup(release) // before Run is stopped, should the test fail
-	testkit.WaitFor(t, 10*time.Second, "the relay to claim", func() bool { return len(pub.held) > 0 })
+	<-pub.calls
 	// A claim of 3000 bytes leaves 1000 of room, less than the half batch
 	// the relay waits for: it claims no more, however long it polls (every
 	// 10ms here) and however many rows MaxInFlight would allow.
