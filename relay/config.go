@@ -103,9 +103,9 @@ type Config struct {
 	// claim them again. It backs up the relay's heartbeat: rows of a relay
 	// that stopped heartbeating are taken over as soon as it is declared
 	// dead. A publish that takes longer than the lease (a slow broker) is
-	// not cut short: the row may be published twice, never out of order,
-	// since a claim never passes over an earlier row of the aggregate that
-	// another relay holds. Default 30s.
+	// not cut short before PublishTimeout: the row may be published twice,
+	// never out of order, since a claim never passes over an earlier row
+	// of the aggregate that another relay holds. Default 30s.
 	LeaseDuration time.Duration
 
 	// MaxAttempts is how many failed publishes make an event dead, when
