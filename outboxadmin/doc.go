@@ -11,7 +11,9 @@
 //
 // # Dead events
 //
-// A dead event failed the relay's MaxAttempts publishes. It does not hold
+// A dead event failed the relay's MaxAttempts publishes, the broker
+// refusing it (the polling relay never makes an event dead for an outage),
+// or could not be decoded. It does not hold
 // back its aggregate: the later events flow. Retry returns it to pending with
 // fresh attempts; it goes out before every later event of its aggregate that
 // is still pending (see Retry for the ones already in flight). Drop deletes

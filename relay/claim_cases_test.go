@@ -93,7 +93,7 @@ func joinFilterWork(t *testing.T, db *sql.DB, claim, owner string, limit int, se
 	defer conn.ExecContext(ctx, `ROLLBACK`)              //nolint:errcheck
 	defer conn.ExecContext(ctx, `DEALLOCATE work_claim`) //nolint:errcheck
 	var plan string
-	if err := conn.QueryRowContext(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE work_claim('%s', %d, '30 seconds', '%s')`,
+	if err := conn.QueryRowContext(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE work_claim('%s', %d, '30 seconds', '%s', 1000000000)`,
 		owner, limit, outboxsql.ShardMask(allShards()))).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,7 @@ type releasedRow struct {
 type failedRow struct {
 	row        *claimedRow
 	err        string
+	permanent  bool // the event's own fault (IsPermanent): it may go dead
 	delay      time.Duration
 	onRecorded func(claimSeq uint64)
 }
@@ -65,13 +66,22 @@ func (c *completer) release(row *claimedRow, onRecorded func(uint64)) {
 }
 
 // fail records a failed publish; onRecorded runs once the failure is
-// committed, with the claim sequence number current at that moment.
+// committed, with the claim sequence number current at that moment. A
+// failure that is not the event's fault (an outage) backs off no longer
+// than OutageBackoffMax, so events resume soon after the broker is back,
+// and never makes the event dead.
 func (c *completer) fail(row *claimedRow, err error, onRecorded func(uint64)) {
 	msg := storableText(err.Error(), maxErrorText)
+	limit := c.r.cfg.BackoffMax
+	permanent := IsPermanent(err)
+	if !permanent {
+		limit = min(limit, c.r.cfg.OutageBackoffMax)
+	}
 	f := failedRow{
 		row:        row,
 		err:        msg,
-		delay:      backoff(row.attempts+1, c.r.cfg.BackoffMin, c.r.cfg.BackoffMax),
+		permanent:  permanent,
+		delay:      backoff(row.attempts+1, c.r.cfg.BackoffMin, limit),
 		onRecorded: onRecorded,
 	}
 	c.mu.Lock()
@@ -146,8 +156,19 @@ func (c *completer) run() {
 			}
 			attempt = 0
 			n := len(acks) + len(fails) + len(releases)
+			var bytes int64
+			for _, a := range acks {
+				bytes += a.bytes
+			}
+			for _, f := range fails {
+				bytes += f.row.bytes
+			}
+			for _, rel := range releases {
+				bytes += rel.row.bytes
+			}
 			acks, releases, fails = acks[:0], releases[:0], fails[:0]
 			c.r.inflight.Add(-int64(n))
+			c.r.inflightBytes.Add(-bytes)
 			signal(c.r.capacity)
 		}
 		if closed {
@@ -231,7 +252,7 @@ func (c *completer) recordFailures(ctx context.Context, tx *sql.Tx, fails []fail
 	byID := make(map[int64]*claimedRow, len(fails))
 	for i, f := range fails {
 		byID[f.row.id] = f.row
-		doc[i] = outboxsql.Failure{ID: f.row.id, Owner: f.row.inc.token, Err: f.err, DelayMS: f.delay.Milliseconds()}
+		doc[i] = outboxsql.Failure{ID: f.row.id, Owner: f.row.inc.token, Err: f.err, Permanent: f.permanent, DelayMS: f.delay.Milliseconds()}
 	}
 	args, err := outboxsql.FailArgs{Failures: doc, MaxAttempts: c.r.cfg.MaxAttempts}.Args()
 	if err != nil {
@@ -252,7 +273,7 @@ func (c *completer) recordFailures(ctx context.Context, tx *sql.Tx, fails []fail
 		}
 		if state == "dead" {
 			dead = append(dead, byID[id])
-			c.r.log.Error("relay: event is dead after MaxAttempts", "row", id, "max_attempts", c.r.cfg.MaxAttempts)
+			c.r.log.Error("relay: event is dead: the broker refused it, and it failed MaxAttempts times", "row", id, "max_attempts", c.r.cfg.MaxAttempts)
 		} else {
 			retried = append(retried, byID[id])
 		}
@@ -262,7 +283,7 @@ func (c *completer) recordFailures(ctx context.Context, tx *sql.Tx, fails []fail
 	}
 	for _, f := range fails {
 		c.r.log.Warn("relay: publish failed", "row", f.row.id, "event_id", f.row.event.ID, "topic", f.row.event.Topic,
-			"aggregate_id", f.row.event.AggregateID, "attempt", f.row.attempts+1, "err", f.err)
+			"aggregate_id", f.row.event.AggregateID, "attempt", f.row.attempts+1, "permanent", f.permanent, "err", f.err)
 	}
 	return retried, dead, nil
 }

@@ -17,6 +17,7 @@ import (
 // Defaults of Config, used where a field is left zero.
 const (
 	BatchSizeDefault         = 1000
+	BatchBytesDefault        = 32 << 20
 	LanesDefault             = 64
 	LaneBatchDefault         = 64
 	PollIntervalDefault      = time.Second
@@ -24,6 +25,7 @@ const (
 	MaxAttemptsDefault       = 10
 	BackoffMinDefault        = time.Second
 	BackoffMaxDefault        = 5 * time.Minute
+	OutageBackoffMaxDefault  = 30 * time.Second
 	HeartbeatIntervalDefault = 2 * time.Second
 	StaleAfterDefault        = 15 * time.Second
 	RetentionDefault         = 7 * 24 * time.Hour
@@ -32,6 +34,7 @@ const (
 	StatsIntervalDefault     = 10 * time.Second
 	FlushIntervalDefault     = 5 * time.Millisecond
 	StatementTimeoutDefault  = 10 * time.Second
+	PublishTimeoutDefault    = time.Minute
 )
 
 // Config configures a Relay. The zero value is valid: every zero field
@@ -51,6 +54,19 @@ type Config struct {
 
 	// BatchSize is the most rows one claim takes. Default 1000.
 	BatchSize int
+
+	// BatchBytes is the most payload bytes one claim takes: a claim stops
+	// before the row that would pass it, but always takes at least one
+	// row. Default 32 MiB.
+	BatchBytes int64
+
+	// MaxInFlightBytes bounds the payload bytes of the claimed rows held
+	// in memory, as MaxInFlight bounds their number; a row larger than
+	// the room left is claimed alone once nothing else is held. The relay
+	// holds about three times the payloads it has in flight (the rows,
+	// the messages, the publisher's requests): the defaults keep a relay
+	// with events of up to a MiB under 512 MiB. Default 2 × BatchBytes.
+	MaxInFlightBytes int64
 
 	// Lanes is how many events are published concurrently. Events are
 	// spread over lanes by aggregate id, so one aggregate's events are
@@ -87,19 +103,29 @@ type Config struct {
 	// claim them again. It backs up the relay's heartbeat: rows of a relay
 	// that stopped heartbeating are taken over as soon as it is declared
 	// dead. A publish that takes longer than the lease (a slow broker) is
-	// not cut short: the row may be published twice, never out of order,
-	// since a claim never passes over an earlier row of the aggregate that
-	// another relay holds. Default 30s.
+	// not cut short before PublishTimeout: the row may be published twice,
+	// never out of order, since a claim never passes over an earlier row
+	// of the aggregate that another relay holds. Default 30s.
 	LeaseDuration time.Duration
 
-	// MaxAttempts is how many failed publishes make an event dead.
-	// Default 10.
+	// MaxAttempts is how many failed publishes make an event dead, when
+	// the last of them was the event's own fault: the broker refused that
+	// message (see Permanent; kafkapub marks Kafka's refusals). A failure
+	// for an outage (the broker, the network or the publisher away: any
+	// error not marked permanent) counts as an attempt but never makes an
+	// event dead, however long the outage lasts. Default 10.
 	MaxAttempts int
 
 	// BackoffMin and BackoffMax bound the delay before a failed event is
 	// retried: BackoffMin × 2^(attempts-1), capped at BackoffMax, with
 	// jitter. Defaults 1s and 5m.
 	BackoffMin, BackoffMax time.Duration
+
+	// OutageBackoffMax caps the delay instead of BackoffMax after a
+	// failure for an outage, so events resume soon after the broker is
+	// back. Meanwhile the relay also backs off between claims. Default
+	// 30s.
+	OutageBackoffMax time.Duration
 
 	// HeartbeatInterval is how often the relay refreshes its liveness and
 	// rebalances shards. Default 2s.
@@ -138,6 +164,18 @@ type Config struct {
 	// releases its locks, and no relay waits on a peer's locks for long.
 	// Default 10s.
 	StatementTimeout time.Duration
+
+	// PublishTimeout bounds one publish call: one that has not returned
+	// after it counts as failed with an unknown outcome (ErrPublishTimeout,
+	// an outage: the event is retried, its aggregate fenced meanwhile, and
+	// it may arrive twice). The lane that made the call sends nothing more
+	// until the call returns. While such a call is outstanding and nothing
+	// was acknowledged for PublishTimeout, the relay cannot make progress:
+	// it reports Health.Stalled (outbox relay's /readyz fails), gives up its
+	// shards and claims so its peers take them over, and joins again once
+	// the call returns. It must exceed the publisher's own timeouts (with
+	// kafkapub, Config.Timeout and Sarama's retries). Default 1m.
+	PublishTimeout time.Duration
 
 	// StatsInterval is how often the lag gauge is refreshed from the
 	// database, and the backlog and dead gauges while counting the rows is
@@ -188,11 +226,14 @@ func (c *Config) setDefaults() {
 	setDefault(&c.Lanes, LanesDefault)
 	setDefault(&c.LaneBatch, LaneBatchDefault)
 	setDefault(&c.MaxInFlight, 2*max(c.BatchSize, 0))
+	setDefault(&c.BatchBytes, BatchBytesDefault)
+	setDefault(&c.MaxInFlightBytes, 2*max(c.BatchBytes, 0))
 	setDefault(&c.PollInterval, PollIntervalDefault)
 	setDefault(&c.LeaseDuration, LeaseDurationDefault)
 	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
 	setDefault(&c.BackoffMin, BackoffMinDefault)
 	setDefault(&c.BackoffMax, BackoffMaxDefault)
+	setDefault(&c.OutageBackoffMax, OutageBackoffMaxDefault)
 	setDefault(&c.HeartbeatInterval, HeartbeatIntervalDefault)
 	setDefault(&c.StaleAfter, StaleAfterDefault)
 	setDefault(&c.Retention, RetentionDefault)
@@ -201,12 +242,13 @@ func (c *Config) setDefaults() {
 	setDefault(&c.StatsInterval, StatsIntervalDefault)
 	setDefault(&c.FlushInterval, FlushIntervalDefault)
 	setDefault(&c.StatementTimeout, StatementTimeoutDefault)
+	setDefault(&c.PublishTimeout, PublishTimeoutDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 }
 
-func setDefault[T int | time.Duration](v *T, def T) {
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
 	if *v == 0 {
 		*v = def
 	}
@@ -242,11 +284,22 @@ func (c *Config) validate() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"PollInterval", c.PollInterval}, {"LeaseDuration", c.LeaseDuration}, {"BackoffMin", c.BackoffMin}, {"BackoffMax", c.BackoffMax},
-		{"HeartbeatInterval", c.HeartbeatInterval}, {"StaleAfter", c.StaleAfter}, {"PruneInterval", c.PruneInterval}, {"StatsInterval", c.StatsInterval}, {"FlushInterval", c.FlushInterval}, {"StatementTimeout", c.StatementTimeout}} {
+	}{{"PollInterval", c.PollInterval}, {"LeaseDuration", c.LeaseDuration}, {"BackoffMin", c.BackoffMin}, {"BackoffMax", c.BackoffMax}, {"OutageBackoffMax", c.OutageBackoffMax},
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"StaleAfter", c.StaleAfter}, {"PruneInterval", c.PruneInterval}, {"StatsInterval", c.StatsInterval}, {"FlushInterval", c.FlushInterval}, {"StatementTimeout", c.StatementTimeout}, {"PublishTimeout", c.PublishTimeout}} {
 		if f.v < 0 {
 			return bad("%s is negative (%s)", f.name, f.v)
 		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"BatchBytes", c.BatchBytes}, {"MaxInFlightBytes", c.MaxInFlightBytes}} {
+		if f.v < 0 {
+			return bad("%s is negative (%d)", f.name, f.v)
+		}
+	}
+	if c.MaxInFlightBytes < c.BatchBytes {
+		return bad("MaxInFlightBytes (%d) is smaller than BatchBytes (%d)", c.MaxInFlightBytes, c.BatchBytes)
 	}
 	if c.MaxInFlight < c.BatchSize {
 		return bad("MaxInFlight (%d) is smaller than BatchSize (%d)", c.MaxInFlight, c.BatchSize)

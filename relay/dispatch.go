@@ -25,10 +25,6 @@ const (
 	hotPollWindow   = 100 * time.Millisecond
 )
 
-// outageThreshold is how many publishes in a row must fail, with none
-// succeeding, before the dispatcher backs off between claims.
-const outageThreshold = 3
-
 // dispatch claims due rows and hands them to the lanes until ctx ends. It
 // claims the next batch while earlier ones publish (bounded by MaxInFlight),
 // and waits for a NOTIFY, the poll interval or free capacity otherwise.
@@ -44,7 +40,8 @@ func (r *Relay) dispatch(ctx context.Context) {
 	defer hot.Stop()
 	for ctx.Err() == nil {
 		free := r.cfg.MaxInFlight - int(r.inflight.Load())
-		if free < r.claimAt() {
+		freeBytes := r.cfg.MaxInFlightBytes - r.inflightBytes.Load()
+		if free < r.claimAt() || (freeBytes < roomFor(r.cfg.BatchBytes, r.cfg.MaxInFlightBytes) && r.inflight.Load() > 0) {
 			// Wait for room: claiming a sliver at a time costs a
 			// round trip per sliver.
 			select {
@@ -72,15 +69,16 @@ func (r *Relay) dispatch(ctx context.Context) {
 				return
 			}
 		}
-		if n := r.outage.Load(); n >= outageThreshold {
+		if n := r.outageRun(); n >= outageThreshold {
 			// The last publishes all failed: the broker is likely down.
 			// Back off before claiming more rows only to fail them. A
 			// lone poison event retrying stays below the threshold.
-			if !sleep(ctx, backoff(int(n-outageThreshold+1), 50*time.Millisecond, 5*time.Second)) {
+			if !sleep(ctx, backoff(n-outageThreshold+1, 50*time.Millisecond, min(5*time.Second, r.cfg.OutageBackoffMax))) {
 				return
 			}
 		}
-		rows, err := r.claim(ctx, min(r.cfg.BatchSize, free))
+		budget := min(r.cfg.BatchBytes, max(freeBytes, 1)) // nothing held: one row, however large
+		rows, err := r.claimWithin(ctx, min(r.cfg.BatchSize, free), budget)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -95,12 +93,18 @@ func (r *Relay) dispatch(ctx context.Context) {
 			continue
 		}
 		dbErrors = 0
-		more = len(rows) == min(r.cfg.BatchSize, free)
+		var bytes int64
+		for _, row := range rows {
+			bytes += row.bytes
+		}
+		// Full in rows, or (likely) stopped by the byte budget.
+		more = len(rows) == min(r.cfg.BatchSize, free) || (len(rows) > 0 && 2*bytes >= budget)
 		if len(rows) > 0 {
 			r.met.batchSize.Record(ctx, int64(len(rows)))
 			hotUntil = time.Now().Add(hotPollWindow)
 		}
 		r.inflight.Add(int64(len(rows)))
+		r.inflightBytes.Add(bytes)
 		for _, row := range rows {
 			r.laneFor(row.event.AggregateID).queue <- row
 		}
@@ -118,8 +122,12 @@ func (r *Relay) dispatch(ctx context.Context) {
 // to settle cannot stop the relay from claiming. It is at least one row: a
 // claim with no room would take nothing and, looking full, run again at
 // once.
-func (r *Relay) claimAt() int {
-	return max(1, min(r.cfg.BatchSize, r.cfg.MaxInFlight-r.cfg.BatchSize), min(r.cfg.BatchSize, r.cfg.MaxInFlight)/2)
+func (r *Relay) claimAt() int { return roomFor(r.cfg.BatchSize, r.cfg.MaxInFlight) }
+
+// roomFor is claimAt's rule for a batch and a bound on what is held, in
+// rows or in bytes (BatchBytes and MaxInFlightBytes).
+func roomFor[T int | int64](batch, limit T) T {
+	return max(1, min(batch, limit-batch), min(batch, limit)/2)
 }
 
 // laneFor picks the lane of an aggregate: always the same one, so its events
@@ -130,9 +138,15 @@ func (r *Relay) laneFor(aggregateID string) *lane {
 	return r.lanes[h.Sum32()%uint32(len(r.lanes))]
 }
 
-// claim runs the claim statement and returns the rows in id order. Only the
-// dispatcher calls it.
+// claim claims up to limit rows within BatchBytes.
 func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
+	return r.claimWithin(ctx, limit, r.cfg.BatchBytes)
+}
+
+// claimWithin runs the claim statement for up to limit rows and bytes of
+// payload (at least one row), and returns the rows in id order. Only the
+// dispatcher calls it.
+func (r *Relay) claimWithin(ctx context.Context, limit int, bytes int64) ([]*claimedRow, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
 	if len(r.unconfirmed) > 0 {
@@ -141,7 +155,7 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 		}
 	}
 	inc, shards := r.members.claimable()
-	if inc == nil || len(shards) == 0 {
+	if inc == nil || len(shards) == 0 || r.stalled() {
 		return nil, nil
 	}
 	seq := r.claimSeq.Add(1)
@@ -153,7 +167,7 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 	if _, err := tx.ExecContext(ctx, r.sql.claimSettings, outboxsql.TimeoutArgs{Timeout: r.cfg.StatementTimeout}.Args()...); err != nil {
 		return nil, fmt.Errorf("claim batch: settings: %w", err)
 	}
-	args := outboxsql.ClaimArgs{Owner: inc.token, Limit: limit, Lease: r.cfg.LeaseDuration, Shards: shards}
+	args := outboxsql.ClaimArgs{Owner: inc.token, Limit: limit, Lease: r.cfg.LeaseDuration, Shards: shards, Bytes: bytes}
 	rows, err := tx.QueryContext(ctx, r.sql.claim, args.Args()...)
 	if err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
@@ -308,6 +322,7 @@ func scanClaimed(rows *sql.Rows, seq uint64, inc *incarnation) (out []*claimedRo
 				continue
 			}
 		}
+		c.bytes = int64(len(e.Payload))
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {

@@ -11,7 +11,10 @@
 //
 // A claim is one short statement: it takes a batch of due rows with FOR
 // UPDATE SKIP LOCKED, marks them claimed under a lease (owner, expiry) and
-// commits. Publishing happens outside any transaction: lanes publish the
+// commits. A batch is bounded in rows (BatchSize) and in payload bytes
+// (BatchBytes), and so are the claimed rows held in memory (MaxInFlight,
+// MaxInFlightBytes), so large events cannot make a relay run out of
+// memory; a row larger than the budget is claimed alone. Publishing happens outside any transaction: lanes publish the
 // rows concurrently and wait for the broker's acknowledgement of each. With
 // a BatchPublisher (kafkapub's), a lane sends the rows queued in it in one
 // call, up to Config.LaneBatch and never two of one aggregate at once, so
@@ -19,8 +22,8 @@
 // Acknowledged rows are marked published by one statement per flush and
 // claim, not one per row. A failed row goes back to pending with attempts+1, an
 // exponentially backed-off next attempt with jitter, and its error; after
-// MaxAttempts it is dead. The next batch is claimed while the current one
-// publishes, and the marks are written while the next publishes, so the
+// MaxAttempts it is dead, if the broker refused it (see Failures). The next
+// batch is claimed while the current one publishes, and the marks are written while the next publishes, so the
 // database and the broker work at the same time.
 //
 // # Ordering
@@ -67,9 +70,9 @@
 //     Retrying it publishes it before any later event of its aggregate still
 //     pending.
 //   - Durable records. A failure or release takes a row out of memory, so it
-//     commits durably before the lane lets later rows go. Claims and marks
-//     commit asynchronously: losing one in a database crash leaves its rows
-//     claimed by nobody or by their holder, which the rule handles.
+//     commits durably before the lane lets later rows go. Marks commit
+//     asynchronously: losing one in a database crash leaves its rows
+//     claimed by their holder, which the rule handles.
 //
 // A publish that outlives its lease (a stalled broker), a paused relay that
 // wakes up and finishes a publish, a takeover while the old owner's message
@@ -124,22 +127,52 @@
 //
 // # Bookkeeping
 //
-// Claims and marks commit with synchronous_commit off, which keeps them
-// short; failures and releases commit durably (see Durable records above).
+// Marks commit with synchronous_commit off, which keeps them short;
+// failures and releases commit durably (see Durable records above), and so
+// do claims that take rows: nothing is published before its row's commit
+// is durable, even when the application commits with synchronous_commit =
+// off (the claim's flush covers the writers' commits before it). A claim
+// costs one WAL flush for its whole batch; an empty one none.
 // Applications' transactions are not affected.
 //
 // # Failures
 //
 // Losing the database or the broker makes the relay log, back off and retry;
-// it never exits on them and resumes by itself. A payload the broker rejects
-// (too large, unknown topic) is retried with backoff, then dead; it never
-// blocks other aggregates. A row the relay cannot turn into a message (its
-// headers are not a JSON object of strings, as when written by other
-// tooling) goes dead at once with the reason. Two effects of the Kafka producer show there: an
+// it never exits on them and resumes by itself.
+//
+// The rule: an outage is not a poison. An event goes dead for its own fault
+// only, when the broker refuses that message: the publisher marks such
+// errors with Permanent (kafkapub does for a message too large, a topic
+// that is invalid, unknown or not authorised, a record the topic refuses),
+// and an event is dead once it has failed MaxAttempts times, the last of
+// them such a refusal. Every other failure is taken for an outage (the
+// broker, the network or the publisher away: connection errors, timeouts,
+// leader elections, not enough replicas). It counts as an attempt and
+// fences its aggregate like any failure, but backs off no longer than
+// OutageBackoffMax and never makes an event dead, so no event goes dead in
+// an outage of any length. While publishes keep failing that way the relay
+// logs that it is in an outage, shows it in the
+// txoutbox.relay.outage.duration gauge, and backs off between claims. A
+// publisher that marks nothing never dead-letters: its refused events are
+// retried forever, holding back their aggregates only.
+//
+// A publish call that has not returned after PublishTimeout (a hung
+// socket, an AMQP connection blocked by a broker alarm) counts as failed
+// with an unknown outcome (ErrPublishTimeout): its events are retried, as
+// after an outage, their aggregates fenced meanwhile; the broker may have
+// them, so they may arrive twice. Its lane makes no other call until it
+// returns. While such a call is outstanding and nothing was acknowledged
+// since, the relay cannot make progress: Health.Stalled says so, and the
+// relay ends its incarnation and leaves, so its peers take its shards and
+// rows over at once; it joins again once the call returns.
+//
+// A refused event never blocks other aggregates. A row the relay cannot
+// turn into a message (its headers are not a JSON object of strings, as
+// when written by other tooling) goes dead at once with the reason. An
 // event sent in the same produce request as a refused one may fail that
-// attempt too (it is retried and arrives), and after three failed lookups of
+// attempt too (it is retried and arrives); after three failed lookups of
 // an unknown topic Sarama's circuit breaker answers "circuit breaker is
-// open" for a while, which then becomes the dead event's last error.
+// open" for a while, an outage error that does not count towards dead.
 //
 // # Cost
 //
@@ -163,5 +196,5 @@
 // backlog, lag (age of the oldest unpublished event) and dead count for
 // health checks; the same figures are OpenTelemetry gauges, with counters
 // of published, retried and dead-lettered events, a publish latency
-// histogram, claim batch sizes and owned shards.
+// histogram, claim batch sizes, owned shards and the outage gauge.
 package relay

@@ -21,6 +21,12 @@ type Health struct {
 	// started, or zero before the first.
 	SinceHeartbeat time.Duration
 
+	// Stalled is true while the relay cannot make progress: a publish
+	// outlived Config.PublishTimeout and has not returned, and nothing was
+	// acknowledged since. The relay has given up its shards and claims
+	// (Heartbeating is false) and joins again once the publish returns.
+	Stalled bool
+
 	// Shards is how many shards the relay claims from. Zero while it waits
 	// for shards a peer still hands over, or when more relays run than
 	// there are shards.
@@ -32,7 +38,7 @@ type Health struct {
 // for them; whether the database answers right now is for the caller to
 // check.
 func (r *Relay) Health() Health {
-	h := Health{Running: r.running.Load(), Shards: int(r.members.owned.Load())}
+	h := Health{Running: r.running.Load(), Shards: int(r.members.owned.Load()), Stalled: r.stalled()}
 	inc := r.members.cur.Load()
 	if inc == nil {
 		return h

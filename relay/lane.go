@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 )
 
 // lane publishes the rows of the aggregates hashed to it in the order they
@@ -29,6 +30,13 @@ type lane struct {
 	mu    sync.Mutex
 	fence map[string]*fence // by aggregate id
 	seen  uint64            // highest claim seq this lane has processed
+
+	// The lane's publish calls run on a goroutine of their own, so that a
+	// call that outlives PublishTimeout can be given up on (see call).
+	calls     chan func() []error
+	results   chan []error
+	timer     *time.Timer
+	abandoned bool // the last call was given up on and has not returned yet
 }
 
 // fence holds back an aggregate's rows.
@@ -38,7 +46,9 @@ type fence struct {
 }
 
 func newLane(r *Relay, capacity int) *lane {
-	l := &lane{r: r, queue: make(chan *claimedRow, capacity), fence: map[string]*fence{}, limit: 1}
+	l := &lane{r: r, queue: make(chan *claimedRow, capacity), fence: map[string]*fence{}, limit: 1,
+		calls: make(chan func() []error), results: make(chan []error, 1), timer: time.NewTimer(time.Hour)}
+	l.timer.Stop()
 	if bp, ok := r.pub.(BatchPublisher); ok && r.cfg.LaneBatch > 1 {
 		l.batch, l.limit = bp, r.cfg.LaneBatch
 	}
@@ -46,6 +56,12 @@ func newLane(r *Relay, capacity int) *lane {
 }
 
 func (l *lane) run(ctx context.Context) {
+	go func() {
+		for call := range l.calls {
+			l.results <- call()
+		}
+	}()
+	defer close(l.calls)
 	var (
 		next  *claimedRow // taken from the queue, for the next batch
 		batch = make([]*claimedRow, 0, l.limit)
@@ -94,6 +110,9 @@ func (l *lane) gather(batch []*claimedRow) (_ []*claimedRow, next *claimedRow, o
 // process publishes the rows of batch that are still to be published and
 // hands every outcome to the completer. send is scratch space.
 func (l *lane) process(ctx context.Context, batch, send []*claimedRow) []*claimedRow {
+	if l.abandoned {
+		l.await(ctx)
+	}
 	now := l.r.clock.now()
 	for _, row := range batch {
 		switch {
@@ -115,40 +134,89 @@ func (l *lane) process(ctx context.Context, batch, send []*claimedRow) []*claime
 	case len(send) == 0:
 		return send
 	case l.batch != nil && len(send) > 1:
-		errs = l.r.publishBatch(ctx, l.batch, send)
+		errs = l.call(len(send), func() []error { return l.r.publishBatch(ctx, l.batch, send) })
 	default:
-		if err := l.r.publish(ctx, send[0]); err != nil {
-			errs = []error{err}
-		}
+		errs = l.call(1, func() []error {
+			if err := l.r.publish(ctx, send[0]); err != nil {
+				return []error{err}
+			}
+			return nil
+		})
 	}
-	// One call is one publish for the outage count: any acknowledgement
-	// shows the broker is up, and a call that failed whole counts once.
-	if errs == nil || slices.Contains(errs, nil) {
-		l.r.outage.Store(0)
-	} else {
-		l.r.outage.Add(1)
-	}
+	stopping := ctx.Err() != nil
+	l.r.countOutage(errs, stopping)
 	for i, row := range send {
 		var err error
 		if errs != nil {
 			err = errs[i]
 		}
-		if err == nil {
+		switch {
+		case err == nil:
 			// Marked even if the incarnation ended meanwhile: the
 			// broker has it, and the mark applies only if no one
 			// claimed the row since.
 			l.r.completer.ack(row)
-			continue
-		}
-		if !row.inc.live(l.r.clock.now()) {
+		case !row.inc.live(l.r.clock.now()):
 			l.r.drop(row)
-			continue
+		case stopping && !IsPermanent(err):
+			// Shutting down: a publisher that gives up on the
+			// cancelled context did not try the event. Give it back
+			// without counting an attempt, fenced like a failure (the
+			// broker may have it).
+			l.r.completer.release(row, l.hold(row.event.AggregateID))
+		default:
+			l.r.completer.fail(row, err, l.hold(row.event.AggregateID))
 		}
-		l.r.completer.fail(row, err, l.hold(row.event.AggregateID))
 	}
 	clear(batch)
+	if l.abandoned {
+		// The call still runs and reads send: the next call gets a
+		// slice of its own.
+		return make([]*claimedRow, 0, l.limit)
+	}
 	clear(send)
 	return send
+}
+
+// call runs publish on the lane's publishing goroutine and returns its
+// outcome, or, if it has not returned within PublishTimeout, gives up on it:
+// every row of the call failed with an unknown outcome (the broker may
+// have it or not), and the lane waits for the call to return before it
+// makes another (await), so a hung publisher holds one goroutine per lane
+// at most.
+func (l *lane) call(n int, publish func() []error) []error {
+	l.calls <- publish
+	l.timer.Reset(l.r.cfg.PublishTimeout)
+	select {
+	case errs := <-l.results:
+		l.timer.Stop()
+		if errs == nil || slices.Contains(errs, nil) {
+			l.r.lastAck.Store(int64(l.r.clock.now()))
+		}
+		return errs
+	case <-l.timer.C:
+	}
+	l.abandoned = true
+	if l.r.hung.Add(1) == 1 {
+		l.r.hungSince.Store(int64(l.r.clock.now()))
+	}
+	l.r.log.Warn("relay: a publish outlived PublishTimeout; its events are retried", "events", n, "publish_timeout", l.r.cfg.PublishTimeout)
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = ErrPublishTimeout
+	}
+	return errs
+}
+
+// await waits for the call the lane gave up on to return, or for ctx to
+// end (then the lane publishes nothing more: it releases what it holds).
+func (l *lane) await(ctx context.Context) {
+	select {
+	case <-l.results: // its outcome is not used: the rows were failed
+		l.abandoned = false
+		l.r.hung.Add(-1)
+	case <-ctx.Done():
+	}
 }
 
 // fenced reports whether row must be held back, and forgets fences that can

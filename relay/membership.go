@@ -44,6 +44,9 @@ type membership struct {
 
 	// wake asks the dispatcher to claim now (new shards to claim from).
 	wake chan struct{}
+	// stalled reports whether the relay cannot make progress (see
+	// Relay.stalled); nil: never.
+	stalled func() bool
 	// rebalanceNow is signalled when a peer announces a membership change
 	// (NOTIFY with outboxsql.RebalancePayload).
 	rebalanceNow chan struct{}
@@ -138,6 +141,13 @@ func (m *membership) round(ctx context.Context) (converged bool, err error) {
 			m.setShards(nil)
 		}
 	}()
+	if m.stalled != nil && m.stalled() {
+		if m.cur.Load() != nil {
+			m.log.Error("relay: a publish outlived PublishTimeout and nothing was acknowledged since; giving up this relay's shards and claims until the publisher answers")
+			m.giveUp()
+		}
+		return true, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.StatementTimeout)
 	defer cancel()
 	start := m.clock.now()
@@ -315,6 +325,16 @@ func (m *membership) shardsInHandover(ctx context.Context, args outboxsql.Handov
 		return nil, err
 	}
 	return queryShards(ctx, tx, m.sql.shardsInHandover, args.Args()...)
+}
+
+// giveUp ends the incarnation and leaves: its rows are its peers' to
+// claim at once, and nothing it holds is published any more. The next
+// round after the relay can make progress again registers anew.
+func (m *membership) giveUp() {
+	if inc := m.cur.Load(); inc != nil {
+		inc.fence()
+	}
+	m.leave()
 }
 
 // leave gives up the incarnation's shards and heartbeat so peers take over

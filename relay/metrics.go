@@ -34,6 +34,7 @@ type metrics struct {
 	backlog      metric.Int64ObservableGauge
 	deadRows     metric.Int64ObservableGauge
 	shards       metric.Int64ObservableGauge
+	outage       metric.Float64ObservableGauge
 
 	topicAttrs sync.Map // topic → metric.MeasurementOption, see recordSend
 
@@ -57,7 +58,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		return nil, err
 	}
 	if m.dead, err = m.meter.Int64Counter("txoutbox.relay.dead_lettered",
-		metric.WithDescription("Events that became dead after MaxAttempts failed publishes."), metric.WithUnit("{event}")); err != nil {
+		metric.WithDescription("Events that became dead: refused by the broker (their own fault, see relay.Permanent) after MaxAttempts failed publishes, or undecodable."), metric.WithUnit("{event}")); err != nil {
 		return nil, err
 	}
 	if m.sendDuration, err = m.meter.Float64Histogram("txoutbox.relay.publish.duration",
@@ -90,6 +91,11 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Shards this relay owns."), metric.WithUnit("{shard}")); err != nil {
 		return nil, err
 	}
+	if m.outage, err = m.meter.Float64ObservableGauge("txoutbox.relay.outage.duration",
+		metric.WithDescription("How long this relay's publishes have failed for an outage (the broker or the way to it away), 0 while none: events are retried until it ends and none goes dead for it."),
+		metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -97,6 +103,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 func (m *metrics) observe(r *Relay) (func() error, error) {
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(m.shards, r.members.owned.Load())
+		o.ObserveFloat64(m.outage, r.outageFor().Seconds())
 		m.mu.Lock()
 		lag, backlog, dead := m.lagSample, m.backlogCount, m.deadCount
 		m.mu.Unlock()
@@ -110,7 +117,7 @@ func (m *metrics) observe(r *Relay) (func() error, error) {
 			o.ObserveInt64(m.deadRows, *dead)
 		}
 		return nil
-	}, m.shards, m.lag, m.backlog, m.deadRows)
+	}, m.shards, m.outage, m.lag, m.backlog, m.deadRows)
 	if err != nil {
 		return nil, err
 	}

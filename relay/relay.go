@@ -20,6 +20,10 @@ import (
 // ErrAlreadyRunning is returned by Run when the relay is running already.
 var ErrAlreadyRunning = errors.New("relay: already running")
 
+// ErrPublishTimeout is the recorded error of an event whose publish call
+// outlived Config.PublishTimeout: its outcome is unknown, and it is retried.
+var ErrPublishTimeout = errors.New("relay: publish outlived PublishTimeout; outcome unknown")
+
 // Relay publishes the outbox. Build it with New and call Run; several relays,
 // in one process or many, may run against one table at once.
 type Relay struct {
@@ -43,14 +47,22 @@ type Relay struct {
 	// took them, which the lanes' fences compare against.
 	claimSeq atomic.Uint64
 
-	inflight atomic.Int64  // claimed rows not yet recorded as published, failed or released, nor dropped
-	capacity chan struct{} // signalled when inflight drops
-	wake     chan struct{} // signalled by NOTIFY
+	inflight atomic.Int64 // claimed rows not yet recorded as published, failed or released, nor dropped
+	// inflightBytes is the payload bytes of those rows.
+	inflightBytes atomic.Int64
+	capacity      chan struct{} // signalled when inflight drops
+	wake          chan struct{} // signalled by NOTIFY
 
-	// outage counts publishes failed in a row across lanes; the
+	// outage follows publishes failed in a row across lanes; the
 	// dispatcher backs off while it grows, so a broker outage is not
 	// hammered.
-	outage atomic.Int64
+	outage outageState
+
+	// hung counts the lanes whose last publish call outlived
+	// PublishTimeout and has not returned; hungSince is when the first of
+	// them was given up on, and lastAck when a call last had an event
+	// acknowledged, on the relay's clock. See stalled.
+	hung, hungSince, lastAck atomic.Int64
 
 	lanes     []*lane
 	completer *completer
@@ -103,6 +115,7 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		wake:     make(chan struct{}, 1),
 	}
 	r.members = newMembership(db, r.sql, &r.cfg, r.log, r.clock, r.wake)
+	r.members.stalled = r.stalled
 	return r, nil
 }
 
@@ -112,7 +125,8 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 func (r *Relay) ID() string { return r.cfg.ID }
 
 // Run publishes the outbox until ctx ends, then shuts down cleanly: it
-// stops claiming, lets publishes already sent to the broker finish, records
+// stops claiming, lets publishes already sent to the broker finish (for up
+// to PublishTimeout; a publish still running then is left behind), records
 // their outcome, returns the rest of its claimed rows to pending, and gives
 // up its shards so peers take over at once. It never marks an event the
 // broker did not acknowledge.
@@ -129,7 +143,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	// shutdown (the database gone): those rows are its incarnation's, to be
 	// taken over, not this run's.
 	r.inflight.Store(0)
-	r.outage.Store(0)
+	r.inflightBytes.Store(0)
+	r.resetOutage()
+	r.hung.Store(0)
+	r.lastAck.Store(int64(r.clock.now()))
 	r.unconfirmed = nil
 	_, batching := r.pub.(BatchPublisher)
 	r.log.Info("relay starting", "table", r.cfg.Table.String(), "lanes", r.cfg.Lanes, "batch", r.cfg.BatchSize,
@@ -183,6 +200,18 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
+// stalled reports whether the relay cannot make progress: a publish call
+// outlived PublishTimeout and has not returned, and no event was
+// acknowledged for PublishTimeout since. The membership gives up the
+// relay's shards meanwhile, so peers publish them.
+func (r *Relay) stalled() bool {
+	if r.hung.Load() == 0 {
+		return false
+	}
+	last := time.Duration(max(r.lastAck.Load(), r.hungSince.Load()-int64(r.cfg.PublishTimeout)))
+	return r.clock.now()-last >= r.cfg.PublishTimeout
+}
+
 // signal does a non-blocking send on a wake-up channel of capacity 1.
 func signal(ch chan struct{}) {
 	select {
@@ -211,11 +240,13 @@ type claimedRow struct {
 	seq      uint64       // the claim that took it
 	inc      *incarnation // the incarnation that claimed it
 	version  uint32       // the claimed version's xmin: the claim's transaction (see outboxsql.MarkPublished)
+	bytes    int64        // its payload's size, counted in Relay.inflightBytes
 }
 
 // drop forgets a row without recording anything: its incarnation ended, so
 // the row is someone else's to claim (see incarnation).
 func (r *Relay) drop(row *claimedRow) {
 	r.inflight.Add(-1)
+	r.inflightBytes.Add(-row.bytes)
 	signal(r.capacity)
 }

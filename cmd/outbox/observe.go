@@ -81,11 +81,11 @@ func (m *metricsServer) serve(r *relay.Relay, db *sql.DB, log *slog.Logger) {
 		defer cancel()
 		dbErr := db.PingContext(ctx)
 		body := map[string]any{"running": h.Running, "heartbeating": h.Heartbeating, "incarnation": h.Incarnation,
-			"since_heartbeat_seconds": h.SinceHeartbeat.Seconds(), "shards": h.Shards, "database": "ok"}
+			"since_heartbeat_seconds": h.SinceHeartbeat.Seconds(), "shards": h.Shards, "stalled": h.Stalled, "database": "ok"}
 		if dbErr != nil {
 			body["database"] = dbErr.Error()
 		}
-		writeProbe(w, h.Running && h.Heartbeating && dbErr == nil, body)
+		writeProbe(w, h.Running && h.Heartbeating && !h.Stalled && dbErr == nil, body)
 	})
 	go func() {
 		if err := m.srv.Serve(m.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

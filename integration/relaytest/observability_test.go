@@ -37,7 +37,7 @@ func (p *pacedPublisher) Publish(topic string, msgs ...*message.Message) error {
 	i := p.n.Add(1)
 	time.Sleep(p.delays[int(i)%len(p.delays)])
 	if topic == "refused" {
-		return relay.ErrInvalidConfig // any error: its type is what is recorded
+		return relay.Permanent(relay.ErrInvalidConfig) // any error: its type is what is recorded
 	}
 	return nil
 }

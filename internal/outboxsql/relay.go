@@ -2,6 +2,7 @@ package outboxsql
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
 	"time"
 )
@@ -58,7 +59,14 @@ import (
 //     the walk is in id order and a retry outside "retry" would have left
 //     it out; for a retry, by the probe; and cutting "seen" at Limit drops
 //     the highest ids only. The rules below rest on that alone.
-//   - "due" collects the tuple ids of the due rows of "seen" into one array.
+//   - "seen" also keeps the running total, in id order, of the payload
+//     bytes of its rows (octet_length reads a TOASTed payload's size from
+//     its pointer, without fetching it), which bounds the claim in bytes:
+//     the due rows claimed are those within Bytes, and the first due row
+//     however large (it is then claimed alone). They are a prefix, in id
+//     order, of the due rows, so no row is claimed ahead of an earlier row
+//     of its aggregate; the rest wait for the next claim.
+//   - "due" collects the tuple ids of those due rows into one array.
 //   - "took" locks those rows with SKIP LOCKED, re-checking that each is
 //     still due. It passes over rows another transaction holds: a
 //     concurrent claim, an operator's retry, a frozen session, a peer's
@@ -128,7 +136,8 @@ const Claim = `
 WITH live AS MATERIALIZED (
     SELECT id FROM {{relays}}
 ), retry AS MATERIALIZED (
-    SELECT o.ctid AS tid, o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at, o.next_attempt_at
+    SELECT o.ctid AS tid, o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at, o.next_attempt_at,
+           octet_length(o.payload) AS bytes
     FROM {{table}} o
     WHERE o.state IN ('pending', 'claimed') AND o.retry_at > '-infinity' AND o.retry_at <= now()
       AND get_bit($4::varbit, o.shard) = 1
@@ -137,7 +146,8 @@ WITH live AS MATERIALIZED (
     ORDER BY o.retry_at
     LIMIT $2
 ), fresh AS MATERIALIZED (
-    SELECT o.ctid AS tid, o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at, o.next_attempt_at
+    SELECT o.ctid AS tid, o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at, o.next_attempt_at,
+           octet_length(o.payload) AS bytes
     FROM {{table}} o
     WHERE o.state IN ('pending', 'claimed') AND o.retry_at = '-infinity'
       AND get_bit($4::varbit, o.shard) = 1
@@ -157,12 +167,13 @@ WITH live AS MATERIALIZED (
            NOT c.blocked AND ((c.lease_owner IS NULL AND c.next_attempt_at <= now())
              OR (c.lease_owner IS NOT NULL AND (c.lease_expires_at <= now()
                  OR c.lease_owner NOT IN (SELECT id FROM live)))) AS due,
-           NOT c.blocked AND coalesce(c.lease_owner = $1, false) AS mine
+           NOT c.blocked AND coalesce(c.lease_owner = $1, false) AS mine,
+           sum(c.bytes) OVER (ORDER BY c.id) AS upto
     FROM (
-        SELECT f.tid, f.id, f.aggregate_id, f.lease_owner, f.lease_expires_at, f.next_attempt_at, false AS blocked
+        SELECT f.tid, f.id, f.aggregate_id, f.lease_owner, f.lease_expires_at, f.next_attempt_at, f.bytes, false AS blocked
         FROM fresh f
         UNION ALL
-        SELECT r.tid, r.id, r.aggregate_id, r.lease_owner, r.lease_expires_at, r.next_attempt_at,
+        SELECT r.tid, r.id, r.aggregate_id, r.lease_owner, r.lease_expires_at, r.next_attempt_at, r.bytes,
                (SELECT true FROM {{table}} x
                 WHERE x.aggregate_id = r.aggregate_id AND x.id < r.id AND x.state IN ('pending', 'claimed')
                   AND (x.lease_owner IS DISTINCT FROM $1 OR x.lease_expires_at <= now())
@@ -173,7 +184,7 @@ WITH live AS MATERIALIZED (
     ORDER BY c.id
     LIMIT $2
 ), due AS MATERIALIZED (
-    SELECT ARRAY(SELECT tid FROM seen WHERE due) AS tids
+    SELECT ARRAY(SELECT tid FROM seen WHERE due AND (upto <= $5 OR id = (SELECT min(id) FROM seen WHERE due))) AS tids
 ), took AS MATERIALIZED (
     SELECT o.id
     FROM {{table}} o
@@ -194,7 +205,7 @@ SET lease_owner = $1, lease_expires_at = now() + $3::interval, next_attempt_at =
 WHERE o.ctid = ANY (CASE WHEN NOT EXISTS (SELECT 1 FROM stop) THEN (SELECT tids FROM due)::tid[]
     ELSE ARRAY(
         SELECT s.tid FROM seen s
-        WHERE s.due AND s.id NOT IN (SELECT id FROM stop)
+        WHERE s.due AND (s.upto <= $5 OR s.id = (SELECT min(id) FROM seen WHERE due)) AND s.id NOT IN (SELECT id FROM stop)
           AND NOT EXISTS (SELECT 1 FROM (SELECT aggregate_id, min(id) AS first_id FROM stop WHERE NOT mine
                                          GROUP BY aggregate_id) b
                           WHERE b.aggregate_id = s.aggregate_id AND b.first_id < s.id))
@@ -208,11 +219,16 @@ type ClaimArgs struct {
 	Limit  int           // $2: the most rows to claim
 	Lease  time.Duration // $3: how long the claim holds them
 	Shards []int16       // $4: the shards to claim from, passed as a ShardMask
+	Bytes  int64         // $5: the most payload bytes to claim (at least one row is); 0: no bound
 }
 
 // Args returns Claim's parameters in order.
 func (a ClaimArgs) Args() []any {
-	return []any{a.Owner, a.Limit, Interval(a.Lease), ShardMask(a.Shards)}
+	bytes := a.Bytes
+	if bytes <= 0 {
+		bytes = math.MaxInt64
+	}
+	return []any{a.Owner, a.Limit, Interval(a.Lease), ShardMask(a.Shards), bytes}
 }
 
 // ClaimSettings runs first in the claim's transaction.
@@ -235,10 +251,18 @@ func (a ClaimArgs) Args() []any {
 // depend on the parameters, which the settings above pin, and planning the
 // statement anew each time cost about 1 µs per claimed row.
 //
-// The claim commits asynchronously: a claim lost in a database crash only
-// returns its rows to their earlier state, which Claim treats as held by
-// nobody (see the ordering rule above), so the incarnation that still holds
-// them publishes them and anyone else may publish them again, in order.
+// A claim that takes rows commits durably, with the server's
+// synchronous_commit and at least 'local' (as SettleSettings), because
+// nothing may be published before its row's commit is durable: a writer
+// with synchronous_commit = off commits, and its row is visible to the
+// claim, before its WAL is flushed. The claim's commit record comes after
+// the writer's (the row was visible to the claim), so flushing it flushes
+// the writer's too; a crash cannot then lose a row the relay published.
+// A claim that takes nothing has no transaction id and writes no commit
+// record, so polling an empty outbox flushes nothing; a claim of a batch
+// costs one WAL flush, shared by its rows. (Were a claim lost in a crash
+// anyway, its rows would return to their earlier state, which Claim
+// treats as held by nobody: see the ordering rule above.)
 //
 // The timeouts bound the transaction on the server: a relay frozen or cut
 // off inside it loses its session after Timeout, which releases its row
@@ -254,7 +278,9 @@ func (a ClaimArgs) Args() []any {
 // the retried row.
 const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true),
-       set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true),
+       set_config('jit', 'off', true),
+       set_config('synchronous_commit',
+           CASE current_setting('synchronous_commit') WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true),
        set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
        set_config('idle_in_transaction_session_timeout', $1, true),
        pg_advisory_xact_lock_shared(hashtext({{channel}} || '.claim'))`
@@ -373,9 +399,10 @@ func (a ShardsArgs) Args() []any { return []any{a.Owner, Int16Array(a.Shards)} }
 // xmin: any later change of the row (a mark, a release, a replay, another
 // claim) makes a new version with another xmin, so an acknowledgement
 // marks only the version its claim took. A VACUUM FREEZE between claim and
-// mark hides the xmin (it reads as frozen): the mark passes over the row,
-// which is published again after its lease, a duplicate. Marks are
-// grouped by claim, one statement each; a mark usually covers one or two.
+// mark does not change that: freezing sets a flag in the tuple's header and
+// keeps its xmin, which the xmin column still reads (PostgreSQL 9.4 and
+// later). Marks are grouped by claim, one statement each; a mark usually
+// covers one or two.
 //
 // The rows are reached through an index on id, not by the tuple ids their
 // claim returned. A mark is not heap-only (it takes the row out of the
@@ -418,19 +445,21 @@ type RowsArgs struct {
 // Args returns the parameters in order.
 func (a RowsArgs) Args() []any { return []any{Int64Array(a.IDs), a.Owner} }
 
-// Fail records failed publishes. Rows reaching MaxAttempts become dead.
-// retry_at (see Claim) is the backoff's end, as next_attempt_at is until
-// the row is claimed again.
+// Fail records failed publishes. Every failure counts in attempts, but
+// only a permanent one (the event's own fault) makes a row that reached
+// MaxAttempts dead: a failure in an outage never does. retry_at (see
+// Claim) is the backoff's end, as next_attempt_at is until the row is
+// claimed again.
 const Fail = `
 UPDATE {{table}} o
 SET attempts = o.attempts + 1,
-    state = CASE WHEN o.attempts + 1 >= $2 THEN 'dead' ELSE 'pending' END,
+    state = CASE WHEN f.permanent AND o.attempts + 1 >= $2 THEN 'dead' ELSE 'pending' END,
     next_attempt_at = now() + f.delay_ms * interval '1 millisecond',
     retry_at = now() + f.delay_ms * interval '1 millisecond',
     last_error = f.err,
     lease_owner = NULL,
     lease_expires_at = NULL
-FROM jsonb_to_recordset($1::jsonb) AS f(id bigint, owner text, err text, delay_ms bigint)
+FROM jsonb_to_recordset($1::jsonb) AS f(id bigint, owner text, err text, permanent boolean, delay_ms bigint)
 WHERE o.id = f.id AND o.state IN ('pending', 'claimed') AND o.lease_owner = f.owner
 RETURNING o.id, o.state`
 
@@ -442,10 +471,11 @@ type FailArgs struct {
 
 // Failure is one failed publish.
 type Failure struct {
-	ID      int64  `json:"id"`
-	Owner   string `json:"owner"` // the incarnation that claimed it
-	Err     string `json:"err"`
-	DelayMS int64  `json:"delay_ms"`
+	ID        int64  `json:"id"`
+	Owner     string `json:"owner"` // the incarnation that claimed it
+	Err       string `json:"err"`
+	Permanent bool   `json:"permanent"` // the event's own fault: it may make the row dead
+	DelayMS   int64  `json:"delay_ms"`
 }
 
 // Args returns Fail's parameters.

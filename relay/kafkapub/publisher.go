@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/relay"
 )
 
 // Config tunes NewPublisher. The zero value is valid.
@@ -88,6 +89,11 @@ type SASLConfig struct {
 //     cluster whose ACLs deny IdempotentWrite, before Kafka 2.8) need it
 //     off: set Producer.Idempotent = false in Configure;
 //   - Publish returns only after the acknowledgement;
+//   - the errors that are the message's own fault (too large, a topic that
+//     is invalid, unknown or not authorised, a record the topic refuses)
+//     are marked relay.Permanent, so only those can make an event dead;
+//     the rest (brokers or the network away, leader elections, not enough
+//     replicas, timeouts) are outages the relay retries until they end;
 //   - the Watermill message UUID (the event id) and all metadata (event id,
 //     type, aggregate type and id, creation time, content type and the
 //     event's headers) travel as Kafka headers, encoded by watermill-kafka's
@@ -147,11 +153,11 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	for _, msg := range msgs {
 		km, err := p.marshaler.Marshal(topic, msg)
 		if err != nil {
-			return fmt.Errorf("kafkapub: cannot marshal message %s: %w", msg.UUID, err)
+			return relay.Permanent(fmt.Errorf("kafkapub: cannot marshal message %s: %w", msg.UUID, err))
 		}
 		if _, _, err := p.producer.SendMessage(km); err != nil {
 			p.logFailure(km, err)
-			return fmt.Errorf("kafkapub: cannot produce message %s: %w", msg.UUID, err)
+			return classify(fmt.Errorf("kafkapub: cannot produce message %s: %w", msg.UUID, err))
 		}
 	}
 	return nil
@@ -183,7 +189,7 @@ func (p *Publisher) PublishBatch(topics []string, msgs []*message.Message) []err
 	for i, msg := range msgs {
 		km, err := p.marshaler.Marshal(topics[i], msg)
 		if err != nil {
-			fail(i, fmt.Errorf("kafkapub: cannot marshal message %s: %w", msg.UUID, err))
+			fail(i, relay.Permanent(fmt.Errorf("kafkapub: cannot marshal message %s: %w", msg.UUID, err)))
 			continue
 		}
 		index[km] = i
@@ -205,14 +211,14 @@ func (p *Publisher) PublishBatch(topics []string, msgs []*message.Message) []err
 		return !ok
 	}) {
 		for _, km := range send {
-			fail(index[km], fmt.Errorf("kafkapub: cannot produce message %s: %w", msgs[index[km]].UUID, err))
+			fail(index[km], classify(fmt.Errorf("kafkapub: cannot produce message %s: %w", msgs[index[km]].UUID, err)))
 		}
 		return errs
 	}
 	for _, pe := range perMessage {
 		i := index[pe.Msg]
 		p.logFailure(pe.Msg, pe.Err)
-		fail(i, fmt.Errorf("kafkapub: cannot produce message %s: %w", msgs[i].UUID, pe.Err))
+		fail(i, classify(fmt.Errorf("kafkapub: cannot produce message %s: %w", msgs[i].UUID, pe.Err)))
 	}
 	return errs
 }

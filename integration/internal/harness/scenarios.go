@@ -61,10 +61,12 @@ func CommitGap(s Size) Plan {
 // backlog must grow while it is down and drain after.
 func BrokerOutage(s Size, outage time.Duration) Plan {
 	flags := DefaultRelayFlags()
-	// Publishes that fail in the outage count as attempts; with the
-	// default backoff schedule (1s doubling to 5m) ten attempts take far
-	// longer than the outage.
-	flags.BackoffMin, flags.BackoffMax = time.Second, 5*time.Minute
+	// Publishes that fail in the outage count as attempts, but only a
+	// refusal of the message makes an event dead: with two attempts and
+	// retries every 100ms to 1s, every event attempted in the outage
+	// reaches MaxAttempts many times over, and none may go dead.
+	flags.MaxAttempts = 2
+	flags.BackoffMin, flags.BackoffMax = 100*time.Millisecond, time.Second
 	var before, during int
 	return Plan{
 		Name:   "broker-outage",
