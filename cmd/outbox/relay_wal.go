@@ -73,8 +73,8 @@ func (w *walFlags) config(fs *flag.FlagSet, poll relay.Config, databaseURL strin
 	if set["retention"] {
 		cfg.Retention = poll.Retention
 	}
-	if cfg.PingInterval == 0 && cfg.SenderTimeout < 2*walrelay.PingIntervalDefault {
-		cfg.PingInterval = cfg.SenderTimeout / 2
+	if cfg.PingInterval == 0 && cfg.SenderTimeout < 4*walrelay.PingIntervalDefault {
+		cfg.PingInterval = cfg.SenderTimeout / 4
 	}
 	check := cfg
 	check.Publisher = nopPub{} // the real one is built once the flags are known good

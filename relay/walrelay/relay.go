@@ -57,6 +57,12 @@ type Relay struct {
 	// the server at the next flush), for the cleanup.
 	confirmed atomic.Uint64
 	active    atomic.Bool
+
+	// ceiling is the position the slot may be confirmed up to (see
+	// marker), fingerprint the publication's when the session took the
+	// slot; both set before a session streams.
+	ceiling     atomic.Uint64
+	fingerprint string
 }
 
 // New validates cfg and returns a relay. It does not connect: Run does.
@@ -141,7 +147,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		}
 		switch {
-		case errors.Is(err, ErrSlotLost), errors.Is(err, ErrUnsupported), errors.Is(err, errPermanent):
+		case errors.Is(err, ErrSlotLost), errors.Is(err, ErrUnsupported), errors.Is(err, ErrPublication), errors.Is(err, errPermanent):
 			r.log.Error("WAL relay stopped", "err", err)
 			return err
 		case errors.Is(err, errSlotBusy):

@@ -73,8 +73,8 @@ func (r *Relay) usable(s slotState) error {
 	return nil
 }
 
-// marker returns the publication's initialisation marker ("" when none),
-// and whether the publication exists.
+// marker returns the publication's comment, the relay's marker ("" when
+// none), and whether the publication exists.
 func (r *Relay) marker(ctx context.Context, q pgxQuerier) (string, bool, error) {
 	var m string
 	err := q.QueryRow(ctx, outboxsql.WALPublication, r.cfg.Publication).Scan(&m)
@@ -86,10 +86,6 @@ func (r *Relay) marker(ctx context.Context, q pgxQuerier) (string, bool, error) 
 	}
 	return m, true, nil
 }
-
-// initMarker is the publication comment that says the slot is being
-// created and the table's earlier rows are not all published yet.
-func (r *Relay) initMarker() string { return "txoutbox: initialising slot " + r.cfg.Slot }
 
 // ensurePublication creates the publication if it does not exist, on
 // PostgreSQL 15 and later with a column list (see
@@ -113,11 +109,9 @@ func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv S
 	return fmt.Errorf("create publication %s: %w", r.cfg.Publication, err)
 }
 
-// session runs one attempt: set up, take the slot, stream.
+// session runs one attempt: check the publication, take the slot over
+// if the relay does not own it (see marker), stream.
 func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts) error {
-	if err := r.ensurePublication(ctx, pool, srv); err != nil {
-		return err
-	}
 	st, err := r.slotState(ctx, pool)
 	if err != nil {
 		return err
@@ -129,8 +123,32 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts
 		if st.active {
 			return errSlotBusy
 		}
+		if _, ok, err := r.marker(ctx, pool); err != nil {
+			return err
+		} else if !ok {
+			return r.publicationGone()
+		}
 	}
-	mark, _, err := r.marker(ctx, pool)
+	if err := r.ensurePublication(ctx, pool, srv); err != nil {
+		return err
+	}
+	fp, err := r.checkPublication(ctx, pool, srv)
+	if err != nil {
+		if errors.Is(err, ErrPublication) {
+			r.disown(ctx, pool)
+		}
+		return err
+	}
+	mark, _, err := r.readMarker(ctx, pool)
+	if err != nil {
+		return err
+	}
+	// Read before the stream starts: the server waits for no answer yet.
+	prefix, err := r.messagePrefix(ctx, pool)
+	if err != nil {
+		return err
+	}
+	rs, err := r.resumeFrom(ctx, pool)
 	if err != nil {
 		return err
 	}
@@ -149,8 +167,8 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts
 		defer cancel()
 		_ = repl.Close(cctx)
 	}()
-	if !st.exists || mark != "" {
-		if err := r.initialise(ctx, pool, repl, ls); err != nil {
+	if !r.owns(mark, st, fp) {
+		if err := r.initialise(ctx, pool, repl, ls, fp); err != nil {
 			return err
 		}
 	}
@@ -168,14 +186,12 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts
 	case err != nil:
 		return fmt.Errorf("start replication from slot %s: %w", r.cfg.Slot, err)
 	}
-	// Holding the slot now, make sure no relay is initialising it: one
-	// that created it publishes the table's earlier rows before anything
-	// streamed, or they would go out after later events.
-	if mark, _, err = r.marker(ctx, pool); err != nil {
+	// Holding the slot now, make sure no relay is initialising it and the
+	// slot is still the one the relay owns: one that created it publishes
+	// the table's earlier rows before anything streamed, or they would go
+	// out after later events.
+	if mark, _, err = r.readMarker(ctx, pool); err != nil {
 		return err
-	}
-	if mark != "" {
-		return errSlotBusy
 	}
 	if st, err = r.slotState(ctx, pool); err != nil {
 		return err
@@ -186,15 +202,24 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts
 	if err := r.usable(st); err != nil {
 		return err
 	}
-	rs, err := r.resumeFrom(ctx, pool)
-	if err != nil {
-		return err
+	if !r.owns(mark, st, fp) {
+		return errSlotBusy
 	}
+	r.fingerprint = fp
+	r.ceiling.Store(mark.ceiling)
 	r.met.sample(st)
 	r.active.Store(true)
 	defer r.active.Store(false)
 	r.log.Info("streaming", "publication", r.cfg.Publication, "from", pglogrepl.LSN(st.confirmed))
-	return r.stream(ctx, pool, repl, ls, st.confirmed, rs)
+	return r.stream(ctx, pool, srv, repl, ls, st.confirmed, rs, prefix)
+}
+
+// publicationGone is the error of a slot whose publication was dropped.
+func (r *Relay) publicationGone() error {
+	return fmt.Errorf("%w: publication %s was dropped while slot %s exists: PostgreSQL decodes the slot's WAL with the publication as it was "+
+		"at each change, so the slot cannot stream any more. Run `outbox wal takeover --force` (it drops the slot; every unpublished row stays in "+
+		"the table, table-less events the slot had not confirmed are lost), then start the relay again: it creates the publication and a new slot "+
+		"and publishes the table's unpublished rows first", ErrPublication, r.cfg.Publication, r.cfg.Slot)
 }
 
 // resume bounds what a session looks up of the rows it streams. The
@@ -279,7 +304,7 @@ type inMsg struct {
 // commit order. With nothing in flight and no transaction half read, it
 // moves to the end of WAL the server says it has sent (a keepalive), so an
 // idle outbox does not hold WAL back; never while anything is in flight.
-func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgConn, ls *lanes, confirmed uint64, rs resume) error {
+func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts, repl *pgconn.PgConn, ls *lanes, confirmed uint64, rs resume, prefix string) error {
 	rctx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
 	var (
 		msgs    = make(chan inMsg, 256)
@@ -295,21 +320,21 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 		readErr <- r.read(rctx, repl, msgs, &heard, &blocked)
 	}()
 	r.confirmed.Store(confirmed)
-	cl := newCleanup(r, pool)
-	wg.Add(1)
+	cl := newCleanup(r, pool, srv)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		cl.run(rctx)
+	}()
+	go func() {
+		defer wg.Done()
+		r.keepCeiling(rctx, pool, repl.PID())
 	}()
 	defer func() {
 		stopReader()
 		wg.Wait()
 	}()
 
-	prefix, err := r.messagePrefix(ctx, pool)
-	if err != nil {
-		return err
-	}
 	dec := newDecoder(r.cfg.Table.Schema, r.tableName(), prefix)
 	var (
 		queue    []*txn // dispatched, not yet confirmed, in commit order
@@ -326,14 +351,17 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 		}
 		r.confirmed.Store(confirmed)
 	}
+	// The server's position stops at the ceiling (see marker).
+	reported := func() uint64 { return min(confirmed, r.ceiling.Load()) }
 	send := func(reply bool) error {
 		_ = repl.Conn().SetWriteDeadline(time.Now().Add(r.cfg.SenderTimeout / 2))
+		pos := reported()
 		err := pglogrepl.SendStandbyStatusUpdate(ctx, repl, pglogrepl.StandbyStatusUpdate{
-			WALWritePosition: pglogrepl.LSN(confirmed), ReplyRequested: reply})
+			WALWritePosition: pglogrepl.LSN(pos), ReplyRequested: reply})
 		if err != nil {
 			return fmt.Errorf("send status update: %w", err)
 		}
-		sent = confirmed
+		sent = pos
 		return nil
 	}
 	flush := time.NewTicker(r.cfg.FlushInterval)
@@ -350,11 +378,13 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 			return r.drain(ls, &queue, advance, send)
 		case err := <-readErr:
 			return err
+		case err := <-cl.failed:
+			return err
 		case <-ls.settled:
 			advance()
 		case <-flush.C:
 			advance()
-			if confirmed > sent {
+			if reported() > sent {
 				if err := send(false); err != nil {
 					return err
 				}
@@ -389,10 +419,9 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 				ev, ok, err := dec.insert(msg)
 				var bad *rowError
 				if errors.As(err, &bad) {
-					if err := r.markUndecodable(ctx, pool, bad); err != nil {
-						return err
-					}
-					continue
+					// Marked dead by the lanes, as the loop must go on
+					// answering the server meanwhile.
+					ev, ok, err = event{row: bad.row, bad: bad}, true, nil
 				}
 				if err != nil {
 					return fmt.Errorf("%w: %w", errPermanent, err)
@@ -481,14 +510,23 @@ type pgxDB interface {
 	pgxQuerier
 }
 
+// visibleWithin bounds how long markDead waits for a row to appear: the
+// walsender can send a commit a moment before other sessions see it, never
+// seconds before.
+const visibleWithin = time.Second
+
+// errRowGone: the row to mark dead is not in the table (deleted by hand).
+var errRowGone = errors.New("the row is not in the table")
+
 // markDead marks row dead after attempts, with reason, within one
-// StatementTimeout. The stream can deliver a commit before the commit is
-// visible to other sessions: an update that finds no row waits for the row
-// to appear, since its insert is known to have committed, and stops at once
-// when the row exists but is settled already (a duplicate after a resume).
+// StatementTimeout. An update that finds no row waits up to visibleWithin
+// for the row to appear, since its insert is known to have committed, and
+// returns errRowGone if it does not; it stops at once when the row exists
+// but is settled already (a duplicate after a resume).
 func (r *Relay) markDead(ctx context.Context, db pgxDB, row int64, attempts int, reason string) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
+	deadline := time.Now().Add(visibleWithin)
 	for {
 		tag, err := db.Exec(ctx, r.names.Render(outboxsql.WALMarkDead), row, attempts, reason)
 		if err != nil {
@@ -504,21 +542,13 @@ func (r *Relay) markDead(ctx context.Context, db pgxDB, row int64, attempts int,
 		if exists {
 			return nil
 		}
+		if time.Now().After(deadline) {
+			return errRowGone
+		}
 		if !sleep(ctx, 5*time.Millisecond) {
-			return fmt.Errorf("row %d never became visible: %w", row, ctx.Err())
+			return ctx.Err()
 		}
 	}
-}
-
-// markUndecodable marks a row the relay cannot decode dead, with the
-// reason, before the stream moves past it.
-func (r *Relay) markUndecodable(ctx context.Context, db pgxDB, bad *rowError) error {
-	if err := r.markDead(ctx, db, bad.row, 0, "cannot decode: "+bad.err.Error()); err != nil {
-		return fmt.Errorf("mark undecodable row %d dead: %w", bad.row, err)
-	}
-	r.met.dead.Add(ctx, 1)
-	r.log.Error("event is dead: its row cannot be decoded", "row", bad.row, "err", bad.err)
-	return nil
 }
 
 // drain is the clean end of a stream: stop reading, let the events in
