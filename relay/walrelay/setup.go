@@ -238,4 +238,3 @@ func scanRow(rows pgx.Rows) (event, error) {
 	}
 	return ev, nil
 }
-
