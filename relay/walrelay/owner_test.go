@@ -1,0 +1,283 @@
+package walrelay
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+// runErr starts r and returns the channel Run's error comes on; the test's
+// end stops it.
+func runErr(t *testing.T, r *Relay) <-chan error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done, returned := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(returned)
+		done <- r.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-returned:
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not return within 30s of cancel")
+		}
+	})
+	return done
+}
+
+// kept reports which of events are neither published by p nor left in the
+// table: events lost.
+func (b *bundle) lost(t *testing.T, p *recorder, events []txoutbox.Event) []string {
+	t.Helper()
+	var out []string
+	for _, e := range events {
+		if slices.Contains(p.ids(), e.ID.String()) {
+			continue
+		}
+		if b.count(t, `SELECT count(*) FROM outbox WHERE event_id = $1`, e.ID) == 0 {
+			out = append(out, e.ID.String())
+		}
+	}
+	return out
+}
+
+// rawEvents inserts n rows around the Writer, naming only the columns
+// without a default, so they go in whatever the table's other columns.
+func (b *bundle) rawEvents(t *testing.T, n int) []txoutbox.Event {
+	t.Helper()
+	events := b.events(t, make([]string, n)...)
+	for i := range events {
+		events[i].AggregateID = "raw"
+		b.exec(t, `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, headers) VALUES ($1, 'orders', 'raw', 'x', '\x7b7d', '{}')`, events[i].ID)
+	}
+	return events
+}
+
+// The core invariant: a DBA who changes the publication while the relay
+// streams never makes it delete a row it did not publish. The relay
+// refuses to go on with the fix in its error, and once the publication is
+// right again the next relay publishes the rows written meanwhile.
+func TestChangedPublicationDeletesNothingUnpublished(t *testing.T) {
+	t.Parallel()
+	for name, alter := range map[string]func(b *bundle, pub string){
+		"drop table": func(b *bundle, pub string) {
+			b.exec(t, `ALTER PUBLICATION `+pub+` DROP TABLE `+b.db.Table().String())
+		},
+		"publish update, delete": func(b *bundle, pub string) {
+			b.exec(t, `ALTER PUBLICATION `+pub+` SET (publish = 'update, delete')`)
+		},
+		"row filter": func(b *bundle, pub string) {
+			b.exec(t, `ALTER PUBLICATION `+pub+` SET TABLE `+b.db.Table().String()+` WHERE (aggregate_id <> 'raw')`)
+		},
+		"drop column cascade": func(b *bundle, pub string) {
+			b.exec(t, `ALTER TABLE `+b.db.Table().String()+` DROP COLUMN content_type CASCADE`)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			cfg := b.config()
+			r := b.newRelay(t, cfg)
+			done := runErr(t, r)
+			testkit.WaitFor(t, 20*time.Second, "the relay streams", r.Active)
+			first := b.write(t, "a", "b")
+			b.pub.waitFor(t, first...)
+			testkit.WaitFor(t, 20*time.Second, "the cleanup emptied the table", func() bool {
+				return b.count(t, `SELECT count(*) FROM outbox`) == 0
+			})
+			alter(b, r.Publication())
+			written := b.rawEvents(t, 5)
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrPublication) {
+					t.Fatalf("Run: %v, want ErrPublication", err)
+				}
+				t.Logf("refused: %v", err)
+			case <-time.After(10 * time.Second):
+				t.Error("the relay went on streaming through the changed publication")
+			}
+			time.Sleep(3 * cfg.CleanupInterval)
+			if lost := b.lost(t, b.pub, written); len(lost) > 0 {
+				t.Fatalf("%d of %d events neither published nor in the table: %v", len(lost), len(written), lost)
+			}
+		})
+	}
+}
+
+// A table dropped from the publication and added back while the relay
+// streamed: the rows written in between were never streamed, and the slot
+// went past them. The relay notices (the publication's fingerprint moved),
+// and the next one publishes them rather than deleting them.
+func TestPublicationChangedAndRestoredRepublishesTheGap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.CleanupInterval = time.Hour // the change is found at the start of the next session
+	r := b.newRelay(t, cfg)
+	stop := runActive(t, r)
+	b.pub.waitFor(t, b.write(t, "a")...)
+	table := b.db.Table().String()
+	b.exec(t, `ALTER PUBLICATION `+r.Publication()+` DROP TABLE `+table)
+	gap := b.rawEvents(t, 3)
+	b.exec(t, `ALTER PUBLICATION `+r.Publication()+` ADD TABLE `+table)
+	time.Sleep(time.Second) // keepalives move the slot past the gap
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	p := newRecorder()
+	cfg.Publisher, cfg.CleanupInterval = p, 100*time.Millisecond
+	runActive(t, b.newRelay(t, cfg))
+	p.waitFor(t, gap...)
+}
+
+// A publication and slot made by hand, with rows in the table: the relay
+// did not make the slot, so it publishes the rows (it used to take the
+// slot as set up and delete them as confirmed).
+func TestSlotMadeByHandPublishesTheTable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := b.write(t, "a", "b", "c")
+	b.slotByHand(t)
+	runActive(t, b.newRelay(t, b.config()))
+	b.pub.waitFor(t, old...)
+	later := b.write(t, "a")
+	b.pub.waitFor(t, later...)
+	testkit.WaitFor(t, 20*time.Second, "the cleanup emptied the table", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'pending'`) == 0
+	})
+}
+
+// A DBA answers a lost or broken slot by making it again: the rows the old
+// slot had not confirmed are published by the next relay, not deleted as
+// confirmed by the new slot.
+func TestSlotMadeAgainByHandPublishesWhatTheOldOneHadNot(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	stop := runActive(t, b.newRelay(t, cfg))
+	b.pub.waitFor(t, b.write(t, "a")...)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	unconfirmed := b.write(t, "a", "b")
+	slot := SlotDefault(b.db.Table())
+	b.exec(t, `SELECT pg_drop_replication_slot($1)`, slot)
+	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	p := newRecorder()
+	cfg.Publisher = p
+	runActive(t, b.newRelay(t, cfg))
+	p.waitFor(t, unconfirmed...)
+	ids := p.ids()
+	if slices.Index(ids, unconfirmed[0].ID.String()) < 0 {
+		t.Fatalf("published %v", ids)
+	}
+}
+
+// A dropped publication leaves a slot that cannot stream: the relay stops
+// with the fix instead of retrying forever; `outbox wal takeover --force`
+// drops the slot keeping every unpublished row, and the next relay
+// publishes them.
+func TestDroppedPublicationIsRecoverable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	r := b.newRelay(t, cfg)
+	done := runErr(t, r)
+	testkit.WaitFor(t, 20*time.Second, "the relay streams", r.Active)
+	b.pub.waitFor(t, b.write(t, "a")...)
+	b.exec(t, `DROP PUBLICATION `+r.Publication())
+	written := b.write(t, "a", "b")
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrPublication) {
+			t.Fatalf("Run: %v, want ErrPublication", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the relay did not stop on a dropped publication")
+	}
+	tcfg := TakeoverConfig{ConnString: cfg.ConnString, Table: cfg.Table}
+	if _, err := Takeover(context.Background(), tcfg); !errors.Is(err, ErrPublication) {
+		t.Fatalf("Takeover without Force: %v, want ErrPublication", err)
+	}
+	tcfg.Force = true
+	res, err := Takeover(context.Background(), tcfg)
+	if err != nil {
+		t.Fatalf("Takeover with Force: %v", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE state = 'pending'`); res.Unconfirmed != n || n < len(written) {
+		t.Errorf("takeover left %d rows pending (reported %d), want at least the %d written", n, res.Unconfirmed, len(written))
+	}
+	p := newRecorder()
+	cfg.Publisher = p
+	runActive(t, b.newRelay(t, cfg))
+	p.waitFor(t, written...)
+}
+
+// A relay that stopped while it set the slot up leaves the slot; the
+// table-less events committed since the slot was made exist only in its
+// WAL, so the next relay streams from it instead of dropping it.
+func TestHalfMadeSlotKeepsItsTableLessEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := b.write(t, "k")
+	slot, pub := b.slotByHand(t)
+	b.exec(t, `COMMENT ON PUBLICATION `+pub+` IS 'txoutbox: initialising slot `+slot+`'`)
+	wal, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: b.db.Table(), WALMessages: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := b.db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	tableLess := b.events(t, "m", "n")
+	if err := wal.Write(ctx, tx, tableLess...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	runActive(t, b.newRelay(t, b.config()))
+	b.pub.waitFor(t, append(old, tableLess...)...)
+}
+
+// An event the broker refuses whose row is gone by the time it is to be
+// marked dead (written and deleted in one transaction) is dropped with a
+// log; the aggregate's later events and the slot go on.
+func TestDeadEventWithoutItsRowDoesNotStall(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.MaxAttempts = 2
+	r := b.newRelay(t, cfg)
+	runActive(t, r)
+	bad := b.events(t, "k")
+	b.pub.mu.Lock()
+	b.pub.fail[bad[0].ID.String()] = errors.New("topic refused")
+	b.pub.mu.Unlock()
+	ctx := context.Background()
+	tx, err := b.db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := b.w.Write(ctx, tx, bad...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE event_id = $1`, bad[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	b.pub.waitFor(t, b.write(t, "k")...)
+}
