@@ -129,8 +129,11 @@ const walGateKey = `hashtext('txoutbox.wal.gate'), ($1::regclass::oid::bigint - 
 // OpsWALSlots names the WAL relay slots that may be streaming the outbox
 // table $1 (its quoted name), "" for none: a pgoutput slot of this
 // database named $2 (the operator's setting, by default the WAL relay's
-// default slot name), or named as a publication that includes the table
-// (a WAL relay names its slot and publication alike by default). Rows an
+// default slot name), or found through the table's OID: named as a
+// publication that includes the table (a WAL relay names its slot and
+// publication alike by default), or named in the marker a WAL relay keeps
+// in the comment of its publication (walrelay's marker), whatever the
+// names, so an operator who omits --slot is still refused. Rows an
 // operator returns to pending are changed by an UPDATE, which the WAL
 // relay's publication does not carry: the relay would never publish them,
 // and its cleanup (or outbox wal takeover) would take them for rows it
@@ -142,7 +145,8 @@ FROM pg_replication_slots s
 WHERE s.slot_type = 'logical' AND s.plugin = 'pgoutput' AND s.database = current_database()
   AND (s.slot_name = $2 OR EXISTS (
       SELECT 1 FROM pg_publication p, LATERAL pg_get_publication_tables(p.pubname::text) t
-      WHERE p.pubname = s.slot_name AND t.relid = $1::regclass))`
+      WHERE t.relid = $1::regclass AND (p.pubname = s.slot_name
+        OR substring(obj_description(p.oid, 'pg_publication') FROM '^txoutbox: (?:initialising )?slot (\S+)') = s.slot_name)))`
 
 // OpsTimeouts runs first in every operator transaction: a statement or a
 // lock wait longer than $1 fails instead of stalling the operator, and a

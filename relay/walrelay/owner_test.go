@@ -281,3 +281,31 @@ func TestDeadEventWithoutItsRowDoesNotStall(t *testing.T) {
 	}
 	b.pub.waitFor(t, b.write(t, "k")...)
 }
+
+// A relay that stops with a publish in progress keeps the slot until its
+// lanes have stopped: a standby cannot stream, and publish, the same
+// events while the old relay's publish still goes out.
+func TestStoppingRelayHoldsTheSlotUntilItsLanesStop(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.SenderTimeout = time.Second // the stop's drain gives up after 0.5s
+	r := b.newRelay(t, cfg)
+	stop := runActive(t, r)
+	held := b.events(t, "h")
+	release := b.pub.holdEvent(held[0].ID.String())
+	defer release()
+	b.commit(t, held...)
+	time.Sleep(300 * time.Millisecond) // the lane is in Publish
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	time.Sleep(1500 * time.Millisecond) // past the drain's limit
+	active := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, r.Slot())
+	release()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if active != 1 {
+		t.Fatal("the slot was free for a standby while the stopping relay's publish was still in flight")
+	}
+}

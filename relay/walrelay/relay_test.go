@@ -339,6 +339,8 @@ func TestConfigValidate(t *testing.T) {
 		"no publisher": {ConnString: "postgres://localhost/db"},
 		"slot case":    {ConnString: "postgres://localhost/db", Publisher: newRecorder(), Slot: "Bad"},
 		"ping":         {ConnString: "postgres://localhost/db", Publisher: newRecorder(), PingInterval: 6 * time.Second},
+		// Half of SenderTimeout: one late reply and a live relay gives the slot up.
+		"ping half": {ConnString: "postgres://localhost/db", Publisher: newRecorder(), PingInterval: 5 * time.Second},
 	} {
 		if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)

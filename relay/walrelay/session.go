@@ -160,13 +160,16 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts
 	if err != nil {
 		return fmt.Errorf("open replication connection: %w", err)
 	}
-	ls := newLanes(context.WithoutCancel(ctx), r, pool)
-	defer ls.stop()
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		_ = repl.Close(cctx)
 	}()
+	// Deferred after the close, so it runs first: the lanes end their
+	// publishes while the relay still holds the slot, and no standby
+	// streams the same events meanwhile.
+	ls := newLanes(context.WithoutCancel(ctx), r, pool)
+	defer ls.stop()
 	if !r.owns(mark, st, fp) {
 		if err := r.initialise(ctx, pool, repl, ls, fp); err != nil {
 			return err
@@ -331,6 +334,10 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts,
 		r.keepCeiling(rctx, pool, repl.PID())
 	}()
 	defer func() {
+		// Stopping the reader closes the connection (pgconn's reads end
+		// with it), which frees the slot for a standby: the lanes end
+		// their publishes first.
+		ls.stop()
 		stopReader()
 		wg.Wait()
 	}()
@@ -390,8 +397,16 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts,
 				}
 			}
 		case <-ping.C:
-			if !blocked.Load() && time.Since(time.Unix(0, heard.Load())) > r.cfg.SenderTimeout/2 {
-				return fmt.Errorf("no message from the server for %s: giving up the slot before the server frees it for a standby", r.cfg.SenderTimeout/2)
+			if time.Since(time.Unix(0, heard.Load())) > r.cfg.SenderTimeout/2 {
+				if !blocked.Load() {
+					return fmt.Errorf("no message from the server for %s: giving up the slot before the server frees it for a standby", r.cfg.SenderTimeout/2)
+				}
+				// Held at MaxInFlight the reader hears nothing: ask the
+				// server on another connection whether this relay still
+				// holds the slot, or stop publishing.
+				if err := r.stillHolds(ctx, pool, repl.PID()); err != nil {
+					return err
+				}
 			}
 			advance()
 			if err := send(true); err != nil {
@@ -456,6 +471,18 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts,
 			}
 		}
 	}
+}
+
+// stillHolds returns an error unless the walsender of process pid holds
+// the slot, within SenderTimeout/4.
+func (r *Relay) stillHolds(ctx context.Context, pool *pgxpool.Pool, pid uint32) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.SenderTimeout/4)
+	defer cancel()
+	var lsn string
+	if err := pool.QueryRow(ctx, outboxsql.WALCeiling, r.cfg.Slot, int64(pid)).Scan(&lsn); err != nil {
+		return fmt.Errorf("giving up the slot: cannot tell it is still this relay's: %w", err)
+	}
+	return nil
 }
 
 // skipSettled drops from t the rows the table holds as published or
