@@ -289,7 +289,7 @@ func TestStoppingRelayHoldsTheSlotUntilItsLanesStop(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config()
-	cfg.SenderTimeout = time.Second // the stop's drain gives up after 0.5s
+	cfg.SenderTimeout = 4 * time.Second // the stop's drain gives up after 2s; the server frees the slot 4s after the last status update
 	r := b.newRelay(t, cfg)
 	stop := runActive(t, r)
 	held := b.events(t, "h")
@@ -299,7 +299,7 @@ func TestStoppingRelayHoldsTheSlotUntilItsLanesStop(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the lane is in Publish
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
-	time.Sleep(1500 * time.Millisecond) // past the drain's limit
+	time.Sleep(2500 * time.Millisecond) // past the drain's limit
 	active := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, r.Slot())
 	release()
 	if err := <-stopped; err != nil {
