@@ -50,11 +50,16 @@ const WALMessagePrefix = `SELECT 'txoutbox:' || $1::regclass::oid::text`
 // WALEmit records rows table-less events: $1 is the table (see
 // WALMessagePrefix), $2... the encoded events, emitted left to right as
 // transactional messages, so they commit or roll back with the caller's
-// transaction. Plain bytea parameters work with any driver.
+// transaction. Plain bytea parameters work with any driver. It emits
+// nothing and returns no row unless wal_level is logical and a WAL
+// relay's slot streams the table (walRelayStreams): an event no slot
+// decodes would be written nowhere.
 func WALEmit(rows int) string {
 	var b strings.Builder
-	b.Grow(96 + rows*56)
-	b.WriteString("WITH p AS (SELECT 'txoutbox:' || $1::regclass::oid::text AS prefix) SELECT ")
+	b.Grow(512 + rows*56)
+	b.WriteString(`WITH p AS (SELECT 'txoutbox:' || $1::regclass::oid::text AS prefix
+    WHERE current_setting('wal_level') = 'logical' AND EXISTS (SELECT 1 FROM pg_replication_slots s
+      WHERE s.slot_type = 'logical' AND s.plugin = 'pgoutput' AND s.database = current_database() AND ` + walRelayStreams("$1::regclass") + `)) SELECT `)
 	for i := range rows {
 		if i > 0 {
 			b.WriteByte(',')
