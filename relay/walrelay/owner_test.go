@@ -3,9 +3,13 @@ package walrelay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/testkit"
@@ -308,4 +312,54 @@ func TestStoppingRelayHoldsTheSlotUntilItsLanesStop(t *testing.T) {
 	if active != 1 {
 		t.Fatal("the slot was free for a standby while the stopping relay's publish was still in flight")
 	}
+}
+
+// watching is a recorder that notes the most events the relay held read
+// and unconfirmed at any publish.
+type watching struct {
+	*recorder
+	r   atomic.Pointer[Relay]
+	max atomic.Int64
+}
+
+func (p *watching) Publish(topic string, msgs ...*message.Message) error {
+	if r := p.r.Load(); r != nil {
+		n := r.inflight.Load()
+		for m := p.max.Load(); n > m && !p.max.CompareAndSwap(m, n); m = p.max.Load() {
+		}
+	}
+	time.Sleep(100 * time.Microsecond) // a broker slower than the stream
+	return p.recorder.Publish(topic, msgs...)
+}
+
+// One transaction of many events goes to the lanes as it arrives, held to
+// MaxInFlight (and one part) like any others, instead of whole at its
+// commit; all of it is published and the slot confirmed past it.
+func TestLargeTransactionIsStreamedInBoundedMemory(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := &watching{recorder: b.pub}
+	cfg := b.config()
+	cfg.Publisher = p
+	cfg.MaxInFlight = 100
+	r := b.newRelay(t, cfg)
+	p.r.Store(r)
+	runActive(t, r)
+	aggs := make([]string, 3000)
+	for i := range aggs {
+		aggs[i] = fmt.Sprint("a", i%40)
+	}
+	events := b.write(t, aggs...)
+	var end string
+	if err := b.db.SQL.QueryRowContext(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	b.pub.waitFor(t, events...)
+	testkit.WaitFor(t, 20*time.Second, "the slot confirmed past the transaction", func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, r.Slot(), end) == 1
+	})
+	if limit := int64(cfg.MaxInFlight + cfg.MaxInFlight/2); p.max.Load() > limit {
+		t.Fatalf("held %d events of the transaction at once, want at most %d", p.max.Load(), limit)
+	}
+	t.Logf("held at most %d events", p.max.Load())
 }

@@ -63,6 +63,10 @@ type Relay struct {
 	// slot; both set before a session streams.
 	ceiling     atomic.Uint64
 	fingerprint string
+
+	// inflight is the number of events read from the slot and not yet
+	// confirmed.
+	inflight atomic.Int64
 }
 
 // New validates cfg and returns a relay. It does not connect: Run does.

@@ -345,10 +345,37 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts,
 	dec := newDecoder(r.cfg.Table.Schema, r.tableName(), prefix)
 	var (
 		queue    []*txn // dispatched, not yet confirmed, in commit order
-		open     *txn   // between Begin and Commit
+		open     *txn   // between Begin and Commit: the part not yet dispatched
+		final    uint64 // the open transaction's commit position (Begin's FinalLSN)
 		inflight int    // events in queue
 		sent     = confirmed
+		part     = max(1, min(maxPart, r.cfg.MaxInFlight/2))
 	)
+	// dispatch hands t, a transaction or a part of one, to the lanes. The
+	// walsender (without pgoutput's streaming) sends a transaction only
+	// once it has committed, so a large one's events go out as they
+	// arrive, in parts, bounded by MaxInFlight like any others; only its
+	// last part carries its end, so the slot is confirmed past it once
+	// every part is settled.
+	dispatch := func(t *txn, end uint64) error {
+		if err := r.skipSettled(ctx, pool, t, end, rs); err != nil {
+			return err
+		}
+		queue = append(queue, t)
+		inflight += len(t.events)
+		r.inflight.Store(int64(inflight))
+		ls.push(t)
+		return nil
+	}
+	add := func(ev event) error {
+		open.events = append(open.events, ev)
+		if len(open.events) < part {
+			return nil
+		}
+		t := open
+		open = &txn{}
+		return dispatch(t, final)
+	}
 	advance := func() {
 		for len(queue) > 0 && queue[0].pending.Load() == 0 {
 			confirmed = max(confirmed, queue[0].end)
@@ -356,6 +383,7 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts,
 			queue[0] = nil
 			queue = queue[1:]
 		}
+		r.inflight.Store(int64(inflight))
 		r.confirmed.Store(confirmed)
 	}
 	// The server's position stops at the ceiling (see marker).
@@ -429,7 +457,7 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts,
 			case *pglogrepl.RelationMessage:
 				dec.relation(msg)
 			case *pglogrepl.BeginMessage:
-				open = &txn{}
+				open, final = &txn{}, uint64(msg.FinalLSN)
 			case *insertMessage:
 				ev, ok, err := dec.insert(msg)
 				var bad *rowError
@@ -442,7 +470,9 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts,
 					return fmt.Errorf("%w: %w", errPermanent, err)
 				}
 				if ok && open != nil {
-					open.events = append(open.events, ev)
+					if err := add(ev); err != nil {
+						return err
+					}
 				}
 			case *pglogrepl.LogicalDecodingMessage:
 				ev, ok, err := dec.message(msg)
@@ -454,24 +484,26 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts,
 				case open == nil || !msg.Transactional:
 					r.log.Warn("ignored a non-transactional event message; the writer emits transactional ones", "lsn", msg.LSN)
 				default:
-					open.events = append(open.events, ev)
+					if err := add(ev); err != nil {
+						return err
+					}
 				}
 			case *pglogrepl.CommitMessage:
 				if open == nil {
 					return fmt.Errorf("commit at %s without a begin", msg.CommitLSN)
 				}
 				open.end = uint64(msg.TransactionEndLSN)
-				if err := r.skipSettled(ctx, pool, open, rs); err != nil {
+				if err := dispatch(open, open.end); err != nil {
 					return err
 				}
-				queue = append(queue, open)
-				inflight += len(open.events)
-				ls.push(open)
 				open = nil
 			}
 		}
 	}
 }
+
+// maxPart is the most events of a transaction handed to the lanes at once.
+const maxPart = 256
 
 // stillHolds returns an error unless the walsender of process pid holds
 // the slot, within SenderTimeout/4.
@@ -492,10 +524,10 @@ func (r *Relay) stillHolds(ctx context.Context, pool *pgxpool.Pool, pid uint32) 
 // (the walsender can send a commit before other sessions see it), so it
 // is published, like a row the cleanup deleted (Retention 0) and a
 // table-less event, which cannot be told apart: those go out again.
-func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn, rs resume) error {
+func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn, end uint64, rs resume) error {
 	var ids []int64
 	for _, ev := range t.events {
-		if rs.mayBeSettled(t.end, ev.row) {
+		if rs.mayBeSettled(end, ev.row) {
 			ids = append(ids, ev.row)
 		}
 	}
