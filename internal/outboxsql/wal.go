@@ -295,3 +295,10 @@ WHERE p.pubname = $1`
 // marker is written, in the same transaction, it is below the position of
 // any slot created after another process took the slot over.
 const WALCeiling = `SELECT pg_current_wal_insert_lsn()::text FROM pg_replication_slots WHERE slot_name = $1 AND active_pid = $2`
+
+// WALTableSchema returns the schema of table $1 (its quoted name, found
+// on the search_path when unqualified), and whether publication $2 exists
+// and carries it.
+const WALTableSchema = `SELECT n.nspname, EXISTS (SELECT 1 FROM pg_publication p, LATERAL pg_get_publication_tables(p.pubname::text) t
+    WHERE p.pubname = $2 AND t.relid = c.oid)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass`

@@ -160,13 +160,16 @@ type Config struct {
 }
 
 // PublicationDefault is the default publication name of table:
-// "txoutbox_<schema>_<name>" in lower case.
+// "txoutbox_<schema>_<name>" in lower case. For a table given without its
+// schema Run uses the schema the search_path finds the table in, unless a
+// publication "txoutbox_<name>" carrying the table exists (made by a
+// relay before names were keyed by schema).
 func PublicationDefault(table txoutbox.Table) string {
 	return outboxsql.WALName(table.Schema, table.Name)
 }
 
 // SlotDefault is the default replication slot name of table, the same as
-// PublicationDefault.
+// PublicationDefault (and keyed by the schema in the same way).
 func SlotDefault(table txoutbox.Table) string {
 	return outboxsql.WALName(table.Schema, table.Name)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
@@ -362,4 +363,57 @@ func TestLargeTransactionIsStreamedInBoundedMemory(t *testing.T) {
 		t.Fatalf("held %d events of the transaction at once, want at most %d", p.max.Load(), limit)
 	}
 	t.Logf("held at most %d events", p.max.Load())
+}
+
+// Relays of two schemas' tables of one name, each named without its schema
+// (found on the search_path), get default names of their own: each
+// streams its own table, neither stands by for the other's slot.
+func TestDefaultNamesAreKeyedByTheSchema(t *testing.T) {
+	t.Parallel()
+	var relays []*Relay
+	var bundles []*bundle
+	for range 2 {
+		b := setup(t)
+		cfg := b.config()
+		cfg.Table = txoutbox.Table{}
+		r := b.newRelay(t, cfg)
+		run(t, r)
+		relays, bundles = append(relays, r), append(bundles, b)
+	}
+	for i, r := range relays {
+		testkit.WaitFor(t, 20*time.Second, "both relays stream", r.Active)
+		if want := SlotDefault(bundles[i].db.Table()); r.Slot() != want || r.Publication() != want {
+			t.Errorf("relay %d: slot %s, publication %s; want %s", i, r.Slot(), r.Publication(), want)
+		}
+	}
+	for _, b := range bundles {
+		b.pub.waitFor(t, b.write(t, "a")...)
+	}
+}
+
+// A relay from before the names were keyed by schema made "txoutbox_outbox"
+// for the table: a relay now keeps those names.
+func TestDefaultNamesKeepARelaysOldPublication(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A table name of this test's own: the old names are not per schema.
+	name := "legacy_" + b.db.Schema[len(b.db.Schema)-8:]
+	b.exec(t, `ALTER TABLE outbox RENAME TO `+name)
+	old := outboxsql.WALName("", name)
+	b.exec(t, `CREATE PUBLICATION `+old+` FOR TABLE `+name+` WITH (publish = 'insert')`)
+	t.Cleanup(func() { b.exec(t, `DROP PUBLICATION IF EXISTS `+old) })
+	cfg := b.config()
+	cfg.Table = txoutbox.Table{Name: name}
+	r := b.newRelay(t, cfg)
+	pool, err := r.openPool(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := r.resolveNames(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	if r.Slot() != old || r.Publication() != old {
+		t.Fatalf("slot %s, publication %s; want the old %s", r.Slot(), r.Publication(), old)
+	}
 }

@@ -67,10 +67,17 @@ type Relay struct {
 	// inflight is the number of events read from the slot and not yet
 	// confirmed.
 	inflight atomic.Int64
+
+	// defaultPub and defaultSlot: the names were left to their defaults,
+	// which Run keys by the table's schema (see resolveNames). slotName
+	// and pubName are the names for Slot and Publication.
+	defaultPub, defaultSlot bool
+	slotName, pubName       atomic.Pointer[string]
 }
 
 // New validates cfg and returns a relay. It does not connect: Run does.
 func New(cfg Config) (*Relay, error) {
+	defaultPub, defaultSlot := cfg.Publication == "", cfg.Slot == ""
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -79,18 +86,22 @@ func New(cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	r := &Relay{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), names: names}
+	r := &Relay{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), names: names, defaultPub: defaultPub, defaultSlot: defaultSlot}
+	r.slotName.Store(&r.cfg.Slot)
+	r.pubName.Store(&r.cfg.Publication)
 	if r.met, err = newMetrics(cfg.MeterProvider, r); err != nil {
 		return nil, fmt.Errorf("walrelay: metrics: %w", err)
 	}
 	return r, nil
 }
 
-// Slot is the replication slot the relay streams from.
-func (r *Relay) Slot() string { return r.cfg.Slot }
+// Slot is the replication slot the relay streams from: once Run has
+// started, with a default name keyed by the table's schema (see
+// SlotDefault).
+func (r *Relay) Slot() string { return *r.slotName.Load() }
 
-// Publication is the publication the slot decodes.
-func (r *Relay) Publication() string { return r.cfg.Publication }
+// Publication is the publication the slot decodes, as Slot.
+func (r *Relay) Publication() string { return *r.pubName.Load() }
 
 // Running reports whether Run is running.
 func (r *Relay) Running() bool { return r.running.Load() }
@@ -127,6 +138,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	defer pool.Close()
 	srv, err := r.checkServer(ctx, pool)
+	if err == nil {
+		err = r.resolveNames(ctx, pool)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -173,6 +187,41 @@ func (r *Relay) Run(ctx context.Context) error {
 			delay = min(2*delay, 10*time.Second)
 		}
 	}
+}
+
+// resolveNames keys the default names of a table named without its schema
+// by the schema the search_path finds it in, so relays of two schemas'
+// tables of one name do not share a slot: "txoutbox_<schema>_<name>". A
+// publication of the old default name ("txoutbox_<name>") that carries
+// the table is a relay's from before, and its names stay.
+func (r *Relay) resolveNames(ctx context.Context, q pgxQuerier) error {
+	if r.cfg.Table.Schema != "" || !r.defaultPub && !r.defaultSlot {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
+	var (
+		schema string
+		legacy bool
+	)
+	old := outboxsql.WALName("", r.cfg.Table.Name)
+	if err := q.QueryRow(ctx, outboxsql.WALTableSchema, r.names.Table, old).Scan(&schema, &legacy); err != nil {
+		return fmt.Errorf("walrelay: resolve the table %s: %w", r.names.Table, err)
+	}
+	if legacy {
+		return nil
+	}
+	keyed := outboxsql.WALName(schema, r.cfg.Table.Name)
+	if r.defaultPub {
+		r.cfg.Publication = keyed
+		r.pubName.Store(&keyed)
+	}
+	if r.defaultSlot {
+		r.cfg.Slot = keyed
+		r.slotName.Store(&keyed)
+		r.log = r.cfg.Logger.With("slot", keyed)
+	}
+	return nil
 }
 
 // errPermanent marks errors retrying does not fix.

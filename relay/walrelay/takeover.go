@@ -89,6 +89,9 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 		return res, fmt.Errorf("walrelay: takeover: connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if err := r.resolveNames(ctx, conn); err != nil {
+		return res, err
+	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return res, fmt.Errorf("walrelay: takeover: %w", err)
