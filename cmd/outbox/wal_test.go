@@ -174,3 +174,24 @@ func TestWALSenderTimeoutSetsThePingInterval(t *testing.T) {
 		}
 	}
 }
+
+// A polling relay does not start on a table a WAL relay's slot streams:
+// the outbox is handed over with `outbox wal takeover` first.
+func TestPollingRelayRefusesATableTheWALRelayStreams(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	slot := outboxsql.WALName(e.db.Schema, "")
+	if _, err := e.db.SQL.Exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = e.db.SQL.Exec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var stdout, stderr strings.Builder
+	code := run(ctx, append([]string{"relay", "--dev-broker"}, e.flags...), &stdout, &stderr)
+	if code == 0 || !strings.Contains(stderr.String(), "outbox wal takeover") {
+		t.Fatalf("relay: exit %d, stderr %q; want a refusal naming the takeover", code, stderr.String())
+	}
+}

@@ -302,3 +302,7 @@ const WALCeiling = `SELECT pg_current_wal_insert_lsn()::text FROM pg_replication
 const WALTableSchema = `SELECT n.nspname, EXISTS (SELECT 1 FROM pg_publication p, LATERAL pg_get_publication_tables(p.pubname::text) t
     WHERE p.pubname = $2 AND t.relid = c.oid)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass`
+
+// WALPollingRelays counts the polling relays of the table that heartbeat
+// within the last $1 seconds.
+const WALPollingRelays = `SELECT count(*) FROM {{relays}} WHERE heartbeat_at > now() - make_interval(secs => $1::float8)`

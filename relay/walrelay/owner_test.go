@@ -417,3 +417,31 @@ func TestDefaultNamesKeepARelaysOldPublication(t *testing.T) {
 		t.Fatalf("slot %s, publication %s; want the old %s", r.Slot(), r.Publication(), old)
 	}
 }
+
+// A WAL relay does not make a slot while polling relays run on the table
+// (a standby forgotten after a takeover, a switch without stopping them):
+// both modes would publish every event. Once they are gone it does.
+func TestNoSlotWhilePollingRelaysRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `INSERT INTO outbox_relays (id, host) VALUES ('poller', 'host')`)
+	pending := b.write(t, "a")
+	done := runErr(t, b.newRelay(t, b.config()))
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrPollingRelays) {
+			t.Fatalf("Run: %v, want ErrPollingRelays", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay went on beside a polling relay")
+	}
+	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, SlotDefault(b.db.Table())); n != 0 {
+		t.Fatal("a slot was made")
+	}
+	if len(b.pub.ids()) != 0 {
+		t.Fatalf("published %v beside the polling relay", b.pub.ids())
+	}
+	b.exec(t, `DELETE FROM outbox_relays`)
+	runActive(t, b.newRelay(t, b.config()))
+	b.pub.waitFor(t, pending...)
+}

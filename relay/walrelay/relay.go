@@ -35,6 +35,12 @@ var (
 	// still holds.
 	ErrSlotLost = errors.New("walrelay: replication slot lost")
 
+	// ErrPollingRelays is returned when polling relays are running on the
+	// table while the relay would create a slot or take one over: both
+	// modes would publish every event. Stop the polling relays first (a
+	// WAL relay forgotten after `outbox wal takeover` stops with it).
+	ErrPollingRelays = errors.New("walrelay: polling relays are running on the outbox table")
+
 	// errSlotBusy: another relay streams from the slot, or initialises it.
 	errSlotBusy = errors.New("replication slot is held by another relay")
 )
@@ -165,7 +171,8 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		}
 		switch {
-		case errors.Is(err, ErrSlotLost), errors.Is(err, ErrUnsupported), errors.Is(err, ErrPublication), errors.Is(err, errPermanent):
+		case errors.Is(err, ErrSlotLost), errors.Is(err, ErrUnsupported), errors.Is(err, ErrPublication), errors.Is(err, ErrPollingRelays),
+			errors.Is(err, errPermanent):
 			r.log.Error("WAL relay stopped", "err", err)
 			return err
 		case errors.Is(err, errSlotBusy):

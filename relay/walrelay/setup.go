@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/relay"
 )
 
 // initialise makes the slot the relay's own (see marker): it creates the
@@ -61,6 +62,14 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	}
 	if st.exists && st.active {
 		return errSlotBusy
+	}
+	var polling int
+	if err := conn.QueryRow(ctx, r.names.Render(outboxsql.WALPollingRelays), relay.StaleAfterDefault.Seconds()).Scan(&polling); err != nil {
+		return fmt.Errorf("initialise slot: look for polling relays: %w", err)
+	}
+	if polling > 0 {
+		return fmt.Errorf("%w: %d polling relays heartbeat on %s; stop them before the WAL relay sets its slot up, or both publish every event",
+			ErrPollingRelays, polling, r.names.Table)
 	}
 	if _, err := conn.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, marker{initialising: true, slot: r.cfg.Slot}.String())); err != nil {
 		return fmt.Errorf("%w: mark publication %s (the relay's role must own it): %w", errPermanent, r.cfg.Publication, err)
