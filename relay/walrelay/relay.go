@@ -124,12 +124,15 @@ func (r *Relay) Active() bool { return r.active.Load() }
 // The first relay to create the slot publishes the rows the table held
 // before the slot existed (under the slot's exported snapshot) before it
 // streams: switching from the polling relay loses nothing. Stop the
-// polling relays first.
+// polling relays first: a relay sets no slot up beside them. On a slot it
+// did not make it publishes the table's unpublished rows first (see the
+// package doc).
 //
 // One relay streams from a slot at a time: others wait and try again every
 // StandbyRetry. Connection failures are retried. Run returns an error only
-// for what retrying cannot fix: ErrUnsupported, ErrSlotLost, a table or
-// publication it cannot create.
+// for what retrying cannot fix: ErrUnsupported, ErrSlotLost,
+// ErrPublication, ErrPollingRelays, a table or publication it cannot
+// create.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
