@@ -37,7 +37,53 @@ func runErr(t *testing.T, r *Relay) <-chan error {
 	return done
 }
 
-// kept reports which of events are neither published by p nor left in the
+// runActiveErr is runErr, returning once r streams.
+func runActiveErr(t *testing.T, r *Relay) <-chan error {
+	t.Helper()
+	done := runErr(t, r)
+	testkit.WaitFor(t, 20*time.Second, "the relay streams", r.Active)
+	return done
+}
+
+// wantRunError waits up to within for Run (runErr's done) to return an
+// error matching want.
+func wantRunError(t *testing.T, done <-chan error, want error, within time.Duration) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if !errors.Is(err, want) {
+			t.Fatalf("Run: %v, want %v", err, want)
+		}
+	case <-time.After(within):
+		t.Fatalf("Run did not stop with %v within %s", want, within)
+	}
+}
+
+// writeTableLess commits table-less events (WriterConfig.WALMessages) of
+// aggs in one transaction.
+func (b *bundle) writeTableLess(t *testing.T, aggs ...string) []txoutbox.Event {
+	t.Helper()
+	wal, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: b.db.Table(), WALMessages: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := b.db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	events := b.events(t, aggs...)
+	if err := wal.Write(ctx, tx, events...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return events
+}
+
+// lost reports which of events are neither published by p nor left in the
 // table: events lost.
 func (b *bundle) lost(t *testing.T, p *recorder, events []txoutbox.Event) []string {
 	t.Helper()
@@ -90,8 +136,7 @@ func TestChangedPublicationDeletesNothingUnpublished(t *testing.T) {
 			b := setup(t)
 			cfg := b.config()
 			r := b.newRelay(t, cfg)
-			done := runErr(t, r)
-			testkit.WaitFor(t, 20*time.Second, "the relay streams", r.Active)
+			done := runActiveErr(t, r)
 			first := b.write(t, "a", "b")
 			b.pub.waitFor(t, first...)
 			testkit.WaitFor(t, 20*time.Second, "the cleanup emptied the table", func() bool {
@@ -194,19 +239,11 @@ func TestDroppedPublicationIsRecoverable(t *testing.T) {
 	b := setup(t)
 	cfg := b.config()
 	r := b.newRelay(t, cfg)
-	done := runErr(t, r)
-	testkit.WaitFor(t, 20*time.Second, "the relay streams", r.Active)
+	done := runActiveErr(t, r)
 	b.pub.waitFor(t, b.write(t, "a")...)
 	b.exec(t, `DROP PUBLICATION `+r.Publication())
 	written := b.write(t, "a", "b")
-	select {
-	case err := <-done:
-		if !errors.Is(err, ErrPublication) {
-			t.Fatalf("Run: %v, want ErrPublication", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the relay did not stop on a dropped publication")
-	}
+	wantRunError(t, done, ErrPublication, 15*time.Second)
 	tcfg := TakeoverConfig{ConnString: cfg.ConnString, Table: cfg.Table}
 	if _, err := Takeover(context.Background(), tcfg); !errors.Is(err, ErrPublication) {
 		t.Fatalf("Takeover without Force: %v, want ErrPublication", err)
@@ -234,23 +271,7 @@ func TestHalfMadeSlotKeepsItsTableLessEvents(t *testing.T) {
 	old := b.write(t, "k")
 	slot, pub := b.slotByHand(t)
 	b.exec(t, `COMMENT ON PUBLICATION `+pub+` IS 'txoutbox: initialising slot `+slot+`'`)
-	wal, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: b.db.Table(), WALMessages: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	tx, err := b.db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	tableLess := b.events(t, "m", "n")
-	if err := wal.Write(ctx, tx, tableLess...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	tableLess := b.writeTableLess(t, "m", "n")
 	runActive(t, b.newRelay(t, b.config()))
 	b.pub.waitFor(t, append(old, tableLess...)...)
 }
@@ -427,14 +448,7 @@ func TestNoSlotWhilePollingRelaysRun(t *testing.T) {
 	b.exec(t, `INSERT INTO outbox_relays (id, host) VALUES ('poller', 'host')`)
 	pending := b.write(t, "a")
 	done := runErr(t, b.newRelay(t, b.config()))
-	select {
-	case err := <-done:
-		if !errors.Is(err, ErrPollingRelays) {
-			t.Fatalf("Run: %v, want ErrPollingRelays", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the relay went on beside a polling relay")
-	}
+	wantRunError(t, done, ErrPollingRelays, 10*time.Second)
 	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, SlotDefault(b.db.Table())); n != 0 {
 		t.Fatal("a slot was made")
 	}

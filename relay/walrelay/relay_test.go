@@ -553,23 +553,7 @@ func TestTableLessEventsOfTheSameTableNamedOtherwise(t *testing.T) {
 	cfg.Table = txoutbox.Table{} // "outbox" on the search_path: the test's schema
 	cfg.Slot, cfg.Publication = SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
 	runActive(t, b.newRelay(t, cfg))
-	wal, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: b.db.Table(), WALMessages: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	tx, err := b.db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	tableLess := b.events(t, "k")
-	if err := wal.Write(ctx, tx, tableLess...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	tableLess := b.writeTableLess(t, "k")
 	row := b.write(t, "k")
 	b.pub.waitFor(t, row...)
 	time.Sleep(500 * time.Millisecond)
