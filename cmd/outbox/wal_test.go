@@ -195,3 +195,27 @@ func TestPollingRelayRefusesATableTheWALRelayStreams(t *testing.T) {
 		t.Fatalf("relay: exit %d, stderr %q; want a refusal naming the takeover", code, stderr.String())
 	}
 }
+
+// `outbox status` finds the WAL relay's slot through the table, whatever
+// its name: here one named in a relay's marker on a publication of it.
+func TestStatusFindsTheRelaysSlotThroughTheTable(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	slot, pub := "stat_"+e.db.Schema, "statpub_"+e.db.Schema
+	for _, q := range []string{
+		`CREATE PUBLICATION ` + pub + ` FOR TABLE ` + e.db.Table().String() + ` WITH (publish = 'insert')`,
+		`COMMENT ON PUBLICATION ` + pub + ` IS 'txoutbox: slot ` + slot + ` up to 0/1 publication x'`,
+		`SELECT pg_create_logical_replication_slot('` + slot + `', 'pgoutput')`,
+	} {
+		if _, err := e.db.SQL.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = e.db.SQL.Exec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		_, _ = e.db.SQL.Exec(`DROP PUBLICATION IF EXISTS ` + pub)
+	})
+	if code, out, errOut := e.run(t, "status"); code != 0 || !strings.Contains(out, "wal slot "+slot+":") {
+		t.Fatalf("status: exit %d, %q %q; want the slot %s", code, out, errOut, slot)
+	}
+}
