@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -458,4 +459,53 @@ func TestNoSlotWhilePollingRelaysRun(t *testing.T) {
 	b.exec(t, `DELETE FROM outbox_relays`)
 	runActive(t, b.newRelay(t, b.config()))
 	b.pub.waitFor(t, pending...)
+}
+
+// countingHandler counts the records logged with a message.
+type countingHandler struct {
+	slog.Handler
+	msg string
+	n   *atomic.Int64
+}
+
+func (h countingHandler) Handle(ctx context.Context, rec slog.Record) error {
+	if rec.Message == h.msg {
+		h.n.Add(1)
+	}
+	return h.Handler.Handle(ctx, rec)
+}
+
+// A restart whose setup reads are slow (here the table locked for longer
+// than SenderTimeout) does them before it starts streaming, so the server,
+// which waits for no answer yet, does not drop the connection meanwhile.
+func TestSlowSetupDoesNotLoseTheStream(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	stop := runActive(t, b.newRelay(t, cfg))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var interrupted atomic.Int64
+	cfg.Logger = slog.New(countingHandler{Handler: cfg.Logger.Handler(), msg: "WAL stream interrupted; reconnecting", n: &interrupted})
+	ctx := context.Background()
+	lock, err := b.db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback()
+	if _, err := lock.ExecContext(ctx, `LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	r := b.newRelay(t, cfg)
+	run(t, r)
+	time.Sleep(cfg.SenderTimeout + time.Second)
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 20*time.Second, "the relay streams", r.Active)
+	b.pub.waitFor(t, b.write(t, "a")...)
+	if n := interrupted.Load(); n != 0 {
+		t.Fatalf("the stream was interrupted %d times while the relay set up", n)
+	}
 }
