@@ -468,6 +468,16 @@ type countingHandler struct {
 	n   *atomic.Int64
 }
 
+func (h countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	h.Handler = h.Handler.WithAttrs(as)
+	return h
+}
+
+func (h countingHandler) WithGroup(name string) slog.Handler {
+	h.Handler = h.Handler.WithGroup(name)
+	return h
+}
+
 func (h countingHandler) Handle(ctx context.Context, rec slog.Record) error {
 	if rec.Message == h.msg {
 		h.n.Add(1)
