@@ -266,7 +266,8 @@ const WALSettledMaxSettings = `SELECT set_config('enable_seqscan', 'off', true),
 // reads: whether it publishes inserts, whether it carries the table, its
 // row filter ("" for none), the columns of $3 it does not publish, and a
 // fingerprint of the catalog rows that decide what it streams of the
-// table (the publication's, the table's membership, the table's own), so
+// table (the publication's, the table's membership, the table's columns:
+// a column dropped and added back has a new number), so
 // a change in between two checks is seen even when the second one finds
 // the publication right again. COMMENT ON PUBLICATION (the relay's marker)
 // writes pg_description and leaves the fingerprint alone. No row: the
@@ -278,12 +279,13 @@ func WALPublicationCheck(columnLists bool) string {
 		attnames, rowfilter = `pt.attnames::text[]`, `pt.rowfilter`
 		schemas = `coalesce((SELECT string_agg(pn.oid::text || ':' || pn.xmin::text, ',') FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid), '')`
 	}
-	return `WITH t AS (SELECT c.oid, c.relname, n.nspname, c.xmin FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $2::regclass)
+	return `WITH t AS (SELECT c.oid, c.relname, n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $2::regclass)
 SELECT p.pubinsert, pt.pubname IS NOT NULL, coalesce(` + rowfilter + `, ''),
        coalesce((SELECT string_agg(col, ', ') FROM unnest($3::text[]) col WHERE pt.pubname IS NOT NULL AND NOT col = ANY(coalesce(` + attnames + `, '{}'))), ''),
        p.xmin::text || '/' || p.puballtables::text || '/' ||
        coalesce((SELECT string_agg(pr.oid::text || ':' || pr.xmin::text, ',') FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = t.oid), '') || '/' ||
-       ` + schemas + ` || '/' || t.xmin::text
+       ` + schemas + ` || '/' || (SELECT md5(string_agg(a.attnum || ':' || a.attname || ':' || a.atttypid, ',' ORDER BY a.attnum))
+           FROM pg_attribute a WHERE a.attrelid = t.oid AND a.attnum > 0)
 FROM pg_publication p CROSS JOIN t
 LEFT JOIN pg_publication_tables pt ON pt.pubname = p.pubname AND pt.schemaname = t.nspname AND pt.tablename = t.relname
 WHERE p.pubname = $1`

@@ -519,3 +519,27 @@ func TestSlowSetupDoesNotLoseTheStream(t *testing.T) {
 		t.Fatalf("the stream was interrupted %d times while the relay set up", n)
 	}
 }
+
+// A row that cannot be decoded is marked dead by the lanes: a slow mark
+// (here a trigger that sleeps past SenderTimeout) does not hold up the
+// stream, which goes on answering the server and publishing.
+func TestSlowDeadMarkDoesNotHoldTheStream(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	var interrupted atomic.Int64
+	cfg.Logger = slog.New(countingHandler{Handler: cfg.Logger.Handler(), msg: "WAL stream interrupted; reconnecting", n: &interrupted})
+	runActive(t, b.newRelay(t, cfg))
+	b.exec(t, `CREATE FUNCTION slow_dead() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.state = 'dead' THEN PERFORM pg_sleep(3); END IF; RETURN NEW; END $$`)
+	b.exec(t, `CREATE TRIGGER slow_dead BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION slow_dead()`)
+	b.exec(t, `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, headers)
+		VALUES (gen_random_uuid(), 'orders', 'k', 'x', '\x7b7d', '{"n": 1}')`)
+	b.pub.waitFor(t, b.write(t, "other")...)
+	testkit.WaitFor(t, 20*time.Second, "the undecodable row dead", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead'`) == 1
+	})
+	if n := interrupted.Load(); n != 0 {
+		t.Fatalf("the stream was interrupted %d times while a row was marked dead", n)
+	}
+}
