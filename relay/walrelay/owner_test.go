@@ -543,3 +543,27 @@ func TestSlowDeadMarkDoesNotHoldTheStream(t *testing.T) {
 		t.Fatalf("the stream was interrupted %d times while a row was marked dead", n)
 	}
 }
+
+// On a slot it did not make, the relay publishes the table's unpublished
+// rows, and the stream, which carries the ones written after the slot was
+// made, skips them as published: each goes out once.
+func TestTakenOverSlotPublishesEachRowOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.slotByHand(t)
+	rows := b.write(t, "a", "b", "c")
+	runActive(t, b.newRelay(t, b.config()))
+	later := b.write(t, "a")
+	b.pub.waitFor(t, append(rows, later...)...)
+	for _, e := range append(rows, later...) {
+		n := 0
+		for _, id := range b.pub.ids() {
+			if id == e.ID.String() {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("event %s published %d times, want once", e.ID, n)
+		}
+	}
+}

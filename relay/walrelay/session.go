@@ -143,12 +143,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts
 	if err != nil {
 		return err
 	}
-	// Read before the stream starts: the server waits for no answer yet.
 	prefix, err := r.messagePrefix(ctx, pool)
-	if err != nil {
-		return err
-	}
-	rs, err := r.resumeFrom(ctx, pool)
 	if err != nil {
 		return err
 	}
@@ -174,6 +169,12 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts
 		if err := r.initialise(ctx, pool, repl, ls, fp); err != nil {
 			return err
 		}
+	}
+	// After the setup, whose rows it marked published the stream skips,
+	// and before the stream starts: the server waits for no answer yet.
+	rs, err := r.resumeFrom(ctx, pool)
+	if err != nil {
+		return err
 	}
 	err = pglogrepl.StartReplication(ctx, repl, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
