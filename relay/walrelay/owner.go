@@ -52,6 +52,9 @@ const (
 	markerOwner = "txoutbox: slot "
 )
 
+// parseMarker reads a publication's comment: any comment that is not a
+// marker, a relay's from before markers or a person's, is no marker, so
+// the slot is not taken for the relay's.
 func parseMarker(s string) marker {
 	if rest, ok := strings.CutPrefix(s, markerInit); ok {
 		return marker{initialising: true, slot: rest}

@@ -567,3 +567,21 @@ func TestTakenOverSlotPublishesEachRowOnce(t *testing.T) {
 		}
 	}
 }
+
+// A marker reads back as written; anything else is no marker.
+func TestMarkerRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, m := range []marker{
+		{slot: "s1", ceiling: 0x16B374D48, fingerprint: "1/false/2:3//abc"},
+		{initialising: true, slot: "s1"},
+	} {
+		if got := parseMarker(m.String()); got != m {
+			t.Errorf("parseMarker(%q) = %+v, want %+v", m.String(), got, m)
+		}
+	}
+	for _, s := range []string{"", "owned by the payments team", "txoutbox: slot s1 up to nowhere publication x", "txoutbox: slot s1"} {
+		if got := parseMarker(s); got != (marker{}) {
+			t.Errorf("parseMarker(%q) = %+v, want no marker", s, got)
+		}
+	}
+}
