@@ -164,6 +164,9 @@ func (c *cleanup) remove(ctx context.Context, maxID, xmax int64) (int64, error) 
 			return total, fmt.Errorf("cleanup: remove confirmed rows: %w", err)
 		}
 		total += n
+		if c.r.cfg.Retention != 0 && n > 0 {
+			c.r.noteSettled(after) // marked published
+		}
 		if n < int64(c.r.cfg.CleanupBatch) {
 			return total, nil
 		}

@@ -74,6 +74,12 @@ type Relay struct {
 	// confirmed.
 	inflight atomic.Int64
 
+	// settledHigh is the highest id of a row the table holds as published
+	// or dead, as far as this Run knows, -1 until a session read it: later
+	// sessions of the Run raise it by the rows the relay settles rather
+	// than walking the table again (see resume).
+	settledHigh atomic.Int64
+
 	// defaultPub and defaultSlot: the names were left to their defaults,
 	// which Run keys by the table's schema (see resolveNames). slotName
 	// and pubName are the names for Slot and Publication.
@@ -138,6 +144,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return ErrAlreadyRunning
 	}
 	defer r.running.Store(false)
+	r.settledHigh.Store(-1)
 	pool, err := r.openPool(ctx)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -244,10 +244,12 @@ type resume struct {
 	settledMax int64  // the highest id of a published or dead row then
 }
 
-// resumeFrom reads the session's resume bounds. When the highest settled
-// row cannot be read in time (a backlog of many millions of rows, none
-// settled, is walked whole), every recovered transaction is looked up, as
-// before the bound existed.
+// resumeFrom reads the session's resume bounds. The highest settled row
+// is read once per Run (a walk down the primary key past the unsettled
+// rows above it) and kept up since (see noteSettled), so a relay that
+// reconnects does not walk a large backlog again. When it cannot be read
+// in time, every recovered transaction is looked up, as before the bound
+// existed.
 func (r *Relay) resumeFrom(ctx context.Context, pool *pgxpool.Pool) (resume, error) {
 	var now string
 	if err := pool.QueryRow(ctx, outboxsql.WALPosition).Scan(&now); err != nil {
@@ -258,15 +260,32 @@ func (r *Relay) resumeFrom(ctx context.Context, pool *pgxpool.Pool) (resume, err
 		return resume{}, err
 	}
 	rs := resume{until: uint64(end), settledMax: math.MaxInt64}
+	if h := r.settledHigh.Load(); h >= 0 {
+		rs.settledMax = h // read by an earlier session, raised since
+		return rs, nil
+	}
 	switch m, err := r.settledMax(ctx, pool); {
 	case err == nil:
 		rs.settledMax = m
+		r.settledHigh.Store(m)
 	case ctx.Err() != nil:
 		return resume{}, ctx.Err()
 	default:
 		r.log.Warn("could not read the highest settled row; looking up every transaction the slot sends again", "err", err)
 	}
 	return rs, nil
+}
+
+// noteSettled raises settledHigh to row, a row the relay marked published
+// or dead, once a session has read it. Rows settled by other relays meanwhile
+// are not seen: at worst they are published again after a crash of
+// PostgreSQL, never skipped wrongly.
+func (r *Relay) noteSettled(row int64) {
+	for h := r.settledHigh.Load(); h >= 0 && row > h; h = r.settledHigh.Load() {
+		if r.settledHigh.CompareAndSwap(h, row) {
+			return
+		}
+	}
 }
 
 // settledMax runs WALSettledMax.
@@ -593,6 +612,7 @@ func (r *Relay) markDead(ctx context.Context, db pgxDB, row int64, attempts int,
 			return err
 		}
 		if tag.RowsAffected() > 0 {
+			r.noteSettled(row)
 			return nil
 		}
 		var exists bool

@@ -194,6 +194,7 @@ func (r *Relay) publishBacklog(ctx context.Context, conn *pgxpool.Conn, pool *pg
 			if _, err := pool.Exec(ctx, r.names.Render(outboxsql.WALMarkPublished), outboxsql.Int64Array(ids[:n])); err != nil {
 				return total, fmt.Errorf("mark the backlog published: %w", err)
 			}
+			r.noteSettled(ids[n-1])
 			ids = ids[n:]
 		}
 		total += len(page)
