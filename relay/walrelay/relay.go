@@ -99,6 +99,7 @@ func New(cfg Config) (*Relay, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	r := &Relay{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), names: names, defaultPub: defaultPub, defaultSlot: defaultSlot}
+	r.settledHigh.Store(-1)
 	r.slotName.Store(&r.cfg.Slot)
 	r.pubName.Store(&r.cfg.Publication)
 	if r.met, err = newMetrics(cfg.MeterProvider, r); err != nil {
