@@ -219,6 +219,9 @@ func TestSlotMadeAgainByHandPublishesWhatTheOldOneHadNot(t *testing.T) {
 	}
 	unconfirmed := b.write(t, "a", "b")
 	slot := SlotDefault(b.db.Table())
+	testkit.WaitFor(t, 10*time.Second, "the walsender gone", func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, slot) == 0
+	})
 	b.exec(t, `SELECT pg_drop_replication_slot($1)`, slot)
 	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
 	p := newRecorder()
