@@ -68,6 +68,13 @@ func (b *bundle) writeTableLess(t *testing.T, aggs ...string) []txoutbox.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b.writeWith(t, wal, true, aggs...)
+}
+
+// writeWith writes events of aggs with w in one transaction, committed or
+// rolled back.
+func (b *bundle) writeWith(t *testing.T, w *txoutbox.Writer, commit bool, aggs ...string) []txoutbox.Event {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := b.db.SQL.BeginTx(ctx, nil)
 	if err != nil {
@@ -75,13 +82,31 @@ func (b *bundle) writeTableLess(t *testing.T, aggs ...string) []txoutbox.Event {
 	}
 	defer tx.Rollback()
 	events := b.events(t, aggs...)
-	if err := wal.Write(ctx, tx, events...); err != nil {
+	if err := w.Write(ctx, tx, events...); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
+	if commit {
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return events
+}
+
+// lockTable holds an ACCESS EXCLUSIVE lock on the outbox table until the
+// returned function (or the test's end) releases it.
+func (b *bundle) lockTable(t *testing.T) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	lock, err := b.db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lock.Rollback() })
+	if _, err := lock.ExecContext(ctx, `LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	return func() { _ = lock.Rollback() }
 }
 
 // lost reports which of events are neither published by p nor left in the
@@ -501,21 +526,11 @@ func TestSlowSetupDoesNotLoseTheStream(t *testing.T) {
 	}
 	var interrupted atomic.Int64
 	cfg.Logger = slog.New(countingHandler{Handler: cfg.Logger.Handler(), msg: "WAL stream interrupted; reconnecting", n: &interrupted})
-	ctx := context.Background()
-	lock, err := b.db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Rollback()
-	if _, err := lock.ExecContext(ctx, `LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
+	unlock := b.lockTable(t)
 	r := b.newRelay(t, cfg)
 	run(t, r)
 	time.Sleep(cfg.SenderTimeout + time.Second)
-	if err := lock.Rollback(); err != nil {
-		t.Fatal(err)
-	}
+	unlock()
 	testkit.WaitFor(t, 20*time.Second, "the relay streams", r.Active)
 	b.pub.waitFor(t, b.write(t, "a")...)
 	if n := interrupted.Load(); n != 0 {
@@ -599,15 +614,7 @@ func TestReconnectDoesNotWalkTheTableAgain(t *testing.T) {
 	r := b.newRelay(t, b.config())
 	runActive(t, r)
 	b.pub.waitFor(t, b.write(t, "a")...)
-	ctx := context.Background()
-	lock, err := b.db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Rollback()
-	if _, err := lock.ExecContext(ctx, `LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
+	b.lockTable(t)
 	b.exec(t, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1`, r.Slot())
 	testkit.WaitFor(t, 10*time.Second, "the relay reconnects", func() bool { return !r.Active() })
 	testkit.WaitFor(t, 5*time.Second, "the relay streams again while the table is locked", r.Active)

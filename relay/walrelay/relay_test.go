@@ -359,23 +359,8 @@ func TestTableLessEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	write := func(w *txoutbox.Writer, commit bool, aggs ...string) []txoutbox.Event {
-		tx, err := b.db.SQL.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback()
-		events := b.events(t, aggs...)
-		if err := w.Write(ctx, tx, events...); err != nil {
-			t.Fatal(err)
-		}
-		if commit {
-			if err := tx.Commit(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return events
+		return b.writeWith(t, w, commit, aggs...)
 	}
 	first := write(wal, true, "k", "k")
 	rolledBack := write(wal, false, "k")
