@@ -71,7 +71,9 @@ type WriterConfig struct {
 	// max_slot_wal_keep_size) or dropped before it confirmed the event,
 	// nothing is left to publish again, `outbox wal takeover` cannot hand
 	// it to the polling relay, and `outbox replay` cannot find it.
-	// Requires wal_level = logical.
+	// Requires wal_level = logical and a WAL relay's slot for the table
+	// (made by the relay's first start): without them Write emits
+	// nothing and returns an error matching ErrNoWALSlot.
 	WALMessages bool
 
 	// Propagator captures the trace context of the ctx passed to Write
@@ -146,21 +148,30 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 // (*sql.DB has ExecContext too); on a pool the events would commit on their
 // own, which defeats the outbox.
 func (w *Writer) Write(ctx context.Context, tx SQLExecer, events ...Event) error {
-	return w.write(ctx, events, func(query string, args []any) error {
-		_, err := tx.ExecContext(ctx, query, args...)
-		return err
+	return w.write(ctx, events, func(query string, args []any) (int64, error) {
+		res, err := tx.ExecContext(ctx, query, args...)
+		if err != nil {
+			return 0, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return -1, nil // the driver does not count rows
+		}
+		return n, nil
 	})
 }
 
 // WritePgx is Write for a pgx transaction (pgx.Tx).
 func (w *Writer) WritePgx(ctx context.Context, tx PgxExecer, events ...Event) error {
-	return w.write(ctx, events, func(query string, args []any) error {
-		_, err := tx.Exec(ctx, query, args...)
-		return err
+	return w.write(ctx, events, func(query string, args []any) (int64, error) {
+		tag, err := tx.Exec(ctx, query, args...)
+		return tag.RowsAffected(), err
 	})
 }
 
-func (w *Writer) write(ctx context.Context, events []Event, exec func(string, []any) error) error {
+// write writes events through exec, which returns the rows the statement
+// returned or changed (-1 when the driver does not say).
+func (w *Writer) write(ctx context.Context, events []Event, exec func(string, []any) (int64, error)) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -195,8 +206,12 @@ func (w *Writer) write(ctx context.Context, events []Event, exec func(string, []
 			if err != nil {
 				return err
 			}
-			if err := exec(outboxsql.WALEmit(len(chunk)), args); err != nil {
+			n, err := exec(outboxsql.WALEmit(len(chunk)), args)
+			if err != nil {
 				return fmt.Errorf("txoutbox: emit %d events for %s: %w", len(chunk), w.names.Table, err)
+			}
+			if n == 0 {
+				return fmt.Errorf("%w: %s", ErrNoWALSlot, w.names.Table)
 			}
 			continue
 		}
@@ -211,7 +226,7 @@ func (w *Writer) write(ctx context.Context, events []Event, exec func(string, []
 		if err != nil {
 			return err
 		}
-		if err := exec(query, args); err != nil {
+		if _, err := exec(query, args); err != nil {
 			return fmt.Errorf("txoutbox: insert %d events into %s: %w", len(chunk), w.names.Table, err)
 		}
 	}

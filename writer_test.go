@@ -269,3 +269,61 @@ func TestWriterDebouncesNotify(t *testing.T) {
 		t.Fatalf("3 writes with NotifyInterval < 0 sent %d notifications, want 3", n)
 	}
 }
+
+// A Writer with WALMessages refuses to emit when no WAL relay's slot
+// streams the table (the events would be decoded by nothing), through
+// database/sql and pgx alike, and emits once a slot does: here one named
+// in a relay's marker on a publication of the table.
+func TestWALMessagesNeedARelaysSlot(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table(), WALMessages: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	write := func() (sqlErr, pgxErr error) {
+		tx, err := db.SQL.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		sqlErr = w.Write(ctx, tx, event("k", 1))
+		conn, err := pgx.Connect(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		ptx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ptx.Rollback(ctx)
+		return sqlErr, w.WritePgx(ctx, ptx, event("k", 1))
+	}
+	if sqlErr, pgxErr := write(); !errors.Is(sqlErr, txoutbox.ErrNoWALSlot) || !errors.Is(pgxErr, txoutbox.ErrNoWALSlot) {
+		t.Fatalf("without a slot: Write %v, WritePgx %v; want ErrNoWALSlot", sqlErr, pgxErr)
+	}
+	slot, pub := "s_"+db.Schema, "p_"+db.Schema
+	for _, q := range []string{
+		`CREATE PUBLICATION ` + pub + ` FOR TABLE ` + db.Table().String() + ` WITH (publish = 'insert')`,
+		`SELECT pg_create_logical_replication_slot('` + slot + `', 'pgoutput')`,
+	} {
+		if _, err := db.SQL.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = db.SQL.Exec(`SELECT pg_drop_replication_slot($1)`, slot)
+		_, _ = db.SQL.Exec(`DROP PUBLICATION IF EXISTS ` + pub)
+	})
+	if sqlErr, pgxErr := write(); !errors.Is(sqlErr, txoutbox.ErrNoWALSlot) || !errors.Is(pgxErr, txoutbox.ErrNoWALSlot) {
+		t.Fatalf("with a slot no relay marked: Write %v, WritePgx %v; want ErrNoWALSlot", sqlErr, pgxErr)
+	}
+	if _, err := db.SQL.ExecContext(ctx, `COMMENT ON PUBLICATION `+pub+` IS 'txoutbox: slot `+slot+` up to 0/1 publication x'`); err != nil {
+		t.Fatal(err)
+	}
+	if sqlErr, pgxErr := write(); sqlErr != nil || pgxErr != nil {
+		t.Fatalf("with the relay's slot: Write %v, WritePgx %v", sqlErr, pgxErr)
+	}
+}

@@ -39,8 +39,9 @@ var (
 
 	// ErrWALStreamed is returned by Retry and Replay while a WAL relay's
 	// slot may be streaming the table: a pgoutput slot named Config.Slot,
-	// or named as a publication that includes the table (the WAL relay's
-	// default pairing). They return rows to
+	// or found through the table: named as a publication that includes it
+	// (the WAL relay's default pairing) or in the marker a WAL relay keeps
+	// on such a publication. They return rows to
 	// pending with an UPDATE, which the stream does not carry: the WAL
 	// relay would never publish those rows, and its cleanup, or outbox wal
 	// takeover, would take them for rows it had published. Hand the outbox
@@ -57,8 +58,9 @@ type Config struct {
 	// Slot is the WAL relay's replication slot, which Status reports when
 	// it exists, and while which Retry and Replay refuse (ErrWALStreamed).
 	// Default: the WAL relay's default slot name for Table
-	// (txoutbox_<schema>_<table>). Set it when the WAL relay's slot is
-	// named otherwise than its publication.
+	// (txoutbox_<schema>_<table>). A WAL relay's slot is found through
+	// the table whatever its name; set it for a slot of another name made
+	// by a relay of a version before the marker.
 	Slot string
 
 	// StaleAfter is how old a relay's heartbeat may be for Status to count

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/relay"
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
 	"github.com/txoutbox/txoutbox/relay/walrelay"
@@ -73,8 +75,8 @@ func (w *walFlags) config(fs *flag.FlagSet, poll relay.Config, databaseURL strin
 	if set["retention"] {
 		cfg.Retention = poll.Retention
 	}
-	if cfg.PingInterval == 0 && cfg.SenderTimeout < 2*walrelay.PingIntervalDefault {
-		cfg.PingInterval = cfg.SenderTimeout / 2
+	if cfg.PingInterval == 0 && cfg.SenderTimeout < 4*walrelay.PingIntervalDefault {
+		cfg.PingInterval = cfg.SenderTimeout / 4
 	}
 	check := cfg
 	check.Publisher = nopPub{} // the real one is built once the flags are known good
@@ -155,3 +157,20 @@ type nopPub struct{}
 
 func (nopPub) Publish(string, ...*message.Message) error { return nil }
 func (nopPub) Close() error                              { return nil }
+
+// refuseWhileWALStreams refuses to start polling relays on a table a WAL
+// relay's slot streams (outboxsql.OpsWALSlots; slot is the default name):
+// the slot would hold WAL for ever, both modes would publish every event,
+// and a WAL relay started again would replay all since.
+func refuseWhileWALStreams(ctx context.Context, db *sql.DB, table, slot string) error {
+	ctx, cancel := context.WithTimeout(ctx, walrelay.StatementTimeoutDefault)
+	defer cancel()
+	var slots string
+	if err := db.QueryRowContext(ctx, outboxsql.OpsWALSlots, table, slot).Scan(&slots); err != nil {
+		return fmt.Errorf("look for WAL relay slots: %w", err)
+	}
+	if slots != "" {
+		return fmt.Errorf("the WAL relay's slot %s streams %s: hand the outbox over with `outbox wal takeover` (stop the WAL relays first) before starting polling relays", slots, table)
+	}
+	return nil
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
@@ -22,10 +23,16 @@ type walSlot struct {
 	LagBytes  int64  `json:"lag_bytes"`
 }
 
-// readWALSlot reads slot (default: the table's) if it exists.
+// readWALSlot reads slot if it exists; by default the slot a WAL relay
+// streams the table from, found through the table (outboxsql.OpsWALSlots),
+// or of the table's default name.
 func readWALSlot(ctx context.Context, db *sql.DB, table txoutbox.Table, slot string) (*walSlot, error) {
 	if slot == "" {
 		slot = outboxsql.WALName(table.Schema, table.Name)
+		var found string
+		if err := db.QueryRowContext(ctx, outboxsql.OpsWALSlots, table.String(), slot).Scan(&found); err == nil && found != "" {
+			slot, _, _ = strings.Cut(found, ", ")
+		}
 	}
 	s := walSlot{Name: slot}
 	var confirmed, plugin, database string

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"flag"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/walrelay"
 )
 
 // `outbox relay --mode wal` streams the outbox, `outbox status` shows its
@@ -114,5 +118,104 @@ func TestRetryAndReplayTakeTheRelaysSlot(t *testing.T) {
 	}
 	if code, out, errOut := e.run(t, "replay", "--since", "1h"); code != 0 {
 		t.Errorf("replay without the slot: exit %d, %q %q", code, out, errOut)
+	}
+}
+
+// A WAL relay whose slot and publication are named otherwise (--slot and
+// --publication) marks its publication with its slot's name: retry and
+// replay find the slot through the table even when the operator omits
+// --slot.
+func TestRetryAndReplayFindTheRelaysSlotThroughTheTable(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	slot, pub := "custom_"+e.db.Schema, "custompub_"+e.db.Schema
+	if _, err := e.db.SQL.Exec(`CREATE PUBLICATION ` + pub + ` FOR TABLE ` + e.db.Table().String() + ` WITH (publish = 'insert')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.SQL.Exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = e.db.SQL.Exec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		_, _ = e.db.SQL.Exec(`DROP PUBLICATION IF EXISTS ` + pub)
+	})
+	if code, _, errOut := e.run(t, "replay", "--since", "1h"); code != 0 {
+		t.Fatalf("replay with no relay's slot: exit %d, %q", code, errOut)
+	}
+	if _, err := e.db.SQL.Exec(`COMMENT ON PUBLICATION ` + pub + ` IS 'txoutbox: slot ` + slot + ` up to 0/1 publication 1/false/2:3//4'`); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := e.run(t, "replay", "--since", "1h"); code == 0 || !strings.Contains(errOut, "run `outbox wal takeover` first") {
+		t.Errorf("replay without --slot: exit %d, %q", code, errOut)
+	}
+	if code, _, errOut := e.run(t, "dead", "retry", "--all"); code == 0 || !strings.Contains(errOut, "run `outbox wal takeover` first") {
+		t.Errorf("dead retry without --slot: exit %d, %q", code, errOut)
+	}
+}
+
+// --sender-timeout under 4s brings the ping interval down to a quarter of
+// it, which the WAL relay requires.
+func TestWALSenderTimeoutSetsThePingInterval(t *testing.T) {
+	t.Parallel()
+	for _, st := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 10 * time.Second} {
+		var w walFlags
+		fs := flag.NewFlagSet("relay", flag.ContinueOnError)
+		w.register(fs)
+		if err := fs.Parse([]string{"--sender-timeout", st.String()}); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := w.config(fs, relay.Config{}, "postgres://x/y")
+		if err != nil {
+			t.Errorf("--sender-timeout %s: %v", st, err)
+			continue
+		}
+		if ping := cmp.Or(cfg.PingInterval, walrelay.PingIntervalDefault); ping*4 > st {
+			t.Errorf("--sender-timeout %s: ping interval %s", st, ping)
+		}
+	}
+}
+
+// A polling relay does not start on a table a WAL relay's slot streams:
+// the outbox is handed over with `outbox wal takeover` first.
+func TestPollingRelayRefusesATableTheWALRelayStreams(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	slot := outboxsql.WALName(e.db.Schema, "")
+	if _, err := e.db.SQL.Exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = e.db.SQL.Exec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var stdout, stderr strings.Builder
+	code := run(ctx, append([]string{"relay", "--dev-broker"}, e.flags...), &stdout, &stderr)
+	if code == 0 || !strings.Contains(stderr.String(), "outbox wal takeover") {
+		t.Fatalf("relay: exit %d, stderr %q; want a refusal naming the takeover", code, stderr.String())
+	}
+}
+
+// `outbox status` finds the WAL relay's slot through the table, whatever
+// its name: here one named in a relay's marker on a publication of it.
+func TestStatusFindsTheRelaysSlotThroughTheTable(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	slot, pub := "stat_"+e.db.Schema, "statpub_"+e.db.Schema
+	for _, q := range []string{
+		`CREATE PUBLICATION ` + pub + ` FOR TABLE ` + e.db.Table().String() + ` WITH (publish = 'insert')`,
+		`COMMENT ON PUBLICATION ` + pub + ` IS 'txoutbox: slot ` + slot + ` up to 0/1 publication x'`,
+		`SELECT pg_create_logical_replication_slot('` + slot + `', 'pgoutput')`,
+	} {
+		if _, err := e.db.SQL.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = e.db.SQL.Exec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		_, _ = e.db.SQL.Exec(`DROP PUBLICATION IF EXISTS ` + pub)
+	})
+	if code, out, errOut := e.run(t, "status"); code != 0 || !strings.Contains(out, "wal slot "+slot+":") {
+		t.Fatalf("status: exit %d, %q %q; want the slot %s", code, out, errOut, slot)
 	}
 }

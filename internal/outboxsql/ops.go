@@ -134,8 +134,11 @@ const walGateKey = `hashtext('txoutbox.wal.gate'), ($1::regclass::oid::bigint - 
 // OpsWALSlots names the WAL relay slots that may be streaming the outbox
 // table $1 (its quoted name), "" for none: a pgoutput slot of this
 // database named $2 (the operator's setting, by default the WAL relay's
-// default slot name), or named as a publication that includes the table
-// (a WAL relay names its slot and publication alike by default). Rows an
+// default slot name), or found through the table's OID: named as a
+// publication that includes the table (a WAL relay names its slot and
+// publication alike by default), or named in the marker a WAL relay keeps
+// in the comment of its publication (walrelay's marker), whatever the
+// names, so an operator who omits --slot is still refused. Rows an
 // operator returns to pending are changed by an UPDATE, which the WAL
 // relay's publication does not carry: the relay would never publish them,
 // and its cleanup (or outbox wal takeover) would take them for rows it
@@ -145,9 +148,22 @@ const walGateKey = `hashtext('txoutbox.wal.gate'), ($1::regclass::oid::bigint - 
 const OpsWALSlots = `SELECT coalesce(string_agg(s.slot_name, ', ' ORDER BY s.slot_name), '')
 FROM pg_replication_slots s
 WHERE s.slot_type = 'logical' AND s.plugin = 'pgoutput' AND s.database = current_database()
-  AND (s.slot_name = $2 OR EXISTS (
-      SELECT 1 FROM pg_publication p, LATERAL pg_get_publication_tables(p.pubname::text) t
-      WHERE p.pubname = s.slot_name AND t.relid = $1::regclass))`
+  AND (s.slot_name = $2 OR ` + walRelayStreamsPrefix + `$1::regclass` + walRelayStreamsSuffix + `)`
+
+// walRelayStreams is true when pgoutput slot s of the current database is
+// a WAL relay's for table (an expression of its oid): the slot is named as
+// a publication that carries the table, or in the marker a WAL relay keeps
+// in such a publication's comment.
+func walRelayStreams(table string) string {
+	return walRelayStreamsPrefix + table + walRelayStreamsSuffix
+}
+
+const (
+	walRelayStreamsPrefix = `EXISTS (SELECT 1 FROM pg_publication p, LATERAL pg_get_publication_tables(p.pubname::text) t
+      WHERE t.relid = `
+	walRelayStreamsSuffix = ` AND (p.pubname = s.slot_name
+        OR substring(obj_description(p.oid, 'pg_publication') FROM '^txoutbox: (?:initialising )?slot (\S+)') = s.slot_name))`
+)
 
 // OpsTimeouts runs first in every operator transaction: a statement or a
 // lock wait longer than $1 fails instead of stalling the operator, and a

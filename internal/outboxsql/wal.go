@@ -50,11 +50,16 @@ const WALMessagePrefix = `SELECT 'txoutbox:' || $1::regclass::oid::text`
 // WALEmit records rows table-less events: $1 is the table (see
 // WALMessagePrefix), $2... the encoded events, emitted left to right as
 // transactional messages, so they commit or roll back with the caller's
-// transaction. Plain bytea parameters work with any driver.
+// transaction. Plain bytea parameters work with any driver. It emits
+// nothing and returns no row unless wal_level is logical and a WAL
+// relay's slot streams the table (walRelayStreams): an event no slot
+// decodes would be written nowhere.
 func WALEmit(rows int) string {
 	var b strings.Builder
-	b.Grow(96 + rows*56)
-	b.WriteString("WITH p AS (SELECT 'txoutbox:' || $1::regclass::oid::text AS prefix) SELECT ")
+	b.Grow(512 + rows*56)
+	b.WriteString(`WITH p AS (SELECT 'txoutbox:' || $1::regclass::oid::text AS prefix
+    WHERE current_setting('wal_level') = 'logical' AND EXISTS (SELECT 1 FROM pg_replication_slots s
+      WHERE s.slot_type = 'logical' AND s.plugin = 'pgoutput' AND s.database = current_database() AND ` + walRelayStreams("$1::regclass") + `)) SELECT `)
 	for i := range rows {
 		if i > 0 {
 			b.WriteByte(',')
@@ -148,9 +153,11 @@ const WALSlotUngate = `SELECT pg_advisory_unlock(` + walGateKey + `)`
 // its decoder expects them when it reads the table (the stream names them).
 const WALColumns = "id, event_id, topic, aggregate_type, aggregate_id, event_type, content_type, payload, headers, created_at"
 
-// WALBacklog lists the unpublished rows in id order: run under the slot's
-// exported snapshot, exactly the rows committed before the slot existed.
-const WALBacklog = `SELECT ` + WALColumns + ` FROM {{table}} WHERE state IN ('pending', 'claimed') ORDER BY id`
+// WALBacklog lists up to $2 unpublished rows with ids above $1, in id
+// order, on the claim index: one page of the rows a relay publishes when it
+// creates a slot (under the slot's exported snapshot, exactly the rows
+// committed before the slot existed) or takes over one it did not make.
+const WALBacklog = `SELECT ` + WALColumns + ` FROM {{table}} WHERE state IN ('pending', 'claimed') AND id > $1 ORDER BY id LIMIT $2`
 
 // WALMarkPublished marks rows $1 published, in one statement, after the
 // broker acknowledged them: the rows of the backlog the relay published
@@ -253,3 +260,51 @@ const WALSettledMax = `SELECT greatest(0,
 // rather read the whole table than walk the primary key down.
 const WALSettledMaxSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
        set_config('enable_bitmapscan', 'off', true)`
+
+// WALPublicationCheck reads what the WAL relay needs to know of
+// publication $1 for table $2 (its quoted name), with $3 the columns it
+// reads: whether it publishes inserts, whether it carries the table, its
+// row filter ("" for none), the columns of $3 it does not publish, and a
+// fingerprint of the catalog rows that decide what it streams of the
+// table (the publication's, the table's membership, the table's columns:
+// a column dropped and added back has a new number), so
+// a change in between two checks is seen even when the second one finds
+// the publication right again. COMMENT ON PUBLICATION (the relay's marker)
+// writes pg_description and leaves the fingerprint alone. No row: the
+// publication does not exist. columnLists is false before PostgreSQL 15,
+// which has neither row filters nor column lists.
+func WALPublicationCheck(columnLists bool) string {
+	attnames, rowfilter, schemas := `(SELECT array_agg(a.attname::text) FROM pg_attribute a WHERE a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped)`, `NULL::text`, `''`
+	if columnLists {
+		attnames, rowfilter = `pt.attnames::text[]`, `pt.rowfilter`
+		schemas = `coalesce((SELECT string_agg(pn.oid::text || ':' || pn.xmin::text, ',') FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid), '')`
+	}
+	return `WITH t AS (SELECT c.oid, c.relname, n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $2::regclass)
+SELECT p.pubinsert, pt.pubname IS NOT NULL, coalesce(` + rowfilter + `, ''),
+       coalesce((SELECT string_agg(col, ', ') FROM unnest($3::text[]) col WHERE pt.pubname IS NOT NULL AND NOT col = ANY(coalesce(` + attnames + `, '{}'))), ''),
+       p.xmin::text || '/' || p.puballtables::text || '/' ||
+       coalesce((SELECT string_agg(pr.oid::text || ':' || pr.xmin::text, ',') FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = t.oid), '') || '/' ||
+       ` + schemas + ` || '/' || (SELECT md5(string_agg(a.attnum || ':' || a.attname || ':' || a.atttypid, ',' ORDER BY a.attnum))
+           FROM pg_attribute a WHERE a.attrelid = t.oid AND a.attnum > 0)
+FROM pg_publication p CROSS JOIN t
+LEFT JOIN pg_publication_tables pt ON pt.pubname = p.pubname AND pt.schemaname = t.nspname AND pt.tablename = t.relname
+WHERE p.pubname = $1`
+}
+
+// WALCeiling is the WAL insert position while replication slot $1 is
+// streamed by the walsender of process $2, and no row otherwise: the
+// relay's next ceiling (see walrelay's owner marker). Read before the
+// marker is written, in the same transaction, it is below the position of
+// any slot created after another process took the slot over.
+const WALCeiling = `SELECT pg_current_wal_insert_lsn()::text FROM pg_replication_slots WHERE slot_name = $1 AND active_pid = $2`
+
+// WALTableSchema returns the schema of table $1 (its quoted name, found
+// on the search_path when unqualified), and whether publication $2 exists
+// and carries it.
+const WALTableSchema = `SELECT n.nspname, EXISTS (SELECT 1 FROM pg_publication p, LATERAL pg_get_publication_tables(p.pubname::text) t
+    WHERE p.pubname = $2 AND t.relid = c.oid)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass`
+
+// WALPollingRelays counts the polling relays of the table that heartbeat
+// within the last $1 seconds.
+const WALPollingRelays = `SELECT count(*) FROM {{relays}} WHERE heartbeat_at > now() - make_interval(secs => $1::float8)`

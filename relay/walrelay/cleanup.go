@@ -2,6 +2,7 @@ package walrelay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -31,13 +32,23 @@ import (
 // transaction at or above X that commits after L: step 3 leaves rows whose
 // xmin is not below X to a later round.
 //
+// Before it starts a round and again right before it removes rows, it
+// checks the publication (Relay.checkPublication) and that its
+// fingerprint is the one the session started with: what the slot has
+// confirmed proves the rows published only if the publication carried
+// every insert all along. When it finds otherwise it removes nothing,
+// clears the relay's marker (so the next relay republishes the table's
+// unpublished rows) and ends the session through failed.
+//
 // A round takes two CleanupIntervals when nothing holds a transaction
 // open; a long transaction anywhere on the server delays it, never makes
 // it wrong. Rows the slot has not confirmed stay, so the polling relay can
 // take over from the table (`outbox wal takeover`).
 type cleanup struct {
-	r    *Relay
-	pool *pgxpool.Pool
+	r      *Relay
+	pool   *pgxpool.Pool
+	srv    ServerFacts
+	failed chan error // the publication changed: the session must end
 
 	started bool   // a round is in progress
 	maxID   int64  // H
@@ -45,7 +56,9 @@ type cleanup struct {
 	lsn     uint64 // L, 0 until step 2 passed
 }
 
-func newCleanup(r *Relay, pool *pgxpool.Pool) *cleanup { return &cleanup{r: r, pool: pool} }
+func newCleanup(r *Relay, pool *pgxpool.Pool, srv ServerFacts) *cleanup {
+	return &cleanup{r: r, pool: pool, srv: srv, failed: make(chan error, 1)}
+}
 
 func (c *cleanup) run(ctx context.Context) {
 	t := time.NewTicker(c.r.cfg.CleanupInterval)
@@ -55,7 +68,16 @@ func (c *cleanup) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := c.step(ctx); err != nil && ctx.Err() == nil {
+			err := c.step(ctx)
+			var changed *publicationChanged
+			switch {
+			case err == nil, ctx.Err() != nil:
+			case errors.Is(err, ErrPublication), errors.As(err, &changed):
+				c.r.log.Error("the publication changed: removing nothing, stopping the stream", "err", err)
+				c.r.disown(ctx, c.pool)
+				c.failed <- err
+				return
+			default:
 				c.r.log.Warn("cleanup failed; trying again", "err", err)
 				c.started = false
 			}
@@ -68,6 +90,9 @@ func (c *cleanup) step(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
 	defer cancel()
 	if !c.started {
+		if err := c.checkPublication(ctx); err != nil {
+			return err
+		}
 		if err := c.pool.QueryRow(sctx, c.r.names.Render(outboxsql.WALHorizon)).Scan(&c.maxID, &c.xmax); err != nil {
 			return fmt.Errorf("start a cleanup round: %w", err)
 		}
@@ -93,6 +118,9 @@ func (c *cleanup) step(ctx context.Context) error {
 	}
 	if c.r.confirmed.Load() < c.lsn {
 		return nil
+	}
+	if err := c.checkPublication(ctx); err != nil {
+		return err
 	}
 	if _, err := c.remove(ctx, c.maxID, c.xmax); err != nil {
 		return err
@@ -136,6 +164,9 @@ func (c *cleanup) remove(ctx context.Context, maxID, xmax int64) (int64, error) 
 			return total, fmt.Errorf("cleanup: remove confirmed rows: %w", err)
 		}
 		total += n
+		if c.r.cfg.Retention != 0 && n > 0 {
+			c.r.noteSettled(after) // marked published
+		}
 		if n < int64(c.r.cfg.CleanupBatch) {
 			return total, nil
 		}
@@ -157,4 +188,26 @@ func (c *cleanup) prune(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// publicationChanged: the publication is right, but not the one the
+// session started with.
+type publicationChanged struct{ was, now string }
+
+func (e *publicationChanged) Error() string {
+	return fmt.Sprintf("the publication changed while the relay streamed (fingerprint %s, now %s): rows written meanwhile may not have been streamed; "+
+		"the next session republishes the table's unpublished rows", e.was, e.now)
+}
+
+// checkPublication runs Relay.checkPublication and compares the
+// fingerprint with the session's.
+func (c *cleanup) checkPublication(ctx context.Context) error {
+	fp, err := c.r.checkPublication(ctx, c.pool, c.srv)
+	if err != nil {
+		return err
+	}
+	if fp != c.r.fingerprint {
+		return &publicationChanged{was: c.r.fingerprint, now: fp}
+	}
+	return nil
 }

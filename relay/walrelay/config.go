@@ -104,7 +104,7 @@ type Config struct {
 	FlushInterval time.Duration
 
 	// PingInterval is how often the relay asks the server for a reply,
-	// to notice a dead connection. Default 1s.
+	// to notice a dead connection; at most SenderTimeout/4. Default 1s.
 	PingInterval time.Duration
 
 	// SenderTimeout is the server's wal_sender_timeout for the relay's
@@ -160,13 +160,16 @@ type Config struct {
 }
 
 // PublicationDefault is the default publication name of table:
-// "txoutbox_<schema>_<name>" in lower case.
+// "txoutbox_<schema>_<name>" in lower case. For a table given without its
+// schema Run uses the schema the search_path finds the table in, unless a
+// publication "txoutbox_<name>" carrying the table exists (made by a
+// relay before names were keyed by schema).
 func PublicationDefault(table txoutbox.Table) string {
 	return outboxsql.WALName(table.Schema, table.Name)
 }
 
 // SlotDefault is the default replication slot name of table, the same as
-// PublicationDefault.
+// PublicationDefault (and keyed by the schema in the same way).
 func SlotDefault(table txoutbox.Table) string {
 	return outboxsql.WALName(table.Schema, table.Name)
 }
@@ -259,8 +262,10 @@ func (c *Config) validate() error {
 	if c.SenderTimeout < time.Second {
 		return bad("SenderTimeout (%s) is under 1s", c.SenderTimeout)
 	}
-	if c.PingInterval*2 > c.SenderTimeout {
-		return bad("PingInterval (%s) must be at most half of SenderTimeout (%s), or a live relay loses its slot", c.PingInterval, c.SenderTimeout)
+	if c.PingInterval*4 > c.SenderTimeout {
+		// The relay gives the slot up after SenderTimeout/2 of silence: a
+		// ping every quarter of it leaves room for one reply to be late.
+		return bad("PingInterval (%s) must be at most a quarter of SenderTimeout (%s), or a live relay loses its slot", c.PingInterval, c.SenderTimeout)
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 type event struct {
 	row int64
 	e   txoutbox.Event
+	bad *rowError // a row that cannot be decoded: the lanes mark it dead
 }
 
 // decoder turns pgoutput messages into events. It keeps the relations the

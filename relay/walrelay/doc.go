@@ -19,13 +19,30 @@
 // keepalive never moves it while anything is in flight. After a crash of
 // the relay the next one resumes from the confirmed position: it publishes
 // again at most MaxInFlight events, plus the rest of the largest
-// transaction in flight and the events settled in the last FlushInterval.
+// transaction in flight, the events settled in the last FlushInterval and
+// those past the slot's ceiling (below). A transaction's events go to the
+// lanes as they arrive, held to MaxInFlight; the slot is confirmed at its
+// commit.
 // After a crash of PostgreSQL the slot resumes from the position last
 // written to disk (at a checkpoint, or when the slot's restart point
 // moves); the relay skips the rows the table holds as published or dead,
 // so with a Retention the bound grows only by the cleanup's lag, while
 // with Retention 0 (rows deleted) and for table-less events everything
 // confirmed since that position goes out again.
+//
+// # What the relay deletes by
+//
+// The cleanup takes what the slot confirmed for published. That holds
+// only for a slot this relay's streaming moved, through a publication that
+// carried every insert of the table all along, so the relay checks the
+// publication at start and before every cleanup round (ErrPublication,
+// with the fix) and keeps a marker in the publication's comment: the slot
+// it made, a ceiling it never confirms the slot past (raised while its
+// walsender holds the slot, so a slot made again starts above it) and a
+// fingerprint of the publication. On a slot without its marker, or after
+// the publication changed, it publishes the table's unpublished rows
+// before it streams, instead of deleting them. It makes or takes over no
+// slot while polling relays heartbeat on the table (ErrPollingRelays).
 //
 // # Cleanup and takeover
 //
@@ -43,7 +60,8 @@
 // as a standby, trying again every StandbyRetry. A relay that dies closes
 // its connection and a standby takes over within StandbyRetry; one cut off
 // from the server gives the slot up after SenderTimeout/2, and the server
-// frees it after SenderTimeout.
+// frees it after SenderTimeout. A relay that stops ends its publishes
+// before it lets the slot go.
 //
 // # Table-less events
 //
@@ -51,4 +69,6 @@
 // pg_logical_emit_message instead of a row; this relay publishes them
 // among the rows, in commit order. They exist only in the WAL: if the slot
 // is lost or dropped before it confirmed them, nothing is left to publish.
+// The writer refuses them (txoutbox.ErrNoWALSlot) unless wal_level is
+// logical and a WAL relay's slot streams the table.
 package walrelay

@@ -2,6 +2,7 @@ package walrelay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -167,7 +168,22 @@ queue:
 // ctx ended first.
 func (ls *lanes) deliver(ctx context.Context, bp relay.BatchPublisher, batch []work) bool {
 	cfg := &ls.r.cfg
-	pending := batch // rewritten in place: the caller clears it after
+	pending := batch[:0] // rewritten in place: the caller clears it after
+	for _, w := range batch {
+		if w.ev.bad == nil {
+			pending = append(pending, w)
+			continue
+		}
+		if !ls.dead(ctx, w.ev, 0, w.ev.bad) {
+			return false
+		}
+		if w.tx.pending.Add(-1) == 0 {
+			ls.signal()
+		}
+	}
+	if len(pending) == 0 {
+		return true
+	}
 	for attempt := 1; ; attempt++ {
 		errs := ls.send(ctx, bp, pending)
 		failed := pending[:0]
@@ -268,10 +284,11 @@ func (ls *lanes) publish(ctx context.Context, ev *event) error {
 	return nil
 }
 
-// dead records that the broker refused ev for good: its row is marked dead
-// (retried until the database takes it, as the slot must not pass an
-// event that is neither published nor recorded); a table-less event is
-// logged and dropped.
+// dead records that the broker refused ev for good, or that its row
+// cannot be decoded (ev.bad): its row is marked dead (retried until the
+// database takes it, as the slot must not pass an event that is neither
+// published nor recorded, unless the row is gone from the table); a
+// table-less event is logged and dropped.
 func (ls *lanes) dead(ctx context.Context, ev *event, attempts int, cause error) bool {
 	ls.r.met.dead.Add(ctx, 1)
 	if ev.row == 0 {
@@ -279,10 +296,18 @@ func (ls *lanes) dead(ctx context.Context, ev *event, attempts int, cause error)
 			"aggregate_id", ev.e.AggregateID, "attempts", attempts, "err", cause)
 		return true
 	}
+	reason, what := cause.Error(), "event is dead: the broker refused it"
+	if ev.bad != nil {
+		reason, what = "cannot decode: "+ev.bad.err.Error(), "event is dead: its row cannot be decoded"
+	}
 	for try := 1; ; try++ {
-		err := ls.r.markDead(ctx, ls.pool, ev.row, attempts, cause.Error())
+		err := ls.r.markDead(ctx, ls.pool, ev.row, attempts, reason)
+		if errors.Is(err, errRowGone) {
+			ls.r.log.Error("event dropped: the broker refused it, and its row is gone from the table", "event_id", ev.e.ID, "row", ev.row, "topic", ev.e.Topic, "err", cause)
+			return true
+		}
 		if err == nil {
-			ls.r.log.Error("event is dead: the broker refused it", "event_id", ev.e.ID, "row", ev.row, "topic", ev.e.Topic, "attempts", attempts, "err", cause)
+			ls.r.log.Error(what, "event_id", ev.e.ID, "row", ev.row, "topic", ev.e.Topic, "attempts", attempts, "err", cause)
 			return true
 		}
 		ls.r.log.Warn("mark event dead failed; retrying", "row", ev.row, "err", err)

@@ -35,6 +35,12 @@ var (
 	// still holds.
 	ErrSlotLost = errors.New("walrelay: replication slot lost")
 
+	// ErrPollingRelays is returned when polling relays are running on the
+	// table while the relay would create a slot or take one over: both
+	// modes would publish every event. Stop the polling relays first (a
+	// WAL relay forgotten after `outbox wal takeover` stops with it).
+	ErrPollingRelays = errors.New("walrelay: polling relays are running on the outbox table")
+
 	// errSlotBusy: another relay streams from the slot, or initialises it.
 	errSlotBusy = errors.New("replication slot is held by another relay")
 )
@@ -57,10 +63,33 @@ type Relay struct {
 	// the server at the next flush), for the cleanup.
 	confirmed atomic.Uint64
 	active    atomic.Bool
+
+	// ceiling is the position the slot may be confirmed up to (see
+	// marker), fingerprint the publication's when the session took the
+	// slot; both set before a session streams.
+	ceiling     atomic.Uint64
+	fingerprint string
+
+	// inflight is the number of events read from the slot and not yet
+	// confirmed.
+	inflight atomic.Int64
+
+	// settledHigh is the highest id of a row the table holds as published
+	// or dead, as far as this Run knows, -1 until a session read it: later
+	// sessions of the Run raise it by the rows the relay settles rather
+	// than walking the table again (see resume).
+	settledHigh atomic.Int64
+
+	// defaultPub and defaultSlot: the names were left to their defaults,
+	// which Run keys by the table's schema (see resolveNames). slotName
+	// and pubName are the names for Slot and Publication.
+	defaultPub, defaultSlot bool
+	slotName, pubName       atomic.Pointer[string]
 }
 
 // New validates cfg and returns a relay. It does not connect: Run does.
 func New(cfg Config) (*Relay, error) {
+	defaultPub, defaultSlot := cfg.Publication == "", cfg.Slot == ""
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -69,18 +98,23 @@ func New(cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	r := &Relay{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), names: names}
+	r := &Relay{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), names: names, defaultPub: defaultPub, defaultSlot: defaultSlot}
+	r.settledHigh.Store(-1)
+	r.slotName.Store(&r.cfg.Slot)
+	r.pubName.Store(&r.cfg.Publication)
 	if r.met, err = newMetrics(cfg.MeterProvider, r); err != nil {
 		return nil, fmt.Errorf("walrelay: metrics: %w", err)
 	}
 	return r, nil
 }
 
-// Slot is the replication slot the relay streams from.
-func (r *Relay) Slot() string { return r.cfg.Slot }
+// Slot is the replication slot the relay streams from: once Run has
+// started, with a default name keyed by the table's schema (see
+// SlotDefault).
+func (r *Relay) Slot() string { return *r.slotName.Load() }
 
-// Publication is the publication the slot decodes.
-func (r *Relay) Publication() string { return r.cfg.Publication }
+// Publication is the publication the slot decodes, as Slot.
+func (r *Relay) Publication() string { return *r.pubName.Load() }
 
 // Running reports whether Run is running.
 func (r *Relay) Running() bool { return r.running.Load() }
@@ -97,17 +131,21 @@ func (r *Relay) Active() bool { return r.active.Load() }
 // The first relay to create the slot publishes the rows the table held
 // before the slot existed (under the slot's exported snapshot) before it
 // streams: switching from the polling relay loses nothing. Stop the
-// polling relays first.
+// polling relays first: a relay sets no slot up beside them. On a slot it
+// did not make it publishes the table's unpublished rows first (see the
+// package doc).
 //
 // One relay streams from a slot at a time: others wait and try again every
 // StandbyRetry. Connection failures are retried. Run returns an error only
-// for what retrying cannot fix: ErrUnsupported, ErrSlotLost, a table or
-// publication it cannot create.
+// for what retrying cannot fix: ErrUnsupported, ErrSlotLost,
+// ErrPublication, ErrPollingRelays, a table or publication it cannot
+// create.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
 	defer r.running.Store(false)
+	r.settledHigh.Store(-1)
 	pool, err := r.openPool(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -117,6 +155,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	defer pool.Close()
 	srv, err := r.checkServer(ctx, pool)
+	if err == nil {
+		err = r.resolveNames(ctx, pool)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -141,7 +182,8 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		}
 		switch {
-		case errors.Is(err, ErrSlotLost), errors.Is(err, ErrUnsupported), errors.Is(err, errPermanent):
+		case errors.Is(err, ErrSlotLost), errors.Is(err, ErrUnsupported), errors.Is(err, ErrPublication), errors.Is(err, ErrPollingRelays),
+			errors.Is(err, errPermanent):
 			r.log.Error("WAL relay stopped", "err", err)
 			return err
 		case errors.Is(err, errSlotBusy):
@@ -163,6 +205,41 @@ func (r *Relay) Run(ctx context.Context) error {
 			delay = min(2*delay, 10*time.Second)
 		}
 	}
+}
+
+// resolveNames keys the default names of a table named without its schema
+// by the schema the search_path finds it in, so relays of two schemas'
+// tables of one name do not share a slot: "txoutbox_<schema>_<name>". A
+// publication of the old default name ("txoutbox_<name>") that carries
+// the table is a relay's from before, and its names stay.
+func (r *Relay) resolveNames(ctx context.Context, q pgxQuerier) error {
+	if r.cfg.Table.Schema != "" || !r.defaultPub && !r.defaultSlot {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
+	var (
+		schema string
+		legacy bool
+	)
+	old := outboxsql.WALName("", r.cfg.Table.Name)
+	if err := q.QueryRow(ctx, outboxsql.WALTableSchema, r.names.Table, old).Scan(&schema, &legacy); err != nil {
+		return fmt.Errorf("walrelay: resolve the table %s: %w", r.names.Table, err)
+	}
+	if legacy {
+		return nil
+	}
+	keyed := outboxsql.WALName(schema, r.cfg.Table.Name)
+	if r.defaultPub {
+		r.cfg.Publication = keyed
+		r.pubName.Store(&keyed)
+	}
+	if r.defaultSlot {
+		r.cfg.Slot = keyed
+		r.slotName.Store(&keyed)
+		r.log = r.cfg.Logger.With("slot", keyed)
+	}
+	return nil
 }
 
 // errPermanent marks errors retrying does not fix.

@@ -339,6 +339,8 @@ func TestConfigValidate(t *testing.T) {
 		"no publisher": {ConnString: "postgres://localhost/db"},
 		"slot case":    {ConnString: "postgres://localhost/db", Publisher: newRecorder(), Slot: "Bad"},
 		"ping":         {ConnString: "postgres://localhost/db", Publisher: newRecorder(), PingInterval: 6 * time.Second},
+		// Half of SenderTimeout: one late reply and a live relay gives the slot up.
+		"ping half": {ConnString: "postgres://localhost/db", Publisher: newRecorder(), PingInterval: 5 * time.Second},
 	} {
 		if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
@@ -357,23 +359,8 @@ func TestTableLessEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	write := func(w *txoutbox.Writer, commit bool, aggs ...string) []txoutbox.Event {
-		tx, err := b.db.SQL.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback()
-		events := b.events(t, aggs...)
-		if err := w.Write(ctx, tx, events...); err != nil {
-			t.Fatal(err)
-		}
-		if commit {
-			if err := tx.Commit(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return events
+		return b.writeWith(t, w, commit, aggs...)
 	}
 	first := write(wal, true, "k", "k")
 	rolledBack := write(wal, false, "k")
@@ -427,7 +414,7 @@ func TestResumeSkipsRowsPublishedBefore(t *testing.T) {
 		tx.events = append(tx.events, event{row: int64(i + 1), e: e})
 	}
 	tx.events = append(tx.events, event{e: events[0]}) // table-less: kept
-	if err := r.skipSettled(ctx, pool, tx, resume{until: tx.end, settledMax: 4}); err != nil {
+	if err := r.skipSettled(ctx, pool, tx, tx.end, resume{until: tx.end, settledMax: 4}); err != nil {
 		t.Fatal(err)
 	}
 	var kept []int64
@@ -551,23 +538,7 @@ func TestTableLessEventsOfTheSameTableNamedOtherwise(t *testing.T) {
 	cfg.Table = txoutbox.Table{} // "outbox" on the search_path: the test's schema
 	cfg.Slot, cfg.Publication = SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
 	runActive(t, b.newRelay(t, cfg))
-	wal, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: b.db.Table(), WALMessages: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	tx, err := b.db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	tableLess := b.events(t, "k")
-	if err := wal.Write(ctx, tx, tableLess...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	tableLess := b.writeTableLess(t, "k")
 	row := b.write(t, "k")
 	b.pub.waitFor(t, row...)
 	time.Sleep(500 * time.Millisecond)

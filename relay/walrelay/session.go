@@ -73,8 +73,8 @@ func (r *Relay) usable(s slotState) error {
 	return nil
 }
 
-// marker returns the publication's initialisation marker ("" when none),
-// and whether the publication exists.
+// marker returns the publication's comment, the relay's marker ("" when
+// none), and whether the publication exists.
 func (r *Relay) marker(ctx context.Context, q pgxQuerier) (string, bool, error) {
 	var m string
 	err := q.QueryRow(ctx, outboxsql.WALPublication, r.cfg.Publication).Scan(&m)
@@ -86,10 +86,6 @@ func (r *Relay) marker(ctx context.Context, q pgxQuerier) (string, bool, error) 
 	}
 	return m, true, nil
 }
-
-// initMarker is the publication comment that says the slot is being
-// created and the table's earlier rows are not all published yet.
-func (r *Relay) initMarker() string { return "txoutbox: initialising slot " + r.cfg.Slot }
 
 // ensurePublication creates the publication if it does not exist, on
 // PostgreSQL 15 and later with a column list (see
@@ -113,11 +109,9 @@ func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv S
 	return fmt.Errorf("create publication %s: %w", r.cfg.Publication, err)
 }
 
-// session runs one attempt: set up, take the slot, stream.
+// session runs one attempt: check the publication, take the slot over
+// if the relay does not own it (see marker), stream.
 func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts) error {
-	if err := r.ensurePublication(ctx, pool, srv); err != nil {
-		return err
-	}
 	st, err := r.slotState(ctx, pool)
 	if err != nil {
 		return err
@@ -129,8 +123,27 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts
 		if st.active {
 			return errSlotBusy
 		}
+		if _, ok, err := r.marker(ctx, pool); err != nil {
+			return err
+		} else if !ok {
+			return r.publicationGone()
+		}
 	}
-	mark, _, err := r.marker(ctx, pool)
+	if err := r.ensurePublication(ctx, pool, srv); err != nil {
+		return err
+	}
+	fp, err := r.checkPublication(ctx, pool, srv)
+	if err != nil {
+		if errors.Is(err, ErrPublication) {
+			r.disown(ctx, pool)
+		}
+		return err
+	}
+	mark, _, err := r.readMarker(ctx, pool)
+	if err != nil {
+		return err
+	}
+	prefix, err := r.messagePrefix(ctx, pool)
 	if err != nil {
 		return err
 	}
@@ -142,17 +155,26 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts
 	if err != nil {
 		return fmt.Errorf("open replication connection: %w", err)
 	}
-	ls := newLanes(context.WithoutCancel(ctx), r, pool)
-	defer ls.stop()
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		_ = repl.Close(cctx)
 	}()
-	if !st.exists || mark != "" {
-		if err := r.initialise(ctx, pool, repl, ls); err != nil {
+	// Deferred after the close, so it runs first: the lanes end their
+	// publishes while the relay still holds the slot, and no standby
+	// streams the same events meanwhile.
+	ls := newLanes(context.WithoutCancel(ctx), r, pool)
+	defer ls.stop()
+	if !r.owns(mark, st, fp) {
+		if err := r.initialise(ctx, pool, repl, ls, fp); err != nil {
 			return err
 		}
+	}
+	// After the setup, whose rows it marked published the stream skips,
+	// and before the stream starts: the server waits for no answer yet.
+	rs, err := r.resumeFrom(ctx, pool)
+	if err != nil {
+		return err
 	}
 	err = pglogrepl.StartReplication(ctx, repl, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
@@ -168,14 +190,12 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts
 	case err != nil:
 		return fmt.Errorf("start replication from slot %s: %w", r.cfg.Slot, err)
 	}
-	// Holding the slot now, make sure no relay is initialising it: one
-	// that created it publishes the table's earlier rows before anything
-	// streamed, or they would go out after later events.
-	if mark, _, err = r.marker(ctx, pool); err != nil {
+	// Holding the slot now, make sure no relay is initialising it and the
+	// slot is still the one the relay owns: one that created it publishes
+	// the table's earlier rows before anything streamed, or they would go
+	// out after later events.
+	if mark, _, err = r.readMarker(ctx, pool); err != nil {
 		return err
-	}
-	if mark != "" {
-		return errSlotBusy
 	}
 	if st, err = r.slotState(ctx, pool); err != nil {
 		return err
@@ -186,15 +206,24 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts
 	if err := r.usable(st); err != nil {
 		return err
 	}
-	rs, err := r.resumeFrom(ctx, pool)
-	if err != nil {
-		return err
+	if !r.owns(mark, st, fp) {
+		return errSlotBusy
 	}
+	r.fingerprint = fp
+	r.ceiling.Store(mark.ceiling)
 	r.met.sample(st)
 	r.active.Store(true)
 	defer r.active.Store(false)
 	r.log.Info("streaming", "publication", r.cfg.Publication, "from", pglogrepl.LSN(st.confirmed))
-	return r.stream(ctx, pool, repl, ls, st.confirmed, rs)
+	return r.stream(ctx, pool, srv, repl, ls, st.confirmed, rs, prefix)
+}
+
+// publicationGone is the error of a slot whose publication was dropped.
+func (r *Relay) publicationGone() error {
+	return fmt.Errorf("%w: publication %s was dropped while slot %s exists: PostgreSQL decodes the slot's WAL with the publication as it was "+
+		"at each change, so the slot cannot stream any more. Run `outbox wal takeover --force` (it drops the slot; every unpublished row stays in "+
+		"the table, table-less events the slot had not confirmed are lost), then start the relay again: it creates the publication and a new slot "+
+		"and publishes the table's unpublished rows first", ErrPublication, r.cfg.Publication, r.cfg.Slot)
 }
 
 // resume bounds what a session looks up of the rows it streams. The
@@ -215,10 +244,12 @@ type resume struct {
 	settledMax int64  // the highest id of a published or dead row then
 }
 
-// resumeFrom reads the session's resume bounds. When the highest settled
-// row cannot be read in time (a backlog of many millions of rows, none
-// settled, is walked whole), every recovered transaction is looked up, as
-// before the bound existed.
+// resumeFrom reads the session's resume bounds. The highest settled row
+// is read once per Run (a walk down the primary key past the unsettled
+// rows above it) and kept up since (see noteSettled), so a relay that
+// reconnects does not walk a large backlog again. When it cannot be read
+// in time, every recovered transaction is looked up, as before the bound
+// existed.
 func (r *Relay) resumeFrom(ctx context.Context, pool *pgxpool.Pool) (resume, error) {
 	var now string
 	if err := pool.QueryRow(ctx, outboxsql.WALPosition).Scan(&now); err != nil {
@@ -229,15 +260,32 @@ func (r *Relay) resumeFrom(ctx context.Context, pool *pgxpool.Pool) (resume, err
 		return resume{}, err
 	}
 	rs := resume{until: uint64(end), settledMax: math.MaxInt64}
+	if h := r.settledHigh.Load(); h >= 0 {
+		rs.settledMax = h // read by an earlier session, raised since
+		return rs, nil
+	}
 	switch m, err := r.settledMax(ctx, pool); {
 	case err == nil:
 		rs.settledMax = m
+		r.settledHigh.Store(m)
 	case ctx.Err() != nil:
 		return resume{}, ctx.Err()
 	default:
 		r.log.Warn("could not read the highest settled row; looking up every transaction the slot sends again", "err", err)
 	}
 	return rs, nil
+}
+
+// noteSettled raises settledHigh to row, a row the relay marked published
+// or dead, once a session has read it. Rows settled by other relays meanwhile
+// are not seen: at worst they are published again after a crash of
+// PostgreSQL, never skipped wrongly.
+func (r *Relay) noteSettled(row int64) {
+	for h := r.settledHigh.Load(); h >= 0 && row > h; h = r.settledHigh.Load() {
+		if r.settledHigh.CompareAndSwap(h, row) {
+			return
+		}
+	}
 }
 
 // settledMax runs WALSettledMax.
@@ -279,7 +327,7 @@ type inMsg struct {
 // commit order. With nothing in flight and no transaction half read, it
 // moves to the end of WAL the server says it has sent (a keepalive), so an
 // idle outbox does not hold WAL back; never while anything is in flight.
-func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgConn, ls *lanes, confirmed uint64, rs resume) error {
+func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts, repl *pgconn.PgConn, ls *lanes, confirmed uint64, rs resume, prefix string) error {
 	rctx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
 	var (
 		msgs    = make(chan inMsg, 256)
@@ -295,28 +343,59 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 		readErr <- r.read(rctx, repl, msgs, &heard, &blocked)
 	}()
 	r.confirmed.Store(confirmed)
-	cl := newCleanup(r, pool)
-	wg.Add(1)
+	cl := newCleanup(r, pool, srv)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		cl.run(rctx)
 	}()
+	go func() {
+		defer wg.Done()
+		r.keepCeiling(rctx, pool, repl.PID())
+	}()
 	defer func() {
+		// Stopping the reader closes the connection (pgconn's reads end
+		// with it), which frees the slot for a standby: the lanes end
+		// their publishes first.
+		ls.stop()
 		stopReader()
 		wg.Wait()
 	}()
 
-	prefix, err := r.messagePrefix(ctx, pool)
-	if err != nil {
-		return err
-	}
 	dec := newDecoder(r.cfg.Table.Schema, r.tableName(), prefix)
 	var (
 		queue    []*txn // dispatched, not yet confirmed, in commit order
-		open     *txn   // between Begin and Commit
+		open     *txn   // between Begin and Commit: the part not yet dispatched
+		final    uint64 // the open transaction's commit position (Begin's FinalLSN)
 		inflight int    // events in queue
 		sent     = confirmed
+		part     = max(1, min(maxPart, r.cfg.MaxInFlight/2))
 	)
+	// dispatch hands t, a transaction or a part of one, to the lanes. The
+	// walsender (without pgoutput's streaming) sends a transaction only
+	// once it has committed, so a large one's events go out as they
+	// arrive, in parts, bounded by MaxInFlight like any others; only its
+	// last part carries its end, so the slot is confirmed past it once
+	// every part is settled.
+	dispatch := func(t *txn, end uint64) error {
+		if err := r.skipSettled(ctx, pool, t, end, rs); err != nil {
+			return err
+		}
+		queue = append(queue, t)
+		inflight += len(t.events)
+		r.inflight.Store(int64(inflight))
+		ls.push(t)
+		return nil
+	}
+	add := func(ev event) error {
+		open.events = append(open.events, ev)
+		if len(open.events) < part {
+			return nil
+		}
+		t := open
+		open = &txn{}
+		return dispatch(t, final)
+	}
 	advance := func() {
 		for len(queue) > 0 && queue[0].pending.Load() == 0 {
 			confirmed = max(confirmed, queue[0].end)
@@ -324,16 +403,20 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 			queue[0] = nil
 			queue = queue[1:]
 		}
+		r.inflight.Store(int64(inflight))
 		r.confirmed.Store(confirmed)
 	}
+	// The server's position stops at the ceiling (see marker).
+	reported := func() uint64 { return min(confirmed, r.ceiling.Load()) }
 	send := func(reply bool) error {
 		_ = repl.Conn().SetWriteDeadline(time.Now().Add(r.cfg.SenderTimeout / 2))
+		pos := reported()
 		err := pglogrepl.SendStandbyStatusUpdate(ctx, repl, pglogrepl.StandbyStatusUpdate{
-			WALWritePosition: pglogrepl.LSN(confirmed), ReplyRequested: reply})
+			WALWritePosition: pglogrepl.LSN(pos), ReplyRequested: reply})
 		if err != nil {
 			return fmt.Errorf("send status update: %w", err)
 		}
-		sent = confirmed
+		sent = pos
 		return nil
 	}
 	flush := time.NewTicker(r.cfg.FlushInterval)
@@ -350,18 +433,28 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 			return r.drain(ls, &queue, advance, send)
 		case err := <-readErr:
 			return err
+		case err := <-cl.failed:
+			return err
 		case <-ls.settled:
 			advance()
 		case <-flush.C:
 			advance()
-			if confirmed > sent {
+			if reported() > sent {
 				if err := send(false); err != nil {
 					return err
 				}
 			}
 		case <-ping.C:
-			if !blocked.Load() && time.Since(time.Unix(0, heard.Load())) > r.cfg.SenderTimeout/2 {
-				return fmt.Errorf("no message from the server for %s: giving up the slot before the server frees it for a standby", r.cfg.SenderTimeout/2)
+			if time.Since(time.Unix(0, heard.Load())) > r.cfg.SenderTimeout/2 {
+				if !blocked.Load() {
+					return fmt.Errorf("no message from the server for %s: giving up the slot before the server frees it for a standby", r.cfg.SenderTimeout/2)
+				}
+				// Held at MaxInFlight the reader hears nothing: ask the
+				// server on another connection whether this relay still
+				// holds the slot, or stop publishing.
+				if err := r.stillHolds(ctx, pool, repl.PID()); err != nil {
+					return err
+				}
 			}
 			advance()
 			if err := send(true); err != nil {
@@ -384,21 +477,22 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 			case *pglogrepl.RelationMessage:
 				dec.relation(msg)
 			case *pglogrepl.BeginMessage:
-				open = &txn{}
+				open, final = &txn{}, uint64(msg.FinalLSN)
 			case *insertMessage:
 				ev, ok, err := dec.insert(msg)
 				var bad *rowError
 				if errors.As(err, &bad) {
-					if err := r.markUndecodable(ctx, pool, bad); err != nil {
-						return err
-					}
-					continue
+					// Marked dead by the lanes, as the loop must go on
+					// answering the server meanwhile.
+					ev, ok, err = event{row: bad.row, bad: bad}, true, nil
 				}
 				if err != nil {
 					return fmt.Errorf("%w: %w", errPermanent, err)
 				}
 				if ok && open != nil {
-					open.events = append(open.events, ev)
+					if err := add(ev); err != nil {
+						return err
+					}
 				}
 			case *pglogrepl.LogicalDecodingMessage:
 				ev, ok, err := dec.message(msg)
@@ -410,23 +504,37 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 				case open == nil || !msg.Transactional:
 					r.log.Warn("ignored a non-transactional event message; the writer emits transactional ones", "lsn", msg.LSN)
 				default:
-					open.events = append(open.events, ev)
+					if err := add(ev); err != nil {
+						return err
+					}
 				}
 			case *pglogrepl.CommitMessage:
 				if open == nil {
 					return fmt.Errorf("commit at %s without a begin", msg.CommitLSN)
 				}
 				open.end = uint64(msg.TransactionEndLSN)
-				if err := r.skipSettled(ctx, pool, open, rs); err != nil {
+				if err := dispatch(open, open.end); err != nil {
 					return err
 				}
-				queue = append(queue, open)
-				inflight += len(open.events)
-				ls.push(open)
 				open = nil
 			}
 		}
 	}
+}
+
+// maxPart is the most events of a transaction handed to the lanes at once.
+const maxPart = 256
+
+// stillHolds returns an error unless the walsender of process pid holds
+// the slot, within SenderTimeout/4.
+func (r *Relay) stillHolds(ctx context.Context, pool *pgxpool.Pool, pid uint32) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.SenderTimeout/4)
+	defer cancel()
+	var lsn string
+	if err := pool.QueryRow(ctx, outboxsql.WALCeiling, r.cfg.Slot, int64(pid)).Scan(&lsn); err != nil {
+		return fmt.Errorf("giving up the slot: cannot tell it is still this relay's: %w", err)
+	}
+	return nil
 }
 
 // skipSettled drops from t the rows the table holds as published or
@@ -436,10 +544,10 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgC
 // (the walsender can send a commit before other sessions see it), so it
 // is published, like a row the cleanup deleted (Retention 0) and a
 // table-less event, which cannot be told apart: those go out again.
-func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn, rs resume) error {
+func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn, end uint64, rs resume) error {
 	var ids []int64
 	for _, ev := range t.events {
-		if rs.mayBeSettled(t.end, ev.row) {
+		if rs.mayBeSettled(end, ev.row) {
 			ids = append(ids, ev.row)
 		}
 	}
@@ -481,20 +589,30 @@ type pgxDB interface {
 	pgxQuerier
 }
 
+// visibleWithin bounds how long markDead waits for a row to appear: the
+// walsender can send a commit a moment before other sessions see it, never
+// seconds before.
+const visibleWithin = time.Second
+
+// errRowGone: the row to mark dead is not in the table (deleted by hand).
+var errRowGone = errors.New("the row is not in the table")
+
 // markDead marks row dead after attempts, with reason, within one
-// StatementTimeout. The stream can deliver a commit before the commit is
-// visible to other sessions: an update that finds no row waits for the row
-// to appear, since its insert is known to have committed, and stops at once
-// when the row exists but is settled already (a duplicate after a resume).
+// StatementTimeout. An update that finds no row waits up to visibleWithin
+// for the row to appear, since its insert is known to have committed, and
+// returns errRowGone if it does not; it stops at once when the row exists
+// but is settled already (a duplicate after a resume).
 func (r *Relay) markDead(ctx context.Context, db pgxDB, row int64, attempts int, reason string) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
+	deadline := time.Now().Add(visibleWithin)
 	for {
 		tag, err := db.Exec(ctx, r.names.Render(outboxsql.WALMarkDead), row, attempts, reason)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() > 0 {
+			r.noteSettled(row)
 			return nil
 		}
 		var exists bool
@@ -504,21 +622,13 @@ func (r *Relay) markDead(ctx context.Context, db pgxDB, row int64, attempts int,
 		if exists {
 			return nil
 		}
+		if time.Now().After(deadline) {
+			return errRowGone
+		}
 		if !sleep(ctx, 5*time.Millisecond) {
-			return fmt.Errorf("row %d never became visible: %w", row, ctx.Err())
+			return ctx.Err()
 		}
 	}
-}
-
-// markUndecodable marks a row the relay cannot decode dead, with the
-// reason, before the stream moves past it.
-func (r *Relay) markUndecodable(ctx context.Context, db pgxDB, bad *rowError) error {
-	if err := r.markDead(ctx, db, bad.row, 0, "cannot decode: "+bad.err.Error()); err != nil {
-		return fmt.Errorf("mark undecodable row %d dead: %w", bad.row, err)
-	}
-	r.met.dead.Add(ctx, 1)
-	r.log.Error("event is dead: its row cannot be decoded", "row", bad.row, "err", bad.err)
-	return nil
 }
 
 // drain is the clean end of a stream: stop reading, let the events in

@@ -12,17 +12,23 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/relay"
 )
 
-// initialise creates the slot and publishes the rows the table held
-// before it: the slot streams only transactions that commit after it
-// exists. It runs under an advisory lock, one relay at a time, and marks
-// the publication (its comment) until it is done: a relay that dies half
-// way leaves the mark, and the next one drops the slot and starts over, so
-// the earlier rows are never left behind a slot that streams. Those
-// published before the death are published again: the backlog is the
-// bound on duplicates of that rare crash.
-func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgConn, ls *lanes) error {
+// initialise makes the slot the relay's own (see marker): it creates the
+// slot if there is none and publishes the rows the table held before it
+// (the slot streams only transactions that commit after it exists), or,
+// on a slot it did not make or whose publication changed since, publishes
+// every unpublished row of the table, which that slot may have confirmed
+// without the relay publishing it; then it writes its marker. It runs
+// under an advisory lock, one relay at a time, and marks the publication
+// as initialising until it is done: a relay that dies half way leaves
+// that mark, and the next one publishes the rows still unpublished and
+// streams from the slot as it is, so the earlier rows are never left
+// behind a slot that streams and the slot's table-less events are kept.
+// Each page of rows is marked published once the broker has it: what a
+// relay that died published is not published again.
+func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgConn, ls *lanes, fingerprint string) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("initialise slot: %w", err)
@@ -47,43 +53,53 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	if err != nil {
 		return err
 	}
-	mark, _, err := r.marker(ctx, conn)
+	mark, _, err := r.readMarker(ctx, conn)
 	if err != nil {
 		return err
 	}
-	if st.exists && mark == "" {
+	if r.owns(mark, st, fingerprint) {
 		return nil // another relay finished meanwhile
 	}
-	if st.exists {
-		if st.active {
-			return errSlotBusy
-		}
-		r.log.Warn("a relay died while it initialised the slot; starting over")
-		if _, err := conn.Exec(ctx, outboxsql.WALDropSlot, r.cfg.Slot); err != nil {
-			return fmt.Errorf("drop the half-initialised slot: %w", err)
-		}
+	if st.exists && st.active {
+		return errSlotBusy
 	}
-	if _, err := conn.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, r.initMarker())); err != nil {
+	var polling int
+	if err := conn.QueryRow(ctx, r.names.Render(outboxsql.WALPollingRelays), relay.StaleAfterDefault.Seconds()).Scan(&polling); err != nil {
+		return fmt.Errorf("initialise slot: look for polling relays: %w", err)
+	}
+	if polling > 0 {
+		return fmt.Errorf("%w: %d polling relays heartbeat on %s; stop them before the WAL relay sets its slot up, or both publish every event",
+			ErrPollingRelays, polling, r.names.Table)
+	}
+	if _, err := conn.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, marker{initialising: true, slot: r.cfg.Slot}.String())); err != nil {
 		return fmt.Errorf("%w: mark publication %s (the relay's role must own it): %w", errPermanent, r.cfg.Publication, err)
 	}
-	snapshot, err := r.createGatedSlot(ctx, conn, repl)
+	snapshot := ""
+	if st.exists {
+		r.log.Warn("the slot was not made by this relay, or its publication changed, or a relay died setting it up: "+
+			"publishing every unpublished row of the table before streaming from it", "confirmed", pglogrepl.LSN(st.confirmed))
+	} else if snapshot, err = r.createGatedSlot(ctx, conn, repl); err != nil {
+		return err
+	}
+	// The ceiling is read once the slot exists, before the rows: a slot
+	// made again after it starts past it (see marker).
+	var now string
+	if err := conn.QueryRow(ctx, outboxsql.WALPosition).Scan(&now); err != nil {
+		return fmt.Errorf("initialise slot: %w", err)
+	}
+	ceiling, err := pglogrepl.ParseLSN(now)
 	if err != nil {
 		return err
 	}
-	backlog, err := r.readBacklog(ctx, conn, snapshot)
+	n, err := r.publishBacklog(ctx, conn, pool, ls, snapshot)
 	if err != nil {
 		return err
 	}
-	if len(backlog) > 0 {
-		r.log.Info("publishing the rows written before the slot", "rows", len(backlog))
-		if err := r.publishBacklog(ctx, conn, ls, backlog); err != nil {
-			return err
-		}
+	m := marker{slot: r.cfg.Slot, ceiling: uint64(ceiling), fingerprint: fingerprint}
+	if _, err := conn.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, m.String())); err != nil {
+		return fmt.Errorf("mark the publication: %w", err)
 	}
-	if _, err := conn.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, "")); err != nil {
-		return fmt.Errorf("clear the publication's mark: %w", err)
-	}
-	r.log.Info("created replication slot", "backlog", len(backlog))
+	r.log.Info("slot set up", "created", !st.exists, "backlog", n)
 	return nil
 }
 
@@ -125,36 +141,82 @@ func (r *Relay) createSlot(ctx context.Context, repl *pgconn.PgConn) (string, er
 	return res.SnapshotName, nil
 }
 
-// readBacklog reads the unpublished rows under the slot's snapshot.
-func (r *Relay) readBacklog(ctx context.Context, conn *pgxpool.Conn, snapshot string) ([]event, error) {
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return nil, fmt.Errorf("read backlog: %w", err)
+// publishBacklog publishes the table's unpublished rows, under snapshot
+// unless it is "", a page of MaxInFlight rows at a time in id order (per
+// aggregate, through the lanes), and marks each page published once it is
+// settled. It returns how many rows it published.
+func (r *Relay) publishBacklog(ctx context.Context, conn *pgxpool.Conn, pool *pgxpool.Pool, ls *lanes, snapshot string) (int, error) {
+	var q pgxRows = conn
+	if snapshot != "" {
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return 0, fmt.Errorf("read backlog: %w", err)
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshot)); err != nil {
+			return 0, fmt.Errorf("read backlog: set snapshot: %w", err)
+		}
+		q = tx
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshot)); err != nil {
-		return nil, fmt.Errorf("read backlog: set snapshot: %w", err)
+	stmt := r.names.Render(outboxsql.WALBacklog)
+	var (
+		after int64
+		total int
+		page  []event
+	)
+	for {
+		var err error
+		if page, err = r.backlogPage(ctx, q, stmt, after, page); err != nil {
+			return total, err
+		}
+		if len(page) == 0 {
+			return total, nil
+		}
+		after = page[len(page)-1].row
+		t := &txn{events: page}
+		ls.push(t)
+		for t.pending.Load() > 0 {
+			select {
+			case <-ctx.Done():
+				return total, ctx.Err()
+			case <-ls.settled:
+			case <-time.After(time.Second):
+			}
+		}
+		ids := make([]int64, 0, len(page))
+		for _, ev := range page {
+			if ev.bad == nil {
+				ids = append(ids, ev.row)
+			}
+		}
+		for len(ids) > 0 {
+			n := min(len(ids), r.cfg.CleanupBatch)
+			if _, err := pool.Exec(ctx, r.names.Render(outboxsql.WALMarkPublished), outboxsql.Int64Array(ids[:n])); err != nil {
+				return total, fmt.Errorf("mark the backlog published: %w", err)
+			}
+			r.noteSettled(ids[n-1])
+			ids = ids[n:]
+		}
+		total += len(page)
+		page = nil // the lanes may still hold pointers into this one
 	}
-	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
-		return nil, fmt.Errorf("read backlog: %w", err)
-	}
-	rows, err := tx.Query(ctx, r.names.Render(outboxsql.WALBacklog))
+}
+
+// backlogPage reads the page of rows after id after.
+func (r *Relay) backlogPage(ctx context.Context, q pgxRows, stmt string, after int64, out []event) ([]event, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
+	rows, err := q.Query(ctx, stmt, after, r.cfg.MaxInFlight)
 	if err != nil {
 		return nil, fmt.Errorf("read backlog: %w", err)
 	}
 	defer rows.Close()
-	var (
-		out []event
-		bad []*rowError
-	)
 	for rows.Next() {
 		ev, err := scanRow(rows)
 		var re *rowError
 		if errors.As(err, &re) {
-			bad = append(bad, re)
-			continue
-		}
-		if err != nil {
+			ev = event{row: re.row, bad: re}
+		} else if err != nil {
 			return nil, fmt.Errorf("read backlog: %w", err)
 		}
 		out = append(out, ev)
@@ -162,16 +224,12 @@ func (r *Relay) readBacklog(ctx context.Context, conn *pgxpool.Conn, snapshot st
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read backlog: %w", err)
 	}
-	rows.Close()
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("read backlog: %w", err)
-	}
-	for _, b := range bad {
-		if err := r.markUndecodable(ctx, conn.Conn(), b); err != nil {
-			return nil, err
-		}
-	}
 	return out, nil
+}
+
+// pgxRows is a pgx connection or transaction.
+type pgxRows interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
 }
 
 // scanRow reads one row of outboxsql.WALColumns.
@@ -189,30 +247,4 @@ func scanRow(rows pgx.Rows) (event, error) {
 		return event{}, &rowError{row: ev.row, err: err}
 	}
 	return ev, nil
-}
-
-// publishBacklog publishes rows in id order (per aggregate, through the
-// lanes), waits until each is settled and marks them published.
-func (r *Relay) publishBacklog(ctx context.Context, conn *pgxpool.Conn, ls *lanes, backlog []event) error {
-	t := &txn{events: backlog}
-	ls.push(t)
-	for t.pending.Load() > 0 {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-ls.settled:
-		case <-time.After(time.Second):
-		}
-	}
-	ids := make([]int64, 0, r.cfg.CleanupBatch)
-	for i, ev := range backlog {
-		ids = append(ids, ev.row)
-		if len(ids) == r.cfg.CleanupBatch || i == len(backlog)-1 {
-			if _, err := conn.Exec(ctx, r.names.Render(outboxsql.WALMarkPublished), outboxsql.Int64Array(ids)); err != nil {
-				return fmt.Errorf("mark the backlog published: %w", err)
-			}
-			ids = ids[:0]
-		}
-	}
-	return nil
 }

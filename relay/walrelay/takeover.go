@@ -89,6 +89,9 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 		return res, fmt.Errorf("walrelay: takeover: connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if err := r.resolveNames(ctx, conn); err != nil {
+		return res, err
+	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return res, fmt.Errorf("walrelay: takeover: %w", err)
@@ -115,16 +118,33 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 		return res, fmt.Errorf("%w: %s: stop the WAL relays first", ErrSlotActive, r.cfg.Slot)
 	}
 	res.Lost = st.walStatus == "lost"
-	// A relay that died while it created the slot left the publication's
-	// mark: the rows written before the slot were not all published, and
-	// the slot never streams them, so none can be told confirmed.
-	mark, _, err := r.marker(ctx, tx)
+	// Rows can be told confirmed only on a slot the relay owns (see
+	// marker): a relay that died while it set the slot up had not
+	// published all the rows before it, and on a slot made by hand, or
+	// whose publication changed, rows may have passed unstreamed. Then
+	// every unpublished row stays pending.
+	var srv ServerFacts
+	if err := tx.QueryRow(ctx, outboxsql.WALServer).Scan(&srv.VersionNum, &srv.WALLevel, &srv.Replication); err != nil {
+		return res, fmt.Errorf("walrelay: takeover: %w", err)
+	}
+	fp, pubErr := r.checkPublication(ctx, tx, srv)
+	if pubErr != nil && !errors.Is(pubErr, ErrPublication) {
+		return res, fmt.Errorf("walrelay: takeover: %w", pubErr)
+	}
+	mark, _, err := r.readMarker(ctx, tx)
 	if err != nil {
 		return res, fmt.Errorf("walrelay: takeover: %w", err)
 	}
-	initialising := mark != ""
+	initialising := pubErr != nil || !r.owns(mark, st, fp)
 	var keep []int64
-	if !res.Lost {
+	switch {
+	case res.Lost:
+	case pubErr != nil && !cfg.Force:
+		return res, fmt.Errorf("walrelay: takeover: %w; with Force (--force) the slot is dropped anyway, every unpublished row stays pending and "+
+			"the table-less events the slot had not confirmed are lost", pubErr)
+	case pubErr != nil:
+		// The slot cannot be read without its publication as it was.
+	default:
 		if err := flushWAL(ctx, pc, lockTimeout); err != nil {
 			return res, err
 		}

@@ -1,0 +1,212 @@
+package walrelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+)
+
+// ErrPublication is returned by Run when the publication does not carry
+// every insert of the outbox table: it is missing, does not publish
+// inserts, lacks the table or one of the columns the relay reads, or has a
+// row filter. The cleanup would take the rows it does not stream for
+// published, so the relay refuses to run; the message says how to fix it.
+// Rows written meanwhile stay in the table and are published by the next
+// relay once the publication is right.
+var ErrPublication = errors.New("walrelay: the publication does not carry every insert of the outbox table")
+
+// The relay deletes rows once the slot has confirmed them, which is right
+// only for a slot its relays have streamed since it was made, through a
+// publication that carried every insert all along. It records that it
+// owns a slot in the publication's comment (a marker):
+//
+//	txoutbox: slot <slot> up to <lsn> publication <fingerprint>
+//
+// The relay never confirms the slot past <lsn>, its ceiling, and raises it
+// only while its walsender holds the slot (see outboxsql.WALCeiling), so a
+// slot dropped and made again, by hand or by infrastructure, which starts
+// at the position of its creation, is confirmed past the ceiling and is
+// not taken for the relay's. The fingerprint is the publication's
+// (outboxsql.WALPublicationCheck) when the relay took the slot over: a
+// publication changed since (a table dropped from it and added back, the
+// table altered) may have let inserts pass unstreamed. On a slot it does
+// not own the relay republishes the table's unpublished rows before it
+// streams (see initialise), instead of deleting them as confirmed.
+type marker struct {
+	initialising bool   // a relay creates or takes over the slot now, or died doing it
+	slot         string // the slot the marker is for
+	ceiling      uint64
+	fingerprint  string
+}
+
+const (
+	markerInit  = "txoutbox: initialising slot "
+	markerOwner = "txoutbox: slot "
+)
+
+// parseMarker reads a publication's comment: any comment that is not a
+// marker, a relay's from before markers or a person's, is no marker, so
+// the slot is not taken for the relay's.
+func parseMarker(s string) marker {
+	if rest, ok := strings.CutPrefix(s, markerInit); ok {
+		return marker{initialising: true, slot: rest}
+	}
+	rest, ok := strings.CutPrefix(s, markerOwner)
+	if !ok {
+		return marker{}
+	}
+	f := strings.Fields(rest) // S up to LSN publication FP
+	if len(f) != 6 || f[1] != "up" || f[2] != "to" || f[4] != "publication" {
+		return marker{}
+	}
+	lsn, err := pglogrepl.ParseLSN(f[3])
+	if err != nil {
+		return marker{}
+	}
+	return marker{slot: f[0], ceiling: uint64(lsn), fingerprint: f[5]}
+}
+
+func (m marker) String() string {
+	if m.initialising {
+		return markerInit + m.slot
+	}
+	return fmt.Sprintf("%s%s up to %s publication %s", markerOwner, m.slot, pglogrepl.LSN(m.ceiling), m.fingerprint)
+}
+
+// checkPublication checks that the publication carries every insert of
+// the table and returns its fingerprint; the error matches ErrPublication
+// and says what to run.
+func (r *Relay) checkPublication(ctx context.Context, q pgxQuerier, srv ServerFacts) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
+	var (
+		inserts, carries         bool
+		filter, missing, printed string
+	)
+	lists := srv.VersionNum >= columnListVersion
+	err := q.QueryRow(ctx, outboxsql.WALPublicationCheck(lists), r.cfg.Publication, r.names.Table, rowColumns[:]).
+		Scan(&inserts, &carries, &filter, &missing, &printed)
+	pub, table := r.cfg.Publication, r.names.Table
+	setTable := fmt.Sprintf("ALTER PUBLICATION %s SET TABLE %s", pub, table)
+	if lists {
+		setTable += " (" + outboxsql.WALColumns + ")"
+	}
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", r.publicationGone()
+	case err != nil:
+		return "", fmt.Errorf("read publication %s: %w", pub, err)
+	case !inserts:
+		return "", fmt.Errorf("%w: publication %s does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", ErrPublication, pub, pub)
+	case !carries:
+		return "", fmt.Errorf("%w: publication %s does not carry %s: %s", ErrPublication, pub, table, setTable)
+	case filter != "":
+		return "", fmt.Errorf("%w: publication %s filters the rows of %s (WHERE %s): %s", ErrPublication, pub, table, filter, setTable)
+	case missing != "":
+		return "", fmt.Errorf("%w: publication %s does not carry the columns %s of %s (if they were dropped from the table, add them back): %s",
+			ErrPublication, pub, missing, table, setTable)
+	}
+	return printed, nil
+}
+
+// owns reports whether m says the relay's own streaming made st's position
+// through the publication as it is now (see marker).
+func (r *Relay) owns(m marker, st slotState, fingerprint string) bool {
+	return st.exists && !m.initialising && m.slot == r.cfg.Slot && st.confirmed <= m.ceiling && m.fingerprint == fingerprint
+}
+
+// readMarker reads the publication's marker, and whether the publication
+// exists.
+func (r *Relay) readMarker(ctx context.Context, q pgxQuerier) (marker, bool, error) {
+	s, ok, err := r.marker(ctx, q)
+	return parseMarker(s), ok, err
+}
+
+// disown clears the relay's marker of its slot, after it found the
+// publication changed: the next relay republishes the table's unpublished
+// rows, those the stream may have missed among them.
+func (r *Relay) disown(ctx context.Context, pool *pgxpool.Pool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StatementTimeout)
+	defer cancel()
+	m, ok, err := r.readMarker(ctx, pool)
+	if err != nil || !ok || m.slot != r.cfg.Slot {
+		return
+	}
+	if _, err := pool.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, "")); err != nil {
+		r.log.Warn("could not clear the publication's marker", "err", err)
+	}
+}
+
+// Ceiling upkeep: the stream never confirms past the ceiling, so the
+// relay raises it as the stream advances, every ceilingInterval once the
+// stream is ceilingStep past it and at least every ceilingIdle while it
+// is past it at all (an idle outbox, where only keepalives move it).
+const (
+	ceilingInterval = 250 * time.Millisecond
+	ceilingStep     = 64 << 10
+	ceilingIdle     = 5 * time.Second
+)
+
+// keepCeiling raises the ceiling while the stream runs on the walsender
+// of process pid.
+func (r *Relay) keepCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32) {
+	t := time.NewTicker(ceilingInterval)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c, k := r.confirmed.Load(), r.ceiling.Load()
+		if c <= k || c-k < ceilingStep && time.Since(last) < ceilingIdle {
+			continue
+		}
+		if err := r.raiseCeiling(ctx, pool, pid); err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("could not raise the slot's ceiling; the slot's position waits", "err", err)
+			}
+			continue
+		}
+		last = time.Now()
+	}
+}
+
+// raiseCeiling sets the ceiling to the WAL insert position, while pid's
+// walsender holds the slot.
+func (r *Relay) raiseCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
+	var ceiling uint64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var lsn string
+		if err := tx.QueryRow(ctx, outboxsql.WALCeiling, r.cfg.Slot, int64(pid)).Scan(&lsn); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("slot %s is no longer held by this relay's walsender", r.cfg.Slot)
+			}
+			return err
+		}
+		l, err := pglogrepl.ParseLSN(lsn)
+		if err != nil {
+			return err
+		}
+		ceiling = uint64(l)
+		m := marker{slot: r.cfg.Slot, ceiling: ceiling, fingerprint: r.fingerprint}
+		_, err = tx.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, m.String()))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	r.ceiling.Store(max(r.ceiling.Load(), ceiling))
+	return nil
+}
