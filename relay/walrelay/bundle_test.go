@@ -209,11 +209,12 @@ type recorder struct {
 	topic []string
 	hold  map[string]chan struct{} // event id -> closed to let it through
 	fail  map[string]error         // event id -> the error its publishes return
+	tries map[string]int           // event id -> publishes that failed
 	got   chan struct{}
 }
 
 func newRecorder() *recorder {
-	return &recorder{hold: map[string]chan struct{}{}, fail: map[string]error{}, got: make(chan struct{}, 1)}
+	return &recorder{hold: map[string]chan struct{}{}, fail: map[string]error{}, tries: map[string]int{}, got: make(chan struct{}, 1)}
 }
 
 func (p *recorder) Publish(topic string, msgs ...*message.Message) error {
@@ -226,6 +227,9 @@ func (p *recorder) Publish(topic string, msgs ...*message.Message) error {
 			<-h
 		}
 		if err != nil {
+			p.mu.Lock()
+			p.tries[m.UUID]++
+			p.mu.Unlock()
 			return err
 		}
 		p.mu.Lock()

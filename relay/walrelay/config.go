@@ -88,10 +88,14 @@ type Config struct {
 	// crash of the relay publishes twice. Default 2000.
 	MaxInFlight int
 
-	// MaxAttempts is how many failed publishes make an event dead: its row
-	// is marked dead (as the polling relay does) and the aggregate's later
-	// events go on. A table-less event has no row: it is logged at error
-	// level and dropped. Default 10.
+	// MaxAttempts is how many failed publishes make an event dead when
+	// the last of them is the event's own fault (relay.IsPermanent: the
+	// broker refused the message; kafkapub marks Kafka's refusals), as in
+	// the polling relay: its row is marked dead and the aggregate's later
+	// events go on. A failure for want of the broker never makes an event
+	// dead, however long it lasts; the event is retried, and its
+	// aggregate waits. A table-less event has no row: it is logged at
+	// error level and dropped. Default 10.
 	MaxAttempts int
 
 	// BackoffMin and BackoffMax bound the delay before a failed publish is

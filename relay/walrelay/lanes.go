@@ -162,7 +162,8 @@ queue:
 }
 
 // deliver publishes the events of batch, of distinct aggregates, and
-// settles each: published, or dead after MaxAttempts. Those the broker
+// settles each: published, or dead after MaxAttempts failures when the
+// last is the event's own fault (relay.IsPermanent). Those the broker
 // acknowledged settle at once; the failed ones are retried together after
 // one backoff. It reports whether every event settled, false only when
 // ctx ended first.
@@ -195,7 +196,9 @@ func (ls *lanes) deliver(ctx context.Context, bp relay.BatchPublisher, batch []w
 			switch {
 			case err == nil:
 				ls.r.met.published.Add(ctx, 1)
-			case attempt >= cfg.MaxAttempts:
+			case attempt >= cfg.MaxAttempts && relay.IsPermanent(err):
+				// Only the event's own fault makes it dead, as in the
+				// polling relay: an outage of any length does not.
 				if !ls.dead(ctx, w.ev, attempt, err) {
 					return false
 				}

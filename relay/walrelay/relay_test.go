@@ -280,13 +280,51 @@ func TestRefusedEventGoesDead(t *testing.T) {
 	runActive(t, b.newRelay(t, cfg))
 	bad := b.events(t, "k")
 	b.pub.mu.Lock()
-	b.pub.fail[bad[0].ID.String()] = errors.New("too large")
+	b.pub.fail[bad[0].ID.String()] = relay.Permanent(errors.New("too large"))
 	b.pub.mu.Unlock()
 	b.commit(t, bad...)
 	b.pub.waitFor(t, b.write(t, "k")...)
 	testkit.WaitFor(t, 10*time.Second, "the refused event dead", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead' AND attempts = 3 AND last_error LIKE '%too large%'`) == 1
 	})
+}
+
+// A publish that fails for want of the broker, many times MaxAttempts,
+// makes nothing dead: the event is retried until the broker is back, and
+// its aggregate waits for it.
+func TestOutageMakesNothingDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.MaxAttempts = 2
+	runActive(t, b.newRelay(t, cfg))
+	first := b.events(t, "k")
+	b.pub.mu.Lock()
+	b.pub.fail[first[0].ID.String()] = errors.New("kafka: client has run out of available brokers to talk to")
+	b.pub.mu.Unlock()
+	b.commit(t, first...)
+	later := b.write(t, "k")
+	other := b.write(t, "o")
+	b.pub.waitFor(t, other...)
+	testkit.WaitFor(t, 10*time.Second, "the failed event retried past MaxAttempts", func() bool {
+		b.pub.mu.Lock()
+		defer b.pub.mu.Unlock()
+		return b.pub.tries[first[0].ID.String()] > 3*cfg.MaxAttempts
+	})
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead'`); n != 0 {
+		t.Fatalf("%d events dead in an outage", n)
+	}
+	b.pub.mu.Lock()
+	delete(b.pub.fail, first[0].ID.String())
+	b.pub.mu.Unlock()
+	b.pub.waitFor(t, append(first, later...)...)
+	pos := map[string]int{}
+	for i, id := range b.pub.ids() {
+		pos[id] = i
+	}
+	if pos[first[0].ID.String()] > pos[later[0].ID.String()] {
+		t.Fatal("the aggregate's later event was published before the one that failed")
+	}
 }
 
 func TestServerChecks(t *testing.T) {
