@@ -75,7 +75,7 @@ func runDebezium(ctx context.Context, e *env) (debeziumBench, error) {
 		return res, err
 	}
 	if err := waitRecords(ctx, e.brokers, warm, debeziumWarmup, e.opts.timeout); err != nil {
-		return res, fmt.Errorf("debezium: warm-up: %w", err)
+		return res, fmt.Errorf("debezium: warm-up: %w; Connect's log:\n%s", err, c.problems())
 	}
 	for round := range e.opts.rounds {
 		logf("debezium: round %d", round)
@@ -117,7 +117,7 @@ func debeziumDrain(ctx context.Context, e *env, s *schemaDB, c *connect, round i
 		return throughput{}, err
 	}
 	if err := waitRecords(ctx, e.brokers, topic, e.opts.events, e.opts.timeout); err != nil {
-		return throughput{}, fmt.Errorf("debezium: round %d: %w", round, err)
+		return throughput{}, fmt.Errorf("debezium: round %d: %w; Connect's log:\n%s", round, err, c.problems())
 	}
 	took := time.Since(start)
 	cst := m.stop(ctx, e.opts.events)
@@ -341,6 +341,22 @@ func startConnect(ctx context.Context, e *env, s *schemaDB, lib string) (*connec
 			return nil, fmt.Errorf("debezium: not streaming its slot after 2m; see %s", c.log)
 		}
 	}
+}
+
+// problems returns the last warnings and errors of Connect's log, for a
+// failure's message: the log goes with the bench's scratch directory.
+func (c *connect) problems() string {
+	b, err := os.ReadFile(c.log)
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "] WARN ") || strings.Contains(l, "] ERROR ") || strings.HasPrefix(l, "\t") || strings.HasPrefix(l, "Caused by") {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines[max(0, len(lines)-40):], "\n")
 }
 
 // stop ends Connect and drops its slot and publication: a slot left
