@@ -28,6 +28,13 @@ const DefaultMaxPayloadBytes = MaxPayloadBytesDefault
 // maxTopicLen is Kafka's topic name limit.
 const maxTopicLen = 249
 
+// MaxAggregateIDBytes is the longest aggregate id an event may have. The
+// outbox indexes unpublished and dead rows by aggregate id (schema version
+// 5), and a B-tree entry must fit a third of a page (about 2.7 KB): a
+// longer id would fail the insert, in the middle of the business
+// transaction, with an index error. A Kafka key is rarely near it.
+const MaxAggregateIDBytes = 1024
+
 // ValidationError says which field of which event was rejected and why.
 type ValidationError struct {
 	Index  int    // position of the event in the written batch
@@ -62,6 +69,9 @@ func (e *Event) validate(index, maxPayload int) error {
 	}
 	if e.AggregateID == "" {
 		return bad("AggregateID", "empty")
+	}
+	if len(e.AggregateID) > MaxAggregateIDBytes {
+		return bad("AggregateID", "%d bytes is longer than the limit of %d", len(e.AggregateID), MaxAggregateIDBytes)
 	}
 	if size := e.size(); size > maxPayload {
 		return bad("Payload", "the event is %d bytes (payload %d, plus aggregate id, type and headers), over the limit of %d",
