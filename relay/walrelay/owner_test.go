@@ -15,6 +15,7 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/relay"
 )
 
 // runErr starts r and returns the channel Run's error comes on; the test's
@@ -317,7 +318,7 @@ func TestDeadEventWithoutItsRowDoesNotStall(t *testing.T) {
 	runActive(t, r)
 	bad := b.events(t, "k")
 	b.pub.mu.Lock()
-	b.pub.fail[bad[0].ID.String()] = errors.New("topic refused")
+	b.pub.fail[bad[0].ID.String()] = relay.Permanent(errors.New("topic refused"))
 	b.pub.mu.Unlock()
 	ctx := context.Background()
 	tx, err := b.db.SQL.BeginTx(ctx, nil)

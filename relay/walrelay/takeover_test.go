@@ -194,7 +194,7 @@ func TestRetryWaitsForTheTakeover(t *testing.T) {
 	stop := runActive(t, b.newRelay(t, cfg))
 	bad := b.events(t, "k")
 	b.pub.mu.Lock()
-	b.pub.fail[bad[0].ID.String()] = errors.New("refused")
+	b.pub.fail[bad[0].ID.String()] = relay.Permanent(errors.New("refused"))
 	b.pub.mu.Unlock()
 	b.commit(t, bad...)
 	testkit.WaitFor(t, 10*time.Second, "the refused event dead", func() bool {
