@@ -14,7 +14,7 @@ import (
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
-// roleKit creates login roles for one test, granted what the README's
+// roleKit creates login roles for one test, granted what docs/operating.md's
 // "Grants" table says, and drops them when the test ends. Roles are
 // cluster-wide: their names carry the test's schema, which is unique.
 type roleKit struct {
@@ -53,7 +53,7 @@ func (k roleKit) role(t *testing.T, kind string, grants ...string) ([]string, *s
 	return []string{"--database-url", u.String(), "--schema", k.e.db.Schema}, db
 }
 
-// The grants of the README, as the tests run them.
+// The grants of docs/operating.md, as the tests run them.
 var (
 	appGrants      = []string{"INSERT ON outbox"}
 	relayGrants    = []string{"SELECT, UPDATE, DELETE ON outbox", "SELECT, INSERT, UPDATE, DELETE ON outbox_relays", "SELECT, UPDATE ON outbox_shards"}

@@ -6,5 +6,5 @@
 // chromedp. Chromium is Debian's chromium package (/usr/bin/chromium);
 // without it the test skips, and fails in CI (CI=true). With
 // CONSOLE_SCREENSHOTS=dir it writes the pages it sees to dir as PNGs (the
-// README's screenshots in docs/ come from there).
+// screenshots in docs/console come from there).
 package consoletest

@@ -3,6 +3,6 @@
 // main.go imports that package alone, with every txoutbox module replaced by
 // its directory in this checkout, runs `go mod tidy` and `go list -m all`
 // outside the workspace (GOWORK=off), and fails if a module outside the
-// case's allowed list shows up. The lists are the README's "What each
+// case's allowed list shows up. The lists are docs/development.md's "What each
 // package brings". It needs the module proxy (or a warm module cache).
 package modgraph

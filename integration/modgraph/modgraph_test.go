@@ -163,7 +163,7 @@ func TestWhatEachPackageBrings(t *testing.T) {
 			}
 			t.Logf("%d modules in the graph: %s", len(got), strings.Join(got, " "))
 			if len(unexpected) > 0 {
-				t.Errorf("modules %s does not need: %s\n(if one is now legitimately needed, add it to the case's list here and to the README's \"What each package brings\")",
+				t.Errorf("modules %s does not need: %s\n(if one is now legitimately needed, add it to the case's list here and to docs/development.md's \"What each package brings\")",
 					tc.name, strings.Join(unexpected, " "))
 			}
 		})
