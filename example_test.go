@@ -52,3 +52,16 @@ func ExampleEvent_Validate() {
 	fmt.Println(ev.Validate())
 	// Output: txoutbox: invalid event 0: Topic: "orders/eu" has characters outside [a-zA-Z0-9._-]
 }
+
+// ReadStats is the health check: alert on lag, not on relay liveness.
+func ExampleReadStats() {
+	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := txoutbox.ReadStats(context.Background(), db, txoutbox.Table{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("backlog=%d lag=%s dead=%d", s.Backlog, s.Lag, s.Dead)
+}

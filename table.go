@@ -8,11 +8,6 @@ import (
 // TableNameDefault is the outbox table's name when Table.Name is empty.
 const TableNameDefault = outboxsql.TableNameDefault
 
-// DefaultTableName is TableNameDefault.
-//
-// Deprecated: use TableNameDefault; defaults are named XDefault.
-const DefaultTableName = TableNameDefault
-
 // ErrInvalidTable is matched by errors from Table.Validate: a schema or table
 // name that is not a plain SQL identifier.
 var ErrInvalidTable = outboxsql.ErrInvalidTable

@@ -20,11 +20,6 @@ var ErrInvalidEvent = errors.New("txoutbox: invalid event")
 // of going dead in the relay.
 const MaxPayloadBytesDefault = 1<<20 - 8<<10
 
-// DefaultMaxPayloadBytes is MaxPayloadBytesDefault.
-//
-// Deprecated: use MaxPayloadBytesDefault; defaults are named XDefault.
-const DefaultMaxPayloadBytes = MaxPayloadBytesDefault
-
 // maxTopicLen is Kafka's topic name limit.
 const maxTopicLen = 249
 

@@ -16,20 +16,10 @@ import (
 // empty. It is also the base name of the migrations.Inbox set.
 const TableNameDefault = "inbox"
 
-// DefaultTableName is TableNameDefault.
-//
-// Deprecated: use TableNameDefault; defaults are named XDefault.
-const DefaultTableName = TableNameDefault
-
 // PruneBatchDefault is how many rows one Prune statement deletes by default:
 // small enough that each statement holds its locks briefly and produces
 // little WAL at once, large enough that a backlog drains in few round trips.
 const PruneBatchDefault = 1000
-
-// DefaultPruneBatch is PruneBatchDefault.
-//
-// Deprecated: use PruneBatchDefault; defaults are named XDefault.
-const DefaultPruneBatch = PruneBatchDefault
 
 var (
 	// ErrNoEventID is returned (wrapped) for a message that carries no

@@ -16,11 +16,6 @@ import (
 // watermill-kafka) that carries the event id. The txoutbox relay sets it.
 const EventIDKeyDefault = txoutbox.HeaderEventID
 
-// DefaultEventIDKey is EventIDKeyDefault.
-//
-// Deprecated: use EventIDKeyDefault; defaults are named XDefault.
-const DefaultEventIDKey = EventIDKeyDefault
-
 // InvalidIDAction is what the middleware does with a message whose event id
 // is missing or is not a UUID.
 type InvalidIDAction int

@@ -184,7 +184,7 @@
 // their own, not the dead rows ahead of them; the handover check reads a
 // batch of each new shard's backlog. The aggregates' later rows behind a
 // row in backoff are still walked past, one index probe each. The backlog
-// and dead counts of ReadStats and the gauges are counts, which cost the
+// and dead counts of txoutbox.ReadStats and the gauges are counts, which cost the
 // backlog: they are spaced out when slow (see Config.StatsInterval). The
 // tests in internal/outboxsql prove the bound on the work each plan does
 // at two sizes ten times apart, under the custom and the generic plan.
@@ -192,7 +192,8 @@
 // # Retention and health
 //
 // Published rows older than Retention are deleted in batches by one relay at
-// a time (an advisory lock). Dead rows stay until handled. ReadStats returns
+// a time (an advisory lock). Dead rows stay until handled. Relay.Stats (and
+// txoutbox.ReadStats, without a relay) returns
 // backlog, lag (age of the oldest unpublished event) and dead count for
 // health checks; the same figures are OpenTelemetry gauges, with counters
 // of published, retried and dead-lettered events, a publish latency

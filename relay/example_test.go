@@ -4,21 +4,38 @@ import (
 	"context"
 	"database/sql"
 	"log"
+	"os"
+	"os/signal"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/txoutbox/txoutbox/relay"
 )
 
-// ReadStats is the health check: alert on lag, not on relay liveness.
-func ExampleReadStats() {
+// A relay publishing the outbox through a Watermill publisher until the
+// process is interrupted; in production the publisher is
+// kafkapub.NewPublisher's. Stats is the health check: alert on lag, not on
+// relay liveness.
+func ExampleNew() {
 	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/app")
 	if err != nil {
 		log.Fatal(err)
 	}
-	s, err := relay.ReadStats(context.Background(), db, relay.Config{}.Table)
+	pub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	r, err := relay.New(db, pub, relay.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Printf("backlog=%d lag=%s dead=%d", s.Backlog, s.Lag, s.Dead)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	go func() {
+		if s, err := r.Stats(ctx); err == nil {
+			log.Printf("backlog=%d lag=%s dead=%d", s.Backlog, s.Lag, s.Dead)
+		}
+	}()
+	if err := r.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
 }

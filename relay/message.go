@@ -21,20 +21,6 @@ import (
 	"github.com/txoutbox/txoutbox"
 )
 
-// Metadata keys the relay sets on every message, besides the event's own
-// headers: the txoutbox.Header* keys, under their earlier names.
-//
-// Deprecated: use txoutbox.HeaderEventID and the other txoutbox.Header*
-// constants; the wire names live in one place.
-const (
-	MetadataEventID       = txoutbox.HeaderEventID
-	MetadataEventType     = txoutbox.HeaderEventType
-	MetadataAggregateType = txoutbox.HeaderAggregateType
-	MetadataAggregateID   = txoutbox.HeaderAggregateID
-	MetadataCreatedAt     = txoutbox.HeaderCreatedAt
-	MetadataContentType   = txoutbox.HeaderContentType
-)
-
 // tracer returns the relay's tracer for tp, or nil when tp does no tracing:
 // a no-op provider, or the global provider while no application has set one.
 // With nil the relay skips per-event tracing work entirely. A nil tp (the

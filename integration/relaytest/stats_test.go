@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox"
 )
 
 func TestReadStats(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	s, err := relay.ReadStats(ctx, b.db.SQL, b.db.Table())
+	s, err := txoutbox.ReadStats(ctx, b.db.SQL, b.db.Table())
 	if err != nil || s.Backlog != 0 || s.Lag != 0 || s.Dead != 0 {
 		t.Fatalf("empty outbox: %+v, %v", s, err)
 	}
@@ -23,7 +23,7 @@ func TestReadStats(t *testing.T) {
 		UPDATE outbox SET state = 'published', published_at = now() WHERE id = 4`); err != nil {
 		t.Fatal(err)
 	}
-	s, err = relay.ReadTopicStats(ctx, b.db.SQL, b.db.Table())
+	s, err = txoutbox.ReadTopicStats(ctx, b.db.SQL, b.db.Table())
 	if err != nil {
 		t.Fatal(err)
 	}

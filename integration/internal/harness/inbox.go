@@ -37,7 +37,7 @@ func WithInbox(plan Plan) Plan {
 
 func inboxCheck(ctx context.Context, w *World, res *Result) error {
 	db := w.Env.DB.SQL
-	table := txoutbox.Table{Schema: w.Env.DB.Schema, Name: inbox.DefaultTableName}
+	table := txoutbox.Table{Schema: w.Env.DB.Schema, Name: inbox.TableNameDefault}
 	m, err := migrations.New(db, migrations.Config{Set: migrations.Inbox, Table: table})
 	if err != nil {
 		return err

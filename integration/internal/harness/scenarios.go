@@ -213,7 +213,7 @@ func poisonKinds() []*poisonKind {
 		{topic: TopicGorm, errTexts: []string{ErrTextTooLarge}, size: 300 << 10},
 		// Just under the writer's limit: the writer accepts it, and so
 		// would Kafka's default limit, but not this broker's.
-		{topic: TopicGorm, errTexts: []string{ErrTextTooLarge, ErrTextProducerLimit}, size: txoutbox.DefaultMaxPayloadBytes - 1024},
+		{topic: TopicGorm, errTexts: []string{ErrTextTooLarge, ErrTextProducerLimit}, size: txoutbox.MaxPayloadBytesDefault - 1024},
 		{topic: PoisonTopic, errTexts: []string{ErrTextUnknownTopic, ErrTextBreakerOpen}, size: 64},
 	}
 }
