@@ -121,6 +121,11 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts
 			return err
 		}
 		if st.active {
+			// Another relay streams: rows it settles are not in this
+			// relay's highest settled row, which it reads afresh when it
+			// takes the slot over (after a crash of PostgreSQL the stream
+			// would bring them again).
+			r.settledHigh.Store(-1)
 			return errSlotBusy
 		}
 		if _, ok, err := r.marker(ctx, pool); err != nil {
@@ -245,9 +250,11 @@ type resume struct {
 }
 
 // resumeFrom reads the session's resume bounds. The highest settled row
-// is read once per Run (a walk down the primary key past the unsettled
-// rows above it) and kept up since (see noteSettled), so a relay that
-// reconnects does not walk a large backlog again. When it cannot be read
+// is read when the relay starts streaming, and after another relay
+// streamed (a walk down the primary key past the unsettled rows above
+// it), and kept up since (see noteSettled), so a relay that reconnects to
+// a slot no one else streamed meanwhile does not walk a large backlog
+// again. When it cannot be read
 // in time, every recovered transaction is looked up, as before the bound
 // existed.
 func (r *Relay) resumeFrom(ctx context.Context, pool *pgxpool.Pool) (resume, error) {
