@@ -2,6 +2,8 @@ package relaytest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -292,3 +294,51 @@ func (p *publishCounter) PublishBatch(topics []string, msgs []*message.Message) 
 }
 
 func (p *publishCounter) Close() error { return nil }
+
+// The broker refuses a whole record batch when one record in it is over
+// the topic's max.message.bytes: the publisher tells the oversize message
+// from the others batched with it, which are stored, not refused.
+func TestApacheKafkaOversizeRecordRefusesOnlyItself(t *testing.T) {
+	kafkatest.LockCluster(t, false)
+	brokers := kafkatest.Cluster(t)
+	db := testkit.NewDB(t)
+	topic := "txoutbox_" + db.Schema
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := kafkatest.CreateTopic(ctx, brokers, topic, 1, 3, map[string]string{"max.message.bytes": "4096"}); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := kafkapub.NewPublisher(brokers, kafkapub.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	var topics []string
+	var msgs []*message.Message
+	for i := range 8 {
+		size := 100
+		if i == 3 {
+			size = 20_000
+		}
+		e, err := txoutbox.NewEvent(topic, "order", fmt.Sprint("agg-", i), "order.changed", strings.Repeat("x", size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		topics, msgs = append(topics, topic), append(msgs, relay.Message(e))
+	}
+	errs := pub.PublishBatch(topics, msgs)
+	for i, err := range errs {
+		switch {
+		case i == 3 && (err == nil || !relay.IsPermanent(err) || !errors.Is(err, sarama.ErrMessageSizeTooLarge)):
+			t.Errorf("the oversize message: %v, want a permanent MESSAGE_TOO_LARGE", err)
+		case i != 3 && err != nil:
+			t.Errorf("message %d, batched with the oversize one: %v, want it stored", i, err)
+		}
+	}
+	if errs == nil {
+		t.Fatal("no error at all: the oversize message was stored")
+	}
+	if n := len(consume(t, brokers, topic, 7, 30*time.Second)); n != 7 {
+		t.Errorf("%d records on the topic, want the 7 small ones", n)
+	}
+}

@@ -215,10 +215,39 @@ func (p *Publisher) PublishBatch(topics []string, msgs []*message.Message) []err
 		}
 		return errs
 	}
+	// The broker refuses a whole record batch (one partition's messages
+	// of a request) when one record in it is over the topic's limit: the
+	// messages refused as too large together are sent again one at a
+	// time, so only the ones that are too large themselves fail, with a
+	// permanent error, and the others are not taken for poison.
+	var tooLarge []int
+	for _, pe := range perMessage {
+		if errors.Is(pe.Err, sarama.ErrMessageSizeTooLarge) {
+			tooLarge = append(tooLarge, index[pe.Msg])
+		}
+	}
+	alone := len(tooLarge) > 1
 	for _, pe := range perMessage {
 		i := index[pe.Msg]
+		if alone && errors.Is(pe.Err, sarama.ErrMessageSizeTooLarge) {
+			continue
+		}
 		p.logFailure(pe.Msg, pe.Err)
 		fail(i, classify(fmt.Errorf("kafkapub: cannot produce message %s: %w", msgs[i].UUID, pe.Err)))
+	}
+	if alone {
+		// Marshalled anew: Sarama keeps a sent message's retry state.
+		for _, i := range tooLarge {
+			km, err := p.marshaler.Marshal(topics[i], msgs[i])
+			if err != nil {
+				fail(i, relay.Permanent(fmt.Errorf("kafkapub: cannot marshal message %s: %w", msgs[i].UUID, err)))
+				continue
+			}
+			if _, _, err := p.producer.SendMessage(km); err != nil {
+				p.logFailure(km, err)
+				fail(i, classify(fmt.Errorf("kafkapub: cannot produce message %s: %w", msgs[i].UUID, err)))
+			}
+		}
 	}
 	return errs
 }
