@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -120,6 +121,8 @@ func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 		producer:  producer,
 		marshaler: kafka.NewWithPartitioningMarshaler(aggregateKey),
 		logger:    logger,
+		brokers:   brokers,
+		config:    sc,
 	}, nil
 }
 
@@ -131,6 +134,13 @@ type Publisher struct {
 	producer  sarama.SyncProducer
 	marshaler kafka.Marshaler
 	logger    *slog.Logger
+
+	// solo sends a message the broker refused as too large once more, in
+	// a request of its own (see sendAlone); made on first use.
+	brokers []string
+	config  *sarama.Config
+	soloMu  sync.Mutex
+	solo    sarama.SyncProducer
 
 	// closed is set by Close. It is an atomic flag, not a lock around
 	// every send: Close must not run while a call is in progress (close
@@ -155,12 +165,40 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		if err != nil {
 			return relay.Permanent(fmt.Errorf("kafkapub: cannot marshal message %s: %w", msg.UUID, err))
 		}
-		if _, _, err := p.producer.SendMessage(km); err != nil {
+		_, _, err = p.producer.SendMessage(km)
+		if errors.Is(err, sarama.ErrMessageSizeTooLarge) {
+			err = p.sendAlone(topic, msg)
+		}
+		if err != nil {
 			p.logFailure(km, err)
 			return classify(fmt.Errorf("kafkapub: cannot produce message %s: %w", msg.UUID, err))
 		}
 	}
 	return nil
+}
+
+// sendAlone sends msg again in a produce request that holds nothing else,
+// on a producer of its own, one message at a time. The broker refuses a
+// whole record batch when one record in it is over the topic's
+// max.message.bytes, and the producer batches the messages of every
+// concurrent call bound for a partition: MESSAGE_TOO_LARGE says that some
+// message of the batch was too large, and only a message sent alone is
+// refused for itself. It is marshalled anew: Sarama keeps a sent
+// message's retry state.
+func (p *Publisher) sendAlone(topic string, msg *message.Message) error {
+	km, err := p.marshaler.Marshal(topic, msg)
+	if err != nil {
+		return relay.Permanent(fmt.Errorf("cannot marshal message %s: %w", msg.UUID, err))
+	}
+	p.soloMu.Lock()
+	defer p.soloMu.Unlock()
+	if p.solo == nil {
+		if p.solo, err = sarama.NewSyncProducer(p.brokers, p.config); err != nil {
+			return fmt.Errorf("producer for a message refused as too large: %w", err)
+		}
+	}
+	_, _, err = p.solo.SendMessage(km)
+	return err
 }
 
 // PublishBatch publishes msgs[i] to topics[i], all at once, and returns
@@ -215,39 +253,17 @@ func (p *Publisher) PublishBatch(topics []string, msgs []*message.Message) []err
 		}
 		return errs
 	}
-	// The broker refuses a whole record batch (one partition's messages
-	// of a request) when one record in it is over the topic's limit: the
-	// messages refused as too large together are sent again one at a
-	// time, so only the ones that are too large themselves fail, with a
-	// permanent error, and the others are not taken for poison.
-	var tooLarge []int
-	for _, pe := range perMessage {
-		if errors.Is(pe.Err, sarama.ErrMessageSizeTooLarge) {
-			tooLarge = append(tooLarge, index[pe.Msg])
-		}
-	}
-	alone := len(tooLarge) > 1
 	for _, pe := range perMessage {
 		i := index[pe.Msg]
-		if alone && errors.Is(pe.Err, sarama.ErrMessageSizeTooLarge) {
-			continue
-		}
-		p.logFailure(pe.Msg, pe.Err)
-		fail(i, classify(fmt.Errorf("kafkapub: cannot produce message %s: %w", msgs[i].UUID, pe.Err)))
-	}
-	if alone {
-		// Marshalled anew: Sarama keeps a sent message's retry state.
-		for _, i := range tooLarge {
-			km, err := p.marshaler.Marshal(topics[i], msgs[i])
-			if err != nil {
-				fail(i, relay.Permanent(fmt.Errorf("kafkapub: cannot marshal message %s: %w", msgs[i].UUID, err)))
+		err := pe.Err
+		if errors.Is(err, sarama.ErrMessageSizeTooLarge) {
+			err = p.sendAlone(topics[i], msgs[i]) // see sendAlone
+			if err == nil {
 				continue
 			}
-			if _, _, err := p.producer.SendMessage(km); err != nil {
-				p.logFailure(km, err)
-				fail(i, classify(fmt.Errorf("kafkapub: cannot produce message %s: %w", msgs[i].UUID, err)))
-			}
 		}
+		p.logFailure(pe.Msg, err)
+		fail(i, classify(fmt.Errorf("kafkapub: cannot produce message %s: %w", msgs[i].UUID, err)))
 	}
 	return errs
 }
@@ -271,7 +287,13 @@ func (p *Publisher) Close() error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	if err := p.producer.Close(); err != nil {
+	err := p.producer.Close()
+	p.soloMu.Lock()
+	if p.solo != nil {
+		err = errors.Join(err, p.solo.Close())
+	}
+	p.soloMu.Unlock()
+	if err != nil {
 		return fmt.Errorf("kafkapub: cannot close Kafka producer: %w", err)
 	}
 	return nil
