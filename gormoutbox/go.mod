@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261201153524-59503f04b1c1
+	github.com/txoutbox/txoutbox v0.0.0-20261201155213-1fb6151d822c
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
