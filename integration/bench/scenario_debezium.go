@@ -215,11 +215,7 @@ type connect struct {
 // debeziumLib is the directory of Connect's and Debezium's jars, copied
 // from Maven Central once (debezium/pom.xml) into the services directory.
 func debeziumLib(ctx context.Context) (string, error) {
-	dir := os.Getenv("TXOUTBOX_SERVICES_DIR")
-	if dir == "" {
-		dir = "/var/lib/txoutbox-services"
-	}
-	lib := filepath.Join(dir, "debezium-3.6.1.Final-connect-4.3.0", "lib")
+	lib := filepath.Join(kafkatest.ServicesDir(), "debezium-3.6.1.Final-connect-4.3.0", "lib")
 	if _, err := os.Stat(filepath.Join(lib, ".complete")); err == nil {
 		return lib, nil
 	}

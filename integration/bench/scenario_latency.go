@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -97,58 +98,24 @@ func runLatency(ctx context.Context, e *env, notify bool) (latency, error) {
 	rr := relayRun{replicas: 1, cfg: cfg, publisher: func() (message.Publisher, error) { return nopCloser{acks}, nil }}
 
 	n := e.opts.latencyRate * int(e.opts.latencyDuration/time.Second)
-	commits := make(map[uuid.UUID]time.Time, n)
-	var commitMu sync.Mutex
-	var behind atomic.Int64
-	writeErr := make(chan error, 1)
 	runCtx, stopRelay := context.WithCancel(ctx)
 	defer stopRelay()
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- rr.runUntil(runCtx, s) }()
 	time.Sleep(500 * time.Millisecond) // the relay's first heartbeat takes its shards
 
-	interval := time.Second / time.Duration(e.opts.latencyRate)
-	start := time.Now().Add(10 * time.Millisecond)
-	jobs := make(chan int, n)
-	var wg sync.WaitGroup
-	for range latencyWriters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				if time.Since(start.Add(time.Duration(i)*interval)) > 10*time.Millisecond {
-					behind.Add(1) // every writer was busy: this write started late
-				}
-				ev := benchEvent(topic, i, e.opts.aggregates)
-				ev.Topic, ev.AggregateID = "", "" // the plugin fills them from the model
-				o := BenchOrder{Total: int64(i), Status: "placed"}
-				o.RecordEvent(ev)
-				if err := db.WithContext(ctx).Create(&o).Error; err != nil {
-					select {
-					case writeErr <- fmt.Errorf("latency: create: %w", err):
-					default:
-					}
-					continue
-				}
-				at := time.Now()
-				commitMu.Lock()
-				commits[ev.ID] = at
-				commitMu.Unlock()
-			}
-		}()
-	}
-	for i := range n {
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-			time.Sleep(d)
+	commits, behind, err := paceCommits(e.opts.latencyRate, n, func(i int) (uuid.UUID, error) {
+		ev := benchEvent(topic, i, e.opts.aggregates)
+		ev.Topic, ev.AggregateID = "", "" // the plugin fills them from the model
+		o := BenchOrder{Total: int64(i), Status: "placed"}
+		o.RecordEvent(ev)
+		if err := db.WithContext(ctx).Create(&o).Error; err != nil {
+			return ev.ID, fmt.Errorf("latency: create: %w", err)
 		}
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	select {
-	case err := <-writeErr:
+		return ev.ID, nil
+	})
+	if err != nil {
 		return latency{}, err
-	default:
 	}
 	if err := acks.waitFor(n, 60*time.Second); err != nil {
 		return latency{}, fmt.Errorf("latency %s: %w", mode, err)
@@ -179,8 +146,60 @@ func runLatency(ctx context.Context, e *env, notify bool) (latency, error) {
 	return latency{
 		Scenario: "latency", Mode: mode, Rate: e.opts.latencyRate, Events: len(lat),
 		P50MS: quantile(lat, 0.50), P90MS: quantile(lat, 0.90), P99MS: quantile(lat, 0.99), MaxMS: lat[len(lat)-1],
-		Behind: int(behind.Load()), Settings: settings,
+		Behind: behind, Settings: settings,
 	}, nil
+}
+
+// paceCommits runs commit(i) for i in [0, n) from latencyWriters writers,
+// the i-th started no sooner than i/rate seconds in, as a steady stream of
+// business transactions; it returns each commit's time by event id, how
+// many started more than 10 ms late (every writer was busy), and an error
+// if any commit failed.
+func paceCommits(rate, n int, commit func(i int) (uuid.UUID, error)) (commits map[uuid.UUID]time.Time, behind int, err error) {
+	commits = make(map[uuid.UUID]time.Time, n)
+	var (
+		mu       sync.Mutex
+		late     atomic.Int64
+		failures atomic.Int64
+		first    error
+		wg       sync.WaitGroup
+	)
+	interval := time.Second / time.Duration(rate)
+	start := time.Now().Add(10 * time.Millisecond)
+	jobs := make(chan int, n)
+	for range latencyWriters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				if time.Since(start.Add(time.Duration(i)*interval)) > 10*time.Millisecond {
+					late.Add(1)
+				}
+				id, err := commit(i)
+				at := time.Now()
+				mu.Lock()
+				if err != nil {
+					failures.Add(1)
+					first = cmp.Or(first, err)
+				} else {
+					commits[id] = at
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range n {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	if f := failures.Load(); f > 0 {
+		return commits, int(late.Load()), fmt.Errorf("%d of %d commits failed, the first: %w", f, n, first)
+	}
+	return commits, int(late.Load()), nil
 }
 
 // quantile returns the q-quantile of sorted values (nearest rank).

@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -417,48 +416,15 @@ func walLatency(ctx context.Context, e *env, cfg walrelay.Config) (p50, p99 floa
 	return quantile(lat, 0.50), quantile(lat, 0.99), nil
 }
 
-// commitPaced commits n events of topic (numbered from base) from
-// latencyWriters writers, each alone in its transaction, paced at rate per
-// second, and returns when each committed, with its commit time.
+// commitPaced commits n events of topic (numbered from base) through w,
+// each alone in its transaction, paced at rate per second (paceCommits),
+// and returns each one's commit time.
 func commitPaced(ctx context.Context, s *schemaDB, w *txoutbox.Writer, topic string, rate, n, base, aggregates int) (map[uuid.UUID]time.Time, error) {
-	var (
-		mu       sync.Mutex
-		commits  = make(map[uuid.UUID]time.Time, n)
-		failures atomic.Int64
-		wg       sync.WaitGroup
-	)
-	jobs := make(chan int, n)
-	for range latencyWriters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				ev := benchEvent(topic, base+i, aggregates)
-				if err := commitEvent(ctx, s, w, ev); err != nil {
-					failures.Add(1)
-					continue
-				}
-				at := time.Now()
-				mu.Lock()
-				commits[ev.ID] = at
-				mu.Unlock()
-			}
-		}()
-	}
-	interval := time.Second / time.Duration(rate)
-	start := time.Now()
-	for i := range n {
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-			time.Sleep(d)
-		}
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	if f := failures.Load(); f > 0 {
-		return commits, fmt.Errorf("%d writes failed", f)
-	}
-	return commits, nil
+	commits, _, err := paceCommits(rate, n, func(i int) (uuid.UUID, error) {
+		ev := benchEvent(topic, base+i, aggregates)
+		return ev.ID, commitEvent(ctx, s, w, ev)
+	})
+	return commits, err
 }
 
 // commitEvent commits ev alone through w.

@@ -126,7 +126,9 @@ const (
 // /var/lib/txoutbox-services, as in the script.
 const EnvServicesDir = "TXOUTBOX_SERVICES_DIR"
 
-func servicesDir() string {
+// ServicesDir is where .ci/services keeps its state: EnvServicesDir, or
+// /var/lib/txoutbox-services.
+func ServicesDir() string {
 	if d := os.Getenv(EnvServicesDir); d != "" {
 		return d
 	}
@@ -135,7 +137,7 @@ func servicesDir() string {
 
 // ClusterCAFile is the PEM file of the CA that signs the cluster's TLS
 // listeners.
-func ClusterCAFile() string { return filepath.Join(servicesDir(), "kafka-tls", "ca.pem") }
+func ClusterCAFile() string { return filepath.Join(ServicesDir(), "kafka-tls", "ca.pem") }
 
 // ClusterNode is one node (broker and KRaft controller in one JVM) of the
 // cluster .ci/services runs, for tests that kill, pause and restart it.
@@ -150,7 +152,7 @@ func ClusterNodes() []ClusterNode {
 	addrs := strings.Split(ClusterBrokersDefault, ",")
 	nodes := make([]ClusterNode, len(addrs))
 	for i, a := range addrs {
-		nodes[i] = ClusterNode{ID: int32(i + 1), Addr: a, dir: filepath.Join(servicesDir(), "kafka", fmt.Sprintf("n%d", i+1))}
+		nodes[i] = ClusterNode{ID: int32(i + 1), Addr: a, dir: filepath.Join(ServicesDir(), "kafka", fmt.Sprintf("n%d", i+1))}
 	}
 	return nodes
 }

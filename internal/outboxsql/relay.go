@@ -184,7 +184,8 @@ WITH live AS MATERIALIZED (
     ORDER BY c.id
     LIMIT $2
 ), due AS MATERIALIZED (
-    SELECT ARRAY(SELECT tid FROM seen WHERE due AND (upto <= $5 OR id = (SELECT min(id) FROM seen WHERE due))) AS tids
+    SELECT ARRAY(SELECT tid FROM seen WHERE due AND (upto <= $5 OR id = f.first)) AS tids, f.first
+    FROM (SELECT min(id) AS first FROM seen WHERE due) f
 ), took AS MATERIALIZED (
     SELECT o.id
     FROM {{table}} o
@@ -205,7 +206,7 @@ SET lease_owner = $1, lease_expires_at = now() + $3::interval, next_attempt_at =
 WHERE o.ctid = ANY (CASE WHEN NOT EXISTS (SELECT 1 FROM stop) THEN (SELECT tids FROM due)::tid[]
     ELSE ARRAY(
         SELECT s.tid FROM seen s
-        WHERE s.due AND (s.upto <= $5 OR s.id = (SELECT min(id) FROM seen WHERE due)) AND s.id NOT IN (SELECT id FROM stop)
+        WHERE s.due AND (s.upto <= $5 OR s.id = (SELECT first FROM due)) AND s.id NOT IN (SELECT id FROM stop)
           AND NOT EXISTS (SELECT 1 FROM (SELECT aggregate_id, min(id) AS first_id FROM stop WHERE NOT mine
                                          GROUP BY aggregate_id) b
                           WHERE b.aggregate_id = s.aggregate_id AND b.first_id < s.id))

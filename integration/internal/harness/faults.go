@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 )
 
 // Fault injects one kind of fault while the writers run, until they are
@@ -508,27 +508,12 @@ func createTopic(ctx context.Context, broker, topic string, partitions int32) er
 
 func createTopicOnce(ctx context.Context, broker, topic string, partitions int32) error {
 	seeds := strings.Split(broker, ",")
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
 	// One copy on kfake, one per node on the real cluster.
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, int16(min(len(seeds), 3))
-	req.Topics = append(req.Topics, rt)
-	req.TimeoutMillis = 10000
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return fmt.Errorf("create topic %s: %w", topic, err)
+	err := kafkatest.CreateTopic(ctx, seeds, topic, partitions, int16(min(len(seeds), 3)), nil)
+	if errors.Is(err, kerr.TopicAlreadyExists) {
+		return nil
 	}
-	for _, t := range resp.Topics {
-		if err := kerr.ErrorForCode(t.ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("create topic %s: %w", topic, err)
-		}
-	}
-	return nil
+	return err
 }
 
 // deadOn reports whether an event of topic is dead.
