@@ -504,3 +504,51 @@ func TestPartitionKafka(t *testing.T) {
 func TestPoisonKafka(t *testing.T) {
 	runKafka(t, harness.Poison(harness.Size{Events: 2000, Over: 10 * time.Second}, 3))
 }
+
+// The scale scenarios at the sizes CI can afford (`go run
+// ./integration/chaos -scale` runs them at full size): what each checks
+// holds at any size, and the plan-work tests in internal/outboxsql prove
+// the statements' cost does not grow with it.
+
+// runScale runs sc in a fresh schema on the shared lane.
+func runScale(t *testing.T, sc harness.Scale) string {
+	t.Helper()
+	t.Parallel()
+	sharedLane.Lock()
+	defer sharedLane.Unlock()
+	db := testkit.NewOutbox(t)
+	env := &harness.Env{DB: *db, Bin: bin, Dir: t.TempDir(), Logf: t.Logf, Seed: seed()}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	line, err := sc.Run(ctx, env)
+	if err != nil {
+		dumpLogs(t, env.Dir)
+		t.Fatalf("%s: %v (%s)", sc.Name, err, line)
+	}
+	t.Logf("scale: %s %s", sc.Name, line)
+	return line
+}
+
+func TestScaleBackoffAggregates(t *testing.T) {
+	runScale(t, harness.BackoffAggregates(5000, 1000, 10*time.Second))
+}
+
+func TestScaleDeadPrune(t *testing.T) {
+	runScale(t, harness.DeadPrune(50_000, 500, 80*time.Second))
+}
+
+func TestScaleBigBacklog(t *testing.T) {
+	runScale(t, harness.BigBacklog(10_000, 100_000))
+}
+
+func TestScaleWALBigTransaction(t *testing.T) {
+	runScale(t, harness.WALBigTransaction(50_000, 1024, 256))
+}
+
+func TestScaleWALDBA(t *testing.T) {
+	runScale(t, harness.WALDBA())
+}
+
+func TestAsyncCrash(t *testing.T) {
+	run(t, harness.AsyncCrash(harness.Size{Events: 3000, Over: 15 * time.Second}, 3, 4*time.Second))
+}

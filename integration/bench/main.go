@@ -164,6 +164,7 @@ type options struct {
 	idempotent      bool
 	broker          string
 	river1Events    int
+	claimBackoff    int
 }
 
 var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal", "debezium", "river"}
@@ -182,6 +183,7 @@ func main() {
 	flag.IntVar(&o.memoryEvents, "memory-events", 1_000_000, "backlog the relay process drains in the memory scenario")
 	flag.IntVar(&o.claimRows, "claim-rows", 1_000_000, "published rows retained in the claim scenario")
 	flag.IntVar(&o.claimRounds, "claim-rounds", 30, "timed claims per table in the claim scenario")
+	flag.IntVar(&o.claimBackoff, "claim-backoff", 0, "rows in retry backoff (each of an aggregate of its own) beside the retained rows in the claim scenario")
 	flag.IntVar(&o.latencyRate, "latency-rate", 1000, "events committed per second in the latency scenario")
 	flag.DurationVar(&o.latencyDuration, "latency-duration", 10*time.Second, "how long each latency run writes")
 	flag.IntVar(&o.writeOps, "write-ops", 2000, "Creates per arm in the GORM and ent overhead measurements")

@@ -19,6 +19,7 @@ import (
 type claimFlatness struct {
 	Scenario   string  `json:"scenario"`
 	Retained   int     `json:"published_rows_retained"`
+	Backoff    int     `json:"rows_in_backoff"`
 	Batch      int     `json:"batch"`
 	Rounds     int     `json:"rounds"`
 	EmptyMS    float64 `json:"empty_p50_ms"`
@@ -67,6 +68,9 @@ func runClaim(ctx context.Context, e *env) (claimFlatness, error) {
 			if err := insertBacklog(ctx, s, "bench.claim", retained, e.opts.aggregates, "published", 0); err != nil {
 				return claimFlatness{}, err
 			}
+			if err := insertBackoff(ctx, s, e.opts.claimBackoff); err != nil {
+				return claimFlatness{}, err
+			}
 		}
 		timed, err := timingDB(s.URL, s.Names.Render(outboxsql.Claim), a.times)
 		if err != nil {
@@ -103,8 +107,26 @@ func runClaim(ctx context.Context, e *env) (claimFlatness, error) {
 		}
 		med[i] = quantile(ms, 0.5)
 	}
-	return claimFlatness{Scenario: "claim", Retained: e.opts.claimRows, Batch: batch, Rounds: e.opts.claimRounds,
+	return claimFlatness{Scenario: "claim", Retained: e.opts.claimRows, Backoff: e.opts.claimBackoff, Batch: batch, Rounds: e.opts.claimRounds,
 		EmptyMS: med[0], RetainedMS: med[1], Flatness: med[1] / med[0]}, nil
+}
+
+// insertBackoff writes n rows in retry backoff for a day, each of an
+// aggregate of its own that no batch of the scenario writes (a poison
+// topic's, an outage's that failed them once), as Fail leaves them.
+func insertBackoff(ctx context.Context, s *schemaDB, n int) error {
+	if n == 0 {
+		return nil
+	}
+	_, err := s.SQL.ExecContext(ctx, s.Names.Render(`
+INSERT INTO {{table}} (event_id, topic, aggregate_id, event_type, payload, attempts, next_attempt_at, retry_at, last_error)
+SELECT gen_random_uuid(), 'bench.claim', 'backoff-' || g, 'bench.event', '{}', 1, now() + interval '1 day', now() + interval '1 day', 'failed'
+FROM generate_series(1, $1::bigint) AS g`), n)
+	if err != nil {
+		return fmt.Errorf("write %d rows in backoff: %w", n, err)
+	}
+	_, err = s.SQL.ExecContext(ctx, "VACUUM ANALYZE "+s.Names.Table)
+	return err
 }
 
 // claimTimes collects the durations of claims that returned rows.

@@ -6,6 +6,7 @@
 //	go run ./integration/chaos -soak           # every fault at once over 1,000,000 events
 //	go run ./integration/chaos -run crash -seed 42
 //	go run ./integration/chaos -broker kafka   # the same faults on the real 3-node Apache Kafka cluster
+//	go run ./integration/chaos -scale          # the scale scenarios, about an hour (see harness.Scale)
 //
 //	chaos: committed=N rolled_back=M delivered_unique=N lost=0 phantom=0 order_violations=0 duplicates=D dead=P crashes=K same_id_restarts=S pauses=Z partitions=X admin_ops=A db_crashes=C broker=kfake
 //
@@ -44,6 +45,7 @@ func main() {
 	var (
 		dbURL = flag.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server URL (default $DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres)")
 		soak  = flag.Bool("soak", false, "run only the crash scenario, with 1,000,000 events")
+		scale = flag.Bool("scale", false, "run the scale scenarios instead: a 15-minute broker outage, 50,000 aggregates in backoff, 1,000,000 dead rows under pruning, a 10,000,000-row backlog, asynchronous commits under database crashes, a 1,000,000-event transaction and a DBA at work in WAL mode (about an hour)")
 		seed  = flag.Uint64("seed", 0, "random seed (default: the clock)")
 		only  = flag.String("run", "", "run only the scenarios whose name contains this")
 		keep  = flag.Bool("keep", false, "keep the scenario directories (logs, broker data) and schemas")
@@ -80,7 +82,11 @@ func main() {
 	default:
 		log.Fatalf("chaos: -broker %q: want kfake or kafka", *brk)
 	}
-	if err := run(ctx, *dbURL, cluster, kafka, *seed, plans(*soak, *mode), *only, *keep); err != nil {
+	ps, scales := plans(*soak, *mode), []harness.Scale(nil)
+	if *scale {
+		ps, scales = scalePlans()
+	}
+	if err := run(ctx, *dbURL, cluster, kafka, *seed, ps, scales, *only, *keep); err != nil {
 		log.SetFlags(0)
 		log.Fatalf("chaos: %v", err)
 	}
@@ -114,6 +120,22 @@ func plans(soak bool, mode string) []harness.Plan {
 	}
 }
 
+// scalePlans are the scale scenarios (see harness.Scale): the crash
+// suite's machinery for the two that are fault runs, and their own for the
+// rest.
+func scalePlans() ([]harness.Plan, []harness.Scale) {
+	return []harness.Plan{
+			harness.LongOutage(harness.Size{Events: 100_000, Over: 17 * time.Minute}, 15*time.Minute, 10*time.Second),
+			harness.AsyncCrash(harness.Size{Events: 20_000, Over: time.Minute}, 6, 8*time.Second),
+		}, []harness.Scale{
+			harness.BackoffAggregates(50_000, 10_000, time.Minute),
+			harness.DeadPrune(1_000_000, 2000, 3*time.Minute),
+			harness.BigBacklog(100_000, 10_000_000),
+			harness.WALBigTransaction(1_000_000, 1024, 512),
+			harness.WALDBA(),
+		}
+}
+
 // walPlans are the WAL relay's scenarios: the faults a streaming relay
 // meets, and writers that lock nothing.
 func walPlans() []harness.Plan {
@@ -128,7 +150,7 @@ func walPlans() []harness.Plan {
 	}
 }
 
-func run(ctx context.Context, dbURL string, cluster testkit.Cluster, kafka []string, seed uint64, plans []harness.Plan, only string, keep bool) error {
+func run(ctx context.Context, dbURL string, cluster testkit.Cluster, kafka []string, seed uint64, plans []harness.Plan, scales []harness.Scale, only string, keep bool) error {
 	dir, err := os.MkdirTemp("", "txoutbox-chaos-")
 	if err != nil {
 		return err
@@ -189,11 +211,30 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, kafka []str
 		fmt.Printf("%s: %s\n", plan.Name, res.Line())
 		total = total.Add(res)
 	}
+	for _, sc := range scales {
+		if only != "" && !strings.Contains(sc.Name, only) {
+			continue
+		}
+		ran++
+		line, err := runScale(ctx, serverDB, kafka, bin, dir, seed, sc, keep)
+		if err != nil {
+			fmt.Printf("scale: %s FAILED: %v %s\n", sc.Name, err, line)
+			failed = append(failed, sc.Name)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		fmt.Printf("scale: %s %s\n", sc.Name, line)
+	}
 	if ran == 0 {
 		return fmt.Errorf("no scenario matches -run %q", only)
 	}
 	if len(plans) > 0 {
 		total.Mode = plans[0].Flags.Mode
+	}
+	if len(scales) > 0 {
+		total.Mode = "" // the scale plans are the polling relay's
 	}
 	if kafka != nil {
 		total.Broker = harness.BrokerKafka
@@ -203,6 +244,42 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, kafka []str
 		return fmt.Errorf("failed: %s", strings.Join(failed, ", "))
 	}
 	return nil
+}
+
+// runScale runs a scale scenario in a fresh schema and scenario directory.
+func runScale(ctx context.Context, serverDB string, kafka []string, bin harness.Binaries, dir string, seed uint64, sc harness.Scale, keep bool) (line string, err error) {
+	db, err := testkit.CreateSchema(ctx, serverDB, testkit.SchemaName("scale_"+sc.Name), true)
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		if err == nil && !keep {
+			_ = db.Drop(context.Background())
+		} else {
+			db.SQL.Close()
+		}
+	}()
+	scenarioDir, err := os.MkdirTemp(dir, sc.Name+"-")
+	if err != nil {
+		return "", err
+	}
+	env := &harness.Env{
+		DB:    harness.DB{SQL: db.SQL, URL: db.URL, Schema: db.Name},
+		Bin:   bin,
+		Dir:   scenarioDir,
+		Seed:  seed,
+		Kafka: kafka,
+		Logf: func(format string, args ...any) {
+			fmt.Printf("  %s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+		},
+	}
+	start := time.Now()
+	line, err = sc.Run(ctx, env)
+	line += fmt.Sprintf(" took_s=%.0f", time.Since(start).Seconds())
+	if err != nil && keep {
+		err = fmt.Errorf("%w (logs in %s)", err, scenarioDir)
+	}
+	return line, err
 }
 
 // runOne runs plan in a fresh schema and scenario directory.

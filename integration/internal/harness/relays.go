@@ -27,6 +27,8 @@ type RelayFlags struct {
 	// Mode is the relay mode: "" (poll) or "wal" (outbox relay --mode
 	// wal: one relay streams the slot, the others stand by).
 	Mode string
+	// Extra are more flags of outbox relay, last (e.g. --retention).
+	Extra []string
 }
 
 // WALMode is the RelayFlags.Mode of the WAL relay.
@@ -192,6 +194,7 @@ func (f *Fleet) StartAs(id string) error {
 	if fl.Mode == WALMode {
 		args = append(args, walArgs...)
 	}
+	args = append(args, fl.Extra...)
 	logf, err := f.env.logFile(id + ".log")
 	if err != nil {
 		return err
@@ -373,6 +376,16 @@ func (f *Fleet) Streaming() string {
 		return f.streaming
 	}
 	return ""
+}
+
+// PID returns relay id's process id (0 if it is not running).
+func (f *Fleet) PID(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.live[id]; ok && p.cmd.Process != nil {
+		return p.cmd.Process.Pid
+	}
+	return 0
 }
 
 // Kill SIGKILLs a relay: no shutdown, no release of claims or shards; its

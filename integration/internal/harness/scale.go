@@ -1,0 +1,523 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+)
+
+// The scale scenarios: the sizes and durations production brings (an
+// outage of a quarter hour, tens of thousands of aggregates in backoff, a
+// million dead letters, a backlog of ten million, a million events in one
+// transaction), each with real relay processes. `go run ./integration/chaos
+// -scale` runs them; each prints a line "scale: <name> key=value ...".
+// The crash suite's Plans cover per-aggregate order under faults; these
+// check what sizes break: stalls, dead healthy events, unbounded memory.
+
+// LongOutage: the broker is away for outage while writers go on and
+// relays restart under their own ids; nothing goes dead, and the backlog
+// drains after. Size.Over should exceed outage.
+func LongOutage(s Size, outage, restartEvery time.Duration) Plan {
+	flags := DefaultRelayFlags()
+	flags.BackoffMin, flags.BackoffMax = time.Second, 5*time.Minute
+	var during int
+	return Plan{
+		Name: "long-outage", Relays: 3, FixedIDs: true, Flags: flags, Write: writeLoad(s), Drain: 10 * time.Minute,
+		Fault: Mix(func(ctx context.Context, w *World) (int, error) {
+			if !sleep(ctx, 20*time.Second) {
+				return 0, ctx.Err()
+			}
+			if err := w.Broker.Stop(); err != nil {
+				return 0, err
+			}
+			w.Env.Logf("long-outage: broker stopped for %s", outage)
+			if !sleep(ctx, outage) {
+				return 0, ctx.Err()
+			}
+			var err error
+			if during, err = Backlog(ctx, w.Env); err != nil {
+				return 0, err
+			}
+			if err := w.Broker.Start(ctx); err != nil {
+				return 0, err
+			}
+			w.Env.Logf("long-outage: broker back, backlog %d", during)
+			return len(w.Fleet.Live()), nil
+		}, SameIDRestarts(5, restartEvery)),
+		Check: func(_ context.Context, _ *World, res *Result) error {
+			if during == 0 {
+				return errors.New("long-outage: no backlog at the end of the outage")
+			}
+			if res.Dead != 0 {
+				return fmt.Errorf("long-outage: dead=%d after a %s outage, want 0", res.Dead, outage)
+			}
+			return nil
+		},
+	}
+}
+
+// AsyncCrash is DBCrash with writers that commit with synchronous_commit =
+// off: a commit acknowledged to a writer is lost in a crash if its WAL was
+// not flushed, and no relay may have published it (phantom=0).
+func AsyncCrash(s Size, crashes int, period time.Duration) Plan {
+	p := DBCrash(s, crashes, period)
+	p.Name = "async-crash"
+	p.Write.AsyncCommit = true
+	return p
+}
+
+// Scale is a scale scenario outside the Plan model: it sets up what it
+// needs on env and returns its result line's fields, or an error for a
+// broken promise.
+type Scale struct {
+	Name string
+	// OwnCluster: as Plan.OwnCluster.
+	OwnCluster bool
+	Run        func(ctx context.Context, env *Env) (string, error)
+}
+
+// scaleInsert writes n outbox rows numbered from first, in one statement:
+// aggregate prefix || (g % aggregates), in state with attempts, due after
+// delay, with payloads of pad bytes.
+const scaleInsert = `
+INSERT INTO {{table}} (event_id, topic, aggregate_id, event_type, payload, state, attempts, next_attempt_at, retry_at, published_at, last_error)
+SELECT gen_random_uuid(), $1, $2 || (g % $3), 'scale.event',
+       convert_to('{"seq":' || g || ',"pad":"' || repeat('x', $9) || '"}', 'UTF8'), $4, $5,
+       now() + $6::interval, CASE WHEN $5 > 0 AND $4 = 'pending' THEN now() + $6::interval ELSE '-infinity' END,
+       CASE WHEN $4 = 'published' THEN now() END, CASE WHEN $5 > 0 THEN 'scale: failed before' END
+FROM generate_series($7::bigint, $8::bigint) g`
+
+type scaleRows struct {
+	topic, prefix string
+	aggregates    int
+	state         string
+	attempts      int
+	delay         time.Duration
+	pad           int
+}
+
+func (r scaleRows) insert(ctx context.Context, env *Env, first, n int) error {
+	names, err := outboxsql.NamesFor(env.DB.Schema, "")
+	if err != nil {
+		return err
+	}
+	_, err = env.DB.SQL.ExecContext(ctx, names.Render(scaleInsert), r.topic, r.prefix, max(r.aggregates, 1), r.state, r.attempts,
+		fmt.Sprintf("%d milliseconds", r.delay.Milliseconds()), first, first+n-1, r.pad)
+	if err != nil {
+		return fmt.Errorf("insert %d rows: %w", n, err)
+	}
+	return nil
+}
+
+// insertChunked inserts n rows in statements of at most chunk rows.
+func (r scaleRows) insertChunked(ctx context.Context, env *Env, n, chunk int) error {
+	for done := 0; done < n; done += chunk {
+		if err := r.insert(ctx, env, done, min(chunk, n-done)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func scaleCount(ctx context.Context, env *Env, where string) (int, error) {
+	names, err := outboxsql.NamesFor(env.DB.Schema, "")
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	if err := env.DB.SQL.QueryRowContext(ctx, `SELECT count(*) FROM `+names.Table+` WHERE `+where).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count %s: %w", where, err)
+	}
+	return n, nil
+}
+
+// waitCount waits until the rows matching where are at least want.
+func waitCount(ctx context.Context, env *Env, where string, want int, limit time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for {
+		n, err := scaleCount(ctx, env, where)
+		if err != nil {
+			return 0, err
+		}
+		if n >= want {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > limit {
+			return 0, fmt.Errorf("%d of %d rows %s after %s", n, want, where, limit)
+		}
+		if !sleep(ctx, 200*time.Millisecond) {
+			return 0, ctx.Err()
+		}
+	}
+}
+
+func analyze(ctx context.Context, env *Env) error {
+	names, err := outboxsql.NamesFor(env.DB.Schema, "")
+	if err != nil {
+		return err
+	}
+	if _, err := env.DB.SQL.ExecContext(ctx, "VACUUM ANALYZE "+names.Table); err != nil {
+		return err
+	}
+	_, _ = env.DB.SQL.ExecContext(ctx, "CHECKPOINT")
+	return nil
+}
+
+// world starts a broker and a fleet of n relays with flags.
+func world(ctx context.Context, env *Env, flags RelayFlags, n int) (*Broker, *Fleet, func(), error) {
+	b, err := StartBroker(ctx, env, BrokerConfig{})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	f, err := NewFleet(env, b.Addr(), flags)
+	if err != nil {
+		b.Close()
+		return nil, nil, nil, err
+	}
+	for range n {
+		if _, err := f.Start(); err != nil {
+			f.Close()
+			b.Close()
+			return nil, nil, nil, err
+		}
+	}
+	return b, f, func() { f.Close(); b.Close() }, nil
+}
+
+// BackoffAggregates: aggregates aggregates each have a row in retry
+// backoff (a poison topic, an outage that failed them once) while healthy
+// events of other aggregates are written: those publish within limit.
+func BackoffAggregates(aggregates, healthy int, limit time.Duration) Scale {
+	return Scale{Name: "backoff-aggregates", Run: func(ctx context.Context, env *Env) (string, error) {
+		backoff := scaleRows{topic: TopicGorm, prefix: "backoff-", aggregates: aggregates, state: "pending", attempts: 1, delay: time.Hour}
+		if err := backoff.insertChunked(ctx, env, aggregates, 100_000); err != nil {
+			return "", err
+		}
+		if err := analyze(ctx, env); err != nil {
+			return "", err
+		}
+		_, _, stop, err := world(ctx, env, DefaultRelayFlags(), 1)
+		if err != nil {
+			return "", err
+		}
+		defer stop()
+		start := time.Now()
+		good := scaleRows{topic: TopicGorm, prefix: "healthy-", aggregates: 1000, state: "pending"}
+		if err := good.insert(ctx, env, aggregates, healthy); err != nil {
+			return "", err
+		}
+		if _, err := waitCount(ctx, env, `state = 'published'`, healthy, limit); err != nil {
+			return "", fmt.Errorf("backoff-aggregates: healthy events stalled behind %d rows in backoff: %w", aggregates, err)
+		}
+		took := time.Since(start)
+		untouched, err := scaleCount(ctx, env, `aggregate_id LIKE 'backoff-%' AND state = 'pending' AND attempts = 1`)
+		if err != nil {
+			return "", err
+		}
+		if untouched != aggregates {
+			return "", fmt.Errorf("backoff-aggregates: %d of %d rows in backoff left as they were", untouched, aggregates)
+		}
+		return fmt.Sprintf("backoff_rows=%d healthy=%d published_in_s=%.1f", aggregates, healthy, took.Seconds()), nil
+	}}
+}
+
+// DeadPrune: dead rows are kept (a poison topic's, for weeks) while events
+// are written at rate per second for d with a short retention: pruning
+// keeps up, no published row outlives the retention by more than the
+// prune interval, and the dead rows stay.
+func DeadPrune(dead, rate int, d time.Duration) Scale {
+	return Scale{Name: "dead-prune", Run: func(ctx context.Context, env *Env) (string, error) {
+		rows := scaleRows{topic: TopicGorm, prefix: "dead-", aggregates: dead, state: "dead", attempts: 10}
+		if err := rows.insertChunked(ctx, env, dead, 200_000); err != nil {
+			return "", err
+		}
+		if err := analyze(ctx, env); err != nil {
+			return "", err
+		}
+		const retention = 5 * time.Second
+		flags := DefaultRelayFlags()
+		flags.Extra = []string{"--retention", retention.String()}
+		_, _, stop, err := world(ctx, env, flags, 1)
+		if err != nil {
+			return "", err
+		}
+		defer stop()
+		live := scaleRows{topic: TopicGorm, prefix: "live-", aggregates: 1000, state: "pending"}
+		tick := 100 * time.Millisecond
+		per := rate * int(tick) / int(time.Second)
+		written, start := 0, time.Now()
+		for next := start; time.Since(start) < d; next = next.Add(tick) {
+			if err := live.insert(ctx, env, dead+written, per); err != nil {
+				return "", err
+			}
+			written += per
+			if !sleep(ctx, time.Until(next.Add(tick))) {
+				return "", ctx.Err()
+			}
+		}
+		elapsed := time.Since(start)
+		// Every published row older than the retention plus a prune
+		// interval (a minute) and a margin must be gone.
+		stale, err := scaleCount(ctx, env, `state = 'published' AND published_at < now() - interval '75 seconds'`)
+		if err != nil {
+			return "", err
+		}
+		published, err := scaleCount(ctx, env, `state = 'published'`)
+		if err != nil {
+			return "", err
+		}
+		deadLeft, err := scaleCount(ctx, env, `state = 'dead'`)
+		if err != nil {
+			return "", err
+		}
+		line := fmt.Sprintf("dead=%d insert_eps=%.0f written=%d published_left=%d stale_published=%d dead_left=%d",
+			dead, float64(written)/elapsed.Seconds(), written, published, stale, deadLeft)
+		switch {
+		case stale != 0:
+			return line, fmt.Errorf("dead-prune: %d published rows outlived retention and a prune interval: pruning fell behind", stale)
+		case deadLeft != dead:
+			return line, fmt.Errorf("dead-prune: %d of %d dead rows left", deadLeft, dead)
+		case published >= written:
+			return line, errors.New("dead-prune: nothing was pruned")
+		}
+		return line, nil
+	}}
+}
+
+// BigBacklog: 3 relays started on a backlog of big rows (a fleet restart
+// after an outage) drain it at no less than 0.9× their rate on one of
+// small rows.
+func BigBacklog(small, big int) Scale {
+	return Scale{Name: "big-backlog", Run: func(ctx context.Context, env *Env) (string, error) {
+		rate := func(n, first int) (float64, error) {
+			rows := scaleRows{topic: TopicGorm, prefix: "agg-", aggregates: 1000, state: "pending"}
+			if err := rows.insertChunked(ctx, env, n, 500_000); err != nil {
+				return 0, err
+			}
+			if err := analyze(ctx, env); err != nil {
+				return 0, err
+			}
+			_, _, stop, err := world(ctx, env, DefaultRelayFlags(), 3)
+			if err != nil {
+				return 0, err
+			}
+			defer stop()
+			took, err := waitCount(ctx, env, `state = 'published'`, first+n, time.Hour)
+			if err != nil {
+				return 0, err
+			}
+			return float64(n) / took.Seconds(), nil
+		}
+		r1, err := rate(small, 0)
+		if err != nil {
+			return "", err
+		}
+		names, err := outboxsql.NamesFor(env.DB.Schema, "")
+		if err != nil {
+			return "", err
+		}
+		if _, err := env.DB.SQL.ExecContext(ctx, `DELETE FROM `+names.Table); err != nil {
+			return "", err
+		}
+		r2, err := rate(big, 0)
+		if err != nil {
+			return "", err
+		}
+		line := fmt.Sprintf("small=%d small_eps=%.0f big=%d big_eps=%.0f ratio=%.2f", small, r1, big, r2, r2/r1)
+		if r2 < 0.9*r1 {
+			return line, fmt.Errorf("big-backlog: %d rows drain at %.2f× the rate of %d", big, r2/r1, small)
+		}
+		return line, nil
+	}}
+}
+
+// WALBigTransaction: one transaction writes n events of pad bytes while
+// a WAL relay streams: it publishes them with its peak RSS under
+// maxRSSMiB.
+func WALBigTransaction(n, pad, maxRSSMiB int) Scale {
+	return Scale{Name: "wal-big-tx", Run: func(ctx context.Context, env *Env) (string, error) {
+		flags := DefaultRelayFlags()
+		flags.Mode = WALMode
+		_, f, stop, err := world(ctx, env, flags, 1)
+		if err != nil {
+			return "", err
+		}
+		defer stop()
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			f.KillAll()
+			dropWALSlot(dctx, env)
+		}()
+		if !waitUntil(ctx, 30*time.Second, func() bool { return f.Streaming() != "" }) {
+			return "", errors.New("wal-big-tx: no relay streams")
+		}
+		id := f.Streaming()
+		start := time.Now()
+		rows := scaleRows{topic: TopicGorm, prefix: "agg-", aggregates: 1000, state: "pending", pad: pad}
+		if err := rows.insert(ctx, env, 0, n); err != nil {
+			return "", err
+		}
+		// The WAL relay keeps published rows for the verifier (walArgs'
+		// --retention) and marks them.
+		if _, err := waitCount(ctx, env, `state = 'published'`, n, 20*time.Minute); err != nil {
+			return "", fmt.Errorf("wal-big-tx: %w", err)
+		}
+		took := time.Since(start)
+		rss, err := peakRSSMiB(f.PID(id))
+		if err != nil {
+			return "", err
+		}
+		line := fmt.Sprintf("events=%d payload_bytes=%d seconds=%.1f relay_peak_rss_mib=%d", n, pad, took.Seconds(), rss)
+		if rss > maxRSSMiB {
+			return line, fmt.Errorf("wal-big-tx: the relay's peak RSS is %d MiB, over %d", rss, maxRSSMiB)
+		}
+		return line, nil
+	}}
+}
+
+// WALDBA: a DBA at work under a streaming WAL relay: the table dropped
+// from the publication, then events written; the publication dropped;
+// the slot made again by hand. The relay refuses or republishes, and no
+// unpublished row is ever deleted.
+func WALDBA() Scale {
+	return Scale{Name: "wal-dba", Run: func(ctx context.Context, env *Env) (string, error) {
+		flags := DefaultRelayFlags()
+		flags.Mode = WALMode
+		flags.Extra = []string{"--retention", "0s"} // delete once confirmed: what the cleanup must not do early
+		b, f, stop, err := world(ctx, env, flags, 1)
+		if err != nil {
+			return "", err
+		}
+		defer stop()
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			f.KillAll()
+			dropWALSlot(dctx, env)
+		}()
+		table, slot, pub, err := walNames(env)
+		if err != nil {
+			return "", err
+		}
+		exec := func(q string) error {
+			_, err := env.DB.SQL.ExecContext(ctx, q)
+			return err
+		}
+		streaming := func() bool { return waitUntil(ctx, 30*time.Second, func() bool { return f.Streaming() != "" }) }
+		if !streaming() {
+			return "", errors.New("wal-dba: no relay streams")
+		}
+		rows := scaleRows{topic: TopicGorm, prefix: "dba-", aggregates: 5, state: "pending"}
+		written := 0
+		write := func(n int) error {
+			err := rows.insert(ctx, env, written, n)
+			written += n
+			return err
+		}
+		// Each step: the DBA's change, events written, then what the table
+		// must hold after the relay had time to act on it.
+		var notes []string
+		for _, step := range []struct {
+			name, change, undo string
+		}{
+			{"drop-table", "ALTER PUBLICATION " + pub + " DROP TABLE " + table, "ALTER PUBLICATION " + pub + " ADD TABLE " + table},
+			{"publish-update-only", "ALTER PUBLICATION " + pub + " SET (publish = 'update, delete')", "ALTER PUBLICATION " + pub + " SET (publish = 'insert, update, delete, truncate')"},
+		} {
+			if err := exec(step.change); err != nil {
+				return "", fmt.Errorf("wal-dba: %s: %w", step.name, err)
+			}
+			if err := write(5); err != nil {
+				return "", err
+			}
+			if !sleep(ctx, 10*time.Second) {
+				return "", ctx.Err()
+			}
+			if n, err := scaleCount(ctx, env, `true`); err != nil || n < 5 {
+				return "", fmt.Errorf("wal-dba: %s: %d rows left in the table, want the 5 unpublished ones (%v)", step.name, n, err)
+			}
+			if err := exec(step.undo); err != nil {
+				return "", err
+			}
+			notes = append(notes, step.name+"=kept")
+			// The relay that stopped on the change is started again, as a
+			// supervisor does.
+			if len(f.Live()) == 0 {
+				if _, err := f.Start(); err != nil {
+					return "", err
+				}
+			}
+			if !streaming() {
+				return "", fmt.Errorf("wal-dba: no relay streams after %s was undone", step.name)
+			}
+		}
+		// The slot made again by hand: stop the relay, drop the slot,
+		// write events, make the slot, start the relay.
+		f.KillAll()
+		if err := exec("SELECT pg_drop_replication_slot('" + slot + "')"); err != nil {
+			return "", err
+		}
+		if err := write(3); err != nil {
+			return "", err
+		}
+		if err := exec("SELECT pg_create_logical_replication_slot('" + slot + "', 'pgoutput')"); err != nil {
+			return "", err
+		}
+		if _, err := f.Start(); err != nil {
+			return "", err
+		}
+		if !streaming() {
+			return "", errors.New("wal-dba: no relay streams on the slot made by hand")
+		}
+		notes = append(notes, "slot-by-hand=republished")
+		// Every event written reaches the broker (more than once is fine).
+		seen := map[string]bool{}
+		deadline := time.Now().Add(60 * time.Second)
+		for len(seen) < written && time.Now().Before(deadline) {
+			clear(seen)
+			if err := ReadAll(ctx, b.Addr(), []string{TopicGorm}, func(d Delivery) error { seen[d.EventID] = true; return nil }); err != nil {
+				return "", err
+			}
+			sleep(ctx, time.Second)
+		}
+		if len(seen) < written {
+			return "", fmt.Errorf("wal-dba: %d of %d events on the broker", len(seen), written)
+		}
+		return fmt.Sprintf("events=%d delivered=%d %s", written, len(seen), strings.Join(notes, " ")), nil
+	}}
+}
+
+// walNames returns the scenario table's qualified name and its WAL relay's
+// default slot and publication.
+func walNames(env *Env) (table, slot, pub string, err error) {
+	names, err := outboxsql.NamesFor(env.DB.Schema, "")
+	if err != nil {
+		return "", "", "", err
+	}
+	name := outboxsql.WALName(env.DB.Schema, "") // the default slot and publication (see dropWALSlot)
+	return names.Table, name, name, nil
+}
+
+// peakRSSMiB reads a process's peak resident set size (VmHWM).
+func peakRSSMiB(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
+			if err != nil {
+				return 0, err
+			}
+			return kb / 1024, nil
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc status")
+}
