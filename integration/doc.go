@@ -41,6 +41,7 @@
 //	go test -count=1 -timeout 4h ./integration/ -run Mixed -soak  # every fault over ≥ 1,000,000 events
 //	go run ./integration/chaos [-soak] [-seed N]     # the same scenarios, standalone
 //	go run ./integration/chaos -broker kafka          # all of them on the real cluster
+//	go run ./integration/chaos -scale                 # production sizes and durations (TestScale* are CI's small ones)
 //
 // Every scenario ends with the line
 //

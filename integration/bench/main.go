@@ -58,7 +58,8 @@
 //   - write: GORM and ent Create with the outbox against without, and the
 //     Writer's NOTIFY on against off under 16 concurrent writers.
 //   - claim: the relay's claim statement with a million published rows
-//     retained against an empty table.
+//     retained (-claim-rows), and -claim-backoff rows in retry backoff,
+//     against an empty table.
 //   - memory: peak RSS of an `outbox relay` process draining a million
 //     events.
 //   - wal: the WAL relay (relay/walrelay) beside the polling relay on the
