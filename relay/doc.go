@@ -140,6 +140,11 @@
 // Losing the database or the broker makes the relay log, back off and retry;
 // it never exits on them and resumes by itself.
 //
+// Run refuses a table a WAL relay's slot streams (ErrWALStreams; package
+// walrelay): the two modes would both publish every event. A relay that
+// finds such a slot while it runs claims nothing, logging the error each
+// heartbeat, until the slot is gone (walrelay.Takeover drops it).
+//
 // The rule: an outage is not a poison. An event goes dead for its own fault
 // only, when the broker refuses that message: the publisher marks such
 // errors with Permanent (kafkapub does for a message too large, a topic

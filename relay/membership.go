@@ -113,6 +113,8 @@ func (m *membership) run(ctx context.Context) {
 			failures++
 			if errors.Is(err, errStandingBy) {
 				m.log.Error("relay: "+err.Error(), "id", m.cfg.ID)
+			} else if errors.Is(err, ErrWALStreams) {
+				m.log.Error(err.Error()+"; claiming nothing", "id", m.cfg.ID)
 			} else {
 				m.log.Warn("relay: heartbeat failed", "err", err, "failures", failures)
 			}
@@ -161,6 +163,9 @@ func (m *membership) round(ctx context.Context) (converged bool, err error) {
 	}
 	for _, id := range forgotten {
 		m.log.Warn("relay: declared a relay dead after its heartbeat went stale; taking over its work", "dead_relay", id)
+	}
+	if err := m.refuseWhileWALStreams(ctx); err != nil {
+		return false, err
 	}
 	names, err := m.liveNames(ctx)
 	if err != nil {
@@ -224,6 +229,51 @@ func (m *membership) heartbeat(ctx context.Context, start time.Duration) (*incar
 	}
 	inc.extend(start + m.cfg.StaleAfter - m.cfg.HeartbeatInterval)
 	return inc, nil
+}
+
+// refuseWhileWALStreams fails with ErrWALStreams while a WAL relay's slot
+// streams the table: both modes would publish every event, the slot would
+// hold WAL for ever, and a WAL relay started again would replay all since.
+// It runs after the heartbeat, holding the WAL gate shared: a WAL relay
+// checks for polling relays' heartbeats and makes its slot holding the
+// gate exclusively (see walrelay), so of a polling and a WAL relay
+// starting together one sees the other. The gate is held only while a WAL
+// relay sets its slot up, and a round that waits out its timeout on it
+// claims nothing.
+func (m *membership) refuseWhileWALStreams(ctx context.Context) error {
+	tx, err := m.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("look for WAL relay slots: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only
+	var slots string
+	if _, err := tx.ExecContext(ctx, m.sql.walGate, m.sql.table); err != nil {
+		return fmt.Errorf("look for WAL relay slots: take the WAL gate: %w", err)
+	}
+	if err := tx.QueryRowContext(ctx, m.sql.walSlots, m.sql.table, m.sql.walSlot).Scan(&slots); err != nil {
+		return fmt.Errorf("look for WAL relay slots: %w", err)
+	}
+	if slots != "" {
+		return fmt.Errorf("%w: slot %s streams %s: hand the outbox over with `outbox wal takeover` (stop the WAL relays first), "+
+			"or stop these polling relays", ErrWALStreams, slots, m.sql.table)
+	}
+	return nil
+}
+
+// checkMode is refuseWhileWALStreams at start, within StatementTimeout:
+// only ErrWALStreams fails it (a database out of reach is the rounds' to
+// wait for).
+func (m *membership) checkMode(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.StatementTimeout)
+	defer cancel()
+	err := m.refuseWhileWALStreams(ctx)
+	if errors.Is(err, ErrWALStreams) {
+		return err
+	}
+	if err != nil && ctx.Err() == nil {
+		m.log.Warn("relay: could not look for WAL relay slots at start; the heartbeat rounds look again", "err", err)
+	}
+	return nil
 }
 
 // errStandingBy is returned by a round while another live incarnation of

@@ -20,6 +20,13 @@ import (
 // ErrAlreadyRunning is returned by Run when the relay is running already.
 var ErrAlreadyRunning = errors.New("relay: already running")
 
+// ErrWALStreams is returned by Run when a WAL relay's slot (package
+// walrelay) streams the outbox table: the two modes would both publish
+// every event. Hand the outbox over first (walrelay.Takeover, `outbox wal
+// takeover`). A slot that appears while the relay runs makes it claim
+// nothing, logging this error, until the slot is gone.
+var ErrWALStreams = errors.New("relay: a WAL relay streams the outbox table")
+
 // ErrPublishTimeout is the recorded error of an event whose publish call
 // outlived Config.PublishTimeout: its outcome is unknown, and it is retried.
 var ErrPublishTimeout = errors.New("relay: publish outlived PublishTimeout; outcome unknown")
@@ -106,7 +113,7 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		db:       db,
 		pub:      pub,
 		cfg:      cfg,
-		sql:      render(names),
+		sql:      render(names, outboxsql.WALName(cfg.Table.Schema, cfg.Table.Name)),
 		log:      cfg.Logger.With("relay", cfg.ID),
 		met:      met,
 		trace:    tracer(cfg.TracerProvider),
@@ -148,6 +155,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.hung.Store(0)
 	r.lastAck.Store(int64(r.clock.now()))
 	r.unconfirmed = nil
+	if err := r.members.checkMode(ctx); err != nil {
+		return err
+	}
 	_, batching := r.pub.(BatchPublisher)
 	r.log.Info("relay starting", "table", r.cfg.Table.String(), "lanes", r.cfg.Lanes, "batch", r.cfg.BatchSize,
 		"lane_batch", r.cfg.LaneBatch, "batch_publisher", batching)

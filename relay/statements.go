@@ -9,9 +9,13 @@ type statements struct {
 	register, replacePredecessors, otherIncarnations, heartbeat, notifyRebalance, forgetStale string
 	liveRelays, releaseShards, acquireShards, leaveShards, leaveRelay                         string
 	prune, pruneLock, statsLag, statsBacklog, statsDead                                       string
+	walGate, walSlots                                                                         string
+	table, walSlot                                                                            string // walGate's and walSlots' arguments
 }
 
-func render(n outboxsql.Names) *statements {
+// render renders the statements for the table of n; walSlot is the WAL
+// relay's default slot name for it.
+func render(n outboxsql.Names, walSlot string) *statements {
 	return &statements{
 		claim:               n.Render(outboxsql.Claim),
 		claimSettings:       n.Render(outboxsql.ClaimSettings),
@@ -38,5 +42,9 @@ func render(n outboxsql.Names) *statements {
 		statsLag:            n.Render(outboxsql.StatsLag),
 		statsBacklog:        n.Render(outboxsql.StatsBacklog),
 		statsDead:           n.Render(outboxsql.StatsDead),
+		walGate:             outboxsql.OpsWALGate,
+		walSlots:            outboxsql.OpsWALSlots,
+		table:               n.Table,
+		walSlot:             walSlot,
 	}
 }

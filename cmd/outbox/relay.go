@@ -149,9 +149,6 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := grants.Check(ctx, db, "the relay", grants.Relay(names)); err != nil {
 		return err
 	}
-	if err := refuseWhileWALStreams(ctx, db, names.Table, outboxsql.WALName(table.Schema, table.Name)); err != nil {
-		return err
-	}
 	setSaramaLogger(logger)
 	defer saramaTarget.Store(nil)
 	pub, err := kafkapub.NewPublisher(addrs, kcfg)

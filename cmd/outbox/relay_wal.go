@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"flag"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/relay"
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
 	"github.com/txoutbox/txoutbox/relay/walrelay"
@@ -158,19 +156,3 @@ type nopPub struct{}
 func (nopPub) Publish(string, ...*message.Message) error { return nil }
 func (nopPub) Close() error                              { return nil }
 
-// refuseWhileWALStreams refuses to start polling relays on a table a WAL
-// relay's slot streams (outboxsql.OpsWALSlots; slot is the default name):
-// the slot would hold WAL for ever, both modes would publish every event,
-// and a WAL relay started again would replay all since.
-func refuseWhileWALStreams(ctx context.Context, db *sql.DB, table, slot string) error {
-	ctx, cancel := context.WithTimeout(ctx, walrelay.StatementTimeoutDefault)
-	defer cancel()
-	var slots string
-	if err := db.QueryRowContext(ctx, outboxsql.OpsWALSlots, table, slot).Scan(&slots); err != nil {
-		return fmt.Errorf("look for WAL relay slots: %w", err)
-	}
-	if slots != "" {
-		return fmt.Errorf("the WAL relay's slot %s streams %s: hand the outbox over with `outbox wal takeover` (stop the WAL relays first) before starting polling relays", slots, table)
-	}
-	return nil
-}

@@ -230,3 +230,22 @@ func TestClaimCostIsItsBatchWithAnyNumberOfRowsInBackoff(t *testing.T) {
 	}
 	testkit.AssertFlat(t, "claim", costRatio, measure(costSmall), measure(costLarge))
 }
+
+// A WAL relay resuming its slot reads the highest dead row and the
+// table's highest row with one index descent each, whatever the backlog of
+// pending rows above the last settled one (WALSettledMax, which walks it,
+// runs only for a slot whose marker has no settled row).
+func TestWALResumeBoundsCostNoBacklog(t *testing.T) {
+	t.Parallel()
+	for _, stmt := range []string{outboxsql.WALDeadMax, outboxsql.WALHighestRow} {
+		measure := func(backlog int) map[string]testkit.Work {
+			c := newCostDB(t)
+			c.insert(t, 100, `'dead-' || g`, "dead", "10", "now()", "now()", "NULL")
+			c.insert(t, 100, `'published-' || g`, "published", "0", "now()", "now()", "now()")
+			c.insert(t, backlog, `'pending-' || g`, "pending", "0", "now()", "now()", "NULL")
+			c.settle(t)
+			return c.work(t, []string{settings(outboxsql.WALSettledMaxSettings)}, stmt)
+		}
+		testkit.AssertFlat(t, stmt, costRatio, measure(costSmall), measure(costLarge))
+	}
+}

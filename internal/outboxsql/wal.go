@@ -249,11 +249,20 @@ const WALPosition = `SELECT pg_current_wal_lsn()::text`
 // published, 0 for none (see walrelay's resume). Dead rows are in
 // outbox_dead_idx; the highest published row is found walking the primary
 // key down from its top, past the rows not settled yet, which needs
-// sequential scans and sorts off (WALSettledMaxSettings): once per
-// session, in place of a lookup per transaction.
+// sequential scans and sorts off (WALSettledMaxSettings). It costs the
+// backlog above that row, so it runs only for a slot whose marker has no
+// settled row (see walrelay's marker); WALDeadMax serves the others.
 const WALSettledMax = `SELECT greatest(0,
        (SELECT id FROM {{table}} WHERE state = 'dead' ORDER BY id DESC LIMIT 1),
        (SELECT id FROM {{table}} WHERE state = 'published' ORDER BY id DESC LIMIT 1))`
+
+// WALDeadMax is the highest id of a dead row, 0 for none: one descent of
+// outbox_dead_idx.
+const WALDeadMax = `SELECT coalesce((SELECT id FROM {{table}} WHERE state = 'dead' ORDER BY id DESC LIMIT 1), 0)`
+
+// WALHighestRow is the table's highest id, 0 for none: one descent of the
+// primary key.
+const WALHighestRow = `SELECT coalesce((SELECT id FROM {{table}} ORDER BY id DESC LIMIT 1), 0)`
 
 // WALSettledMaxSettings runs first in WALSettledMax's transaction: the
 // planner, misled by statistics that count no published rows, would

@@ -38,11 +38,15 @@
 // publication at start and before every cleanup round (ErrPublication,
 // with the fix) and keeps a marker in the publication's comment: the slot
 // it made, a ceiling it never confirms the slot past (raised while its
-// walsender holds the slot, so a slot made again starts above it) and a
-// fingerprint of the publication. On a slot without its marker, or after
+// walsender holds the slot, so a slot made again starts above it), a
+// fingerprint of the publication and the highest row the slot's stream
+// may bring that the table holds as published (so a restart reads it
+// instead of walking the backlog). On a slot without its marker, or after
 // the publication changed, it publishes the table's unpublished rows
 // before it streams, instead of deleting them. It makes or takes over no
-// slot while polling relays heartbeat on the table (ErrPollingRelays).
+// slot while polling relays heartbeat on the table (ErrPollingRelays),
+// and a polling relay does not claim while its slot streams
+// (relay.ErrWALStreams).
 //
 // # Cleanup and takeover
 //

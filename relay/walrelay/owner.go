@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,7 +29,7 @@ var ErrPublication = errors.New("walrelay: the publication does not carry every 
 // publication that carried every insert all along. It records that it
 // owns a slot in the publication's comment (a marker):
 //
-//	txoutbox: slot <slot> up to <lsn> publication <fingerprint>
+//	txoutbox: slot <slot> up to <lsn> publication <fingerprint> settled <id>
 //
 // The relay never confirms the slot past <lsn>, its ceiling, and raises it
 // only while its walsender holds the slot (see outboxsql.WALCeiling), so a
@@ -40,11 +41,20 @@ var ErrPublication = errors.New("walrelay: the publication does not carry every 
 // table altered) may have let inserts pass unstreamed. On a slot it does
 // not own the relay republishes the table's unpublished rows before it
 // streams (see initialise), instead of deleting them as confirmed.
+//
+// <id> bounds the rows of the slot's stream the table may hold as
+// published (see resume): a relay that resumes reads it instead of walking
+// the table for the highest published row. It is 0 for a slot the relay
+// created, whose stream holds no row published from the table, the
+// table's highest id after the setup of a slot it did not create, and
+// raised with the ceiling as the cleanup marks rows published. A marker
+// without it (-1 here) makes the next relay walk the table once.
 type marker struct {
 	initialising bool   // a relay creates or takes over the slot now, or died doing it
 	slot         string // the slot the marker is for
 	ceiling      uint64
 	fingerprint  string
+	settled      int64 // -1: unknown
 }
 
 const (
@@ -63,22 +73,34 @@ func parseMarker(s string) marker {
 	if !ok {
 		return marker{}
 	}
-	f := strings.Fields(rest) // S up to LSN publication FP
-	if len(f) != 6 || f[1] != "up" || f[2] != "to" || f[4] != "publication" {
+	f := strings.Fields(rest) // S up to LSN publication FP [settled ID]
+	if len(f) != 6 && len(f) != 8 || f[1] != "up" || f[2] != "to" || f[4] != "publication" {
 		return marker{}
 	}
 	lsn, err := pglogrepl.ParseLSN(f[3])
 	if err != nil {
 		return marker{}
 	}
-	return marker{slot: f[0], ceiling: uint64(lsn), fingerprint: f[5]}
+	m := marker{slot: f[0], ceiling: uint64(lsn), fingerprint: f[5], settled: -1}
+	if len(f) == 8 {
+		id, err := strconv.ParseInt(f[7], 10, 64)
+		if f[6] != "settled" || err != nil || id < 0 {
+			return marker{}
+		}
+		m.settled = id
+	}
+	return m
 }
 
 func (m marker) String() string {
 	if m.initialising {
 		return markerInit + m.slot
 	}
-	return fmt.Sprintf("%s%s up to %s publication %s", markerOwner, m.slot, pglogrepl.LSN(m.ceiling), m.fingerprint)
+	s := fmt.Sprintf("%s%s up to %s publication %s", markerOwner, m.slot, pglogrepl.LSN(m.ceiling), m.fingerprint)
+	if m.settled >= 0 {
+		s += fmt.Sprintf(" settled %d", m.settled)
+	}
+	return s
 }
 
 // checkPublication checks that the publication carries every insert of
@@ -148,7 +170,9 @@ func (r *Relay) disown(ctx context.Context, pool *pgxpool.Pool) {
 // Ceiling upkeep: the stream never confirms past the ceiling, so the
 // relay raises it as the stream advances, every ceilingInterval once the
 // stream is ceilingStep past it and at least every ceilingIdle while it
-// is past it at all (an idle outbox, where only keepalives move it).
+// is past it at all (an idle outbox, where only keepalives move it). The
+// marker's settled row is written with it, and within a ceilingInterval
+// of the cleanup marking rows published past it.
 const (
 	ceilingInterval = 250 * time.Millisecond
 	ceilingStep     = 64 << 10
@@ -161,29 +185,31 @@ func (r *Relay) keepCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32)
 	t := time.NewTicker(ceilingInterval)
 	defer t.Stop()
 	last := time.Now()
+	wrote := r.settledHigh.Load()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		c, k := r.confirmed.Load(), r.ceiling.Load()
-		if c <= k || c-k < ceilingStep && time.Since(last) < ceilingIdle {
+		c, k, s := r.confirmed.Load(), r.ceiling.Load(), r.settledHigh.Load()
+		advanced := c > k && (c-k >= ceilingStep || time.Since(last) >= ceilingIdle)
+		if !advanced && s <= wrote {
 			continue
 		}
-		if err := r.raiseCeiling(ctx, pool, pid); err != nil {
+		if err := r.raiseCeiling(ctx, pool, pid, s); err != nil {
 			if ctx.Err() == nil {
 				r.log.Warn("could not raise the slot's ceiling; the slot's position waits", "err", err)
 			}
 			continue
 		}
-		last = time.Now()
+		last, wrote = time.Now(), s
 	}
 }
 
 // raiseCeiling sets the ceiling to the WAL insert position, while pid's
-// walsender holds the slot.
-func (r *Relay) raiseCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32) error {
+// walsender holds the slot, and the marker's settled row to settled.
+func (r *Relay) raiseCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32, settled int64) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
 	var ceiling uint64
@@ -200,7 +226,7 @@ func (r *Relay) raiseCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32
 			return err
 		}
 		ceiling = uint64(l)
-		m := marker{slot: r.cfg.Slot, ceiling: ceiling, fingerprint: r.fingerprint}
+		m := marker{slot: r.cfg.Slot, ceiling: ceiling, fingerprint: r.fingerprint, settled: max(settled, -1)}
 		_, err = tx.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, m.String()))
 		return err
 	})

@@ -592,13 +592,16 @@ func TestMarkerRoundTrip(t *testing.T) {
 	t.Parallel()
 	for _, m := range []marker{
 		{slot: "s1", ceiling: 0x16B374D48, fingerprint: "1/false/2:3//abc"},
+		{slot: "s1", ceiling: 0x16B374D48, fingerprint: "1/false/2:3//abc", settled: 42},
+		{slot: "s1", ceiling: 1, fingerprint: "x", settled: -1},
 		{initialising: true, slot: "s1"},
 	} {
 		if got := parseMarker(m.String()); got != m {
 			t.Errorf("parseMarker(%q) = %+v, want %+v", m.String(), got, m)
 		}
 	}
-	for _, s := range []string{"", "owned by the payments team", "txoutbox: slot s1 up to nowhere publication x", "txoutbox: slot s1"} {
+	for _, s := range []string{"", "owned by the payments team", "txoutbox: slot s1 up to nowhere publication x", "txoutbox: slot s1",
+		"txoutbox: slot s1 up to 0/1 publication x settled", "txoutbox: slot s1 up to 0/1 publication x settled -3", "txoutbox: slot s1 up to 0/1 publication x kept 3"} {
 		if got := parseMarker(s); got != (marker{}) {
 			t.Errorf("parseMarker(%q) = %+v, want no marker", s, got)
 		}
@@ -619,4 +622,86 @@ func TestReconnectDoesNotWalkTheTableAgain(t *testing.T) {
 	b.exec(t, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1`, r.Slot())
 	testkit.WaitFor(t, 10*time.Second, "the relay reconnects", func() bool { return !r.Active() })
 	testkit.WaitFor(t, 5*time.Second, "the relay streams again while the table is locked", r.Active)
+}
+
+// markerOf reads the publication's marker.
+func (b *bundle) markerOf(t *testing.T) marker {
+	t.Helper()
+	var s string
+	if err := b.db.SQL.QueryRow(`SELECT coalesce(obj_description(oid, 'pg_publication'), '') FROM pg_publication WHERE pubname = $1`,
+		PublicationDefault(b.db.Table())).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return parseMarker(s)
+}
+
+// A relay that resumes its own slot takes the highest settled row from the
+// marker and the dead rows' index, never walking the backlog for the
+// highest published row: a row marked published behind the marker's back
+// (by hand here) is not seen. A marker without a settled row makes it walk
+// once, and the cleanup's marks raise the marker's settled row.
+func TestResumeReadsTheSettledRowFromTheMarker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.Retention = time.Hour // rows are marked published, not deleted
+	r := b.newRelay(t, cfg)
+	stop := runActive(t, r)
+	if m := b.markerOf(t); m.settled != 0 {
+		t.Fatalf("marker %+v: a slot the relay made starts with settled row 0", m)
+	}
+	events := b.write(t, "a", "b", "c")
+	b.pub.waitFor(t, events...)
+	testkit.WaitFor(t, 20*time.Second, "the cleanup's marks reach the marker", func() bool {
+		return b.markerOf(t).settled >= 3
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	b.write(t, "d", "e", "f", "g")
+	b.exec(t, `UPDATE outbox SET state = 'dead' WHERE id = 5`)
+	b.exec(t, `UPDATE outbox SET state = 'published' WHERE id = 7`)
+	ctx := context.Background()
+	r2 := b.newRelay(t, cfg)
+	pool, err := r2.openPool(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	settled := b.markerOf(t).settled
+	rs, err := r2.resumeFrom(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := max(settled, 5); rs.settledMax != want {
+		t.Fatalf("settledMax %d, want %d: the marker's %d or the highest dead row 5, not the walk's 7", rs.settledMax, want, settled)
+	}
+
+	m := b.markerOf(t)
+	m.settled = -1
+	b.exec(t, `COMMENT ON PUBLICATION `+PublicationDefault(b.db.Table())+` IS '`+m.String()+`'`)
+	r3 := b.newRelay(t, cfg)
+	if rs, err = r3.resumeFrom(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if rs.settledMax != 7 {
+		t.Fatalf("settledMax %d without a settled row in the marker, want the walk's 7", rs.settledMax)
+	}
+}
+
+// After setting up a slot it did not make, the relay's marker bounds the
+// settled rows by the table's highest row: that slot's stream may bring
+// any row the table holds, published by the setup or before it.
+func TestSetupOfAFoundSlotSettlesUpToTheHighestRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.slotByHand(t)
+	events := b.write(t, "a", "b", "c")
+	r := b.newRelay(t, b.config())
+	runActive(t, r)
+	b.pub.waitFor(t, events...)
+	if m := b.markerOf(t); m.settled != 3 {
+		t.Fatalf("marker %+v, want settled row 3", m)
+	}
 }

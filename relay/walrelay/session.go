@@ -122,9 +122,9 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts
 		}
 		if st.active {
 			// Another relay streams: rows it settles are not in this
-			// relay's highest settled row, which it reads afresh when it
-			// takes the slot over (after a crash of PostgreSQL the stream
-			// would bring them again).
+			// relay's highest settled row, which it reads afresh from the
+			// marker when it takes the slot over (after a crash of
+			// PostgreSQL the stream would bring them again).
 			r.settledHigh.Store(-1)
 			return errSlotBusy
 		}
@@ -250,13 +250,16 @@ type resume struct {
 }
 
 // resumeFrom reads the session's resume bounds. The highest settled row
-// is read when the relay starts streaming, and after another relay
-// streamed (a walk down the primary key past the unsettled rows above
-// it), and kept up since (see noteSettled), so a relay that reconnects to
-// a slot no one else streamed meanwhile does not walk a large backlog
-// again. When it cannot be read
-// in time, every recovered transaction is looked up, as before the bound
-// existed.
+// is read when the relay starts streaming and after another relay
+// streamed, and kept up since (see noteSettled), so a relay that
+// reconnects to a slot no one else streamed meanwhile reads nothing. It is
+// the marker's settled row (see marker) or the highest dead row, whichever
+// is higher: two index look-ups, whatever the backlog. Only a marker
+// without one makes it walk the table (WALSettledMax), once: the row read
+// is written to the marker with the next ceiling. A row the cleanup marked
+// published within a ceilingInterval before a crash of PostgreSQL may be
+// published again. When the row cannot be read in time, every recovered
+// transaction is looked up, as before the bound existed.
 func (r *Relay) resumeFrom(ctx context.Context, pool *pgxpool.Pool) (resume, error) {
 	var now string
 	if err := pool.QueryRow(ctx, outboxsql.WALPosition).Scan(&now); err != nil {
@@ -271,7 +274,18 @@ func (r *Relay) resumeFrom(ctx context.Context, pool *pgxpool.Pool) (resume, err
 		rs.settledMax = h // read by an earlier session, raised since
 		return rs, nil
 	}
-	switch m, err := r.settledMax(ctx, pool); {
+	mark, _, err := r.readMarker(ctx, pool)
+	if err != nil {
+		return resume{}, err
+	}
+	var m int64
+	if mark.slot == r.cfg.Slot && !mark.initialising && mark.settled >= 0 {
+		err = r.settledQuery(ctx, pool, outboxsql.WALDeadMax, &m)
+		m = max(m, mark.settled)
+	} else {
+		err = r.settledQuery(ctx, pool, outboxsql.WALSettledMax, &m)
+	}
+	switch {
 	case err == nil:
 		rs.settledMax = m
 		r.settledHigh.Store(m)
@@ -295,21 +309,19 @@ func (r *Relay) noteSettled(row int64) {
 	}
 }
 
-// settledMax runs WALSettledMax.
-func (r *Relay) settledMax(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+// settledQuery runs stmt, WALSettledMax or WALDeadMax, into m.
+func (r *Relay) settledQuery(ctx context.Context, pool *pgxpool.Pool, stmt string, m *int64) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only; nothing to keep
 	if _, err := tx.Exec(ctx, outboxsql.WALSettledMaxSettings); err != nil {
-		return 0, err
+		return err
 	}
-	var m int64
-	err = tx.QueryRow(ctx, r.names.Render(outboxsql.WALSettledMax)).Scan(&m)
-	return m, err
+	return tx.QueryRow(ctx, r.names.Render(stmt)).Scan(m)
 }
 
 // mayBeSettled reports whether row, of a transaction ending at end, may be

@@ -63,22 +63,27 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	if st.exists && st.active {
 		return errSlotBusy
 	}
-	var polling int
-	if err := conn.QueryRow(ctx, r.names.Render(outboxsql.WALPollingRelays), relay.StaleAfterDefault.Seconds()).Scan(&polling); err != nil {
-		return fmt.Errorf("initialise slot: look for polling relays: %w", err)
-	}
-	if polling > 0 {
-		return fmt.Errorf("%w: %d polling relays heartbeat on %s; stop them before the WAL relay sets its slot up, or both publish every event",
-			ErrPollingRelays, polling, r.names.Table)
-	}
-	if _, err := conn.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, marker{initialising: true, slot: r.cfg.Slot}.String())); err != nil {
-		return fmt.Errorf("%w: mark publication %s (the relay's role must own it): %w", errPermanent, r.cfg.Publication, err)
-	}
 	snapshot := ""
-	if st.exists {
-		r.log.Warn("the slot was not made by this relay, or its publication changed, or a relay died setting it up: "+
-			"publishing every unpublished row of the table before streaming from it", "confirmed", pglogrepl.LSN(st.confirmed))
-	} else if snapshot, err = r.createGatedSlot(ctx, conn, repl); err != nil {
+	if err := r.gated(ctx, conn, func() error {
+		var polling int
+		if err := conn.QueryRow(ctx, r.names.Render(outboxsql.WALPollingRelays), relay.StaleAfterDefault.Seconds()).Scan(&polling); err != nil {
+			return fmt.Errorf("initialise slot: look for polling relays: %w", err)
+		}
+		if polling > 0 {
+			return fmt.Errorf("%w: %d polling relays heartbeat on %s; stop them before the WAL relay sets its slot up, or both publish every event",
+				ErrPollingRelays, polling, r.names.Table)
+		}
+		if _, err := conn.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, marker{initialising: true, slot: r.cfg.Slot}.String())); err != nil {
+			return fmt.Errorf("%w: mark publication %s (the relay's role must own it): %w", errPermanent, r.cfg.Publication, err)
+		}
+		if st.exists {
+			r.log.Warn("the slot was not made by this relay, or its publication changed, or a relay died setting it up: "+
+				"publishing every unpublished row of the table before streaming from it", "confirmed", pglogrepl.LSN(st.confirmed))
+			return nil
+		}
+		snapshot, err = r.createSlot(ctx, repl)
+		return err
+	}); err != nil {
 		return err
 	}
 	// The ceiling is read once the slot exists, before the rows: a slot
@@ -95,7 +100,16 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	if err != nil {
 		return err
 	}
-	m := marker{slot: r.cfg.Slot, ceiling: uint64(ceiling), fingerprint: fingerprint}
+	// The stream of a slot made here holds no row published from the
+	// table (the backlog was read under its snapshot); that of a slot found
+	// may hold any row the table has now (see marker).
+	var settled int64
+	if st.exists {
+		if err := conn.QueryRow(ctx, r.names.Render(outboxsql.WALHighestRow)).Scan(&settled); err != nil {
+			return fmt.Errorf("initialise slot: %w", err)
+		}
+	}
+	m := marker{slot: r.cfg.Slot, ceiling: uint64(ceiling), fingerprint: fingerprint, settled: settled}
 	if _, err := conn.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, m.String())); err != nil {
 		return fmt.Errorf("mark the publication: %w", err)
 	}
@@ -103,16 +117,18 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	return nil
 }
 
-// createGatedSlot runs createSlot holding the WAL gate (see
-// outboxsql.OpsWALGate) on conn: an operator's retry or replay of rows
-// either commits before the slot's snapshot, which then holds the rows as
-// pending and publishes them with the backlog, or finds the slot and is
-// refused. Without it a retry could commit after the snapshot and before
-// the slot showed, leaving its rows to neither the backlog nor the
-// stream.
-func (r *Relay) createGatedSlot(ctx context.Context, conn *pgxpool.Conn, repl *pgconn.PgConn) (string, error) {
+// gated runs fn holding the WAL gate (see outboxsql.OpsWALGate)
+// exclusively on conn. An operator's retry or replay of rows either
+// commits before the slot's snapshot, which then holds the rows as pending
+// and publishes them with the backlog, or finds the slot and is refused;
+// without it a retry could commit after the snapshot and before the slot
+// showed, leaving its rows to neither the backlog nor the stream. A
+// polling relay looks for the slot holding the gate shared after its
+// heartbeat, so either the check for polling relays in fn sees its
+// heartbeat or it sees the slot (relay.ErrWALStreams).
+func (r *Relay) gated(ctx context.Context, conn *pgxpool.Conn, fn func() error) error {
 	if _, err := conn.Exec(ctx, outboxsql.WALSlotGate, r.names.Table); err != nil {
-		return "", fmt.Errorf("initialise slot: take the WAL gate: %w", err)
+		return fmt.Errorf("initialise slot: take the WAL gate: %w", err)
 	}
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StatementTimeout)
@@ -122,7 +138,7 @@ func (r *Relay) createGatedSlot(ctx context.Context, conn *pgxpool.Conn, repl *p
 			_ = conn.Conn().Close(uctx)
 		}
 	}()
-	return r.createSlot(ctx, repl)
+	return fn()
 }
 
 // createSlot creates the slot on the replication connection and returns

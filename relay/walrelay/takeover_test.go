@@ -252,8 +252,10 @@ func TestSlotCreationWaitsForARetryInProgress(t *testing.T) {
 	}
 	r := b.newRelay(t, b.config())
 	run(t, r)
-	testkit.WaitFor(t, 20*time.Second, "the relay initialising the slot", func() bool {
-		return b.count(t, `SELECT count(*) FROM pg_publication WHERE pubname = $1 AND obj_description(oid, 'pg_publication') <> ''`, r.cfg.Publication) == 1 ||
+	testkit.WaitFor(t, 20*time.Second, "the relay waiting for the WAL gate to set the slot up", func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 2
+			AND classid::bigint = hashtext('txoutbox.wal.gate')::bigint & 4294967295
+			AND objid::bigint = ($1::regclass::oid::bigint - 2147483648) & 4294967295`, b.db.Table().String()) == 1 ||
 			b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot) == 1
 	})
 	time.Sleep(200 * time.Millisecond)
