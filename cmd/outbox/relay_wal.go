@@ -155,4 +155,3 @@ type nopPub struct{}
 
 func (nopPub) Publish(string, ...*message.Message) error { return nil }
 func (nopPub) Close() error                              { return nil }
-
