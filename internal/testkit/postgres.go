@@ -3,6 +3,7 @@ package testkit
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -102,3 +103,24 @@ func NewOutboxAt(t testing.TB, serverURL string) *DB {
 
 // Table is the outbox table of this test's schema, schema-qualified.
 func (d *DB) Table() txoutbox.Table { return txoutbox.Table{Schema: d.Schema} }
+
+// ExampleOutbox is NewOutbox for a runnable Example, which has no
+// testing.TB: a fresh schema with the outbox migrated, and a function that
+// drops it. An Example calls it and stops (log.Fatal) on an error.
+func ExampleOutbox(name string) (*Schema, func(), error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dbURL, err := ensureDatabase(ServerURL())
+	if err != nil {
+		return nil, nil, fmt.Errorf("testkit: PostgreSQL at %s is not usable: %w", redact(ServerURL()), err)
+	}
+	s, err := CreateSchema(ctx, dbURL, SchemaName("x_"+name), true)
+	if err != nil {
+		return nil, nil, fmt.Errorf("testkit: %w; %s", err, StartHint)
+	}
+	return s, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = s.Drop(ctx)
+	}, nil
+}
