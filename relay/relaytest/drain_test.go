@@ -1,0 +1,194 @@
+package relaytest_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/outboxtest"
+	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/relaytest"
+)
+
+func write(t *testing.T, db *sql.DB, events ...txoutbox.Event) {
+	t.Helper()
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := w.Write(context.Background(), tx, events...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func event(t *testing.T, topic, aggregateID, typ string) txoutbox.Event {
+	t.Helper()
+	ev, err := txoutbox.NewEvent(topic, "order", aggregateID, typ, map[string]any{"order": aggregateID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// drain is Drain, logging how long it took.
+func drain(t *testing.T, ctx context.Context, db *sql.DB, pub *relaytest.Publisher, cfg relay.Config) error {
+	t.Helper()
+	start := time.Now()
+	err := relaytest.Drain(ctx, db, pub, cfg)
+	t.Logf("Drain took %s", time.Since(start).Round(time.Millisecond))
+	return err
+}
+
+func TestDrainPublishesEveryEventWithItsKeyAndHeadersAndMarksIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testkit.NewOutbox(t)
+	placed := event(t, "orders", "1", "order.placed")
+	placed.Headers = map[string]string{"tenant": "eu"}
+	write(t, db.SQL, placed, event(t, "orders", "2", "order.placed"), event(t, "orders", "1", "order.paid"), event(t, "payments", "1", "payment.taken"))
+
+	pub := relaytest.NewPublisher()
+	if err := drain(t, ctx, db.SQL, pub, relay.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	got := pub.Messages()
+	if len(got) != 4 {
+		t.Fatalf("published %d messages, want 4", len(got))
+	}
+	var ofOne []string
+	for _, m := range got {
+		if m.Key != m.Metadata.Get(txoutbox.HeaderAggregateID) || m.UUID != m.Metadata.Get(txoutbox.HeaderEventID) {
+			t.Errorf("message %s: key %q, metadata %v", m.UUID, m.Key, m.Metadata)
+		}
+		if m.Key == "1" && m.Topic == "orders" {
+			ofOne = append(ofOne, m.EventType())
+		}
+		if m.UUID == placed.ID.String() && (m.Metadata.Get("tenant") != "eu" || m.Topic != "orders" || string(m.Payload) != `{"order":"1"}`) {
+			t.Errorf("order.placed of 1 published as %s %v %s", m.Topic, m.Metadata, m.Payload)
+		}
+	}
+	if strings.Join(ofOne, ",") != "order.placed,order.paid" {
+		t.Errorf("aggregate 1's orders events published as %v", ofOne)
+	}
+	if p := pub.Topic("payments"); len(p) != 1 || p[0].EventType() != "payment.taken" {
+		t.Errorf("payments: %+v", p)
+	}
+	// Every row is marked: Drain returned after the relay recorded them.
+	outboxtest.RequireNoEvent(ctx, t, db.SQL, outboxtest.Want{State: outboxtest.StatePending})
+	outboxtest.RequireEvents(ctx, t, db.SQL,
+		outboxtest.Want{AggregateID: "1", Topic: "orders", State: outboxtest.StatePublished},
+		outboxtest.Want{AggregateID: "2", State: outboxtest.StatePublished},
+		outboxtest.Want{AggregateID: "1", Topic: "orders", State: outboxtest.StatePublished},
+	)
+
+	// A drained outbox: Drain returns at once, publishing nothing again.
+	pub.Reset()
+	if err := drain(t, ctx, db.SQL, pub, relay.Config{}); err != nil || len(pub.Messages()) != 0 {
+		t.Fatalf("second drain: %v, %d messages", err, len(pub.Messages()))
+	}
+}
+
+func TestDrainRetriesAnEventRefusedForAnOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testkit.NewOutbox(t)
+	write(t, db.SQL, event(t, "orders", "1", "order.placed"), event(t, "orders", "1", "order.paid"))
+	pub := relaytest.NewPublisher()
+	pub.Fail(relaytest.Failure{EventType: "order.placed", Times: 2})
+	if err := drain(t, ctx, db.SQL, pub, relay.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := pub.Refused(); len(r) != 2 || r[0].EventType() != "order.placed" {
+		t.Fatalf("refused %+v, want order.placed twice", r)
+	}
+	if m := pub.Messages(); len(m) != 2 || m[0].EventType() != "order.placed" || m[1].EventType() != "order.paid" {
+		t.Fatalf("published %+v, want placed then paid", m)
+	}
+	e := outboxtest.RequireEvent(ctx, t, db.SQL, outboxtest.Want{Type: "order.placed", State: outboxtest.StatePublished})
+	if e.Attempts != 2 || !strings.Contains(e.LastError, "relaytest: publish refused") {
+		t.Fatalf("order.placed: %d attempts, last error %q", e.Attempts, e.LastError)
+	}
+}
+
+func TestDrainReportsTheEventsThatWentDead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testkit.NewOutbox(t)
+	write(t, db.SQL, event(t, "orders", "1", "order.placed"), event(t, "orders", "2", "order.placed"), event(t, "orders", "3", "order.paid"))
+	pub := relaytest.NewPublisher()
+	pub.Fail(relaytest.Failure{EventType: "order.placed", Err: errors.New("message too large"), Permanent: true})
+	err := drain(t, ctx, db.SQL, pub, relay.Config{MaxAttempts: 3})
+	if !errors.Is(err, relaytest.ErrDead) || errors.Is(err, relaytest.ErrNotDrained) {
+		t.Fatalf("Drain: %v, want ErrDead", err)
+	}
+	for _, want := range []string{"relaytest: events went dead: 2:", "orders order.placed order/1 dead attempts=3", "order/2", "message too large"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q:\n%v", want, err)
+		}
+	}
+	if m := pub.Messages(); len(m) != 1 || m[0].EventType() != "order.paid" {
+		t.Fatalf("published %+v", m)
+	}
+	outboxtest.RequireEvents(ctx, t, db.SQL,
+		outboxtest.Want{AggregateID: "1", State: outboxtest.StateDead},
+		outboxtest.Want{AggregateID: "2", State: outboxtest.StateDead})
+
+	// The dead events were reported once: a later drain is clean.
+	write(t, db.SQL, event(t, "orders", "4", "order.paid"))
+	if err := drain(t, ctx, db.SQL, pub, relay.Config{MaxAttempts: 3}); err != nil {
+		t.Fatalf("second drain: %v", err)
+	}
+}
+
+func TestDrainGivesUpOnAnOutageWithWhatIsLeft(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	write(t, db.SQL, event(t, "orders", "1", "order.placed"), event(t, "payments", "2", "payment.taken"))
+	pub := relaytest.NewPublisher()
+	pub.Fail(relaytest.Failure{Topic: "orders"}) // an outage that does not end
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	err := drain(t, ctx, db.SQL, pub, relay.Config{})
+	if !errors.Is(err, relaytest.ErrNotDrained) || errors.Is(err, relaytest.ErrDead) {
+		t.Fatalf("Drain: %v, want ErrNotDrained", err)
+	}
+	for _, want := range []string{"1 events unpublished (context deadline exceeded)", "orders order.placed order/1 pending attempts=", "relaytest: publish refused (event "} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q:\n%v", want, err)
+		}
+	}
+	if m := pub.Messages(); len(m) != 1 || m[0].Topic != "payments" {
+		t.Fatalf("published %+v, want the payment only", m)
+	}
+	pub.Heal()
+	if err := drain(t, context.Background(), db.SQL, pub, relay.Config{}); err != nil {
+		t.Fatalf("after Heal: %v", err)
+	}
+	outboxtest.RequireNoEvent(context.Background(), t, db.SQL, outboxtest.Want{State: outboxtest.StatePending})
+}
+
+func TestDrainRefusesABadConfig(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	for _, cfg := range []relay.Config{{BatchSize: -1}, {Table: txoutbox.Table{Name: "x; drop table y"}}} {
+		if err := relaytest.Drain(context.Background(), db.SQL, relaytest.NewPublisher(), cfg); !errors.Is(err, relay.ErrInvalidConfig) {
+			t.Errorf("Drain(%+v): %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+	if err := relaytest.Drain(context.Background(), nil, relaytest.NewPublisher(), relay.Config{}); !errors.Is(err, relay.ErrInvalidConfig) {
+		t.Errorf("Drain(nil db): %v", err)
+	}
+}
