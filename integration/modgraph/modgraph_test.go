@@ -109,6 +109,32 @@ var cases = []struct {
 		}},
 	},
 	{
+		// The test assertions are in the root module: nothing beyond base.
+		name:    "outboxtest",
+		imports: []string{"github.com/txoutbox/txoutbox/outboxtest"},
+		allowed: [][]string{base},
+	},
+	{
+		// A GORM service's tests using outboxtest: what gormoutbox brings,
+		// and no more (no Watermill, no relay).
+		name:    "gormoutbox with outboxtest",
+		imports: []string{"github.com/txoutbox/txoutbox/gormoutbox", "github.com/txoutbox/txoutbox/outboxtest"},
+		allowed: [][]string{base, {
+			"github.com/txoutbox/txoutbox/gormoutbox",
+			"gorm.io/gorm", "github.com/jinzhu/inflection", "github.com/jinzhu/now",
+			"gorm.io/driver/postgres", "gorm.io/driver/sqlite", "github.com/mattn/go-sqlite3",
+		}},
+	},
+	{
+		// The recording publisher and Drain: the relay's graph.
+		name:    "relay/relaytest",
+		imports: []string{"github.com/txoutbox/txoutbox/relay/relaytest"},
+		allowed: [][]string{base, watermill, {
+			"github.com/txoutbox/txoutbox/relay",
+			"github.com/rogpeppe/go-internal", // go-cmp's go.mod, raised by Watermill's
+		}},
+	},
+	{
 		name:    "inbox",
 		imports: []string{"github.com/txoutbox/txoutbox/inbox"},
 		allowed: [][]string{base, watermill, {"github.com/txoutbox/txoutbox/inbox"}},
