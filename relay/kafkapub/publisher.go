@@ -2,6 +2,7 @@ package kafkapub
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -89,6 +90,11 @@ type SASLConfig struct {
 //     This module requires a Sarama with the fix. Brokers that refuse idempotent writes (a
 //     cluster whose ACLs deny IdempotentWrite, before Kafka 2.8) need it
 //     off: set Producer.Idempotent = false in Configure;
+//   - no broker answering is an outage, not an error: a publisher made
+//     while Kafka is away (a relay restarted during an outage) connects at
+//     a later publish, failing the ones before as in any outage; brokers
+//     that answer and refuse (SASL, a certificate, the configuration) fail
+//     NewPublisher;
 //   - Publish returns only after the acknowledgement;
 //   - the errors that are the message's own fault (too large, a topic that
 //     is invalid, unknown or not authorised, a record the topic refuses)
@@ -113,25 +119,80 @@ func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	producer, err := sarama.NewSyncProducer(brokers, sc)
-	if err != nil {
-		return nil, fmt.Errorf("kafkapub: cannot create Kafka producer: %w", err)
-	}
-	return &Publisher{
-		producer:  producer,
+	p := &Publisher{
 		marshaler: kafka.NewWithPartitioningMarshaler(aggregateKey),
 		logger:    logger,
 		brokers:   brokers,
 		config:    sc,
-	}, nil
+	}
+	producer, err := sarama.NewSyncProducer(brokers, sc)
+	switch {
+	case err == nil:
+		p.producer.Store(&syncProducer{producer})
+	case unreachable(err):
+		logger.Warn("kafkapub: no broker answers; connecting again at the next publish", "brokers", brokers, "err", err)
+	default:
+		return nil, fmt.Errorf("kafkapub: cannot create Kafka producer: %w", err)
+	}
+	return p, nil
 }
+
+// unreachable reports whether err, from making a producer, says only that
+// no broker answered: an outage, which a relay started during it waits
+// out (the first publishes fail as any publish in an outage does). A
+// broker that answered and refused (authentication, a certificate, the
+// configuration) fails NewPublisher instead, at start.
+func unreachable(err error) bool {
+	var (
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		alert    tls.AlertError
+		config   sarama.ConfigurationError
+	)
+	return errors.Is(err, sarama.ErrOutOfBrokers) && !errors.Is(err, sarama.ErrSASLAuthenticationFailed) &&
+		!errors.As(err, &verify) && !errors.As(err, &unknown) && !errors.As(err, &hostname) &&
+		!errors.As(err, &invalid) && !errors.As(err, &alert) && !errors.As(err, &config)
+}
+
+// syncProducer boxes the producer for an atomic pointer.
+type syncProducer struct{ sarama.SyncProducer }
+
+// sender returns the producer, making it if NewPublisher could not reach
+// a broker. One call at a time tries; the others fail at once, as in an
+// outage, rather than queue behind its metadata timeouts.
+func (p *Publisher) sender() (sarama.SyncProducer, error) {
+	if sp := p.producer.Load(); sp != nil {
+		return sp.SyncProducer, nil
+	}
+	if !p.connect.TryLock() {
+		return nil, errConnecting
+	}
+	defer p.connect.Unlock()
+	if sp := p.producer.Load(); sp != nil {
+		return sp.SyncProducer, nil
+	}
+	producer, err := sarama.NewSyncProducer(p.brokers, p.config)
+	if err != nil {
+		return nil, fmt.Errorf("kafkapub: cannot reach Kafka: %w", err)
+	}
+	p.producer.Store(&syncProducer{producer})
+	p.logger.Info("kafkapub: connected to Kafka", "brokers", p.brokers)
+	return producer, nil
+}
+
+// errConnecting fails a publish while another one is making the producer.
+var errConnecting = errors.New("kafkapub: connecting to Kafka")
 
 // Publisher publishes Watermill messages to Kafka through a Sarama
 // synchronous producer, with watermill-kafka's marshaler. It is a
 // message.Publisher, and a relay.BatchPublisher: PublishBatch sends many
 // messages at once, which lets the relay keep many events in flight.
 type Publisher struct {
-	producer  sarama.SyncProducer
+	// producer is nil until a broker answered (see sender).
+	producer  atomic.Pointer[syncProducer]
+	connect   sync.Mutex
 	marshaler kafka.Marshaler
 	logger    *slog.Logger
 
@@ -160,12 +221,16 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.closed.Load() {
 		return ErrClosed
 	}
+	producer, err := p.sender()
+	if err != nil {
+		return err
+	}
 	for _, msg := range msgs {
 		km, err := p.marshaler.Marshal(topic, msg)
 		if err != nil {
 			return relay.Permanent(fmt.Errorf("kafkapub: cannot marshal message %s: %w", msg.UUID, err))
 		}
-		_, _, err = p.producer.SendMessage(km)
+		_, _, err = producer.SendMessage(km)
 		if errors.Is(err, sarama.ErrMessageSizeTooLarge) {
 			err = p.sendAlone(topic, msg)
 		}
@@ -236,7 +301,14 @@ func (p *Publisher) PublishBatch(topics []string, msgs []*message.Message) []err
 	if len(send) == 0 {
 		return errs
 	}
-	err := p.producer.SendMessages(send)
+	producer, err := p.sender()
+	if err != nil {
+		for _, km := range send {
+			fail(index[km], err)
+		}
+		return errs
+	}
+	err = producer.SendMessages(send)
 	if err == nil {
 		return errs
 	}
@@ -287,7 +359,12 @@ func (p *Publisher) Close() error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	err := p.producer.Close()
+	var err error
+	p.connect.Lock() // a producer being made is closed too
+	if sp := p.producer.Load(); sp != nil {
+		err = sp.Close()
+	}
+	p.connect.Unlock()
 	p.soloMu.Lock()
 	if p.solo != nil {
 		err = errors.Join(err, p.solo.Close())
