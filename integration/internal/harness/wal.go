@@ -99,7 +99,8 @@ const TopicShared = "wal-shared"
 func CommitOrderNoLocks(s Size) Plan {
 	return WAL(Plan{
 		Name: "commit-order-no-locks", Relays: 2, Flags: DefaultRelayFlags(), Write: writeLoad(s),
-		ExtraTopics: []string{TopicShared},
+		// Created up front: the real cluster creates no topic on demand.
+		Broker: BrokerConfig{Topics: []string{TopicShared}}, ExtraTopics: []string{TopicShared},
 		Fault: func(ctx context.Context, w *World) (int, error) {
 			wr, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: txoutbox.Table{Schema: w.Env.DB.Schema}, DisableNotify: true})
 			if err != nil {
