@@ -430,3 +430,48 @@ func RecreateTopic(ctx context.Context, brokers []string, topic string, partitio
 		}
 	}
 }
+
+// WaitInSync waits until every partition of topics that exist has a
+// leader and all its replicas in sync: after a node was paused or killed,
+// a newly elected leader's high-water mark can lag what the old one
+// acknowledged until its followers caught up, and end offsets read then
+// are too low.
+func WaitInSync(ctx context.Context, brokers []string, topics []string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return fmt.Errorf("kafkatest: client: %w", err)
+	}
+	defer cl.Close()
+	for {
+		req := kmsg.NewPtrMetadataRequest()
+		for _, topic := range topics {
+			rt := kmsg.NewMetadataRequestTopic()
+			rt.Topic = kmsg.StringPtr(topic)
+			req.Topics = append(req.Topics, rt)
+		}
+		lagging := ""
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil {
+			for _, t := range resp.Topics {
+				if kerr.ErrorForCode(t.ErrorCode) == kerr.UnknownTopicOrPartition {
+					continue
+				}
+				for _, p := range t.Partitions {
+					if kerr.ErrorForCode(p.ErrorCode) != nil || p.Leader < 0 || len(p.ISR) < len(p.Replicas) {
+						lagging = fmt.Sprintf("%s/%d (leader %d, %d of %d replicas in sync)", *t.Topic, p.Partition, p.Leader, len(p.ISR), len(p.Replicas))
+					}
+				}
+			}
+		} else {
+			lagging = err.Error()
+		}
+		if lagging == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kafkatest: partitions not in sync: %s: %w", lagging, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -242,6 +242,22 @@ func (b *Broker) HeldProduce(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// Settle ends the faults still running on the real cluster (a paused
+// node is resumed now, not when its timer fires) and waits until every
+// partition of topics is in sync again, so the verifier reads each
+// partition to the end of what was acknowledged. kfake needs nothing.
+func (b *Broker) Settle(ctx context.Context, topics []string) error {
+	if b.real == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := b.real.ensureRunning(ctx); err != nil {
+		return err
+	}
+	return kafkatest.WaitInSync(ctx, b.real.brokers, topics)
+}
+
 // Close stops the broker and its proxy; the real cluster is left whole
 // for the next scenario.
 func (b *Broker) Close() error {

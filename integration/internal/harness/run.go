@@ -157,6 +157,9 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 	env.Logf("%s: drained and stopped after %s; verifying", plan.Name, time.Since(start).Round(time.Millisecond))
 
 	topics := append(append([]string{TopicEnt, TopicGorm}, plan.Broker.Topics...), plan.ExtraTopics...)
+	if err := broker.Settle(ctx, dedupe(topics)); err != nil {
+		return res, fmt.Errorf("settle the broker before verifying: %w", err)
+	}
 	if order != nil {
 		if w.CommitRank, err = order.ranks(ctx); err != nil {
 			return res, err
