@@ -1,28 +1,24 @@
 package relay
 
 import (
+	"context"
 	crand "crypto/rand"
 	"encoding/hex"
-	"math/rand/v2"
 	"time"
+
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
-// backoff returns the delay before try number attempt (from 1): base ×
-// 2^(attempt-1), capped at limit, with "equal jitter" (half fixed, half
-// random) so that many rows failing together do not retry together.
+// backoff is the publish core's Backoff (base × 2^(attempt-1), capped at
+// limit, with equal jitter), under the name the relay's retry loops
+// (publishes, claims, marks, LISTEN) call it by.
 func backoff(attempt int, base, limit time.Duration) time.Duration {
-	d := limit
-	if attempt < 1 {
-		attempt = 1
-	}
-	if attempt <= 40 {
-		if exp := base << (attempt - 1); exp > 0 && exp < limit {
-			d = exp
-		}
-	}
-	half := d / 2
-	return half + time.Duration(rand.Int64N(int64(half)+1))
+	return publish.Backoff(attempt, base, limit)
 }
+
+// sleep is the publish core's Sleep: it waits d or until ctx ends, and
+// reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool { return publish.Sleep(ctx, d) }
 
 // randomSuffix makes default relay ids unique across restarts of one process.
 func randomSuffix() string {

@@ -6,13 +6,13 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
 // After a NOTIFY, or a claim that found rows, the dispatcher polls every
@@ -133,9 +133,7 @@ func roomFor[T int | int64](batch, limit T) T {
 // laneFor picks the lane of an aggregate: always the same one, so its events
 // are published one after another in claim (id) order.
 func (r *Relay) laneFor(aggregateID string) *lane {
-	h := fnv.New32a()
-	h.Write([]byte(aggregateID))
-	return r.lanes[h.Sum32()%uint32(len(r.lanes))]
+	return r.lanes[publish.Lane(aggregateID, len(r.lanes))]
 }
 
 // claim claims up to limit rows within BatchBytes.

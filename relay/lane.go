@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/txoutbox/txoutbox"
 )
 
 // lane publishes the rows of the aggregates hashed to it in the order they
@@ -24,8 +26,7 @@ import (
 type lane struct {
 	r     *Relay
 	queue chan *claimedRow
-	batch BatchPublisher // nil: one row per Publish
-	limit int            // the most rows sent at once
+	limit int // the most rows sent at once (Core.Limit)
 
 	mu    sync.Mutex
 	fence map[string]*fence // by aggregate id
@@ -46,12 +47,9 @@ type fence struct {
 }
 
 func newLane(r *Relay, capacity int) *lane {
-	l := &lane{r: r, queue: make(chan *claimedRow, capacity), fence: map[string]*fence{}, limit: 1,
+	l := &lane{r: r, queue: make(chan *claimedRow, capacity), fence: map[string]*fence{}, limit: r.core.Limit(),
 		calls: make(chan func() []error), results: make(chan []error, 1), timer: time.NewTimer(time.Hour)}
 	l.timer.Stop()
-	if bp, ok := r.pub.(BatchPublisher); ok && r.cfg.LaneBatch > 1 {
-		l.batch, l.limit = bp, r.cfg.LaneBatch
-	}
 	return l
 }
 
@@ -129,20 +127,14 @@ func (l *lane) process(ctx context.Context, batch, send []*claimedRow) []*claime
 			send = append(send, row)
 		}
 	}
-	var errs []error
-	switch {
-	case len(send) == 0:
+	if len(send) == 0 {
 		return send
-	case l.batch != nil && len(send) > 1:
-		errs = l.call(len(send), func() []error { return l.r.publishBatch(ctx, l.batch, send) })
-	default:
-		errs = l.call(1, func() []error {
-			if err := l.r.publish(ctx, send[0]); err != nil {
-				return []error{err}
-			}
-			return nil
-		})
 	}
+	events := make([]*txoutbox.Event, len(send))
+	for i, row := range send {
+		events[i] = &row.event
+	}
+	errs := l.call(len(send), func() []error { return l.r.core.Send(ctx, events) })
 	stopping := ctx.Err() != nil
 	l.r.countOutage(errs, stopping)
 	for i, row := range send {

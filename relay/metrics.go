@@ -6,37 +6,31 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
-// PublishDurationBuckets are the bucket boundaries, in seconds, of the
-// publish-duration histogram: those the messaging semantic conventions
-// advise for operation durations (5ms to 10s), with 1ms and 2.5ms added
-// below for brokers on the same network, which acknowledge in a few
-// milliseconds. OpenTelemetry's default boundaries are meant for
-// milliseconds (0, 5, 10, 25, ... 10000) and put every publish in one
-// bucket.
-var PublishDurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+// instrumentationName names the relay's tracer and meter.
+const instrumentationName = "github.com/txoutbox/txoutbox/relay"
 
-// metrics are the relay's OpenTelemetry instruments. The gauges read the
+// metrics are the relay's OpenTelemetry instruments, besides the publish
+// core's (the publish duration and messages sent). The gauges read the
 // figures the relay last sampled (see statsLoop), so a scrape costs no
 // query.
 type metrics struct {
-	meter        metric.Meter
-	published    metric.Int64Counter
-	retried      metric.Int64Counter
-	dead         metric.Int64Counter
-	sendDuration metric.Float64Histogram
-	sent         metric.Int64Counter
-	batchSize    metric.Int64Histogram
-	lag          metric.Float64ObservableGauge
-	backlog      metric.Int64ObservableGauge
-	deadRows     metric.Int64ObservableGauge
-	shards       metric.Int64ObservableGauge
-	outage       metric.Float64ObservableGauge
+	meter     metric.Meter
+	published metric.Int64Counter
+	retried   metric.Int64Counter
+	dead      metric.Int64Counter
+	batchSize metric.Int64Histogram
+	lag       metric.Float64ObservableGauge
+	backlog   metric.Int64ObservableGauge
+	deadRows  metric.Int64ObservableGauge
+	shards    metric.Int64ObservableGauge
+	outage    metric.Float64ObservableGauge
 
-	topicAttrs sync.Map // topic → metric.MeasurementOption, see recordSend
+	topics publish.Topics // the counters' attributes by topic
 
 	mu                      sync.Mutex
 	lagSample               *time.Duration // nil until first read
@@ -59,16 +53,6 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	}
 	if m.dead, err = m.meter.Int64Counter("txoutbox.relay.dead_lettered",
 		metric.WithDescription("Events that became dead: refused by the broker (their own fault, see relay.Permanent) after MaxAttempts failed publishes, or undecodable."), metric.WithUnit("{event}")); err != nil {
-		return nil, err
-	}
-	if m.sendDuration, err = m.meter.Float64Histogram("txoutbox.relay.publish.duration",
-		metric.WithDescription("Time from handing an event to the publisher to the broker's acknowledgement or refusal, by topic (messaging.destination.name) and, on failure, error.type."),
-		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(PublishDurationBuckets...)); err != nil {
-		return nil, err
-	}
-	if m.sent, err = m.meter.Int64Counter("messaging.client.sent.messages",
-		metric.WithDescription("Events handed to the broker, by topic (messaging.destination.name) and, on failure, error.type (the messaging semantic conventions' counter)."),
-		metric.WithUnit("{message}")); err != nil {
 		return nil, err
 	}
 	if m.batchSize, err = m.meter.Int64Histogram("txoutbox.relay.claim.batch_size",
@@ -145,34 +129,6 @@ func (m *metrics) setDead(n int64) {
 	m.mu.Unlock()
 }
 
-// recordSend records one publish: its duration and count, by topic and, on
-// failure, error type. Both attributes are bounded: topics are few, and
-// errorType names kinds of failure, not messages.
-// The option of a successful send is cached per topic, so the hot path
-// allocates nothing for it.
-func (m *metrics) recordSend(ctx context.Context, topic string, took time.Duration, err error) {
-	var set metric.MeasurementOption
-	if err == nil {
-		set = m.topic(topic)
-	} else {
-		set = metric.WithAttributeSet(attribute.NewSet(attribute.String("messaging.destination.name", topic),
-			attribute.String("error.type", errorType(err))))
-	}
-	m.sendDuration.Record(ctx, took.Seconds(), set)
-	m.sent.Add(ctx, 1, set)
-}
-
-// topic returns the attribute option of a topic, cached, so recording by
-// topic allocates nothing on the hot path.
-func (m *metrics) topic(topic string) metric.MeasurementOption {
-	if cached, ok := m.topicAttrs.Load(topic); ok {
-		return cached.(metric.MeasurementOption)
-	}
-	set := metric.WithAttributeSet(attribute.NewSet(attribute.String("messaging.destination.name", topic)))
-	m.topicAttrs.Store(topic, set)
-	return set
-}
-
 // addByTopic adds one to counter per row, by the row's topic.
 func (m *metrics) addByTopic(ctx context.Context, counter metric.Int64Counter, rows []*claimedRow) {
 	if len(rows) == 0 {
@@ -183,6 +139,6 @@ func (m *metrics) addByTopic(ctx context.Context, counter metric.Int64Counter, r
 		counts[row.event.Topic]++
 	}
 	for topic, n := range counts {
-		counter.Add(ctx, n, m.topic(topic))
+		counter.Add(ctx, n, m.topics.Option(topic))
 	}
 }

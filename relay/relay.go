@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
 // ErrAlreadyRunning is returned by Run when the relay is running already.
@@ -40,7 +40,7 @@ type Relay struct {
 	sql   *statements
 	log   *slog.Logger
 	met   *metrics
-	trace trace.Tracer
+	core  *publish.Core // builds and sends the messages, with spans and the publish metrics
 	clock *clock
 
 	members *membership
@@ -109,6 +109,14 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: metrics: %w", err)
 	}
+	core, err := publish.New(publish.Config{
+		Scope: instrumentationName, Publisher: pub, LaneBatch: cfg.LaneBatch, Table: cfg.Table,
+		CloudEvents: cfg.CloudEvents.Enabled, CloudEventsSource: cfg.CloudEvents.Source,
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator, MessagingSystem: cfg.MessagingSystem,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("relay: metrics: %w", err)
+	}
 	r := &Relay{
 		db:       db,
 		pub:      pub,
@@ -116,7 +124,7 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		sql:      render(names, outboxsql.WALName(cfg.Table.Schema, cfg.Table.Name)),
 		log:      cfg.Logger.With("relay", cfg.ID),
 		met:      met,
-		trace:    tracer(cfg.TracerProvider),
+		core:     core,
 		clock:    &clock{base: time.Now()},
 		capacity: make(chan struct{}, 1),
 		wake:     make(chan struct{}, 1),
@@ -227,18 +235,6 @@ func signal(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
 	default:
-	}
-}
-
-// sleep waits d or until ctx ends, and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

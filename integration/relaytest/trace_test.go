@@ -2,6 +2,7 @@ package relaytest
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -69,16 +70,7 @@ func TestTraceThroughTheOutbox(t *testing.T) {
 
 	// The relay's publish span: linked to the writer's span, which the
 	// consumer continues from unchanged.
-	var publish *tracetest.SpanStub
-	waitFor(t, 5*time.Second, "the publish span to end", func() bool {
-		for _, s := range spans.GetSpans() {
-			if s.Name == "send traced" {
-				publish = &s
-				return true
-			}
-		}
-		return false
-	})
+	publish := waitForSpan(t, spans, "send traced")
 	if publish.SpanKind != trace.SpanKindProducer {
 		t.Errorf("publish span kind = %v, want producer", publish.SpanKind)
 	}
@@ -178,4 +170,19 @@ func firstRecord(t *testing.T, brokers []string, topic string) *kgo.Record {
 		t.Fatalf("no record on %s within 20s: %v", topic, err)
 	}
 	return first
+}
+
+// waitForSpan waits up to 20s for the span named name to end, and returns
+// it.
+func waitForSpan(t *testing.T, spans *tracetest.InMemoryExporter, name string) *tracetest.SpanStub {
+	t.Helper()
+	var span *tracetest.SpanStub
+	waitFor(t, 20*time.Second, "span "+name+" to end", func() bool {
+		got := spans.GetSpans()
+		if i := slices.IndexFunc(got, func(s tracetest.SpanStub) bool { return s.Name == name }); i >= 0 {
+			span = &got[i]
+		}
+		return span != nil
+	})
+	return span
 }

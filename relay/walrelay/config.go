@@ -9,6 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/ident"
@@ -99,8 +101,9 @@ type Config struct {
 	MaxAttempts int
 
 	// BackoffMin and BackoffMax bound the delay before a failed publish is
-	// tried again: BackoffMin × 2^(attempts-1), capped at BackoffMax.
-	// Defaults 1s and 5m.
+	// tried again: BackoffMin × 2^(attempts-1), capped at BackoffMax, with
+	// jitter (between half of that and all of it), as in the polling
+	// relay. Defaults 1s and 5m.
 	BackoffMin, BackoffMax time.Duration
 
 	// FlushInterval is how often the confirmed position is reported to
@@ -154,9 +157,23 @@ type Config struct {
 	Logger *slog.Logger
 
 	// MeterProvider provides the relay's metrics: events published and
-	// dead, the slot's lag in bytes (by wal_status) and whether this relay
-	// streams. Default: the global provider.
+	// dead, the slot's lag in bytes (by wal_status), whether this relay
+	// streams, and the polling relay's publish duration and messages sent,
+	// under this package's instrumentation scope. Default: the global
+	// provider.
 	MeterProvider metric.MeterProvider
+
+	// TracerProvider, Propagator and MessagingSystem are the polling
+	// relay's options of those names (relay.Config): the provider of the
+	// publish spans ("send <topic>", linked to the span that wrote the
+	// event), under this package's instrumentation scope; the propagator
+	// that reads the writer's trace context from the event's headers; and
+	// the spans' messaging.system. Defaults: the global provider, looked
+	// up at each publish (no tracing work per event while none is set);
+	// the global propagator, or W3C trace context; known from Publisher.
+	TracerProvider  trace.TracerProvider
+	Propagator      propagation.TextMapPropagator
+	MessagingSystem string
 
 	// StatsInterval is how often the slot's lag and wal_status are read
 	// for the metrics. Default 10s.

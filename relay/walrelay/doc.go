@@ -1,7 +1,11 @@
 // Package walrelay is the outbox's second relay mode: it streams the
 // outbox table's inserts from PostgreSQL's write-ahead log through a
 // logical replication slot (pgoutput, over pgx) and publishes them through
-// the same Watermill publisher, as the same messages, as package relay.
+// the same Watermill publisher, as the same messages, as package relay:
+// the two modes share one publish core, so a message, its CloudEvents
+// headers, its producer span and the publish-duration metric are the
+// polling relay's, the span and metrics under this package's
+// instrumentation scope.
 //
 //	r, err := walrelay.New(walrelay.Config{ConnString: url, Publisher: pub})
 //	if err != nil { ... }

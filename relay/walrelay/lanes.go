@@ -3,17 +3,15 @@ package walrelay
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
 // txn is one committed transaction read from the slot, or the backlog the
@@ -77,7 +75,7 @@ func (ls *lanes) push(t *txn) {
 	}
 	for i := range t.events {
 		ev := &t.events[i]
-		l := ls.lanes[fnv32a(ev.e.AggregateID)%uint32(len(ls.lanes))]
+		l := ls.lanes[publish.Lane(ev.e.AggregateID, len(ls.lanes))]
 		l.mu.Lock()
 		l.queue = append(l.queue, work{ev: ev, tx: t})
 		l.mu.Unlock()
@@ -86,16 +84,6 @@ func (ls *lanes) push(t *txn) {
 		default:
 		}
 	}
-}
-
-// fnv32a is FNV-1a of s (hash/fnv's New32a, without its allocations).
-func fnv32a(s string) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= 16777619
-	}
-	return h
 }
 
 func (ls *lanes) signal() {
@@ -114,13 +102,7 @@ func (ls *lanes) stop() {
 // run publishes l's events until ctx ends: the events queued behind one
 // another together (see take), each settled before the lane moves on.
 func (ls *lanes) run(ctx context.Context, l *lane) {
-	limit := 1
-	bp, batching := ls.r.cfg.Publisher.(relay.BatchPublisher)
-	if batching {
-		limit = ls.r.cfg.LaneBatch
-	} else {
-		bp = nil
-	}
+	limit := ls.r.core.Limit()
 	var batch []work
 	for ctx.Err() == nil {
 		batch = l.take(batch[:0], limit)
@@ -132,7 +114,7 @@ func (ls *lanes) run(ctx context.Context, l *lane) {
 				continue
 			}
 		}
-		if !ls.deliver(ctx, bp, batch) {
+		if !ls.deliver(ctx, batch) {
 			return
 		}
 		clear(batch)
@@ -167,7 +149,7 @@ queue:
 // acknowledged settle at once; the failed ones are retried together after
 // one backoff. It reports whether every event settled, false only when
 // ctx ended first.
-func (ls *lanes) deliver(ctx context.Context, bp relay.BatchPublisher, batch []work) bool {
+func (ls *lanes) deliver(ctx context.Context, batch []work) bool {
 	cfg := &ls.r.cfg
 	pending := batch[:0] // rewritten in place: the caller clears it after
 	for _, w := range batch {
@@ -186,7 +168,7 @@ func (ls *lanes) deliver(ctx context.Context, bp relay.BatchPublisher, batch []w
 		return true
 	}
 	for attempt := 1; ; attempt++ {
-		errs := ls.send(ctx, bp, pending)
+		errs := ls.send(ctx, pending)
 		failed := pending[:0]
 		for i, w := range pending {
 			var err error
@@ -216,75 +198,21 @@ func (ls *lanes) deliver(ctx context.Context, bp relay.BatchPublisher, batch []w
 			return true
 		}
 		pending = failed
-		if !sleep(ctx, backoff(cfg.BackoffMin, cfg.BackoffMax, attempt)) {
+		if !sleep(ctx, publish.Backoff(attempt, cfg.BackoffMin, cfg.BackoffMax)) {
 			return false
 		}
 	}
 }
 
-// send publishes ws, together when bp is set and there are several, and
-// returns each one's error (nil when all were published).
-func (ls *lanes) send(ctx context.Context, bp relay.BatchPublisher, ws []work) []error {
-	if bp != nil && len(ws) > 1 {
-		return ls.publishBatch(ctx, bp, ws)
-	}
-	var errs []error
+// send publishes ws through the publish core (together when the
+// publisher batches) and returns each one's error (nil when all were
+// published).
+func (ls *lanes) send(ctx context.Context, ws []work) []error {
+	events := make([]*txoutbox.Event, len(ws))
 	for i, w := range ws {
-		if err := ls.publish(ctx, w.ev); err != nil {
-			if errs == nil {
-				errs = make([]error, len(ws))
-			}
-			errs[i] = err
-		}
+		events[i] = &w.ev.e
 	}
-	return errs
-}
-
-// publishBatch sends the events of batch, of distinct aggregates, at once,
-// and returns each one's error (nil when all were published).
-func (ls *lanes) publishBatch(ctx context.Context, bp relay.BatchPublisher, batch []work) []error {
-	topics := make([]string, len(batch))
-	msgs := make([]*message.Message, len(batch))
-	for i, w := range batch {
-		topics[i] = w.ev.e.Topic
-		msgs[i] = ls.message(ctx, w.ev)
-	}
-	errs := slices.Clone(bp.PublishBatch(topics, msgs)) // ours to rewrite
-	if errs == nil {
-		return nil
-	}
-	if len(errs) != len(batch) {
-		err := fmt.Errorf("publisher returned %d outcomes for %d messages", len(errs), len(batch))
-		errs = make([]error, len(batch))
-		for i := range errs {
-			errs[i] = err
-		}
-	}
-	for i, w := range batch {
-		if errs[i] != nil {
-			errs[i] = fmt.Errorf("publish event %s to %s: %w", w.ev.e.ID, w.ev.e.Topic, errs[i])
-		}
-	}
-	return errs
-}
-
-// message is the polling relay's message for ev: relay.Message, with
-// CloudEvents headers when configured.
-func (ls *lanes) message(ctx context.Context, ev *event) *message.Message {
-	msg := relay.Message(ev.e)
-	if ls.r.cfg.CloudEvents.Enabled {
-		ls.r.cfg.CloudEvents.Set(msg, ev.e, ls.r.cfg.Table)
-	}
-	msg.SetContext(ctx)
-	return msg
-}
-
-// publish sends the polling relay's message for ev.
-func (ls *lanes) publish(ctx context.Context, ev *event) error {
-	if err := ls.r.cfg.Publisher.Publish(ev.e.Topic, ls.message(ctx, ev)); err != nil {
-		return fmt.Errorf("publish event %s to %s: %w", ev.e.ID, ev.e.Topic, err)
-	}
-	return nil
+	return ls.r.core.Send(ctx, events)
 }
 
 // dead records that the broker refused ev for good, or that its row
@@ -314,31 +242,12 @@ func (ls *lanes) dead(ctx context.Context, ev *event, attempts int, cause error)
 			return true
 		}
 		ls.r.log.Warn("mark event dead failed; retrying", "row", ev.row, "err", err)
-		if !sleep(ctx, backoff(ls.r.cfg.BackoffMin, ls.r.cfg.BackoffMax, try)) {
+		if !sleep(ctx, publish.Backoff(try, ls.r.cfg.BackoffMin, ls.r.cfg.BackoffMax)) {
 			return false
 		}
 	}
 }
 
-// backoff is min × 2^(attempt-1), capped at max, less up to a quarter of
-// jitter so lanes failing together do not retry in step.
-func backoff(lo, hi time.Duration, attempt int) time.Duration {
-	d := lo
-	for i := 1; i < attempt && d < hi; i++ {
-		d *= 2
-	}
-	d = min(d, hi)
-	return d - time.Duration(rand.Int64N(int64(d)/4+1))
-}
-
-// sleep waits d or until ctx ends, and reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+// sleep is the publish core's Sleep: it waits d or until ctx ends, and
+// reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool { return publish.Sleep(ctx, d) }

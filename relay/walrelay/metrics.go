@@ -10,7 +10,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// instrumentationName names the WAL relay's meter.
+// instrumentationName names the WAL relay's tracer and meter: the
+// instrumentation scope that tells its publish spans and metrics from the
+// polling relay's, which have the same names.
 const instrumentationName = "github.com/txoutbox/txoutbox/relay/walrelay"
 
 // metrics are the WAL relay's OpenTelemetry instruments. The slot gauges

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
 // Errors Run returns when it cannot go on, for errors.Is. A relay that
@@ -57,6 +58,7 @@ type Relay struct {
 	log     *slog.Logger
 	names   outboxsql.Names
 	met     *metrics
+	core    *publish.Core // builds and sends the messages, with spans and the publish metrics
 	running atomic.Bool
 
 	// confirmed is the position the stream has settled up to (reported to
@@ -103,6 +105,16 @@ func New(cfg Config) (*Relay, error) {
 	r.slotName.Store(&r.cfg.Slot)
 	r.pubName.Store(&r.cfg.Publication)
 	if r.met, err = newMetrics(cfg.MeterProvider, r); err != nil {
+		return nil, fmt.Errorf("walrelay: metrics: %w", err)
+	}
+	// The polling relay's publish core, so both modes send the same
+	// message with the same spans and publish metrics, under this
+	// package's instrumentation scope.
+	if r.core, err = publish.New(publish.Config{
+		Scope: instrumentationName, Publisher: cfg.Publisher, LaneBatch: cfg.LaneBatch, Table: cfg.Table,
+		CloudEvents: cfg.CloudEvents.Enabled, CloudEventsSource: cfg.CloudEvents.Source,
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator, MessagingSystem: cfg.MessagingSystem,
+	}); err != nil {
 		return nil, fmt.Errorf("walrelay: metrics: %w", err)
 	}
 	return r, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/relaytest"
 )
 
 // The WAL relay sends the polling relay's message: same UUID, payload, key
@@ -38,6 +40,59 @@ func TestPublishesThePollingRelaysMessage(t *testing.T) {
 		}
 		if len(got.Metadata) != len(want.Metadata) {
 			t.Errorf("metadata %v, want %v", got.Metadata, want.Metadata)
+		}
+	}
+}
+
+// Both modes send the same message for the same event, CloudEvents
+// headers included: the WAL relay streams the events, then, its slot
+// gone and the rows pending again, the polling relay publishes them, and
+// the two publishers saw the same topics, keys, ids, payloads and
+// metadata.
+func TestBothModesSendTheSameMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	wal := relaytest.NewPublisher()
+	cfg := b.config()
+	cfg.Publisher = wal
+	cfg.Retention = -1 // keep the rows, marked published, for the polling relay
+	cfg.CloudEvents = relay.CloudEventsConfig{Enabled: true}
+	stop := runActive(t, b.newRelay(t, cfg))
+	events := b.write(t, "a", "b", "c")
+	testkit.WaitFor(t, 20*time.Second, "the WAL relay publishes 3 events", func() bool { return len(wal.Messages()) == 3 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	b.dropSlot(t)
+	b.exec(t, `UPDATE `+b.db.Table().String()+` SET state = 'pending', attempts = 0, next_attempt_at = now(), retry_at = '-infinity', published_at = NULL`)
+
+	poll := relaytest.NewPublisher()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := relaytest.Drain(ctx, b.db.SQL, poll, relay.Config{Table: b.db.Table(), CloudEvents: relay.CloudEventsConfig{Enabled: true}}); err != nil {
+		t.Fatal(err)
+	}
+	byID := func(p *relaytest.Publisher) map[string]relaytest.Published {
+		out := map[string]relaytest.Published{}
+		for _, m := range p.Messages() {
+			out[m.UUID] = m
+		}
+		return out
+	}
+	fromWAL, fromPoll := byID(wal), byID(poll)
+	for _, e := range events {
+		w, p := fromWAL[e.ID.String()], fromPoll[e.ID.String()]
+		if w.Message == nil || p.Message == nil {
+			t.Fatalf("event %s: WAL relay sent %v, polling relay %v", e.ID, w.Message != nil, p.Message != nil)
+		}
+		if w.Topic != p.Topic || w.Key != p.Key || string(w.Payload) != string(p.Payload) {
+			t.Errorf("event %s: WAL relay sent topic %q key %q payload %q; polling relay %q %q %q", e.ID, w.Topic, w.Key, w.Payload, p.Topic, p.Key, p.Payload)
+		}
+		if !maps.Equal(w.Metadata, p.Metadata) {
+			t.Errorf("event %s: WAL relay's metadata %v, polling relay's %v", e.ID, w.Metadata, p.Metadata)
+		}
+		if w.Metadata.Get("ce_id") != e.ID.String() || w.Metadata.Get("tenant") != "t1" {
+			t.Errorf("event %s: metadata %v lacks its CloudEvents or own headers", e.ID, w.Metadata)
 		}
 	}
 }
