@@ -31,16 +31,17 @@ func TestUpUpDownUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2, 3, 4, 5}) {
-		t.Fatalf("first Up = %v, %v; want [1 2 3 4 5]", applied, err)
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2, 3, 4, 5, 6}) {
+		t.Fatalf("first Up = %v, %v; want [1 2 3 4 5 6]", applied, err)
 	}
 	if applied, err := m.Up(ctx); err != nil || len(applied) != 0 {
 		t.Fatalf("second Up = %v, %v; want a no-op", applied, err)
 	}
 	st, err := m.Status(ctx)
-	if err != nil || len(st) != 5 || st[0].AppliedAt == nil || st[0].Name != "outbox" || st[1].AppliedAt == nil || st[1].Name != "fencing" ||
+	if err != nil || len(st) != 6 || st[0].AppliedAt == nil || st[0].Name != "outbox" || st[1].AppliedAt == nil || st[1].Name != "fencing" ||
 		st[2].AppliedAt == nil || st[2].Name != "hot_claims" || st[3].AppliedAt == nil || st[3].Name != "lag_index" ||
-		st[4].AppliedAt == nil || st[4].Version != 5 || st[4].Name != "cost_indexes" {
+		st[4].AppliedAt == nil || st[4].Version != 5 || st[4].Name != "cost_indexes" ||
+		st[5].AppliedAt == nil || st[5].Version != 6 || st[5].Name != "operator_indexes" {
 		t.Fatalf("Status = %+v, %v", st, err)
 	}
 	for _, tbl := range []string{"outbox", "outbox_relays", "outbox_shards"} {
@@ -56,8 +57,18 @@ func TestUpUpDownUp(t *testing.T) {
 	if err := db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, `"`+db.Schema+`".outbox_lag_idx`).Scan(&lagIndex); err != nil || !lagIndex {
 		t.Fatalf("outbox_lag_idx after Up: %v, %v; want it (version 4)", lagIndex, err)
 	}
+	var eventIndex bool
+	if err := db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, `"`+db.Schema+`".outbox_event_idx`).Scan(&eventIndex); err != nil || !eventIndex {
+		t.Fatalf("outbox_event_idx after Up: %v, %v; want it (version 6)", eventIndex, err)
+	}
+	if v, err := m.Down(ctx); err != nil || v != 6 {
+		t.Fatalf("Down = %d, %v; want 6 (one version at a time)", v, err)
+	}
+	if err := db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, `"`+db.Schema+`".outbox_event_idx`).Scan(&eventIndex); err != nil || eventIndex {
+		t.Fatalf("outbox_event_idx after Down: %v, %v; want it gone", eventIndex, err)
+	}
 	if v, err := m.Down(ctx); err != nil || v != 5 {
-		t.Fatalf("Down = %d, %v; want 5 (one version at a time)", v, err)
+		t.Fatalf("Down = %d, %v; want 5", v, err)
 	}
 	if v, err := m.Down(ctx); err != nil || v != 4 {
 		t.Fatalf("Down = %d, %v; want 4", v, err)
@@ -83,7 +94,7 @@ func TestUpUpDownUp(t *testing.T) {
 	if st, _ := m.Status(ctx); st[0].AppliedAt != nil {
 		t.Fatalf("Status after Down = %+v", st)
 	}
-	if applied, err := m.Up(ctx); err != nil || len(applied) != 5 {
+	if applied, err := m.Up(ctx); err != nil || len(applied) != 6 {
 		t.Fatalf("Up after Down = %v, %v", applied, err)
 	}
 	if !tableExists(t, db, db.Schema, "outbox") {
@@ -125,11 +136,11 @@ func TestConcurrentUpAppliesOnce(t *testing.T) {
 		t.Fatalf("concurrent Up failed: %v", errs)
 	}
 	slices.Sort(total)
-	if !slices.Equal(total, []int{1, 2, 3, 4, 5}) {
-		t.Fatalf("versions applied across 4 goroutines = %v, want [1 2 3 4 5] exactly once", total)
+	if !slices.Equal(total, []int{1, 2, 3, 4, 5, 6}) {
+		t.Fatalf("versions applied across 4 goroutines = %v, want [1 2 3 4 5 6] exactly once", total)
 	}
 	var n int
-	if err := db.SQL.QueryRow(`SELECT count(*) FROM outbox_schema_migrations`).Scan(&n); err != nil || n != 5 {
+	if err := db.SQL.QueryRow(`SELECT count(*) FROM outbox_schema_migrations`).Scan(&n); err != nil || n != 6 {
 		t.Fatalf("recorded versions = %d, %v", n, err)
 	}
 }
@@ -191,7 +202,7 @@ func TestFilesArePlainSQL(t *testing.T) {
 	}
 	want := []string{"0001_outbox.down.sql", "0001_outbox.up.sql", "0002_fencing.down.sql", "0002_fencing.up.sql",
 		"0003_hot_claims.down.sql", "0003_hot_claims.up.sql", "0004_lag_index.down.sql", "0004_lag_index.up.sql",
-		"0005_cost_indexes.down.sql", "0005_cost_indexes.up.sql"}
+		"0005_cost_indexes.down.sql", "0005_cost_indexes.up.sql", "0006_operator_indexes.down.sql", "0006_operator_indexes.up.sql"}
 	if len(entries) != len(want) {
 		t.Fatalf("files = %v, want %v", entries, want)
 	}
@@ -213,7 +224,8 @@ func TestExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(goose) != 5 || goose[3].Name != "0004_lag_index.sql" || !strings.Contains(goose[3].Body, `CREATE INDEX IF NOT EXISTS "events_lag_idx" ON "events" (created_at)`) ||
+	if len(goose) != 6 || goose[5].Name != "0006_operator_indexes.sql" || !strings.Contains(goose[5].Body, `CREATE INDEX IF NOT EXISTS "events_dead_topic_idx" ON "events" (topic, id)`) ||
+		goose[3].Name != "0004_lag_index.sql" || !strings.Contains(goose[3].Body, `CREATE INDEX IF NOT EXISTS "events_lag_idx" ON "events" (created_at)`) ||
 		goose[4].Name != "0005_cost_indexes.sql" || !strings.Contains(goose[4].Body, `CREATE INDEX IF NOT EXISTS "events_prune_idx" ON "events"`) ||
 		goose[2].Name != "0003_hot_claims.sql" || !strings.Contains(goose[2].Body, `ALTER TABLE "events" SET (fillfactor = 50)`) || goose[0].Name != "0001_outbox.sql" || goose[1].Name != "0002_fencing.sql" ||
 		!strings.HasPrefix(goose[0].Body, "-- +goose Up\n") || !strings.Contains(goose[0].Body, "\n-- +goose Down\n") ||
@@ -222,7 +234,7 @@ func TestExport(t *testing.T) {
 		t.Fatalf("goose export = %+v", goose)
 	}
 	gm, err := m.Export(migrations.FormatGolangMigrate)
-	if err != nil || len(gm) != 10 || gm[0].Name != "0001_outbox.up.sql" || gm[1].Name != "0001_outbox.down.sql" ||
+	if err != nil || len(gm) != 12 || gm[0].Name != "0001_outbox.up.sql" || gm[1].Name != "0001_outbox.down.sql" ||
 		gm[2].Name != "0002_fencing.up.sql" || gm[3].Name != "0002_fencing.down.sql" {
 		t.Fatalf("golang-migrate export = %+v, %v", gm, err)
 	}
@@ -259,7 +271,7 @@ func TestLagIndexBuiltConcurrentlyBeforehand(t *testing.T) {
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []int{5, 4} {
+	for _, want := range []int{6, 5, 4} {
 		if v, err := m.Down(ctx); err != nil || v != want {
 			t.Fatalf("Down = %d, %v; want %d", v, err, want)
 		}
@@ -267,7 +279,7 @@ func TestLagIndexBuiltConcurrentlyBeforehand(t *testing.T) {
 	if _, err := db.SQL.Exec(`CREATE INDEX CONCURRENTLY outbox_lag_idx ON "` + db.Schema + `".outbox (created_at) WHERE state IN ('pending', 'claimed')`); err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{4, 5}) {
-		t.Fatalf("Up over the index built beforehand = %v, %v; want [4 5]", applied, err)
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{4, 5, 6}) {
+		t.Fatalf("Up over the index built beforehand = %v, %v; want [4 5 6]", applied, err)
 	}
 }

@@ -131,17 +131,18 @@ func New(db *sql.DB, cfg Config) (*Admin, error) {
 
 // statements are the operator statements rendered for one table.
 type statements struct {
-	deadList, row, deadLock, lockUnpublished, retry, drop, wake, pruneLock string
-	replaySelect, replay, timeouts, claimGate, relays, shards              string
-	deadCount, handovers, snapshot, lookupAggregate, lookupEventID         string
-	walGate, walSlots, table, lag, topicStats, head                        string
+	row, lockUnpublished, retry, drop, wake, pruneLock        string
+	replaySelect, replay, timeouts, claimGate, relays, shards string
+	handovers, snapshot, lookupAggregate, lookupEventID       string
+	walGate, walSlots, table, lag, topicStats                 string
+	// deadList, deadLock and deadCount are in one form per set of
+	// filters (outboxsql.DeadFilters), each naming only those.
+	deadList, deadLock, deadCount [outboxsql.DeadForms]string
 }
 
 func render(n outboxsql.Names) statements {
-	return statements{
-		deadList:        n.Render(outboxsql.OpsDeadList),
+	st := statements{
 		row:             n.Render(outboxsql.OpsRow),
-		deadLock:        n.Render(outboxsql.OpsDeadLock),
 		lockUnpublished: n.Render(outboxsql.OpsLockUnpublished),
 		retry:           n.Render(outboxsql.OpsRetry),
 		drop:            n.Render(outboxsql.OpsDrop),
@@ -153,7 +154,6 @@ func render(n outboxsql.Names) statements {
 		claimGate:       n.Render(outboxsql.OpsClaimGate),
 		relays:          n.Render(outboxsql.OpsRelays),
 		shards:          n.Render(outboxsql.OpsShards),
-		deadCount:       n.Render(outboxsql.OpsDeadCount),
 		handovers:       n.Render(outboxsql.OpsHandovers),
 		snapshot:        n.Render(outboxsql.OpsSnapshot),
 		lookupAggregate: n.Render(outboxsql.OpsLookupAggregate),
@@ -163,6 +163,11 @@ func render(n outboxsql.Names) statements {
 		table:           n.Table,
 		lag:             n.Render(outboxsql.StatsLag),
 		topicStats:      n.Render(outboxsql.TopicStats),
-		head:            n.Render(outboxsql.OpsHead),
 	}
+	for f := range st.deadList {
+		st.deadList[f] = n.Render(outboxsql.OpsDeadList(outboxsql.DeadFilters(f)))
+		st.deadLock[f] = n.Render(outboxsql.OpsDeadLock(outboxsql.DeadFilters(f)))
+		st.deadCount[f] = n.Render(outboxsql.OpsDeadCount(outboxsql.DeadFilters(f)))
+	}
+	return st
 }

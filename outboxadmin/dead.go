@@ -39,6 +39,25 @@ func (f Filter) empty() bool {
 	return f.IDs == nil && f.Topic == "" && f.AggregateID == "" && f.Type == "" && f.Since.IsZero() && f.Until.IsZero()
 }
 
+// set says which filters f sets: the form of the statements that select
+// its rows (outboxsql.DeadFilters).
+func (f Filter) set() outboxsql.DeadFilters {
+	var s outboxsql.DeadFilters
+	for _, x := range []struct {
+		on bool
+		f  outboxsql.DeadFilters
+	}{
+		{f.IDs != nil, outboxsql.DeadIDs}, {f.Topic != "", outboxsql.DeadTopic},
+		{f.AggregateID != "", outboxsql.DeadAggregate}, {f.Type != "", outboxsql.DeadType},
+		{!f.Since.IsZero(), outboxsql.DeadSince}, {!f.Until.IsZero(), outboxsql.DeadUntil},
+	} {
+		if x.on {
+			s |= x.f
+		}
+	}
+	return s
+}
+
 func (f Filter) args() []any {
 	return []any{idArray(f.IDs), nullString(f.Topic), nullString(f.AggregateID), nullString(f.Type), nullTime(f.Since), nullTime(f.Until)}
 }
@@ -62,7 +81,7 @@ func (a *Admin) ListDead(ctx context.Context, f Filter, after int64, limit int) 
 	if limit < 0 || limit > DeadPageMax {
 		return nil, fmt.Errorf("outboxadmin: list dead events: limit %d is outside 1..%d", limit, DeadPageMax)
 	}
-	rows, err := a.db.QueryContext(ctx, a.sql.deadList, append(f.args(), after, limit)...)
+	rows, err := a.db.QueryContext(ctx, a.sql.deadList[f.set()], append(f.args(), after, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("outboxadmin: list dead events: %w", err)
 	}
@@ -81,13 +100,18 @@ func (a *Admin) ListDead(ctx context.Context, f Filter, after int64, limit int) 
 	return out, nil
 }
 
+// CountDeadMax is the most dead events CountDead counts.
+const CountDeadMax = 100_000
+
 // CountDead counts the dead events matching f (a zero Filter: every dead
-// event).
+// event) up to CountDeadMax: a result of CountDeadMax means at least that
+// many. It reads at most CountDeadMax entries of the leading filter's
+// index, however many dead events are kept.
 func (a *Admin) CountDead(ctx context.Context, f Filter) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
 	var n int64
-	if err := a.db.QueryRowContext(ctx, a.sql.deadCount, f.args()...).Scan(&n); err != nil {
+	if err := a.db.QueryRowContext(ctx, a.sql.deadCount[f.set()], append(f.args(), CountDeadMax)...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outboxadmin: count dead events: %w", err)
 	}
 	return n, nil
@@ -145,7 +169,7 @@ func (a *Admin) Retry(ctx context.Context, f Filter, dryRun bool) ([]Retried, er
 		if err := a.refuseWhileStreamed(ctx, tx); err != nil {
 			return err
 		}
-		dead, err := lockDead(ctx, tx, a.sql.deadLock, f)
+		dead, err := lockDead(ctx, tx, a.sql.deadLock[f.set()], f)
 		if err != nil || len(dead) == 0 {
 			return err
 		}
@@ -233,7 +257,7 @@ func (a *Admin) Drop(ctx context.Context, f Filter, dryRun bool) ([]Row, error) 
 	}
 	var out []Row
 	err := a.inTx(ctx, dryRun, func(tx *sql.Tx) error {
-		dead, err := lockDead(ctx, tx, a.sql.deadLock, f)
+		dead, err := lockDead(ctx, tx, a.sql.deadLock[f.set()], f)
 		if err != nil || len(dead) == 0 {
 			return err
 		}

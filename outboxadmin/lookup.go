@@ -84,7 +84,9 @@ type Snapshot struct {
 }
 
 // Snapshot reads the totals and the highest row id in one statement on
-// the claim, dead-letter and primary-key indexes.
+// the claim, lag, dead-letter and primary-key indexes: at most
+// txoutbox.StatsExactMax entries of each count, estimated beyond (see
+// txoutbox.Stats), whatever the backlog and the dead letters.
 func (a *Admin) Snapshot(ctx context.Context) (Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
@@ -92,38 +94,28 @@ func (a *Admin) Snapshot(ctx context.Context) (Snapshot, error) {
 		s      Snapshot
 		oldest sql.NullTime
 	)
-	if err := a.db.QueryRowContext(ctx, a.sql.snapshot).Scan(&s.Backlog, &oldest, &s.Dead, &s.LastID, &s.At); err != nil {
+	args := outboxsql.CountArgs{Cap: txoutbox.StatsExactMax}.Args()
+	if err := a.db.QueryRowContext(ctx, a.sql.snapshot, args...).Scan(&s.Backlog, &oldest, &s.Dead, &s.LastID, &s.At); err != nil {
 		return Snapshot{}, fmt.Errorf("outboxadmin: snapshot: %w", err)
 	}
+	s.BacklogEstimated, s.DeadEstimated = s.Backlog >= txoutbox.StatsExactMax, s.Dead >= txoutbox.StatsExactMax
 	if oldest.Valid {
 		s.Lag = max(s.At.Sub(oldest.Time), 0)
 	}
 	return s, nil
 }
 
-// TopicSnapshot is Snapshot with the per-topic figures in Stats.Topics,
-// the totals summed from them: one reading of the unpublished and dead
-// rows for both, where Snapshot and TopicStats make two.
+// TopicSnapshot is Snapshot with the per-topic figures (TopicStats) in
+// Stats.Topics. The totals are Snapshot's, not the topics' sum: a topic's
+// figures stop at txoutbox.TopicStatsMax.
 func (a *Admin) TopicSnapshot(ctx context.Context) (Snapshot, error) {
 	topics, err := a.TopicStats(ctx)
 	if err != nil {
 		return Snapshot{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
-	defer cancel()
-	var (
-		s      Snapshot
-		oldest sql.NullTime
-	)
-	if err := a.db.QueryRowContext(ctx, a.sql.head).Scan(&s.LastID, &oldest, &s.At); err != nil {
-		return Snapshot{}, fmt.Errorf("outboxadmin: snapshot: %w", err)
-	}
-	if oldest.Valid {
-		s.Lag = max(s.At.Sub(oldest.Time), 0)
-	}
-	for _, t := range topics {
-		s.Backlog += t.Backlog
-		s.Dead += t.Dead
+	s, err := a.Snapshot(ctx)
+	if err != nil {
+		return Snapshot{}, err
 	}
 	s.Topics = topics
 	return s, nil
@@ -134,7 +126,10 @@ func (a *Admin) TopicSnapshot(ctx context.Context) (Snapshot, error) {
 // dead count's change: written - Δbacklog - Δdead is exactly the events
 // published, less those an operator replayed and plus those dropped in
 // between. Rolled-back writes leave gaps in the ids and count as
-// published. It is zero when b is not after a, and never negative.
+// published. Beyond txoutbox.StatsExactMax the counts are estimates: the
+// backlog's follows a drain in id order row for row, the dead count's
+// moves only when PostgreSQL's statistics do. It is zero when b is not
+// after a, and never negative.
 func PublishRate(a, b Snapshot) float64 {
 	dt := b.At.Sub(a.At).Seconds()
 	if dt <= 0 {

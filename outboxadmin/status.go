@@ -62,9 +62,10 @@ type RelayStatus struct {
 }
 
 // Status reads the outbox's figures (txoutbox.ReadTopicStats), the relays and
-// their shards: Fleet, TopicStats and Handovers at once. Its figures and
-// handovers read every unpublished and dead row; a dashboard that polls
-// reads Lag and Fleet often and the others less often, as the console does.
+// their shards: Fleet, TopicStats and Handovers at once. Its counts read a
+// bounded number of index entries (txoutbox.StatsExactMax, and
+// txoutbox.TopicStatsMax per topic); a dashboard that polls reads Lag and
+// Fleet often and the others less often, as the console does.
 func (a *Admin) Status(ctx context.Context) (Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
@@ -152,12 +153,13 @@ func (a *Admin) Lag(ctx context.Context) (time.Duration, error) {
 	return max(now.Sub(oldest.Time), 0), nil
 }
 
-// TopicStats reads backlog, lag and dead count per topic, in topic order.
-// Like Status, it reads every unpublished and dead row.
+// TopicStats reads backlog, lag and dead count per topic, in topic order,
+// each count up to txoutbox.TopicStatsMax (see txoutbox.ReadTopicStats):
+// its cost grows with the number of topics, not of events.
 func (a *Admin) TopicStats(ctx context.Context) ([]txoutbox.TopicStats, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
-	rows, err := a.db.QueryContext(ctx, a.sql.topicStats)
+	rows, err := a.db.QueryContext(ctx, a.sql.topicStats, outboxsql.CountArgs{Cap: txoutbox.TopicStatsMax}.Args()...)
 	if err != nil {
 		return nil, fmt.Errorf("outboxadmin: read topic stats: %w", err)
 	}
@@ -174,6 +176,7 @@ func (a *Admin) TopicStats(ctx context.Context) ([]txoutbox.TopicStats, error) {
 		if lag.Valid {
 			t.Lag = max(time.Duration(lag.Float64*float64(time.Second)), 0)
 		}
+		t.BacklogAtLeast, t.DeadAtLeast = t.Backlog >= txoutbox.TopicStatsMax, t.Dead >= txoutbox.TopicStatsMax
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
@@ -182,8 +185,10 @@ func (a *Admin) TopicStats(ctx context.Context) ([]txoutbox.TopicStats, error) {
 	return out, nil
 }
 
-// Handovers reads the shards in handover (Status.Handovers). It walks the
-// claim index, so it costs as much as the backlog.
+// Handovers reads the shards in handover (Status.Handovers) among the
+// oldest outboxsql.OpsHandoverWindow unpublished events, where a claim
+// looks first: it reads that many claim index entries at most, whatever
+// the backlog.
 func (a *Admin) Handovers(ctx context.Context) ([]int, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
@@ -195,7 +200,7 @@ func (a *Admin) Handovers(ctx context.Context) ([]int, error) {
 }
 
 func (a *Admin) handovers(ctx context.Context) ([]int, error) {
-	rows, err := a.db.QueryContext(ctx, a.sql.handovers)
+	rows, err := a.db.QueryContext(ctx, a.sql.handovers, outboxsql.OpsHandoverWindow)
 	if err != nil {
 		return nil, fmt.Errorf("read handovers: %w", err)
 	}

@@ -2,9 +2,11 @@ package relay
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/txoutbox/txoutbox"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
@@ -64,11 +66,11 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		return nil, err
 	}
 	if m.backlog, err = m.meter.Int64ObservableGauge("txoutbox.outbox.backlog",
-		metric.WithDescription("Unpublished events (pending or claimed)."), metric.WithUnit("{event}")); err != nil {
+		metric.WithDescription("Unpublished events (pending or claimed): exact up to "+strconv.Itoa(txoutbox.StatsExactMax)+", an estimate beyond (see txoutbox.Stats)."), metric.WithUnit("{event}")); err != nil {
 		return nil, err
 	}
 	if m.deadRows, err = m.meter.Int64ObservableGauge("txoutbox.outbox.dead",
-		metric.WithDescription("Dead events waiting for an operator."), metric.WithUnit("{event}")); err != nil {
+		metric.WithDescription("Dead events waiting for an operator: exact up to "+strconv.Itoa(txoutbox.StatsExactMax)+", PostgreSQL's statistics beyond (see txoutbox.Stats)."), metric.WithUnit("{event}")); err != nil {
 		return nil, err
 	}
 	if m.shards, err = m.meter.Int64ObservableGauge("txoutbox.relay.shards.owned",

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // Stats reads the relay's outbox stats (see txoutbox.ReadStats).
@@ -18,17 +19,18 @@ func (r *Relay) Stats(ctx context.Context) (txoutbox.Stats, error) {
 // statsLoop refreshes the gauges' figures until ctx ends: the lag, the
 // backlog and the dead count, each read apart (see paced), so that a slow
 // count never holds up the lag. The lag is one index entry away and read
-// every StatsInterval. A count reads an entry of every row it counts
-// (see outboxsql.StatsBacklog): on a backlog of millions of rows, as after
-// an outage, counting it every StatsInterval took a good part of a server
-// core from the database the relay is catching up on, on every replica,
-// and a count cut short by the StatementTimeout was tried again as soon.
+// every StatsInterval. A count reads an entry of every row it counts up
+// to txoutbox.StatsExactMax and estimates the rest (see
+// outboxsql.BacklogCount and DeadCount), so a reading costs at most that
+// many index entries whatever the backlog; the pacing still spaces out a
+// reading that turns slow (a server under load, an index bloated by a
+// drain before its vacuum).
 func (r *Relay) statsLoop(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, read := range []func(context.Context, *sql.Conn) error{
 		r.readLag,
-		readCount("backlog", r.sql.statsBacklog, r.met.setBacklog),
-		readCount("dead rows", r.sql.statsDead, r.met.setDead),
+		readCount("backlog", r.sql.statsBacklog, txoutbox.StatsExactMax, r.met.setBacklog),
+		readCount("dead rows", r.sql.statsDead, txoutbox.StatsExactMax, r.met.setDead),
 	} {
 		wg.Add(1)
 		go func() {
@@ -125,12 +127,14 @@ func (r *Relay) readLag(ctx context.Context, conn *sql.Conn) error {
 	return nil
 }
 
-// readCount is a stats reading that runs query, a count of what, and sets
-// a gauge with it.
-func readCount(what, query string, set func(int64)) func(context.Context, *sql.Conn) error {
+// readCount is a stats reading that runs query, a count of what exact up
+// to limit and estimated beyond (outboxsql.CountArgs), and sets a gauge
+// with it.
+func readCount(what, query string, limit int, set func(int64)) func(context.Context, *sql.Conn) error {
+	args := outboxsql.CountArgs{Cap: limit}.Args()
 	return func(ctx context.Context, conn *sql.Conn) error {
 		var n int64
-		if err := conn.QueryRowContext(ctx, query).Scan(&n); err != nil {
+		if err := conn.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
 			return fmt.Errorf("count the %s: %w", what, err)
 		}
 		set(n)

@@ -24,7 +24,7 @@ func TestMigrateCommands(t *testing.T) {
 	flags := []string{"--database-url", db.URL, "--schema", db.Schema}
 
 	code, out, errOut := outbox(t, append([]string{"migrate", "up"}, flags...)...)
-	if code != 0 || !strings.Contains(out, "applied version(s) 1, 2, 3, 4, 5") {
+	if code != 0 || !strings.Contains(out, "applied version(s) 1, 2, 3, 4, 5, 6") {
 		t.Fatalf("migrate up: %d %q %q", code, out, errOut)
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "up", "--json"}, flags...)...)
@@ -33,7 +33,7 @@ func TestMigrateCommands(t *testing.T) {
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "status", "--json"}, flags...)...)
 	var st []map[string]any
-	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st) != 5 || st[0]["applied_at"] == nil || st[1]["applied_at"] == nil {
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st) != 6 || st[0]["applied_at"] == nil || st[1]["applied_at"] == nil {
 		t.Fatalf("migrate status --json: %d %q", code, out)
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "status"}, flags...)...)
@@ -41,7 +41,7 @@ func TestMigrateCommands(t *testing.T) {
 		t.Fatalf("migrate status: %d %q", code, out)
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "down"}, flags...)...)
-	if code != 0 || !strings.Contains(out, "reverted version 5") {
+	if code != 0 || !strings.Contains(out, "reverted version 6") {
 		t.Fatalf("migrate down: %d %q", code, out)
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "status"}, flags...)...)

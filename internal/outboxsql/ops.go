@@ -17,39 +17,149 @@ const opsRowColumns = `id, event_id::text, topic, aggregate_type, aggregate_id, 
        length(payload), headers::text, created_at, ` + StateColumn + `, attempts, next_attempt_at,
        coalesce(last_error, ''), published_at, coalesce(lease_owner, '')`
 
-// deadFilter selects dead rows by $1 ids, $2 topic, $3 aggregate id, $4
-// event type, $5 created at or after and $6 created before. The
-// dead-letter partial index serves it.
-const deadFilter = `state = 'dead'
-  AND ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
-  AND ($2::text IS NULL OR topic = $2)
-  AND ($3::text IS NULL OR aggregate_id = $3)
-  AND ($4::text IS NULL OR event_type = $4)
-  AND ($5::timestamptz IS NULL OR created_at >= $5)
-  AND ($6::timestamptz IS NULL OR created_at < $6)`
+// The dead-letter selections (OpsDeadList, OpsDeadCount, OpsDeadLock)
+// take the filters $1 ids (a bigint array literal), $2 topic, $3
+// aggregate id, $4 event type, $5 created at or after and $6 created
+// before, each NULL when unset, and come in one form per set of filters
+// given (DeadFilters), which names only those: a condition "$n IS NULL OR
+// ..." cannot bound an index scan in a generic plan (the one a prepared
+// statement switches to), and a few of them make it expect a row or two,
+// so it reads and sorts whole ranges for them. The first filter given of
+// ids, aggregate, type, topic and creation time leads (see deadLead): it
+// is written so that only its index can give the rows in the order asked,
+// and the others are checked on the rows of that index's range.
 
-// OpsDeadList pages through dead rows matching deadFilter in id order: ids
-// above $7, at most $8.
-const OpsDeadList = `SELECT ` + opsRowColumns + `
+// DeadFilters says which of the dead-letter filters are set.
+type DeadFilters uint8
+
+// The dead-letter filters.
+const (
+	DeadIDs       DeadFilters = 1 << iota // $1, on the primary key
+	DeadTopic                             // $2, on the dead topic index (topic, id)
+	DeadAggregate                         // $3, on the dead aggregate index (aggregate_id, id)
+	DeadType                              // $4, on the dead type index (a hash of event_type)
+	DeadSince                             // $5, on the dead creation index (created_at)
+	DeadUntil                             // $6, on the dead creation index
+	// DeadForms is how many sets of filters there are, not a filter.
+	DeadForms = 1 << iota
+)
+
+// deadLead returns the leading condition of the filters f and the order
+// of the rows. With after, the condition starts after the row id $7.
+//
+// An equality on the column of a (column, id) index would let the planner
+// take the rows in id order from the dead-letter index instead, filtering
+// them, which reads every dead row ahead of a rare value's (it estimates
+// an equality's share of the rows as 1 in the column's distinct values).
+// The same condition written as a range ((column, id) > ($n, $7) AND
+// column <= $n) is no equality to it, so only the (column, id) index
+// gives the order asked for, (column, id), which is id order on the
+// rows: it reads the page. Ids, the event type (a hash index) and the
+// creation window take the rows their index finds and sort them (id + 0:
+// no index gives that order): the ids given, the type's dead rows, or the
+// window's index range.
+func deadLead(f DeadFilters, after bool) (lead DeadFilters, cond, order string) {
+	start := "0"
+	if after {
+		start = "$7"
+	}
+	byColumn := func(col, param string) string {
+		return `(` + col + `, id) > (` + param + `::text, ` + start + `) AND ` + col + ` <= ` + param + `::text`
+	}
+	switch {
+	case f&DeadIDs != 0:
+		return DeadIDs, `id = ANY($1::bigint[])`, `id + 0`
+	case f&DeadAggregate != 0:
+		return DeadAggregate, byColumn("aggregate_id", "$3"), `aggregate_id, id`
+	case f&DeadType != 0:
+		return DeadType, `event_type = $4::text`, `id + 0`
+	case f&DeadTopic != 0:
+		return DeadTopic, byColumn("topic", "$2"), `topic, id`
+	case f&(DeadSince|DeadUntil) != 0:
+		return DeadSince | DeadUntil, `created_at >= coalesce($5::timestamptz, '-infinity') AND created_at < coalesce($6::timestamptz, 'infinity')`, `id + 0`
+	}
+	return 0, `true`, `id`
+}
+
+// deadConditions are the conditions of the filters that do not lead, and
+// what an unset one checks (that it is NULL, which also gives the
+// parameter its type). A time bound that does not lead is written on
+// created_at + 0 s, which no index serves: a generic plan takes a one-sided
+// bound for a third of the rows, and would read the creation index from
+// the start of the dead letters to a --until instead of the leading
+// filter's range.
+var deadConditions = []struct {
+	f          DeadFilters
+	set, unset string
+}{
+	{DeadIDs, `id = ANY($1::bigint[])`, `$1::bigint[] IS NULL`},
+	{DeadTopic, `topic = $2::text`, `$2::text IS NULL`},
+	{DeadAggregate, `aggregate_id = $3::text`, `$3::text IS NULL`},
+	{DeadType, `event_type = $4::text`, `$4::text IS NULL`},
+	{DeadSince, `created_at + interval '0 s' >= $5::timestamptz`, `$5::timestamptz IS NULL`},
+	{DeadUntil, `created_at + interval '0 s' < $6::timestamptz`, `$6::timestamptz IS NULL`},
+}
+
+// deadWhere is the condition and the order of the dead rows the filters f
+// select.
+func deadWhere(f DeadFilters, after bool) (where, order string) {
+	lead, cond, order := deadLead(f, after)
+	where = `state = 'dead' AND ` + cond
+	for _, c := range deadConditions {
+		switch {
+		case f&c.f == 0:
+			where += "\n  AND " + c.unset
+		case lead&c.f == 0:
+			where += "\n  AND " + c.set
+		}
+	}
+	switch {
+	case !after:
+	case lead == 0:
+		where += "\n  AND id > $7" // the dead-letter index, from $7 on
+	case order == `id + 0`:
+		// Not on an id index: a generic plan would walk it from $7,
+		// filtering, rather than take the lead's rows.
+		where += "\n  AND id + 0 > $7"
+	}
+	return where, order
+}
+
+// OpsDeadList pages through the dead rows the filters f select in id
+// order: ids above $7, at most $8. It reads its page on the leading
+// filter's index (with the rows the other filters leave out), or, led by
+// ids or the creation window, the rows those select.
+func OpsDeadList(f DeadFilters) string {
+	where, order := deadWhere(f, true)
+	return `SELECT ` + opsRowColumns + `
 FROM {{table}}
-WHERE ` + deadFilter + ` AND id > $7
-ORDER BY id
+WHERE ` + where + `
+ORDER BY ` + order + `
 LIMIT $8`
+}
 
-// OpsDeadCount counts the dead rows matching deadFilter (on the dead-letter
-// index, like the list).
-const OpsDeadCount = `SELECT count(*) FROM {{table}} WHERE ` + deadFilter
+// OpsDeadCount counts the dead rows the filters f select, up to $7: it
+// reads $7 entries of the leading filter's index at most (or the rows the
+// ids or the creation window select), so a count of $7 means at least $7.
+func OpsDeadCount(f DeadFilters) string {
+	where, order := deadWhere(f, false)
+	return `SELECT count(*) FROM (SELECT 1 FROM {{table}} WHERE ` + where + ` ORDER BY ` + order + ` LIMIT $7) s`
+}
 
 // OpsRow reads one row ($1) in any state, with its payload.
 const OpsRow = `SELECT ` + opsRowColumns + `, payload FROM {{table}} WHERE id = $1`
 
-// OpsDeadLock locks the dead rows matching deadFilter, in id order, for a
-// retry or drop in the same transaction.
-const OpsDeadLock = `SELECT ` + opsRowColumns + `
+// OpsDeadLock locks the dead rows the filters f select, in id order, for
+// a retry or drop in the same transaction: it reads the rows it locks on
+// the leading filter's index, and those the other filters leave out.
+func OpsDeadLock(f DeadFilters) string {
+	where, order := deadWhere(f, false)
+	return `SELECT ` + opsRowColumns + `
 FROM {{table}}
-WHERE ` + deadFilter + `
-ORDER BY id
+WHERE ` + where + `
+ORDER BY ` + order + `
 FOR UPDATE`
+}
 
 // OpsLockUnpublished locks the pending and claimed rows of the aggregates in
 // $1 (a text array literal). FOR UPDATE without SKIP LOCKED waits for a
@@ -185,42 +295,48 @@ const OpsShards = `SELECT shard, coalesce(owner, '') FROM {{shards}} ORDER BY sh
 // OpsHandovers lists the shards in handover: shards holding rows that a
 // live incarnation other than the shard's owner still has claimed under a
 // valid lease (the previous owner finishing its batch; see
-// ShardsInHandover). It walks the claim index, so it costs as much as the
-// backlog.
-const OpsHandovers = `SELECT DISTINCT o.shard
-FROM {{table}} o JOIN {{shards}} s ON s.shard = o.shard
-WHERE o.state IN ('pending', 'claimed') AND o.lease_owner IS NOT NULL AND o.lease_expires_at > now()
-  AND o.lease_owner IS DISTINCT FROM s.owner
-  AND o.lease_owner IN (SELECT id FROM {{relays}})
+// ShardsInHandover), among the first $1 unpublished rows in id order. A
+// claim walks each shard in id order, so the rows a previous owner still
+// holds are among the oldest of the backlog; like ShardsInHandover, it
+// reads $1 entries of the claim index at most, whatever the backlog (run
+// it after WalkSettings).
+const OpsHandovers = `SELECT DISTINCT w.shard FROM (
+    SELECT o.shard, o.lease_owner, o.lease_expires_at
+    FROM {{table}} o
+    WHERE o.state IN ('pending', 'claimed')
+    ORDER BY o.id
+    LIMIT $1
+) w JOIN {{shards}} s ON s.shard = w.shard
+WHERE w.lease_owner IS NOT NULL AND w.lease_expires_at > now()
+  AND w.lease_owner IS DISTINCT FROM s.owner
+  AND w.lease_owner IN (SELECT id FROM {{relays}})
 ORDER BY 1`
 
-// OpsSnapshot reads what a console samples over time: backlog, the
-// creation time of the oldest unpublished row (OldestUnpublished), the dead
-// count (Stats), the
-// highest row id (the primary key's last entry, which counts the events
-// written) and the database clock.
+// OpsHandoverWindow is OpsHandovers's $1: ten default claim batches.
+const OpsHandoverWindow = 10_000
+
+// OpsSnapshot reads what a console samples over time: backlog
+// (BacklogCount), the creation time of the oldest unpublished row
+// (OldestUnpublished), the dead count (DeadCount), both counted up to $1
+// (CountArgs) and estimated beyond, the highest row id (the primary key's
+// last entry, which counts the events written) and the database clock.
 const OpsSnapshot = `
 SELECT
-    (SELECT count(*) FROM {{table}} WHERE state IN ('pending', 'claimed')),
+    ` + BacklogCount + `,
     ` + OldestUnpublished + `,
-    (SELECT count(*) FROM {{table}} WHERE state = 'dead'),
+    ` + DeadCount + `,
     (SELECT coalesce(max(id), 0) FROM {{table}}),
     now()`
 
-// OpsHead reads what a snapshot takes besides the counts: the highest row
-// id, the creation time of the oldest unpublished row and the database
-// clock, from the last entries of the primary key and the lag index.
-const OpsHead = `SELECT (SELECT coalesce(max(id), 0) FROM {{table}}), ` + OldestUnpublished + `, now()`
-
 // lookup finds the rows whose column col equals $1, newest first, at most
 // $3, on indexes only: the unpublished ones on the aggregate index (by
-// aggregate) or the claim index (by event id), the dead ones on the dead
-// aggregate index (by aggregate) or the dead-letter index (by event id),
-// and the published ones among the newest $2 rows of the primary key. By
-// aggregate, it reads the aggregate's rows and $2 index entries, whatever
-// the table holds. Without an index on col over every
-// row (which would cost each insert, claim and publish one more index
-// write), an older published row is found by its id only.
+// aggregate, schema version 5) or the event index (by event id, version
+// 6), the dead ones on the dead aggregate index or the dead event index,
+// and the published ones among the newest $2 rows of the primary key. It
+// reads the key's rows and $2 index entries, whatever the table holds.
+// Without an index on col over every row (which would cost each insert
+// and publish one more index write), an older published row is found by
+// its id only.
 func lookup(col, cast string) string {
 	return `SELECT ` + opsRowColumns + `
 FROM {{table}}
@@ -239,7 +355,8 @@ LIMIT $3`
 // indexes (schema version 5) serve its unpublished and dead ones.
 var OpsLookupAggregate = lookup("aggregate_id", "")
 
-// OpsLookupEventID finds the rows of an event id (see lookup).
+// OpsLookupEventID finds the rows of an event id (see lookup); the event
+// indexes (schema version 6) serve its unpublished and dead ones.
 var OpsLookupEventID = lookup("event_id", "::uuid")
 
 // LookupArgs binds OpsLookupAggregate and OpsLookupEventID.

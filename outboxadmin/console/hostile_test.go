@@ -112,21 +112,21 @@ func readAll(t *testing.T, resp *http.Response) string {
 }
 
 // The event's page shows each value whole up to a bound, and says where
-// to see the rest: a 4 MB header value, last error or topic (other
+// to see the rest: a 4 MB header value, last error or event type (other
 // tooling's rows; the relay keeps 2,000 bytes of error) would
 // otherwise make a page of tens of megabytes, as a deep payload did.
 func TestEventPageIsBounded(t *testing.T) {
 	t.Parallel()
 	b := setup(t, console.Options{})
 	big := strings.Repeat("x", 4<<20)
-	// The aggregate id as long as the schema's indexes let it be (a B-tree
-	// entry fits a third of a page), longer than a look-up link is made
-	// for (1,024 bytes).
-	longAgg := strings.Repeat("x", 2000)
+	// The aggregate id and the topic as long as the schema's indexes let
+	// them be (a B-tree entry fits a third of a page), longer than a
+	// look-up link is made for (1,024 bytes).
+	long := strings.Repeat("x", 2000)
 	var rowID int64
 	if err := b.db.SQL.QueryRow(`
 INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, headers, state, attempts, last_error)
-VALUES (gen_random_uuid(), 'T' || $1, 'A' || $2, 'Y' || $1, '{}', jsonb_build_object('k', 'H' || $1), 'dead', 1, 'E' || $1) RETURNING id`, big, longAgg).Scan(&rowID); err != nil {
+VALUES (gen_random_uuid(), 'T' || $2, 'A' || $2, 'Y' || $1, '{}', jsonb_build_object('k', 'H' || $1), 'dead', 1, 'E' || $1) RETURNING id`, big, long).Scan(&rowID); err != nil {
 		t.Fatal(err)
 	}
 	code, body := b.get(t, "events/"+id(rowID))
