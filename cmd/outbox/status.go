@@ -5,9 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/human"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
@@ -77,14 +79,22 @@ func runStatus(ctx context.Context, args []string, stdout io.Writer) error {
 
 func printStatus(w io.Writer, st outboxadmin.Status, staleAfter time.Duration) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "backlog\t%d\n", st.Backlog)
+	fmt.Fprintf(tw, "backlog\t%s\n", count(st.Backlog, st.BacklogEstimated, "~"))
 	fmt.Fprintf(tw, "lag\t%s\n", human.Duration(st.Lag))
-	fmt.Fprintf(tw, "dead\t%d\n", st.Dead)
+	fmt.Fprintf(tw, "dead\t%s\n", count(st.Dead, st.DeadEstimated, "~"))
 	if len(st.Topics) > 0 {
 		fmt.Fprintln(tw, "\nTOPIC\tBACKLOG\tLAG\tDEAD")
 		for _, t := range st.Topics {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", oneLine(t.Topic, 80), t.Backlog, human.Duration(t.Lag), t.Dead)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", oneLine(t.Topic, 80), count(t.Backlog, t.BacklogAtLeast, "≥"),
+				human.Duration(t.Lag), count(t.Dead, t.DeadAtLeast, "≥"))
 		}
+	}
+	inexact := st.BacklogEstimated || st.DeadEstimated
+	for _, t := range st.Topics {
+		inexact = inexact || t.BacklogAtLeast || t.DeadAtLeast
+	}
+	if inexact {
+		fmt.Fprintf(tw, "(~N: an estimate, beyond %d events; ≥N: a topic's events counted up to %d)\n", txoutbox.StatsExactMax, txoutbox.TopicStatsMax)
 	}
 	alive := 0
 	for _, r := range st.Relays {
@@ -115,11 +125,21 @@ func printStatus(w io.Writer, st outboxadmin.Status, staleAfter time.Duration) e
 	return nil
 }
 
+// count shows a count, with mark before it when it is not exact.
+func count(n int64, inexact bool, mark string) string {
+	if inexact {
+		return mark + strconv.FormatInt(n, 10)
+	}
+	return strconv.FormatInt(n, 10)
+}
+
 type topicJSON struct {
-	Topic      string  `json:"topic"`
-	Backlog    int64   `json:"backlog"`
-	LagSeconds float64 `json:"lag_seconds"`
-	Dead       int64   `json:"dead"`
+	Topic          string  `json:"topic"`
+	Backlog        int64   `json:"backlog"`
+	BacklogAtLeast bool    `json:"backlog_at_least"`
+	LagSeconds     float64 `json:"lag_seconds"`
+	Dead           int64   `json:"dead"`
+	DeadAtLeast    bool    `json:"dead_at_least"`
 }
 
 type relayJSON struct {
@@ -133,26 +153,31 @@ type relayJSON struct {
 }
 
 type statusOutput struct {
-	Backlog        int64       `json:"backlog"`
-	LagSeconds     float64     `json:"lag_seconds"`
-	Dead           int64       `json:"dead"`
-	Topics         []topicJSON `json:"topics"`
-	Relays         []relayJSON `json:"relays"`
-	UnownedShards  []int       `json:"unowned_shards"`
-	HandoverShards []int       `json:"handover_shards"`
-	MaxLagSeconds  float64     `json:"max_lag_seconds,omitempty"`
-	MaxLagExceeded bool        `json:"max_lag_exceeded"`
-	WALSlot        *walSlot    `json:"wal_slot"` // null without a WAL relay's slot
+	Backlog int64 `json:"backlog"`
+	// BacklogEstimated and DeadEstimated: beyond txoutbox.StatsExactMax
+	// the counts are estimates (see txoutbox.Stats).
+	BacklogEstimated bool        `json:"backlog_estimated"`
+	LagSeconds       float64     `json:"lag_seconds"`
+	Dead             int64       `json:"dead"`
+	DeadEstimated    bool        `json:"dead_estimated"`
+	Topics           []topicJSON `json:"topics"`
+	Relays           []relayJSON `json:"relays"`
+	UnownedShards    []int       `json:"unowned_shards"`
+	HandoverShards   []int       `json:"handover_shards"`
+	MaxLagSeconds    float64     `json:"max_lag_seconds,omitempty"`
+	MaxLagExceeded   bool        `json:"max_lag_exceeded"`
+	WALSlot          *walSlot    `json:"wal_slot"` // null without a WAL relay's slot
 }
 
 func statusJSON(st outboxadmin.Status, maxLag time.Duration, exceeded bool) statusOutput {
 	out := statusOutput{
-		Backlog: st.Backlog, LagSeconds: st.Lag.Seconds(), Dead: st.Dead,
+		Backlog: st.Backlog, BacklogEstimated: st.BacklogEstimated, LagSeconds: st.Lag.Seconds(), Dead: st.Dead, DeadEstimated: st.DeadEstimated,
 		Topics: []topicJSON{}, Relays: []relayJSON{}, UnownedShards: []int{}, HandoverShards: []int{},
 		MaxLagSeconds: maxLag.Seconds(), MaxLagExceeded: exceeded,
 	}
 	for _, t := range st.Topics {
-		out.Topics = append(out.Topics, topicJSON{Topic: t.Topic, Backlog: t.Backlog, LagSeconds: t.Lag.Seconds(), Dead: t.Dead})
+		out.Topics = append(out.Topics, topicJSON{Topic: t.Topic, Backlog: t.Backlog, BacklogAtLeast: t.BacklogAtLeast,
+			LagSeconds: t.Lag.Seconds(), Dead: t.Dead, DeadAtLeast: t.DeadAtLeast})
 	}
 	for _, r := range st.Relays {
 		shards := r.Shards

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/txoutbox/txoutbox"
 )
 
 func TestStatus(t *testing.T) {
@@ -84,5 +87,44 @@ func TestStatus(t *testing.T) {
 	}
 	if code, _, errOut = e.run(t, "status", "--max-lag", "1h"); code != 0 {
 		t.Errorf("--max-lag 1h with a 10m lag: exit %d, %q", code, errOut)
+	}
+}
+
+// Beyond the exact counts' cap, status says the backlog and the dead count
+// are estimates (~N) and a topic's count a lower bound (≥N), in text and
+// JSON.
+func TestStatusBeyondTheCaps(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	const n = txoutbox.StatsExactMax + 5_000
+	e.exec(t, `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, state, attempts)
+    SELECT gen_random_uuid(), 'orders', 'o-' || g, 'e', '{}', 'pending', 0 FROM generate_series(1, `+strconv.Itoa(n)+`) g`)
+	e.exec(t, `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, state, attempts)
+    VALUES (gen_random_uuid(), 'small', 's-1', 'e', '{}', 'pending', 0)`)
+	e.exec(t, `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, state, attempts)
+    SELECT gen_random_uuid(), 'payments', 'p-' || g, 'e', '{}', 'dead', 10 FROM generate_series(1, `+strconv.Itoa(n)+`) g`)
+	e.exec(t, `ANALYZE outbox`) // the dead count's estimate: PostgreSQL's statistics
+
+	var st statusOutput
+	e.runJSON(t, &st, "status")
+	// The backlog is one id range: its estimate is exact here.
+	if st.Backlog != n+1 || !st.BacklogEstimated || !st.DeadEstimated || st.Dead < 0.9*n || st.Dead > 1.1*n {
+		t.Errorf("totals = backlog %d (estimated %v), dead %d (estimated %v); want %d and about %d, estimated",
+			st.Backlog, st.BacklogEstimated, st.Dead, st.DeadEstimated, n+1, n)
+	}
+	if len(st.Topics) != 3 || st.Topics[0].Backlog != txoutbox.TopicStatsMax || !st.Topics[0].BacklogAtLeast || st.Topics[0].DeadAtLeast ||
+		st.Topics[1].Dead != txoutbox.TopicStatsMax || !st.Topics[1].DeadAtLeast ||
+		st.Topics[2].Backlog != 1 || st.Topics[2].BacklogAtLeast {
+		t.Errorf("topics = %+v", st.Topics)
+	}
+	code, out, errOut := e.run(t, "status")
+	flat := strings.Join(strings.Fields(out), " ")
+	for _, want := range []string{"backlog ~" + strconv.Itoa(n+1), "dead ~", "orders ≥10000", "payments 0 0s ≥10000", "small 1 ", "~N: an estimate"} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("status output lacks %q:\n%s", want, out)
+		}
+	}
+	if code != 0 {
+		t.Fatalf("status: exit %d, %s", code, errOut)
 	}
 }

@@ -660,16 +660,19 @@ func (a CountArgs) Args() []any { return []any{a.Cap} }
 
 // BacklogCount is the number of unpublished rows, exact below $1: it
 // counts the first $1 entries of the claim index. From $1 on it is an
-// estimate: $1 plus the id range of the rest, from the $1-th row's id to
-// the highest unpublished id (the claim index's last entry). A backlog is
+// estimate: $1 plus the rest of the id range, from the $1-th row's id to
+// the highest unpublished id (the claim index's last entry), at the
+// density of unpublished rows among the ids of the first $1. A backlog is
 // the rows written since the relays fell behind, in id order, so the range
-// holds few published rows; rows published out of order (other shards
-// ahead, a retry) make it an overestimate. It is live (it follows a drain
-// as it goes) and costs $1 entries and one more descent, whatever the
-// backlog.
+// holds few others, and rows of shards held back (unpublished among
+// published ones) show in the density; a block of rows published or dead
+// in the middle of the range counts as unpublished. It is live (it follows
+// a drain as it goes) and costs $1 entries and one more descent, whatever
+// the backlog.
 const BacklogCount = `(SELECT CASE WHEN h.n < $1 THEN h.n
-        ELSE h.n + coalesce((SELECT max(id) FROM {{table}} WHERE state IN ('pending', 'claimed')) - h.last, 0) END
-    FROM (SELECT count(*) AS n, max(id) AS last FROM (
+        ELSE h.n + coalesce(((SELECT max(id) FROM {{table}} WHERE state IN ('pending', 'claimed')) - h.last)::float8
+            * h.n / (h.last - h.first + 1), 0)::bigint END
+    FROM (SELECT count(*) AS n, min(id) AS first, max(id) AS last FROM (
         SELECT id FROM {{table}} WHERE state IN ('pending', 'claimed') ORDER BY id LIMIT $1) s) h)`
 
 // DeadCount is the number of dead rows, exact below $1 (it counts $1

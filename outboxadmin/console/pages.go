@@ -16,18 +16,22 @@ import (
 
 // overviewData is the overview page's and its JSON's content.
 type overviewData struct {
-	Backlog     int64                 `json:"backlog"`
-	LagSeconds  float64               `json:"lag_seconds"`
-	Lag         time.Duration         `json:"-"`
-	Dead        int64                 `json:"dead"`
-	PublishRate *float64              `json:"publish_rate"`
-	Topics      []txoutbox.TopicStats `json:"-"`
-	TopicsJSON  []topicJSON           `json:"topics"`
-	Relays      int                   `json:"relays_alive"`
-	Unowned     int                   `json:"unowned_shards"`
-	Handovers   int                   `json:"handover_shards"`
-	Slot        *slotJSON             `json:"wal_slot,omitempty"`
-	History     []point               `json:"history"`
+	Backlog int64 `json:"backlog"`
+	// BacklogEstimated and DeadEstimated: the count is an estimate
+	// (txoutbox.Stats), shown as ~N.
+	BacklogEstimated bool                  `json:"backlog_estimated"`
+	LagSeconds       float64               `json:"lag_seconds"`
+	Lag              time.Duration         `json:"-"`
+	Dead             int64                 `json:"dead"`
+	DeadEstimated    bool                  `json:"dead_estimated"`
+	PublishRate      *float64              `json:"publish_rate"`
+	Topics           []txoutbox.TopicStats `json:"-"`
+	TopicsJSON       []topicJSON           `json:"topics"`
+	Relays           int                   `json:"relays_alive"`
+	Unowned          int                   `json:"unowned_shards"`
+	Handovers        int                   `json:"handover_shards"`
+	Slot             *slotJSON             `json:"wal_slot,omitempty"`
+	History          []point               `json:"history"`
 	// At is the database clock of the last count (backlog, dead, topics),
 	// which is paced while counting is slow.
 	At         time.Time          `json:"at"`
@@ -44,10 +48,12 @@ type slotJSON struct {
 }
 
 type topicJSON struct {
-	Topic      string  `json:"topic"`
-	Backlog    int64   `json:"backlog"`
-	LagSeconds float64 `json:"lag_seconds"`
-	Dead       int64   `json:"dead"`
+	Topic          string  `json:"topic"`
+	Backlog        int64   `json:"backlog"`
+	BacklogAtLeast bool    `json:"backlog_at_least"` // at least Backlog: shown as ≥N
+	LagSeconds     float64 `json:"lag_seconds"`
+	Dead           int64   `json:"dead"`
+	DeadAtLeast    bool    `json:"dead_at_least"`
 }
 
 func (c *Console) readOverview(r *http.Request) (overviewData, error) {
@@ -56,7 +62,8 @@ func (c *Console) readOverview(r *http.Request) (overviewData, error) {
 		return overviewData{}, err
 	}
 	d := overviewData{
-		Backlog: st.Backlog, Lag: st.Lag, LagSeconds: st.Lag.Seconds(), Dead: st.Dead,
+		Backlog: st.Backlog, BacklogEstimated: st.BacklogEstimated, Lag: st.Lag, LagSeconds: st.Lag.Seconds(),
+		Dead: st.Dead, DeadEstimated: st.DeadEstimated,
 		Topics: st.Topics, TopicsJSON: []topicJSON{}, Unowned: len(st.Unowned), Handovers: len(st.Handovers),
 		History: c.hist.points(), At: st.Counted, Status: st.Status,
 		PollMillis: c.opts.SampleEvery.Milliseconds(),
@@ -65,7 +72,8 @@ func (c *Console) readOverview(r *http.Request) (overviewData, error) {
 		d.Slot = &slotJSON{Name: sl.Name, Active: sl.Active, WALStatus: sl.WALStatus, LagBytes: sl.LagBytes}
 	}
 	for _, t := range st.Topics {
-		d.TopicsJSON = append(d.TopicsJSON, topicJSON{Topic: t.Topic, Backlog: t.Backlog, LagSeconds: t.Lag.Seconds(), Dead: t.Dead})
+		d.TopicsJSON = append(d.TopicsJSON, topicJSON{Topic: t.Topic, Backlog: t.Backlog, BacklogAtLeast: t.BacklogAtLeast,
+			LagSeconds: t.Lag.Seconds(), Dead: t.Dead, DeadAtLeast: t.DeadAtLeast})
 	}
 	for _, rl := range st.Relays {
 		if rl.Alive {

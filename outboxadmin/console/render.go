@@ -36,6 +36,21 @@ var funcs = template.FuncMap{
 	// refused as a filter).
 	"findable": func(s string) bool { return len(s) <= maxField },
 	"add":      func(a, b int) int { return a + b },
+	// count shows a count with mark (~ or ≥) before it when it is not
+	// exact (txoutbox.Stats, TopicStats).
+	"count": func(n int64, inexact bool, mark string) string {
+		if inexact {
+			return mark + strconv.FormatInt(n, 10)
+		}
+		return strconv.FormatInt(n, 10)
+	},
+	// matched shows a CountDead result: at least CountDeadMax once there.
+	"matched": func(n int64) string {
+		if n >= outboxadmin.CountDeadMax {
+			return "≥" + strconv.FormatInt(n, 10)
+		}
+		return strconv.FormatInt(n, 10)
+	},
 	"rate": func(r *float64) string {
 		if r == nil {
 			return "–"

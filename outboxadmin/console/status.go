@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
@@ -101,7 +100,8 @@ func (c *statusCache) get(ctx context.Context) (statusView, error) {
 		c.fleet, c.lag, c.fleetAt = fleet, lag, time.Now()
 	}
 	v := statusView{Status: c.fleet, Counted: c.counts.At, LastID: c.counts.LastID}
-	v.Stats = txoutbox.Stats{Backlog: c.counts.Backlog, Lag: c.lag, Dead: c.counts.Dead, Topics: c.counts.Topics}
+	v.Stats = c.counts.Stats
+	v.Lag = c.lag
 	v.Handovers = c.handovers
 	return v, nil
 }

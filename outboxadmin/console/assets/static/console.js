@@ -83,7 +83,8 @@
     if (!body) return;
     var rows = list.map(function (t) {
       var tr = document.createElement("tr");
-      [[shown(t.topic, 80), ""], [t.backlog, "num"], [fmtDur(t.lag_seconds), "num"], [t.dead, "num"]].forEach(function (c) {
+      [[shown(t.topic, 80), ""], [(t.backlog_at_least ? "≥" : "") + t.backlog, "num"], [fmtDur(t.lag_seconds), "num"],
+        [(t.dead_at_least ? "≥" : "") + t.dead, "num"]].forEach(function (c) {
         var td = document.createElement("td"); td.textContent = c[0]; if (c[1]) td.className = c[1]; tr.appendChild(td);
       });
       return tr;
@@ -99,9 +100,9 @@
     fetch(api, { headers: { Accept: "application/json" }, credentials: "same-origin" })
       .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
       .then(function (d) {
-        text("backlog", d.backlog);
+        text("backlog", (d.backlog_estimated ? "~" : "") + d.backlog);
         text("lag", fmtDur(d.lag_seconds));
-        text("dead", d.dead);
+        text("dead", (d.dead_estimated ? "~" : "") + d.dead);
         text("rate", d.publish_rate == null ? "–" : d.publish_rate.toFixed(1) + "/s");
         text("relays", d.relays_alive);
         text("updated", "counted " + utc(d.at));
