@@ -72,6 +72,9 @@ const (
 // ListDead returns up to limit dead events matching f with ids above after,
 // in id order (keyset paging: pass the last ID of a page as the next
 // after). A zero Filter lists every dead event. Payloads are not read.
+// It reads its page on the index of one of f's filters (schema version 6),
+// or, led by ids, a type or a time window, the rows that filter selects,
+// however many dead events are kept.
 func (a *Admin) ListDead(ctx context.Context, f Filter, after int64, limit int) ([]Row, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()

@@ -179,9 +179,10 @@ type Config struct {
 
 	// StatsInterval is how often the lag gauge is refreshed from the
 	// database, and the backlog and dead gauges while counting the rows is
-	// quick: a count whose statement took d (of 25 ms or more) runs again
-	// no sooner than a hundred times d after it started, so that counting
-	// a long backlog does not load the database. Default 10s.
+	// quick: a count reads up to txoutbox.StatsExactMax index entries and
+	// estimates beyond, and one whose statement took d (of 25 ms or more)
+	// runs again no sooner than a hundred times d after it started, so that
+	// a slow server is not loaded further. Default 10s.
 	StatsInterval time.Duration
 
 	// Logger receives the relay's logs. Default: slog.Default().

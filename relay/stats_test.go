@@ -116,8 +116,9 @@ func TestStatsCountLessOftenWhenSlow(t *testing.T) {
 	b.exec(t, `CREATE SEQUENCE counts`)
 	b.exec(t, `CREATE SEQUENCE lags`)
 	r, start := statsRelay(t, b)
-	r.sql.statsBacklog = `SELECT nextval('counts') FROM pg_sleep(0.05)`
-	r.sql.statsDead = `SELECT 0::bigint FROM pg_sleep(1)`
+	// $1 is the counts' cap (outboxsql.CountArgs).
+	r.sql.statsBacklog = `SELECT nextval('counts') FROM pg_sleep(0.05) WHERE $1::int > 0`
+	r.sql.statsDead = `SELECT 0::bigint FROM pg_sleep(1) WHERE $1::int > 0`
 	r.sql.statsLag = `SELECT now() - make_interval(secs => nextval('lags')), now()`
 	start()
 	time.Sleep(900 * time.Millisecond)
@@ -142,7 +143,7 @@ func TestStatsEmptyTableClearsASlowBacklogCount(t *testing.T) {
 	b := setupInternal(t)
 	b.exec(t, `CREATE SEQUENCE counts`)
 	r, start := statsRelay(t, b)
-	r.sql.statsBacklog = `SELECT 6 + nextval('counts') FROM pg_sleep(0.05)`
+	r.sql.statsBacklog = `SELECT 6 + nextval('counts') FROM pg_sleep(0.05) WHERE $1::int > 0`
 	r.sql.statsLag = `SELECT CASE WHEN is_called THEN NULL ELSE now() - interval '1 hour' END, now() FROM counts`
 	start()
 	waitGauges(t, r, "backlog 0 once the table is empty", func(lag time.Duration, backlog, _ int64) bool {

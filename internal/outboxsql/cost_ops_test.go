@@ -338,3 +338,34 @@ func TestBacklogEstimateFollowsTheDensityOfTheBacklog(t *testing.T) {
 		t.Fatalf("backlog estimate of 10,000 rows, one in four ids = %d", n)
 	}
 }
+
+// Retry, drop and replay change the rows they were given, by id, not the
+// dead letters or the published rows around them.
+func TestRetryDropReplayCostTheirRows(t *testing.T) {
+	t.Parallel()
+	stmts := map[string]string{"retry": outboxsql.OpsRetry, "drop": outboxsql.OpsDrop, "replay": outboxsql.OpsReplay}
+	measure := func(n int) map[string]map[string]testkit.Work {
+		c := newCostDB(t)
+		c.insert(t, n, `'dead-' || g`, "dead", "10", "now()", "now()", "NULL")
+		c.insert(t, n, `'old-' || g`, "published", "0", "now()", "now()", "now()")
+		c.settle(t)
+		ids := map[string]string{}
+		for name, state := range map[string]string{"retry": "dead", "drop": "dead", "replay": "published"} {
+			var v string
+			q := c.names.Render(`SELECT '{' || string_agg(id::text, ',') || '}' FROM (SELECT id FROM {{table}} WHERE state = $1 ORDER BY id OFFSET 100 LIMIT 5) s`)
+			if err := c.db.QueryRow(q, state).Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			ids[name] = v
+		}
+		out := map[string]map[string]testkit.Work{}
+		for name, stmt := range stmts {
+			out[name] = c.work(t, nil, stmt, ids[name])
+		}
+		return out
+	}
+	small, large := measure(costSmall), measure(costLarge)
+	for name := range stmts {
+		testkit.AssertFlat(t, name+" of 5 rows", costRatio, small[name], large[name])
+	}
+}

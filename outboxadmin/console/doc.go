@@ -69,16 +69,19 @@
 //
 // Every page and tab shares one status reading per Options.SampleEvery:
 // the lag (one entry of the lag index) and the relays every interval, and
-// the figures that read every unpublished and dead row (backlog, dead
-// count, per topic, handovers) paced as the relays pace theirs: after a
+// the figures that count rows (backlog, dead count, per topic, handovers;
+// each exact up to a cap and estimated or a lower bound beyond, see
+// txoutbox.Stats) paced as the relays pace theirs: after a
 // reading that took d of 25 ms or more, failed or not, no sooner than
 // 100 × d later (a failed recount leaves the last count shown). The
 // figures a page shows may be that old after a change; the overview says
-// when they were counted. Every query uses an index: the overview reads the totals and the
-// per-topic figures on the claim and dead-letter partial indexes (their cost
-// grows with the backlog and the dead letters, not with the published rows
-// retained), the dead-letter list pages through the dead-letter index, and
-// event lookups are bounded (see outboxadmin.Admin.FindEvents). Replay's dry
+// when they were counted. Every query uses an index: the overview reads the
+// totals on the claim and dead-letter partial indexes, up to
+// txoutbox.StatsExactMax entries each, and the per-topic figures on the
+// topic indexes, up to txoutbox.TopicStatsMax entries a topic (an estimate,
+// ~N, or a lower bound, ≥N, beyond); the dead-letter list reads its page
+// on the index of one of its filters; and event lookups are bounded (see
+// outboxadmin.Admin.FindEvents). Replay's dry
 // run is the exception: like `outbox replay`, it reads the published rows.
 //
 // # History

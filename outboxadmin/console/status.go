@@ -9,9 +9,10 @@ import (
 
 // statusCache is the status every page and tab shows, read once per
 // interval whoever asks: the lag and the relays every interval (a few
-// index entries and the small coordination tables), and the figures that
-// read every unpublished row (the counts, the per-topic figures, the
-// handovers) paced as the relays pace their counts: after a reading whose
+// index entries and the small coordination tables), and the counts (the
+// totals, the per-topic figures, the handovers: each reads up to a cap of
+// index entries, see txoutbox.Stats) paced as the relays pace their
+// counts: after a reading whose
 // statements took d of countQuick or more, no sooner than countSpacing × d
 // after it started, failed or not. Ten tabs polling during an incident
 // cost the primary what one does, and a slow count runs a hundredth of the
@@ -106,7 +107,7 @@ func (c *statusCache) get(ctx context.Context) (statusView, error) {
 	return v, nil
 }
 
-// count reads the figures that read every unpublished row.
+// count reads the figures that count rows (up to their caps).
 func (c *statusCache) count(ctx context.Context) error {
 	counts, err := c.adm.TopicSnapshot(ctx)
 	if err != nil {
