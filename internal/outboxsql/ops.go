@@ -297,9 +297,10 @@ const OpsShards = `SELECT shard, coalesce(owner, '') FROM {{shards}} ORDER BY sh
 // valid lease (the previous owner finishing its batch; see
 // ShardsInHandover), among the first $1 unpublished rows in id order. A
 // claim walks each shard in id order, so the rows a previous owner still
-// holds are among the oldest of the backlog; like ShardsInHandover, it
-// reads $1 entries of the claim index at most, whatever the backlog (run
-// it after WalkSettings).
+// holds are the oldest of their shard; behind a backlog of other shards
+// older than $1 rows they are not seen, which the operators' view accepts
+// (the relays decide by ShardsInHandover). Like it, it reads $1 entries of
+// the claim index at most, whatever the backlog.
 const OpsHandovers = `SELECT DISTINCT w.shard FROM (
     SELECT o.shard, o.lease_owner, o.lease_expires_at
     FROM {{table}} o
