@@ -15,3 +15,12 @@ var ErrNoTransaction = errors.New("txoutbox: not in a transaction")
 // streams the outbox table (start the WAL relay once, which makes it).
 // Nothing has been written; the transaction stays usable.
 var ErrNoWALSlot = errors.New("txoutbox: no WAL relay slot streams the outbox table (or wal_level is not logical): table-less events would be lost")
+
+// ErrNotBeforeStreamed is returned for an event with a NotBefore in the
+// future that would be published early: by a Writer with WALMessages
+// (nothing written, the transaction stays usable), or by the database for a
+// table the WAL relay streams (relay/walrelay publishes every event at
+// commit, and its setup installs a trigger that refuses such rows; the
+// transaction is then aborted, as by any database error). Delayed events
+// need the polling relay.
+var ErrNotBeforeStreamed = errors.New("txoutbox: the outbox is streamed by the WAL relay, which publishes at commit: an event with a future NotBefore would go out early")

@@ -54,6 +54,19 @@ type Event struct {
 	// CreatedAt is when the event happened. Zero means the time it is
 	// written.
 	CreatedAt time.Time
+
+	// NotBefore delays the event: the relay publishes it no earlier than
+	// this time by the database clock, within its PollInterval (1s by
+	// default), e.g. a reminder 24 hours after the order it is written
+	// with. Zero, or a time already past when the event is written, means
+	// at once. It must lie within MaxNotBeforeAge before and
+	// MaxNotBeforeDelay after the writer's clock. The events of an
+	// aggregate are still published in the order they were written: a
+	// delayed event holds back the later events of its aggregate until it
+	// is published (give it an aggregate id of its own to let them pass).
+	// The polling relay honours it; a Writer with WALMessages and a table
+	// streamed by the WAL relay refuse such events (see ErrNotBeforeStreamed).
+	NotBefore time.Time
 }
 
 // NewEvent returns an event whose payload is v marshaled as JSON, with its

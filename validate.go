@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ErrInvalidEvent is matched (with errors.Is) by every error that rejects an
@@ -30,6 +31,19 @@ const maxTopicLen = 249
 // transaction, with an index error. A Kafka key is rarely near it.
 const MaxAggregateIDBytes = 1024
 
+// MaxNotBeforeDelay is how far ahead of the writer's clock an event's
+// NotBefore may lie: a year and a day, so a yearly reminder fits. Further
+// ahead is taken for a mistake (a unit error, a time in the wrong year) and
+// refused, rather than kept unpublished, holding back its aggregate, for
+// years.
+const MaxNotBeforeDelay = 366 * 24 * time.Hour
+
+// MaxNotBeforeAge is how far behind the writer's clock an event's NotBefore
+// may lie. A NotBefore already past means at once (an expiry written after
+// it expired), but one this old is taken for a mistake, such as a zero
+// Unix time or a date parsed wrongly, and refused.
+const MaxNotBeforeAge = 7 * 24 * time.Hour
+
 // ValidationError says which field of which event was rejected and why.
 type ValidationError struct {
 	Index  int    // position of the event in the written batch
@@ -49,10 +63,11 @@ func (e *ValidationError) Is(target error) bool { return target == ErrInvalidEve
 // payload limit. The Writer validates every event itself; call this to
 // reject bad input early, e.g. before opening a transaction.
 func (e *Event) Validate() error {
-	return e.validate(0, MaxPayloadBytesDefault)
+	return e.validate(0, MaxPayloadBytesDefault, time.Now())
 }
 
-func (e *Event) validate(index, maxPayload int) error {
+// validate checks the event as the index-th of a batch written at now.
+func (e *Event) validate(index, maxPayload int, now time.Time) error {
 	bad := func(field, format string, args ...any) error {
 		return &ValidationError{Index: index, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -78,6 +93,16 @@ func (e *Event) validate(index, maxPayload int) error {
 	for name := range e.Headers {
 		if name == "" {
 			return bad("Headers", "a header name is empty")
+		}
+	}
+	if !e.NotBefore.IsZero() {
+		if d := e.NotBefore.Sub(now); d > MaxNotBeforeDelay {
+			return bad("NotBefore", "%s is %s ahead, beyond MaxNotBeforeDelay (%s)",
+				e.NotBefore.Format(time.RFC3339), d.Round(time.Second), MaxNotBeforeDelay)
+		}
+		if d := now.Sub(e.NotBefore); d > MaxNotBeforeAge {
+			return bad("NotBefore", "%s is %s in the past, beyond MaxNotBeforeAge (%s): leave it zero to publish at once",
+				e.NotBefore.Format(time.RFC3339), d.Round(time.Second), MaxNotBeforeAge)
 		}
 	}
 	return nil

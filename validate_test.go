@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func validEvent() Event {
@@ -48,6 +49,15 @@ func TestValidate(t *testing.T) {
 		{"empty binary payload", func(e *Event) { e.ContentType = "application/octet-stream"; e.Payload = nil }, "", ""},
 		{"empty header name", func(e *Event) { e.Headers = map[string]string{"": "x"} }, "Headers", "name is empty"},
 		{"headers fine", func(e *Event) { e.Headers = map[string]string{"k": ""} }, "", ""},
+		{"not before tomorrow", func(e *Event) { e.NotBefore = time.Now().Add(24 * time.Hour) }, "", ""},
+		{"not before within the delay bound", func(e *Event) { e.NotBefore = time.Now().Add(MaxNotBeforeDelay - time.Minute) }, "", ""},
+		{"not before beyond the delay bound", func(e *Event) { e.NotBefore = time.Now().Add(MaxNotBeforeDelay + time.Minute) },
+			"NotBefore", "beyond MaxNotBeforeDelay"},
+		{"not before in the past: at once", func(e *Event) { e.NotBefore = time.Now().Add(-time.Hour) }, "", ""},
+		{"not before beyond the age bound", func(e *Event) { e.NotBefore = time.Now().Add(-MaxNotBeforeAge - time.Minute) },
+			"NotBefore", "beyond MaxNotBeforeAge"},
+		{"not before at the Unix epoch", func(e *Event) { e.NotBefore = time.Unix(0, 0) }, "NotBefore", "1970-01-01"},
+		{"a refused topic is reported first", func(e *Event) { e.Topic = ""; e.NotBefore = time.Unix(0, 0) }, "Topic", "empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

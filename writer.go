@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -141,7 +142,10 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 //
 // If any event is invalid, Write returns an error matching ErrInvalidEvent
 // and writes nothing; the transaction stays usable and its fate is the
-// caller's. A database error is returned wrapped; PostgreSQL then aborts the
+// caller's. So does an event with a future NotBefore on a Writer with
+// WALMessages (ErrNotBeforeStreamed). On a table the WAL relay streams, the
+// database refuses such an event (ErrNotBeforeStreamed too), which aborts
+// the transaction like any database error. A database error is returned wrapped; PostgreSQL then aborts the
 // transaction, which the caller must roll back.
 //
 // tx must be a transaction. Write cannot tell a transaction from a pool
@@ -178,12 +182,16 @@ func (w *Writer) write(ctx context.Context, events []Event, exec func(string, []
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("txoutbox: write events: %w", err)
 	}
+	now := time.Now()
 	for i := range events {
-		if err := events[i].validate(i, w.maxPayload); err != nil {
+		if err := events[i].validate(i, w.maxPayload, now); err != nil {
 			return err
 		}
+		if w.walMessages && events[i].NotBefore.After(now) {
+			return fmt.Errorf("%w: event %d (%s) has NotBefore %s, and WALMessages events are published at commit",
+				ErrNotBeforeStreamed, i, events[i].Type, events[i].NotBefore.Format(time.RFC3339))
+		}
 	}
-	now := time.Now()
 	for i := range events {
 		e := &events[i]
 		if e.ID == uuid.Nil {
@@ -227,6 +235,9 @@ func (w *Writer) write(ctx context.Context, events []Event, exec func(string, []
 			return err
 		}
 		if _, err := exec(query, args); err != nil {
+			if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == outboxsql.NotBeforeStreamedCode {
+				return fmt.Errorf("%w: %s: %s", ErrNotBeforeStreamed, w.names.Table, pgErr.Message)
+			}
 			return fmt.Errorf("txoutbox: insert %d events into %s: %w", len(chunk), w.names.Table, err)
 		}
 	}
@@ -258,8 +269,12 @@ func insertArgs(events []Event, traced propagation.MapCarrier) ([]any, error) {
 		if payload == nil {
 			payload = []byte{} // the column is NOT NULL; an empty body is allowed for non-JSON types
 		}
+		var notBefore any // NULL: at once
+		if !e.NotBefore.IsZero() {
+			notBefore = e.NotBefore
+		}
 		args = append(args, e.ID.String(), e.Topic, e.AggregateType, e.AggregateID, e.Type,
-			e.contentType(), payload, headers, e.CreatedAt)
+			e.contentType(), payload, headers, e.CreatedAt, notBefore)
 	}
 	return args, nil
 }

@@ -327,3 +327,172 @@ func TestWALMessagesNeedARelaysSlot(t *testing.T) {
 		t.Fatalf("with the relay's slot: Write %v, WritePgx %v", sqlErr, pgxErr)
 	}
 }
+
+// A NotBefore is written as the row's not_before and, while it is in the
+// future by the database clock, as its retry_at and next_attempt_at (the
+// claim's backoff, see outboxsql.Claim); a past or zero one leaves the row
+// due at once, a first attempt. Both writers do it.
+func TestWriterWritesNotBefore(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	w := newWriter(t, db)
+	ctx := context.Background()
+	later := time.Now().Add(24 * time.Hour).Truncate(time.Microsecond)
+	scheduled, past, now := event("a", 1), event("b", 2), event("c", 3)
+	scheduled.NotBefore, past.NotBefore = later, time.Now().Add(-time.Hour)
+	tx, err := db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(ctx, tx, scheduled, past, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	ptx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgxScheduled := event("d", 4)
+	pgxScheduled.NotBefore = later
+	if err := w.WritePgx(ctx, ptx, pgxScheduled); err != nil {
+		t.Fatal(err)
+	}
+	if err := ptx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.SQL.Query(`SELECT aggregate_id, not_before, retry_at = '-infinity', retry_at = not_before,
+        next_attempt_at > now() + interval '23 hours' FROM outbox ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var (
+			agg                         string
+			nb                          sql.NullTime
+			fresh, retryIsNB, nextLater sql.NullBool
+		)
+		if err := rows.Scan(&agg, &nb, &fresh, &retryIsNB, &nextLater); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case agg == "a" || agg == "d":
+			if !nb.Valid || !nb.Time.Equal(later) || fresh.Bool || !retryIsNB.Bool || !nextLater.Bool {
+				t.Errorf("scheduled row %s: not_before %v (want %v), first attempt %v, retry_at = not_before %v, next_attempt_at later %v",
+					agg, nb, later, fresh, retryIsNB, nextLater)
+			}
+		default:
+			if nb.Valid || !fresh.Bool || nextLater.Bool {
+				t.Errorf("row %s due at once: not_before %v, first attempt %v, next_attempt_at later %v", agg, nb, fresh, nextLater)
+			}
+		}
+		got = append(got, agg)
+	}
+	if err := rows.Err(); err != nil || strings.Join(got, "") != "abcd" {
+		t.Fatalf("rows %v, %v; want a b c d", got, err)
+	}
+}
+
+// Bad NotBefores are refused before anything is written, with the
+// transaction still usable.
+func TestWriterRefusesNotBeforeOutOfBounds(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	w := newWriter(t, db)
+	ctx := context.Background()
+	tx, err := db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	for _, nb := range []time.Time{time.Now().Add(txoutbox.MaxNotBeforeDelay + time.Hour), time.Now().Add(-txoutbox.MaxNotBeforeAge - time.Hour)} {
+		bad := event("1", 2)
+		bad.NotBefore = nb
+		err := w.Write(ctx, tx, event("1", 1), bad)
+		var verr *txoutbox.ValidationError
+		if !errors.Is(err, txoutbox.ErrInvalidEvent) || !errors.As(err, &verr) || verr.Index != 1 || verr.Field != "NotBefore" {
+			t.Fatalf("Write with NotBefore %v = %v; want ErrInvalidEvent naming event 1's NotBefore", nb, err)
+		}
+	}
+	var n int
+	if err := tx.QueryRow("SELECT count(*) FROM outbox").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("after rejected writes: count=%d err=%v, want 0 rows and a usable transaction", n, err)
+	}
+}
+
+// The WAL relay publishes at commit: a WALMessages writer refuses a
+// delayed event before emitting anything, and the database refuses a
+// delayed row on a table a WAL relay's slot streams (the trigger of schema
+// version 6), for any writer; rows due at once still go in.
+func TestNotBeforeRefusedWhereTheWALRelayStreams(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	ctx := context.Background()
+	wal, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table(), WALMessages: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delayed := event("k", 1)
+	delayed.NotBefore = time.Now().Add(time.Hour)
+	tx, err := db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := wal.Write(ctx, tx, event("k", 0), delayed); !errors.Is(err, txoutbox.ErrNotBeforeStreamed) || errors.Is(err, txoutbox.ErrNoWALSlot) {
+		t.Fatalf("WALMessages Write of a delayed event = %v; want ErrNotBeforeStreamed before anything is emitted", err)
+	}
+	if err := tx.QueryRowContext(ctx, "SELECT 1").Err(); err != nil {
+		t.Fatalf("the transaction is not usable after the refusal: %v", err)
+	}
+
+	rows := newWriter(t, db)
+	write := func(e txoutbox.Event) error {
+		tx, err := db.SQL.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if err := rows.Write(ctx, tx, e); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	if err := write(delayed); err != nil {
+		t.Fatalf("a delayed row with no WAL relay's slot: %v", err)
+	}
+	slot := "s_" + db.Schema
+	for _, q := range []string{
+		`CREATE PUBLICATION ` + slot + ` FOR TABLE ` + db.Table().String() + ` WITH (publish = 'insert')`,
+		`SELECT pg_create_logical_replication_slot('` + slot + `', 'pgoutput')`,
+	} {
+		if _, err := db.SQL.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = db.SQL.Exec(`SELECT pg_drop_replication_slot($1)`, slot)
+		_, _ = db.SQL.Exec(`DROP PUBLICATION IF EXISTS ` + slot)
+	})
+	delayed.ID = uuid.Nil
+	err = write(delayed)
+	if !errors.Is(err, txoutbox.ErrNotBeforeStreamed) || !strings.Contains(err.Error(), slot) {
+		t.Fatalf("a delayed row on a streamed table = %v; want ErrNotBeforeStreamed naming slot %s", err, slot)
+	}
+	now := event("k", 2)
+	now.NotBefore = time.Now().Add(-time.Minute) // past: at once, no not_before
+	if err := write(now); err != nil {
+		t.Fatalf("a row due at once on a streamed table: %v", err)
+	}
+	if n := countRows(t, db.SQL, "SELECT count(*) FROM outbox WHERE not_before IS NOT NULL"); n != 1 {
+		t.Fatalf("%d delayed rows, want the one written before the slot", n)
+	}
+}

@@ -31,17 +31,18 @@ func TestUpUpDownUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2, 3, 4, 5, 6}) {
-		t.Fatalf("first Up = %v, %v; want [1 2 3 4 5 6]", applied, err)
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2, 3, 4, 5, 6, 7}) {
+		t.Fatalf("first Up = %v, %v; want [1 2 3 4 5 6 7]", applied, err)
 	}
 	if applied, err := m.Up(ctx); err != nil || len(applied) != 0 {
 		t.Fatalf("second Up = %v, %v; want a no-op", applied, err)
 	}
 	st, err := m.Status(ctx)
-	if err != nil || len(st) != 6 || st[0].AppliedAt == nil || st[0].Name != "outbox" || st[1].AppliedAt == nil || st[1].Name != "fencing" ||
+	if err != nil || len(st) != 7 || st[0].AppliedAt == nil || st[0].Name != "outbox" || st[1].AppliedAt == nil || st[1].Name != "fencing" ||
 		st[2].AppliedAt == nil || st[2].Name != "hot_claims" || st[3].AppliedAt == nil || st[3].Name != "lag_index" ||
 		st[4].AppliedAt == nil || st[4].Version != 5 || st[4].Name != "cost_indexes" ||
-		st[5].AppliedAt == nil || st[5].Version != 6 || st[5].Name != "operator_indexes" {
+		st[5].AppliedAt == nil || st[5].Version != 6 || st[5].Name != "operator_indexes" ||
+		st[6].AppliedAt == nil || st[6].Version != 7 || st[6].Name != "not_before" {
 		t.Fatalf("Status = %+v, %v", st, err)
 	}
 	for _, tbl := range []string{"outbox", "outbox_relays", "outbox_shards"} {
@@ -54,15 +55,31 @@ func TestUpUpDownUp(t *testing.T) {
 		t.Fatalf("outbox options after Up = %q, %v; want fillfactor=50 (version 3)", fillfactor, err)
 	}
 	var lagIndex bool
+	if err := db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, `"`+db.Schema+`".outbox_lag_idx`).Scan(&lagIndex); err != nil || lagIndex {
+		t.Fatalf("outbox_lag_idx after Up: %v, %v; want it replaced by outbox_due_idx (version 7)", lagIndex, err)
+	}
+	var dueIndex, scheduledIndex bool
+	if err := db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`, `"`+db.Schema+`".outbox_due_idx`,
+		`"`+db.Schema+`".outbox_scheduled_idx`).Scan(&dueIndex, &scheduledIndex); err != nil || !dueIndex || !scheduledIndex {
+		t.Fatalf("outbox_due_idx, outbox_scheduled_idx after Up: %v, %v, %v; want both (version 7)", dueIndex, scheduledIndex, err)
+	}
+	if v, err := m.Down(ctx); err != nil || v != 7 {
+		t.Fatalf("Down = %d, %v; want 7 (one version at a time)", v, err)
+	}
 	if err := db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, `"`+db.Schema+`".outbox_lag_idx`).Scan(&lagIndex); err != nil || !lagIndex {
-		t.Fatalf("outbox_lag_idx after Up: %v, %v; want it (version 4)", lagIndex, err)
+		t.Fatalf("outbox_lag_idx after Down to 6: %v, %v; want it back (version 4)", lagIndex, err)
+	}
+	var notBefore bool
+	if err := db.SQL.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'not_before' AND NOT attisdropped)`,
+		`"`+db.Schema+`".outbox`).Scan(&notBefore); err != nil || notBefore {
+		t.Fatalf("not_before after Down to 6: %v, %v; want it gone", notBefore, err)
 	}
 	var eventIndex bool
 	if err := db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, `"`+db.Schema+`".outbox_event_idx`).Scan(&eventIndex); err != nil || !eventIndex {
 		t.Fatalf("outbox_event_idx after Up: %v, %v; want it (version 6)", eventIndex, err)
 	}
 	if v, err := m.Down(ctx); err != nil || v != 6 {
-		t.Fatalf("Down = %d, %v; want 6 (one version at a time)", v, err)
+		t.Fatalf("Down = %d, %v; want 6", v, err)
 	}
 	if err := db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, `"`+db.Schema+`".outbox_event_idx`).Scan(&eventIndex); err != nil || eventIndex {
 		t.Fatalf("outbox_event_idx after Down: %v, %v; want it gone", eventIndex, err)
@@ -94,7 +111,7 @@ func TestUpUpDownUp(t *testing.T) {
 	if st, _ := m.Status(ctx); st[0].AppliedAt != nil {
 		t.Fatalf("Status after Down = %+v", st)
 	}
-	if applied, err := m.Up(ctx); err != nil || len(applied) != 6 {
+	if applied, err := m.Up(ctx); err != nil || len(applied) != 7 {
 		t.Fatalf("Up after Down = %v, %v", applied, err)
 	}
 	if !tableExists(t, db, db.Schema, "outbox") {
@@ -136,11 +153,11 @@ func TestConcurrentUpAppliesOnce(t *testing.T) {
 		t.Fatalf("concurrent Up failed: %v", errs)
 	}
 	slices.Sort(total)
-	if !slices.Equal(total, []int{1, 2, 3, 4, 5, 6}) {
-		t.Fatalf("versions applied across 4 goroutines = %v, want [1 2 3 4 5 6] exactly once", total)
+	if !slices.Equal(total, []int{1, 2, 3, 4, 5, 6, 7}) {
+		t.Fatalf("versions applied across 4 goroutines = %v, want [1 2 3 4 5 6 7] exactly once", total)
 	}
 	var n int
-	if err := db.SQL.QueryRow(`SELECT count(*) FROM outbox_schema_migrations`).Scan(&n); err != nil || n != 6 {
+	if err := db.SQL.QueryRow(`SELECT count(*) FROM outbox_schema_migrations`).Scan(&n); err != nil || n != 7 {
 		t.Fatalf("recorded versions = %d, %v", n, err)
 	}
 }
@@ -202,7 +219,8 @@ func TestFilesArePlainSQL(t *testing.T) {
 	}
 	want := []string{"0001_outbox.down.sql", "0001_outbox.up.sql", "0002_fencing.down.sql", "0002_fencing.up.sql",
 		"0003_hot_claims.down.sql", "0003_hot_claims.up.sql", "0004_lag_index.down.sql", "0004_lag_index.up.sql",
-		"0005_cost_indexes.down.sql", "0005_cost_indexes.up.sql", "0006_operator_indexes.down.sql", "0006_operator_indexes.up.sql"}
+		"0005_cost_indexes.down.sql", "0005_cost_indexes.up.sql", "0006_operator_indexes.down.sql", "0006_operator_indexes.up.sql",
+		"0007_not_before.down.sql", "0007_not_before.up.sql"}
 	if len(entries) != len(want) {
 		t.Fatalf("files = %v, want %v", entries, want)
 	}

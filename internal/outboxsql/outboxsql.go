@@ -34,26 +34,35 @@ func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
-// InsertColumns is the column list of an event insert; InsertParamsPerRow
-// placeholders are bound per event, in this order.
-const InsertColumns = "event_id, topic, aggregate_type, aggregate_id, event_type, content_type, payload, headers, created_at"
+// InsertColumns is the column list of an event insert. InsertParamsPerRow
+// placeholders are bound per event: one for each column up to created_at,
+// then the event's NotBefore (NULL for at once), from which the last three
+// columns are computed by the database clock (see Insert).
+const InsertColumns = "event_id, topic, aggregate_type, aggregate_id, event_type, content_type, payload, headers, created_at, " +
+	"not_before, retry_at, next_attempt_at"
 
 // InsertParamsPerRow is the number of bind parameters one event takes.
-const InsertParamsPerRow = 9
+const InsertParamsPerRow = 10
 
 // Insert builds a multi-row insert of rows events. With notify, the same
 // statement also sends one NOTIFY on the channel; PostgreSQL delivers it at
 // commit, and only if the transaction commits. One statement means one round
 // trip for any number of rows.
+//
+// A NotBefore later than the database's now() is written to not_before and
+// to retry_at (schema version 7), so the claim reads the row as a retry in
+// backoff until then (see Claim), and to next_attempt_at, which relays of
+// earlier versions wait for; an earlier one, or NULL, leaves the row a
+// first attempt, due at once, as if it had none.
 func Insert(n Names, rows int, notify bool) string {
 	var b strings.Builder
-	b.Grow(96 + rows*72)
+	b.Grow(400 + rows*80)
 	if notify {
 		b.WriteString("WITH ins AS (")
 	}
 	b.WriteString("INSERT INTO ")
 	b.WriteString(n.Table)
-	b.WriteString(" (" + InsertColumns + ") VALUES ")
+	b.WriteString(" (" + InsertColumns + ") SELECT " + insertValues + " FROM (VALUES ")
 	p := 1
 	for r := 0; r < rows; r++ {
 		if r > 0 {
@@ -70,13 +79,14 @@ func Insert(n Names, rows int, notify bool) string {
 				b.WriteString("::bytea")
 			case 7:
 				b.WriteString("::jsonb")
-			case 8:
+			case 8, 9:
 				b.WriteString("::timestamptz")
 			}
 		}
 		b.WriteByte(')')
 		p += InsertParamsPerRow
 	}
+	b.WriteString(") AS v (" + insertParams + ")")
 	if notify {
 		b.WriteString(" RETURNING 1) SELECT pg_notify(")
 		b.WriteString(quoteLiteral(n.Channel))
@@ -84,6 +94,14 @@ func Insert(n Names, rows int, notify bool) string {
 	}
 	return b.String()
 }
+
+// insertParams names the values bound per row; insertValues computes
+// InsertColumns from them.
+const (
+	insertParams = "event_id, topic, aggregate_type, aggregate_id, event_type, content_type, payload, headers, created_at, nb"
+	insertValues = "v.event_id, v.topic, v.aggregate_type, v.aggregate_id, v.event_type, v.content_type, v.payload, v.headers, v.created_at, " +
+		"CASE WHEN v.nb > now() THEN v.nb END, CASE WHEN v.nb > now() THEN v.nb ELSE '-infinity' END, greatest(now(), v.nb)"
+)
 
 // Interval renders d for a $n::interval parameter.
 func Interval(d time.Duration) string {

@@ -317,3 +317,14 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::
 // WALPollingRelays counts the polling relays of the table that heartbeat
 // within the last $1 seconds.
 const WALPollingRelays = `SELECT count(*) FROM {{relays}} WHERE heartbeat_at > now() - make_interval(secs => $1::float8)`
+
+// NotBeforeStreamedCode is the SQLSTATE with which the trigger of schema
+// version 7 refuses a row with a future not_before on a table a WAL
+// relay's slot streams (the WAL relay publishes at commit).
+const NotBeforeStreamedCode = "TXO01"
+
+// WALScheduled reports whether unpublished rows wait scheduled for later (a future
+// not_before), on the scheduled index (schema version 7): the WAL relay
+// refuses to set its slot up while any wait, since it would publish them at
+// once. It reads at most one entry.
+const WALScheduled = `SELECT EXISTS (SELECT 1 FROM {{table}} WHERE state IN ('pending', 'claimed') AND not_before > now())`
