@@ -17,7 +17,8 @@ import (
 // (BacklogEstimated, DeadEstimated), so that reading them costs the same
 // with a backlog of a thousand rows or of forty million.
 type Stats struct {
-	// Backlog counts unpublished events (pending or claimed).
+	// Backlog counts unpublished events (pending or claimed) that are due:
+	// Scheduled ones are not part of it.
 	Backlog int64 `json:"backlog"`
 	// BacklogEstimated is set when the backlog reached StatsExactMax and
 	// Backlog is an estimate (outbox status and the console show "~N"):
@@ -25,8 +26,10 @@ type Stats struct {
 	// as it goes and overestimates where rows were published out of id
 	// order.
 	BacklogEstimated bool `json:"backlog_estimated,omitempty"`
-	// Lag is the age of the oldest unpublished event by created_at (which
-	// need not follow id order), zero when there is none. Alert on it: a relay that is up but stuck shows a growing lag,
+	// Lag is how long the oldest due unpublished event has been due: since
+	// its created_at (which need not follow id order), or its NotBefore if
+	// later. Zero when there is none: an event scheduled for later is not
+	// lag. Alert on it: a relay that is up but stuck shows a growing lag,
 	// whereas the backlog alone looks the same whether its events are two
 	// seconds or two hours old.
 	Lag time.Duration `json:"lag"`
@@ -36,6 +39,13 @@ type Stats struct {
 	// Dead is PostgreSQL's statistics of the dead-letter indexes (as of
 	// the table's last VACUUM or ANALYZE), never below StatsExactMax.
 	DeadEstimated bool `json:"dead_estimated,omitempty"`
+	// Scheduled counts unpublished events written with a NotBefore still
+	// to come, up to StatsExactMax (ScheduledAtLeast beyond);
+	// NextScheduled is the earliest of those times (zero when there is
+	// none). They are neither backlog nor lag until then.
+	Scheduled        int64     `json:"scheduled"`
+	ScheduledAtLeast bool      `json:"scheduled_at_least,omitempty"`
+	NextScheduled    time.Time `json:"next_scheduled,omitzero"`
 	// Topics breaks the same figures down per topic (ReadTopicStats only).
 	Topics []TopicStats `json:"topics,omitempty"`
 }
@@ -61,34 +71,48 @@ type TopicStats struct {
 	Dead           int64         `json:"dead"`
 	// DeadAtLeast is BacklogAtLeast for Dead.
 	DeadAtLeast bool `json:"dead_at_least,omitempty"`
+	// Scheduled counts the topic's scheduled events among the first
+	// StatsExactMax due (a lower bound when Stats.ScheduledAtLeast).
+	Scheduled int64 `json:"scheduled"`
 }
 
-// ReadStats reads backlog, lag and dead count of the outbox in table with
-// one query. It reads at most StatsExactMax entries of the claim index and
-// of a dead-letter index, and one entry of the lag index, whatever the
-// backlog and the dead letters (see Stats). Lag is measured with the
-// database clock.
+// ReadStats reads backlog, lag, dead and scheduled counts of the outbox in
+// table with one query. It reads at most StatsExactMax entries of the
+// claim index, of a dead-letter index and of the scheduled index, and one
+// entry of the due index, whatever the backlog and the dead letters (see
+// Stats). Lag is measured with the database clock.
 func ReadStats(ctx context.Context, db *sql.DB, table Table) (Stats, error) {
 	names, err := outboxsql.NamesFor(table.Schema, table.Name)
 	if err != nil {
 		return Stats{}, err
 	}
-	return readStats(ctx, db, names.Render(outboxsql.Stats))
+	return readStats(ctx, db, names)
 }
 
-func readStats(ctx context.Context, db *sql.DB, query string) (Stats, error) {
+// statsQuery is outboxsql.Stats with the scheduled rows beside it, in one
+// snapshot, so the backlog they are taken out of is the one they were
+// counted in.
+const statsQuery = `SELECT s.*, ` + outboxsql.ScheduledCount + `, ` + outboxsql.NextScheduled + ` FROM (` + outboxsql.Stats + `) s`
+
+func readStats(ctx context.Context, db *sql.DB, names outboxsql.Names) (Stats, error) {
 	var (
 		s      Stats
 		oldest sql.NullTime
+		next   sql.NullTime
 		now    time.Time
 	)
 	args := outboxsql.CountArgs{Cap: StatsExactMax}.Args()
-	if err := db.QueryRowContext(ctx, query, args...).Scan(&s.Backlog, &oldest, &s.Dead, &now); err != nil {
+	if err := db.QueryRowContext(ctx, names.Render(statsQuery), args...).Scan(&s.Backlog, &oldest, &s.Dead, &now, &s.Scheduled, &next); err != nil {
 		return Stats{}, fmt.Errorf("read outbox stats: %w", err)
 	}
 	s.BacklogEstimated, s.DeadEstimated = s.Backlog >= StatsExactMax, s.Dead >= StatsExactMax
+	s.ScheduledAtLeast = s.Scheduled >= StatsExactMax
+	s.Backlog = max(s.Backlog-s.Scheduled, 0)
 	if oldest.Valid {
 		s.Lag = max(now.Sub(oldest.Time), 0)
+	}
+	if next.Valid {
+		s.NextScheduled = next.Time
 	}
 	return s, nil
 }
@@ -103,7 +127,11 @@ func ReadTopicStats(ctx context.Context, db *sql.DB, table Table) (Stats, error)
 	if err != nil {
 		return Stats{}, err
 	}
-	s, err := readStats(ctx, db, names.Render(outboxsql.Stats))
+	s, err := readStats(ctx, db, names)
+	if err != nil {
+		return Stats{}, err
+	}
+	scheduled, err := readTopicScheduled(ctx, db, names.Render(outboxsql.TopicScheduled))
 	if err != nil {
 		return Stats{}, err
 	}
@@ -124,10 +152,37 @@ func ReadTopicStats(ctx context.Context, db *sql.DB, table Table) (Stats, error)
 			t.Lag = max(time.Duration(lag.Float64*float64(time.Second)), 0)
 		}
 		t.BacklogAtLeast, t.DeadAtLeast = t.Backlog >= TopicStatsMax, t.Dead >= TopicStatsMax
+		t.Scheduled = scheduled[t.Topic]
+		t.Backlog = max(t.Backlog-t.Scheduled, 0)
 		s.Topics = append(s.Topics, t)
 	}
 	if err := rows.Err(); err != nil {
 		return Stats{}, fmt.Errorf("read topic stats: %w", err)
 	}
 	return s, nil
+}
+
+// readTopicScheduled runs query, outboxsql.TopicScheduled rendered for a
+// table, and returns the scheduled rows per topic.
+func readTopicScheduled(ctx context.Context, db *sql.DB, query string) (map[string]int64, error) {
+	rows, err := db.QueryContext(ctx, query, outboxsql.CountArgs{Cap: StatsExactMax}.Args()...)
+	if err != nil {
+		return nil, fmt.Errorf("read scheduled events per topic: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var (
+			topic string
+			n     int64
+		)
+		if err := rows.Scan(&topic, &n); err != nil {
+			return nil, fmt.Errorf("read scheduled events per topic: %w", err)
+		}
+		out[topic] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read scheduled events per topic: %w", err)
+	}
+	return out, nil
 }

@@ -134,7 +134,7 @@ type statements struct {
 	row, lockUnpublished, retry, drop, wake, pruneLock        string
 	replaySelect, replay, timeouts, claimGate, relays, shards string
 	handovers, snapshot, lookupAggregate, lookupEventID       string
-	walGate, walSlots, table, lag, topicStats                 string
+	walGate, walSlots, table, lag, topicStats, topicScheduled string
 	// deadList, deadLock and deadCount are in one form per set of
 	// filters (outboxsql.DeadFilters), each naming only those.
 	deadList, deadLock, deadCount [outboxsql.DeadForms]string
@@ -155,7 +155,8 @@ func render(n outboxsql.Names) statements {
 		relays:          n.Render(outboxsql.OpsRelays),
 		shards:          n.Render(outboxsql.OpsShards),
 		handovers:       n.Render(outboxsql.OpsHandovers),
-		snapshot:        n.Render(outboxsql.OpsSnapshot),
+		snapshot: n.Render(`SELECT s.*, ` + outboxsql.ScheduledCount + `, ` + outboxsql.NextScheduled +
+			` FROM (` + outboxsql.OpsSnapshot + `) s`),
 		lookupAggregate: n.Render(outboxsql.OpsLookupAggregate),
 		lookupEventID:   n.Render(outboxsql.OpsLookupEventID),
 		walGate:         outboxsql.OpsWALGate,
@@ -163,6 +164,7 @@ func render(n outboxsql.Names) statements {
 		table:           n.Table,
 		lag:             n.Render(outboxsql.StatsLag),
 		topicStats:      n.Render(outboxsql.TopicStats),
+		topicScheduled:  n.Render(outboxsql.TopicScheduled),
 	}
 	for f := range st.deadList {
 		st.deadList[f] = n.Render(outboxsql.OpsDeadList(outboxsql.DeadFilters(f)))

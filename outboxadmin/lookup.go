@@ -72,8 +72,8 @@ func (a *Admin) FindEvents(ctx context.Context, q Lookup) ([]Row, error) {
 // Snapshot is the outbox's totals at one moment, cheap enough to sample
 // every few seconds.
 type Snapshot struct {
-	// Backlog, Lag and Dead are the totals (Stats.Topics is empty but in
-	// TopicSnapshot's).
+	// Backlog, Lag, Dead and Scheduled are the totals (Stats.Topics is
+	// empty but in TopicSnapshot's).
 	txoutbox.Stats
 	// LastID is the highest row id: it grows by one per event written, so
 	// two snapshots tell the write rate, and with Backlog and Dead the
@@ -91,16 +91,21 @@ func (a *Admin) Snapshot(ctx context.Context) (Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
 	var (
-		s      Snapshot
-		oldest sql.NullTime
+		s            Snapshot
+		oldest, next sql.NullTime
 	)
 	args := outboxsql.CountArgs{Cap: txoutbox.StatsExactMax}.Args()
-	if err := a.db.QueryRowContext(ctx, a.sql.snapshot, args...).Scan(&s.Backlog, &oldest, &s.Dead, &s.LastID, &s.At); err != nil {
+	if err := a.db.QueryRowContext(ctx, a.sql.snapshot, args...).Scan(&s.Backlog, &oldest, &s.Dead, &s.LastID, &s.At, &s.Scheduled, &next); err != nil {
 		return Snapshot{}, fmt.Errorf("outboxadmin: snapshot: %w", err)
 	}
 	s.BacklogEstimated, s.DeadEstimated = s.Backlog >= txoutbox.StatsExactMax, s.Dead >= txoutbox.StatsExactMax
+	s.ScheduledAtLeast = s.Scheduled >= txoutbox.StatsExactMax
+	s.Backlog = max(s.Backlog-s.Scheduled, 0)
 	if oldest.Valid {
 		s.Lag = max(s.At.Sub(oldest.Time), 0)
+	}
+	if next.Valid {
+		s.NextScheduled = next.Time
 	}
 	return s, nil
 }
@@ -122,8 +127,9 @@ func (a *Admin) TopicSnapshot(ctx context.Context) (Snapshot, error) {
 }
 
 // PublishRate estimates the events published per second between two
-// snapshots, from the events written (LastID), the backlog's change and the
-// dead count's change: written - Δbacklog - Δdead is exactly the events
+// snapshots, from the events written (LastID), the backlog's, the dead
+// count's and the scheduled count's changes: written - Δbacklog - Δdead -
+// Δscheduled is exactly the events
 // published, less those an operator replayed and plus those dropped in
 // between. Rolled-back writes leave gaps in the ids and count as
 // published. Beyond txoutbox.StatsExactMax the counts are estimates: the
@@ -135,6 +141,6 @@ func PublishRate(a, b Snapshot) float64 {
 	if dt <= 0 {
 		return 0
 	}
-	n := (b.LastID - a.LastID) - (b.Backlog - a.Backlog) - (b.Dead - a.Dead)
+	n := (b.LastID - a.LastID) - (b.Backlog - a.Backlog) - (b.Dead - a.Dead) - (b.Scheduled - a.Scheduled)
 	return max(float64(n)/dt, 0)
 }

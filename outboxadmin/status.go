@@ -133,10 +133,11 @@ func (a *Admin) Fleet(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
-// Lag reads the age of the oldest unpublished event by created_at, by the
-// database clock (zero when there is none): the lag of Status, Snapshot,
-// the relays' metrics and txoutbox.ReadStats, from one entry of the lag
-// index (schema version 4).
+// Lag reads how long the oldest due unpublished event has been due (since
+// its created_at, or its NotBefore if later), by the database clock (zero
+// when there is none; an event scheduled for later is not lag): the lag of
+// Status, Snapshot, the relays' metrics and txoutbox.ReadStats, from one
+// entry of the due index (schema version 6).
 func (a *Admin) Lag(ctx context.Context) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
@@ -153,9 +154,10 @@ func (a *Admin) Lag(ctx context.Context) (time.Duration, error) {
 	return max(now.Sub(oldest.Time), 0), nil
 }
 
-// TopicStats reads backlog, lag and dead count per topic, in topic order,
-// each count up to txoutbox.TopicStatsMax (see txoutbox.ReadTopicStats):
-// its cost grows with the number of topics, not of events.
+// TopicStats reads backlog, lag, dead and scheduled counts per topic, in
+// topic order, each count up to txoutbox.TopicStatsMax (see
+// txoutbox.ReadTopicStats); the backlog does not count the scheduled
+// events. Its cost grows with the number of topics, not of events.
 func (a *Admin) TopicStats(ctx context.Context) ([]txoutbox.TopicStats, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
@@ -182,7 +184,36 @@ func (a *Admin) TopicStats(ctx context.Context) ([]txoutbox.TopicStats, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("outboxadmin: read topic stats: %w", err)
 	}
-	return out, nil
+	return a.withScheduled(ctx, out)
+}
+
+// withScheduled reads the scheduled events per topic into topics and takes
+// them out of their backlogs (see outboxsql.ScheduledCount).
+func (a *Admin) withScheduled(ctx context.Context, topics []txoutbox.TopicStats) ([]txoutbox.TopicStats, error) {
+	rows, err := a.db.QueryContext(ctx, a.sql.topicScheduled, outboxsql.CountArgs{Cap: txoutbox.StatsExactMax}.Args()...)
+	if err != nil {
+		return nil, fmt.Errorf("outboxadmin: read scheduled events: %w", err)
+	}
+	defer rows.Close()
+	scheduled := map[string]int64{}
+	for rows.Next() {
+		var (
+			topic string
+			n     int64
+		)
+		if err := rows.Scan(&topic, &n); err != nil {
+			return nil, fmt.Errorf("outboxadmin: read scheduled events: %w", err)
+		}
+		scheduled[topic] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outboxadmin: read scheduled events: %w", err)
+	}
+	for i := range topics {
+		topics[i].Scheduled = scheduled[topics[i].Topic]
+		topics[i].Backlog = max(topics[i].Backlog-topics[i].Scheduled, 0)
+	}
+	return topics, nil
 }
 
 // Handovers reads the shards in handover (Status.Handovers) among the

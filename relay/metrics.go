@@ -29,6 +29,7 @@ type metrics struct {
 	lag       metric.Float64ObservableGauge
 	backlog   metric.Int64ObservableGauge
 	deadRows  metric.Int64ObservableGauge
+	scheduled metric.Int64ObservableGauge
 	shards    metric.Int64ObservableGauge
 	outage    metric.Float64ObservableGauge
 
@@ -37,6 +38,7 @@ type metrics struct {
 	mu                      sync.Mutex
 	lagSample               *time.Duration // nil until first read
 	backlogCount, deadCount *int64         // nil until first counted
+	scheduledCount          *int64         // nil until first counted
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -62,11 +64,17 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		return nil, err
 	}
 	if m.lag, err = m.meter.Float64ObservableGauge("txoutbox.outbox.lag",
-		metric.WithDescription("Age of the oldest unpublished event. Alert on this, not on relay liveness."), metric.WithUnit("s")); err != nil {
+		metric.WithDescription("How long the oldest due unpublished event has waited (since its creation, or its NotBefore if later; a scheduled event is not lag). Alert on this, not on relay liveness."), metric.WithUnit("s")); err != nil {
 		return nil, err
 	}
 	if m.backlog, err = m.meter.Int64ObservableGauge("txoutbox.outbox.backlog",
-		metric.WithDescription("Unpublished events (pending or claimed): exact up to "+strconv.Itoa(txoutbox.StatsExactMax)+", an estimate beyond (see txoutbox.Stats)."), metric.WithUnit("{event}")); err != nil {
+		metric.WithDescription("Unpublished events (pending or claimed) that are due: exact up to "+strconv.Itoa(txoutbox.StatsExactMax)+
+			", an estimate beyond (see txoutbox.Stats); scheduled ones are counted apart (txoutbox.outbox.scheduled)."), metric.WithUnit("{event}")); err != nil {
+		return nil, err
+	}
+	if m.scheduled, err = m.meter.Int64ObservableGauge("txoutbox.outbox.scheduled",
+		metric.WithDescription("Unpublished events whose NotBefore is still to come, counted up to "+strconv.Itoa(txoutbox.StatsExactMax)+
+			": neither backlog nor lag until then."), metric.WithUnit("{event}")); err != nil {
 		return nil, err
 	}
 	if m.deadRows, err = m.meter.Int64ObservableGauge("txoutbox.outbox.dead",
@@ -91,8 +99,11 @@ func (m *metrics) observe(r *Relay) (func() error, error) {
 		o.ObserveInt64(m.shards, r.members.owned.Load())
 		o.ObserveFloat64(m.outage, r.outageFor().Seconds())
 		m.mu.Lock()
-		lag, backlog, dead := m.lagSample, m.backlogCount, m.deadCount
+		lag, backlog, dead, scheduled := m.lagSample, m.backlogCount, m.deadCount, m.scheduledCount
 		m.mu.Unlock()
+		if scheduled != nil {
+			o.ObserveInt64(m.scheduled, *scheduled)
+		}
 		if lag != nil {
 			o.ObserveFloat64(m.lag, lag.Seconds())
 		}
@@ -103,7 +114,7 @@ func (m *metrics) observe(r *Relay) (func() error, error) {
 			o.ObserveInt64(m.deadRows, *dead)
 		}
 		return nil
-	}, m.shards, m.outage, m.lag, m.backlog, m.deadRows)
+	}, m.shards, m.outage, m.lag, m.backlog, m.deadRows, m.scheduled)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +132,13 @@ func (m *metrics) setLag(lag time.Duration) {
 func (m *metrics) setBacklog(n int64) {
 	m.mu.Lock()
 	m.backlogCount = &n
+	m.mu.Unlock()
+}
+
+// setScheduled sets the scheduled gauge's figure.
+func (m *metrics) setScheduled(n int64) {
+	m.mu.Lock()
+	m.scheduledCount = &n
 	m.mu.Unlock()
 }
 

@@ -17,7 +17,7 @@ func (r *Relay) Stats(ctx context.Context) (txoutbox.Stats, error) {
 }
 
 // statsLoop refreshes the gauges' figures until ctx ends: the lag, the
-// backlog and the dead count, each read apart (see paced), so that a slow
+// backlog with the scheduled count and the dead count, each read apart (see paced), so that a slow
 // count never holds up the lag. The lag is one index entry away and read
 // every StatsInterval. A count reads an entry of every row it counts up
 // to txoutbox.StatsExactMax and estimates the rest (see
@@ -29,7 +29,7 @@ func (r *Relay) statsLoop(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, read := range []func(context.Context, *sql.Conn) error{
 		r.readLag,
-		readCount("backlog", r.sql.statsBacklog, txoutbox.StatsExactMax, r.met.setBacklog),
+		r.readBacklog,
 		readCount("dead rows", r.sql.statsDead, txoutbox.StatsExactMax, r.met.setDead),
 	} {
 		wg.Add(1)
@@ -106,9 +106,9 @@ func spacing(interval, took time.Duration) time.Duration {
 	return max(interval, statsSpacing*took)
 }
 
-// readLag sets the lag gauge: the age of the oldest unpublished row by the
-// database clock. With no unpublished row it also sets the backlog gauge
-// to 0, which a count that is slow to come round again would otherwise
+// readLag sets the lag gauge: how long the oldest due unpublished row has
+// been due, by the database clock (see outboxsql.OldestUnpublished). With no
+// unpublished row it also sets the backlog and scheduled gauges to 0, which a count that is slow to come round again would otherwise
 // leave as it was.
 func (r *Relay) readLag(ctx context.Context, conn *sql.Conn) error {
 	var (
@@ -121,9 +121,25 @@ func (r *Relay) readLag(ctx context.Context, conn *sql.Conn) error {
 	if !oldest.Valid {
 		r.met.setLag(0)
 		r.met.setBacklog(0)
+		r.met.setScheduled(0)
 		return nil
 	}
 	r.met.setLag(max(now.Sub(oldest.Time), 0))
+	return nil
+}
+
+// readBacklog sets the backlog and scheduled gauges from one statement: the
+// unpublished rows (outboxsql.StatsBacklog) and the scheduled ones among
+// them (outboxsql.ScheduledCount), which the backlog leaves out, each
+// counted up to txoutbox.StatsExactMax.
+func (r *Relay) readBacklog(ctx context.Context, conn *sql.Conn) error {
+	var unpublished, scheduled int64
+	args := outboxsql.CountArgs{Cap: txoutbox.StatsExactMax}.Args()
+	if err := conn.QueryRowContext(ctx, r.sql.statsBacklog, args...).Scan(&unpublished, &scheduled); err != nil {
+		return fmt.Errorf("count the backlog: %w", err)
+	}
+	r.met.setBacklog(max(unpublished-scheduled, 0))
+	r.met.setScheduled(scheduled)
 	return nil
 }
 

@@ -117,7 +117,7 @@ func TestStatsCountLessOftenWhenSlow(t *testing.T) {
 	b.exec(t, `CREATE SEQUENCE lags`)
 	r, start := statsRelay(t, b)
 	// $1 is the counts' cap (outboxsql.CountArgs).
-	r.sql.statsBacklog = `SELECT nextval('counts') FROM pg_sleep(0.05) WHERE $1::int > 0`
+	r.sql.statsBacklog = `SELECT nextval('counts'), 0::bigint FROM pg_sleep(0.05) WHERE $1::int > 0`
 	r.sql.statsDead = `SELECT 0::bigint FROM pg_sleep(1) WHERE $1::int > 0`
 	r.sql.statsLag = `SELECT now() - make_interval(secs => nextval('lags')), now()`
 	start()
@@ -143,10 +143,54 @@ func TestStatsEmptyTableClearsASlowBacklogCount(t *testing.T) {
 	b := setupInternal(t)
 	b.exec(t, `CREATE SEQUENCE counts`)
 	r, start := statsRelay(t, b)
-	r.sql.statsBacklog = `SELECT 6 + nextval('counts') FROM pg_sleep(0.05) WHERE $1::int > 0`
+	r.sql.statsBacklog = `SELECT 6 + nextval('counts'), 0::bigint FROM pg_sleep(0.05) WHERE $1::int > 0`
 	r.sql.statsLag = `SELECT CASE WHEN is_called THEN NULL ELSE now() - interval '1 hour' END, now() FROM counts`
 	start()
 	waitGauges(t, r, "backlog 0 once the table is empty", func(lag time.Duration, backlog, _ int64) bool {
 		return lag == 0 && backlog == 0
 	})
+}
+
+// TestStatsGaugesKeepScheduledRowsApart: rows scheduled for later are
+// counted by their own gauge, not in the backlog, and are not lag; once due
+// they are backlog, and lag from their NotBefore.
+func TestStatsGaugesKeepScheduledRowsApart(t *testing.T) {
+	b := setupInternal(t)
+	b.write(t, 2, "a")
+	b.exec(t, `UPDATE outbox SET created_at = now() - interval '1 hour'`)
+	b.writeAt(t, time.Now().Add(time.Hour), "later-1", "later-2", "later-3")
+	r, start := statsRelay(t, b)
+	start()
+	waitGauges(t, r, "lag about an hour, backlog 2", func(lag time.Duration, backlog, _ int64) bool {
+		return lag > 59*time.Minute && backlog == 2
+	})
+	if n := r.met.scheduledSample(); n != 3 {
+		t.Fatalf("scheduled gauge %d, want 3", n)
+	}
+	// Only scheduled rows are left: no lag, no backlog.
+	b.exec(t, `UPDATE outbox SET state = 'published', published_at = now() WHERE not_before IS NULL`)
+	waitGauges(t, r, "no lag, backlog 0", func(lag time.Duration, backlog, _ int64) bool { return lag == 0 && backlog == 0 })
+	if n := r.met.scheduledSample(); n != 3 {
+		t.Fatalf("scheduled gauge %d with only scheduled rows left, want 3", n)
+	}
+	// Their time came ten minutes ago (created two hours ago): backlog 3,
+	// lag from the NotBefore.
+	b.exec(t, `UPDATE outbox SET created_at = now() - interval '2 hours', not_before = now() - interval '10 minutes',
+        retry_at = now() - interval '10 minutes' WHERE not_before IS NOT NULL`)
+	waitGauges(t, r, "lag about 10 minutes, backlog 3", func(lag time.Duration, backlog, _ int64) bool {
+		return lag > 9*time.Minute && lag < 11*time.Minute && backlog == 3
+	})
+	if n := r.met.scheduledSample(); n != 0 {
+		t.Fatalf("scheduled gauge %d once due, want 0", n)
+	}
+}
+
+// scheduledSample is the scheduled gauge's figure, -1 before it is set.
+func (m *metrics) scheduledSample() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.scheduledCount == nil {
+		return -1
+	}
+	return *m.scheduledCount
 }

@@ -82,14 +82,20 @@ func printStatus(w io.Writer, st outboxadmin.Status, staleAfter time.Duration) e
 	fmt.Fprintf(tw, "backlog\t%s\n", count(st.Backlog, st.BacklogEstimated, "~"))
 	fmt.Fprintf(tw, "lag\t%s\n", human.Duration(st.Lag))
 	fmt.Fprintf(tw, "dead\t%s\n", count(st.Dead, st.DeadEstimated, "~"))
+	scheduled := count(st.Scheduled, st.ScheduledAtLeast, "≥")
+	if st.NextScheduled.IsZero() {
+		fmt.Fprintf(tw, "scheduled\t%s\n", scheduled)
+	} else {
+		fmt.Fprintf(tw, "scheduled\t%s (next due %s)\n", scheduled, st.NextScheduled.UTC().Format(time.RFC3339))
+	}
 	if len(st.Topics) > 0 {
-		fmt.Fprintln(tw, "\nTOPIC\tBACKLOG\tLAG\tDEAD")
+		fmt.Fprintln(tw, "\nTOPIC\tBACKLOG\tLAG\tDEAD\tSCHEDULED")
 		for _, t := range st.Topics {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", oneLine(t.Topic, 80), count(t.Backlog, t.BacklogAtLeast, "≥"),
-				human.Duration(t.Lag), count(t.Dead, t.DeadAtLeast, "≥"))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", oneLine(t.Topic, 80), count(t.Backlog, t.BacklogAtLeast, "≥"),
+				human.Duration(t.Lag), count(t.Dead, t.DeadAtLeast, "≥"), t.Scheduled)
 		}
 	}
-	inexact := st.BacklogEstimated || st.DeadEstimated
+	inexact := st.BacklogEstimated || st.DeadEstimated || st.ScheduledAtLeast
 	for _, t := range st.Topics {
 		inexact = inexact || t.BacklogAtLeast || t.DeadAtLeast
 	}
@@ -140,6 +146,7 @@ type topicJSON struct {
 	LagSeconds     float64 `json:"lag_seconds"`
 	Dead           int64   `json:"dead"`
 	DeadAtLeast    bool    `json:"dead_at_least"`
+	Scheduled      int64   `json:"scheduled"`
 }
 
 type relayJSON struct {
@@ -160,6 +167,9 @@ type statusOutput struct {
 	LagSeconds       float64     `json:"lag_seconds"`
 	Dead             int64       `json:"dead"`
 	DeadEstimated    bool        `json:"dead_estimated"`
+	Scheduled        int64       `json:"scheduled"`
+	ScheduledAtLeast bool        `json:"scheduled_at_least"`
+	NextScheduled    *time.Time  `json:"next_scheduled"` // null when nothing is scheduled
 	Topics           []topicJSON `json:"topics"`
 	Relays           []relayJSON `json:"relays"`
 	UnownedShards    []int       `json:"unowned_shards"`
@@ -172,12 +182,17 @@ type statusOutput struct {
 func statusJSON(st outboxadmin.Status, maxLag time.Duration, exceeded bool) statusOutput {
 	out := statusOutput{
 		Backlog: st.Backlog, BacklogEstimated: st.BacklogEstimated, LagSeconds: st.Lag.Seconds(), Dead: st.Dead, DeadEstimated: st.DeadEstimated,
+		Scheduled: st.Scheduled, ScheduledAtLeast: st.ScheduledAtLeast,
 		Topics: []topicJSON{}, Relays: []relayJSON{}, UnownedShards: []int{}, HandoverShards: []int{},
 		MaxLagSeconds: maxLag.Seconds(), MaxLagExceeded: exceeded,
 	}
+	if !st.NextScheduled.IsZero() {
+		next := st.NextScheduled.UTC()
+		out.NextScheduled = &next
+	}
 	for _, t := range st.Topics {
 		out.Topics = append(out.Topics, topicJSON{Topic: t.Topic, Backlog: t.Backlog, BacklogAtLeast: t.BacklogAtLeast,
-			LagSeconds: t.Lag.Seconds(), Dead: t.Dead, DeadAtLeast: t.DeadAtLeast})
+			LagSeconds: t.Lag.Seconds(), Dead: t.Dead, DeadAtLeast: t.DeadAtLeast, Scheduled: t.Scheduled})
 	}
 	for _, r := range st.Relays {
 		shards := r.Shards

@@ -688,11 +688,36 @@ const DeadCount = `(SELECT CASE WHEN h.n < $1 THEN h.n
 
 // OldestUnpublished is the lag's one definition, everywhere it is shown
 // (relay metrics, outbox status, the console's totals and its topics): the
-// earliest created_at of an unpublished row. created_at need not follow id
-// order (an application may set it, clocks skew), so the row with the
-// lowest id is not it. The lag index (schema version 4) serves it with one
-// entry; without it, it reads the claim index whole.
-const OldestUnpublished = `(SELECT min(created_at) FROM {{table}} WHERE state IN ('pending', 'claimed'))`
+// earliest time an unpublished row became due, its created_at or, for a
+// row written with a later not_before, that (greatest ignores a NULL). A
+// row scheduled for later is not lag: while only such rows wait, the time
+// is in the future and the lag, clamped, is zero. created_at need not
+// follow id order (an application may set it, clocks skew), so the row
+// with the lowest id is not it. The due index (schema version 7, which
+// replaced version 4's lag index on created_at) serves it with one entry;
+// without it, it reads the claim index whole.
+const OldestUnpublished = `(SELECT min(greatest(created_at, not_before)) FROM {{table}} WHERE state IN ('pending', 'claimed'))`
+
+// ScheduledCount counts the scheduled rows: unpublished, with a not_before
+// still to come (Event.NotBefore), up to $1 (CountArgs: a count of $1
+// means at least $1). They are part of what StatsBacklog and OpsSnapshot
+// count, and not of the backlog shown: readers subtract it. It reads the
+// scheduled index (schema version 7) from now on, $1 entries at most, and
+// nothing of the rest of the backlog. A scalar subquery, so readers add it
+// as a column beside the counts they run.
+const ScheduledCount = `(SELECT count(*) FROM (SELECT 1 FROM {{table}} WHERE state IN ('pending', 'claimed') AND not_before > now() LIMIT $1) s)`
+
+// NextScheduled is when the next scheduled row is due, NULL when none is:
+// one entry of the scheduled index.
+const NextScheduled = `(SELECT min(not_before) FROM {{table}} WHERE state IN ('pending', 'claimed') AND not_before > now())`
+
+// TopicScheduled is ScheduledCount per topic, for TopicStats' readers:
+// of the first $1 scheduled rows due (CountArgs), how many each topic has.
+// While fewer than $1 rows are scheduled the counts are exact; otherwise
+// each is a lower bound.
+const TopicScheduled = `SELECT topic, count(*) FROM (
+    SELECT topic FROM {{table}} WHERE state IN ('pending', 'claimed') AND not_before > now() ORDER BY not_before LIMIT $1) s
+GROUP BY topic`
 
 // StatsLag, StatsBacklog and StatsDead are Stats's three parts, which a
 // relay reads apart (see relay.Config's StatsInterval).
@@ -737,8 +762,8 @@ SELECT topic, sum(backlog)::bigint, extract(epoch FROM now() - min(oldest))::flo
 FROM (
     SELECT b.topic, x.backlog, x.oldest, 0 AS dead
     FROM b, LATERAL (
-        SELECT count(*) FILTER (WHERE w.topic = b.topic) AS backlog, min(w.created_at) FILTER (WHERE w.topic = b.topic) AS oldest
-        FROM (SELECT o.topic, o.created_at FROM {{table}} o
+        SELECT count(*) FILTER (WHERE w.topic = b.topic) AS backlog, min(greatest(w.created_at, w.not_before)) FILTER (WHERE w.topic = b.topic) AS oldest
+        FROM (SELECT o.topic, o.created_at, o.not_before FROM {{table}} o
               WHERE o.state IN ('pending', 'claimed') AND o.topic >= b.topic
               ORDER BY o.topic, o.created_at LIMIT $1) w) x
     WHERE b.topic IS NOT NULL

@@ -24,6 +24,9 @@ type overviewData struct {
 	Lag              time.Duration         `json:"-"`
 	Dead             int64                 `json:"dead"`
 	DeadEstimated    bool                  `json:"dead_estimated"`
+	Scheduled        int64                 `json:"scheduled"`
+	ScheduledAtLeast bool                  `json:"scheduled_at_least"` // shown as ≥N
+	NextSched        time.Time             `json:"next_scheduled,omitzero"`
 	PublishRate      *float64              `json:"publish_rate"`
 	Topics           []txoutbox.TopicStats `json:"-"`
 	TopicsJSON       []topicJSON           `json:"topics"`
@@ -54,6 +57,7 @@ type topicJSON struct {
 	LagSeconds     float64 `json:"lag_seconds"`
 	Dead           int64   `json:"dead"`
 	DeadAtLeast    bool    `json:"dead_at_least"`
+	Scheduled      int64   `json:"scheduled"`
 }
 
 func (c *Console) readOverview(r *http.Request) (overviewData, error) {
@@ -64,6 +68,7 @@ func (c *Console) readOverview(r *http.Request) (overviewData, error) {
 	d := overviewData{
 		Backlog: st.Backlog, BacklogEstimated: st.BacklogEstimated, Lag: st.Lag, LagSeconds: st.Lag.Seconds(),
 		Dead: st.Dead, DeadEstimated: st.DeadEstimated,
+		Scheduled: st.Scheduled, ScheduledAtLeast: st.ScheduledAtLeast, NextSched: st.NextScheduled,
 		Topics: st.Topics, TopicsJSON: []topicJSON{}, Unowned: len(st.Unowned), Handovers: len(st.Handovers),
 		History: c.hist.points(), At: st.Counted, Status: st.Status,
 		PollMillis: c.opts.SampleEvery.Milliseconds(),
@@ -73,7 +78,7 @@ func (c *Console) readOverview(r *http.Request) (overviewData, error) {
 	}
 	for _, t := range st.Topics {
 		d.TopicsJSON = append(d.TopicsJSON, topicJSON{Topic: t.Topic, Backlog: t.Backlog, BacklogAtLeast: t.BacklogAtLeast,
-			LagSeconds: t.Lag.Seconds(), Dead: t.Dead, DeadAtLeast: t.DeadAtLeast})
+			LagSeconds: t.Lag.Seconds(), Dead: t.Dead, DeadAtLeast: t.DeadAtLeast, Scheduled: t.Scheduled})
 	}
 	for _, rl := range st.Relays {
 		if rl.Alive {

@@ -84,7 +84,7 @@
     var rows = list.map(function (t) {
       var tr = document.createElement("tr");
       [[shown(t.topic, 80), ""], [(t.backlog_at_least ? "≥" : "") + t.backlog, "num"], [fmtDur(t.lag_seconds), "num"],
-        [(t.dead_at_least ? "≥" : "") + t.dead, "num"]].forEach(function (c) {
+        [(t.dead_at_least ? "≥" : "") + t.dead, "num"], [t.scheduled, "num"]].forEach(function (c) {
         var td = document.createElement("td"); td.textContent = c[0]; if (c[1]) td.className = c[1]; tr.appendChild(td);
       });
       return tr;
@@ -103,6 +103,8 @@
         text("backlog", (d.backlog_estimated ? "~" : "") + d.backlog);
         text("lag", fmtDur(d.lag_seconds));
         text("dead", (d.dead_estimated ? "~" : "") + d.dead);
+        text("scheduled", (d.scheduled_at_least ? "≥" : "") + d.scheduled);
+        text("next-scheduled", d.next_scheduled ? "next due " + utc(d.next_scheduled) : "events with a later NotBefore");
         text("rate", d.publish_rate == null ? "–" : d.publish_rate.toFixed(1) + "/s");
         text("relays", d.relays_alive);
         text("updated", "counted " + utc(d.at));
