@@ -90,6 +90,17 @@ SELECT gen_random_uuid(), 'orders', 'a' || (g % 97), 't', '{}', now() - (g % 100
 FROM generate_series(1, $1) g`, rows); err != nil {
 			t.Fatal(err)
 		}
+		// As many scheduled for next week, created before every other row:
+		// not lag, and not read (schema version 6's due index).
+		if _, err := db.SQL.Exec(`INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, created_at, not_before, retry_at)
+SELECT gen_random_uuid(), 'orders', 's' || g, 't', '{}', now() - interval '1 day', now() + interval '7 days', now() + interval '7 days'
+FROM generate_series(1, $1) g`, rows); err != nil {
+			t.Fatal(err)
+		}
+		var oldest time.Time
+		if err := db.SQL.QueryRow(query).Scan(&oldest, new(time.Time)); err != nil || time.Since(oldest) > 2*time.Hour {
+			t.Fatalf("lag statement: oldest due %v, %v; want within the unscheduled rows' two hours, not the scheduled rows' day", oldest, err)
+		}
 		if _, err := db.SQL.Exec(`VACUUM ANALYZE outbox`); err != nil {
 			t.Fatal(err)
 		}
@@ -107,8 +118,8 @@ FROM generate_series(1, $1) g`, rows); err != nil {
 		if err := conn.QueryRowContext(context.Background(), `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE lag_`+strconv.Itoa(rows)).Scan(&plan); err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(plan, `"outbox_lag_idx"`) {
-			t.Fatalf("lag plan at %d rows does not use outbox_lag_idx:\n%s", rows, plan)
+		if !strings.Contains(plan, `"outbox_due_idx"`) {
+			t.Fatalf("lag plan at %d rows does not use outbox_due_idx:\n%s", rows, plan)
 		}
 		var p []struct {
 			Plan struct {
@@ -126,5 +137,88 @@ FROM generate_series(1, $1) g`, rows); err != nil {
 	t.Logf("lag statement buffers: %d at 2,000 unpublished rows, %d at 20,000", small, large)
 	if large > small+1 || large > 8 {
 		t.Errorf("lag statement read %d buffers at 20,000 rows and %d at 2,000: want a few, the same at both", large, small)
+	}
+}
+
+// Scheduled events are counted apart everywhere the figures are shown, and
+// are neither backlog nor lag: two due rows of "orders" and three of
+// "reminders" scheduled for tomorrow, written (created_at) a day ago.
+func TestScheduledEventsAreNotBacklogOrLag(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	ctx := context.Background()
+	adm, err := outboxadmin.New(db.SQL, outboxadmin.Config{Table: db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tomorrow := time.Now().Add(24 * time.Hour).Truncate(time.Microsecond)
+	var events []txoutbox.Event
+	for i := range 5 {
+		e, err := txoutbox.NewEvent("orders", "order", strconv.Itoa(i), "order.placed", i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.CreatedAt = time.Now().Add(-time.Minute)
+		if i >= 2 {
+			e.Topic, e.NotBefore, e.CreatedAt = "reminders", tomorrow.Add(time.Duration(i)*time.Hour), time.Now().Add(-24*time.Hour)
+		}
+		events = append(events, e)
+	}
+	tx, err := db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(ctx, tx, events...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, s txoutbox.Stats, topics bool) {
+		t.Helper()
+		if s.Backlog != 2 || s.Scheduled != 3 || s.Lag < time.Minute || s.Lag > 2*time.Minute {
+			t.Errorf("%s: backlog %d, scheduled %d, lag %s; want 2, 3 and about a minute (not the scheduled rows' day)", what, s.Backlog, s.Scheduled, s.Lag)
+		}
+		if !topics {
+			if want := tomorrow.Add(2 * time.Hour); !s.NextScheduled.Equal(want) {
+				t.Errorf("%s: next scheduled %v, want %v", what, s.NextScheduled, want)
+			}
+			return
+		}
+		if len(s.Topics) != 2 || s.Topics[0].Topic != "orders" || s.Topics[0].Backlog != 2 || s.Topics[0].Scheduled != 0 ||
+			s.Topics[1].Topic != "reminders" || s.Topics[1].Backlog != 0 || s.Topics[1].Scheduled != 3 || s.Topics[1].Lag != 0 {
+			t.Errorf("%s: topics %+v; want orders with backlog 2, reminders with 3 scheduled, no backlog and no lag", what, s.Topics)
+		}
+	}
+	st, err := adm.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("Status", st.Stats, true)
+	snap, err := adm.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("Snapshot", snap.Stats, false)
+	ts, err := adm.TopicSnapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("TopicSnapshot", ts.Stats, true)
+	rs, err := txoutbox.ReadStats(ctx, db.SQL, db.Table())
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("txoutbox.ReadStats", rs, false)
+	later := snap
+	later.At = snap.At.Add(time.Second)
+	later.LastID += 2
+	later.Scheduled += 2 // two more scheduled, none published
+	if r := outboxadmin.PublishRate(snap, later); r != 0 {
+		t.Errorf("publish rate %v with only scheduled events written, want 0", r)
 	}
 }
