@@ -705,3 +705,35 @@ func TestSetupOfAFoundSlotSettlesUpToTheHighestRow(t *testing.T) {
 		t.Fatalf("marker %+v, want settled row 3", m)
 	}
 }
+
+// A WAL relay does not make a slot while events scheduled for later wait
+// in the table: it would publish them at once. Once their time has come
+// it does, and from then on the database refuses new ones.
+func TestNoSlotWhileScheduledEventsWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ev := b.events(t, "a")
+	ev[0].NotBefore = time.Now().Add(time.Hour)
+	b.commit(t, ev...)
+	done := runErr(t, b.newRelay(t, b.config()))
+	wantRunError(t, done, ErrScheduled, 10*time.Second)
+	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, SlotDefault(b.db.Table())); n != 0 {
+		t.Fatal("a slot was made")
+	}
+	if len(b.pub.ids()) != 0 {
+		t.Fatal("the scheduled event was published")
+	}
+	b.exec(t, `UPDATE outbox SET not_before = now() - interval '1 second', retry_at = now() - interval '1 second'`)
+	runActive(t, b.newRelay(t, b.config()))
+	testkit.WaitFor(t, 10*time.Second, "the event, due now, is published", func() bool { return len(b.pub.ids()) == 1 })
+	late := b.events(t, "a")
+	late[0].NotBefore = time.Now().Add(time.Hour)
+	tx, err := b.db.SQL.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := b.w.Write(context.Background(), tx, late...); !errors.Is(err, txoutbox.ErrNotBeforeStreamed) {
+		t.Fatalf("a scheduled event on the streamed table: %v, want txoutbox.ErrNotBeforeStreamed", err)
+	}
+}

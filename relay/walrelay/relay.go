@@ -42,6 +42,14 @@ var (
 	// WAL relay forgotten after `outbox wal takeover` stops with it).
 	ErrPollingRelays = errors.New("walrelay: polling relays are running on the outbox table")
 
+	// ErrScheduled is returned when events scheduled for later
+	// (txoutbox.Event.NotBefore) wait in the table while the relay would
+	// set its slot up: it publishes every unpublished row at once, so it
+	// would publish them early. Wait until they are published, or keep the
+	// polling relay. Once the slot streams the table, the database refuses
+	// such events (txoutbox.ErrNotBeforeStreamed).
+	ErrScheduled = errors.New("walrelay: events scheduled for later wait in the outbox table")
+
 	// errSlotBusy: another relay streams from the slot, or initialises it.
 	errSlotBusy = errors.New("replication slot is held by another relay")
 )
@@ -195,7 +203,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		switch {
 		case errors.Is(err, ErrSlotLost), errors.Is(err, ErrUnsupported), errors.Is(err, ErrPublication), errors.Is(err, ErrPollingRelays),
-			errors.Is(err, errPermanent):
+			errors.Is(err, ErrScheduled), errors.Is(err, errPermanent):
 			r.log.Error("WAL relay stopped", "err", err)
 			return err
 		case errors.Is(err, errSlotBusy):

@@ -73,6 +73,21 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 			return fmt.Errorf("%w: %d polling relays heartbeat on %s; stop them before the WAL relay sets its slot up, or both publish every event",
 				ErrPollingRelays, polling, r.names.Table)
 		}
+		// The WAL relay cannot delay an event: while scheduled rows wait,
+		// the backlog it publishes first would publish them early. Once the
+		// slot exists, the trigger of schema version 7 refuses new ones. (A
+		// scheduled row committed between this check and the slot's
+		// creation is still published with the backlog; the slot waits for
+		// every transaction in progress, so the window is the creation
+		// itself.)
+		var scheduled bool
+		if err := conn.QueryRow(ctx, r.names.Render(outboxsql.WALScheduled)).Scan(&scheduled); err != nil {
+			return fmt.Errorf("initialise slot: look for scheduled events (is the outbox at schema version 7?): %w", err)
+		}
+		if scheduled {
+			return fmt.Errorf("%w: %s holds unpublished events with a NotBefore still to come, which the WAL relay would publish at once; "+
+				"wait until the polling relay has published them", ErrScheduled, r.names.Table)
+		}
 		if _, err := conn.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, marker{initialising: true, slot: r.cfg.Slot}.String())); err != nil {
 			return fmt.Errorf("%w: mark publication %s (the relay's role must own it): %w", errPermanent, r.cfg.Publication, err)
 		}
