@@ -20,7 +20,7 @@ func TestEnvironmentConfiguresEveryFlag(t *testing.T) {
 	}
 	// The legacy DATABASE_URL still works, after OUTBOX_DATABASE_URL.
 	code, out, _ = outboxEnv(t, map[string]string{"DATABASE_URL": e.db.URL, "OUTBOX_SCHEMA": e.db.Schema}, "status")
-	if code != 0 || !strings.Contains(out, "backlog  1") {
+	if code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), "backlog 1 ") {
 		t.Errorf("status with DATABASE_URL: exit %d, %q", code, out)
 	}
 	code, _, errOut = outboxEnv(t, map[string]string{"DATABASE_URL": e.db.URL, "OUTBOX_DATABASE_URL": "postgres://nobody@127.0.0.1:1/x", "OUTBOX_SCHEMA": e.db.Schema}, "status")
@@ -30,7 +30,7 @@ func TestEnvironmentConfiguresEveryFlag(t *testing.T) {
 	// Flags win over the environment.
 	env["OUTBOX_SCHEMA"] = "no_such_schema"
 	code, out, errOut = outboxEnv(t, env, "status", "--schema", e.db.Schema, "--json=false")
-	if code != 0 || !strings.Contains(out, "backlog  1") {
+	if code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), "backlog 1 ") {
 		t.Errorf("--schema over OUTBOX_SCHEMA: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	// --max-lag from the environment gives the health check's exit code.

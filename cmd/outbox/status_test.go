@@ -48,7 +48,7 @@ func TestStatus(t *testing.T) {
 
 	code, out, errOut := e.run(t, "status")
 	flat := strings.Join(strings.Fields(out), " ")
-	for _, want := range []string{"backlog 2 lag 10m", "dead 1", "orders 2 10m", "s 0 payments", "payments 0 0s 1", "relays: 1 alive",
+	for _, want := range []string{"backlog 2 lag 10m", "dead 1", "orders 2 10m", "scheduled 0", "s 0 0 payments", "payments 0 0s 1 0", "relays: 1 alive",
 		"relay-a host-a alive", "0-9, 12 (11)", "relay-b host-b stale 1m0s ago 20-29 (10)", "unowned shards: 10-11, 13-255 (245)"} {
 		if !strings.Contains(flat, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
@@ -126,5 +126,27 @@ func TestStatusBeyondTheCaps(t *testing.T) {
 	}
 	if code != 0 {
 		t.Fatalf("status: exit %d, %s", code, errOut)
+	}
+}
+
+// Scheduled events are shown apart: neither backlog nor lag.
+func TestStatusShowsScheduledEvents(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	e.write(t, "orders", "o-1", "order.placed")
+	e.write(t, "reminders", "o-1", "order.remind")
+	e.exec(t, `UPDATE outbox SET not_before = '2999-01-01T00:00:00Z', retry_at = '2999-01-01T00:00:00Z',
+        next_attempt_at = '2999-01-01T00:00:00Z', created_at = now() - interval '1 day' WHERE topic = 'reminders'`)
+	var st statusOutput
+	e.runJSON(t, &st, "status")
+	if st.Backlog != 1 || st.Scheduled != 1 || st.NextScheduled == nil || st.NextScheduled.Year() != 2999 || st.LagSeconds > 600 ||
+		len(st.Topics) != 2 || st.Topics[1].Topic != "reminders" || st.Topics[1].Backlog != 0 || st.Topics[1].Scheduled != 1 {
+		t.Errorf("status = %+v, want backlog 1, 1 scheduled (next due in 2999) in reminders, no lag from it", st)
+	}
+	code, out, errOut := e.run(t, "status")
+	flat := strings.Join(strings.Fields(out), " ")
+	if code != 0 || !strings.Contains(flat, "backlog 1 ") || !strings.Contains(flat, "scheduled 1 (next due 2999-01-01T00:00:00Z)") ||
+		!strings.Contains(flat, "reminders 0 0s 0 1") {
+		t.Errorf("status: exit %d, %s%s", code, out, errOut)
 	}
 }
