@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/entoutbox"
@@ -406,5 +407,26 @@ func TestCreateBulkWritesEventsInBuilderOrder(t *testing.T) {
 		if rows[i].AggregateID != fmt.Sprint(o.ID) {
 			t.Fatalf("outbox row %d is for order %s, want order %d (builder %d): events out of builder order", i, rows[i].AggregateID, o.ID, i)
 		}
+	}
+}
+
+// An emitted event keeps its NotBefore: the row is written scheduled, in
+// the mutation's transaction.
+func TestEmitWithNotBefore(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ev, err := txoutbox.NewEvent("orders", "order", "42", "order.reminder", map[string]int{"n": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.NotBefore = time.Now().Add(24 * time.Hour)
+	if err := entoutbox.WithTx(ctx, b.client, func(tx *entest.Tx) error { return entoutbox.Emit(ctx, tx, ev) }); err != nil {
+		t.Fatal(err)
+	}
+	var scheduled int
+	if err := b.db.SQL.QueryRow(`SELECT count(*) FROM outbox WHERE not_before > now() + interval '23 hours' AND retry_at = not_before`).
+		Scan(&scheduled); err != nil || scheduled != 1 {
+		t.Fatalf("scheduled rows = %d, %v; want 1", scheduled, err)
 	}
 }

@@ -1,10 +1,13 @@
 package gormoutbox_test
 
 import (
+	"errors"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/gormoutbox"
 )
 
@@ -189,5 +192,34 @@ func TestDryRunWritesNothing(t *testing.T) {
 	skip := b.db.Session(&gorm.Session{SkipDefaultTransaction: true, DryRun: true})
 	if err := skip.Create(&o).Error; err != nil {
 		t.Fatalf("DryRun without a transaction: %v", err)
+	}
+}
+
+// An event recorded with a NotBefore keeps it: the row is written
+// scheduled (not_before, retry_at), in the model's transaction; a bad one
+// fails the save before anything is written.
+func TestRecordEventWithNotBefore(t *testing.T) {
+	t.Parallel()
+	b := setup(t, gormoutbox.Config{}, nil)
+	later := time.Now().Add(24 * time.Hour)
+	o := Order{}
+	o.Place()
+	o.RecordEvent(txoutbox.Event{Type: "order.reminder", Payload: []byte(`{}`), NotBefore: later})
+	if err := b.db.Create(&o).Error; err != nil {
+		t.Fatal(err)
+	}
+	var scheduled int
+	if err := b.raw.QueryRow(`SELECT count(*) FROM outbox WHERE event_type = 'order.reminder' AND not_before > now() + interval '23 hours'
+        AND retry_at = not_before`).Scan(&scheduled); err != nil || scheduled != 1 {
+		t.Fatalf("scheduled reminder rows = %d, %v; want 1", scheduled, err)
+	}
+	bad := Order{}
+	bad.Place()
+	bad.RecordEvent(txoutbox.Event{Type: "order.reminder", Payload: []byte(`{}`), NotBefore: time.Now().Add(2 * txoutbox.MaxNotBeforeDelay)})
+	if err := b.db.Create(&bad).Error; !errors.Is(err, txoutbox.ErrInvalidEvent) {
+		t.Fatalf("save with a NotBefore beyond MaxNotBeforeDelay = %v, want ErrInvalidEvent", err)
+	}
+	if n := b.count("orders"); n != 1 {
+		t.Fatalf("%d orders after the refused save, want 1", n)
 	}
 }
