@@ -3,8 +3,10 @@ package txoutbox_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
@@ -51,6 +53,24 @@ func ExampleEvent_Validate() {
 	ev := txoutbox.Event{Topic: "orders/eu", AggregateID: "42", Type: "order.placed", Payload: []byte(`{}`)}
 	fmt.Println(ev.Validate())
 	// Output: txoutbox: invalid event 0: Topic: "orders/eu" has characters outside [a-zA-Z0-9._-]
+}
+
+// A reminder a day after the order, written with it: the relay publishes
+// it no earlier than NotBefore. Its own aggregate id keeps the order's
+// later events from waiting behind it; a time beyond MaxNotBeforeDelay is
+// refused.
+func ExampleEvent_notBefore() {
+	ev, err := txoutbox.NewEvent("reminders", "order", "reminder-42", "order.reminder", map[string]int{"order": 42})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ev.NotBefore = time.Now().Add(24 * time.Hour)
+	fmt.Println(ev.Validate())
+	ev.NotBefore = time.Now().Add(2 * txoutbox.MaxNotBeforeDelay)
+	fmt.Println(errors.Is(ev.Validate(), txoutbox.ErrInvalidEvent))
+	// Output:
+	// <nil>
+	// true
 }
 
 // ReadStats is the health check: alert on lag, not on relay liveness.

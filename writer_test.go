@@ -431,7 +431,7 @@ func TestWriterRefusesNotBeforeOutOfBounds(t *testing.T) {
 // The WAL relay publishes at commit: a WALMessages writer refuses a
 // delayed event before emitting anything, and the database refuses a
 // delayed row on a table a WAL relay's slot streams (the trigger of schema
-// version 6), for any writer; rows due at once still go in.
+// version 7), for any writer; rows due at once still go in.
 func TestNotBeforeRefusedWhereTheWALRelayStreams(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)

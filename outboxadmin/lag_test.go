@@ -91,7 +91,7 @@ FROM generate_series(1, $1) g`, rows); err != nil {
 			t.Fatal(err)
 		}
 		// As many scheduled for next week, created before every other row:
-		// not lag, and not read (schema version 6's due index).
+		// not lag, and not read (schema version 7's due index).
 		if _, err := db.SQL.Exec(`INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, created_at, not_before, retry_at)
 SELECT gen_random_uuid(), 'orders', 's' || g, 't', '{}', now() - interval '1 day', now() + interval '7 days', now() + interval '7 days'
 FROM generate_series(1, $1) g`, rows); err != nil {

@@ -137,7 +137,7 @@ func (a *Admin) Fleet(ctx context.Context) (Status, error) {
 // its created_at, or its NotBefore if later), by the database clock (zero
 // when there is none; an event scheduled for later is not lag): the lag of
 // Status, Snapshot, the relays' metrics and txoutbox.ReadStats, from one
-// entry of the due index (schema version 6).
+// entry of the due index (schema version 7).
 func (a *Admin) Lag(ctx context.Context) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()

@@ -91,7 +91,8 @@ type Config struct {
 
 	// PollInterval is how often the relay looks for due rows when nothing
 	// woke it: the fallback behind LISTEN/NOTIFY, and the only way rows in
-	// retry backoff become due. Default 1s.
+	// retry backoff and events scheduled for later (txoutbox.Event.NotBefore)
+	// are found once due, so it is the precision of their timing. Default 1s.
 	PollInterval time.Duration
 
 	// DisableListen turns off LISTEN/NOTIFY wake-ups, for connections

@@ -115,6 +115,45 @@
 // skips rows another transaction holds, so one frozen relay cannot stop
 // its peers' heartbeats.
 //
+// # Delivery not before a time
+//
+// An event written with txoutbox.Event.NotBefore in the future is
+// published no earlier than that time by the database clock. The writer
+// stores the time in the row's retry_at (schema version 7), so the claim
+// reads the row as it reads a retry in backoff: not at all until it is due,
+// then on the retries' index in retry_at order. It is a first attempt all
+// the same (attempts 0): nothing counts it as a retry or a failure; once
+// due, a failed publish of it backs off, is retried and may make it dead
+// like any other event's.
+//
+// Precision: a scheduled event's time sends no NOTIFY, so it is found by
+// the next poll, as a retry that comes due is: within PollInterval (1s by
+// default) and a claim after its time, later only while the relay is busy
+// with a backlog it claims ahead of it in id order or its shards change
+// hands. The relay does not sleep until the next due time instead: an idle
+// relay already polls every PollInterval, and knowing the next time would
+// cost each poll a statement more; lower PollInterval for tighter timing.
+//
+// Order: the events of an aggregate are published in the order they were
+// written, scheduled or not, so a delayed event holds back its aggregate's
+// later events until it is published, including a delayed event written
+// after it with an earlier time. This keeps the one ordering rule above
+// (a scheduled row is a row not due) and what consumers of the aggregate's
+// partition rely on. An event that must not wait, or must not hold others
+// back (a reminder about an order that keeps changing), takes an aggregate
+// id of its own: the aggregate id is only the message key. No option
+// offers the other order: a scheduled event that let later events pass
+// would reach the partition after events written after it, which is what
+// the guarantee forbids, and the claim would need a second ordering rule.
+// The later rows held back behind a scheduled row are walked by each claim
+// (one index probe each), like those behind a row in backoff: many of them
+// cost claims, where scheduled events alone cost nothing (see Cost).
+//
+// The WAL relay (package walrelay) publishes at commit and cannot delay an
+// event: the database refuses a scheduled row on a table its slot streams
+// (txoutbox.ErrNotBeforeStreamed), and it does not set its slot up while
+// scheduled rows wait.
+//
 // # Latency and polling
 //
 // Writers send NOTIFY in the insert statement, at most one per
@@ -122,8 +161,8 @@
 // pooled connection when the database/sql driver is pgx, and after every
 // wake-up polls every 10ms for 100ms, so the writes a debounced writer did not
 // announce are found as fast. It also polls every PollInterval as a fallback
-// and for retries that come due. Set DisableListen for PgBouncer in
-// transaction mode.
+// and for retries and scheduled events that come due. Set DisableListen for
+// PgBouncer in transaction mode.
 //
 // # Bookkeeping
 //
@@ -187,8 +226,10 @@
 // (schema version 5), so any number of aggregates in backoff costs a claim
 // nothing; pruning reads the published rows it deletes on an index of
 // their own, not the dead rows ahead of them; the handover check reads a
-// batch of each new shard's backlog. The aggregates' later rows behind a
-// row in backoff are still walked past, one index probe each. The backlog
+// batch of each new shard's backlog. Events scheduled for later are read
+// by neither, whatever their number (see Delivery not before a time). The
+// aggregates' later rows behind a row in backoff, or behind a scheduled
+// row, are still walked past, one index probe each. The backlog
 // and dead counts of txoutbox.ReadStats and the gauges are counts, which cost the
 // backlog: they are spaced out when slow (see Config.StatsInterval). The
 // tests in internal/outboxsql prove the bound on the work each plan does
@@ -199,8 +240,10 @@
 // Published rows older than Retention are deleted in batches by one relay at
 // a time (an advisory lock). Dead rows stay until handled. Relay.Stats (and
 // txoutbox.ReadStats, without a relay) returns
-// backlog, lag (age of the oldest unpublished event) and dead count for
-// health checks; the same figures are OpenTelemetry gauges, with counters
+// backlog, lag (how long the oldest due unpublished event has waited), dead
+// count and the events scheduled for later, which are neither backlog nor
+// lag, for health checks; the same figures are OpenTelemetry gauges
+// (txoutbox.outbox.scheduled for the last), with counters
 // of published, retried and dead-lettered events, a publish latency
 // histogram, claim batch sizes, owned shards and the outage gauge.
 package relay
