@@ -52,6 +52,13 @@
 // and a polling relay does not claim while its slot streams
 // (relay.ErrWALStreams).
 //
+// The relay publishes every event at commit, so it cannot honour
+// txoutbox.Event.NotBefore: it sets no slot up while events scheduled for
+// later wait in the table (ErrScheduled), and once its slot streams the
+// table the database refuses such events at write time (schema version 6's
+// trigger; txoutbox.ErrNotBeforeStreamed), as a WALMessages writer does.
+// Delayed events need the polling relay.
+//
 // # Cleanup and takeover
 //
 // Rows stay in the table until the slot has confirmed them; then a
