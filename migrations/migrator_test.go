@@ -242,7 +242,7 @@ func TestExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(goose) != 6 || goose[5].Name != "0006_operator_indexes.sql" || !strings.Contains(goose[5].Body, `CREATE INDEX IF NOT EXISTS "events_dead_topic_idx" ON "events" (topic, id)`) ||
+	if len(goose) != 7 || goose[5].Name != "0006_operator_indexes.sql" || goose[6].Name != "0007_not_before.sql" || !strings.Contains(goose[5].Body, `CREATE INDEX IF NOT EXISTS "events_dead_topic_idx" ON "events" (topic, id)`) ||
 		goose[3].Name != "0004_lag_index.sql" || !strings.Contains(goose[3].Body, `CREATE INDEX IF NOT EXISTS "events_lag_idx" ON "events" (created_at)`) ||
 		goose[4].Name != "0005_cost_indexes.sql" || !strings.Contains(goose[4].Body, `CREATE INDEX IF NOT EXISTS "events_prune_idx" ON "events"`) ||
 		goose[2].Name != "0003_hot_claims.sql" || !strings.Contains(goose[2].Body, `ALTER TABLE "events" SET (fillfactor = 50)`) || goose[0].Name != "0001_outbox.sql" || goose[1].Name != "0002_fencing.sql" ||
@@ -252,7 +252,7 @@ func TestExport(t *testing.T) {
 		t.Fatalf("goose export = %+v", goose)
 	}
 	gm, err := m.Export(migrations.FormatGolangMigrate)
-	if err != nil || len(gm) != 12 || gm[0].Name != "0001_outbox.up.sql" || gm[1].Name != "0001_outbox.down.sql" ||
+	if err != nil || len(gm) != 14 || gm[0].Name != "0001_outbox.up.sql" || gm[1].Name != "0001_outbox.down.sql" ||
 		gm[2].Name != "0002_fencing.up.sql" || gm[3].Name != "0002_fencing.down.sql" {
 		t.Fatalf("golang-migrate export = %+v, %v", gm, err)
 	}
@@ -289,7 +289,7 @@ func TestLagIndexBuiltConcurrentlyBeforehand(t *testing.T) {
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []int{6, 5, 4} {
+	for _, want := range []int{7, 6, 5, 4} {
 		if v, err := m.Down(ctx); err != nil || v != want {
 			t.Fatalf("Down = %d, %v; want %d", v, err, want)
 		}
@@ -297,7 +297,7 @@ func TestLagIndexBuiltConcurrentlyBeforehand(t *testing.T) {
 	if _, err := db.SQL.Exec(`CREATE INDEX CONCURRENTLY outbox_lag_idx ON "` + db.Schema + `".outbox (created_at) WHERE state IN ('pending', 'claimed')`); err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{4, 5, 6}) {
-		t.Fatalf("Up over the index built beforehand = %v, %v; want [4 5 6]", applied, err)
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{4, 5, 6, 7}) {
+		t.Fatalf("Up over the index built beforehand = %v, %v; want [4 5 6 7]", applied, err)
 	}
 }

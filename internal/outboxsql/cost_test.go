@@ -345,3 +345,49 @@ func TestScheduledReadsCostNothingOfTheBacklog(t *testing.T) {
 	_, _, manyScheduled := measure(costSmall, costLarge)
 	testkit.AssertFlat(t, "scheduled count, capped, of 10x the scheduled rows", costRatio, fewScheduled, manyScheduled)
 }
+
+// Rows due behind an earlier row of their aggregate still scheduled (a
+// digest tomorrow, then a reminder due now) do not fill the retries'
+// window: another aggregate's due row is claimed all the same.
+func TestClaimPassesRetriesHeldBehindAScheduledRow(t *testing.T) {
+	t.Parallel()
+	all := make([]int16, outboxsql.Shards)
+	for i := range all {
+		all[i] = int16(i)
+	}
+	c := newCostDB(t)
+	c.exec(t, `INSERT INTO {{relays}} (id, name) VALUES ('me', 'me')`)
+	// Per user: a digest tomorrow, then a reminder that was due an hour ago.
+	c.insertScheduled(t, 20, `'user-' || g`, "now() + interval '1 day'", "now() - interval '2 hours'")
+	c.insertScheduled(t, 20, `'user-' || g`, "now() - interval '1 hour'", "now() - interval '2 hours'")
+	// Another user's reminder, due a minute ago, alone in its aggregate.
+	c.insertScheduled(t, 1, `'other'`, "now() - interval '1 minute'", "now() - interval '2 hours'")
+	rows, err := c.db.Query(c.names.Render(outboxsql.ClaimSettings))
+	if err == nil {
+		rows.Close()
+	}
+	var n int
+	for i := 0; i < 3; i++ {
+		rows, err := c.db.Query(c.names.Render(outboxsql.Claim), outboxsql.ClaimArgs{Owner: "me", Limit: 10, Lease: time.Minute, Shards: all}.Args()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			n++
+		}
+		rows.Close()
+	}
+	if n == 0 {
+		c.exec(t, `DELETE FROM {{table}} WHERE aggregate_id LIKE 'user-%'`)
+		rows, err := c.db.Query(c.names.Render(outboxsql.Claim), outboxsql.ClaimArgs{Owner: "me", Limit: 10, Lease: time.Minute, Shards: all}.Args()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := 0
+		for rows.Next() {
+			m++
+		}
+		rows.Close()
+		t.Fatalf("the due event of aggregate 'other' is never claimed: 20 blocked due rows fill the retry window of 10 (without them the claim takes %d)", m)
+	}
+}

@@ -31,7 +31,11 @@ import (
 //   - "retry" takes the first Limit retries whose retry_at has passed, on
 //     outbox_retry_idx (retry_at order), in the shards in Shards: due
 //     retries and retries claimed since (in flight, or under an expired
-//     lease). A retry in backoff is not read at all.
+//     lease). A retry in backoff is not read at all. A retry behind an
+//     earlier row of its aggregate still in backoff (an event scheduled
+//     for tomorrow, then one due now: Event.NotBefore) is passed over, one
+//     probe of outbox_retry_agg_idx each, so such rows cannot fill the
+//     window and hold back every other aggregate's retries.
 //   - "fresh" walks outbox_fresh_idx (first attempts: rows never failed)
 //     in id order over the shards and keeps the first Limit rows no retry
 //     of their aggregate comes before, other than those in "retry". That
@@ -142,6 +146,9 @@ WITH live AS MATERIALIZED (
     WHERE o.state IN ('pending', 'claimed') AND o.retry_at > '-infinity' AND o.retry_at <= now()
       AND get_bit($4::varbit, o.shard) = 1
       AND (o.lease_owner IS DISTINCT FROM $1 OR o.lease_expires_at <= now())
+      AND NOT EXISTS (SELECT 1 FROM {{table}} h
+                      WHERE h.aggregate_id = o.aggregate_id AND h.id < o.id
+                        AND h.state IN ('pending', 'claimed') AND h.retry_at > now())
       AND EXISTS (SELECT 1 FROM live WHERE id = $1)
     ORDER BY o.retry_at
     LIMIT $2
