@@ -74,3 +74,27 @@ func TestRoundWaitsForTheWALGate(t *testing.T) {
 		t.Fatalf("the relay claims from %d shards after a round that could not look for slots", len(shards))
 	}
 }
+
+// Only a WAL relay's slot stops the claims: one named in a WAL relay's
+// marker on a publication of the table does, whatever its name; one merely
+// named as a publication of the table (a native subscription's) does not.
+func TestRelayTellsAWALRelaysSlotFromOtherReplication(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	ctx := context.Background()
+	r := b.newRelay(t, "r1")
+	pub := "sub_" + b.db.Schema
+	b.exec(t, `CREATE PUBLICATION "`+pub+`" FOR TABLE "`+b.db.Schema+`".outbox`)
+	t.Cleanup(func() { _, _ = b.db.SQL.Exec(`DROP PUBLICATION IF EXISTS "` + pub + `"`) })
+	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, pub)
+	t.Cleanup(func() {
+		_, _ = b.db.SQL.Exec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, pub)
+	})
+	if _, err := r.members.round(ctx); err != nil {
+		t.Fatalf("round beside a subscription's slot = %v, want the relay to claim", err)
+	}
+	b.exec(t, `COMMENT ON PUBLICATION "`+pub+`" IS 'txoutbox: slot `+pub+` up to 0/1 publication x settled 0'`)
+	if _, err := r.members.round(ctx); !errors.Is(err, ErrWALStreams) {
+		t.Fatalf("round beside a WAL relay's slot (by its marker) = %v, want ErrWALStreams", err)
+	}
+}

@@ -43,7 +43,7 @@ func render(n outboxsql.Names, walSlot string) *statements {
 		statsBacklog:        n.Render(`SELECT (` + outboxsql.StatsBacklog + `), ` + outboxsql.ScheduledCount),
 		statsDead:           n.Render(outboxsql.StatsDead),
 		walGate:             outboxsql.OpsWALGate,
-		walSlots:            outboxsql.OpsWALSlots,
+		walSlots:            outboxsql.RelayWALSlots,
 		table:               n.Table,
 		walSlot:             walSlot,
 	}

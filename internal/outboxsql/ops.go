@@ -260,6 +260,19 @@ FROM pg_replication_slots s
 WHERE s.slot_type = 'logical' AND s.plugin = 'pgoutput' AND s.database = current_database()
   AND (s.slot_name = $2 OR ` + walRelayStreamsPrefix + `$1::regclass` + walRelayStreamsSuffix + `)`
 
+// RelayWALSlots is OpsWALSlots for the polling relay (relay.ErrWALStreams),
+// which stops claiming on a match: only a slot named $2 (the WAL relay's
+// default name for table $1) or named in a WAL relay's marker on a
+// publication of the table counts. A slot merely named as a publication
+// of the table (a native subscription's, whose slot takes the
+// subscription's name) does not halt delivery.
+const RelayWALSlots = `SELECT coalesce(string_agg(s.slot_name, ', ' ORDER BY s.slot_name), '')
+FROM pg_replication_slots s
+WHERE s.slot_type = 'logical' AND s.plugin = 'pgoutput' AND s.database = current_database()
+  AND (s.slot_name = $2 OR EXISTS (SELECT 1 FROM pg_publication p, LATERAL pg_get_publication_tables(p.pubname::text) t
+      WHERE t.relid = $1::regclass
+        AND substring(obj_description(p.oid, 'pg_publication') FROM '^txoutbox: (?:initialising )?slot (\S+)') = s.slot_name))`
+
 // walRelayStreams is true when pgoutput slot s of the current database is
 // a WAL relay's for table (an expression of its oid): the slot is named as
 // a publication that carries the table, or in the marker a WAL relay keeps
