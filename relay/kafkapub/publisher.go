@@ -2,10 +2,10 @@ package kafkapub
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -90,11 +90,11 @@ type SASLConfig struct {
 //     This module requires a Sarama with the fix. Brokers that refuse idempotent writes (a
 //     cluster whose ACLs deny IdempotentWrite, before Kafka 2.8) need it
 //     off: set Producer.Idempotent = false in Configure;
-//   - no broker answering is an outage, not an error: a publisher made
-//     while Kafka is away (a relay restarted during an outage) connects at
-//     a later publish, failing the ones before as in any outage; brokers
-//     that answer and refuse (SASL, a certificate, the configuration) fail
-//     NewPublisher;
+//   - no broker to dial is an outage, not an error: a publisher made while
+//     Kafka is away (a relay restarted during an outage) connects at a
+//     later publish, failing the ones before as in any outage; brokers
+//     that answer and refuse or hang up (SASL, a certificate, TLS against
+//     a plaintext listener, the configuration) fail NewPublisher;
 //   - Publish returns only after the acknowledgement;
 //   - the errors that are the message's own fault (too large, a topic that
 //     is invalid, unknown or not authorised, a record the topic refuses)
@@ -138,22 +138,38 @@ func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 }
 
 // unreachable reports whether err, from making a producer, says only that
-// no broker answered: an outage, which a relay started during it waits
-// out (the first publishes fail as any publish in an outage does). A
-// broker that answered and refused (authentication, a certificate, the
-// configuration) fails NewPublisher instead, at start.
+// no broker could be dialled (connection refused, no route, a dial
+// timeout): an outage, which a relay started during it waits out (the
+// first publishes fail as any publish in an outage does). Anything else,
+// a broker that answered and refused or hung up (authentication, a
+// certificate, TLS against a plaintext listener, the configuration),
+// fails NewPublisher, at start.
 func unreachable(err error) bool {
-	var (
-		verify   *tls.CertificateVerificationError
-		unknown  x509.UnknownAuthorityError
-		hostname x509.HostnameError
-		invalid  x509.CertificateInvalidError
-		alert    tls.AlertError
-		config   sarama.ConfigurationError
-	)
-	return errors.Is(err, sarama.ErrOutOfBrokers) && !errors.Is(err, sarama.ErrSASLAuthenticationFailed) &&
-		!errors.As(err, &verify) && !errors.As(err, &unknown) && !errors.As(err, &hostname) &&
-		!errors.As(err, &invalid) && !errors.As(err, &alert) && !errors.As(err, &config)
+	if !errors.Is(err, sarama.ErrOutOfBrokers) {
+		return false
+	}
+	var causes []error
+	var walk func(error)
+	walk = func(e error) {
+		switch u := e.(type) {
+		case interface{ Unwrap() []error }:
+			for _, c := range u.Unwrap() {
+				walk(c)
+			}
+		default:
+			causes = append(causes, e)
+		}
+	}
+	if u, ok := err.(interface{ Unwrap() error }); ok && u.Unwrap() != nil {
+		walk(u.Unwrap())
+	}
+	for _, c := range causes {
+		var op *net.OpError
+		if !errors.As(c, &op) || op.Op != "dial" {
+			return false
+		}
+	}
+	return len(causes) > 0
 }
 
 // syncProducer boxes the producer for an atomic pointer.
@@ -178,6 +194,9 @@ func (p *Publisher) sender() (sarama.SyncProducer, error) {
 		return nil, fmt.Errorf("kafkapub: cannot reach Kafka: %w", err)
 	}
 	p.producer.Store(&syncProducer{producer})
+	if p.closed.Load() {
+		return nil, ErrClosed // Close ran meanwhile: it closes the producer
+	}
 	p.logger.Info("kafkapub: connected to Kafka", "brokers", p.brokers)
 	return producer, nil
 }
@@ -360,11 +379,23 @@ func (p *Publisher) Close() error {
 		return nil
 	}
 	var err error
-	p.connect.Lock() // a producer being made is closed too
-	if sp := p.producer.Load(); sp != nil {
-		err = sp.Close()
+	// A connect in progress (up to the dial and metadata timeouts against
+	// brokers that do not answer) is not waited for: its producer, if it
+	// makes one, is closed once it is done.
+	if p.connect.TryLock() {
+		if sp := p.producer.Swap(nil); sp != nil {
+			err = sp.Close()
+		}
+		p.connect.Unlock()
+	} else {
+		go func() {
+			p.connect.Lock()
+			defer p.connect.Unlock()
+			if sp := p.producer.Swap(nil); sp != nil {
+				_ = sp.Close()
+			}
+		}()
 	}
-	p.connect.Unlock()
 	p.soloMu.Lock()
 	if p.solo != nil {
 		err = errors.Join(err, p.solo.Close())
