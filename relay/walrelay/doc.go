@@ -54,9 +54,11 @@
 //
 // The relay publishes every event at commit, so it cannot honour
 // txoutbox.Event.NotBefore: it sets no slot up while events scheduled for
-// later wait in the table (ErrScheduled), and once its slot streams the
-// table the database refuses such events at write time (schema version 6's
-// trigger; txoutbox.ErrNotBeforeStreamed), as a WALMessages writer does.
+// later wait in the table (ErrScheduled; one committed while it made the
+// slot is found in the slot's snapshot, and it drops the slot again), and
+// once its slot streams the table the database refuses such events at
+// write time (schema version 7's trigger; txoutbox.ErrNotBeforeStreamed),
+// as a WALMessages writer does.
 // Delayed events need the polling relay.
 //
 // # Cleanup and takeover

@@ -75,11 +75,9 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 		}
 		// The WAL relay cannot delay an event: while scheduled rows wait,
 		// the backlog it publishes first would publish them early. Once the
-		// slot exists, the trigger of schema version 7 refuses new ones. (A
-		// scheduled row committed between this check and the slot's
-		// creation is still published with the backlog; the slot waits for
-		// every transaction in progress, so the window is the creation
-		// itself.)
+		// slot exists, the trigger of schema version 7 refuses new ones; a
+		// scheduled row of a transaction in progress now, which the slot
+		// waits for, is found in the slot's snapshot (see publishBacklog).
 		var scheduled bool
 		if err := conn.QueryRow(ctx, r.names.Render(outboxsql.WALScheduled)).Scan(&scheduled); err != nil {
 			return fmt.Errorf("initialise slot: look for scheduled events (is the outbox at schema version 7?): %w", err)
@@ -112,6 +110,16 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 		return err
 	}
 	n, err := r.publishBacklog(ctx, conn, pool, ls, snapshot)
+	if errors.Is(err, errScheduledInSnapshot) {
+		// Nothing was published: give the slot up, so the polling relay
+		// (which a WAL relay's slot stops) publishes the scheduled rows.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StatementTimeout)
+		defer cancel()
+		_, derr := conn.Exec(uctx, outboxsql.WALDropSlot, r.cfg.Slot)
+		_, merr := conn.Exec(uctx, outboxsql.WALSetMarker(r.cfg.Publication, ""))
+		return errors.Join(fmt.Errorf("%w: a transaction committed while the slot was made wrote events with a NotBefore still to come to %s; "+
+			"the slot was dropped: wait until the polling relay has published them", ErrScheduled, r.names.Table), derr, merr)
+	}
 	if err != nil {
 		return err
 	}
@@ -156,6 +164,10 @@ func (r *Relay) gated(ctx context.Context, conn *pgxpool.Conn, fn func() error) 
 	return fn()
 }
 
+// errScheduledInSnapshot: the backlog of a slot just made holds scheduled
+// rows (see publishBacklog).
+var errScheduledInSnapshot = errors.New("scheduled rows in the slot's snapshot")
+
 // createSlot creates the slot on the replication connection and returns
 // the name of the snapshot it exports: the database as of the slot's
 // consistent point, valid until the connection runs another command.
@@ -186,6 +198,16 @@ func (r *Relay) publishBacklog(ctx context.Context, conn *pgxpool.Conn, pool *pg
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshot)); err != nil {
 			return 0, fmt.Errorf("read backlog: set snapshot: %w", err)
+		}
+		// A scheduled row the check before the slot could not see (its
+		// transaction was in progress; the slot waited for it) is in the
+		// snapshot: publishing the backlog would publish it early.
+		var scheduled bool
+		if err := tx.QueryRow(ctx, r.names.Render(outboxsql.WALScheduled)).Scan(&scheduled); err != nil {
+			return 0, fmt.Errorf("read backlog: look for scheduled events: %w", err)
+		}
+		if scheduled {
+			return 0, errScheduledInSnapshot
 		}
 		q = tx
 	}
