@@ -40,12 +40,13 @@ type Stats struct {
 	// the table's last VACUUM or ANALYZE), never below StatsExactMax.
 	DeadEstimated bool `json:"dead_estimated,omitempty"`
 	// Scheduled counts unpublished events written with a NotBefore still
-	// to come, up to StatsExactMax (ScheduledAtLeast beyond);
+	// to come, exactly up to StatsExactMax and beyond it from PostgreSQL's
+	// statistics of the scheduled index (ScheduledEstimated), as Dead;
 	// NextScheduled is the earliest of those times (zero when there is
 	// none). They are neither backlog nor lag until then.
-	Scheduled        int64     `json:"scheduled"`
-	ScheduledAtLeast bool      `json:"scheduled_at_least,omitempty"`
-	NextScheduled    time.Time `json:"next_scheduled,omitzero"`
+	Scheduled          int64     `json:"scheduled"`
+	ScheduledEstimated bool      `json:"scheduled_estimated,omitempty"`
+	NextScheduled      time.Time `json:"next_scheduled,omitzero"`
 	// Topics breaks the same figures down per topic (ReadTopicStats only).
 	Topics []TopicStats `json:"topics,omitempty"`
 }
@@ -71,8 +72,9 @@ type TopicStats struct {
 	Dead           int64         `json:"dead"`
 	// DeadAtLeast is BacklogAtLeast for Dead.
 	DeadAtLeast bool `json:"dead_at_least,omitempty"`
-	// Scheduled counts the topic's scheduled events among the first
-	// StatsExactMax due (a lower bound when Stats.ScheduledAtLeast).
+	// Scheduled counts the topic's scheduled events, read after its due
+	// ones: a lower bound when Backlog and Scheduled add up to
+	// TopicStatsMax.
 	Scheduled int64 `json:"scheduled"`
 }
 
@@ -106,8 +108,10 @@ func readStats(ctx context.Context, db *sql.DB, names outboxsql.Names) (Stats, e
 		return Stats{}, fmt.Errorf("read outbox stats: %w", err)
 	}
 	s.BacklogEstimated, s.DeadEstimated = s.Backlog >= StatsExactMax, s.Dead >= StatsExactMax
-	s.ScheduledAtLeast = s.Scheduled >= StatsExactMax
+	s.ScheduledEstimated = s.Scheduled >= StatsExactMax
 	s.Backlog = max(s.Backlog-s.Scheduled, 0)
+	// Beyond the scheduled count's cap the difference is an estimate too.
+	s.BacklogEstimated = s.BacklogEstimated || s.ScheduledEstimated
 	if oldest.Valid {
 		s.Lag = max(now.Sub(oldest.Time), 0)
 	}
@@ -131,10 +135,6 @@ func ReadTopicStats(ctx context.Context, db *sql.DB, table Table) (Stats, error)
 	if err != nil {
 		return Stats{}, err
 	}
-	scheduled, err := readTopicScheduled(ctx, db, names.Render(outboxsql.TopicScheduled))
-	if err != nil {
-		return Stats{}, err
-	}
 	rows, err := db.QueryContext(ctx, names.Render(outboxsql.TopicStats), outboxsql.CountArgs{Cap: TopicStatsMax}.Args()...)
 	if err != nil {
 		return Stats{}, fmt.Errorf("read topic stats: %w", err)
@@ -145,44 +145,17 @@ func ReadTopicStats(ctx context.Context, db *sql.DB, table Table) (Stats, error)
 			t   TopicStats
 			lag sql.NullFloat64
 		)
-		if err := rows.Scan(&t.Topic, &t.Backlog, &lag, &t.Dead); err != nil {
+		if err := rows.Scan(&t.Topic, &t.Backlog, &lag, &t.Dead, &t.Scheduled); err != nil {
 			return Stats{}, fmt.Errorf("read topic stats: %w", err)
 		}
 		if lag.Valid {
 			t.Lag = max(time.Duration(lag.Float64*float64(time.Second)), 0)
 		}
 		t.BacklogAtLeast, t.DeadAtLeast = t.Backlog >= TopicStatsMax, t.Dead >= TopicStatsMax
-		t.Scheduled = scheduled[t.Topic]
-		t.Backlog = max(t.Backlog-t.Scheduled, 0)
 		s.Topics = append(s.Topics, t)
 	}
 	if err := rows.Err(); err != nil {
 		return Stats{}, fmt.Errorf("read topic stats: %w", err)
 	}
 	return s, nil
-}
-
-// readTopicScheduled runs query, outboxsql.TopicScheduled rendered for a
-// table, and returns the scheduled rows per topic.
-func readTopicScheduled(ctx context.Context, db *sql.DB, query string) (map[string]int64, error) {
-	rows, err := db.QueryContext(ctx, query, outboxsql.CountArgs{Cap: StatsExactMax}.Args()...)
-	if err != nil {
-		return nil, fmt.Errorf("read scheduled events per topic: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var (
-			topic string
-			n     int64
-		)
-		if err := rows.Scan(&topic, &n); err != nil {
-			return nil, fmt.Errorf("read scheduled events per topic: %w", err)
-		}
-		out[topic] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read scheduled events per topic: %w", err)
-	}
-	return out, nil
 }

@@ -134,7 +134,7 @@ type statements struct {
 	row, lockUnpublished, retry, drop, wake, pruneLock        string
 	replaySelect, replay, timeouts, claimGate, relays, shards string
 	handovers, snapshot, lookupAggregate, lookupEventID       string
-	walGate, walSlots, table, lag, topicStats, topicScheduled string
+	walGate, walSlots, table, lag, topicStats                 string
 	// deadList, deadLock and deadCount are in one form per set of
 	// filters (outboxsql.DeadFilters), each naming only those.
 	deadList, deadLock, deadCount [outboxsql.DeadForms]string
@@ -164,7 +164,6 @@ func render(n outboxsql.Names) statements {
 		table:           n.Table,
 		lag:             n.Render(outboxsql.StatsLag),
 		topicStats:      n.Render(outboxsql.TopicStats),
-		topicScheduled:  n.Render(outboxsql.TopicScheduled),
 	}
 	for f := range st.deadList {
 		st.deadList[f] = n.Render(outboxsql.OpsDeadList(outboxsql.DeadFilters(f)))

@@ -99,8 +99,9 @@ func (a *Admin) Snapshot(ctx context.Context) (Snapshot, error) {
 		return Snapshot{}, fmt.Errorf("outboxadmin: snapshot: %w", err)
 	}
 	s.BacklogEstimated, s.DeadEstimated = s.Backlog >= txoutbox.StatsExactMax, s.Dead >= txoutbox.StatsExactMax
-	s.ScheduledAtLeast = s.Scheduled >= txoutbox.StatsExactMax
+	s.ScheduledEstimated = s.Scheduled >= txoutbox.StatsExactMax
 	s.Backlog = max(s.Backlog-s.Scheduled, 0)
+	s.BacklogEstimated = s.BacklogEstimated || s.ScheduledEstimated // see txoutbox.ReadStats
 	if oldest.Valid {
 		s.Lag = max(s.At.Sub(oldest.Time), 0)
 	}

@@ -172,7 +172,7 @@ func (a *Admin) TopicStats(ctx context.Context) ([]txoutbox.TopicStats, error) {
 			t   txoutbox.TopicStats
 			lag sql.NullFloat64
 		)
-		if err := rows.Scan(&t.Topic, &t.Backlog, &lag, &t.Dead); err != nil {
+		if err := rows.Scan(&t.Topic, &t.Backlog, &lag, &t.Dead, &t.Scheduled); err != nil {
 			return nil, fmt.Errorf("outboxadmin: read topic stats: %w", err)
 		}
 		if lag.Valid {
@@ -184,36 +184,7 @@ func (a *Admin) TopicStats(ctx context.Context) ([]txoutbox.TopicStats, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("outboxadmin: read topic stats: %w", err)
 	}
-	return a.withScheduled(ctx, out)
-}
-
-// withScheduled reads the scheduled events per topic into topics and takes
-// them out of their backlogs (see outboxsql.ScheduledCount).
-func (a *Admin) withScheduled(ctx context.Context, topics []txoutbox.TopicStats) ([]txoutbox.TopicStats, error) {
-	rows, err := a.db.QueryContext(ctx, a.sql.topicScheduled, outboxsql.CountArgs{Cap: txoutbox.StatsExactMax}.Args()...)
-	if err != nil {
-		return nil, fmt.Errorf("outboxadmin: read scheduled events: %w", err)
-	}
-	defer rows.Close()
-	scheduled := map[string]int64{}
-	for rows.Next() {
-		var (
-			topic string
-			n     int64
-		)
-		if err := rows.Scan(&topic, &n); err != nil {
-			return nil, fmt.Errorf("outboxadmin: read scheduled events: %w", err)
-		}
-		scheduled[topic] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outboxadmin: read scheduled events: %w", err)
-	}
-	for i := range topics {
-		topics[i].Scheduled = scheduled[topics[i].Topic]
-		topics[i].Backlog = max(topics[i].Backlog-topics[i].Scheduled, 0)
-	}
-	return topics, nil
+	return out, nil
 }
 
 // Handovers reads the shards in handover (Status.Handovers) among the

@@ -82,7 +82,7 @@ func printStatus(w io.Writer, st outboxadmin.Status, staleAfter time.Duration) e
 	fmt.Fprintf(tw, "backlog\t%s\n", count(st.Backlog, st.BacklogEstimated, "~"))
 	fmt.Fprintf(tw, "lag\t%s\n", human.Duration(st.Lag))
 	fmt.Fprintf(tw, "dead\t%s\n", count(st.Dead, st.DeadEstimated, "~"))
-	scheduled := count(st.Scheduled, st.ScheduledAtLeast, "≥")
+	scheduled := count(st.Scheduled, st.ScheduledEstimated, "~")
 	if st.NextScheduled.IsZero() {
 		fmt.Fprintf(tw, "scheduled\t%s\n", scheduled)
 	} else {
@@ -95,7 +95,7 @@ func printStatus(w io.Writer, st outboxadmin.Status, staleAfter time.Duration) e
 				human.Duration(t.Lag), count(t.Dead, t.DeadAtLeast, "≥"), t.Scheduled)
 		}
 	}
-	inexact := st.BacklogEstimated || st.DeadEstimated || st.ScheduledAtLeast
+	inexact := st.BacklogEstimated || st.DeadEstimated || st.ScheduledEstimated
 	for _, t := range st.Topics {
 		inexact = inexact || t.BacklogAtLeast || t.DeadAtLeast
 	}
@@ -168,7 +168,7 @@ type statusOutput struct {
 	Dead             int64       `json:"dead"`
 	DeadEstimated    bool        `json:"dead_estimated"`
 	Scheduled        int64       `json:"scheduled"`
-	ScheduledAtLeast bool        `json:"scheduled_at_least"`
+	ScheduledEstimated bool        `json:"scheduled_estimated"`
 	NextScheduled    *time.Time  `json:"next_scheduled"` // null when nothing is scheduled
 	Topics           []topicJSON `json:"topics"`
 	Relays           []relayJSON `json:"relays"`
@@ -182,7 +182,7 @@ type statusOutput struct {
 func statusJSON(st outboxadmin.Status, maxLag time.Duration, exceeded bool) statusOutput {
 	out := statusOutput{
 		Backlog: st.Backlog, BacklogEstimated: st.BacklogEstimated, LagSeconds: st.Lag.Seconds(), Dead: st.Dead, DeadEstimated: st.DeadEstimated,
-		Scheduled: st.Scheduled, ScheduledAtLeast: st.ScheduledAtLeast,
+		Scheduled: st.Scheduled, ScheduledEstimated: st.ScheduledEstimated,
 		Topics: []topicJSON{}, Relays: []relayJSON{}, UnownedShards: []int{}, HandoverShards: []int{},
 		MaxLagSeconds: maxLag.Seconds(), MaxLagExceeded: exceeded,
 	}

@@ -192,7 +192,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	if mode != "writes allowed" {
 		t.Errorf("mode %q, want writes allowed", mode)
 	}
-	if f := strings.Fields(payments); len(f) != 4 || f[0] != "payments" || f[1] != count(`SELECT count(*) FROM outbox WHERE topic = 'payments' AND state = 'pending'`) || f[3] != "1" {
+	if f := strings.Fields(payments); len(f) != 5 || f[0] != "payments" || f[1] != count(`SELECT count(*) FROM outbox WHERE topic = 'payments' AND state = 'pending'`) || f[3] != "1" {
 		t.Errorf("payments row %q", payments)
 	}
 	// A few samples (one a second here) draw a line.

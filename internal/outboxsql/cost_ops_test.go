@@ -193,11 +193,11 @@ func TestStatsCostTheirCapWithAnyBacklog(t *testing.T) {
 		var topics []string
 		for rows.Next() {
 			var (
-				topic string
-				b, d  int64
-				lag   float64
+				topic    string
+				b, d, sc int64
+				lag      float64
 			)
-			if err := rows.Scan(&topic, &b, &lag, &d); err != nil {
+			if err := rows.Scan(&topic, &b, &lag, &d, &sc); err != nil {
 				t.Fatal(err)
 			}
 			var want float64

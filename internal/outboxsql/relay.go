@@ -706,25 +706,21 @@ const DeadCount = `(SELECT CASE WHEN h.n < $1 THEN h.n
 const OldestUnpublished = `(SELECT min(greatest(created_at, not_before)) FROM {{table}} WHERE state IN ('pending', 'claimed'))`
 
 // ScheduledCount counts the scheduled rows: unpublished, with a not_before
-// still to come (Event.NotBefore), up to $1 (CountArgs: a count of $1
-// means at least $1). They are part of what StatsBacklog and OpsSnapshot
+// still to come (Event.NotBefore), exactly up to $1 (CountArgs), and from
+// $1 on from the planner's statistics of the scheduled index (as
+// DeadCount), never below $1. They are part of what StatsBacklog and OpsSnapshot
 // count, and not of the backlog shown: readers subtract it. It reads the
 // scheduled index (schema version 7) from now on, $1 entries at most, and
 // nothing of the rest of the backlog. A scalar subquery, so readers add it
 // as a column beside the counts they run.
-const ScheduledCount = `(SELECT count(*) FROM (SELECT 1 FROM {{table}} WHERE state IN ('pending', 'claimed') AND not_before > now() LIMIT $1) s)`
+const ScheduledCount = `(SELECT CASE WHEN h.n < $1 THEN h.n
+        ELSE greatest(h.n, (SELECT max(c.reltuples)::bigint FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+            WHERE i.indrelid = '{{table}}'::regclass AND pg_get_expr(i.indpred, i.indrelid) LIKE '%not_before IS NOT NULL%')) END
+    FROM (SELECT count(*) AS n FROM (SELECT 1 FROM {{table}} WHERE state IN ('pending', 'claimed') AND not_before > now() LIMIT $1) s) h)`
 
 // NextScheduled is when the next scheduled row is due, NULL when none is:
 // one entry of the scheduled index.
 const NextScheduled = `(SELECT min(not_before) FROM {{table}} WHERE state IN ('pending', 'claimed') AND not_before > now())`
-
-// TopicScheduled is ScheduledCount per topic, for TopicStats' readers:
-// of the first $1 scheduled rows due (CountArgs), how many each topic has.
-// While fewer than $1 rows are scheduled the counts are exact; otherwise
-// each is a lower bound.
-const TopicScheduled = `SELECT topic, count(*) FROM (
-    SELECT topic FROM {{table}} WHERE state IN ('pending', 'claimed') AND not_before > now() ORDER BY not_before LIMIT $1) s
-GROUP BY topic`
 
 // StatsLag, StatsBacklog and StatsDead are Stats's three parts, which a
 // relay reads apart (see relay.Config's StatsInterval).
@@ -741,17 +737,21 @@ const StatsBacklog = `SELECT ` + BacklogCount
 // StatsDead is DeadCount: exact up to $1 (CountArgs), estimated beyond.
 const StatsDead = `SELECT ` + DeadCount
 
-// TopicStats is Stats per topic: each topic's unpublished rows counted up
-// to $1 (CountArgs), their oldest creation time, and its dead rows counted
-// up to $1; a count of $1 means at least $1. It finds the topics by a
-// loose scan of the topic indexes (schema version 6), one descent per
+// TopicStats is Stats per topic: each topic's due unpublished rows
+// counted up to $1 (CountArgs), how long the oldest of them has been due,
+// its dead rows counted up to $1, and its scheduled rows (a not_before
+// still to come) among the first $1; a count of $1 means at least $1. It
+// finds the topics by a loose scan of the topic indexes, one descent per
 // topic to the next one, and reads for each the first $1 entries from the
-// topic on in (topic, created_at) or (topic, id) order, counting those of
-// the topic: ordering by topic leaves the planner no index but the topic
-// indexes (an index on created_at or id filtered by topic would read every
-// row ahead of a rare topic's). So it reads, per topic, $1 entries at
-// most, however large the backlog and the dead letters: its cost grows
-// with the number of topics, not of rows.
+// topic on in (topic, due time) order (schema version 7's
+// outbox_topic_due_idx) or (topic, id) order (dead rows, version 6),
+// counting those of the topic: the due rows come first, then the
+// scheduled ones, so a topic's lag is its first entry and its backlog is
+// not hidden behind its scheduled rows. Ordering by topic leaves the
+// planner no index but the topic indexes (an index on the time or id
+// filtered by topic would read every row ahead of a rare topic's). So it
+// reads, per topic, $1 entries at most, however large the backlog and the
+// dead letters: its cost grows with the number of topics, not of rows.
 const TopicStats = `
 WITH RECURSIVE b(topic) AS (
     (SELECT topic FROM {{table}} WHERE state IN ('pending', 'claimed') ORDER BY topic LIMIT 1)
@@ -765,17 +765,19 @@ WITH RECURSIVE b(topic) AS (
     SELECT (SELECT o.topic FROM {{table}} o WHERE o.state = 'dead' AND o.topic > d.topic ORDER BY o.topic LIMIT 1)
     FROM d WHERE d.topic IS NOT NULL
 )
-SELECT topic, sum(backlog)::bigint, extract(epoch FROM now() - min(oldest))::float8, sum(dead)::bigint
+SELECT topic, sum(backlog)::bigint, extract(epoch FROM now() - min(oldest))::float8, sum(dead)::bigint, sum(scheduled)::bigint
 FROM (
-    SELECT b.topic, x.backlog, x.oldest, 0 AS dead
+    SELECT b.topic, x.backlog, x.oldest, 0 AS dead, x.scheduled
     FROM b, LATERAL (
-        SELECT count(*) FILTER (WHERE w.topic = b.topic) AS backlog, min(greatest(w.created_at, w.not_before)) FILTER (WHERE w.topic = b.topic) AS oldest
-        FROM (SELECT o.topic, o.created_at, o.not_before FROM {{table}} o
+        SELECT count(*) FILTER (WHERE w.topic = b.topic AND w.due <= now()) AS backlog,
+               min(w.due) FILTER (WHERE w.topic = b.topic AND w.due <= now()) AS oldest,
+               count(*) FILTER (WHERE w.topic = b.topic AND w.due > now()) AS scheduled
+        FROM (SELECT o.topic, greatest(o.created_at, o.not_before) AS due FROM {{table}} o
               WHERE o.state IN ('pending', 'claimed') AND o.topic >= b.topic
-              ORDER BY o.topic, o.created_at LIMIT $1) w) x
+              ORDER BY o.topic, greatest(o.created_at, o.not_before) LIMIT $1) w) x
     WHERE b.topic IS NOT NULL
     UNION ALL
-    SELECT d.topic, 0, NULL, x.dead
+    SELECT d.topic, 0, NULL, x.dead, 0
     FROM d, LATERAL (
         SELECT count(*) FILTER (WHERE w.topic = d.topic) AS dead
         FROM (SELECT o.topic FROM {{table}} o

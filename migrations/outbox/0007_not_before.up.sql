@@ -21,6 +21,14 @@ ALTER TABLE outbox ADD COLUMN IF NOT EXISTS not_before timestamptz;
 CREATE INDEX IF NOT EXISTS outbox_due_idx ON outbox ((greatest(created_at, not_before))) WHERE state IN ('pending', 'claimed');
 DROP INDEX IF EXISTS outbox_lag_idx;
 
+-- The unpublished rows per topic by the time they are due (version 6's
+-- topic index, on created_at, replaced): per-topic backlog, lag and
+-- scheduled counts (outbox status, the console) read each topic's first
+-- entries, the due rows ahead of the scheduled ones, so neither hides the
+-- other behind a capped count.
+CREATE INDEX IF NOT EXISTS outbox_topic_due_idx ON outbox (topic, (greatest(created_at, not_before))) WHERE state IN ('pending', 'claimed');
+DROP INDEX IF EXISTS outbox_topic_idx;
+
 -- The scheduled rows, by their time, for the scheduled count: it reads
 -- the rows still to come and nothing of the backlog. Only rows written
 -- with a not_before have an entry.

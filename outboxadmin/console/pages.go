@@ -19,22 +19,22 @@ type overviewData struct {
 	Backlog int64 `json:"backlog"`
 	// BacklogEstimated and DeadEstimated: the count is an estimate
 	// (txoutbox.Stats), shown as ~N.
-	BacklogEstimated bool                  `json:"backlog_estimated"`
-	LagSeconds       float64               `json:"lag_seconds"`
-	Lag              time.Duration         `json:"-"`
-	Dead             int64                 `json:"dead"`
-	DeadEstimated    bool                  `json:"dead_estimated"`
-	Scheduled        int64                 `json:"scheduled"`
-	ScheduledAtLeast bool                  `json:"scheduled_at_least"` // shown as ≥N
-	NextSched        time.Time             `json:"next_scheduled,omitzero"`
-	PublishRate      *float64              `json:"publish_rate"`
-	Topics           []txoutbox.TopicStats `json:"-"`
-	TopicsJSON       []topicJSON           `json:"topics"`
-	Relays           int                   `json:"relays_alive"`
-	Unowned          int                   `json:"unowned_shards"`
-	Handovers        int                   `json:"handover_shards"`
-	Slot             *slotJSON             `json:"wal_slot,omitempty"`
-	History          []point               `json:"history"`
+	BacklogEstimated   bool                  `json:"backlog_estimated"`
+	LagSeconds         float64               `json:"lag_seconds"`
+	Lag                time.Duration         `json:"-"`
+	Dead               int64                 `json:"dead"`
+	DeadEstimated      bool                  `json:"dead_estimated"`
+	Scheduled          int64                 `json:"scheduled"`
+	ScheduledEstimated bool                  `json:"scheduled_estimated"` // shown as ~N
+	NextSched          time.Time             `json:"next_scheduled,omitzero"`
+	PublishRate        *float64              `json:"publish_rate"`
+	Topics             []txoutbox.TopicStats `json:"-"`
+	TopicsJSON         []topicJSON           `json:"topics"`
+	Relays             int                   `json:"relays_alive"`
+	Unowned            int                   `json:"unowned_shards"`
+	Handovers          int                   `json:"handover_shards"`
+	Slot               *slotJSON             `json:"wal_slot,omitempty"`
+	History            []point               `json:"history"`
 	// At is the database clock of the last count (backlog, dead, topics),
 	// which is paced while counting is slow.
 	At         time.Time          `json:"at"`
@@ -68,7 +68,7 @@ func (c *Console) readOverview(r *http.Request) (overviewData, error) {
 	d := overviewData{
 		Backlog: st.Backlog, BacklogEstimated: st.BacklogEstimated, Lag: st.Lag, LagSeconds: st.Lag.Seconds(),
 		Dead: st.Dead, DeadEstimated: st.DeadEstimated,
-		Scheduled: st.Scheduled, ScheduledAtLeast: st.ScheduledAtLeast, NextSched: st.NextScheduled,
+		Scheduled: st.Scheduled, ScheduledEstimated: st.ScheduledEstimated, NextSched: st.NextScheduled,
 		Topics: st.Topics, TopicsJSON: []topicJSON{}, Unowned: len(st.Unowned), Handovers: len(st.Handovers),
 		History: c.hist.points(), At: st.Counted, Status: st.Status,
 		PollMillis: c.opts.SampleEvery.Milliseconds(),

@@ -103,7 +103,7 @@
         text("backlog", (d.backlog_estimated ? "~" : "") + d.backlog);
         text("lag", fmtDur(d.lag_seconds));
         text("dead", (d.dead_estimated ? "~" : "") + d.dead);
-        text("scheduled", (d.scheduled_at_least ? "≥" : "") + d.scheduled);
+        text("scheduled", (d.scheduled_estimated ? "~" : "") + d.scheduled);
         text("next-scheduled", d.next_scheduled ? "next due " + utc(d.next_scheduled) : "events with a later NotBefore");
         text("rate", d.publish_rate == null ? "–" : d.publish_rate.toFixed(1) + "/s");
         text("relays", d.relays_alive);
