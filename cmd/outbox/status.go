@@ -163,20 +163,20 @@ type statusOutput struct {
 	Backlog int64 `json:"backlog"`
 	// BacklogEstimated and DeadEstimated: beyond txoutbox.StatsExactMax
 	// the counts are estimates (see txoutbox.Stats).
-	BacklogEstimated bool        `json:"backlog_estimated"`
-	LagSeconds       float64     `json:"lag_seconds"`
-	Dead             int64       `json:"dead"`
-	DeadEstimated    bool        `json:"dead_estimated"`
-	Scheduled        int64       `json:"scheduled"`
+	BacklogEstimated   bool        `json:"backlog_estimated"`
+	LagSeconds         float64     `json:"lag_seconds"`
+	Dead               int64       `json:"dead"`
+	DeadEstimated      bool        `json:"dead_estimated"`
+	Scheduled          int64       `json:"scheduled"`
 	ScheduledEstimated bool        `json:"scheduled_estimated"`
-	NextScheduled    *time.Time  `json:"next_scheduled"` // null when nothing is scheduled
-	Topics           []topicJSON `json:"topics"`
-	Relays           []relayJSON `json:"relays"`
-	UnownedShards    []int       `json:"unowned_shards"`
-	HandoverShards   []int       `json:"handover_shards"`
-	MaxLagSeconds    float64     `json:"max_lag_seconds,omitempty"`
-	MaxLagExceeded   bool        `json:"max_lag_exceeded"`
-	WALSlot          *walSlot    `json:"wal_slot"` // null without a WAL relay's slot
+	NextScheduled      *time.Time  `json:"next_scheduled"` // null when nothing is scheduled
+	Topics             []topicJSON `json:"topics"`
+	Relays             []relayJSON `json:"relays"`
+	UnownedShards      []int       `json:"unowned_shards"`
+	HandoverShards     []int       `json:"handover_shards"`
+	MaxLagSeconds      float64     `json:"max_lag_seconds,omitempty"`
+	MaxLagExceeded     bool        `json:"max_lag_exceeded"`
+	WALSlot            *walSlot    `json:"wal_slot"` // null without a WAL relay's slot
 }
 
 func statusJSON(st outboxadmin.Status, maxLag time.Duration, exceeded bool) statusOutput {
