@@ -107,11 +107,7 @@ func readStats(ctx context.Context, db *sql.DB, names outboxsql.Names) (Stats, e
 	if err := db.QueryRowContext(ctx, names.Render(statsQuery), args...).Scan(&s.Backlog, &oldest, &s.Dead, &now, &s.Scheduled, &next); err != nil {
 		return Stats{}, fmt.Errorf("read outbox stats: %w", err)
 	}
-	s.BacklogEstimated, s.DeadEstimated = s.Backlog >= StatsExactMax, s.Dead >= StatsExactMax
-	s.ScheduledEstimated = s.Scheduled >= StatsExactMax
-	s.Backlog = max(s.Backlog-s.Scheduled, 0)
-	// Beyond the scheduled count's cap the difference is an estimate too.
-	s.BacklogEstimated = s.BacklogEstimated || s.ScheduledEstimated
+	s.setCounts(outboxsql.CountsOf(s.Backlog, s.Dead, s.Scheduled))
 	if oldest.Valid {
 		s.Lag = max(now.Sub(oldest.Time), 0)
 	}
@@ -158,4 +154,10 @@ func ReadTopicStats(ctx context.Context, db *sql.DB, table Table) (Stats, error)
 		return Stats{}, fmt.Errorf("read topic stats: %w", err)
 	}
 	return s, nil
+}
+
+// setCounts sets the totals from c (see outboxsql.CountsOf).
+func (s *Stats) setCounts(c outboxsql.Counts) {
+	s.Backlog, s.Dead, s.Scheduled = c.Backlog, c.Dead, c.Scheduled
+	s.BacklogEstimated, s.DeadEstimated, s.ScheduledEstimated = c.BacklogEstimated, c.DeadEstimated, c.ScheduledEstimated
 }

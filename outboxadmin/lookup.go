@@ -98,10 +98,9 @@ func (a *Admin) Snapshot(ctx context.Context) (Snapshot, error) {
 	if err := a.db.QueryRowContext(ctx, a.sql.snapshot, args...).Scan(&s.Backlog, &oldest, &s.Dead, &s.LastID, &s.At, &s.Scheduled, &next); err != nil {
 		return Snapshot{}, fmt.Errorf("outboxadmin: snapshot: %w", err)
 	}
-	s.BacklogEstimated, s.DeadEstimated = s.Backlog >= txoutbox.StatsExactMax, s.Dead >= txoutbox.StatsExactMax
-	s.ScheduledEstimated = s.Scheduled >= txoutbox.StatsExactMax
-	s.Backlog = max(s.Backlog-s.Scheduled, 0)
-	s.BacklogEstimated = s.BacklogEstimated || s.ScheduledEstimated // see txoutbox.ReadStats
+	c := outboxsql.CountsOf(s.Backlog, s.Dead, s.Scheduled)
+	s.Backlog, s.Dead, s.Scheduled = c.Backlog, c.Dead, c.Scheduled
+	s.BacklogEstimated, s.DeadEstimated, s.ScheduledEstimated = c.BacklogEstimated, c.DeadEstimated, c.ScheduledEstimated
 	if oldest.Valid {
 		s.Lag = max(s.At.Sub(oldest.Time), 0)
 	}

@@ -138,8 +138,9 @@ func (r *Relay) readBacklog(ctx context.Context, conn *sql.Conn) error {
 	if err := conn.QueryRowContext(ctx, r.sql.statsBacklog, args...).Scan(&unpublished, &scheduled); err != nil {
 		return fmt.Errorf("count the backlog: %w", err)
 	}
-	r.met.setBacklog(max(unpublished-scheduled, 0))
-	r.met.setScheduled(scheduled)
+	c := outboxsql.CountsOf(unpublished, 0, scheduled)
+	r.met.setBacklog(c.Backlog)
+	r.met.setScheduled(c.Scheduled)
 	return nil
 }
 

@@ -652,6 +652,25 @@ SELECT
 // index entries however large the backlog or the dead letters grow.
 const CountCap = 100_000
 
+// Counts are the totals shown, derived from the readings of BacklogCount,
+// DeadCount and ScheduledCount at CountCap, in one place for every
+// reader (txoutbox.ReadStats, outboxadmin's snapshot, the relay's
+// gauges): the backlog shown leaves the scheduled rows out, and is an
+// estimate when either of its terms is.
+type Counts struct {
+	Backlog, Dead, Scheduled                            int64
+	BacklogEstimated, DeadEstimated, ScheduledEstimated bool
+}
+
+// CountsOf derives Counts from the unpublished, dead and scheduled rows
+// read.
+func CountsOf(unpublished, dead, scheduled int64) Counts {
+	c := Counts{Backlog: max(unpublished-scheduled, 0), Dead: dead, Scheduled: scheduled,
+		DeadEstimated: dead >= CountCap, ScheduledEstimated: scheduled >= CountCap}
+	c.BacklogEstimated = unpublished >= CountCap || c.ScheduledEstimated
+	return c
+}
+
 // TopicCountCap is how many rows of each topic the per-topic stats count
 // (TopicStats): beyond it a topic's figure is a lower bound.
 const TopicCountCap = 10_000
