@@ -491,8 +491,18 @@ func WALDBA() Scale {
 		// The slot made again by hand: stop the relay, drop the slot,
 		// write events, make the slot, start the relay.
 		f.KillAll()
-		if err := exec("SELECT pg_drop_replication_slot('" + slot + "')"); err != nil {
-			return "", err
+		// A killed relay's walsender can hold the slot a moment longer.
+		for tries := 0; ; tries++ {
+			err := exec("SELECT pg_drop_replication_slot('" + slot + "')")
+			if err == nil {
+				break
+			}
+			if tries == 50 || !strings.Contains(err.Error(), "is active") {
+				return "", err
+			}
+			if !sleep(ctx, 200*time.Millisecond) {
+				return "", ctx.Err()
+			}
 		}
 		if err := write(3); err != nil {
 			return "", err
