@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261201204400-8adc8f868803
+	github.com/txoutbox/txoutbox v0.0.0-20261201212930-386b3ac0973a
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
