@@ -16,10 +16,9 @@ import (
 )
 
 // In a service's own test: package outboxtest asserts what a mutation
-// recorded, through the *sql.DB the ent client was opened on, once the
-// transaction committed, and decodes the change event's payload. It
-// imports no ent. (An *ent.Tx generated with ent's sql/execquery feature
-// has QueryContext, and can be passed itself to read before the commit.)
+// recorded, inside the transaction through the *ent.Tx and after the
+// commit through the client, and decodes the change event's payload. It
+// imports no ent: it reads through a method entoutboxext generates.
 // t is the test's *testing.T; here a stand-in that prints failures.
 func Example_outboxtest() {
 	ctx := context.Background()
@@ -30,16 +29,19 @@ func Example_outboxtest() {
 	var id int
 	err := entoutbox.WithTx(ctx, client, func(tx *entest.Tx) error {
 		o, err := tx.Order.Create().SetTotal(1250).Save(ctx)
-		if err == nil {
-			id = o.ID
+		if err != nil {
+			return err
 		}
-		return err
+		id = o.ID
+		// Before the commit: the transaction's own view.
+		outboxtest.RequireEvent(ctx, t, tx, outboxtest.Want{Type: "order.created", AggregateID: fmt.Sprint(id)})
+		return nil
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
 
-	e := outboxtest.RequireEvent(ctx, t, db, outboxtest.Want{Topic: "orders", Type: "order.created", AggregateID: fmt.Sprint(id)})
+	e := outboxtest.RequireEvent(ctx, t, client, outboxtest.Want{Topic: "orders", Type: "order.created", AggregateID: fmt.Sprint(id)})
 	change := outboxtest.Payload[entoutbox.ChangePayload](t, e)
 	fmt.Println(e.Type, e.AggregateType, change.Fields["total"], change.Fields["status"])
 	outboxtest.RequireNoEvent(ctx, t, db, outboxtest.Want{Type: "order.updated"})

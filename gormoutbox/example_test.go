@@ -80,8 +80,8 @@ func ExampleEmit() {
 }
 
 // In a service's own test: package outboxtest asserts what a save
-// recorded, inside the transaction through tx.Statement.ConnPool (the
-// *sql.Tx), and after the commit through db.DB(). It imports no GORM.
+// recorded, inside the transaction through tx and after the commit through
+// db. It imports no GORM.
 // t is the test's *testing.T; here a stand-in that prints failures.
 func Example_outboxtest() {
 	ctx := context.Background()
@@ -99,18 +99,14 @@ func Example_outboxtest() {
 			return err
 		}
 		// Before the commit: the transaction's own view.
-		outboxtest.RequireEvent(ctx, t, tx.Statement.ConnPool, outboxtest.Want{Type: "order.placed", AggregateID: fmt.Sprint(order.ID)})
+		outboxtest.RequireEvent(ctx, t, tx, outboxtest.Want{Type: "order.placed", AggregateID: fmt.Sprint(order.ID)})
 		return nil
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
 
-	sqlDB, err := db.DB()
-	if err != nil {
-		log.Fatal(err)
-	}
-	e := outboxtest.RequireEvent(ctx, t, sqlDB, outboxtest.Want{
+	e := outboxtest.RequireEvent(ctx, t, db, outboxtest.Want{
 		Topic: "orders", AggregateType: "shop_order", Type: "order.placed",
 		AggregateID: fmt.Sprint(order.ID), Payload: outboxtest.JSON(`{"total": 1250}`),
 	})

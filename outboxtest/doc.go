@@ -9,11 +9,11 @@
 //
 // The assertions read the outbox through what the test holds (see
 // Querier): a *sql.Tx or a pgx.Tx sees the events the transaction wrote
-// before it commits, a *sql.DB or a *pgxpool.Pool what committed. GORM and
-// ent need no adapter and this package imports neither: with GORM pass
-// tx.Statement.ConnPool inside db.Transaction, or db.DB()'s *sql.DB; with
-// ent the *sql.DB the client was opened on (entsql.OpenDB). See the
-// Examples of gormoutbox and entoutbox.
+// before it commits, a *sql.DB or a *pgxpool.Pool what committed. GORM's
+// *gorm.DB and ent's generated *Tx and *Client are taken as they are, and
+// this package imports neither: the tx of db.Transaction, or an ent *Tx,
+// sees the transaction's events; the db or the client what committed. See
+// the Examples of gormoutbox and entoutbox.
 //
 // To check what the relay would publish, and that the application's
 // consumers handle it, package relay/relaytest runs the relay until the

@@ -10,6 +10,8 @@
 //
 //   - EntoutboxDriver on the generated config, so on the client, *ent.Tx
 //     and every mutation: the driver, and whether it is a transaction;
+//   - EntoutboxQueryContext on the same: a query on the client's or the
+//     transaction's connection, which package outboxtest reads through;
 //   - EntoutboxID, EntoutboxIDs and EntoutboxSensitive on every mutation of
 //     an entity with a single-field ID.
 //

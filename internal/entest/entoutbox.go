@@ -4,8 +4,13 @@ package entest
 
 import (
 	"context"
+	"fmt"
 
 	"entgo.io/ent/dialect"
+
+	// A name of its own, so it meets no alias a feature of ent imports.
+	entoutboxsql "database/sql"
+
 	"github.com/txoutbox/txoutbox/internal/entest/order"
 	"github.com/txoutbox/txoutbox/internal/entest/payment"
 	"github.com/txoutbox/txoutbox/internal/entest/plain"
@@ -20,6 +25,23 @@ import (
 func (c config) EntoutboxDriver() (dialect.Driver, bool) {
 	_, ok := c.driver.(*txDriver)
 	return c.driver, ok
+}
+
+// EntoutboxQueryContext runs a query on the connection of this client, or
+// of this transaction when it is one, so it sees the transaction's own
+// rows: what outboxtest reads the outbox through, with no import of ent.
+func (c config) EntoutboxQueryContext(ctx context.Context, query string, args ...any) (*entoutboxsql.Rows, error) {
+	var on any = c.driver
+	if tx, ok := c.driver.(*txDriver); ok {
+		on = tx.tx
+	}
+	q, ok := on.(interface {
+		QueryContext(context.Context, string, ...any) (*entoutboxsql.Rows, error)
+	})
+	if !ok {
+		return nil, fmt.Errorf("entoutbox: the driver %T has no QueryContext (a debug driver?)", on)
+	}
+	return q.QueryContext(ctx, query, args...)
 }
 
 // EntoutboxID returns the ID of the Order the mutation is about, once it is known.
