@@ -205,6 +205,16 @@ func TestCommitOrderGap(t *testing.T) {
 	}
 }
 
+// TestDelayedUnderKills: events delivered not before a time hold their
+// aggregates' later events back while relays are killed; none is early,
+// lost or out of order (the scenario's own check: some were held).
+func TestDelayedUnderKills(t *testing.T) {
+	res := run(t, harness.Delayed(harness.Size{Events: 3000, Over: 12 * time.Second}, 4, 3*time.Second))
+	if res.Crashes < 4 {
+		t.Fatalf("only %d crashes, want at least 4", res.Crashes)
+	}
+}
+
 func TestBrokerOutage(t *testing.T) {
 	res := run(t, onCluster(harness.BrokerOutage(harness.Size{Events: 4000, Over: 24 * time.Second}, 10*time.Second)))
 	if res.Dead != 0 {

@@ -104,6 +104,7 @@ func plans(soak bool, mode string) []harness.Plan {
 	return []harness.Plan{
 		harness.Crash(harness.Size{Events: 8000, Over: 25 * time.Second}, 10),
 		harness.CommitGap(harness.Size{Events: 2500, Over: 12 * time.Second}),
+		harness.Delayed(harness.Size{Events: 3000, Over: 12 * time.Second}, 4, 3*time.Second),
 		harness.BrokerOutage(harness.Size{Events: 4000, Over: 24 * time.Second}, 10*time.Second),
 		harness.DBConnLoss(harness.Size{Events: 3000, Over: 12 * time.Second}, 5),
 		harness.Poison(harness.Size{Events: 2000, Over: 10 * time.Second}, 3),

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -16,7 +17,8 @@ type Delivery struct {
 	Partition int32
 	Offset    int64
 	Key       string
-	EventID   string // the event_id header; "" if missing
+	EventID   string    // the event_id header; "" if missing
+	Timestamp time.Time // the record's timestamp: when the producer sent it
 }
 
 // ReadAll reads every record of topics from the broker (an address, or a
@@ -27,6 +29,6 @@ type Delivery struct {
 func ReadAll(ctx context.Context, broker string, topics []string, fn func(Delivery) error) error {
 	return kafkatest.ReadAll(ctx, strings.Split(broker, ","), topics, func(r *kgo.Record) error {
 		return fn(Delivery{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: string(r.Key),
-			EventID: kafkatest.Header(r, txoutbox.HeaderEventID)})
+			EventID: kafkatest.Header(r, txoutbox.HeaderEventID), Timestamp: r.Timestamp})
 	})
 }

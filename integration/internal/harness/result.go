@@ -34,6 +34,10 @@ type Result struct {
 	Misrouted int // records whose topic or key differ from their outbox row
 	Unsettled int // rows neither published nor dead at the end
 
+	Early           int // first deliveries sent before their row's not_before
+	Delayed         int // committed rows with a not_before
+	HeldBehindDelay int // delivered rows written while an earlier row of their aggregate was not yet due
+
 	// DupBound is the most duplicates the scenario's faults may cause:
 	// one in-flight window (MaxInFlight) per fault that can interrupt a
 	// relay between the broker's ack and the mark.
@@ -106,19 +110,22 @@ func (r Result) Add(o Result) Result {
 	r.Records += o.Records
 	r.Misrouted += o.Misrouted
 	r.Unsettled += o.Unsettled
+	r.Early += o.Early
+	r.Delayed += o.Delayed
+	r.HeldBehindDelay += o.HeldBehindDelay
 	r.DupBound += o.DupBound
 	return r
 }
 
 // Check returns an error for every broken promise: a lost, phantom,
-// misrouted or out-of-order event, an unsettled row, or more duplicates
+// misrouted, out-of-order or early event, an unsettled row, or more duplicates
 // than the faults allow. Dead events are the scenario's to judge.
 func (r Result) Check() error {
 	var errs []error
 	for _, c := range []struct {
 		name string
 		n    int
-	}{{"lost", r.Lost}, {"phantom", r.Phantom}, {"order_violations", r.OrderViolations}, {"misrouted", r.Misrouted}, {"unsettled", r.Unsettled}} {
+	}{{"lost", r.Lost}, {"phantom", r.Phantom}, {"order_violations", r.OrderViolations}, {"misrouted", r.Misrouted}, {"unsettled", r.Unsettled}, {"early", r.Early}} {
 		if c.n != 0 {
 			errs = append(errs, fmt.Errorf("%s=%d", c.name, c.n))
 		}

@@ -33,6 +33,34 @@ func Crash(s Size, kills int) Plan {
 	}
 }
 
+// Delayed: the crash scenario with 5% of the GORM writers' events
+// delivered not before a time up to delayMax ahead. Each delayed event holds
+// its aggregate's later events back, so the kills land while claims pass
+// over held aggregates and scheduled rows fall due. No event may reach the
+// broker before its time (Result.Early), order holds by id, and some events
+// must have been held (else the scenario proved nothing).
+func Delayed(s Size, kills int, delayMax time.Duration) Plan {
+	load := writeLoad(s)
+	load.DelayPercent, load.DelayMax = 5, delayMax
+	return Plan{
+		Name:   "delayed",
+		Relays: 3,
+		Flags:  DefaultRelayFlags(),
+		Write:  load,
+		Fault:  Kills(kills),
+		Check: func(_ context.Context, w *World, res *Result) error {
+			w.Env.Logf("delayed: %d delayed events, %d events held behind one", res.Delayed, res.HeldBehindDelay)
+			if res.Delayed < s.Events/100 || res.HeldBehindDelay == 0 {
+				return fmt.Errorf("delayed: %d delayed events and %d held behind one: the scenario did not delay enough", res.Delayed, res.HeldBehindDelay)
+			}
+			if res.Dead != 0 {
+				return fmt.Errorf("delayed: dead=%d, want 0", res.Dead)
+			}
+			return nil
+		},
+	}
+}
+
 // CommitGap: writers hold their transactions open for random delays, and
 // writer 0 for seconds, so higher outbox ids commit and get published long
 // before lower ones commit. No fault: a relay that tracked a high-water mark

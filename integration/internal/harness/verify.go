@@ -2,9 +2,12 @@ package harness
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"sort"
+	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // dbRow is what the verifier needs of an outbox row.
@@ -14,6 +17,8 @@ type dbRow struct {
 	aggregateID string
 	state       string
 	lastError   string
+	createdAt   time.Time
+	notBefore   sql.NullTime
 }
 
 // readOutbox returns the outbox rows by event id.
@@ -22,7 +27,7 @@ func readOutbox(ctx context.Context, env *Env) (map[string]dbRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := env.DB.SQL.QueryContext(ctx, `SELECT id, event_id::text, topic, aggregate_id, state, coalesce(last_error, '') FROM `+names.Table)
+	rows, err := env.DB.SQL.QueryContext(ctx, `SELECT id, event_id::text, topic, aggregate_id, state, coalesce(last_error, ''), created_at, not_before FROM `+names.Table)
 	if err != nil {
 		return nil, fmt.Errorf("read outbox: %w", err)
 	}
@@ -33,7 +38,7 @@ func readOutbox(ctx context.Context, env *Env) (map[string]dbRow, error) {
 			r  dbRow
 			id string
 		)
-		if err := rows.Scan(&r.id, &id, &r.topic, &r.aggregateID, &r.state, &r.lastError); err != nil {
+		if err := rows.Scan(&r.id, &id, &r.topic, &r.aggregateID, &r.state, &r.lastError, &r.createdAt, &r.notBefore); err != nil {
 			return nil, fmt.Errorf("read outbox: %w", err)
 		}
 		out[id] = r
@@ -83,6 +88,13 @@ func Verify(ctx context.Context, env *Env, broker string, topics []string, unord
 			return nil
 		}
 		delivered[d.EventID] = true
+		// The producer stamps the record when it sends it (Sarama, to the
+		// millisecond, truncated); the claim took the row no earlier than
+		// its not_before by the database's clock, the same machine's.
+		if row.notBefore.Valid && d.Timestamp.Before(row.notBefore.Time.Add(-time.Millisecond)) {
+			res.Early++
+			res.note("early: row %d (event %s) published at %s, not before %s", row.id, d.EventID, d.Timestamp.Format(time.RFC3339Nano), row.notBefore.Time.Format(time.RFC3339Nano))
+		}
 		if unordered[d.EventID] {
 			res.Unordered++
 			return nil
@@ -113,8 +125,19 @@ func Verify(ctx context.Context, env *Env, broker string, topics []string, unord
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return byID[ids[i]].id < byID[ids[j]].id })
+	holdsUntil := map[string]time.Time{} // topic/key -> latest not_before of its rows so far
 	for _, id := range ids {
 		r := byID[id]
+		k := r.topic + "\x00" + r.aggregateID
+		if r.notBefore.Valid {
+			res.Delayed++
+		}
+		if until, ok := holdsUntil[k]; ok && until.After(r.createdAt) && delivered[id] {
+			res.HeldBehindDelay++
+		}
+		if r.notBefore.Valid && r.notBefore.Time.After(holdsUntil[k]) {
+			holdsUntil[k] = r.notBefore.Time
+		}
 		switch {
 		case r.state == "dead":
 			res.Dead++

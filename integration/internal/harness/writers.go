@@ -85,6 +85,11 @@ type WriteConfig struct {
 	// must hold is that none the database lost reached the broker
 	// (phantom=0). It needs UnknownOutcomes.
 	AsyncCommit bool
+	// DelayPercent of the GORM writers' events get a NotBefore between
+	// DelayMax/4 and DelayMax ahead: each holds its aggregate's later
+	// events back until it is published (the relay's order rule).
+	DelayPercent int
+	DelayMax     time.Duration
 }
 
 // Writers runs the write load and counts what committed and rolled back.
@@ -316,7 +321,11 @@ func (w *Writers) gormTx(ctx context.Context, open []*gormOrder, hold time.Durat
 	record := func(typ string, payload any) {
 		b, _ := json.Marshal(payload)
 		id, _ := uuid.NewV7()
-		o.RecordEvent(txoutbox.Event{ID: id, Type: typ, Payload: b})
+		e := txoutbox.Event{ID: id, Type: typ, Payload: b}
+		if w.cfg.DelayPercent > 0 && w.env.Intn(100) < w.cfg.DelayPercent {
+			e.NotBefore = time.Now().Add(w.env.Duration(w.cfg.DelayMax/4, w.cfg.DelayMax))
+		}
+		o.RecordEvent(e)
 		ids = append(ids, id)
 	}
 	idx := 0
