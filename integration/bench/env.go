@@ -42,6 +42,9 @@ type schemaDB struct {
 	Table  txoutbox.Table
 	Names  outboxsql.Names
 	ts     *testkit.Schema
+	// scheduled counts the rows insertScheduled wrote, which no drain
+	// waits for.
+	scheduled int
 }
 
 // newSchema creates a fresh schema named after the scenario and migrates

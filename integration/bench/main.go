@@ -60,6 +60,10 @@
 //   - claim: the relay's claim statement with a million published rows
 //     retained (-claim-rows), and -claim-backoff rows in retry backoff,
 //     against an empty table.
+//   - -scheduled N: each relay round drains the backlog a second time
+//     beside N rows scheduled a week ahead (Event.NotBefore), and claim
+//     keeps them beside its retained rows (summary: scheduled_vs_relay,
+//     scheduled_pg_vs_relay, claim_flatness).
 //   - memory: peak RSS of an `outbox relay` process draining a million
 //     events.
 //   - wal: the WAL relay (relay/walrelay) beside the polling relay on the
@@ -166,6 +170,7 @@ type options struct {
 	broker          string
 	river1Events    int
 	claimBackoff    int
+	scheduled       int
 }
 
 var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal", "debezium", "river"}
@@ -184,6 +189,7 @@ func main() {
 	flag.IntVar(&o.memoryEvents, "memory-events", 1_000_000, "backlog the relay process drains in the memory scenario")
 	flag.IntVar(&o.claimRows, "claim-rows", 1_000_000, "published rows retained in the claim scenario")
 	flag.IntVar(&o.claimRounds, "claim-rounds", 30, "timed claims per table in the claim scenario")
+	flag.IntVar(&o.scheduled, "scheduled", 0, "rows scheduled a week ahead (Event.NotBefore, each of an aggregate of its own): each relay round drains the backlog again beside them, and the claim scenario keeps them beside its retained rows; they must cost neither")
 	flag.IntVar(&o.claimBackoff, "claim-backoff", 0, "rows in retry backoff (each of an aggregate of its own) beside the retained rows in the claim scenario")
 	flag.IntVar(&o.latencyRate, "latency-rate", 1000, "events committed per second in the latency scenario")
 	flag.DurationVar(&o.latencyDuration, "latency-duration", 10*time.Second, "how long each latency run writes")
@@ -386,11 +392,16 @@ func run(ctx context.Context, o options) error {
 		fn   func() error
 	}{
 		{"relay", func() error {
-			relays, plains, err := runRelayRounds(ctx, e, profile, !o.skipped("plain"), emit)
+			relays, plains, scheds, err := runRelayRounds(ctx, e, profile, !o.skipped("plain"), emit)
 			if err != nil {
 				return err
 			}
 			sum.RelayEPS, sum.Relay = medianDrain(relays)
+			if len(scheds) > 0 {
+				eps, _ := medianDrain(scheds)
+				sum.ScheduledVsRelay = eps / sum.RelayEPS
+				sum.ScheduledPGVsRelay = pairedRatio(scheds, relays, pgUS)
+			}
 			if len(plains) > 0 {
 				sum.PlainEPS, sum.Plain = medianDrain(plains)
 				sum.PGVsPlain = pairedRatio(relays, plains, pgUS)
@@ -402,7 +413,7 @@ func run(ctx context.Context, o options) error {
 			return nil
 		}},
 		{"relay3", func() error {
-			r, err := runRelayScenario(ctx, e, 3, 0, "")
+			r, err := runRelayScenario(ctx, e, 3, 0, "", 0)
 			if err != nil {
 				return err
 			}

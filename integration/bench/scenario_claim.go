@@ -20,6 +20,7 @@ type claimFlatness struct {
 	Scenario   string  `json:"scenario"`
 	Retained   int     `json:"published_rows_retained"`
 	Backoff    int     `json:"rows_in_backoff"`
+	Scheduled  int     `json:"rows_scheduled"`
 	Batch      int     `json:"batch"`
 	Rounds     int     `json:"rounds"`
 	EmptyMS    float64 `json:"empty_p50_ms"`
@@ -71,6 +72,9 @@ func runClaim(ctx context.Context, e *env) (claimFlatness, error) {
 			if err := insertBackoff(ctx, s, e.opts.claimBackoff); err != nil {
 				return claimFlatness{}, err
 			}
+			if err := insertScheduled(ctx, s, "bench.claim", e.opts.scheduled); err != nil {
+				return claimFlatness{}, err
+			}
 		}
 		timed, err := timingDB(s.URL, s.Names.Render(outboxsql.Claim), a.times)
 		if err != nil {
@@ -107,7 +111,7 @@ func runClaim(ctx context.Context, e *env) (claimFlatness, error) {
 		}
 		med[i] = quantile(ms, 0.5)
 	}
-	return claimFlatness{Scenario: "claim", Retained: e.opts.claimRows, Backoff: e.opts.claimBackoff, Batch: batch, Rounds: e.opts.claimRounds,
+	return claimFlatness{Scenario: "claim", Retained: e.opts.claimRows, Backoff: e.opts.claimBackoff, Scheduled: e.opts.scheduled, Batch: batch, Rounds: e.opts.claimRounds,
 		EmptyMS: med[0], RetainedMS: med[1], Flatness: med[1] / med[0]}, nil
 }
 

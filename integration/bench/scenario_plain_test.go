@@ -81,12 +81,37 @@ func TestRelayRoundsInterleave(t *testing.T) {
 		}
 		return nil
 	}
-	relays, plains, err := runRelayRounds(ctx, e, "", true, emit)
+	relays, plains, scheds, err := runRelayRounds(ctx, e, "", true, emit)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(order, " "); got != "relay0 plain0 plain1 relay1" || len(relays) != 2 || len(plains) != 2 {
-		t.Fatalf("drains %q (%d relay, %d plain), want relay0 plain0 plain1 relay1", got, len(relays), len(plains))
+	if got := strings.Join(order, " "); got != "relay0 plain0 plain1 relay1" || len(relays) != 2 || len(plains) != 2 || len(scheds) != 0 {
+		t.Fatalf("drains %q (%d relay, %d plain, %d scheduled), want relay0 plain0 plain1 relay1", got, len(relays), len(plains), len(scheds))
+	}
+}
+
+// With -scheduled, each relay drain is followed by one beside the
+// scheduled rows, which must not be waited for, published or counted.
+func TestRelayRoundsBesideScheduledRows(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	e := testEnv(ctx, t, options{events: 1500, aggregates: 30, rounds: 1, scheduled: 5000})
+	var order []string
+	emit := func(v any) error {
+		r := v.(throughput)
+		order = append(order, fmt.Sprintf("%s%d", r.Scenario, r.Round))
+		if r.delivery == nil || r.Records != 1500 || r.Missing != 0 || r.Duplicates != 0 || r.OrderViolations != 0 {
+			t.Errorf("%s round %d: delivery %+v, want 1500 records, none missing, duplicated or out of order", r.Scenario, r.Round, r.delivery)
+		}
+		return nil
+	}
+	_, _, scheds, err := runRelayRounds(ctx, e, "", false, emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(order, " "); got != "relay0 relay_scheduled0" || len(scheds) != 1 || scheds[0].Settings["scheduled"] != 5000 {
+		t.Fatalf("drains %q (%d scheduled), want relay0 relay_scheduled0 with 5000 scheduled rows", got, len(scheds))
 	}
 }
 

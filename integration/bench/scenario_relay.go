@@ -62,15 +62,30 @@ func relaySettings(cfg relay.Config, replicas int) map[string]any {
 // drifts during the run (this 2-core one moves by a fifth between
 // minutes) weighs on both alike. It emits each drain's result. The CPU
 // profile, if asked for, is of the first relay drain.
-func runRelayRounds(ctx context.Context, e *env, cpuprofile string, plain bool, emit func(any) error) (relays, plains []throughput, err error) {
+//
+// With -scheduled, each round also drains the same backlog beside that many
+// rows scheduled a week ahead, right after the relay's own drain: the pair
+// shows what the scheduled rows cost the relay (scheds).
+func runRelayRounds(ctx context.Context, e *env, cpuprofile string, plain bool, emit func(any) error) (relays, plains, scheds []throughput, err error) {
 	for round := range e.opts.rounds {
 		drainRelay := func() error {
-			r, err := runRelayScenario(ctx, e, 1, round, cpuprofile)
+			r, err := runRelayScenario(ctx, e, 1, round, cpuprofile, 0)
 			cpuprofile = ""
 			if err != nil {
 				return err
 			}
 			relays = append(relays, r)
+			if err := emit(r); err != nil {
+				return err
+			}
+			if e.opts.scheduled == 0 {
+				return nil
+			}
+			r, err = runRelayScenario(ctx, e, 1, round, "", e.opts.scheduled)
+			if err != nil {
+				return err
+			}
+			scheds = append(scheds, r)
 			return emit(r)
 		}
 		drainPlain := func() error {
@@ -90,13 +105,13 @@ func runRelayRounds(ctx context.Context, e *env, cpuprofile string, plain bool, 
 			first, second = second, first
 		}
 		if err := first(); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if err := second(); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
-	return relays, plains, nil
+	return relays, plains, scheds, nil
 }
 
 // medianDrain returns the median events/s and cost of drains (see
@@ -138,9 +153,14 @@ func medianCost(costs []*cost) *cost {
 
 // runRelayScenario drains the backlog with replicas in-process relays
 // publishing to the broker, and reads the topic back. round numbers the
-// drain among several of the same scenario.
-func runRelayScenario(ctx context.Context, e *env, replicas, round int, cpuprofile string) (throughput, error) {
+// drain among several of the same scenario. scheduled rows a week ahead
+// are written first, beside the backlog (the scenario is then
+// "relay_scheduled").
+func runRelayScenario(ctx context.Context, e *env, replicas, round int, cpuprofile string, scheduled int) (throughput, error) {
 	name := fmt.Sprintf("relay%d", replicas)
+	if scheduled > 0 {
+		name += "_scheduled"
+	}
 	s, err := e.newSchema(ctx, name)
 	if err != nil {
 		return throughput{}, err
@@ -148,6 +168,9 @@ func runRelayScenario(ctx context.Context, e *env, replicas, round int, cpuprofi
 	defer s.close()
 	topic, err := e.topic(ctx, fmt.Sprintf("bench.%s.%d", name, round))
 	if err != nil {
+		return throughput{}, err
+	}
+	if err := insertScheduled(ctx, s, topic, scheduled); err != nil {
 		return throughput{}, err
 	}
 	if err := insertBacklog(ctx, s, topic, e.opts.events, e.opts.aggregates, "pending", 0); err != nil {
@@ -158,7 +181,12 @@ func runRelayScenario(ctx context.Context, e *env, replicas, round int, cpuprofi
 	if err != nil {
 		return throughput{}, fmt.Errorf("%s: %w", name, err)
 	}
-	res := newThroughput("relay", e.opts.events, took, e.producerSettings(relaySettings(rr.cfg, replicas)))
+	scenario := "relay"
+	settings := e.producerSettings(relaySettings(rr.cfg, replicas))
+	if scheduled > 0 {
+		scenario, settings["scheduled"] = "relay_scheduled", scheduled
+	}
+	res := newThroughput(scenario, e.opts.events, took, settings)
 	res.Cost, res.Round = c, round
 	if rr.stats != nil {
 		res.SQL = rr.stats.snapshot()

@@ -25,6 +25,10 @@ type summary struct {
 	// PGVsPlain and CPUVsPlain are the medians of each round's relay ÷
 	// plain PostgreSQL and total CPU per event (see pairedRatio).
 	PGVsPlain, CPUVsPlain float64
+	// ScheduledVsRelay and ScheduledPGVsRelay compare the relay's drains
+	// beside -scheduled rows with its drains without them: events/s
+	// (medians) and PostgreSQL CPU per event (paired by round).
+	ScheduledVsRelay, ScheduledPGVsRelay float64
 	// Broker is the -broker the run used: kfake or kafka.
 	Broker string
 	walSummary
@@ -70,7 +74,7 @@ func newSummary() summary {
 	nan := math.NaN()
 	return summary{RelayEPS: nan, Relay3EPS: nan, NaiveEPS: nan, ForwarderEPS: nan, DBLimitEPS: nan, KafkaLimitEPS: nan,
 		OrderViolations: nan, P50MS: nan, P99MS: nan, GormOverhead: nan, EntOverhead: nan, ClaimFlatness: nan, RelayRSSMiB: nan,
-		PlainEPS: nan, PGVsPlain: nan, CPUVsPlain: nan,
+		PlainEPS: nan, PGVsPlain: nan, CPUVsPlain: nan, ScheduledVsRelay: nan, ScheduledPGVsRelay: nan,
 		walSummary:      walSummary{nan, nan, nan, nan, nan, nan},
 		debeziumSummary: debeziumSummary{nan, nan, nan},
 		riverSummary:    riverSummary{nan, nan, nan, nan}}
@@ -153,6 +157,8 @@ func (s summary) String() string {
 		{"relay_vs_river", ratio(s.RelayEPS / s.RiverEPS)},
 		{"relay_pg_vs_river", ratio(figure(s.Relay, pgUS) / s.RiverPGUS)},
 		{"river_order_violations", eps(s.RiverOrderViolations)},
+		{"scheduled_vs_relay", ratio(s.ScheduledVsRelay)},
+		{"scheduled_pg_vs_relay", ratio(s.ScheduledPGVsRelay)},
 	}
 	var b strings.Builder
 	b.WriteString("bench:")
