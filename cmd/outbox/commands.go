@@ -72,9 +72,7 @@ func lookup(name string) (*command, bool) {
 func (c *command) dispatch(ctx context.Context, proc *process, path string, args []string) error {
 	path += " " + c.name
 	if c.run != nil {
-		fs := flag.NewFlagSet(path, flag.ContinueOnError)
-		fs.SetOutput(io.Discard) // parseArgs prints only the usage of -h, to proc.stderr
-		return c.run(ctx, proc, fs, args)
+		return c.run(ctx, proc, flag.NewFlagSet(path, flag.ContinueOnError), args)
 	}
 	names := make([]string, len(c.subcommands))
 	for i, sub := range c.subcommands {

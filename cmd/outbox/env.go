@@ -31,7 +31,9 @@ func envName(flagName string) string {
 // its arguments: the environment, stdout and stderr. main passes the real
 // one to run, which hands it to every command as an argument; tests give
 // each run their own, so none reads the test process's environment and
-// runs stay parallel.
+// runs stay parallel. One exception: the OTLP exporter and the OTel
+// resource read their OTEL_* settings from the real environment (see
+// tracing); lookupEnv only decides whether tracing is on.
 type process struct {
 	lookupEnv      func(string) (string, bool)
 	stdout, stderr io.Writer
