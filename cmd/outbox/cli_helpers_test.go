@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +31,13 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// testProcess is the process of one run: only the variables of env are
+// set, whatever the test process's environment holds, and the output goes
+// to stdout and stderr.
+func testProcess(env map[string]string, stdout, stderr io.Writer) *process {
+	return &process{lookupEnv: mapEnv(env), stdout: stdout, stderr: stderr}
+}
+
 // mapEnv is an environment for one run: only these variables are set.
 func mapEnv(env map[string]string) func(string) (string, bool) {
 	return func(name string) (string, bool) {
@@ -44,7 +52,7 @@ func outboxEnv(t *testing.T, env map[string]string, args ...string) (int, string
 	t.Helper()
 	// Locked: goroutines of a failed Kafka client may still log after run.
 	var stdout, stderr lockedBuffer
-	code := runIn(context.Background(), &process{lookupEnv: mapEnv(env), stderr: &stderr}, args, &stdout)
+	code := run(context.Background(), testProcess(env, &stdout, &stderr), args)
 	return code, stdout.String(), stderr.String()
 }
 
@@ -61,7 +69,7 @@ func startOutbox(t *testing.T, env map[string]string, args ...string) *backgroun
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &background{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, cancel: cancel, done: make(chan int, 1)}
 	go func() {
-		b.done <- runIn(ctx, &process{lookupEnv: mapEnv(env), stderr: b.stderr}, args, b.stdout)
+		b.done <- run(ctx, testProcess(env, b.stdout, b.stderr), args)
 	}()
 	t.Cleanup(func() { b.stop(t) })
 	return b

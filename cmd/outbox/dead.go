@@ -17,29 +17,8 @@ import (
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
-func init() {
-	commands["dead"] = command{summary: "list, show, retry or drop dead events", run: runDead}
-}
-
-func runDead(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return usagef("want a subcommand: list, show, retry or drop")
-	}
-	switch args[0] {
-	case "list":
-		return runDeadList(ctx, args[1:], stdout)
-	case "show":
-		return runDeadShow(ctx, args[1:], stdout)
-	case "retry":
-		return runDeadChange(ctx, "retry", args[1:], stdout)
-	case "drop":
-		return runDeadChange(ctx, "drop", args[1:], stdout)
-	}
-	return usagef("unknown subcommand %q: want list, show, retry or drop", args[0])
-}
-
-func runDeadList(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("outbox dead list", flag.ContinueOnError)
+func runDeadList(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) error {
+	stdout := proc.stdout
 	var (
 		common  commonFlags
 		filters filterFlags
@@ -48,7 +27,7 @@ func runDeadList(ctx context.Context, args []string, stdout io.Writer) error {
 	)
 	common.register(fs)
 	filters.register(fs)
-	if err := parseFlags(ctx, fs, args); err != nil {
+	if err := proc.parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -102,12 +81,12 @@ func runDeadList(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-func runDeadShow(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("outbox dead show", flag.ContinueOnError)
+func runDeadShow(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) error {
+	stdout := proc.stdout
 	var common commonFlags
 	common.register(fs)
 	full := fs.Bool("full", false, fmt.Sprintf("show every value whole (default: values past %d characters are cut)", shownMax))
-	positional, err := parseInterleaved(ctx, fs, args)
+	positional, err := proc.parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
@@ -215,9 +194,16 @@ const walSlotHelp = "the WAL relay's replication slot (its --slot): retry and re
 // maxListed bounds the events retry and drop list for humans.
 const maxListed = 50
 
+// deadChange is the run of `outbox dead action`, retry or drop.
+func deadChange(action string) func(context.Context, *process, *flag.FlagSet, []string) error {
+	return func(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) error {
+		return runDeadChange(ctx, proc, fs, action, args)
+	}
+}
+
 // runDeadChange is retry and drop: the same selection, a different change.
-func runDeadChange(ctx context.Context, action string, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("outbox dead "+action, flag.ContinueOnError)
+func runDeadChange(ctx context.Context, proc *process, fs *flag.FlagSet, action string, args []string) error {
+	stdout := proc.stdout
 	var (
 		common  commonFlags
 		filters filterFlags
@@ -231,7 +217,7 @@ func runDeadChange(ctx context.Context, action string, args []string, stdout io.
 	if action == "drop" {
 		yes = fs.Bool("yes", false, "really delete: dropped events are gone for good")
 	}
-	positional, err := parseInterleaved(ctx, fs, args, selectionFlags...)
+	positional, err := proc.parseInterleaved(fs, args, selectionFlags...)
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 )
@@ -29,27 +27,18 @@ func envName(flagName string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// process is what a command reads from its process besides its arguments:
-// the environment and the log output. run puts it in the context, so tests
-// give each run its own and stay parallel.
+// process is what a command reads from and writes to its process besides
+// its arguments: the environment, stdout and stderr. main passes the real
+// one to run, which hands it to every command as an argument; tests give
+// each run their own, so none reads the test process's environment and
+// runs stay parallel. One exception: the OTLP exporter and the OTel
+// resource read their OTEL_* settings from the real environment (see
+// tracing); lookupEnv only decides whether tracing is on.
 type process struct {
-	lookupEnv func(string) (string, bool)
-	stderr    io.Writer
+	lookupEnv      func(string) (string, bool)
+	stdout, stderr io.Writer
 	// fromEnv lists the variables applyEnv used, for usage errors.
 	fromEnv []string
-}
-
-type processKey struct{}
-
-func withProcess(ctx context.Context, p *process) context.Context {
-	return context.WithValue(ctx, processKey{}, p)
-}
-
-func processFrom(ctx context.Context) *process {
-	if p, ok := ctx.Value(processKey{}).(*process); ok {
-		return p
-	}
-	return &process{lookupEnv: os.LookupEnv, stderr: os.Stderr}
 }
 
 // applyEnv sets every flag the command line did not set from its
@@ -58,8 +47,7 @@ func processFrom(ctx context.Context) *process {
 // never read from the environment: those that choose or confirm what a
 // command changes (--all, --yes, the selection of retry, drop and replay),
 // so a variable left in a shell cannot widen a destructive command.
-func applyEnv(ctx context.Context, fs *flag.FlagSet, commandLineOnly ...string) error {
-	proc := processFrom(ctx)
+func (proc *process) applyEnv(fs *flag.FlagSet, commandLineOnly ...string) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error

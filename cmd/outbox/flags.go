@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -68,21 +67,22 @@ func (c *commonFlags) open(ctx context.Context) (*sql.DB, error) {
 // parseFlags parses args into fs, then fills the flags the command line
 // left unset from the environment (see applyEnv), turning errors of either
 // into usage errors.
-func parseFlags(ctx context.Context, fs *flag.FlagSet, args []string, commandLineOnly ...string) error {
-	if err := parseArgs(fs, args, commandLineOnly...); err != nil {
+func (proc *process) parseFlags(fs *flag.FlagSet, args []string, commandLineOnly ...string) error {
+	if err := proc.parseArgs(fs, args, commandLineOnly...); err != nil {
 		return err
 	}
-	return applyEnv(ctx, fs, commandLineOnly...)
+	return proc.applyEnv(fs, commandLineOnly...)
 }
 
 // parseArgs parses the command line alone. The flag package prints its own
-// message and usage to the FlagSet's output, which is discarded but for -h.
-func parseArgs(fs *flag.FlagSet, args []string, commandLineOnly ...string) error {
+// message and usage to the FlagSet's output, which is discarded but for -h,
+// whose usage goes to proc.stderr.
+func (proc *process) parseArgs(fs *flag.FlagSet, args []string, commandLineOnly ...string) error {
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			documentEnv(fs, commandLineOnly...)
-			fs.SetOutput(os.Stderr)
+			fs.SetOutput(proc.stderr)
 			fs.Usage()
 			return errHelp
 		}

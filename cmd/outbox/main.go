@@ -1,7 +1,9 @@
 // Command outbox operates a txoutbox outbox: it migrates the schema, runs
 // the relay, shows the outbox's health, and handles dead events and replays.
 //
-//	outbox migrate up|down|status [--set outbox|inbox]
+//	outbox migrate up [--set outbox|inbox]
+//	outbox migrate down [--set outbox|inbox]
+//	outbox migrate status [--set outbox|inbox]
 //	outbox migrate export --format goose|golang-migrate --dir DIR
 //	outbox relay --brokers B | --dev-broker [--tls-ca F] [--sasl-mechanism M] [--metrics-addr :9464]
 //	outbox status [--max-lag 1m] [--stale-after 15s]
@@ -11,6 +13,7 @@
 //	outbox dead drop ID... | --topic T ... | --all --yes|--dry-run
 //	outbox replay --since 2h [--topic T] [--aggregate A] [--dry-run]
 //	outbox ui [--listen 127.0.0.1:8080] [--allow-writes] [--allow-host H --token-file F | --behind-auth-proxy]
+//	outbox wal takeover [--slot S] [--publication P] [--force]
 //
 // Every flag can also be set in the environment as OUTBOX_ and its name in
 // upper case with underscores (--max-lag: OUTBOX_MAX_LAG); the command line
@@ -29,24 +32,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 )
-
-// command is one subcommand. run returns a usageError for bad input.
-type command struct {
-	summary string
-	run     func(ctx context.Context, args []string, stdout io.Writer) error
-}
-
-// commands is the command tree; later subcommands register here.
-var commands = map[string]command{
-	"migrate": {summary: "apply, revert, show or export the schema migrations (outbox or inbox)", run: runMigrate},
-}
 
 // exitUsage is the exit code of bad input: a flag, a variable, an argument.
 // Nothing was touched.
@@ -61,21 +51,15 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, &process{lookupEnv: os.LookupEnv, stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
 
-// run executes the command line with the process's environment and returns
-// the exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return runIn(ctx, &process{lookupEnv: os.LookupEnv, stderr: stderr}, args, stdout)
-}
-
-// runIn executes the command line in proc and returns the exit code.
-func runIn(ctx context.Context, proc *process, args []string, stdout io.Writer) int {
+// run executes the command line in proc and returns the exit code. main
+// is the only caller that hands it the real process.
+func run(ctx context.Context, proc *process, args []string) int {
 	stderr := proc.stderr
-	ctx = withProcess(ctx, proc)
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		printUsage(stderr)
 		if len(args) == 0 {
@@ -83,13 +67,13 @@ func runIn(ctx context.Context, proc *process, args []string, stdout io.Writer) 
 		}
 		return 0
 	}
-	cmd, ok := commands[args[0]]
+	cmd, ok := lookup(args[0])
 	if !ok {
 		fmt.Fprintf(stderr, "outbox: unknown command %q\n\n", args[0])
 		printUsage(stderr)
 		return exitUsage
 	}
-	err := cmd.run(ctx, args[1:], stdout)
+	err := cmd.dispatch(ctx, proc, "outbox", args[1:])
 	var uerr usageError
 	switch {
 	case err == nil:
@@ -119,18 +103,3 @@ type exitError struct {
 }
 
 func (e exitError) Error() string { return e.msg }
-
-func printUsage(w io.Writer) {
-	names := make([]string, 0, len(commands))
-	for name := range commands {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	var b strings.Builder
-	b.WriteString("usage: outbox <command> [flags]\n\ncommands:\n")
-	for _, name := range names {
-		fmt.Fprintf(&b, "  %-10s %s\n", name, commands[name].summary)
-	}
-	b.WriteString("\nRun 'outbox <command> -h' for a command's flags.\n")
-	io.WriteString(w, b.String())
-}

@@ -14,28 +14,32 @@ import (
 	"github.com/txoutbox/txoutbox/migrations"
 )
 
-func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 || (args[0] != "up" && args[0] != "down" && args[0] != "status" && args[0] != "export") {
-		return usagef("want a subcommand: up, down, status or export")
+// migrateAction is the run of `outbox migrate action`: the four share
+// their flags and their reading of the environment.
+func migrateAction(action string) func(context.Context, *process, *flag.FlagSet, []string) error {
+	return func(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) error {
+		return runMigrate(ctx, proc, fs, action, args)
 	}
-	action := args[0]
-	fs := flag.NewFlagSet("outbox migrate "+action, flag.ContinueOnError)
+}
+
+func runMigrate(ctx context.Context, proc *process, fs *flag.FlagSet, action string, args []string) error {
+	stdout := proc.stdout
 	var common commonFlags
 	common.register(fs)
 	set := fs.String("set", "outbox", "which schema to migrate: outbox (the outbox and relay tables) or inbox (the consumers' processed-events table)")
 	format := fs.String("format", migrations.FormatGoose, "export: goose or golang-migrate")
 	dir := fs.String("dir", "", "export: directory to write the files to (created if missing)")
-	if err := parseArgs(fs, args[1:]); err != nil {
+	if err := proc.parseArgs(fs, args); err != nil {
 		return err
 	}
 	// OUTBOX_TABLE names the outbox table: the inbox's table comes from
 	// --table or is "inbox".
 	tableOnCommandLine := flagSet(fs, "table")
-	if err := applyEnv(ctx, fs, "table"); err != nil {
+	if err := proc.applyEnv(fs, "table"); err != nil {
 		return err
 	}
 	if *set == "outbox" && !tableOnCommandLine {
-		if err := applyEnv(ctx, fs); err != nil {
+		if err := proc.applyEnv(fs); err != nil {
 			return err
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
-	"io"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -20,12 +19,8 @@ import (
 	"github.com/txoutbox/txoutbox/relay/walrelay"
 )
 
-func init() {
-	commands["relay"] = command{summary: "run the relay: publish the outbox to Kafka until SIGINT/SIGTERM", run: runRelay}
-}
-
-func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("outbox relay", flag.ContinueOnError)
+func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) error {
+	stdout := proc.stdout
 	var (
 		common      commonFlags
 		kafka       kafkaFlags
@@ -58,7 +53,7 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&cfg.PublishTimeout, "publish-timeout", relay.PublishTimeoutDefault, "a publish not answered after this counts as failed; a relay whose publishes all hang gives its shards up (/readyz fails)")
 	fs.BoolVar(&cfg.CloudEvents.Enabled, "cloudevents", false, "add CloudEvents binary-mode headers (ce_specversion, ce_id, ce_type, ce_source, ce_time, content-type)")
 	fs.StringVar(&cfg.CloudEvents.Source, "cloudevents-source", "", "ce_source of the CloudEvents headers (default /txoutbox/<table>)")
-	if err := parseFlags(ctx, fs, args); err != nil {
+	if err := proc.parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -73,7 +68,6 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	cfg.Table = table
-	proc := processFrom(ctx)
 	logger := slog.New(slog.NewTextHandler(proc.stderr, &slog.HandlerOptions{Level: level}))
 	if common.json {
 		logger = slog.New(slog.NewJSONHandler(proc.stderr, &slog.HandlerOptions{Level: level}))

@@ -4,17 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
-func init() {
-	commands["replay"] = command{summary: "publish again the events published since a time, through the relays", run: runReplay}
-}
-
-func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("outbox replay", flag.ContinueOnError)
+func runReplay(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) error {
+	stdout := proc.stdout
 	var (
 		common    commonFlags
 		since     sinceFlag
@@ -25,7 +20,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	)
 	common.register(fs)
 	fs.Var(&since, "since", "replay events published since: a duration ago (2h) or an RFC 3339 time (required)")
-	if err := parseFlags(ctx, fs, args, "since", "topic", "aggregate"); err != nil {
+	if err := proc.parseFlags(fs, args, "since", "topic", "aggregate"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

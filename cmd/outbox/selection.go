@@ -87,15 +87,15 @@ func (f *filterFlags) filter(ids []int64) outboxadmin.Filter {
 // the positional arguments (IDs), which the flag package alone stops at,
 // then the environment (see parseFlags), and returns the positional
 // arguments.
-func parseInterleaved(ctx context.Context, fs *flag.FlagSet, args []string, commandLineOnly ...string) ([]string, error) {
+func (proc *process) parseInterleaved(fs *flag.FlagSet, args []string, commandLineOnly ...string) ([]string, error) {
 	var positional []string
 	for {
-		if err := parseArgs(fs, args, commandLineOnly...); err != nil {
+		if err := proc.parseArgs(fs, args, commandLineOnly...); err != nil {
 			return nil, err
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			return positional, applyEnv(ctx, fs, commandLineOnly...)
+			return positional, proc.applyEnv(fs, commandLineOnly...)
 		}
 		positional = append(positional, rest[0])
 		args = rest[1:]

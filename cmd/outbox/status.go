@@ -18,12 +18,8 @@ import (
 // health check can tell "too far behind" (3) from "could not look" (1).
 const exitLagExceeded = 3
 
-func init() {
-	commands["status"] = command{summary: "show backlog, lag and dead events, and the relays with their shards", run: runStatus}
-}
-
-func runStatus(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("outbox status", flag.ContinueOnError)
+func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) error {
+	stdout := proc.stdout
 	var (
 		common     commonFlags
 		staleAfter = fs.Duration("stale-after", outboxadmin.StaleAfterDefault, "count a relay alive if its heartbeat is younger (the relays' --stale-after)")
@@ -31,7 +27,7 @@ func runStatus(ctx context.Context, args []string, stdout io.Writer) error {
 		slot       = fs.String("slot", "", "WAL mode's replication slot to report (default txoutbox_<schema>_<table>; shown if it exists)")
 	)
 	common.register(fs)
-	if err := parseFlags(ctx, fs, args); err != nil {
+	if err := proc.parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

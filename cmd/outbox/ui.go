@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,12 +21,8 @@ import (
 // console authenticates nobody.
 const uiListenDefault = "127.0.0.1:8080"
 
-func init() {
-	commands["ui"] = command{summary: "serve the web console: overview, relays, dead letters, events, replay", run: runUI}
-}
-
-func runUI(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("outbox ui", flag.ContinueOnError)
+func runUI(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) error {
+	stdout := proc.stdout
 	var (
 		common      commonFlags
 		opts        console.Options
@@ -45,7 +40,7 @@ func runUI(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&opts.Title, "title", console.TitleDefault, "name shown in the pages' header, e.g. orders (prod)")
 	// --allow-writes widens what the console can do: command line only, like
 	// the selections of dead retry and replay.
-	if err := parseFlags(ctx, fs, args, "allow-writes", "behind-auth-proxy"); err != nil {
+	if err := proc.parseFlags(fs, args, "allow-writes", "behind-auth-proxy"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -100,7 +95,6 @@ func runUI(ctx context.Context, args []string, stdout io.Writer) error {
 		return usagef("--sample-every must be positive (%s)", *sampleEvery)
 	}
 	opts.SampleEvery = *sampleEvery
-	proc := processFrom(ctx)
 	logger := slog.New(slog.NewTextHandler(proc.stderr, &slog.HandlerOptions{Level: level}))
 	if common.json {
 		logger = slog.New(slog.NewJSONHandler(proc.stderr, &slog.HandlerOptions{Level: level}))

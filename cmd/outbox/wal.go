@@ -5,32 +5,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"strings"
 
 	"github.com/txoutbox/txoutbox/relay/walrelay"
 )
 
-func init() {
-	commands["wal"] = command{summary: "WAL mode: takeover hands the outbox from the WAL relays back to the polling relay", run: runWAL}
-}
-
-func runWAL(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return usagef("want a subcommand: takeover")
-	}
-	switch args[0] {
-	case "takeover":
-		return runWALTakeover(ctx, args[1:], stdout)
-	}
-	return usagef("unknown subcommand %q: want takeover", args[0])
-}
-
 // runWALTakeover is `outbox wal takeover`: with the WAL relays stopped, it
 // marks published the rows the slot confirmed, leaves the others pending
 // and drops the slot. Start the polling relays (`outbox relay`) after it.
-func runWALTakeover(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("outbox wal takeover", flag.ContinueOnError)
+func runWALTakeover(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) error {
+	stdout := proc.stdout
 	var (
 		common commonFlags
 		slot   = fs.String("slot", "", "replication slot (default txoutbox_<schema>_<table>)")
@@ -38,7 +21,7 @@ func runWALTakeover(ctx context.Context, args []string, stdout io.Writer) error 
 		force  = fs.Bool("force", false, "drop the slot even if it holds table-less events not yet published (they are lost)")
 	)
 	common.register(fs)
-	if err := parseFlags(ctx, fs, args); err != nil {
+	if err := proc.parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

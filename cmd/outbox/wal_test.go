@@ -190,7 +190,7 @@ func TestPollingRelayRefusesATableTheWALRelayStreams(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var stdout, stderr strings.Builder
-	code := run(ctx, append([]string{"relay", "--dev-broker"}, e.flags...), &stdout, &stderr)
+	code := run(ctx, testProcess(nil, &stdout, &stderr), append([]string{"relay", "--dev-broker"}, e.flags...))
 	if code == 0 || !strings.Contains(stderr.String(), "outbox wal takeover") {
 		t.Fatalf("relay: exit %d, stderr %q; want a refusal naming the takeover", code, stderr.String())
 	}
