@@ -20,17 +20,17 @@ import (
 // released unpublished, so none can overtake the failed row, until the
 // failure and all those releases are committed, and then every row from a
 // claim that started before that commit. Claims that start after it see the
-// failed row in backoff (the database fence in outboxsql.Claim) and the
-// released rows pending again, and return them in id order once the failed
+// failed row in backoff (outboxsql.Claim passes over its aggregate until
+// then) and the released rows pending again, and return them in id order once the failed
 // row is due.
 type lane struct {
 	r     *Relay
 	queue chan *claimedRow
 	limit int // the most rows sent at once (Core.Limit)
 
-	mu    sync.Mutex
-	fence map[string]*fence // by aggregate id
-	seen  uint64            // highest claim seq this lane has processed
+	mu     sync.Mutex
+	fences map[string]*fence // by aggregate id
+	seen   uint64            // highest claim seq this lane has processed
 
 	// The lane's publish calls run on a goroutine of their own, so that a
 	// call that outlives PublishTimeout can be given up on (see call).
@@ -40,14 +40,15 @@ type lane struct {
 	abandoned bool // the last call was given up on and has not returned yet
 }
 
-// fence holds back an aggregate's rows.
+// fence is the fence on one aggregate: after a failure it holds back the
+// aggregate's later rows (see lane).
 type fence struct {
 	unrecorded int    // failures and releases of the aggregate not yet committed
 	upTo       uint64 // rows from claims up to this seq are held back
 }
 
 func newLane(r *Relay, capacity int) *lane {
-	l := &lane{r: r, queue: make(chan *claimedRow, capacity), fence: map[string]*fence{}, limit: r.core.Limit(),
+	l := &lane{r: r, queue: make(chan *claimedRow, capacity), fences: map[string]*fence{}, limit: r.core.Limit(),
 		calls: make(chan func() []error), results: make(chan []error, 1), timer: time.NewTimer(time.Hour)}
 	l.timer.Stop()
 	return l
@@ -219,13 +220,13 @@ func (l *lane) fenced(row *claimedRow) bool {
 	defer l.mu.Unlock()
 	if row.seq > l.seen {
 		l.seen = row.seq
-		for agg, f := range l.fence {
+		for agg, f := range l.fences {
 			if f.unrecorded == 0 && f.upTo < row.seq {
-				delete(l.fence, agg)
+				delete(l.fences, agg)
 			}
 		}
 	}
-	f, ok := l.fence[row.event.AggregateID]
+	f, ok := l.fences[row.event.AggregateID]
 	return ok && (f.unrecorded > 0 || row.seq <= f.upTo)
 }
 
@@ -234,10 +235,10 @@ func (l *lane) fenced(row *claimedRow) bool {
 // claim seq current at the commit.
 func (l *lane) hold(aggregateID string) func(recordedAt uint64) {
 	l.mu.Lock()
-	f := l.fence[aggregateID]
+	f := l.fences[aggregateID]
 	if f == nil {
 		f = &fence{}
-		l.fence[aggregateID] = f
+		l.fences[aggregateID] = f
 	}
 	f.unrecorded++
 	l.mu.Unlock()
