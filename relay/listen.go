@@ -13,8 +13,8 @@ import (
 )
 
 // listenLoop holds one connection in LISTEN on the table's channel and wakes
-// the dispatcher on every notification. It reconnects with backoff when the
-// connection drops; meanwhile the dispatcher polls.
+// the claimer on every notification. It reconnects with backoff when the
+// connection drops; meanwhile the claimer polls.
 func (r *Relay) listenLoop(ctx context.Context) {
 	if r.cfg.DisableListen {
 		return

@@ -42,10 +42,10 @@ type membership struct {
 	clock *clock
 	host  string
 
-	// wake asks the dispatcher to claim now (new shards to claim from).
+	// wake asks the claimer to claim now (new shards to claim from).
 	wake chan struct{}
 	// stalled reports whether the relay cannot make progress (see
-	// Relay.stalled); nil: never.
+	// stall.stalled); nil: never.
 	stalled func() bool
 	// rebalanceNow is signalled when a peer announces a membership change
 	// (NOTIFY with outboxsql.RebalancePayload).

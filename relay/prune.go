@@ -56,7 +56,7 @@ func (r *Relay) Prune(ctx context.Context) (int64, error) {
 func (r *Relay) pruneBatch(ctx context.Context) (deleted int64, locked bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
-	_, err = r.settle(ctx, func(tx *sql.Tx) (int64, error) {
+	_, err = settle(ctx, r.db, r.sql, r.cfg.StatementTimeout, func(tx *sql.Tx) (int64, error) {
 		if err := tx.QueryRowContext(ctx, r.sql.pruneLock).Scan(&locked); err != nil {
 			return 0, fmt.Errorf("lock: %w", err)
 		}
