@@ -23,8 +23,8 @@ import (
 // failure and all those releases are committed, and then every row from a
 // claim that started before that commit. Claims that start after it see the
 // failed row in backoff (outboxsql.Claim passes over its aggregate until
-// then) and the released rows pending again, and return them in id order once the failed
-// row is due.
+// then) and the released rows pending again, and return them in id order
+// once the failed row is due.
 type lane struct {
 	laneDeps
 	queue chan *claimedRow

@@ -18,7 +18,7 @@ const instrumentationName = "github.com/txoutbox/txoutbox/relay"
 
 // metrics are the relay's OpenTelemetry instruments, besides the publish
 // core's (the publish duration and messages sent). The gauges read the
-// figures the relay last sampled (see statsLoop), so a scrape costs no
+// figures the relay last sampled (see sampler), so a scrape costs no
 // query.
 type metrics struct {
 	meter     metric.Meter

@@ -37,7 +37,8 @@ var ErrPublishTimeout = errors.New("relay: publish outlived PublishTimeout; outc
 // membership (incarnation, heartbeat, shards), the claimer (claims, handing
 // rows to the lanes), the budget (what is held in flight), the lanes
 // (publishing in aggregate order, fences), the completer (recording
-// outcomes), and the outage and stall trackers the lanes feed.
+// outcomes), the outage and stall trackers the lanes feed, and the
+// listener, pruner and sampler (stats) loops.
 type Relay struct {
 	db    *sql.DB
 	pub   message.Publisher
@@ -49,11 +50,14 @@ type Relay struct {
 	clock *clock
 	wake  chan struct{} // signalled by NOTIFY and new shards: claim now
 
-	members *membership
-	claimer *claimer
-	budget  *budget
-	outage  *outage
-	stall   *stall
+	members  *membership
+	claimer  *claimer
+	budget   *budget
+	outage   *outage
+	stall    *stall
+	listener *listener
+	pruner   *pruner
+	sampler  *sampler
 
 	running atomic.Bool
 }
@@ -119,6 +123,10 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		db: db, sql: r.sql, cfg: cfg, log: r.log, met: met,
 		members: r.members, stalled: r.stall.stalled, budget: r.budget, outage: r.outage, wake: r.wake,
 	})
+	r.listener = &listener{db: db, channel: cfg.Table.Channel(), log: r.log, disabled: cfg.DisableListen, poll: cfg.PollInterval,
+		wake: r.wake, rebalance: r.members.rebalanceNow}
+	r.pruner = &pruner{db: db, sql: r.sql, cfg: cfg, log: r.log}
+	r.sampler = &sampler{db: db, sql: r.sql, cfg: cfg, log: r.log, met: met}
 	return r, nil
 }
 
@@ -181,7 +189,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 
 	var background sync.WaitGroup
-	for _, loop := range []func(context.Context){r.members.run, r.listenLoop, r.pruneLoop, r.statsLoop} {
+	for _, loop := range []func(context.Context){r.members.run, r.listener.run, r.pruner.run, r.sampler.run} {
 		background.Add(1)
 		go func() {
 			defer background.Done()
