@@ -161,8 +161,8 @@ func TestClaimAtIsAFullBatchWhenThereIsRoomForTwo(t *testing.T) {
 		{1, 1, 1}, // never a claim with no room
 		{10, 19, 9},
 	} {
-		r := &Relay{cfg: Config{BatchSize: c.batch, MaxInFlight: c.maxInFlight}}
-		if got := r.claimAt(); got != c.want {
+		cl := &claimer{claimerDeps: claimerDeps{cfg: Config{BatchSize: c.batch, MaxInFlight: c.maxInFlight}}}
+		if got := cl.claimAt(); got != c.want {
 			t.Errorf("BatchSize %d, MaxInFlight %d: claimAt = %d, want %d", c.batch, c.maxInFlight, got, c.want)
 		}
 	}

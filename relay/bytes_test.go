@@ -22,7 +22,7 @@ func (b *internalBundle) writeSized(t *testing.T, n int, aggs ...string) {
 
 func claimWithinIDs(t *testing.T, r *Relay, bytes int64) string {
 	t.Helper()
-	rows, err := r.claimWithin(context.Background(), 100, bytes)
+	rows, err := r.claimer.claimWithin(context.Background(), 100, bytes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,14 +99,14 @@ func TestInFlightStaysWithinItsByteBudget(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM outbox WHERE lease_owner IS NOT NULL`); n != 3 {
 		t.Fatalf("%d rows of 1000 bytes claimed at once with BatchBytes 3000 and MaxInFlightBytes 4000, want 3", n)
 	}
-	if got := r.inflightBytes.Load(); got != 3000 {
+	if got := r.budget.bytes.Load(); got != 3000 {
 		t.Fatalf("%d bytes counted in flight, want 3000", got)
 	}
 	release()
 	testkit.WaitFor(t, 20*time.Second, "every event published", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'published'`) == 40
 	})
-	if got := r.inflightBytes.Load(); got != 0 {
+	if got := r.budget.bytes.Load(); got != 0 {
 		t.Fatalf("%d bytes counted in flight once everything is published", got)
 	}
 }

@@ -52,7 +52,7 @@ func TestClaimHoldsBackBehindARowChangedAfterItsSnapshot(t *testing.T) {
 	r.sql.claim = r.sql.claim[:j] + " WHERE claim_test_nap()" + r.sql.claim[j:]
 	done := make(chan string, 1)
 	go func() {
-		rows, err := r.claim(context.Background(), 100)
+		rows, err := r.claimer.claim(context.Background(), 100)
 		if err != nil {
 			done <- "error: " + err.Error()
 			return

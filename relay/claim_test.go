@@ -135,7 +135,7 @@ func claimIDs(t *testing.T, r *Relay) string {
 // claimUpTo claims at most limit rows and returns their ids.
 func claimUpTo(t *testing.T, r *Relay, limit int) string {
 	t.Helper()
-	rows, err := r.claim(context.Background(), limit)
+	rows, err := r.claimer.claim(context.Background(), limit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func claimOne(t *testing.T, b *internalBundle) (*Relay, []*claimedRow) {
 	b.write(t, 1, "k")
 	r := b.newRelay(t, "r1")
 	ready(t, r)
-	rows, err := r.claim(context.Background(), 10)
+	rows, err := r.claimer.claim(context.Background(), 10)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim: %v, %d rows", err, len(rows))
 	}
@@ -172,11 +172,11 @@ func TestClaimAfterUnconfirmedCommitReleasesItsRows(t *testing.T) {
 	inc := r.members.cur.Load()
 	// The lost claim: rows 1-3 claimed by r1, whose commit reply never came.
 	b.exec(t, `UPDATE outbox SET state = 'claimed', lease_owner = $1, lease_expires_at = now() + interval '1 hour' WHERE id <= 3`, inc.token)
-	r.unconfirmed = []*claimedRow{{id: 1, inc: inc}, {id: 2, inc: inc}, {id: 3, inc: inc}}
+	r.claimer.unconfirmed = []*claimedRow{{id: 1, inc: inc}, {id: 2, inc: inc}, {id: 3, inc: inc}}
 	if got := claimIDs(t, r); got != "1 2 3 4 5 6" {
 		t.Fatalf("claimed rows %q, want 1 2 3 4 5 6: the unconfirmed claim's rows first, in order", got)
 	}
-	if len(r.unconfirmed) != 0 {
+	if len(r.claimer.unconfirmed) != 0 {
 		t.Fatal("unconfirmed rows kept after releasing them")
 	}
 }
@@ -310,7 +310,7 @@ func TestLateMarkDoesNotUndoAReplay(t *testing.T) {
 	b := setupInternal(t)
 	r, rows := claimOne(t, b)
 	b.exec(t, `UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL WHERE id = 1`)
-	c := newCompleter(r)
+	c := newCompleter(r.completerDeps())
 	if err := c.flush(context.Background(), rows, nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -332,14 +332,14 @@ func TestLateMarkDoesNotTakeTheNextClaim(t *testing.T) {
 	b := setupInternal(t)
 	r, first := claimOne(t, b)
 	b.exec(t, `UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = now() WHERE id = 1`)
-	second, err := r.claim(context.Background(), 10)
+	second, err := r.claimer.claim(context.Background(), 10)
 	if err != nil || len(second) != 1 || second[0].id != 1 {
 		t.Fatalf("claim after the replay: %v, %d rows", err, len(second))
 	}
 	if first[0].version == second[0].version {
 		t.Fatalf("both claims returned version %d", first[0].version)
 	}
-	c := newCompleter(r)
+	c := newCompleter(r.completerDeps())
 	state := func() string {
 		t.Helper()
 		var s string

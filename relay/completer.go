@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -19,10 +20,10 @@ import (
 // releases are recorded at once, since the lanes' fences wait for them.
 //
 // Rows stay counted in flight until their outcome is committed, which bounds
-// memory while the database is unreachable: the dispatcher stops claiming,
+// memory while the database is unreachable: the claimer stops claiming,
 // and the completer retries the same outcomes until they commit.
 type completer struct {
-	r *Relay
+	completerDeps
 
 	mu       sync.Mutex
 	acks     []*claimedRow
@@ -45,8 +46,19 @@ type failedRow struct {
 	onRecorded func(claimSeq uint64)
 }
 
-func newCompleter(r *Relay) *completer {
-	return &completer{r: r, kick: make(chan struct{}, 1)}
+// completerDeps is what the completer records with and who it tells.
+type completerDeps struct {
+	db        *sql.DB
+	sql       *statements
+	cfg       Config
+	log       *slog.Logger
+	met       *metrics
+	budget    *budget       // gets the rows back once their outcome is committed
+	lastClaim func() uint64 // the number of the latest claim (claimer.lastSeq)
+}
+
+func newCompleter(d completerDeps) *completer {
+	return &completer{completerDeps: d, kick: make(chan struct{}, 1)}
 }
 
 func (c *completer) ack(row *claimedRow) {
@@ -72,16 +84,16 @@ func (c *completer) release(row *claimedRow, onRecorded func(uint64)) {
 // and never makes the event dead.
 func (c *completer) fail(row *claimedRow, err error, onRecorded func(uint64)) {
 	msg := storableText(err.Error(), maxErrorText)
-	limit := c.r.cfg.BackoffMax
+	limit := c.cfg.BackoffMax
 	permanent := IsPermanent(err)
 	if !permanent {
-		limit = min(limit, c.r.cfg.OutageBackoffMax)
+		limit = min(limit, c.cfg.OutageBackoffMax)
 	}
 	f := failedRow{
 		row:        row,
 		err:        msg,
 		permanent:  permanent,
-		delay:      backoff(row.attempts+1, c.r.cfg.BackoffMin, limit),
+		delay:      backoff(row.attempts+1, c.cfg.BackoffMin, limit),
 		onRecorded: onRecorded,
 	}
 	c.mu.Lock()
@@ -129,25 +141,25 @@ func (c *completer) run() {
 		// A mark costs about the same for 100 rows as for 1000: let
 		// acknowledgements gather for up to FlushInterval, unless enough
 		// are waiting or something else must be recorded now.
-		if wait := c.r.cfg.FlushInterval - time.Since(firstAck); !closed && len(fails)+len(releases) == 0 &&
+		if wait := c.cfg.FlushInterval - time.Since(firstAck); !closed && len(fails)+len(releases) == 0 &&
 			len(acks) > 0 && len(acks) < c.flushAt() && wait > 0 {
 			linger.Reset(wait)
 			continue
 		}
 		if len(acks)+len(releases)+len(fails) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), c.r.cfg.StatementTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.StatementTimeout)
 			err := c.flush(ctx, acks, fails, releases)
 			cancel()
 			if err != nil {
 				attempt++
 				d := backoff(attempt, 50*time.Millisecond, 5*time.Second)
-				c.r.log.Warn("relay: recording publish outcomes failed; retrying", "err", err, "rows", len(acks)+len(fails)+len(releases), "in", d)
+				c.log.Warn("relay: recording publish outcomes failed; retrying", "err", err, "rows", len(acks)+len(fails)+len(releases), "in", d)
 				if closed && attempt >= 5 {
 					// Shutting down with the database gone: the rows
 					// stay claimed and are taken over once this relay's
 					// heartbeat goes stale. Acknowledged ones are
 					// published again (at least once).
-					c.r.log.Error("relay: giving up recording outcomes at shutdown", "err", err)
+					c.log.Error("relay: giving up recording outcomes at shutdown", "err", err)
 					return
 				}
 				time.Sleep(d)
@@ -167,9 +179,7 @@ func (c *completer) run() {
 				bytes += rel.row.bytes
 			}
 			acks, releases, fails = acks[:0], releases[:0], fails[:0]
-			c.r.inflight.Add(-int64(n))
-			c.r.inflightBytes.Add(-bytes)
-			signal(c.r.capacity)
+			c.budget.give(n, bytes)
 		}
 		if closed {
 			c.mu.Lock()
@@ -184,25 +194,24 @@ func (c *completer) run() {
 }
 
 // flushAt is how many acknowledgements make a mark worth sending at once.
-func (c *completer) flushAt() int { return max(c.r.cfg.BatchSize/2, 1) }
+func (c *completer) flushAt() int { return max(c.cfg.BatchSize/2, 1) }
 
 // flush commits the outcomes: acknowledgements alone in one statement per
 // claim (the common case, committed asynchronously: a lost mark only
 // republishes), and with failures or releases in one durable transaction,
 // since those take rows out of memory (see outboxsql.SettleSettings).
 func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []failedRow, releases []releasedRow) error {
-	r := c.r
 	if len(fails) == 0 && len(releases) == 0 {
 		for _, m := range marksByClaim(acks) {
-			if _, err := r.db.ExecContext(ctx, r.sql.markPublished, m.Args()...); err != nil {
+			if _, err := c.db.ExecContext(ctx, c.sql.markPublished, m.Args()...); err != nil {
 				return fmt.Errorf("mark %d published: %w", len(m.IDs), err)
 			}
 		}
-		r.met.addByTopic(ctx, r.met.published, acks)
+		c.met.addByTopic(ctx, c.met.published, acks)
 		return nil
 	}
 	var retried, dead []*claimedRow
-	_, err := r.settle(ctx, func(tx *sql.Tx) (int64, error) {
+	_, err := settle(ctx, c.db, c.sql, c.cfg.StatementTimeout, func(tx *sql.Tx) (int64, error) {
 		var err error
 		if len(fails) > 0 {
 			if retried, dead, err = c.recordFailures(ctx, tx, fails); err != nil {
@@ -215,13 +224,13 @@ func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []faile
 				rows[i] = rel.row
 			}
 			for owner, ids := range byOwner(rows) {
-				if _, err := tx.ExecContext(ctx, r.sql.release, outboxsql.RowsArgs{IDs: ids, Owner: owner}.Args()...); err != nil {
+				if _, err := tx.ExecContext(ctx, c.sql.release, outboxsql.RowsArgs{IDs: ids, Owner: owner}.Args()...); err != nil {
 					return 0, fmt.Errorf("release %d rows: %w", len(ids), err)
 				}
 			}
 		}
 		for _, m := range marksByClaim(acks) {
-			if _, err := tx.ExecContext(ctx, r.sql.markPublished, m.Args()...); err != nil {
+			if _, err := tx.ExecContext(ctx, c.sql.markPublished, m.Args()...); err != nil {
 				return 0, fmt.Errorf("mark %d published: %w", len(m.IDs), err)
 			}
 		}
@@ -230,7 +239,7 @@ func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []faile
 	if err != nil {
 		return fmt.Errorf("record outcomes: %w", err)
 	}
-	recordedAt := r.claimSeq.Load()
+	recordedAt := c.lastClaim()
 	for _, f := range fails {
 		f.onRecorded(recordedAt)
 	}
@@ -239,9 +248,9 @@ func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []faile
 			rel.onRecorded(recordedAt)
 		}
 	}
-	r.met.addByTopic(ctx, r.met.published, acks)
-	r.met.addByTopic(ctx, r.met.retried, retried)
-	r.met.addByTopic(ctx, r.met.dead, dead)
+	c.met.addByTopic(ctx, c.met.published, acks)
+	c.met.addByTopic(ctx, c.met.retried, retried)
+	c.met.addByTopic(ctx, c.met.dead, dead)
 	return nil
 }
 
@@ -254,11 +263,11 @@ func (c *completer) recordFailures(ctx context.Context, tx *sql.Tx, fails []fail
 		byID[f.row.id] = f.row
 		doc[i] = outboxsql.Failure{ID: f.row.id, Owner: f.row.inc.token, Err: f.err, Permanent: f.permanent, DelayMS: f.delay.Milliseconds()}
 	}
-	args, err := outboxsql.FailArgs{Failures: doc, MaxAttempts: c.r.cfg.MaxAttempts}.Args()
+	args, err := outboxsql.FailArgs{Failures: doc, MaxAttempts: c.cfg.MaxAttempts}.Args()
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode failures: %w", err)
 	}
-	rows, err := tx.QueryContext(ctx, c.r.sql.fail, args...)
+	rows, err := tx.QueryContext(ctx, c.sql.fail, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("record %d failures: %w", len(fails), err)
 	}
@@ -273,7 +282,7 @@ func (c *completer) recordFailures(ctx context.Context, tx *sql.Tx, fails []fail
 		}
 		if state == "dead" {
 			dead = append(dead, byID[id])
-			c.r.log.Error("relay: event is dead: the broker refused it, and it failed MaxAttempts times", "row", id, "max_attempts", c.r.cfg.MaxAttempts)
+			c.log.Error("relay: event is dead: the broker refused it, and it failed MaxAttempts times", "row", id, "max_attempts", c.cfg.MaxAttempts)
 		} else {
 			retried = append(retried, byID[id])
 		}
@@ -282,7 +291,7 @@ func (c *completer) recordFailures(ctx context.Context, tx *sql.Tx, fails []fail
 		return nil, nil, fmt.Errorf("record failures: %w", err)
 	}
 	for _, f := range fails {
-		c.r.log.Warn("relay: publish failed", "row", f.row.id, "event_id", f.row.event.ID, "topic", f.row.event.Topic,
+		c.log.Warn("relay: publish failed", "row", f.row.id, "event_id", f.row.event.ID, "topic", f.row.event.Topic,
 			"aggregate_id", f.row.event.AggregateID, "attempt", f.row.attempts+1, "permanent", f.permanent, "err", f.err)
 	}
 	return retried, dead, nil
@@ -305,4 +314,38 @@ func storableText(s string, max int) string {
 		cut--
 	}
 	return s[:cut]
+}
+
+// marksByClaim groups acknowledged rows into one mark per claim: the rows
+// of one incarnation's claim share their version (outboxsql.MarkPublished).
+// A flush usually holds acknowledgements of one or two claims.
+func marksByClaim(rows []*claimedRow) []outboxsql.MarkArgs {
+	type claim struct {
+		owner   string
+		version uint32
+	}
+	var (
+		out []outboxsql.MarkArgs
+		at  = make(map[claim]int, 2)
+	)
+	for _, row := range rows {
+		k := claim{row.inc.token, row.version}
+		i, ok := at[k]
+		if !ok {
+			i = len(out)
+			at[k] = i
+			out = append(out, outboxsql.MarkArgs{Owner: k.owner, Version: k.version})
+		}
+		out[i].IDs = append(out[i].IDs, row.id)
+	}
+	return out
+}
+
+// byOwner groups rows' ids by the incarnation that claimed them.
+func byOwner(rows []*claimedRow) map[string][]int64 {
+	out := make(map[string][]int64, 1)
+	for _, row := range rows {
+		out[row.inc.token] = append(out[row.inc.token], row.id)
+	}
+	return out
 }

@@ -42,7 +42,7 @@ func TestClaimMakesAsyncCommitsDurable(t *testing.T) {
 			t.Fatal(err)
 		}
 		conn.Close()
-		rows, err := r.claim(ctx, 10)
+		rows, err := r.claimer.claim(ctx, 10)
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("claim: %d rows, %v", len(rows), err)
 		}

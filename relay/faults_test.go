@@ -87,7 +87,7 @@ func TestRetryHoldsClaimsBackWhileItCommits(t *testing.T) {
 	}
 	claimed := make(chan result, 1)
 	go func() {
-		rows, err := r.claim(context.Background(), 100)
+		rows, err := r.claimer.claim(context.Background(), 100)
 		var ids []string
 		for _, row := range rows {
 			ids = append(ids, fmt.Sprint(row.id))
@@ -202,7 +202,7 @@ func TestErrorTextIsStorable(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	r, rows := claimOne(t, b)
-	c := newCompleter(r)
+	c := newCompleter(r.completerDeps())
 	c.fail(rows[0], errors.New("broker said: \x00 \xff "+strings.Repeat("é", maxErrorText)), func(uint64) {})
 	if err := c.flush(context.Background(), nil, c.fails, nil); err != nil {
 		t.Fatalf("recording the failure: %v", err)
@@ -289,7 +289,7 @@ func TestClaimOfOneHotAggregateIsNotQuadratic(t *testing.T) {
 	r := b.newRelay(t, "r1")
 	ready(t, r)
 	start := time.Now()
-	rows, err := r.claim(context.Background(), 1000)
+	rows, err := r.claimer.claim(context.Background(), 1000)
 	took := time.Since(start)
 	if err != nil {
 		t.Fatalf("claim of 1000 rows of one aggregate failed after %s: %v", took, err)
@@ -300,7 +300,7 @@ func TestClaimOfOneHotAggregateIsNotQuadratic(t *testing.T) {
 	// The next batch, claimed while the first is in flight (MaxInFlight is
 	// 2 × BatchSize): every walk also skips the 1000 rows the relay holds.
 	start = time.Now()
-	rows2, err := r.claim(context.Background(), 1000)
+	rows2, err := r.claimer.claim(context.Background(), 1000)
 	took2 := time.Since(start)
 	t.Logf("first batch %s, second batch (first one in flight) %s, %d rows, err %v", took, took2, len(rows2), err)
 	if took > time.Second || took2 > time.Second {
@@ -361,7 +361,7 @@ func TestSecondRunStartsWithNothingInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = tx.Rollback()
-	if n := r.inflight.Load(); n == 0 {
+	if n := r.budget.rows.Load(); n == 0 {
 		t.Fatal("the completer recorded the outcome although the row was locked: the scenario (a Run that gives up with rows unrecorded) was not reached")
 	}
 	b.write(t, 1, "m") // row 2
@@ -380,7 +380,7 @@ func TestSecondRunStartsWithNothingInFlight(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("the second Run published nothing in 4s: in-flight %d inherited from the first Run (MaxInFlight 1)", r.inflight.Load())
+	t.Fatalf("the second Run published nothing in 4s: in-flight %d inherited from the first Run (MaxInFlight 1)", r.budget.rows.Load())
 }
 
 // A relay restarted under its id while its predecessor's heartbeat is

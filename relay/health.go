@@ -38,7 +38,7 @@ type Health struct {
 // for them; whether the database answers right now is for the caller to
 // check.
 func (r *Relay) Health() Health {
-	h := Health{Running: r.running.Load(), Shards: int(r.members.owned.Load()), Stalled: r.stalled()}
+	h := Health{Running: r.running.Load(), Shards: int(r.members.owned.Load()), Stalled: r.stall.stalled()}
 	inc := r.members.cur.Load()
 	if inc == nil {
 		return h

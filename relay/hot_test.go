@@ -193,9 +193,9 @@ func TestMarkKeepsTheTableItsSize(t *testing.T) {
 	before := pages()
 	r := b.newRelay(t, "r1")
 	ready(t, r)
-	c := newCompleter(r)
+	c := newCompleter(r.completerDeps())
 	for marked := 0; marked < 2000; {
-		rows, err := r.claim(ctx, 100)
+		rows, err := r.claimer.claim(ctx, 100)
 		if err != nil {
 			t.Fatal(err)
 		}

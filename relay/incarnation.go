@@ -23,7 +23,7 @@ type incarnation struct {
 	// StaleAfter less a heartbeat, so it stops before peers can declare
 	// it dead and publish its rows themselves.
 	deadline atomic.Int64
-	fenced   atomic.Bool
+	ended    atomic.Bool
 }
 
 func newIncarnation(name string) *incarnation {
@@ -33,11 +33,11 @@ func newIncarnation(name string) *incarnation {
 // live reports whether rows claimed under the incarnation may still be
 // published at now. Once false it stays false.
 func (i *incarnation) live(now time.Duration) bool {
-	if i.fenced.Load() {
+	if i.ended.Load() {
 		return false
 	}
 	if now >= time.Duration(i.deadline.Load()) {
-		i.fenced.Store(true)
+		i.ended.Store(true)
 		return false
 	}
 	return true
@@ -53,9 +53,9 @@ func (i *incarnation) extend(until time.Duration) {
 	}
 }
 
-// fence ends the incarnation: nothing claimed under it is published any
+// end ends the incarnation: nothing claimed under it is published any
 // more.
-func (i *incarnation) fence() { i.fenced.Store(true) }
+func (i *incarnation) end() { i.ended.Store(true) }
 
 // clock is the relay's monotonic clock: durations since the relay was
 // built. Go's monotonic readings keep running while the process is stopped

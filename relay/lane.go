@@ -2,11 +2,13 @@ package relay
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
 // lane publishes the rows of the aggregates hashed to it in the order they
@@ -20,17 +22,17 @@ import (
 // released unpublished, so none can overtake the failed row, until the
 // failure and all those releases are committed, and then every row from a
 // claim that started before that commit. Claims that start after it see the
-// failed row in backoff (the database fence in outboxsql.Claim) and the
-// released rows pending again, and return them in id order once the failed
-// row is due.
+// failed row in backoff (outboxsql.Claim passes over its aggregate until
+// then) and the released rows pending again, and return them in id order
+// once the failed row is due.
 type lane struct {
-	r     *Relay
+	laneDeps
 	queue chan *claimedRow
 	limit int // the most rows sent at once (Core.Limit)
 
-	mu    sync.Mutex
-	fence map[string]*fence // by aggregate id
-	seen  uint64            // highest claim seq this lane has processed
+	mu     sync.Mutex
+	fences map[string]*fence // by aggregate id
+	seen   uint64            // highest claim seq this lane has processed
 
 	// The lane's publish calls run on a goroutine of their own, so that a
 	// call that outlives PublishTimeout can be given up on (see call).
@@ -40,14 +42,29 @@ type lane struct {
 	abandoned bool // the last call was given up on and has not returned yet
 }
 
-// fence holds back an aggregate's rows.
+// fence is the fence on one aggregate: after a failure it holds back the
+// aggregate's later rows (see lane).
 type fence struct {
 	unrecorded int    // failures and releases of the aggregate not yet committed
 	upTo       uint64 // rows from claims up to this seq are held back
 }
 
-func newLane(r *Relay, capacity int) *lane {
-	l := &lane{r: r, queue: make(chan *claimedRow, capacity), fence: map[string]*fence{}, limit: r.core.Limit(),
+// laneDeps is what a lane publishes with and who it tells: the same for
+// every lane of a Run.
+type laneDeps struct {
+	core      *publish.Core // builds and sends the messages, with spans and the publish metrics
+	clock     *clock
+	timeout   time.Duration // Config.PublishTimeout
+	log       *slog.Logger
+	completer *completer // records the outcomes
+	budget    *budget    // forgets the rows dropped
+	outage    *outage    // counts the calls' outcomes
+	stall     *stall     // follows the calls given up on
+}
+
+// newLane returns a lane that queues up to capacity rows.
+func newLane(d laneDeps, capacity int) *lane {
+	l := &lane{laneDeps: d, queue: make(chan *claimedRow, capacity), fences: map[string]*fence{}, limit: d.core.Limit(),
 		calls: make(chan func() []error), results: make(chan []error, 1), timer: time.NewTimer(time.Hour)}
 	l.timer.Stop()
 	return l
@@ -111,18 +128,18 @@ func (l *lane) process(ctx context.Context, batch, send []*claimedRow) []*claime
 	if l.abandoned {
 		l.await(ctx)
 	}
-	now := l.r.clock.now()
+	now := l.clock.now()
 	for _, row := range batch {
 		switch {
 		case !row.inc.live(now):
 			// Declared dead, or past its deadline: peers may hold
 			// this row's aggregate now. Publish nothing more of what
 			// the incarnation claimed, and record nothing either.
-			l.r.drop(row)
+			l.budget.drop(row)
 		case ctx.Err() != nil:
-			l.r.completer.release(row, nil) // shutting down: give it back unpublished
+			l.completer.release(row, nil) // shutting down: give it back unpublished
 		case l.fenced(row):
-			l.r.completer.release(row, l.hold(row.event.AggregateID))
+			l.completer.release(row, l.hold(row.event.AggregateID))
 		default:
 			send = append(send, row)
 		}
@@ -134,9 +151,9 @@ func (l *lane) process(ctx context.Context, batch, send []*claimedRow) []*claime
 	for i, row := range send {
 		events[i] = &row.event
 	}
-	errs := l.call(len(send), func() []error { return l.r.core.Send(ctx, events) })
+	errs := l.call(len(send), func() []error { return l.core.Send(ctx, events) })
 	stopping := ctx.Err() != nil
-	l.r.countOutage(errs, stopping)
+	l.outage.count(errs, stopping)
 	for i, row := range send {
 		var err error
 		if errs != nil {
@@ -147,17 +164,17 @@ func (l *lane) process(ctx context.Context, batch, send []*claimedRow) []*claime
 			// Marked even if the incarnation ended meanwhile: the
 			// broker has it, and the mark applies only if no one
 			// claimed the row since.
-			l.r.completer.ack(row)
-		case !row.inc.live(l.r.clock.now()):
-			l.r.drop(row)
+			l.completer.ack(row)
+		case !row.inc.live(l.clock.now()):
+			l.budget.drop(row)
 		case stopping && !IsPermanent(err):
 			// Shutting down: a publisher that gives up on the
 			// cancelled context did not try the event. Give it back
 			// without counting an attempt, fenced like a failure (the
 			// broker may have it).
-			l.r.completer.release(row, l.hold(row.event.AggregateID))
+			l.completer.release(row, l.hold(row.event.AggregateID))
 		default:
-			l.r.completer.fail(row, err, l.hold(row.event.AggregateID))
+			l.completer.fail(row, err, l.hold(row.event.AggregateID))
 		}
 	}
 	clear(batch)
@@ -178,21 +195,19 @@ func (l *lane) process(ctx context.Context, batch, send []*claimedRow) []*claime
 // at most.
 func (l *lane) call(n int, publish func() []error) []error {
 	l.calls <- publish
-	l.timer.Reset(l.r.cfg.PublishTimeout)
+	l.timer.Reset(l.timeout)
 	select {
 	case errs := <-l.results:
 		l.timer.Stop()
 		if errs == nil || slices.Contains(errs, nil) {
-			l.r.lastAck.Store(int64(l.r.clock.now()))
+			l.stall.acked()
 		}
 		return errs
 	case <-l.timer.C:
 	}
 	l.abandoned = true
-	if l.r.hung.Add(1) == 1 {
-		l.r.hungSince.Store(int64(l.r.clock.now()))
-	}
-	l.r.log.Warn("relay: a publish outlived PublishTimeout; its events are retried", "events", n, "publish_timeout", l.r.cfg.PublishTimeout)
+	l.stall.gaveUp()
+	l.log.Warn("relay: a publish outlived PublishTimeout; its events are retried", "events", n, "publish_timeout", l.timeout)
 	errs := make([]error, n)
 	for i := range errs {
 		errs[i] = ErrPublishTimeout
@@ -206,7 +221,7 @@ func (l *lane) await(ctx context.Context) {
 	select {
 	case <-l.results: // its outcome is not used: the rows were failed
 		l.abandoned = false
-		l.r.hung.Add(-1)
+		l.stall.returned()
 	case <-ctx.Done():
 	}
 }
@@ -219,13 +234,13 @@ func (l *lane) fenced(row *claimedRow) bool {
 	defer l.mu.Unlock()
 	if row.seq > l.seen {
 		l.seen = row.seq
-		for agg, f := range l.fence {
+		for agg, f := range l.fences {
 			if f.unrecorded == 0 && f.upTo < row.seq {
-				delete(l.fence, agg)
+				delete(l.fences, agg)
 			}
 		}
 	}
-	f, ok := l.fence[row.event.AggregateID]
+	f, ok := l.fences[row.event.AggregateID]
 	return ok && (f.unrecorded > 0 || row.seq <= f.upTo)
 }
 
@@ -234,10 +249,10 @@ func (l *lane) fenced(row *claimedRow) bool {
 // claim seq current at the commit.
 func (l *lane) hold(aggregateID string) func(recordedAt uint64) {
 	l.mu.Lock()
-	f := l.fence[aggregateID]
+	f := l.fences[aggregateID]
 	if f == nil {
 		f = &fence{}
-		l.fence[aggregateID] = f
+		l.fences[aggregateID] = f
 	}
 	f.unrecorded++
 	l.mu.Unlock()
@@ -247,4 +262,13 @@ func (l *lane) hold(aggregateID string) func(recordedAt uint64) {
 		f.upTo = max(f.upTo, recordedAt)
 		l.mu.Unlock()
 	}
+}
+
+// laneSet is a Run's lanes.
+type laneSet []*lane
+
+// queue hands row to its aggregate's lane: always the same one, so the
+// aggregate's events are published one after another in claim (id) order.
+func (ls laneSet) queue(row *claimedRow) {
+	ls[publish.Lane(row.event.AggregateID, len(ls))].queue <- row
 }

@@ -2,9 +2,11 @@ package relay
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,17 +14,29 @@ import (
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
-// listenLoop holds one connection in LISTEN on the table's channel and wakes
-// the dispatcher on every notification. It reconnects with backoff when the
-// connection drops; meanwhile the dispatcher polls.
-func (r *Relay) listenLoop(ctx context.Context) {
-	if r.cfg.DisableListen {
+// listener holds one connection in LISTEN on the table's channel and wakes
+// the claimer on every notification, or the membership on a rebalance. It
+// reconnects with backoff when the connection drops; meanwhile the claimer
+// polls.
+type listener struct {
+	db        *sql.DB
+	channel   string // Config.Table.Channel()
+	log       *slog.Logger
+	disabled  bool          // Config.DisableListen
+	poll      time.Duration // Config.PollInterval, for the log
+	wake      chan struct{} // the claimer's: rows may have arrived
+	rebalance chan struct{} // the membership's rebalanceNow
+}
+
+// run listens until ctx ends.
+func (l *listener) run(ctx context.Context) {
+	if l.disabled {
 		return
 	}
 	failures := 0
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := r.listen(ctx)
+		err := l.listen(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -30,13 +44,13 @@ func (r *Relay) listenLoop(ctx context.Context) {
 			failures = 0 // a connection that held a while: an isolated drop
 		}
 		if errors.Is(err, errNotPgx) {
-			r.log.Warn("relay: LISTEN needs the pgx database/sql driver; polling instead", "poll_interval", r.cfg.PollInterval)
+			l.log.Warn("relay: LISTEN needs the pgx database/sql driver; polling instead", "poll_interval", l.poll)
 			return
 		}
 		failures++
 		d := backoff(failures, 100*time.Millisecond, 10*time.Second)
-		r.log.Warn("relay: listen connection lost; polling until it is back", "err", err, "retry_in", d)
-		signal(r.wake) // rows may have arrived unannounced
+		l.log.Warn("relay: listen connection lost; polling until it is back", "err", err, "retry_in", d)
+		signal(l.wake) // rows may have arrived unannounced
 		if !sleep(ctx, d) {
 			return
 		}
@@ -45,8 +59,8 @@ func (r *Relay) listenLoop(ctx context.Context) {
 
 var errNotPgx = errors.New("not a pgx connection")
 
-func (r *Relay) listen(ctx context.Context) error {
-	conn, err := r.db.Conn(ctx)
+func (l *listener) listen(ctx context.Context) error {
+	conn, err := l.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("get connection: %w", err)
 	}
@@ -57,10 +71,10 @@ func (r *Relay) listen(ctx context.Context) error {
 			return errNotPgx
 		}
 		c := pc.Conn()
-		if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{r.cfg.Table.Channel()}.Sanitize()); err != nil {
+		if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
 			return fmt.Errorf("listen: %w: %w", err, driver.ErrBadConn)
 		}
-		signal(r.wake) // anything committed before LISTEN took effect
+		signal(l.wake) // anything committed before LISTEN took effect
 		for {
 			n, err := c.WaitForNotification(ctx)
 			if err != nil {
@@ -69,10 +83,10 @@ func (r *Relay) listen(ctx context.Context) error {
 				return fmt.Errorf("wait for notification: %w: %w", err, driver.ErrBadConn)
 			}
 			if n.Payload == outboxsql.RebalancePayload {
-				signal(r.members.rebalanceNow)
+				signal(l.rebalance)
 				continue
 			}
-			signal(r.wake)
+			signal(l.wake)
 		}
 	})
 }

@@ -42,10 +42,10 @@ type membership struct {
 	clock *clock
 	host  string
 
-	// wake asks the dispatcher to claim now (new shards to claim from).
+	// wake asks the claimer to claim now (new shards to claim from).
 	wake chan struct{}
 	// stalled reports whether the relay cannot make progress (see
-	// Relay.stalled); nil: never.
+	// stall.stalled); nil: never.
 	stalled func() bool
 	// rebalanceNow is signalled when a peer announces a membership change
 	// (NOTIFY with outboxsql.RebalancePayload).
@@ -209,7 +209,7 @@ func (m *membership) heartbeat(ctx context.Context, start time.Duration) (*incar
 		} else if n == 0 {
 			m.log.Warn("relay: peers declared this relay dead (its heartbeat went stale); dropping the events it holds and registering anew",
 				"incarnation", inc.token)
-			inc.fence()
+			inc.end()
 		}
 	}
 	if inc == nil || !inc.live(start) {
@@ -382,7 +382,7 @@ func (m *membership) shardsInHandover(ctx context.Context, args outboxsql.Handov
 // round after the relay can make progress again registers anew.
 func (m *membership) giveUp() {
 	if inc := m.cur.Load(); inc != nil {
-		inc.fence()
+		inc.end()
 	}
 	m.leave()
 }

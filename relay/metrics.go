@@ -18,7 +18,7 @@ const instrumentationName = "github.com/txoutbox/txoutbox/relay"
 
 // metrics are the relay's OpenTelemetry instruments, besides the publish
 // core's (the publish duration and messages sent). The gauges read the
-// figures the relay last sampled (see statsLoop), so a scrape costs no
+// figures the relay last sampled (see sampler), so a scrape costs no
 // query.
 type metrics struct {
 	meter     metric.Meter
@@ -93,11 +93,12 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	return m, nil
 }
 
-// observe registers the gauge callback for r and returns its unregister.
-func (m *metrics) observe(r *Relay) (func() error, error) {
+// observe registers the gauge callback, reading the shards owned and the
+// outage's length from shards and outage, and returns its unregister.
+func (m *metrics) observe(shards func() int64, outage func() time.Duration) (func() error, error) {
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(m.shards, r.members.owned.Load())
-		o.ObserveFloat64(m.outage, r.outageFor().Seconds())
+		o.ObserveInt64(m.shards, shards())
+		o.ObserveFloat64(m.outage, outage().Seconds())
 		m.mu.Lock()
 		lag, backlog, dead, scheduled := m.lagSample, m.backlogCount, m.deadCount, m.scheduledCount
 		m.mu.Unlock()

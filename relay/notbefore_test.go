@@ -67,7 +67,7 @@ func TestClaimWaitsForNotBeforeAndHoldsBackItsAggregate(t *testing.T) {
 		t.Fatalf("claimed %q again before row 3's time, want nothing", got)
 	}
 	b.due(t, "3")
-	rows, err := r.claim(context.Background(), 10)
+	rows, err := r.claimer.claim(context.Background(), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestDueScheduledRowSurvivesARelayThatDied(t *testing.T) {
 	b.exec(t, `DELETE FROM outbox_relays`)
 	r := b.newRelay(t, "r2")
 	ready(t, r)
-	rows, err := r.claim(context.Background(), 10)
+	rows, err := r.claimer.claim(context.Background(), 10)
 	if err != nil || len(rows) != 2 || rows[0].id != 1 || rows[1].id != 2 {
 		t.Fatalf("the next incarnation claimed %d rows (%v), want 1 then 2", len(rows), err)
 	}

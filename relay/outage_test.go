@@ -150,7 +150,7 @@ func TestOutageMakesNoEventDead(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM outbox WHERE attempts > 0`); n != 3 {
 		t.Fatalf("%d events attempted; only each aggregate's first should be, the rest fenced behind it", n)
 	}
-	if d := r.outageFor(); d <= 0 {
+	if d := r.outage.lasted(); d <= 0 {
 		t.Fatalf("outage gauge reads %s during the outage", d)
 	}
 	pub.set(nil)
@@ -158,7 +158,7 @@ func TestOutageMakesNoEventDead(t *testing.T) {
 		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'published'`) == 15
 	})
 	pub.checkOrder(t, 5, "k", "m", "n")
-	if d := r.outageFor(); d != 0 {
+	if d := r.outage.lasted(); d != 0 {
 		t.Fatalf("outage gauge reads %s after the outage", d)
 	}
 }

@@ -4,19 +4,29 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
-// pruneLoop deletes published rows older than Retention, a batch per
+// pruner deletes published rows older than Retention, a batch per
 // statement so no delete holds many locks or a long transaction. An advisory
 // lock lets one relay prune at a time; the others skip the round.
-func (r *Relay) pruneLoop(ctx context.Context) {
-	if r.cfg.Retention < 0 {
+type pruner struct {
+	db  *sql.DB
+	sql *statements
+	cfg Config // Retention, PruneInterval, PruneBatch, StatementTimeout
+	log *slog.Logger
+}
+
+// run prunes every PruneInterval until ctx ends, unless Retention is
+// negative.
+func (p *pruner) run(ctx context.Context) {
+	if p.cfg.Retention < 0 {
 		return
 	}
-	t := time.NewTicker(r.cfg.PruneInterval)
+	t := time.NewTicker(p.cfg.PruneInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -24,12 +34,12 @@ func (r *Relay) pruneLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		n, err := r.Prune(ctx)
+		n, err := p.prune(ctx)
 		if err != nil && ctx.Err() == nil {
-			r.log.Warn("relay: prune failed", "err", err)
+			p.log.Warn("relay: prune failed", "err", err)
 		}
 		if n > 0 {
-			r.log.Info("relay: pruned published events", "rows", n, "older_than", r.cfg.Retention)
+			p.log.Info("relay: pruned published events", "rows", n, "older_than", p.cfg.Retention)
 		}
 	}
 }
@@ -38,32 +48,36 @@ func (r *Relay) pruneLoop(ctx context.Context) {
 // batches, unless another relay is pruning, and returns how many it deleted.
 // Run calls it every PruneInterval; call it directly from a maintenance job
 // if you prefer.
-func (r *Relay) Prune(ctx context.Context) (int64, error) {
+func (r *Relay) Prune(ctx context.Context) (int64, error) { return r.pruner.prune(ctx) }
+
+// prune is Prune.
+func (p *pruner) prune(ctx context.Context) (int64, error) {
 	var total int64
 	for ctx.Err() == nil {
-		n, locked, err := r.pruneBatch(ctx)
+		n, locked, err := p.batch(ctx)
 		total += n
 		if err != nil {
 			return total, err
 		}
-		if !locked || n < int64(r.cfg.PruneBatch) {
+		if !locked || n < int64(p.cfg.PruneBatch) {
 			return total, nil
 		}
 	}
 	return total, ctx.Err()
 }
 
-func (r *Relay) pruneBatch(ctx context.Context) (deleted int64, locked bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+// batch deletes one batch, if it gets the prune lock.
+func (p *pruner) batch(ctx context.Context) (deleted int64, locked bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
 	defer cancel()
-	_, err = r.settle(ctx, func(tx *sql.Tx) (int64, error) {
-		if err := tx.QueryRowContext(ctx, r.sql.pruneLock).Scan(&locked); err != nil {
+	_, err = settle(ctx, p.db, p.sql, p.cfg.StatementTimeout, func(tx *sql.Tx) (int64, error) {
+		if err := tx.QueryRowContext(ctx, p.sql.pruneLock).Scan(&locked); err != nil {
 			return 0, fmt.Errorf("lock: %w", err)
 		}
 		if !locked {
 			return 0, nil
 		}
-		res, err := tx.ExecContext(ctx, r.sql.prune, outboxsql.PruneArgs{Retention: r.cfg.Retention, Batch: r.cfg.PruneBatch}.Args()...)
+		res, err := tx.ExecContext(ctx, p.sql.prune, outboxsql.PruneArgs{Retention: p.cfg.Retention, Batch: p.cfg.PruneBatch}.Args()...)
 		if err != nil {
 			return 0, fmt.Errorf("delete: %w", err)
 		}

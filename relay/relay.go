@@ -13,7 +13,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
@@ -33,6 +32,13 @@ var ErrPublishTimeout = errors.New("relay: publish outlived PublishTimeout; outc
 
 // Relay publishes the outbox. Build it with New and call Run; several relays,
 // in one process or many, may run against one table at once.
+//
+// A Relay is the wiring of its parts, each owning its state: the
+// membership (incarnation, heartbeat, shards), the claimer (claims, handing
+// rows to the lanes), the budget (what is held in flight), the lanes
+// (publishing in aggregate order, fences), the completer (recording
+// outcomes), the outage and stall trackers the lanes feed, and the
+// listener, pruner and sampler (stats) loops.
 type Relay struct {
 	db    *sql.DB
 	pub   message.Publisher
@@ -42,38 +48,18 @@ type Relay struct {
 	met   *metrics
 	core  *publish.Core // builds and sends the messages, with spans and the publish metrics
 	clock *clock
+	wake  chan struct{} // signalled by NOTIFY and new shards: claim now
 
-	members *membership
+	members  *membership
+	claimer  *claimer
+	budget   *budget
+	outage   *outage
+	stall    *stall
+	listener *listener
+	pruner   *pruner
+	sampler  *sampler
 
-	// unconfirmed holds the rows of a claim whose commit failed: it may have
-	// committed without the reply arriving, leaving them claimed by the
-	// incarnation with no lane publishing them. The next claim first
-	// releases them. Only the dispatcher touches it.
-	unconfirmed []*claimedRow
-	// claimSeq numbers claims; rows carry the number of the claim that
-	// took them, which the lanes' fences compare against.
-	claimSeq atomic.Uint64
-
-	inflight atomic.Int64 // claimed rows not yet recorded as published, failed or released, nor dropped
-	// inflightBytes is the payload bytes of those rows.
-	inflightBytes atomic.Int64
-	capacity      chan struct{} // signalled when inflight drops
-	wake          chan struct{} // signalled by NOTIFY
-
-	// outage follows publishes failed in a row across lanes; the
-	// dispatcher backs off while it grows, so a broker outage is not
-	// hammered.
-	outage outageState
-
-	// hung counts the lanes whose last publish call outlived
-	// PublishTimeout and has not returned; hungSince is when the first of
-	// them was given up on, and lastAck when a call last had an event
-	// acknowledged, on the relay's clock. See stalled.
-	hung, hungSince, lastAck atomic.Int64
-
-	lanes     []*lane
-	completer *completer
-	running   atomic.Bool
+	running atomic.Bool
 }
 
 // New validates cfg and returns a relay that reads the outbox through db and
@@ -118,19 +104,29 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		return nil, fmt.Errorf("relay: metrics: %w", err)
 	}
 	r := &Relay{
-		db:       db,
-		pub:      pub,
-		cfg:      cfg,
-		sql:      render(names, outboxsql.WALName(cfg.Table.Schema, cfg.Table.Name)),
-		log:      cfg.Logger.With("relay", cfg.ID),
-		met:      met,
-		core:     core,
-		clock:    &clock{base: time.Now()},
-		capacity: make(chan struct{}, 1),
-		wake:     make(chan struct{}, 1),
+		db:    db,
+		pub:   pub,
+		cfg:   cfg,
+		sql:   render(names, outboxsql.WALName(cfg.Table.Schema, cfg.Table.Name)),
+		log:   cfg.Logger.With("relay", cfg.ID),
+		met:   met,
+		core:  core,
+		clock: &clock{base: time.Now()},
+		wake:  make(chan struct{}, 1),
 	}
+	r.budget = newBudget(cfg.MaxInFlight, cfg.MaxInFlightBytes)
+	r.outage = &outage{clock: r.clock, log: r.log}
+	r.stall = &stall{clock: r.clock, timeout: cfg.PublishTimeout}
 	r.members = newMembership(db, r.sql, &r.cfg, r.log, r.clock, r.wake)
-	r.members.stalled = r.stalled
+	r.members.stalled = r.stall.stalled
+	r.claimer = newClaimer(claimerDeps{
+		db: db, sql: r.sql, cfg: cfg, log: r.log, met: met,
+		members: r.members, stalled: r.stall.stalled, budget: r.budget, outage: r.outage, wake: r.wake,
+	})
+	r.listener = &listener{db: db, channel: cfg.Table.Channel(), log: r.log, disabled: cfg.DisableListen, poll: cfg.PollInterval,
+		wake: r.wake, rebalance: r.members.rebalanceNow}
+	r.pruner = &pruner{db: db, sql: r.sql, cfg: cfg, log: r.log}
+	r.sampler = &sampler{db: db, sql: r.sql, cfg: cfg, log: r.log, met: met}
 	return r, nil
 }
 
@@ -157,12 +153,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	// A Run before this one may have given up recording outcomes at
 	// shutdown (the database gone): those rows are its incarnation's, to be
 	// taken over, not this run's.
-	r.inflight.Store(0)
-	r.inflightBytes.Store(0)
-	r.resetOutage()
-	r.hung.Store(0)
-	r.lastAck.Store(int64(r.clock.now()))
-	r.unconfirmed = nil
+	r.budget.reset()
+	r.outage.reset()
+	r.stall.reset()
+	r.claimer.reset()
 	if err := r.members.checkMode(ctx); err != nil {
 		return err
 	}
@@ -170,30 +164,32 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.log.Info("relay starting", "table", r.cfg.Table.String(), "lanes", r.cfg.Lanes, "batch", r.cfg.BatchSize,
 		"lane_batch", r.cfg.LaneBatch, "batch_publisher", batching)
 
-	unregister, err := r.met.observe(r)
+	unregister, err := r.met.observe(r.members.owned.Load, r.outage.lasted)
 	if err != nil {
 		r.log.Warn("relay: metrics callback not registered", "err", err)
 	}
 
-	r.completer = newCompleter(r)
-	r.lanes = make([]*lane, r.cfg.Lanes)
+	completer := newCompleter(r.completerDeps())
+	lanes := make(laneSet, r.cfg.Lanes)
+	deps := laneDeps{core: r.core, clock: r.clock, timeout: r.cfg.PublishTimeout, log: r.log,
+		completer: completer, budget: r.budget, outage: r.outage, stall: r.stall}
 	var lanesDone sync.WaitGroup
-	for i := range r.lanes {
-		r.lanes[i] = newLane(r, r.cfg.MaxInFlight)
+	for i := range lanes {
+		lanes[i] = newLane(deps, r.cfg.MaxInFlight)
 		lanesDone.Add(1)
 		go func(l *lane) {
 			defer lanesDone.Done()
 			l.run(ctx)
-		}(r.lanes[i])
+		}(lanes[i])
 	}
 	completerDone := make(chan struct{})
 	go func() {
 		defer close(completerDone)
-		r.completer.run()
+		completer.run()
 	}()
 
 	var background sync.WaitGroup
-	for _, loop := range []func(context.Context){r.members.run, r.listenLoop, r.pruneLoop, r.statsLoop} {
+	for _, loop := range []func(context.Context){r.members.run, r.listener.run, r.pruner.run, r.sampler.run} {
 		background.Add(1)
 		go func() {
 			defer background.Done()
@@ -201,13 +197,13 @@ func (r *Relay) Run(ctx context.Context) error {
 		}()
 	}
 
-	r.dispatch(ctx) // returns when ctx ends
+	r.claimer.run(ctx, lanes) // returns when ctx ends
 
-	for _, l := range r.lanes {
+	for _, l := range lanes {
 		close(l.queue)
 	}
 	lanesDone.Wait()
-	r.completer.close()
+	completer.close()
 	<-completerDone
 	background.Wait()
 	r.members.leave()
@@ -218,16 +214,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// stalled reports whether the relay cannot make progress: a publish call
-// outlived PublishTimeout and has not returned, and no event was
-// acknowledged for PublishTimeout since. The membership gives up the
-// relay's shards meanwhile, so peers publish them.
-func (r *Relay) stalled() bool {
-	if r.hung.Load() == 0 {
-		return false
-	}
-	last := time.Duration(max(r.lastAck.Load(), r.hungSince.Load()-int64(r.cfg.PublishTimeout)))
-	return r.clock.now()-last >= r.cfg.PublishTimeout
+// completerDeps is the completer's wiring: a Run builds a completer of its
+// own from it.
+func (r *Relay) completerDeps() completerDeps {
+	return completerDeps{db: r.db, sql: r.sql, cfg: r.cfg, log: r.log, met: r.met, budget: r.budget, lastClaim: r.claimer.lastSeq}
 }
 
 // signal does a non-blocking send on a wake-up channel of capacity 1.
@@ -236,23 +226,4 @@ func signal(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
-}
-
-// claimedRow is one claimed outbox row on its way through the relay.
-type claimedRow struct {
-	id       int64
-	event    txoutbox.Event
-	attempts int          // failed publishes before this claim
-	seq      uint64       // the claim that took it
-	inc      *incarnation // the incarnation that claimed it
-	version  uint32       // the claimed version's xmin: the claim's transaction (see outboxsql.MarkPublished)
-	bytes    int64        // its payload's size, counted in Relay.inflightBytes
-}
-
-// drop forgets a row without recording anything: its incarnation ended, so
-// the row is someone else's to claim (see incarnation).
-func (r *Relay) drop(row *claimedRow) {
-	r.inflight.Add(-1)
-	r.inflightBytes.Add(-row.bytes)
-	signal(r.capacity)
 }

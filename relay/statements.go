@@ -1,6 +1,13 @@
 package relay
 
-import "github.com/txoutbox/txoutbox/internal/outboxsql"
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+)
 
 // statements are the relay's SQL, rendered once for its table.
 type statements struct {
@@ -47,4 +54,27 @@ func render(n outboxsql.Names, walSlot string) *statements {
 		table:               n.Table,
 		walSlot:             walSlot,
 	}
+}
+
+// settle runs fn in a transaction with the relay's server-side timeouts
+// that commits durably (see outboxsql.SettleSettings), and returns what fn
+// returned: for what takes rows out of memory (failures, releases), a
+// registration, a prune.
+func settle(ctx context.Context, db *sql.DB, q *statements, timeout time.Duration, fn func(*sql.Tx) (int64, error)) (int64, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if _, err := tx.ExecContext(ctx, q.settleSettings, outboxsql.TimeoutArgs{Timeout: timeout}.Args()...); err != nil {
+		return 0, fmt.Errorf("settings: %w", err)
+	}
+	n, err := fn(tx)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("commit: %w", err)
+	}
+	return n, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -16,7 +17,17 @@ func (r *Relay) Stats(ctx context.Context) (txoutbox.Stats, error) {
 	return txoutbox.ReadStats(ctx, r.db, r.cfg.Table)
 }
 
-// statsLoop refreshes the gauges' figures until ctx ends: the lag, the
+// sampler reads the figures of the outbox gauges: the lag, the backlog
+// with the scheduled count and the dead count.
+type sampler struct {
+	db  *sql.DB
+	sql *statements
+	cfg Config // StatsInterval, StatementTimeout
+	log *slog.Logger
+	met *metrics
+}
+
+// run refreshes the gauges' figures until ctx ends: the lag, the
 // backlog with the scheduled count and the dead count, each read apart (see paced), so that a slow
 // count never holds up the lag. The lag is one index entry away and read
 // every StatsInterval. A count reads an entry of every row it counts up
@@ -25,20 +36,20 @@ func (r *Relay) Stats(ctx context.Context) (txoutbox.Stats, error) {
 // many index entries whatever the backlog; the pacing still spaces out a
 // reading that turns slow (a server under load, an index bloated by a
 // drain before its vacuum).
-func (r *Relay) statsLoop(ctx context.Context) {
+func (s *sampler) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, read := range []func(context.Context, *sql.Conn) error{
-		r.readLag,
-		r.readBacklog,
-		readCount("dead rows", r.sql.statsDead, txoutbox.StatsExactMax, r.met.setDead),
+		s.readLag,
+		s.readBacklog,
+		readCount("dead rows", s.sql.statsDead, txoutbox.StatsExactMax, s.met.setDead),
 	} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			paced(ctx, r.cfg.StatsInterval, func(ctx context.Context) time.Duration {
-				took, err := r.timed(ctx, read)
+			paced(ctx, s.cfg.StatsInterval, func(ctx context.Context) time.Duration {
+				took, err := s.timed(ctx, read)
 				if err != nil && ctx.Err() == nil {
-					r.log.Debug("relay: read stats", "err", err)
+					s.log.Debug("relay: read stats", "err", err)
 				}
 				return took
 			})
@@ -51,10 +62,10 @@ func (r *Relay) statsLoop(ctx context.Context) {
 // took: the statement, not the wait for a connection or for opening one,
 // which say nothing of what it costs the server. A read the
 // StatementTimeout cut short took that long.
-func (r *Relay) timed(ctx context.Context, read func(context.Context, *sql.Conn) error) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+func (s *sampler) timed(ctx context.Context, read func(context.Context, *sql.Conn) error) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StatementTimeout)
 	defer cancel()
-	conn, err := r.db.Conn(ctx)
+	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("read stats: %w", err)
 	}
@@ -110,21 +121,21 @@ func spacing(interval, took time.Duration) time.Duration {
 // been due, by the database clock (see outboxsql.OldestUnpublished). With no
 // unpublished row it also sets the backlog and scheduled gauges to 0, which a count that is slow to come round again would otherwise
 // leave as it was.
-func (r *Relay) readLag(ctx context.Context, conn *sql.Conn) error {
+func (s *sampler) readLag(ctx context.Context, conn *sql.Conn) error {
 	var (
 		oldest sql.NullTime
 		now    time.Time
 	)
-	if err := conn.QueryRowContext(ctx, r.sql.statsLag).Scan(&oldest, &now); err != nil {
+	if err := conn.QueryRowContext(ctx, s.sql.statsLag).Scan(&oldest, &now); err != nil {
 		return fmt.Errorf("read the lag: %w", err)
 	}
 	if !oldest.Valid {
-		r.met.setLag(0)
-		r.met.setBacklog(0)
-		r.met.setScheduled(0)
+		s.met.setLag(0)
+		s.met.setBacklog(0)
+		s.met.setScheduled(0)
 		return nil
 	}
-	r.met.setLag(max(now.Sub(oldest.Time), 0))
+	s.met.setLag(max(now.Sub(oldest.Time), 0))
 	return nil
 }
 
@@ -132,15 +143,15 @@ func (r *Relay) readLag(ctx context.Context, conn *sql.Conn) error {
 // unpublished rows (outboxsql.StatsBacklog) and the scheduled ones among
 // them (outboxsql.ScheduledCount), which the backlog leaves out, each
 // counted up to txoutbox.StatsExactMax.
-func (r *Relay) readBacklog(ctx context.Context, conn *sql.Conn) error {
+func (s *sampler) readBacklog(ctx context.Context, conn *sql.Conn) error {
 	var unpublished, scheduled int64
 	args := outboxsql.CountArgs{Cap: txoutbox.StatsExactMax}.Args()
-	if err := conn.QueryRowContext(ctx, r.sql.statsBacklog, args...).Scan(&unpublished, &scheduled); err != nil {
+	if err := conn.QueryRowContext(ctx, s.sql.statsBacklog, args...).Scan(&unpublished, &scheduled); err != nil {
 		return fmt.Errorf("count the backlog: %w", err)
 	}
 	c := outboxsql.CountsOf(unpublished, 0, scheduled)
-	r.met.setBacklog(c.Backlog)
-	r.met.setScheduled(c.Scheduled)
+	s.met.setBacklog(c.Backlog)
+	s.met.setScheduled(c.Scheduled)
 	return nil
 }
 

@@ -50,7 +50,7 @@ func statsRelay(t *testing.T, b *internalBundle) (*Relay, func()) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		wg.Add(1)
-		go func() { defer wg.Done(); r.statsLoop(ctx) }()
+		go func() { defer wg.Done(); r.sampler.run(ctx) }()
 		t.Cleanup(func() { cancel(); wg.Wait() })
 	}
 }

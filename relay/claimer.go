@@ -6,16 +6,18 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
-	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
-// After a NOTIFY, or a claim that found rows, the dispatcher polls every
+// After a NOTIFY, or a claim that found rows, the claimer polls every
 // hotPollInterval for hotPollWindow: writers send at most one NOTIFY per
 // txoutbox.WriterConfig.NotifyInterval (50ms by default), so rows committed
 // just after a NOTIFY are found within hotPollInterval instead of at the next
@@ -25,11 +27,66 @@ const (
 	hotPollWindow   = 100 * time.Millisecond
 )
 
-// dispatch claims due rows and hands them to the lanes until ctx ends. It
-// claims the next batch while earlier ones publish (bounded by MaxInFlight),
-// and waits for a NOTIFY, the poll interval or free capacity otherwise.
-func (r *Relay) dispatch(ctx context.Context) {
-	poll := time.NewTicker(r.cfg.PollInterval)
+// claimedRow is one claimed outbox row on its way through the relay.
+type claimedRow struct {
+	id       int64
+	event    txoutbox.Event
+	attempts int          // failed publishes before this claim
+	seq      uint64       // the claim that took it
+	inc      *incarnation // the incarnation that claimed it
+	version  uint32       // the claimed version's xmin: the claim's transaction (see outboxsql.MarkPublished)
+	bytes    int64        // its payload's size, counted in the budget
+}
+
+// claimer claims due rows and hands them to the lanes: the first step of
+// every event's way through the relay. It alone runs the claim statement,
+// numbers the claims (seq), and keeps the rows of a claim whose commit was
+// not confirmed until they are released.
+type claimer struct {
+	claimerDeps
+
+	// seq numbers claims; rows carry the number of the claim that took
+	// them, which the lanes' fences compare against.
+	seq atomic.Uint64
+	// unconfirmed holds the rows of a claim whose commit failed: it may have
+	// committed without the reply arriving, leaving them claimed by the
+	// incarnation with no lane publishing them. The next claim first
+	// releases them. Only the claimer's goroutine touches it.
+	unconfirmed []*claimedRow
+}
+
+// claimerDeps is what the claimer reads and who it tells.
+type claimerDeps struct {
+	db  *sql.DB
+	sql *statements
+	cfg Config
+	log *slog.Logger
+	met *metrics
+	// members gives the incarnation to claim under and its shards
+	// (*membership).
+	members interface {
+		claimable() (*incarnation, []int16)
+	}
+	stalled func() bool // the relay cannot make progress: claim nothing (stall.stalled)
+	budget  *budget
+	outage  *outage
+	wake    <-chan struct{} // signalled by NOTIFY and new shards: claim now
+}
+
+func newClaimer(d claimerDeps) *claimer { return &claimer{claimerDeps: d} }
+
+// lastSeq is the number of the latest claim.
+func (c *claimer) lastSeq() uint64 { return c.seq.Load() }
+
+// reset starts a Run with no unconfirmed claim: rows a Run before left
+// claimed are its incarnation's, to be taken over.
+func (c *claimer) reset() { c.unconfirmed = nil }
+
+// run claims due rows and hands them to lanes until ctx ends. It claims
+// the next batch while earlier ones publish (bounded by MaxInFlight), and
+// waits for a NOTIFY, the poll interval or free capacity otherwise.
+func (c *claimer) run(ctx context.Context, lanes laneSet) {
+	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
 	var (
 		more     = true // the last claim was full: claim again at once
@@ -39,13 +96,12 @@ func (r *Relay) dispatch(ctx context.Context) {
 	)
 	defer hot.Stop()
 	for ctx.Err() == nil {
-		free := r.cfg.MaxInFlight - int(r.inflight.Load())
-		freeBytes := r.cfg.MaxInFlightBytes - r.inflightBytes.Load()
-		if free < r.claimAt() || (freeBytes < roomFor(r.cfg.BatchBytes, r.cfg.MaxInFlightBytes) && r.inflight.Load() > 0) {
+		free, freeBytes := c.budget.free()
+		if free < c.claimAt() || (freeBytes < roomFor(c.cfg.BatchBytes, c.cfg.MaxInFlightBytes) && c.budget.held() > 0) {
 			// Wait for room: claiming a sliver at a time costs a
 			// round trip per sliver.
 			select {
-			case <-r.capacity:
+			case <-c.budget.freed:
 			case <-poll.C:
 			case <-ctx.Done():
 				return
@@ -57,35 +113,35 @@ func (r *Relay) dispatch(ctx context.Context) {
 				hot.Reset(min(wait, hotPollInterval))
 			}
 			select {
-			case <-r.wake:
+			case <-c.wake:
 				hotUntil = time.Now().Add(hotPollWindow)
 			case <-hot.C:
 			case <-poll.C:
-			case <-r.capacity:
-				if r.inflight.Load() != 0 {
+			case <-c.budget.freed:
+				if c.budget.held() != 0 {
 					continue // not a reason to look for new rows yet
 				}
 			case <-ctx.Done():
 				return
 			}
 		}
-		if n := r.outageRun(); n >= outageThreshold {
+		if n := c.outage.run(); n >= outageThreshold {
 			// The last publishes all failed: the broker is likely down.
 			// Back off before claiming more rows only to fail them. A
 			// lone poison event retrying stays below the threshold.
-			if !sleep(ctx, backoff(n-outageThreshold+1, 50*time.Millisecond, min(5*time.Second, r.cfg.OutageBackoffMax))) {
+			if !sleep(ctx, backoff(n-outageThreshold+1, 50*time.Millisecond, min(5*time.Second, c.cfg.OutageBackoffMax))) {
 				return
 			}
 		}
-		budget := min(r.cfg.BatchBytes, max(freeBytes, 1)) // nothing held: one row, however large
-		rows, err := r.claimWithin(ctx, min(r.cfg.BatchSize, free), budget)
+		within := min(c.cfg.BatchBytes, max(freeBytes, 1)) // nothing held: one row, however large
+		rows, err := c.claimWithin(ctx, min(c.cfg.BatchSize, free), within)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			dbErrors++
 			d := backoff(dbErrors, 100*time.Millisecond, 10*time.Second)
-			r.log.Warn("relay: claim failed; retrying", "err", err, "in", d)
+			c.log.Warn("relay: claim failed; retrying", "err", err, "in", d)
 			if !sleep(ctx, d) {
 				return
 			}
@@ -98,21 +154,20 @@ func (r *Relay) dispatch(ctx context.Context) {
 			bytes += row.bytes
 		}
 		// Full in rows, or (likely) stopped by the byte budget.
-		more = len(rows) == min(r.cfg.BatchSize, free) || (len(rows) > 0 && 2*bytes >= budget)
+		more = len(rows) == min(c.cfg.BatchSize, free) || (len(rows) > 0 && 2*bytes >= within)
 		if len(rows) > 0 {
-			r.met.batchSize.Record(ctx, int64(len(rows)))
+			c.met.batchSize.Record(ctx, int64(len(rows)))
 			hotUntil = time.Now().Add(hotPollWindow)
 		}
-		r.inflight.Add(int64(len(rows)))
-		r.inflightBytes.Add(bytes)
+		c.budget.take(len(rows), bytes)
 		for _, row := range rows {
-			r.laneFor(row.event.AggregateID).queue <- row
+			lanes.queue(row)
 		}
 	}
 }
 
 // claimAt is the room in flight (MaxInFlight less the rows held) the
-// dispatcher waits for before it claims. With room for a batch beside a
+// claimer waits for before it claims. With room for a batch beside a
 // batch in flight, as by default, it is a full batch: every claim reads
 // the rows the incarnation holds to pass over them (see outboxsql.Claim),
 // so claiming fewer, fuller batches reads fewer of them per row taken
@@ -122,7 +177,7 @@ func (r *Relay) dispatch(ctx context.Context) {
 // to settle cannot stop the relay from claiming. It is at least one row: a
 // claim with no room would take nothing and, looking full, run again at
 // once.
-func (r *Relay) claimAt() int { return roomFor(r.cfg.BatchSize, r.cfg.MaxInFlight) }
+func (c *claimer) claimAt() int { return roomFor(c.cfg.BatchSize, c.cfg.MaxInFlight) }
 
 // roomFor is claimAt's rule for a batch and a bound on what is held, in
 // rows or in bytes (BatchBytes and MaxInFlightBytes).
@@ -130,43 +185,37 @@ func roomFor[T int | int64](batch, limit T) T {
 	return max(1, min(batch, limit-batch), min(batch, limit)/2)
 }
 
-// laneFor picks the lane of an aggregate: always the same one, so its events
-// are published one after another in claim (id) order.
-func (r *Relay) laneFor(aggregateID string) *lane {
-	return r.lanes[publish.Lane(aggregateID, len(r.lanes))]
-}
-
 // claim claims up to limit rows within BatchBytes.
-func (r *Relay) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
-	return r.claimWithin(ctx, limit, r.cfg.BatchBytes)
+func (c *claimer) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
+	return c.claimWithin(ctx, limit, c.cfg.BatchBytes)
 }
 
 // claimWithin runs the claim statement for up to limit rows and bytes of
 // payload (at least one row), and returns the rows in id order. Only the
-// dispatcher calls it.
-func (r *Relay) claimWithin(ctx context.Context, limit int, bytes int64) ([]*claimedRow, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+// claimer's goroutine calls it.
+func (c *claimer) claimWithin(ctx context.Context, limit int, bytes int64) ([]*claimedRow, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StatementTimeout)
 	defer cancel()
-	if len(r.unconfirmed) > 0 {
-		if err := r.releaseUnconfirmed(ctx); err != nil {
+	if len(c.unconfirmed) > 0 {
+		if err := c.releaseUnconfirmed(ctx); err != nil {
 			return nil, err
 		}
 	}
-	inc, shards := r.members.claimable()
-	if inc == nil || len(shards) == 0 || r.stalled() {
+	inc, shards := c.members.claimable()
+	if inc == nil || len(shards) == 0 || c.stalled() {
 		return nil, nil
 	}
-	seq := r.claimSeq.Add(1)
-	tx, err := r.db.BeginTx(ctx, nil)
+	seq := c.seq.Add(1)
+	tx, err := c.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("claim batch: begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, r.sql.claimSettings, outboxsql.TimeoutArgs{Timeout: r.cfg.StatementTimeout}.Args()...); err != nil {
+	if _, err := tx.ExecContext(ctx, c.sql.claimSettings, outboxsql.TimeoutArgs{Timeout: c.cfg.StatementTimeout}.Args()...); err != nil {
 		return nil, fmt.Errorf("claim batch: settings: %w", err)
 	}
-	args := outboxsql.ClaimArgs{Owner: inc.token, Limit: limit, Lease: r.cfg.LeaseDuration, Shards: shards, Bytes: bytes}
-	rows, err := tx.QueryContext(ctx, r.sql.claim, args.Args()...)
+	args := outboxsql.ClaimArgs{Owner: inc.token, Limit: limit, Lease: c.cfg.LeaseDuration, Shards: shards, Bytes: bytes}
+	rows, err := tx.QueryContext(ctx, c.sql.claim, args.Args()...)
 	if err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
 	}
@@ -175,12 +224,12 @@ func (r *Relay) claimWithin(ctx context.Context, limit int, bytes int64) ([]*cla
 		return nil, err
 	}
 	if len(bad) > 0 {
-		if err := r.markUndecodable(ctx, tx, inc, bad); err != nil {
+		if err := c.markUndecodable(ctx, tx, inc, bad); err != nil {
 			return nil, err
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		r.unconfirmed = out
+		c.unconfirmed = out
 		return nil, fmt.Errorf("claim batch: commit: %w", err)
 	}
 	// UPDATE ... RETURNING does not keep the subquery's order.
@@ -190,18 +239,18 @@ func (r *Relay) claimWithin(ctx context.Context, limit int, bytes int64) ([]*cla
 
 // markUndecodable makes the claimed rows that cannot become a message dead,
 // in the claim's transaction, so they never block a claim again.
-func (r *Relay) markUndecodable(ctx context.Context, tx *sql.Tx, inc *incarnation, bad []outboxsql.RowError) error {
+func (c *claimer) markUndecodable(ctx context.Context, tx *sql.Tx, inc *incarnation, bad []outboxsql.RowError) error {
 	args, err := outboxsql.MarkUndecodableArgs{Rows: bad, Owner: inc.token}.Args()
 	if err != nil {
 		return fmt.Errorf("claim batch: encode undecodable rows: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, r.sql.markUndecodable, args...); err != nil {
+	if _, err := tx.ExecContext(ctx, c.sql.markUndecodable, args...); err != nil {
 		return fmt.Errorf("claim batch: mark undecodable rows dead: %w", err)
 	}
 	for _, b := range bad {
-		r.log.Error("relay: event cannot be decoded; it is dead", "row", b.ID, "err", b.Err)
+		c.log.Error("relay: event cannot be decoded; it is dead", "row", b.ID, "err", b.Err)
 	}
-	r.met.dead.Add(ctx, int64(len(bad)))
+	c.met.dead.Add(ctx, int64(len(bad)))
 	return nil
 }
 
@@ -210,11 +259,11 @@ func (r *Relay) markUndecodable(ctx context.Context, tx *sql.Tx, inc *incarnatio
 // order instead of waiting for their lease. The release is durable before
 // the incarnation claims again: until then the rows would count as held in
 // its memory.
-func (r *Relay) releaseUnconfirmed(ctx context.Context) error {
-	n, err := r.settle(ctx, func(tx *sql.Tx) (int64, error) {
+func (c *claimer) releaseUnconfirmed(ctx context.Context) error {
+	n, err := settle(ctx, c.db, c.sql, c.cfg.StatementTimeout, func(tx *sql.Tx) (int64, error) {
 		var n int64
-		for owner, ids := range byOwner(r.unconfirmed) {
-			res, err := tx.ExecContext(ctx, r.sql.release, outboxsql.RowsArgs{IDs: ids, Owner: owner}.Args()...)
+		for owner, ids := range byOwner(c.unconfirmed) {
+			res, err := tx.ExecContext(ctx, c.sql.release, outboxsql.RowsArgs{IDs: ids, Owner: owner}.Args()...)
 			if err != nil {
 				return 0, err
 			}
@@ -227,71 +276,10 @@ func (r *Relay) releaseUnconfirmed(ctx context.Context) error {
 		return fmt.Errorf("release rows of an unconfirmed claim: %w", err)
 	}
 	if n > 0 {
-		r.log.Warn("relay: released rows of a claim whose commit was not confirmed", "rows", n)
+		c.log.Warn("relay: released rows of a claim whose commit was not confirmed", "rows", n)
 	}
-	r.unconfirmed = nil
+	c.unconfirmed = nil
 	return nil
-}
-
-// settle runs fn in a transaction that commits durably (see
-// outboxsql.SettleSettings) and returns what fn returned.
-func (r *Relay) settle(ctx context.Context, fn func(*sql.Tx) (int64, error)) (int64, error) {
-	return settle(ctx, r.db, r.sql, r.cfg.StatementTimeout, fn)
-}
-
-// settle runs fn in a transaction with the relay's server-side timeouts
-// that commits durably.
-func settle(ctx context.Context, db *sql.DB, q *statements, timeout time.Duration, fn func(*sql.Tx) (int64, error)) (int64, error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, q.settleSettings, outboxsql.TimeoutArgs{Timeout: timeout}.Args()...); err != nil {
-		return 0, fmt.Errorf("settings: %w", err)
-	}
-	n, err := fn(tx)
-	if err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("commit: %w", err)
-	}
-	return n, nil
-}
-
-// marksByClaim groups acknowledged rows into one mark per claim: the rows
-// of one incarnation's claim share their version (outboxsql.MarkPublished).
-// A flush usually holds acknowledgements of one or two claims.
-func marksByClaim(rows []*claimedRow) []outboxsql.MarkArgs {
-	type claim struct {
-		owner   string
-		version uint32
-	}
-	var (
-		out []outboxsql.MarkArgs
-		at  = make(map[claim]int, 2)
-	)
-	for _, row := range rows {
-		k := claim{row.inc.token, row.version}
-		i, ok := at[k]
-		if !ok {
-			i = len(out)
-			at[k] = i
-			out = append(out, outboxsql.MarkArgs{Owner: k.owner, Version: k.version})
-		}
-		out[i].IDs = append(out[i].IDs, row.id)
-	}
-	return out
-}
-
-// byOwner groups rows' ids by the incarnation that claimed them.
-func byOwner(rows []*claimedRow) map[string][]int64 {
-	out := make(map[string][]int64, 1)
-	for _, row := range rows {
-		out[row.inc.token] = append(out[row.inc.token], row.id)
-	}
-	return out
 }
 
 // scanClaimed reads claimed rows. A row that cannot become a message (its
