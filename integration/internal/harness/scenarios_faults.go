@@ -127,6 +127,9 @@ func DBCrash(s Size, crashes int, period time.Duration) Plan {
 func Mixed(s Size) Plan {
 	load := writeLoad(s)
 	load.UnknownOutcomes = true
+	// Some events delivered not before a time, so every fault also meets
+	// aggregates held behind a delayed event (the verifier's early check).
+	load.DelayPercent, load.DelayMax = 2, 3*time.Second
 	flags := DefaultRelayFlags()
 	flags.MaxAttempts = 6
 	flags.BackoffMin, flags.BackoffMax = 200*time.Millisecond, 2*time.Second
