@@ -116,22 +116,6 @@ const WALSlot = `SELECT active, coalesce(wal_status, ''), coalesce(confirmed_flu
     coalesce(database, ''), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
     FROM pg_replication_slots WHERE slot_name = $1`
 
-// WALSlots lists the logical slots of the current database that decode
-// with pgoutput, with their lag in bytes and wal_status, for outbox status.
-const WALSlots = `SELECT slot_name, active, coalesce(wal_status, ''),
-    coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
-    coalesce(safe_wal_size, -1)::bigint
-    FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database() AND plugin = 'pgoutput'
-    ORDER BY slot_name`
-
-// WALCreateSlot creates logical slot $1 decoding with pgoutput, with
-// failover => true on PostgreSQL 17 and later when $2 is true.
-const WALCreateSlot = `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`
-
-// WALCreateSlotFailover is WALCreateSlot with failover => true
-// (PostgreSQL 17+), so a synchronized standby keeps the slot.
-const WALCreateSlotFailover = `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', failover => true)`
-
 // WALDropSlot drops slot $1.
 const WALDropSlot = `SELECT pg_drop_replication_slot($1)`
 
