@@ -8,7 +8,7 @@ package outboxsql
 
 // StateColumn is a row's state as operators see it: "claimed" for an
 // unpublished row a relay holds under a lease. Relays record a claim in the
-// lease columns alone and leave state 'pending' (see Claim), so the state
+// lease columns alone and leave state 'pending' (see claim.md), so the state
 // column says "claimed" only for rows claimed by relays of schema version 2.
 const StateColumn = `CASE WHEN state IN ('pending', 'claimed') AND lease_owner IS NOT NULL THEN 'claimed' ELSE state END`
 
