@@ -593,6 +593,15 @@ const StatsBacklog = `SELECT ` + BacklogCount
 // StatsDead is DeadCount: exact up to $1 (CountArgs), estimated beyond.
 const StatsDead = `SELECT ` + DeadCount
 
+// StatsScheduled is Stats with the scheduled rows (ScheduledCount) and the
+// next one's due time (NextScheduled) beside it, in one snapshot, so the
+// backlog they are taken out of is the one they were counted in.
+const StatsScheduled = `SELECT s.*, ` + ScheduledCount + `, ` + NextScheduled + ` FROM (` + Stats + `) s`
+
+// StatsBacklogScheduled is StatsBacklog and ScheduledCount in one
+// statement, for the relay's backlog and scheduled gauges.
+const StatsBacklogScheduled = `SELECT (` + StatsBacklog + `), ` + ScheduledCount
+
 // TopicStats is Stats per topic: each topic's due unpublished rows
 // counted up to $1 (CountArgs), how long the oldest of them has been due,
 // its dead rows counted up to $1, and its scheduled rows (a not_before
