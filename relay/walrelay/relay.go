@@ -65,6 +65,7 @@ type Relay struct {
 	cfg     Config
 	log     *slog.Logger
 	names   outboxsql.Names
+	sql     *statements // rendered for the table by New
 	met     *metrics
 	core    *publish.Core // builds and sends the messages, with spans and the publish metrics
 	running atomic.Bool
@@ -108,7 +109,7 @@ func New(cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	r := &Relay{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), names: names, defaultPub: defaultPub, defaultSlot: defaultSlot}
+	r := &Relay{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), names: names, sql: render(names), defaultPub: defaultPub, defaultSlot: defaultSlot}
 	r.settledHigh.Store(-1)
 	r.slotName.Store(&r.cfg.Slot)
 	r.pubName.Store(&r.cfg.Publication)
@@ -243,7 +244,7 @@ func (r *Relay) resolveNames(ctx context.Context, q pgxQuerier) error {
 		legacy bool
 	)
 	old := outboxsql.WALName("", r.cfg.Table.Name)
-	if err := q.QueryRow(ctx, outboxsql.WALTableSchema, r.names.Table, old).Scan(&schema, &legacy); err != nil {
+	if err := q.QueryRow(ctx, r.sql.tableSchema, outboxsql.TableSchemaArgs{Table: r.sql.table, Publication: old}.Args()...).Scan(&schema, &legacy); err != nil {
 		return fmt.Errorf("walrelay: resolve the table %s: %w", r.names.Table, err)
 	}
 	if legacy {

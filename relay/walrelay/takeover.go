@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -101,10 +100,10 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 	if lockTimeout <= 0 {
 		lockTimeout = StatementTimeoutDefault
 	}
-	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = "+strconv.FormatInt(lockTimeout.Milliseconds(), 10)); err != nil {
+	if _, err := tx.Exec(ctx, r.sql.takeoverTimeout, outboxsql.TimeoutArgs{Timeout: lockTimeout}.Args()...); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: %w", err)
 	}
-	if _, err := tx.Exec(ctx, r.names.Render(outboxsql.WALTakeoverLock)); err != nil {
+	if _, err := tx.Exec(ctx, r.sql.takeoverLock); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: lock %s: %w", r.names.Table, err)
 	}
 	st, err := r.slotState(ctx, tx)
@@ -124,7 +123,7 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 	// whose publication changed, rows may have passed unstreamed. Then
 	// every unpublished row stays pending.
 	var srv ServerFacts
-	if err := tx.QueryRow(ctx, outboxsql.WALServer).Scan(&srv.VersionNum, &srv.WALLevel, &srv.Replication); err != nil {
+	if err := tx.QueryRow(ctx, r.sql.server).Scan(&srv.VersionNum, &srv.WALLevel, &srv.Replication); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: %w", err)
 	}
 	fp, pubErr := r.checkPublication(ctx, tx, srv)
@@ -156,7 +155,7 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 		}
 	}
 	if !res.Lost && !initialising {
-		tag, err := tx.Exec(ctx, r.names.Render(outboxsql.WALMarkAllBut), outboxsql.Int64Array(keep))
+		tag, err := tx.Exec(ctx, r.sql.markAllBut, outboxsql.Int64Array(keep))
 		if err != nil {
 			return res, fmt.Errorf("walrelay: takeover: mark confirmed rows: %w", err)
 		}
@@ -164,11 +163,11 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 	}
 	res.Unconfirmed = len(keep)
 	if res.Lost || initialising {
-		if err := tx.QueryRow(ctx, r.names.Render(`SELECT count(*) FROM {{table}} WHERE state IN ('pending', 'claimed')`)).Scan(&res.Unconfirmed); err != nil {
+		if err := tx.QueryRow(ctx, r.sql.unpublished).Scan(&res.Unconfirmed); err != nil {
 			return res, fmt.Errorf("walrelay: takeover: %w", err)
 		}
 	}
-	if _, err := tx.Exec(ctx, outboxsql.WALDropSlot, r.cfg.Slot); err != nil {
+	if _, err := tx.Exec(ctx, r.sql.dropSlot, r.cfg.Slot); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: drop slot: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -212,7 +211,7 @@ func (r *Relay) unconfirmed(ctx context.Context, tx pgx.Tx) (rows []int64, table
 	if err != nil {
 		return nil, 0, err
 	}
-	res, err := tx.Query(ctx, outboxsql.WALPeek, r.cfg.Slot, r.cfg.Publication)
+	res, err := tx.Query(ctx, r.sql.peek, outboxsql.PeekArgs{Slot: r.cfg.Slot, Publication: r.cfg.Publication}.Args()...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("walrelay: takeover: read the slot: %w", err)
 	}
