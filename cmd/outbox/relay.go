@@ -134,7 +134,7 @@ func runRelay(ctx context.Context, args []string, stdout io.Writer) error {
 
 	if *mode == "wal" {
 		wcfg.TracerProvider = tp
-		return runWALRelay(ctx, stdout, wcfg, cfg.ID, addrs, kcfg, logger, metricsSrv)
+		return runWALRelay(ctx, stdout, common.databaseURL, wcfg, cfg.ID, addrs, kcfg, logger, metricsSrv)
 	}
 	db, err := common.open(ctx)
 	if err != nil {

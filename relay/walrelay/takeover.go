@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
@@ -17,9 +15,8 @@ import (
 
 // TakeoverConfig configures Takeover.
 type TakeoverConfig struct {
-	// ConnString, Table, Publication and Slot are the WAL relays' (see
-	// Config), with the same defaults.
-	ConnString  string
+	// Table, Publication and Slot are the WAL relays' (see Config), with
+	// the same defaults.
 	Table       txoutbox.Table
 	Publication string
 	Slot        string
@@ -58,8 +55,8 @@ var ErrSlotActive = errors.New("walrelay: the replication slot is active")
 // holds table-less events it has not confirmed.
 var ErrTableLessPending = errors.New("walrelay: the slot holds table-less events not yet published")
 
-// Takeover hands the outbox to the polling relay: with the WAL relays
-// stopped, it marks published exactly the unpublished rows the slot has
+// Takeover hands the outbox of the database connString names (as New
+// takes it) to the polling relay: with the WAL relays stopped, it marks published exactly the unpublished rows the slot has
 // confirmed, leaves the others pending, and drops the slot, in one
 // transaction that holds a SHARE lock on the table, so no event commits
 // meanwhile. It reads the unconfirmed changes with
@@ -71,16 +68,15 @@ var ErrTableLessPending = errors.New("walrelay: the slot holds table-less events
 // (txoutbox.WriterConfig.WALMessages) take no table lock: one committed
 // while Takeover runs may be missed and is lost with the slot, so stop
 // writers of table-less events first.
-func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
+func Takeover(ctx context.Context, connString string, cfg TakeoverConfig) (TakeoverResult, error) {
 	var res TakeoverResult
-	rc := Config{ConnString: cfg.ConnString, Table: cfg.Table, Publication: cfg.Publication, Slot: cfg.Slot, Publisher: nopPublisher{}}
-	r, err := New(rc)
+	r, err := newRelay(connString, Config{Table: cfg.Table, Publication: cfg.Publication, Slot: cfg.Slot})
 	if err != nil {
 		return res, err
 	}
-	pc, err := pgx.ParseConfig(cfg.ConnString)
+	pc, err := pgx.ParseConfig(connString)
 	if err != nil {
-		return res, fmt.Errorf("%w: ConnString: %v", ErrInvalidConfig, err)
+		return res, fmt.Errorf("%w: connection string: %v", ErrInvalidConfig, err)
 	}
 	delete(pc.RuntimeParams, "replication")
 	conn, err := pgx.ConnectConfig(ctx, pc)
@@ -248,9 +244,3 @@ func (r *Relay) unconfirmed(ctx context.Context, tx pgx.Tx) (rows []int64, table
 	}
 	return rows, tableLess, nil
 }
-
-// nopPublisher stands in for the publisher Takeover does not use.
-type nopPublisher struct{}
-
-func (nopPublisher) Publish(string, ...*message.Message) error { return nil }
-func (nopPublisher) Close() error                              { return nil }
