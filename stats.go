@@ -91,11 +91,6 @@ func ReadStats(ctx context.Context, db *sql.DB, table Table) (Stats, error) {
 	return readStats(ctx, db, names)
 }
 
-// statsQuery is outboxsql.Stats with the scheduled rows beside it, in one
-// snapshot, so the backlog they are taken out of is the one they were
-// counted in.
-const statsQuery = `SELECT s.*, ` + outboxsql.ScheduledCount + `, ` + outboxsql.NextScheduled + ` FROM (` + outboxsql.Stats + `) s`
-
 func readStats(ctx context.Context, db *sql.DB, names outboxsql.Names) (Stats, error) {
 	var (
 		s      Stats
@@ -104,7 +99,7 @@ func readStats(ctx context.Context, db *sql.DB, names outboxsql.Names) (Stats, e
 		now    time.Time
 	)
 	args := outboxsql.CountArgs{Cap: StatsExactMax}.Args()
-	if err := db.QueryRowContext(ctx, names.Render(statsQuery), args...).Scan(&s.Backlog, &oldest, &s.Dead, &now, &s.Scheduled, &next); err != nil {
+	if err := db.QueryRowContext(ctx, names.Render(outboxsql.StatsScheduled), args...).Scan(&s.Backlog, &oldest, &s.Dead, &now, &s.Scheduled, &next); err != nil {
 		return Stats{}, fmt.Errorf("read outbox stats: %w", err)
 	}
 	s.setCounts(outboxsql.CountsOf(s.Backlog, s.Dead, s.Scheduled))

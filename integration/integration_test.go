@@ -414,12 +414,12 @@ func TestWALSlotLost(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	cfg := walrelay.Config{ConnString: db.URL, Table: db.Table(), Publisher: kafkatest.NopPublisher{}, StandbyRetry: 100 * time.Millisecond}
+	cfg := walrelay.Config{Table: db.Table(), StandbyRetry: 100 * time.Millisecond}
 	t.Cleanup(func() {
 		_, _ = db.SQL.Exec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, walrelay.SlotDefault(db.Table()))
 		_, _ = db.SQL.Exec(`DROP PUBLICATION IF EXISTS ` + walrelay.PublicationDefault(db.Table()))
 	})
-	r, err := walrelay.New(cfg)
+	r, err := walrelay.New(db.URL, kafkatest.NopPublisher{}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,7 +468,7 @@ func TestWALSlotLost(t *testing.T) {
 	if err := r.Run(ctx); !errors.Is(err, walrelay.ErrSlotLost) {
 		t.Fatalf("Run on a lost slot: %v, want ErrSlotLost", err)
 	}
-	res, err := walrelay.Takeover(ctx, walrelay.TakeoverConfig{ConnString: db.URL, Table: db.Table()})
+	res, err := walrelay.Takeover(ctx, db.URL, walrelay.TakeoverConfig{Table: db.Table()})
 	if err != nil {
 		t.Fatal(err)
 	}

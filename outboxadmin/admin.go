@@ -134,12 +134,14 @@ type statements struct {
 	row, lockUnpublished, retry, drop, wake, pruneLock        string
 	replaySelect, replay, timeouts, claimGate, relays, shards string
 	handovers, snapshot, lookupAggregate, lookupEventID       string
-	walGate, walSlots, table, lag, topicStats                 string
+	walGate, walSlots, walSlot, table, lag, topicStats        string
 	// deadList, deadLock and deadCount are in one form per set of
 	// filters (outboxsql.DeadFilters), each naming only those.
 	deadList, deadLock, deadCount [outboxsql.DeadForms]string
 }
 
+// render renders the operator statements for the table of n, once, when
+// the Admin is built.
 func render(n outboxsql.Names) statements {
 	st := statements{
 		row:             n.Render(outboxsql.OpsRow),
@@ -155,12 +157,12 @@ func render(n outboxsql.Names) statements {
 		relays:          n.Render(outboxsql.OpsRelays),
 		shards:          n.Render(outboxsql.OpsShards),
 		handovers:       n.Render(outboxsql.OpsHandovers),
-		snapshot: n.Render(`SELECT s.*, ` + outboxsql.ScheduledCount + `, ` + outboxsql.NextScheduled +
-			` FROM (` + outboxsql.OpsSnapshot + `) s`),
+		snapshot:        n.Render(outboxsql.OpsSnapshotScheduled),
 		lookupAggregate: n.Render(outboxsql.OpsLookupAggregate),
 		lookupEventID:   n.Render(outboxsql.OpsLookupEventID),
 		walGate:         outboxsql.OpsWALGate,
 		walSlots:        outboxsql.OpsWALSlots,
+		walSlot:         outboxsql.WALSlot,
 		table:           n.Table,
 		lag:             n.Render(outboxsql.StatsLag),
 		topicStats:      n.Render(outboxsql.TopicStats),

@@ -39,27 +39,10 @@ func (f Filter) empty() bool {
 	return f.IDs == nil && f.Topic == "" && f.AggregateID == "" && f.Type == "" && f.Since.IsZero() && f.Until.IsZero()
 }
 
-// set says which filters f sets: the form of the statements that select
-// its rows (outboxsql.DeadFilters).
-func (f Filter) set() outboxsql.DeadFilters {
-	var s outboxsql.DeadFilters
-	for _, x := range []struct {
-		on bool
-		f  outboxsql.DeadFilters
-	}{
-		{f.IDs != nil, outboxsql.DeadIDs}, {f.Topic != "", outboxsql.DeadTopic},
-		{f.AggregateID != "", outboxsql.DeadAggregate}, {f.Type != "", outboxsql.DeadType},
-		{!f.Since.IsZero(), outboxsql.DeadSince}, {!f.Until.IsZero(), outboxsql.DeadUntil},
-	} {
-		if x.on {
-			s |= x.f
-		}
-	}
-	return s
-}
-
-func (f Filter) args() []any {
-	return []any{idArray(f.IDs), nullString(f.Topic), nullString(f.AggregateID), nullString(f.Type), nullTime(f.Since), nullTime(f.Until)}
+// bind is f as the dead-letter statements' filters, whose Filters picks
+// the form of the statements that select its rows.
+func (f Filter) bind() outboxsql.DeadArgs {
+	return outboxsql.DeadArgs{IDs: f.IDs, Topic: f.Topic, Aggregate: f.AggregateID, EventType: f.Type, Since: f.Since, Until: f.Until}
 }
 
 // DeadPageDefault is the page size ListDead uses when limit is zero;
@@ -84,7 +67,8 @@ func (a *Admin) ListDead(ctx context.Context, f Filter, after int64, limit int) 
 	if limit < 0 || limit > DeadPageMax {
 		return nil, fmt.Errorf("outboxadmin: list dead events: limit %d is outside 1..%d", limit, DeadPageMax)
 	}
-	rows, err := a.db.QueryContext(ctx, a.sql.deadList[f.set()], append(f.args(), after, limit)...)
+	args := outboxsql.DeadListArgs{DeadArgs: f.bind(), After: after, Limit: limit}
+	rows, err := a.db.QueryContext(ctx, a.sql.deadList[args.Filters()], args.Args()...)
 	if err != nil {
 		return nil, fmt.Errorf("outboxadmin: list dead events: %w", err)
 	}
@@ -114,7 +98,8 @@ func (a *Admin) CountDead(ctx context.Context, f Filter) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
 	var n int64
-	if err := a.db.QueryRowContext(ctx, a.sql.deadCount[f.set()], append(f.args(), CountDeadMax)...).Scan(&n); err != nil {
+	args := outboxsql.DeadCountArgs{DeadArgs: f.bind(), Cap: CountDeadMax}
+	if err := a.db.QueryRowContext(ctx, a.sql.deadCount[args.Filters()], args.Args()...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outboxadmin: count dead events: %w", err)
 	}
 	return n, nil
@@ -172,7 +157,7 @@ func (a *Admin) Retry(ctx context.Context, f Filter, dryRun bool) ([]Retried, er
 		if err := a.refuseWhileStreamed(ctx, tx); err != nil {
 			return err
 		}
-		dead, err := lockDead(ctx, tx, a.sql.deadLock[f.set()], f)
+		dead, err := lockDead(ctx, tx, &a.sql.deadLock, f.bind())
 		if err != nil || len(dead) == 0 {
 			return err
 		}
@@ -207,7 +192,7 @@ func (a *Admin) Retry(ctx context.Context, f Filter, dryRun bool) ([]Retried, er
 			}
 			out = append(out, rt)
 		}
-		if _, err := tx.ExecContext(ctx, a.sql.retry, idArray(ids)); err != nil {
+		if _, err := tx.ExecContext(ctx, a.sql.retry, outboxsql.Int64Array(ids)); err != nil {
 			return fmt.Errorf("reset to pending: %w", err)
 		}
 		if _, err := tx.ExecContext(ctx, a.sql.wake); err != nil {
@@ -243,7 +228,7 @@ func (a *Admin) refuseWhileStreamed(ctx context.Context, q querier) error {
 		}
 	}
 	var slots string
-	if err := q.QueryRowContext(ctx, a.sql.walSlots, a.sql.table, a.cfg.Slot).Scan(&slots); err != nil {
+	if err := q.QueryRowContext(ctx, a.sql.walSlots, outboxsql.WALSlotsArgs{Table: a.sql.table, Slot: a.cfg.Slot}.Args()...).Scan(&slots); err != nil {
 		return fmt.Errorf("look for WAL relays' slots: %w", err)
 	}
 	if slots != "" {
@@ -260,7 +245,7 @@ func (a *Admin) Drop(ctx context.Context, f Filter, dryRun bool) ([]Row, error) 
 	}
 	var out []Row
 	err := a.inTx(ctx, dryRun, func(tx *sql.Tx) error {
-		dead, err := lockDead(ctx, tx, a.sql.deadLock[f.set()], f)
+		dead, err := lockDead(ctx, tx, &a.sql.deadLock, f.bind())
 		if err != nil || len(dead) == 0 {
 			return err
 		}
@@ -268,7 +253,7 @@ func (a *Admin) Drop(ctx context.Context, f Filter, dryRun bool) ([]Row, error) 
 		for i, r := range dead {
 			ids[i] = r.ID
 		}
-		res, err := tx.ExecContext(ctx, a.sql.drop, idArray(ids))
+		res, err := tx.ExecContext(ctx, a.sql.drop, outboxsql.Int64Array(ids))
 		if err != nil {
 			return fmt.Errorf("delete: %w", err)
 		}
@@ -314,8 +299,8 @@ func (a *Admin) inTx(ctx context.Context, dryRun bool, fn func(*sql.Tx) error) e
 
 // lockDead locks the dead rows f selects, failing with ErrNotDead if an id
 // of f.IDs is not among them.
-func lockDead(ctx context.Context, tx *sql.Tx, query string, f Filter) ([]Row, error) {
-	rows, err := tx.QueryContext(ctx, query, f.args()...)
+func lockDead(ctx context.Context, tx *sql.Tx, forms *[outboxsql.DeadForms]string, f outboxsql.DeadArgs) ([]Row, error) {
+	rows, err := tx.QueryContext(ctx, forms[f.Filters()], f.Args()...)
 	if err != nil {
 		return nil, fmt.Errorf("select: %w", err)
 	}

@@ -163,7 +163,8 @@ type replayGroup struct {
 }
 
 func (a *Admin) replaySelection(ctx context.Context, f ReplayFilter) ([]replayGroup, error) {
-	rows, err := a.db.QueryContext(ctx, a.sql.replaySelect, f.Since, nullString(f.Topic), nullString(f.AggregateID))
+	rows, err := a.db.QueryContext(ctx, a.sql.replaySelect,
+		outboxsql.ReplaySelectArgs{Since: f.Since, Topic: f.Topic, Aggregate: f.AggregateID}.Args()...)
 	if err != nil {
 		return nil, fmt.Errorf("select: %w", err)
 	}

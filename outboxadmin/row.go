@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // Row is an outbox row as an operator sees it.
@@ -74,29 +73,4 @@ func scanRow(s scanner, extra ...any) (Row, error) {
 		r.PublishedAt = &t
 	}
 	return r, nil
-}
-
-// idArray renders ids as a PostgreSQL array literal, or nil (SQL NULL) for
-// none, which every database/sql driver can bind.
-func idArray(ids []int64) any {
-	if ids == nil {
-		return nil
-	}
-	return outboxsql.Int64Array(ids)
-}
-
-// nullString binds "" as SQL NULL (the filter is off).
-func nullString(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
-// nullTime binds the zero time as SQL NULL.
-func nullTime(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t
 }

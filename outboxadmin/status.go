@@ -250,7 +250,7 @@ func (a *Admin) relays(ctx context.Context) ([]RelayStatus, error) {
 func (a *Admin) slot(ctx context.Context) (*SlotStatus, error) {
 	s := SlotStatus{Name: a.cfg.Slot}
 	var confirmed, plugin, database string
-	err := a.db.QueryRowContext(ctx, outboxsql.WALSlot, s.Name).Scan(&s.Active, &s.WALStatus, &confirmed, &plugin, &database, &s.LagBytes)
+	err := a.db.QueryRowContext(ctx, a.sql.walSlot, s.Name).Scan(&s.Active, &s.WALStatus, &confirmed, &plugin, &database, &s.LagBytes)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}

@@ -47,7 +47,7 @@ func render(n outboxsql.Names, walSlot string) *statements {
 		prune:               n.Render(outboxsql.Prune),
 		pruneLock:           n.Render(outboxsql.PruneLock),
 		statsLag:            n.Render(outboxsql.StatsLag),
-		statsBacklog:        n.Render(`SELECT (` + outboxsql.StatsBacklog + `), ` + outboxsql.ScheduledCount),
+		statsBacklog:        n.Render(outboxsql.StatsBacklogScheduled),
 		statsDead:           n.Render(outboxsql.StatsDead),
 		walGate:             outboxsql.OpsWALGate,
 		walSlots:            outboxsql.RelayWALSlots,

@@ -128,7 +128,7 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 
 	if *mode == "wal" {
 		wcfg.TracerProvider = tp
-		return runWALRelay(ctx, stdout, wcfg, cfg.ID, addrs, kcfg, logger, metricsSrv)
+		return runWALRelay(ctx, stdout, common.databaseURL, wcfg, cfg.ID, addrs, kcfg, logger, metricsSrv)
 	}
 	db, err := common.open(ctx)
 	if err != nil {

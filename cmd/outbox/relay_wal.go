@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txoutbox/txoutbox/relay"
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
@@ -48,7 +48,6 @@ func (w *walFlags) config(fs *flag.FlagSet, poll relay.Config, databaseURL strin
 		return walrelay.Config{}, usagef("no database: pass --database-url or set DATABASE_URL")
 	}
 	cfg := walrelay.Config{
-		ConnString:       databaseURL,
 		Table:            poll.Table,
 		Publication:      w.publication,
 		Slot:             w.slot,
@@ -76,9 +75,13 @@ func (w *walFlags) config(fs *flag.FlagSet, poll relay.Config, databaseURL strin
 	if cfg.PingInterval == 0 && cfg.SenderTimeout < 4*walrelay.PingIntervalDefault {
 		cfg.PingInterval = cfg.SenderTimeout / 4
 	}
-	check := cfg
-	check.Publisher = nopPub{} // the real one is built once the flags are known good
-	if err := check.Validate(); err != nil {
+	// walrelay.New checks the connection string too, once the publisher
+	// is built: checked here, a bad one is a usage error before a broker
+	// is dialled.
+	if _, err := pgconn.ParseConfig(databaseURL); err != nil {
+		return cfg, usagef("%v", fmt.Errorf("%w: connection string: %v", walrelay.ErrInvalidConfig, err))
+	}
+	if err := cfg.Validate(); err != nil {
 		return cfg, usagef("%v", err)
 	}
 	return cfg, nil
@@ -86,7 +89,7 @@ func (w *walFlags) config(fs *flag.FlagSet, poll relay.Config, databaseURL strin
 
 // runWALRelay is `outbox relay --mode wal`: it connects to the brokers and
 // streams until ctx ends. A relay that finds the slot taken stands by.
-func runWALRelay(ctx context.Context, stdout io.Writer, cfg walrelay.Config, id string, addrs []string, kcfg kafkapub.Config, logger *slog.Logger, metricsSrv *metricsServer) error {
+func runWALRelay(ctx context.Context, stdout io.Writer, databaseURL string, cfg walrelay.Config, id string, addrs []string, kcfg kafkapub.Config, logger *slog.Logger, metricsSrv *metricsServer) error {
 	if id == "" {
 		host, _ := os.Hostname()
 		id = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -101,11 +104,10 @@ func runWALRelay(ctx context.Context, stdout io.Writer, cfg walrelay.Config, id 
 		return fmt.Errorf("connect to kafka (%s): %w", strings.Join(addrs, ","), err)
 	}
 	defer pub.Close()
-	cfg.Publisher = pub
 	if metricsSrv != nil {
 		cfg.MeterProvider = metricsSrv.mp
 	}
-	r, err := walrelay.New(cfg)
+	r, err := walrelay.New(databaseURL, pub, cfg)
 	if err != nil {
 		return usagef("%v", err)
 	}
@@ -149,9 +151,3 @@ func runWALRelay(ctx context.Context, stdout io.Writer, cfg walrelay.Config, id 
 	fmt.Fprintf(stdout, "relay %s stopped after %s\n", id, time.Since(start).Round(time.Second))
 	return nil
 }
-
-// nopPub stands in for the publisher while the flags are checked.
-type nopPub struct{}
-
-func (nopPub) Publish(string, ...*message.Message) error { return nil }
-func (nopPub) Close() error                              { return nil }

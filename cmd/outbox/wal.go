@@ -34,7 +34,7 @@ func runWALTakeover(ctx context.Context, proc *process, fs *flag.FlagSet, args [
 	if common.databaseURL == "" {
 		return usagef("no database: pass --database-url or set DATABASE_URL")
 	}
-	res, err := walrelay.Takeover(ctx, walrelay.TakeoverConfig{ConnString: common.databaseURL, Table: table,
+	res, err := walrelay.Takeover(ctx, common.databaseURL, walrelay.TakeoverConfig{Table: table,
 		Slot: *slot, Publication: *pub, Force: *force})
 	if errors.Is(err, walrelay.ErrInvalidConfig) {
 		return usagef("%v", err)

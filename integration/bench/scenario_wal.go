@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
 	"github.com/txoutbox/txoutbox"
@@ -219,8 +218,9 @@ func walStreamDrain(ctx context.Context, e *env, cfg walrelay.Config, rd *walRou
 	// message's time (ackRecorder, for latency) cost the WAL relay's drain
 	// about a twentieth of its CPU.
 	var acked atomic.Int64
-	cfg.ConnString, cfg.Table, cfg.Publisher = s.URL, s.Table, ackCounter{Publisher: kafka, n: &acked}
-	r, err := walrelay.New(cfg)
+	cfg.Table = s.Table
+	pub := ackCounter{Publisher: kafka, n: &acked}
+	r, err := walrelay.New(s.URL, pub, cfg)
 	if err != nil {
 		return err
 	}
@@ -239,7 +239,7 @@ func walStreamDrain(ctx context.Context, e *env, cfg walrelay.Config, rd *walRou
 	// The drain, without the cleanup; then the cleanup alone.
 	drainCfg := cfg
 	drainCfg.CleanupInterval = time.Hour
-	dr, err := walrelay.New(drainCfg)
+	dr, err := walrelay.New(s.URL, pub, drainCfg)
 	if err != nil {
 		return err
 	}
@@ -361,8 +361,8 @@ func walLatency(ctx context.Context, e *env, cfg walrelay.Config) (p50, p99 floa
 	}
 	defer kafka.Close()
 	acks := &ackRecorder{Publisher: kafka, at: map[string]time.Time{}}
-	cfg.ConnString, cfg.Table, cfg.Publisher = s.URL, s.Table, message.Publisher(acks)
-	r, err := walrelay.New(cfg)
+	cfg.Table = s.Table
+	r, err := walrelay.New(s.URL, acks, cfg)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -139,7 +139,7 @@ func TestWALRelayRecordsPublishSpansAndMetrics(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	reader := sdkmetric.NewManualReader()
 	pub := relaypub.NewPublisher()
-	r, err := walrelay.New(walrelay.Config{ConnString: db.URL, Table: db.Table(), Publisher: pub, StandbyRetry: 100 * time.Millisecond,
+	r, err := walrelay.New(db.URL, pub, walrelay.Config{Table: db.Table(), StandbyRetry: 100 * time.Millisecond,
 		TracerProvider: tp, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

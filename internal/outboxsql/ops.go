@@ -1,5 +1,7 @@
 package outboxsql
 
+import "time"
+
 // Operator statements (package outboxadmin, the outbox CLI). Selections are
 // fixed statements whose optional filters are NULL when unset, so no SQL is
 // built from input: $ids is a bigint array literal or NULL, $topic,
@@ -8,7 +10,7 @@ package outboxsql
 
 // StateColumn is a row's state as operators see it: "claimed" for an
 // unpublished row a relay holds under a lease. Relays record a claim in the
-// lease columns alone and leave state 'pending' (see Claim), so the state
+// lease columns alone and leave state 'pending' (see claim.md), so the state
 // column says "claimed" only for rows claimed by relays of schema version 2.
 const StateColumn = `CASE WHEN state IN ('pending', 'claimed') AND lease_owner IS NOT NULL THEN 'claimed' ELSE state END`
 
@@ -43,6 +45,76 @@ const (
 	// DeadForms is how many sets of filters there are, not a filter.
 	DeadForms = 1 << iota
 )
+
+// DeadArgs binds the dead-letter filters, $1 to $6, of OpsDeadList,
+// OpsDeadCount and OpsDeadLock. A nil IDs, an empty string and a zero
+// time are unset: bound as NULL, and left out of the form (Filters).
+type DeadArgs struct {
+	IDs                         []int64   // $1
+	Topic, Aggregate, EventType string    // $2, $3, $4
+	Since, Until                time.Time // $5, $6: created at or after, and before
+}
+
+// Filters says which filters a sets: the form of the statement to run.
+func (a DeadArgs) Filters() DeadFilters {
+	var f DeadFilters
+	for _, x := range []struct {
+		on bool
+		f  DeadFilters
+	}{
+		{a.IDs != nil, DeadIDs}, {a.Topic != "", DeadTopic}, {a.Aggregate != "", DeadAggregate},
+		{a.EventType != "", DeadType}, {!a.Since.IsZero(), DeadSince}, {!a.Until.IsZero(), DeadUntil},
+	} {
+		if x.on {
+			f |= x.f
+		}
+	}
+	return f
+}
+
+// Args returns $1 to $6, the statement OpsDeadLock(a.Filters()) takes.
+func (a DeadArgs) Args() []any {
+	var ids any
+	if a.IDs != nil {
+		ids = Int64Array(a.IDs)
+	}
+	return []any{ids, nullString(a.Topic), nullString(a.Aggregate), nullString(a.EventType), nullTime(a.Since), nullTime(a.Until)}
+}
+
+// DeadListArgs binds OpsDeadList: the filters, then a page.
+type DeadListArgs struct {
+	DeadArgs
+	After int64 // $7: the page starts after this id
+	Limit int   // $8: the most rows of a page
+}
+
+// Args returns the parameters in order.
+func (a DeadListArgs) Args() []any { return append(a.DeadArgs.Args(), a.After, a.Limit) }
+
+// DeadCountArgs binds OpsDeadCount: the filters, then how far to count.
+type DeadCountArgs struct {
+	DeadArgs
+	Cap int // $7: the most rows counted
+}
+
+// Args returns the parameters in order.
+func (a DeadCountArgs) Args() []any { return append(a.DeadArgs.Args(), a.Cap) }
+
+// nullString binds "" as SQL NULL (the filter is off).
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// nullTime binds the zero time as SQL NULL.
+func nullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
 
 // deadLead returns the leading condition of the filters f and the order
 // of the rows. With after, the condition starts after the row id $7.
@@ -210,6 +282,19 @@ const OpsReplaySelect = `SELECT aggregate_id, id, topic FROM (
 ) s
 ORDER BY first_id, id`
 
+// ReplaySelectArgs binds OpsReplaySelect; an empty Topic or Aggregate is
+// unset (NULL).
+type ReplaySelectArgs struct {
+	Since     time.Time // $1: published at or after
+	Topic     string    // $2
+	Aggregate string    // $3
+}
+
+// Args returns the parameters in order.
+func (a ReplaySelectArgs) Args() []any {
+	return []any{a.Since, nullString(a.Topic), nullString(a.Aggregate)}
+}
+
 // OpsReplay returns the rows $1 (a bigint array literal of whole
 // aggregates' rows) to pending, due now, if they are still published, and
 // returns the ids and topics reset.
@@ -272,6 +357,15 @@ WHERE s.slot_type = 'logical' AND s.plugin = 'pgoutput' AND s.database = current
   AND (s.slot_name = $2 OR EXISTS (SELECT 1 FROM pg_publication p, LATERAL pg_get_publication_tables(p.pubname::text) t
       WHERE t.relid = $1::regclass
         AND substring(obj_description(p.oid, 'pg_publication') FROM '^txoutbox: (?:initialising )?slot (\S+)') = s.slot_name))`
+
+// WALSlotsArgs binds OpsWALSlots and RelayWALSlots.
+type WALSlotsArgs struct {
+	Table string // $1: the table's quoted name (Names.Table)
+	Slot  string // $2: the slot name that counts whatever its publication
+}
+
+// Args returns the parameters in order.
+func (a WALSlotsArgs) Args() []any { return []any{a.Table, a.Slot} }
 
 // walRelayStreams is true when pgoutput slot s of the current database is
 // a WAL relay's for table (an expression of its oid): the slot is named as
@@ -341,6 +435,12 @@ SELECT
     ` + DeadCount + `,
     (SELECT coalesce(max(id), 0) FROM {{table}}),
     now()`
+
+// OpsSnapshotScheduled is OpsSnapshot with the scheduled rows
+// (ScheduledCount) and the next one's due time (NextScheduled) beside it,
+// in one snapshot, so the backlog they are taken out of is the one they
+// were counted in.
+const OpsSnapshotScheduled = `SELECT s.*, ` + ScheduledCount + `, ` + NextScheduled + ` FROM (` + OpsSnapshot + `) s`
 
 // lookup finds the rows whose column col equals $1, newest first, at most
 // $3, on indexes only: the unpublished ones on the aggregate index (by

@@ -11,131 +11,20 @@ import (
 // beside it that binds them in order, so no statement is called with
 // positional values chosen far from its text. Id and shard lists are passed
 // as array literals ('{1,2,3}') and per-row values as a JSON document, so the
-// statements work with any database/sql driver.
-//
-// Ordering rests on one rule that Claim enforces in the database: a row is
-// claimed only if every earlier unpublished row of its aggregate is claimed
-// by the same relay incarnation (which holds it in memory ahead of the new
-// row, or had it acknowledged) or is taken by the same claim. See package
-// relay's documentation for why that keeps first deliveries in order.
+// statements work with any database/sql driver. Ordering rests on one rule
+// that Claim enforces in the database (see Claim and claim.md).
 
 // Claim takes up to Limit due rows of the shards in Shards for Owner (a
-// relay incarnation), under a lease of Lease, and returns them. One
+// relay incarnation), under a lease of Lease, and returns them, in one
 // statement in a short transaction (see ClaimSettings).
 //
-// Its cost is bounded by Limit, however many rows wait in retry backoff:
-// a row that failed has a retry_at (schema version 5), and the claim reads
-// first attempts and retries apart, on indexes that leave the rows in
-// backoff out, instead of walking past them.
-//
-//   - "retry" takes the first Limit retries whose retry_at has passed, on
-//     outbox_retry_idx (retry_at order), in the shards in Shards: due
-//     retries and retries claimed since (in flight, or under an expired
-//     lease). A retry in backoff is not read at all. A retry behind an
-//     earlier row of its aggregate still in backoff (an event scheduled
-//     for tomorrow, then one due now: Event.NotBefore) is passed over, one
-//     probe of outbox_retry_agg_idx each, so such rows cannot fill the
-//     window and hold back every other aggregate's retries.
-//   - "fresh" walks outbox_fresh_idx (first attempts: rows never failed)
-//     in id order over the shards and keeps the first Limit rows no retry
-//     of their aggregate comes before, other than those in "retry". That
-//     check is one probe of outbox_retry_agg_idx per row walked (a
-//     subquery with LIMIT 1, which PostgreSQL runs per row rather than
-//     joining the whole index; skipped, by a one-time test, while no
-//     unpublished row has a retry_at), so an aggregate with a row in backoff
-//     does not fill the window: its later rows are left out, and the
-//     rows in backoff themselves are never walked. The shards are a
-//     parameter, not a join, so the planner stops at the limit instead of
-//     sorting every unpublished row; a bit mask (ShardMask), since the
-//     claim runs on a generic plan, where "shard = ANY(array)" would scan
-//     the array for every row walked.
-//   - Both pass over the rows the incarnation holds under a live lease (in
-//     flight, or acknowledged with the mark not committed yet), which are
-//     not blockers (see below), and keep rows held by others and rows not
-//     due.
-//   - "seen" is the first Limit rows of both in id order, with each
-//     retry marked blocked (neither due nor the incarnation's) if an
-//     earlier unpublished row of its aggregate is in neither and not held
-//     by the incarnation (one probe of outbox_aggregate_idx per retry).
-//     Every row of an aggregate is in the same shard, so for every row of
-//     "seen" not blocked, every earlier unpublished row of its aggregate
-//     is in "seen" too or held by the incarnation: for a first attempt,
-//     the walk is in id order and a retry outside "retry" would have left
-//     it out; for a retry, by the probe; and cutting "seen" at Limit drops
-//     the highest ids only. The rules below rest on that alone.
-//   - "seen" also keeps the running total, in id order, of the payload
-//     bytes of its rows (octet_length reads a TOASTed payload's size from
-//     its pointer, without fetching it), which bounds the claim in bytes:
-//     the due rows claimed are those within Bytes, and the first due row
-//     however large (it is then claimed alone). They are a prefix, in id
-//     order, of the due rows, so no row is claimed ahead of an earlier row
-//     of its aggregate; the rest wait for the next claim.
-//   - "due" collects the tuple ids of those due rows into one array.
-//   - "took" locks those rows with SKIP LOCKED, re-checking that each is
-//     still due. It passes over rows another transaction holds: a
-//     concurrent claim, an operator's retry, a frozen session, a peer's
-//     mark or release. The rows are reached by their tuple ids, not by
-//     walking an index again. A row changed since the snapshot is passed
-//     over too where the TID scan's recheck compares the tuple ids, as
-//     PostgreSQL 15.20 does (releases without that recheck lock the row's
-//     latest version and re-check it there).
-//   - "stop" holds the due rows "took" did not lock (passed over, or
-//     changed) and the rows not due (in backoff, blocked, or held by
-//     another incarnation). Usually "took" locked every due row, which its
-//     count shows, and then the test of each due row against "took" (a
-//     hash of the locked ids) is left out. Membership is tested with NOT
-//     IN, which PostgreSQL answers from a hash of the subquery whatever
-//     the row estimates; an IN becomes a join whose method follows the
-//     estimates, and a generic plan (a prepared statement after five
-//     runs) estimates the CTEs at one row and picks a nested loop:
-//     quadratic in the batch, 90 ms for 1,000 rows.
-//   - The rows claimed are the due rows of "seen" that are not in "stop"
-//     and come after no row of their aggregate in "stop" that is not the
-//     incarnation's: a row in backoff, a row another incarnation holds, a
-//     row SKIP LOCKED passed over or one that changed since the snapshot.
-//     Taken rows after such a row are not claimed (their locks end with the
-//     transaction), so no row is ever claimed while an earlier row of its
-//     aggregate is held by anyone else or by no one. The test keeps one row
-//     per aggregate of "stop", its first, so it stays linear when "stop"
-//     holds many rows of one aggregate.
-//   - When "stop" is empty, as while a relay drains its own shards, the
-//     rows claimed are all the due rows, and the array "due" is updated as
-//     it is. With that and the count, a claim does about a tenth less
-//     PostgreSQL work per row than computing the missed rows, the blocked
-//     aggregates and the claimed rows as CTEs of their own each time
-//     (instructions counted under callgrind).
-//   - A row claimed by Owner is not a blocker: the incarnation holds it in
-//     memory, ahead of later rows of its aggregate in the same lane, or the
-//     broker acknowledged it and its mark is not committed yet (or the mark
-//     was lost in a database crash: the row is claimed again once its lease
-//     ends, and published again). A relay that drops rows from memory
-//     without recording them starts a new incarnation, so its old rows
-//     block like anyone else's.
-//   - It returns the columns as stored, without casts to text: a
-//     database/sql driver receives uuid and jsonb values as text
-//     anyway, and a cast would convert each value once more. It also
-//     returns xmin, the claim's transaction id, which its marks check
-//     (see MarkPublished).
-//   - The final UPDATE reaches the rows by the tuple ids "seen" read. Where
-//     "took" locked a changed row on its latest version (see above), the
-//     update follows it there itself, as through an index.
-//   - Nothing here locks the relays table: a relay frozen inside a claim
-//     holds only outbox rows, which its peers skip.
-//   - A claim is recorded in the lease columns alone (lease_owner,
-//     lease_expires_at) and leaves state 'pending': a row is claimed when
-//     it has a lease_owner. No index covers those columns (nor retry_at's
-//     indexes anything a claim changes), so with the free space schema
-//     version 3 leaves in each page (fillfactor) the update is heap-only
-//     (HOT): no index entry is added, and the mark later finds room on the
-//     same page. It also sets next_attempt_at to the lease's end, so that
-//     a relay of schema version 2 (which claims pending rows past
-//     next_attempt_at and knows a claim by state 'claimed') sees the row
-//     as not due until then and holds back the aggregate's later rows;
-//     rows it claimed (state 'claimed', with a lease_owner) are claimed to
-//     this statement too. Release resets next_attempt_at. Relays of
-//     version 3 or 4 fail rows without setting retry_at: such a row is
-//     walked as a first attempt and, in backoff, holds back its aggregate
-//     as a row not due.
+// Invariant: a row is claimed only if every earlier unpublished row of its
+// aggregate is held by Owner (in memory, or acknowledged) or taken by the
+// same claim; package relay's documentation says why that keeps first
+// deliveries in order. Its cost is bounded by Limit, however many rows wait
+// in backoff or are scheduled: first attempts and retries are read apart,
+// on indexes that leave the rows in backoff out. The reasoning behind each CTE, and the
+// measurements that chose this shape, are in claim.md beside this file.
 const Claim = `
 WITH live AS MATERIALIZED (
     SELECT id FROM {{relays}}
@@ -239,51 +128,14 @@ func (a ClaimArgs) Args() []any {
 	return []any{a.Owner, a.Limit, Interval(a.Lease), ShardMask(a.Shards), bytes}
 }
 
-// ClaimSettings runs first in the claim's transaction.
-//
-// Outbox statistics are often stale (a burst arrives after the table was
-// analyzed nearly empty), and with a low row estimate the planner sorts every
-// unpublished row to return a batch, which makes draining a backlog
-// quadratic. Without sorts and bitmap scans it walks the claim index in id
-// order and stops at the limit. Without sequential scans it reaches the
-// rows to lock and update by their tuple ids: on a table never analyzed it
-// would rather read the whole table and compare every row with the batch's
-// tuple ids (30 ms for a 1,000-row claim on a 30,000-row table, 8 ms
-// without).
-//
-// JIT is off: "seen" sorts at most twice Limit rows, which with sorts off
-// costs the plan the planner's penalty for a sort, far above
-// jit_above_cost, and compiling the claim took seconds.
-//
-// The claim runs on a generic plan (plan_cache_mode): its shape does not
-// depend on the parameters, which the settings above pin, and planning the
-// statement anew each time cost about 1 µs per claimed row.
-//
-// A claim that takes rows commits durably, with the server's
-// synchronous_commit and at least 'local' (as SettleSettings), because
-// nothing may be published before its row's commit is durable: a writer
-// with synchronous_commit = off commits, and its row is visible to the
-// claim, before its WAL is flushed. The claim's commit record comes after
-// the writer's (the row was visible to the claim), so flushing it flushes
-// the writer's too; a crash cannot then lose a row the relay published.
-// A claim that takes nothing has no transaction id and writes no commit
-// record, so polling an empty outbox flushes nothing; a claim of a batch
-// costs one WAL flush, shared by its rows. (Were a claim lost in a crash
-// anyway, its rows would return to their earlier state, which Claim
-// treats as held by nobody: see the ordering rule above.)
-//
-// The timeouts bound the transaction on the server: a relay frozen or cut
-// off inside it loses its session after Timeout, which releases its row
-// locks, instead of holding them until TCP keepalive notices.
-//
-// The shared advisory lock is the claim gate (see OpsClaimGate): claims run
-// side by side, but never while an operator's retry or replay commits. The
-// claim's snapshot is taken in its next statement, after the gate, so it
-// sees every such change committed before, and none commits until it ends.
-// Without the gate, a retry committing while a claim runs would be missing
-// from the claim's snapshot (the retried row still dead) but no longer hold
-// the aggregate's later rows locked, and the claim would take them ahead of
-// the retried row.
+// ClaimSettings runs first in the claim's transaction. It pins the plan
+// (no sorts, bitmap or sequential scans, no JIT, a generic plan), since
+// stale statistics would have the planner sort the whole backlog; commits
+// durably (synchronous_commit at least 'local'), since nothing may be
+// published before its row's commit is durable; bounds the transaction on
+// the server (the timeouts); and takes the claim gate shared (OpsClaimGate),
+// so no operator's retry or replay commits while a claim runs. See
+// claim.md for why each is needed.
 const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('jit', 'off', true),
@@ -404,26 +256,11 @@ func (a ShardsArgs) Args() []any { return []any{a.Owner, Int16Array(a.Shards)} }
 // claimed it again.
 //
 // Version is the claim's transaction id, which Claim returns as each row's
-// xmin: any later change of the row (a mark, a release, a replay, another
-// claim) makes a new version with another xmin, so an acknowledgement
-// marks only the version its claim took. A VACUUM FREEZE between claim and
-// mark does not change that: freezing sets a flag in the tuple's header and
-// keeps its xmin, which the xmin column still reads (PostgreSQL 9.4 and
-// later). Marks are grouped by claim, one statement each; a mark usually
-// covers one or two.
-//
-// The rows are reached through an index on id, not by the tuple ids their
-// claim returned. A mark is not heap-only (it takes the row out of the
-// claim index), so its new version needs room, and an index fetch prunes
-// the page it reads (removing the versions the claims left dead), where a
-// fetch by tuple id does not. Marking by tuple id, the new versions found
-// no room on the claimed pages and went to new ones: the table grew twice
-// as large, and a mark cost about 1.7 µs more per row (6.5 against 4.8 µs
-// for batches of 1,000, measured by the backend's CPU time).
-//
-// The statement runs as its own transaction and turns off synchronous
-// commit for it in the same round trip (the setting is read at commit): a
-// lost mark only republishes what the broker has.
+// xmin: any later change of the row makes a new version with another xmin.
+// The rows are reached by id rather than tuple id, so the index fetch
+// prunes the page and the new version finds room there. It commits
+// asynchronously (the setting is read at commit): a lost mark only
+// republishes what the broker has. See claim.md.
 const MarkPublished = `
 WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
 UPDATE {{table}} o
@@ -755,6 +592,15 @@ const StatsBacklog = `SELECT ` + BacklogCount
 
 // StatsDead is DeadCount: exact up to $1 (CountArgs), estimated beyond.
 const StatsDead = `SELECT ` + DeadCount
+
+// StatsScheduled is Stats with the scheduled rows (ScheduledCount) and the
+// next one's due time (NextScheduled) beside it, in one snapshot, so the
+// backlog they are taken out of is the one they were counted in.
+const StatsScheduled = `SELECT s.*, ` + ScheduledCount + `, ` + NextScheduled + ` FROM (` + Stats + `) s`
+
+// StatsBacklogScheduled is StatsBacklog and ScheduledCount in one
+// statement, for the relay's backlog and scheduled gauges.
+const StatsBacklogScheduled = `SELECT (` + StatsBacklog + `), ` + ScheduledCount
 
 // TopicStats is Stats per topic: each topic's due unpublished rows
 // counted up to $1 (CountArgs), how long the oldest of them has been due,

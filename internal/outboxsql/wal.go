@@ -116,22 +116,6 @@ const WALSlot = `SELECT active, coalesce(wal_status, ''), coalesce(confirmed_flu
     coalesce(database, ''), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
     FROM pg_replication_slots WHERE slot_name = $1`
 
-// WALSlots lists the logical slots of the current database that decode
-// with pgoutput, with their lag in bytes and wal_status, for outbox status.
-const WALSlots = `SELECT slot_name, active, coalesce(wal_status, ''),
-    coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
-    coalesce(safe_wal_size, -1)::bigint
-    FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database() AND plugin = 'pgoutput'
-    ORDER BY slot_name`
-
-// WALCreateSlot creates logical slot $1 decoding with pgoutput, with
-// failover => true on PostgreSQL 17 and later when $2 is true.
-const WALCreateSlot = `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`
-
-// WALCreateSlotFailover is WALCreateSlot with failover => true
-// (PostgreSQL 17+), so a synchronized standby keeps the slot.
-const WALCreateSlotFailover = `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', failover => true)`
-
 // WALDropSlot drops slot $1.
 const WALDropSlot = `SELECT pg_drop_replication_slot($1)`
 
@@ -159,6 +143,15 @@ const WALColumns = "id, event_id, topic, aggregate_type, aggregate_id, event_typ
 // committed before the slot existed) or takes over one it did not make.
 const WALBacklog = `SELECT ` + WALColumns + ` FROM {{table}} WHERE state IN ('pending', 'claimed') AND id > $1 ORDER BY id LIMIT $2`
 
+// BacklogArgs binds WALBacklog.
+type BacklogArgs struct {
+	After int64 // $1: the page starts after this id
+	Limit int   // $2: the most rows of a page
+}
+
+// Args returns the parameters in order.
+func (a BacklogArgs) Args() []any { return []any{a.After, a.Limit} }
+
 // WALMarkPublished marks rows $1 published, in one statement, after the
 // broker acknowledged them: the rows of the backlog the relay published
 // when it created the slot, and the confirmed rows the cleanup keeps.
@@ -169,6 +162,16 @@ const WALMarkPublished = `UPDATE {{table}} SET state = 'published', published_at
 // attempts, the last failing with $3.
 const WALMarkDead = `UPDATE {{table}} SET state = 'dead', attempts = $2, last_error = $3, lease_owner = NULL, lease_expires_at = NULL
     WHERE id = $1 AND state IN ('pending', 'claimed')`
+
+// MarkDeadArgs binds WALMarkDead.
+type MarkDeadArgs struct {
+	ID       int64  // $1
+	Attempts int    // $2: the publishes tried, the last one refused for good
+	Reason   string // $3: why the last one failed
+}
+
+// Args returns the parameters in order.
+func (a MarkDeadArgs) Args() []any { return []any{a.ID, a.Attempts, a.Reason} }
 
 // WALRowExists reports whether row $1 exists (visible to the statement).
 const WALRowExists = `SELECT EXISTS (SELECT 1 FROM {{table}} WHERE id = $1)`
@@ -207,6 +210,17 @@ const WALMarkConfirmed = `WITH d AS (UPDATE {{table}} SET state = 'published', p
     ORDER BY id LIMIT $2) RETURNING id)
 SELECT count(*), coalesce(max(id), $4) FROM d`
 
+// ConfirmedArgs binds WALDeleteConfirmed and WALMarkConfirmed.
+type ConfirmedArgs struct {
+	MaxID int64 // $1: the round's highest id (WALHorizon)
+	Batch int   // $2: the most rows one statement removes
+	Xmax  int64 // $3: the round's first unassigned transaction id (WALHorizon)
+	After int64 // $4: the batch starts after this id
+}
+
+// Args returns the parameters in order.
+func (a ConfirmedArgs) Args() []any { return []any{a.MaxID, a.Batch, a.Xmax, a.After} }
+
 // WALCleanupFloor is where a cleanup round starts: the lowest unpublished
 // id up to $1 (on the claim index, which holds only unpublished rows), or
 // $1 + 1.
@@ -224,11 +238,28 @@ const WALTakeoverLock = `LOCK TABLE {{table}} IN SHARE MODE`
 const WALPeek = `SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
     'proto_version', '1', 'publication_names', $2, 'messages', 'true', 'binary', 'true')`
 
+// PeekArgs binds WALPeek.
+type PeekArgs struct {
+	Slot        string // $1
+	Publication string // $2
+}
+
+// Args returns the parameters in order.
+func (a PeekArgs) Args() []any { return []any{a.Slot, a.Publication} }
+
 // WALFlush, run in a transaction of its own, makes its commit flush the
 // WAL: it writes a transactional logical message (its prefix has no colon,
 // so no outbox's relay takes it for an event) and commits synchronously,
 // locally, which flushes all WAL before it.
 const WALFlush = `SELECT set_config('synchronous_commit', 'local', true), pg_logical_emit_message(true, 'txoutbox.takeover', '')`
+
+// WALUnpublished counts the unpublished rows: those a takeover leaves
+// pending, for the polling relay.
+const WALUnpublished = `SELECT count(*) FROM {{table}} WHERE state IN ('pending', 'claimed')`
+
+// WALTakeoverTimeout bounds the takeover's wait for its table lock ($1, a
+// TimeoutArgs) for the rest of the transaction.
+const WALTakeoverTimeout = `SELECT set_config('lock_timeout', $1, true)`
 
 // WALMarkAllBut marks every unpublished row published except rows $1: the
 // takeover's rows the slot confirmed.
@@ -300,6 +331,16 @@ LEFT JOIN pg_publication_tables pt ON pt.pubname = p.pubname AND pt.schemaname =
 WHERE p.pubname = $1`
 }
 
+// PublicationCheckArgs binds WALPublicationCheck.
+type PublicationCheckArgs struct {
+	Publication string   // $1
+	Table       string   // $2: the table's quoted name (Names.Table)
+	Columns     []string // $3: the columns the relay reads
+}
+
+// Args returns the parameters in order.
+func (a PublicationCheckArgs) Args() []any { return []any{a.Publication, a.Table, a.Columns} }
+
 // WALCeiling is the WAL insert position while replication slot $1 is
 // streamed by the walsender of process $2, and no row otherwise: the
 // relay's next ceiling (see walrelay's owner marker). Read before the
@@ -307,12 +348,30 @@ WHERE p.pubname = $1`
 // any slot created after another process took the slot over.
 const WALCeiling = `SELECT pg_current_wal_insert_lsn()::text FROM pg_replication_slots WHERE slot_name = $1 AND active_pid = $2`
 
+// CeilingArgs binds WALCeiling.
+type CeilingArgs struct {
+	Slot string // $1
+	PID  uint32 // $2: the walsender's process id
+}
+
+// Args returns the parameters in order.
+func (a CeilingArgs) Args() []any { return []any{a.Slot, int64(a.PID)} }
+
 // WALTableSchema returns the schema of table $1 (its quoted name, found
 // on the search_path when unqualified), and whether publication $2 exists
 // and carries it.
 const WALTableSchema = `SELECT n.nspname, EXISTS (SELECT 1 FROM pg_publication p, LATERAL pg_get_publication_tables(p.pubname::text) t
     WHERE p.pubname = $2 AND t.relid = c.oid)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass`
+
+// TableSchemaArgs binds WALTableSchema.
+type TableSchemaArgs struct {
+	Table       string // $1: the table's quoted name (Names.Table)
+	Publication string // $2
+}
+
+// Args returns the parameters in order.
+func (a TableSchemaArgs) Args() []any { return []any{a.Table, a.Publication} }
 
 // WALPollingRelays counts the polling relays of the table that heartbeat
 // within the last $1 seconds.

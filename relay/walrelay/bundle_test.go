@@ -36,13 +36,19 @@ func setup(t *testing.T) *bundle {
 	return b
 }
 
+// relayConfig is what New takes: the connection string, the publisher and
+// the Config, in one value the tests change field by field.
+type relayConfig struct {
+	Config
+	ConnString string
+	Publisher  message.Publisher
+}
+
 // config is a relay configuration for the test's outbox, quick to notice
 // and take over.
-func (b *bundle) config() Config {
-	return Config{
-		ConnString:      b.db.URL,
+func (b *bundle) config() relayConfig {
+	return relayConfig{ConnString: b.db.URL, Publisher: b.pub, Config: Config{
 		Table:           b.db.Table(),
-		Publisher:       b.pub,
 		Lanes:           8,
 		BackoffMin:      10 * time.Millisecond,
 		BackoffMax:      50 * time.Millisecond,
@@ -51,7 +57,7 @@ func (b *bundle) config() Config {
 		StandbyRetry:    100 * time.Millisecond,
 		CleanupInterval: 100 * time.Millisecond,
 		Logger:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	}
+	}}
 }
 
 // slotByHand creates the relay's default publication (of every column, as
@@ -125,9 +131,9 @@ func runActive(t *testing.T, r *Relay) (stop func() error) {
 	return stop
 }
 
-func (b *bundle) newRelay(t *testing.T, cfg Config) *Relay {
+func (b *bundle) newRelay(t *testing.T, cfg relayConfig) *Relay {
 	t.Helper()
-	r, err := New(cfg)
+	r, err := New(cfg.ConnString, cfg.Publisher, cfg.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func (c *cleanup) step(ctx context.Context) error {
 		if err := c.checkPublication(ctx); err != nil {
 			return err
 		}
-		if err := c.pool.QueryRow(sctx, c.r.names.Render(outboxsql.WALHorizon)).Scan(&c.maxID, &c.xmax); err != nil {
+		if err := c.pool.QueryRow(sctx, c.r.sql.horizon).Scan(&c.maxID, &c.xmax); err != nil {
 			return fmt.Errorf("start a cleanup round: %w", err)
 		}
 		c.started, c.lsn = true, 0
@@ -104,7 +104,7 @@ func (c *cleanup) step(ctx context.Context) error {
 			passed bool
 			lsn    string
 		)
-		if err := c.pool.QueryRow(sctx, outboxsql.WALHorizonPassed, c.xmax).Scan(&passed, &lsn); err != nil {
+		if err := c.pool.QueryRow(sctx, c.r.sql.horizonPassed, c.xmax).Scan(&passed, &lsn); err != nil {
 			return fmt.Errorf("cleanup: %w", err)
 		}
 		if !passed {
@@ -141,14 +141,13 @@ func (c *cleanup) step(ctx context.Context) error {
 // its id before that round and committed after it) is below where that
 // round ended, and must not be passed over for good.
 func (c *cleanup) remove(ctx context.Context, maxID, xmax int64) (int64, error) {
-	stmt := outboxsql.WALDeleteConfirmed
+	stmt := c.r.sql.deleteConfirmed
 	if c.r.cfg.Retention != 0 {
-		stmt = outboxsql.WALMarkConfirmed
+		stmt = c.r.sql.markConfirmed
 	}
-	stmt = c.r.names.Render(stmt)
 	var lo int64
 	sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
-	err := c.pool.QueryRow(sctx, c.r.names.Render(outboxsql.WALCleanupFloor), maxID).Scan(&lo)
+	err := c.pool.QueryRow(sctx, c.r.sql.cleanupFloor, maxID).Scan(&lo)
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("cleanup: %w", err)
@@ -158,7 +157,7 @@ func (c *cleanup) remove(ctx context.Context, maxID, xmax int64) (int64, error) 
 	for {
 		sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
 		var n int64
-		err := c.pool.QueryRow(sctx, stmt, maxID, c.r.cfg.CleanupBatch, xmax, after).Scan(&n, &after)
+		err := c.pool.QueryRow(sctx, stmt, outboxsql.ConfirmedArgs{MaxID: maxID, Batch: c.r.cfg.CleanupBatch, Xmax: xmax, After: after}.Args()...).Scan(&n, &after)
 		cancel()
 		if err != nil {
 			return total, fmt.Errorf("cleanup: remove confirmed rows: %w", err)
@@ -175,7 +174,7 @@ func (c *cleanup) remove(ctx context.Context, maxID, xmax int64) (int64, error) 
 
 // prune deletes published rows older than Retention, in batches.
 func (c *cleanup) prune(ctx context.Context) error {
-	stmt := c.r.names.Render(outboxsql.Prune)
+	stmt := c.r.sql.prune
 	args := outboxsql.PruneArgs{Retention: c.r.cfg.Retention, Batch: c.r.cfg.CleanupBatch}.Args()
 	for {
 		sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)

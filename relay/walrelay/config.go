@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -36,17 +34,10 @@ const (
 	StatsIntervalDefault    = 10 * time.Second
 )
 
-// Config configures a Relay. ConnString and Publisher are required; every
-// other zero field takes its documented default.
+// Config configures a Relay. Every zero field takes its documented
+// default; the connection and the publisher are New's arguments, as the
+// polling relay's database and publisher are relay.New's.
 type Config struct {
-	// ConnString connects to the database holding the outbox, as a
-	// libpq URL or key=value string. The relay opens its replication
-	// connection with replication=database added, and its other
-	// connections without it. The role needs the REPLICATION attribute
-	// (or superuser), and to own the table the first time, when the relay
-	// creates the publication. Required.
-	ConnString string
-
 	// Table is the outbox table. Default: "outbox" on the search_path.
 	Table txoutbox.Table
 
@@ -66,11 +57,6 @@ type Config struct {
 	// promoted standby can go on from the slot's position. It applies
 	// only when the relay creates the slot.
 	Failover bool
-
-	// Publisher publishes the events; its Publish must return only once
-	// the broker acknowledged the message. The relay does not close it.
-	// Required.
-	Publisher message.Publisher
 
 	// Lanes is how many events are published concurrently. Events are
 	// spread over lanes by aggregate id, so one aggregate's events are
@@ -195,7 +181,8 @@ func SlotDefault(table txoutbox.Table) string {
 	return outboxsql.WALName(table.Schema, table.Name)
 }
 
-// ErrInvalidConfig is matched by every error New returns for a bad Config.
+// ErrInvalidConfig is matched by every error New returns for a bad
+// connection string, a nil publisher or a bad Config.
 var ErrInvalidConfig = errors.New("walrelay: invalid config")
 
 func (c *Config) setDefaults() {
@@ -231,8 +218,9 @@ func setDefault[T int | time.Duration](v *T, def T) {
 }
 
 // Validate reports whether c, with its zero fields taken as their
-// defaults, is a configuration New accepts; the error matches
-// ErrInvalidConfig. c itself is not changed.
+// defaults, is a configuration New accepts (New also checks its
+// connection string and publisher); the error matches ErrInvalidConfig.
+// c itself is not changed.
 func (c Config) Validate() error {
 	c.setDefaults()
 	return c.validate()
@@ -241,15 +229,6 @@ func (c Config) Validate() error {
 func (c *Config) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
-	}
-	if c.ConnString == "" {
-		return bad("ConnString is empty")
-	}
-	if _, err := pgconn.ParseConfig(c.ConnString); err != nil {
-		return bad("ConnString: %v", err)
-	}
-	if c.Publisher == nil {
-		return bad("Publisher is nil")
 	}
 	if err := c.Table.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)

@@ -7,7 +7,7 @@
 // polling relay's, the span and metrics under this package's
 // instrumentation scope.
 //
-//	r, err := walrelay.New(walrelay.Config{ConnString: url, Publisher: pub})
+//	r, err := walrelay.New(url, pub, walrelay.Config{})
 //	if err != nil { ... }
 //	err = r.Run(ctx) // until ctx ends
 //

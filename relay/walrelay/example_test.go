@@ -17,11 +17,8 @@ import (
 // in-process gochannel (use kafkapub.NewPublisher for Kafka), until SIGINT.
 func Example() {
 	pub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-	r, err := walrelay.New(walrelay.Config{
-		ConnString: os.Getenv("DATABASE_URL"), // replication=database is added for the stream
-		Table:      txoutbox.Table{Schema: "app"},
-		Publisher:  pub,
-	})
+	// replication=database is added to the connection string for the stream.
+	r, err := walrelay.New(os.Getenv("DATABASE_URL"), pub, walrelay.Config{Table: txoutbox.Table{Schema: "app"}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -35,10 +32,8 @@ func Example() {
 // Hand the outbox back to the polling relay: with the WAL relays stopped,
 // mark published what the slot confirmed and drop the slot.
 func ExampleTakeover() {
-	res, err := walrelay.Takeover(context.Background(), walrelay.TakeoverConfig{
-		ConnString: os.Getenv("DATABASE_URL"),
-		Table:      txoutbox.Table{Schema: "app"},
-	})
+	res, err := walrelay.Takeover(context.Background(), os.Getenv("DATABASE_URL"),
+		walrelay.TakeoverConfig{Table: txoutbox.Table{Schema: "app"}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func (*blipPublisher) Close() error { return nil }
 func TestLaneRetriesAFailedBatchTogether(t *testing.T) {
 	pub := &blipPublisher{}
 	const backoffMin = 200 * time.Millisecond
-	r, err := New(Config{ConnString: "postgres://x@127.0.0.1/x", Publisher: pub, Lanes: 1, LaneBatch: 8,
+	r, err := New("postgres://x@127.0.0.1/x", pub, Config{Lanes: 1, LaneBatch: 8,
 		BackoffMin: backoffMin, BackoffMax: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -114,9 +114,14 @@ func (r *Relay) checkPublication(ctx context.Context, q pgxQuerier, srv ServerFa
 		filter, missing, printed string
 	)
 	lists := srv.VersionNum >= columnListVersion
-	err := q.QueryRow(ctx, outboxsql.WALPublicationCheck(lists), r.cfg.Publication, r.names.Table, rowColumns[:]).
+	check := r.sql.publicationCheckOld
+	if lists {
+		check = r.sql.publicationCheck
+	}
+	args := outboxsql.PublicationCheckArgs{Publication: r.cfg.Publication, Table: r.sql.table, Columns: rowColumns[:]}
+	err := q.QueryRow(ctx, check, args.Args()...).
 		Scan(&inserts, &carries, &filter, &missing, &printed)
-	pub, table := r.cfg.Publication, r.names.Table
+	pub, table := r.cfg.Publication, r.sql.table
 	setTable := fmt.Sprintf("ALTER PUBLICATION %s SET TABLE %s", pub, table)
 	if lists {
 		setTable += " (" + outboxsql.WALColumns + ")"
@@ -215,7 +220,7 @@ func (r *Relay) raiseCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32
 	var ceiling uint64
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var lsn string
-		if err := tx.QueryRow(ctx, outboxsql.WALCeiling, r.cfg.Slot, int64(pid)).Scan(&lsn); err != nil {
+		if err := tx.QueryRow(ctx, r.sql.ceiling, outboxsql.CeilingArgs{Slot: r.cfg.Slot, PID: pid}.Args()...).Scan(&lsn); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("slot %s is no longer held by this relay's walsender", r.cfg.Slot)
 			}

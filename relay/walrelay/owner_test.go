@@ -274,12 +274,12 @@ func TestDroppedPublicationIsRecoverable(t *testing.T) {
 	b.exec(t, `DROP PUBLICATION `+r.Publication())
 	written := b.write(t, "a", "b")
 	wantRunError(t, done, ErrPublication, 15*time.Second)
-	tcfg := TakeoverConfig{ConnString: cfg.ConnString, Table: cfg.Table}
-	if _, err := Takeover(context.Background(), tcfg); !errors.Is(err, ErrPublication) {
+	tcfg := TakeoverConfig{Table: cfg.Table}
+	if _, err := Takeover(context.Background(), cfg.ConnString, tcfg); !errors.Is(err, ErrPublication) {
 		t.Fatalf("Takeover without Force: %v, want ErrPublication", err)
 	}
 	tcfg.Force = true
-	res, err := Takeover(context.Background(), tcfg)
+	res, err := Takeover(context.Background(), cfg.ConnString, tcfg)
 	if err != nil {
 		t.Fatalf("Takeover with Force: %v", err)
 	}

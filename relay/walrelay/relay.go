@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -62,12 +63,14 @@ const MinServerVersion = 140000
 // each event once the transaction that wrote it has committed, in commit
 // order. Build it with New and call Run.
 type Relay struct {
-	cfg     Config
-	log     *slog.Logger
-	names   outboxsql.Names
-	met     *metrics
-	core    *publish.Core // builds and sends the messages, with spans and the publish metrics
-	running atomic.Bool
+	cfg        Config
+	connString string // the database's, as New was given it
+	log        *slog.Logger
+	names      outboxsql.Names
+	sql        *statements // rendered for the table by New
+	met        *metrics
+	core       *publish.Core // builds and sends the messages, with spans and the publish metrics
+	running    atomic.Bool
 
 	// confirmed is the position the stream has settled up to (reported to
 	// the server at the next flush), for the cleanup.
@@ -97,8 +100,51 @@ type Relay struct {
 	slotName, pubName       atomic.Pointer[string]
 }
 
-// New validates cfg and returns a relay. It does not connect: Run does.
-func New(cfg Config) (*Relay, error) {
+// New validates its arguments and returns a relay publishing through pub
+// the outbox of the database connString names. It does not connect: Run
+// does.
+//
+// connString is a libpq URL or key=value string. The relay opens its
+// replication connection with replication=database added, and its other
+// connections without it. The role needs the REPLICATION attribute (or
+// superuser), and to own the table the first time, when the relay creates
+// the publication. pub's Publish must return only once the broker
+// acknowledged the message; the relay does not close it.
+func New(connString string, pub message.Publisher, cfg Config) (*Relay, error) {
+	if pub == nil {
+		return nil, fmt.Errorf("%w: nil Publisher", ErrInvalidConfig)
+	}
+	r, err := newRelay(connString, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if r.met, err = newMetrics(r.cfg.MeterProvider, r); err != nil {
+		return nil, fmt.Errorf("walrelay: metrics: %w", err)
+	}
+	// The polling relay's publish core, so both modes send the same
+	// message with the same spans and publish metrics, under this
+	// package's instrumentation scope.
+	cfg = r.cfg
+	if r.core, err = publish.New(publish.Config{
+		Scope: instrumentationName, Publisher: pub, LaneBatch: cfg.LaneBatch, Table: cfg.Table,
+		CloudEvents: cfg.CloudEvents.Enabled, CloudEventsSource: cfg.CloudEvents.Source,
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator, MessagingSystem: cfg.MessagingSystem,
+	}); err != nil {
+		return nil, fmt.Errorf("walrelay: metrics: %w", err)
+	}
+	return r, nil
+}
+
+// newRelay validates connString and cfg and returns a relay with neither
+// publisher nor metrics: New adds them, and Takeover, which publishes
+// nothing, uses it as it is.
+func newRelay(connString string, cfg Config) (*Relay, error) {
+	if connString == "" {
+		return nil, fmt.Errorf("%w: empty connection string", ErrInvalidConfig)
+	}
+	if _, err := pgconn.ParseConfig(connString); err != nil {
+		return nil, fmt.Errorf("%w: connection string: %v", ErrInvalidConfig, err)
+	}
 	defaultPub, defaultSlot := cfg.Publication == "", cfg.Slot == ""
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
@@ -108,23 +154,11 @@ func New(cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	r := &Relay{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), names: names, defaultPub: defaultPub, defaultSlot: defaultSlot}
+	r := &Relay{cfg: cfg, connString: connString, log: cfg.Logger.With("slot", cfg.Slot), names: names, sql: render(names),
+		defaultPub: defaultPub, defaultSlot: defaultSlot}
 	r.settledHigh.Store(-1)
 	r.slotName.Store(&r.cfg.Slot)
 	r.pubName.Store(&r.cfg.Publication)
-	if r.met, err = newMetrics(cfg.MeterProvider, r); err != nil {
-		return nil, fmt.Errorf("walrelay: metrics: %w", err)
-	}
-	// The polling relay's publish core, so both modes send the same
-	// message with the same spans and publish metrics, under this
-	// package's instrumentation scope.
-	if r.core, err = publish.New(publish.Config{
-		Scope: instrumentationName, Publisher: cfg.Publisher, LaneBatch: cfg.LaneBatch, Table: cfg.Table,
-		CloudEvents: cfg.CloudEvents.Enabled, CloudEventsSource: cfg.CloudEvents.Source,
-		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator, MessagingSystem: cfg.MessagingSystem,
-	}); err != nil {
-		return nil, fmt.Errorf("walrelay: metrics: %w", err)
-	}
 	return r, nil
 }
 
@@ -243,7 +277,7 @@ func (r *Relay) resolveNames(ctx context.Context, q pgxQuerier) error {
 		legacy bool
 	)
 	old := outboxsql.WALName("", r.cfg.Table.Name)
-	if err := q.QueryRow(ctx, outboxsql.WALTableSchema, r.names.Table, old).Scan(&schema, &legacy); err != nil {
+	if err := q.QueryRow(ctx, r.sql.tableSchema, outboxsql.TableSchemaArgs{Table: r.sql.table, Publication: old}.Args()...).Scan(&schema, &legacy); err != nil {
 		return fmt.Errorf("walrelay: resolve the table %s: %w", r.names.Table, err)
 	}
 	if legacy {
@@ -267,9 +301,9 @@ var errPermanent = errors.New("permanent")
 
 // openPool opens the relay's regular (non-replication) connections.
 func (r *Relay) openPool(ctx context.Context) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(r.cfg.ConnString)
+	pc, err := pgxpool.ParseConfig(r.connString)
 	if err != nil {
-		return nil, fmt.Errorf("%w: ConnString: %v", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: connection string: %v", ErrInvalidConfig, err)
 	}
 	delete(pc.ConnConfig.RuntimeParams, "replication")
 	pc.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(r.cfg.StatementTimeout.Milliseconds(), 10)
@@ -284,9 +318,9 @@ func (r *Relay) openPool(ctx context.Context) (*pgxpool.Pool, error) {
 
 // replicationConfig is the replication connection's configuration.
 func (r *Relay) replicationConfig() (*pgconn.Config, error) {
-	c, err := pgconn.ParseConfig(r.cfg.ConnString)
+	c, err := pgconn.ParseConfig(r.connString)
 	if err != nil {
-		return nil, fmt.Errorf("%w: ConnString: %v", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: connection string: %v", ErrInvalidConfig, err)
 	}
 	c.RuntimeParams["replication"] = "database"
 	// The server frees the slot of a relay it has not heard from for this

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"maps"
 	"math"
 	"slices"
@@ -423,20 +424,37 @@ func TestRefusesARoleWithoutReplication(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	good := Config{ConnString: "postgres://localhost/db", Publisher: newRecorder()}
-	if err := good.Validate(); err != nil {
+	const conn = "postgres://localhost/db"
+	if err := (Config{}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(conn, newRecorder(), Config{}); err != nil {
 		t.Fatal(err)
 	}
 	for name, c := range map[string]Config{
-		"no conn":      {Publisher: newRecorder()},
-		"no publisher": {ConnString: "postgres://localhost/db"},
-		"slot case":    {ConnString: "postgres://localhost/db", Publisher: newRecorder(), Slot: "Bad"},
-		"ping":         {ConnString: "postgres://localhost/db", Publisher: newRecorder(), PingInterval: 6 * time.Second},
+		"slot case": {Slot: "Bad"},
+		"ping":      {PingInterval: 6 * time.Second},
 		// Half of SenderTimeout: one late reply and a live relay gives the slot up.
-		"ping half": {ConnString: "postgres://localhost/db", Publisher: newRecorder(), PingInterval: 5 * time.Second},
+		"ping half": {PingInterval: 5 * time.Second},
 	} {
 		if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+		if _, err := New(conn, newRecorder(), c); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: New: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	// New's own arguments.
+	for name, a := range map[string]struct {
+		conn string
+		pub  message.Publisher
+	}{
+		"no conn":      {"", newRecorder()},
+		"bad conn":     {"postgres://localhost:port/db", newRecorder()},
+		"no publisher": {conn, nil},
+	} {
+		if _, err := New(a.conn, a.pub, Config{}); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: New: %v, want ErrInvalidConfig", name, err)
 		}
 	}
 }

@@ -45,7 +45,7 @@ func (r *Relay) slotState(ctx context.Context, q pgxQuerier) (slotState, error) 
 		s   slotState
 		lsn string
 	)
-	err := q.QueryRow(ctx, outboxsql.WALSlot, r.cfg.Slot).Scan(&s.active, &s.walStatus, &lsn, &s.plugin, &s.database, &s.lagBytes)
+	err := q.QueryRow(ctx, r.sql.slot, r.cfg.Slot).Scan(&s.active, &s.walStatus, &lsn, &s.plugin, &s.database, &s.lagBytes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, nil
 	}
@@ -77,7 +77,7 @@ func (r *Relay) usable(s slotState) error {
 // none), and whether the publication exists.
 func (r *Relay) marker(ctx context.Context, q pgxQuerier) (string, bool, error) {
 	var m string
-	err := q.QueryRow(ctx, outboxsql.WALPublication, r.cfg.Publication).Scan(&m)
+	err := q.QueryRow(ctx, r.sql.publication, r.cfg.Publication).Scan(&m)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", false, nil
 	}
@@ -262,7 +262,7 @@ type resume struct {
 // transaction is looked up, as before the bound existed.
 func (r *Relay) resumeFrom(ctx context.Context, pool *pgxpool.Pool) (resume, error) {
 	var now string
-	if err := pool.QueryRow(ctx, outboxsql.WALPosition).Scan(&now); err != nil {
+	if err := pool.QueryRow(ctx, r.sql.position).Scan(&now); err != nil {
 		return resume{}, fmt.Errorf("read the WAL position: %w", err)
 	}
 	end, err := pglogrepl.ParseLSN(now)
@@ -280,10 +280,10 @@ func (r *Relay) resumeFrom(ctx context.Context, pool *pgxpool.Pool) (resume, err
 	}
 	var m int64
 	if mark.slot == r.cfg.Slot && !mark.initialising && mark.settled >= 0 {
-		err = r.settledQuery(ctx, pool, outboxsql.WALDeadMax, &m)
+		err = r.settledQuery(ctx, pool, r.sql.deadMax, &m)
 		m = max(m, mark.settled)
 	} else {
-		err = r.settledQuery(ctx, pool, outboxsql.WALSettledMax, &m)
+		err = r.settledQuery(ctx, pool, r.sql.settledMax, &m)
 	}
 	switch {
 	case err == nil:
@@ -309,7 +309,7 @@ func (r *Relay) noteSettled(row int64) {
 	}
 }
 
-// settledQuery runs stmt, WALSettledMax or WALDeadMax, into m.
+// settledQuery runs stmt, settledMax or deadMax, into m.
 func (r *Relay) settledQuery(ctx context.Context, pool *pgxpool.Pool, stmt string, m *int64) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
@@ -318,10 +318,10 @@ func (r *Relay) settledQuery(ctx context.Context, pool *pgxpool.Pool, stmt strin
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only; nothing to keep
-	if _, err := tx.Exec(ctx, outboxsql.WALSettledMaxSettings); err != nil {
+	if _, err := tx.Exec(ctx, r.sql.settledMaxSettings); err != nil {
 		return err
 	}
-	return tx.QueryRow(ctx, r.names.Render(stmt)).Scan(m)
+	return tx.QueryRow(ctx, stmt).Scan(m)
 }
 
 // mayBeSettled reports whether row, of a transaction ending at end, may be
@@ -550,7 +550,7 @@ func (r *Relay) stillHolds(ctx context.Context, pool *pgxpool.Pool, pid uint32) 
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.SenderTimeout/4)
 	defer cancel()
 	var lsn string
-	if err := pool.QueryRow(ctx, outboxsql.WALCeiling, r.cfg.Slot, int64(pid)).Scan(&lsn); err != nil {
+	if err := pool.QueryRow(ctx, r.sql.ceiling, outboxsql.CeilingArgs{Slot: r.cfg.Slot, PID: pid}.Args()...).Scan(&lsn); err != nil {
 		return fmt.Errorf("giving up the slot: cannot tell it is still this relay's: %w", err)
 	}
 	return nil
@@ -575,7 +575,7 @@ func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn, end
 	}
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
-	rows, err := pool.Query(sctx, r.names.Render(outboxsql.WALSettled), outboxsql.Int64Array(ids))
+	rows, err := pool.Query(sctx, r.sql.settled, outboxsql.Int64Array(ids))
 	if err != nil {
 		return fmt.Errorf("check resumed rows: %w", err)
 	}
@@ -626,7 +626,7 @@ func (r *Relay) markDead(ctx context.Context, db pgxDB, row int64, attempts int,
 	defer cancel()
 	deadline := time.Now().Add(visibleWithin)
 	for {
-		tag, err := db.Exec(ctx, r.names.Render(outboxsql.WALMarkDead), row, attempts, reason)
+		tag, err := db.Exec(ctx, r.sql.markDead, outboxsql.MarkDeadArgs{ID: row, Attempts: attempts, Reason: reason}.Args()...)
 		if err != nil {
 			return err
 		}
@@ -635,7 +635,7 @@ func (r *Relay) markDead(ctx context.Context, db pgxDB, row int64, attempts int,
 			return nil
 		}
 		var exists bool
-		if err := db.QueryRow(ctx, r.names.Render(outboxsql.WALRowExists), row).Scan(&exists); err != nil {
+		if err := db.QueryRow(ctx, r.sql.rowExists, row).Scan(&exists); err != nil {
 			return err
 		}
 		if exists {
@@ -728,7 +728,7 @@ func (r *Relay) messagePrefix(ctx context.Context, q pgxQuerier) (string, error)
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
 	var prefix string
-	if err := q.QueryRow(ctx, outboxsql.WALMessagePrefix, r.names.Table).Scan(&prefix); err != nil {
+	if err := q.QueryRow(ctx, r.sql.messagePrefix, r.sql.table).Scan(&prefix); err != nil {
 		return "", fmt.Errorf("walrelay: resolve the table %s: %w", r.names.Table, err)
 	}
 	return prefix, nil

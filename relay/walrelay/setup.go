@@ -35,7 +35,7 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	}
 	defer conn.Release()
 	var locked bool
-	if err := conn.QueryRow(ctx, outboxsql.WALInitLock, r.cfg.Slot).Scan(&locked); err != nil {
+	if err := conn.QueryRow(ctx, r.sql.initLock, r.cfg.Slot).Scan(&locked); err != nil {
 		return fmt.Errorf("initialise slot: lock: %w", err)
 	}
 	if !locked {
@@ -44,7 +44,7 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StatementTimeout)
 		defer cancel()
-		if _, err := conn.Exec(uctx, outboxsql.WALInitUnlock, r.cfg.Slot); err != nil {
+		if _, err := conn.Exec(uctx, r.sql.initUnlock, r.cfg.Slot); err != nil {
 			// The lock ends with the session: drop the connection.
 			_ = conn.Conn().Close(uctx)
 		}
@@ -66,7 +66,7 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	snapshot := ""
 	if err := r.gated(ctx, conn, func() error {
 		var polling int
-		if err := conn.QueryRow(ctx, r.names.Render(outboxsql.WALPollingRelays), relay.StaleAfterDefault.Seconds()).Scan(&polling); err != nil {
+		if err := conn.QueryRow(ctx, r.sql.pollingRelays, relay.StaleAfterDefault.Seconds()).Scan(&polling); err != nil {
 			return fmt.Errorf("initialise slot: look for polling relays: %w", err)
 		}
 		if polling > 0 {
@@ -79,7 +79,7 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 		// scheduled row of a transaction in progress now, which the slot
 		// waits for, is found in the slot's snapshot (see publishBacklog).
 		var scheduled bool
-		if err := conn.QueryRow(ctx, r.names.Render(outboxsql.WALScheduled)).Scan(&scheduled); err != nil {
+		if err := conn.QueryRow(ctx, r.sql.scheduled).Scan(&scheduled); err != nil {
 			return fmt.Errorf("initialise slot: look for scheduled events (is the outbox at schema version 7?): %w", err)
 		}
 		if scheduled {
@@ -102,7 +102,7 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	// The ceiling is read once the slot exists, before the rows: a slot
 	// made again after it starts past it (see marker).
 	var now string
-	if err := conn.QueryRow(ctx, outboxsql.WALPosition).Scan(&now); err != nil {
+	if err := conn.QueryRow(ctx, r.sql.position).Scan(&now); err != nil {
 		return fmt.Errorf("initialise slot: %w", err)
 	}
 	ceiling, err := pglogrepl.ParseLSN(now)
@@ -115,7 +115,7 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 		// (which a WAL relay's slot stops) publishes the scheduled rows.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StatementTimeout)
 		defer cancel()
-		_, derr := conn.Exec(uctx, outboxsql.WALDropSlot, r.cfg.Slot)
+		_, derr := conn.Exec(uctx, r.sql.dropSlot, r.cfg.Slot)
 		_, merr := conn.Exec(uctx, outboxsql.WALSetMarker(r.cfg.Publication, ""))
 		return errors.Join(fmt.Errorf("%w: a transaction committed while the slot was made wrote events with a NotBefore still to come to %s; "+
 			"the slot was dropped: wait until the polling relay has published them", ErrScheduled, r.names.Table), derr, merr)
@@ -128,7 +128,7 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	// may hold any row the table has now (see marker).
 	var settled int64
 	if st.exists {
-		if err := conn.QueryRow(ctx, r.names.Render(outboxsql.WALHighestRow)).Scan(&settled); err != nil {
+		if err := conn.QueryRow(ctx, r.sql.highestRow).Scan(&settled); err != nil {
 			return fmt.Errorf("initialise slot: %w", err)
 		}
 	}
@@ -150,13 +150,13 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 // heartbeat, so either the check for polling relays in fn sees its
 // heartbeat or it sees the slot (relay.ErrWALStreams).
 func (r *Relay) gated(ctx context.Context, conn *pgxpool.Conn, fn func() error) error {
-	if _, err := conn.Exec(ctx, outboxsql.WALSlotGate, r.names.Table); err != nil {
+	if _, err := conn.Exec(ctx, r.sql.slotGate, r.sql.table); err != nil {
 		return fmt.Errorf("initialise slot: take the WAL gate: %w", err)
 	}
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StatementTimeout)
 		defer cancel()
-		if _, err := conn.Exec(uctx, outboxsql.WALSlotUngate, r.names.Table); err != nil {
+		if _, err := conn.Exec(uctx, r.sql.slotUngate, r.sql.table); err != nil {
 			// The lock ends with the session: drop the connection.
 			_ = conn.Conn().Close(uctx)
 		}
@@ -203,7 +203,7 @@ func (r *Relay) publishBacklog(ctx context.Context, conn *pgxpool.Conn, pool *pg
 		// transaction was in progress; the slot waited for it) is in the
 		// snapshot: publishing the backlog would publish it early.
 		var scheduled bool
-		if err := tx.QueryRow(ctx, r.names.Render(outboxsql.WALScheduled)).Scan(&scheduled); err != nil {
+		if err := tx.QueryRow(ctx, r.sql.scheduled).Scan(&scheduled); err != nil {
 			return 0, fmt.Errorf("read backlog: look for scheduled events: %w", err)
 		}
 		if scheduled {
@@ -211,7 +211,7 @@ func (r *Relay) publishBacklog(ctx context.Context, conn *pgxpool.Conn, pool *pg
 		}
 		q = tx
 	}
-	stmt := r.names.Render(outboxsql.WALBacklog)
+	stmt := r.sql.backlog
 	var (
 		after int64
 		total int
@@ -244,7 +244,7 @@ func (r *Relay) publishBacklog(ctx context.Context, conn *pgxpool.Conn, pool *pg
 		}
 		for len(ids) > 0 {
 			n := min(len(ids), r.cfg.CleanupBatch)
-			if _, err := pool.Exec(ctx, r.names.Render(outboxsql.WALMarkPublished), outboxsql.Int64Array(ids[:n])); err != nil {
+			if _, err := pool.Exec(ctx, r.sql.markPublished, outboxsql.Int64Array(ids[:n])); err != nil {
 				return total, fmt.Errorf("mark the backlog published: %w", err)
 			}
 			r.noteSettled(ids[n-1])
@@ -259,7 +259,7 @@ func (r *Relay) publishBacklog(ctx context.Context, conn *pgxpool.Conn, pool *pg
 func (r *Relay) backlogPage(ctx context.Context, q pgxRows, stmt string, after int64, out []event) ([]event, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
-	rows, err := q.Query(ctx, stmt, after, r.cfg.MaxInFlight)
+	rows, err := q.Query(ctx, stmt, outboxsql.BacklogArgs{After: after, Limit: r.cfg.MaxInFlight}.Args()...)
 	if err != nil {
 		return nil, fmt.Errorf("read backlog: %w", err)
 	}

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
-
-	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -18,9 +15,8 @@ import (
 
 // TakeoverConfig configures Takeover.
 type TakeoverConfig struct {
-	// ConnString, Table, Publication and Slot are the WAL relays' (see
-	// Config), with the same defaults.
-	ConnString  string
+	// Table, Publication and Slot are the WAL relays' (see Config), with
+	// the same defaults.
 	Table       txoutbox.Table
 	Publication string
 	Slot        string
@@ -59,8 +55,8 @@ var ErrSlotActive = errors.New("walrelay: the replication slot is active")
 // holds table-less events it has not confirmed.
 var ErrTableLessPending = errors.New("walrelay: the slot holds table-less events not yet published")
 
-// Takeover hands the outbox to the polling relay: with the WAL relays
-// stopped, it marks published exactly the unpublished rows the slot has
+// Takeover hands the outbox of the database connString names (as New
+// takes it) to the polling relay: with the WAL relays stopped, it marks published exactly the unpublished rows the slot has
 // confirmed, leaves the others pending, and drops the slot, in one
 // transaction that holds a SHARE lock on the table, so no event commits
 // meanwhile. It reads the unconfirmed changes with
@@ -72,16 +68,15 @@ var ErrTableLessPending = errors.New("walrelay: the slot holds table-less events
 // (txoutbox.WriterConfig.WALMessages) take no table lock: one committed
 // while Takeover runs may be missed and is lost with the slot, so stop
 // writers of table-less events first.
-func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
+func Takeover(ctx context.Context, connString string, cfg TakeoverConfig) (TakeoverResult, error) {
 	var res TakeoverResult
-	rc := Config{ConnString: cfg.ConnString, Table: cfg.Table, Publication: cfg.Publication, Slot: cfg.Slot, Publisher: nopPublisher{}}
-	r, err := New(rc)
+	r, err := newRelay(connString, Config{Table: cfg.Table, Publication: cfg.Publication, Slot: cfg.Slot})
 	if err != nil {
 		return res, err
 	}
-	pc, err := pgx.ParseConfig(cfg.ConnString)
+	pc, err := pgx.ParseConfig(connString)
 	if err != nil {
-		return res, fmt.Errorf("%w: ConnString: %v", ErrInvalidConfig, err)
+		return res, fmt.Errorf("%w: connection string: %v", ErrInvalidConfig, err)
 	}
 	delete(pc.RuntimeParams, "replication")
 	conn, err := pgx.ConnectConfig(ctx, pc)
@@ -101,10 +96,10 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 	if lockTimeout <= 0 {
 		lockTimeout = StatementTimeoutDefault
 	}
-	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = "+strconv.FormatInt(lockTimeout.Milliseconds(), 10)); err != nil {
+	if _, err := tx.Exec(ctx, r.sql.takeoverTimeout, outboxsql.TimeoutArgs{Timeout: lockTimeout}.Args()...); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: %w", err)
 	}
-	if _, err := tx.Exec(ctx, r.names.Render(outboxsql.WALTakeoverLock)); err != nil {
+	if _, err := tx.Exec(ctx, r.sql.takeoverLock); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: lock %s: %w", r.names.Table, err)
 	}
 	st, err := r.slotState(ctx, tx)
@@ -124,7 +119,7 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 	// whose publication changed, rows may have passed unstreamed. Then
 	// every unpublished row stays pending.
 	var srv ServerFacts
-	if err := tx.QueryRow(ctx, outboxsql.WALServer).Scan(&srv.VersionNum, &srv.WALLevel, &srv.Replication); err != nil {
+	if err := tx.QueryRow(ctx, r.sql.server).Scan(&srv.VersionNum, &srv.WALLevel, &srv.Replication); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: %w", err)
 	}
 	fp, pubErr := r.checkPublication(ctx, tx, srv)
@@ -156,7 +151,7 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 		}
 	}
 	if !res.Lost && !initialising {
-		tag, err := tx.Exec(ctx, r.names.Render(outboxsql.WALMarkAllBut), outboxsql.Int64Array(keep))
+		tag, err := tx.Exec(ctx, r.sql.markAllBut, outboxsql.Int64Array(keep))
 		if err != nil {
 			return res, fmt.Errorf("walrelay: takeover: mark confirmed rows: %w", err)
 		}
@@ -164,11 +159,11 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 	}
 	res.Unconfirmed = len(keep)
 	if res.Lost || initialising {
-		if err := tx.QueryRow(ctx, r.names.Render(`SELECT count(*) FROM {{table}} WHERE state IN ('pending', 'claimed')`)).Scan(&res.Unconfirmed); err != nil {
+		if err := tx.QueryRow(ctx, r.sql.unpublished).Scan(&res.Unconfirmed); err != nil {
 			return res, fmt.Errorf("walrelay: takeover: %w", err)
 		}
 	}
-	if _, err := tx.Exec(ctx, outboxsql.WALDropSlot, r.cfg.Slot); err != nil {
+	if _, err := tx.Exec(ctx, r.sql.dropSlot, r.cfg.Slot); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: drop slot: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -212,7 +207,7 @@ func (r *Relay) unconfirmed(ctx context.Context, tx pgx.Tx) (rows []int64, table
 	if err != nil {
 		return nil, 0, err
 	}
-	res, err := tx.Query(ctx, outboxsql.WALPeek, r.cfg.Slot, r.cfg.Publication)
+	res, err := tx.Query(ctx, r.sql.peek, outboxsql.PeekArgs{Slot: r.cfg.Slot, Publication: r.cfg.Publication}.Args()...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("walrelay: takeover: read the slot: %w", err)
 	}
@@ -249,9 +244,3 @@ func (r *Relay) unconfirmed(ctx context.Context, tx pgx.Tx) (rows []int64, table
 	}
 	return rows, tableLess, nil
 }
-
-// nopPublisher stands in for the publisher Takeover does not use.
-type nopPublisher struct{}
-
-func (nopPublisher) Publish(string, ...*message.Message) error { return nil }
-func (nopPublisher) Close() error                              { return nil }

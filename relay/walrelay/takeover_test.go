@@ -51,8 +51,8 @@ func TestTakeoverHandsTheRestToThePollingRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tc := TakeoverConfig{ConnString: b.db.URL, Table: b.db.Table()}
-	res, err := Takeover(ctx, tc)
+	tc := TakeoverConfig{Table: b.db.Table()}
+	res, err := Takeover(ctx, b.db.URL, tc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestTakeoverHandsTheRestToThePollingRelay(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, w.cfg.Slot); n != 0 {
 		t.Fatal("slot still exists")
 	}
-	if _, err := Takeover(ctx, tc); err == nil {
+	if _, err := Takeover(ctx, b.db.URL, tc); err == nil {
 		t.Fatal("a second takeover found a slot")
 	}
 
@@ -91,7 +91,7 @@ func TestTakeoverRefusesAnActiveSlot(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	runActive(t, b.newRelay(t, b.config()))
-	_, err := Takeover(context.Background(), TakeoverConfig{ConnString: b.db.URL, Table: b.db.Table()})
+	_, err := Takeover(context.Background(), b.db.URL, TakeoverConfig{Table: b.db.Table()})
 	if !errors.Is(err, ErrSlotActive) {
 		t.Fatalf("Takeover: %v, want ErrSlotActive", err)
 	}
@@ -109,7 +109,7 @@ func TestTakeoverAfterInterruptedInitialisationKeepsTheBacklog(t *testing.T) {
 	slot, pub := b.slotByHand(t)
 	b.exec(t, `COMMENT ON PUBLICATION `+pub+` IS 'txoutbox: initialising slot `+slot+`'`)
 
-	res, err := Takeover(ctx, TakeoverConfig{ConnString: b.db.URL, Table: b.db.Table()})
+	res, err := Takeover(ctx, b.db.URL, TakeoverConfig{Table: b.db.Table()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestTakeoverSeesAsynchronousCommits(t *testing.T) {
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		res, err := Takeover(ctx, TakeoverConfig{ConnString: b.db.URL, Table: b.db.Table()})
+		res, err := Takeover(ctx, b.db.URL, TakeoverConfig{Table: b.db.Table()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +170,7 @@ func TestTakeoverReadsOnlyTheRowIDs(t *testing.T) {
 	if strings.Contains(b.db.URL, "?") {
 		sep = "&"
 	}
-	res, err := Takeover(ctx, TakeoverConfig{ConnString: b.db.URL + sep + "bytea_output=escape&DateStyle=SQL,DMY", Table: b.db.Table()})
+	res, err := Takeover(ctx, b.db.URL+sep+"bytea_output=escape&DateStyle=SQL,DMY", TakeoverConfig{Table: b.db.Table()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestRetryWaitsForTheTakeover(t *testing.T) {
 	if _, err := adm.Retry(ctx, outboxadmin.Filter{All: true}, false); !errors.Is(err, outboxadmin.ErrWALStreamed) {
 		t.Fatalf("retry before the takeover: %v, want ErrWALStreamed", err)
 	}
-	if _, err := Takeover(ctx, TakeoverConfig{ConnString: b.db.URL, Table: b.db.Table()}); err != nil {
+	if _, err := Takeover(ctx, b.db.URL, TakeoverConfig{Table: b.db.Table()}); err != nil {
 		t.Fatal(err)
 	}
 	if retried, err := adm.Retry(ctx, outboxadmin.Filter{All: true}, false); err != nil || len(retried) != 1 {
