@@ -250,7 +250,7 @@ func (m *membership) refuseWhileWALStreams(ctx context.Context) error {
 	if _, err := tx.ExecContext(ctx, m.sql.walGate, m.sql.table); err != nil {
 		return fmt.Errorf("look for WAL relay slots: take the WAL gate: %w", err)
 	}
-	if err := tx.QueryRowContext(ctx, m.sql.walSlots, m.sql.table, m.sql.walSlot).Scan(&slots); err != nil {
+	if err := tx.QueryRowContext(ctx, m.sql.walSlots, outboxsql.WALSlotsArgs{Table: m.sql.table, Slot: m.sql.walSlot}.Args()...).Scan(&slots); err != nil {
 		return fmt.Errorf("look for WAL relay slots: %w", err)
 	}
 	if slots != "" {

@@ -72,9 +72,6 @@ var setups = map[string]struct{ vars, top string }{
 	`pub := relaytest.NewPublisher()`: {
 		vars: `var ctx context.Context; var sqlDB *sql.DB; var handler func(*message.Message) error`,
 	},
-	`r, err := walrelay.New(walrelay.Config{ConnString: url, Publisher: pub}) // url: a libpq URL; replication=database is added`: {
-		vars: `var ctx context.Context; var url string; var pub message.Publisher`,
-	},
 	`r, err := walrelay.New(url, pub, walrelay.Config{}) // url: a libpq URL; replication=database is added`: {
 		vars: `var ctx context.Context; var url string; var pub message.Publisher`,
 	},
