@@ -131,10 +131,10 @@ func New(db *sql.DB, cfg Config) (*Admin, error) {
 
 // statements are the operator statements rendered for one table.
 type statements struct {
-	row, lockUnpublished, retry, drop, wake, pruneLock        string
-	replaySelect, replay, timeouts, claimGate, relays, shards string
-	handovers, snapshot, lookupAggregate, lookupEventID       string
-	walGate, walSlots, walSlot, table, lag, topicStats        string
+	row, lockUnpublished, retry, lowerFloor, drop, wake, pruneLock string
+	replaySelect, replay, timeouts, claimGate, relays, shards      string
+	handovers, snapshot, lookupAggregate, lookupEventID            string
+	walGate, walSlots, walSlot, table, lag, topicStats             string
 	// deadList, deadLock and deadCount are in one form per set of
 	// filters (outboxsql.DeadFilters), each naming only those.
 	deadList, deadLock, deadCount [outboxsql.DeadForms]string
@@ -147,6 +147,7 @@ func render(n outboxsql.Names) statements {
 		row:             n.Render(outboxsql.OpsRow),
 		lockUnpublished: n.Render(outboxsql.OpsLockUnpublished),
 		retry:           n.Render(outboxsql.OpsRetry),
+		lowerFloor:      n.Render(outboxsql.OpsLowerFloor),
 		drop:            n.Render(outboxsql.OpsDrop),
 		wake:            n.Render(outboxsql.OpsWake),
 		pruneLock:       n.Render(outboxsql.OpsPruneLock),

@@ -195,6 +195,9 @@ func (a *Admin) Retry(ctx context.Context, f Filter, dryRun bool) ([]Retried, er
 		if _, err := tx.ExecContext(ctx, a.sql.retry, outboxsql.Int64Array(ids)); err != nil {
 			return fmt.Errorf("reset to pending: %w", err)
 		}
+		if _, err := tx.ExecContext(ctx, a.sql.lowerFloor, outboxsql.Int64Array(ids)); err != nil {
+			return fmt.Errorf("lower the claim floor: %w", err)
+		}
 		if _, err := tx.ExecContext(ctx, a.sql.wake); err != nil {
 			return fmt.Errorf("notify relays: %w", err)
 		}

@@ -136,6 +136,9 @@ func (a *Admin) Replay(ctx context.Context, f ReplayFilter, dryRun bool) (Replay
 				return fmt.Errorf("reset to pending: %w", err)
 			}
 			if n > 0 {
+				if _, err := tx.ExecContext(ctx, a.sql.lowerFloor, outboxsql.Int64Array(batch)); err != nil {
+					return fmt.Errorf("lower the claim floor: %w", err)
+				}
 				if _, err := tx.ExecContext(ctx, a.sql.wake); err != nil {
 					return fmt.Errorf("notify relays: %w", err)
 				}

@@ -224,7 +224,10 @@
 // table holds: a claim reads its batch of first attempts and of retries
 // that are due, on indexes that leave out the rows in retry backoff
 // (schema version 5), so any number of aggregates in backoff costs a claim
-// nothing; pruning reads the published rows it deletes on an index of
+// nothing; it walks the first attempts from the claim floor (schema
+// version 8), an id below which no row can be one again, which the relays
+// raise as the backlog drains, so the index entries of the rows published
+// since the last VACUUM cost it nothing either; pruning reads the published rows it deletes on an index of
 // their own, not the dead rows ahead of them; the handover check reads a
 // batch of each new shard's backlog. Events scheduled for later are read
 // by neither, whatever their number (see Delivery not before a time). The

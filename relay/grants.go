@@ -12,8 +12,8 @@ import (
 // or nil. Run calls nothing of the kind: call it before Run to fail at
 // start-up rather than with "permission denied" in a loop. A relay needs
 // SELECT, UPDATE and DELETE on the outbox table, SELECT, INSERT, UPDATE and
-// DELETE on its relays table and SELECT and UPDATE on its shards table,
-// and USAGE on their schema.
+// DELETE on its relays table, SELECT and UPDATE on its shards and claim
+// floor tables, and USAGE on their schema.
 func (r *Relay) CheckGrants(ctx context.Context) error {
 	names, err := outboxsql.NamesFor(r.cfg.Table.Schema, r.cfg.Table.Name)
 	if err != nil {

@@ -38,7 +38,7 @@ var ErrPublishTimeout = errors.New("relay: publish outlived PublishTimeout; outc
 // rows to the lanes), the budget (what is held in flight), the lanes
 // (publishing in aggregate order, fences), the completer (recording
 // outcomes), the outage and stall trackers the lanes feed, and the
-// listener, pruner and sampler (stats) loops.
+// listener, pruner, claim floor and sampler (stats) loops.
 type Relay struct {
 	db    *sql.DB
 	pub   message.Publisher
@@ -57,6 +57,7 @@ type Relay struct {
 	stall    *stall
 	listener *listener
 	pruner   *pruner
+	floor    *floorRaiser
 	sampler  *sampler
 
 	running atomic.Bool
@@ -126,6 +127,7 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	r.listener = &listener{db: db, channel: cfg.Table.Channel(), log: r.log, disabled: cfg.DisableListen, poll: cfg.PollInterval,
 		wake: r.wake, rebalance: r.members.rebalanceNow}
 	r.pruner = &pruner{db: db, sql: r.sql, cfg: cfg, log: r.log}
+	r.floor = &floorRaiser{db: db, sql: r.sql, interval: cfg.HeartbeatInterval, timeout: cfg.StatementTimeout, log: r.log}
 	r.sampler = &sampler{db: db, sql: r.sql, cfg: cfg, log: r.log, met: met}
 	return r, nil
 }
@@ -189,7 +191,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 
 	var background sync.WaitGroup
-	for _, loop := range []func(context.Context){r.members.run, r.listener.run, r.pruner.run, r.sampler.run} {
+	for _, loop := range []func(context.Context){r.members.run, r.listener.run, r.pruner.run, r.sampler.run, r.floor.run} {
 		background.Add(1)
 		go func() {
 			defer background.Done()

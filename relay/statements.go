@@ -17,6 +17,7 @@ type statements struct {
 	liveRelays, releaseShards, acquireShards, leaveShards, leaveRelay                         string
 	prune, pruneLock, statsLag, statsBacklog, statsDead                                       string
 	walGate, walSlots                                                                         string
+	floorStart, floorPassed, floorRaise                                                       string
 	table, walSlot                                                                            string // walGate's and walSlots' arguments
 }
 
@@ -50,6 +51,9 @@ func render(n outboxsql.Names, walSlot string) *statements {
 		statsBacklog:        n.Render(outboxsql.StatsBacklogScheduled),
 		statsDead:           n.Render(outboxsql.StatsDead),
 		walGate:             outboxsql.OpsWALGate,
+		floorStart:          n.Render(outboxsql.ClaimFloorStart),
+		floorPassed:         outboxsql.ClaimFloorPassed,
+		floorRaise:          n.Render(outboxsql.ClaimFloorRaise),
 		walSlots:            outboxsql.RelayWALSlots,
 		table:               n.Table,
 		walSlot:             walSlot,

@@ -31,6 +31,7 @@ func Relay(n outboxsql.Names) []Need {
 		{n.Table, []string{"SELECT", "UPDATE", "DELETE"}},
 		{n.Relays, []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 		{n.Shards, []string{"SELECT", "UPDATE"}},
+		{n.Floor, []string{"SELECT", "UPDATE"}},
 	}
 }
 
@@ -43,9 +44,10 @@ func Reader(n outboxsql.Names) []Need {
 	}
 }
 
-// Operator is what dead retry, dead drop and replay need besides Reader.
+// Operator is what dead retry, dead drop and replay need besides Reader;
+// retry and replay lower the claim floor.
 func Operator(n outboxsql.Names) []Need {
-	return append(Reader(n), Need{n.Table, []string{"UPDATE", "DELETE"}})
+	return append(Reader(n), Need{n.Table, []string{"UPDATE", "DELETE"}}, Need{n.Floor, []string{"SELECT", "UPDATE"}})
 }
 
 // Check returns an error naming the first missing privilege of who (for

@@ -44,6 +44,7 @@ func NamesFor(schema, name string) (Names, error) {
 		Table:   ident.Qualified(schema, name),
 		Relays:  ident.Qualified(schema, name+"_relays"),
 		Shards:  ident.Qualified(schema, name+"_shards"),
+		Floor:   ident.Qualified(schema, name+"_claim_floor"),
 		Channel: Channel(schema, name),
 	}, nil
 }

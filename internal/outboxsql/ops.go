@@ -253,6 +253,12 @@ SET state = 'pending', attempts = 0, next_attempt_at = now(), retry_at = '-infin
     lease_owner = NULL, lease_expires_at = NULL
 WHERE id = ANY($1::bigint[]) AND state = 'dead'`
 
+// OpsLowerFloor lowers the claim floor (see ClaimFloorStart) to the lowest
+// of the rows $1 (a bigint array literal) a retry or replay returns to
+// pending, in its transaction, so the claim walks them; it bumps the
+// floor's generation, so no relay's round begun before raises it over them.
+const OpsLowerFloor = `UPDATE {{floor}} SET floor = least(floor, coalesce((SELECT min(x) FROM unnest($1::bigint[]) x), floor)), gen = gen + 1`
+
 // OpsDrop deletes the dead rows $1.
 const OpsDrop = `DELETE FROM {{table}} WHERE id = ANY($1::bigint[]) AND state = 'dead'`
 

@@ -16,16 +16,19 @@ type Names struct {
 	Table   string // the events table, e.g. "public"."outbox"
 	Relays  string // live relays and their heartbeats
 	Shards  string // which relay owns which shard
+	Floor   string // the claim floor (schema version 8, see ClaimFloor)
 	Channel string // the LISTEN/NOTIFY channel, a plain string (not an identifier)
 }
 
-// Render substitutes the placeholders {{table}}, {{relays}}, {{shards}} and
-// {{channel}} (the latter as a SQL string literal) in a statement template.
+// Render substitutes the placeholders {{table}}, {{relays}}, {{shards}},
+// {{floor}} and {{channel}} (the latter as a SQL string literal) in a
+// statement template.
 func (n Names) Render(tmpl string) string {
 	return strings.NewReplacer(
 		"{{table}}", n.Table,
 		"{{relays}}", n.Relays,
 		"{{shards}}", n.Shards,
+		"{{floor}}", n.Floor,
 		"{{channel}}", quoteLiteral(n.Channel),
 	).Replace(tmpl)
 }

@@ -53,6 +53,9 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	// Relay (relay.go).
 	add("Claim", outboxsql.Claim, count(outboxsql.ClaimArgs{}))
 	add("ClaimSettings", outboxsql.ClaimSettings, count(outboxsql.TimeoutArgs{}))
+	add("ClaimFloorStart", outboxsql.ClaimFloorStart, 0)
+	add("ClaimFloorPassed", outboxsql.ClaimFloorPassed, len(outboxsql.ClaimFloorProof{}.PassedArgs()))
+	add("ClaimFloorRaise", outboxsql.ClaimFloorRaise, len(outboxsql.ClaimFloorProof{}.RaiseArgs()))
 	add("SettleSettings", outboxsql.SettleSettings, count(outboxsql.TimeoutArgs{}))
 	add("MarkUndecodable", outboxsql.MarkUndecodable, 2)
 	add("ShardsInHandover", outboxsql.ShardsInHandover, count(outboxsql.HandoverArgs{}))
@@ -110,6 +113,7 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	add("OpsRow", outboxsql.OpsRow, 1)
 	add("OpsLockUnpublished", outboxsql.OpsLockUnpublished, 1)
 	add("OpsRetry", outboxsql.OpsRetry, 1)
+	add("OpsLowerFloor", outboxsql.OpsLowerFloor, 1)
 	add("OpsDrop", outboxsql.OpsDrop, 1)
 	add("OpsWake", outboxsql.OpsWake, 0)
 	add("OpsPruneLock", outboxsql.OpsPruneLock, 0)

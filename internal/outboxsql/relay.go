@@ -23,7 +23,9 @@ import (
 // same claim; package relay's documentation says why that keeps first
 // deliveries in order. Its cost is bounded by Limit, however many rows wait
 // in backoff or are scheduled: first attempts and retries are read apart,
-// on indexes that leave the rows in backoff out. The reasoning behind each CTE, and the
+// on indexes that leave the rows in backoff out; first attempts from the
+// claim floor (ClaimFloor) on, so not over the index entries of the rows
+// published since the last VACUUM. The reasoning behind each CTE, and the
 // measurements that chose this shape, are in claim.md beside this file.
 const Claim = `
 WITH live AS MATERIALIZED (
@@ -46,6 +48,7 @@ WITH live AS MATERIALIZED (
            octet_length(o.payload) AS bytes
     FROM {{table}} o
     WHERE o.state IN ('pending', 'claimed') AND o.retry_at = '-infinity'
+      AND o.id >= (SELECT coalesce(max(floor), 0) FROM {{floor}})
       AND get_bit($4::varbit, o.shard) = 1
       AND (o.lease_owner IS DISTINCT FROM $1 OR o.lease_expires_at <= now())
       AND (NOT (SELECT EXISTS (SELECT 1 FROM {{table}} WHERE state IN ('pending', 'claimed') AND retry_at > '-infinity'))
@@ -247,6 +250,60 @@ type ShardsArgs struct {
 
 // Args returns the parameters in order.
 func (a ShardsArgs) Args() []any { return []any{a.Owner, Int16Array(a.Shards)} }
+
+// The claim floor (schema version 8) is an id below which no row can be a
+// first attempt again, so the claim walks the first attempts from it.
+// Ids are taken before commit, so a lower id may still commit after a
+// higher one was published: a relay raises the floor only by a proof.
+//
+//  1. ClaimFloorStart notes the highest id H, the first unassigned
+//     transaction id X, and the virtual transaction ids V of every other
+//     transaction running (one that has taken a row id but not yet a
+//     transaction id has a virtual one).
+//  2. ClaimFloorPassed holds once every transaction below X and every one
+//     in V has ended: every id up to H has committed or never will.
+//  3. ClaimFloorRaise sets the floor to the lowest first attempt from the
+//     floor on, or H+1 if lower, if no operator or relay changed it since
+//     step 1 (its generation).
+//
+// Only an insert makes a first attempt, above H, and an operator's retry
+// or replay, which lowers the floor to its rows in its own transaction
+// (OpsLowerFloor) while it holds the claim gate, so every claim sees both
+// or neither. Autovacuum is left out of V: it inserts no row, and waiting
+// for a vacuum of a large table would hold the floor for its length.
+const (
+	ClaimFloorStart = `SELECT coalesce((SELECT max(id) FROM {{table}}), 0),
+       pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+       coalesce((SELECT array_agg(l.virtualxid) FROM pg_locks l
+                 WHERE l.locktype = 'virtualxid' AND l.pid IS DISTINCT FROM pg_backend_pid()
+                   AND l.pid NOT IN (SELECT pid FROM pg_stat_activity
+                                     WHERE backend_type IN ('autovacuum worker', 'autovacuum launcher'))), '{}')::text,
+       (SELECT coalesce(max(gen), -1) FROM {{floor}})`
+	ClaimFloorPassed = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint >= $1
+   AND NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'virtualxid' AND virtualxid = ANY ($2::text[]))`
+	ClaimFloorRaise = `UPDATE {{floor}} f
+SET floor = least($1::bigint + 1, coalesce((SELECT o.id FROM {{table}} o
+                                            WHERE o.state IN ('pending', 'claimed') AND o.retry_at = '-infinity' AND o.id >= f.floor
+                                            ORDER BY o.id LIMIT 1), $1::bigint + 1)),
+    gen = f.gen + 1
+WHERE f.gen = $2 AND f.floor < $1::bigint + 1
+RETURNING f.floor`
+)
+
+// ClaimFloorProof is what ClaimFloorStart returns, and what the later
+// steps bind.
+type ClaimFloorProof struct {
+	MaxID int64  // H
+	XMax  int64  // X
+	VXIDs string // V, a text array literal
+	Gen   int64  // the floor's generation; -1: no floor row (schema version 7)
+}
+
+// PassedArgs binds ClaimFloorPassed.
+func (p ClaimFloorProof) PassedArgs() []any { return []any{p.XMax, p.VXIDs} }
+
+// RaiseArgs binds ClaimFloorRaise.
+func (p ClaimFloorProof) RaiseArgs() []any { return []any{p.MaxID, p.Gen} }
 
 // MarkPublished records broker acknowledgements for the rows IDs that Owner
 // still holds under the claim Version. A row taken over by another

@@ -1,0 +1,130 @@
+package outboxsql_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+)
+
+// floorOf reads the claim floor and its generation.
+func (c costDB) floorOf(t *testing.T) (floor, gen int64) {
+	t.Helper()
+	if err := c.db.QueryRow(c.names.Render(`SELECT floor, gen FROM {{floor}}`)).Scan(&floor, &gen); err != nil {
+		t.Fatal(err)
+	}
+	return floor, gen
+}
+
+// startFloor runs ClaimFloorStart.
+func (c costDB) startFloor(t *testing.T) outboxsql.ClaimFloorProof {
+	t.Helper()
+	var p outboxsql.ClaimFloorProof
+	if err := c.db.QueryRow(c.names.Render(outboxsql.ClaimFloorStart)).Scan(&p.MaxID, &p.XMax, &p.VXIDs, &p.Gen); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (c costDB) passed(t *testing.T, p outboxsql.ClaimFloorProof) bool {
+	t.Helper()
+	var ok bool
+	if err := c.db.QueryRow(outboxsql.ClaimFloorPassed, p.PassedArgs()...).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// A transaction that took a row id before the proof began, but has no
+// transaction id yet (nextval assigns none, and its insert comes later),
+// is not in the snapshot's list: the proof waits for it by its virtual
+// transaction id, so its row, committed late with a low id, is not left
+// below the floor.
+func TestClaimFloorWaitsForATransactionWithNoIDYet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newCostDB(t)
+	c.insert(t, 100, `'drained-' || g`, "published", "0", "now()", "now()", "now()")
+	var late int64 // the id the late transaction took before the proof
+	if err := c.db.QueryRow(c.names.Render(`SELECT nextval(pg_get_serial_sequence('{{table}}', 'id'))`)).Scan(&late); err != nil {
+		t.Fatal(err)
+	}
+	c.insert(t, 10, `'fresh-' || g`, "pending", "0", "now()", "now()", "NULL")
+
+	conn, err := c.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	var xid *string
+	if err := conn.QueryRowContext(ctx, `SELECT pg_current_xact_id_if_assigned()::text`).Scan(&xid); err != nil || xid != nil {
+		t.Fatalf("the late transaction has transaction id %v (%v), want none yet", xid, err)
+	}
+	p := c.startFloor(t)
+	// Its insert comes after the proof began: its transaction id is above
+	// the proof's X, so the snapshot test alone would pass.
+	if _, err := conn.ExecContext(ctx, c.names.Render(`INSERT INTO {{table}} (id, event_id, topic, aggregate_id, event_type, payload)
+        OVERRIDING SYSTEM VALUE VALUES ($1, gen_random_uuid(), 'orders', 'late', 'e', '{}')`), late); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if c.passed(t, p) {
+			t.Fatalf("the proof %+v holds while a transaction running when it began is open", p)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !c.passed(t, p) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the proof %+v did not hold in a minute after the late commit", p)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var floor int64
+	if err := c.db.QueryRow(c.names.Render(outboxsql.ClaimFloorRaise), p.RaiseArgs()...).Scan(&floor); err != nil {
+		t.Fatal(err)
+	}
+	if floor != late {
+		t.Fatalf("claim floor %d, want %d: the late row's id", floor, late)
+	}
+}
+
+// A retry or replay returns rows below the floor to pending: it lowers the
+// floor to them in its transaction and bumps the generation, so a proof
+// begun before it raises nothing.
+func TestOperatorsLowerTheClaimFloor(t *testing.T) {
+	t.Parallel()
+	c := newCostDB(t)
+	c.insert(t, 100, `'drained-' || g`, "published", "0", "now()", "now()", "now()")
+	c.insert(t, 10, `'fresh-' || g`, "pending", "0", "now()", "now()", "NULL")
+	if floor := c.raiseFloor(t); floor != 101 {
+		t.Fatalf("claim floor %d, want 101", floor)
+	}
+	stale := c.startFloor(t)
+	c.exec(t, outboxsql.OpsReplay, "{7,9}")
+	c.exec(t, outboxsql.OpsLowerFloor, "{7,9}")
+	if floor, gen := c.floorOf(t); floor != 7 || gen != stale.Gen+1 {
+		t.Fatalf("claim floor %d (generation %d) after a replay of rows 7 and 9, want 7 (%d)", floor, gen, stale.Gen+1)
+	}
+	for !c.passed(t, stale) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	var floor int64
+	if err := c.db.QueryRow(c.names.Render(outboxsql.ClaimFloorRaise), stale.RaiseArgs()...).Scan(&floor); err == nil {
+		t.Fatalf("a proof begun before the replay raised the floor to %d", floor)
+	}
+	if floor := c.raiseFloor(t); floor != 7 {
+		t.Fatalf("claim floor %d after a new proof, want 7: the replayed row", floor)
+	}
+	c.exec(t, outboxsql.OpsLowerFloor, "{}") // a retry of nothing keeps it
+	if floor, _ := c.floorOf(t); floor != 7 {
+		t.Fatalf("claim floor %d after lowering to no row, want 7", floor)
+	}
+}

@@ -1,0 +1,84 @@
+package relay
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// floorOf reads the table's claim floor.
+func (b *internalBundle) floorOf(t *testing.T) int64 {
+	t.Helper()
+	var f int64
+	if err := b.db.SQL.QueryRow(`SELECT floor FROM outbox_claim_floor`).Scan(&f); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// raiseFloor runs r's floor rounds until the floor is want.
+func raiseFloor(t *testing.T, b *internalBundle, r *Relay, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for b.floorOf(t) != want {
+		if err := r.floor.round(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claim floor %d after a minute of rounds, want %d", b.floorOf(t), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A relay's rounds raise the claim floor past the rows published, to the
+// first one not, and claims go on from there; a replay below it lowers it,
+// and the replayed rows are claimed in their aggregate's order.
+func TestRelayRaisesTheClaimFloorPastThePublishedRows(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 10, "k", "m") // 1..20
+	b.exec(t, `UPDATE outbox SET state = 'published', published_at = now()`)
+	b.write(t, 2, "k", "m") // 21..24
+	r := b.newRelay(t, "r1")
+	ready(t, r)
+	raiseFloor(t, b, r, 21)
+	if got := claimIDs(t, r); got != "21 22 23 24" {
+		t.Fatalf("claimed %q above the floor, want 21 22 23 24", got)
+	}
+	b.exec(t, `UPDATE outbox SET state = 'published', published_at = now(), lease_owner = NULL, lease_expires_at = NULL WHERE id > 20`)
+	raiseFloor(t, b, r, 25)
+	b.exec(t, `UPDATE outbox SET state = 'pending', published_at = NULL, retry_at = '-infinity', next_attempt_at = now() WHERE id IN (3, 5)`)
+	if got := claimIDs(t, r); got != "" {
+		t.Fatalf("claimed %q: rows returned to pending by hand, without lowering the floor, are below it (the operators' commands lower it)", got)
+	}
+	b.exec(t, `UPDATE outbox_claim_floor SET floor = least(floor, 3), gen = gen + 1`) // what OpsLowerFloor does
+	if got := claimIDs(t, r); got != "3 5" {
+		t.Fatalf("claimed %q after the floor was lowered to them, want 3 5", got)
+	}
+}
+
+// Run runs the rounds: the floor rises while the relay runs.
+func TestRunRaisesTheClaimFloor(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.write(t, 5, "k") // 1..5
+	r, err := New(b.db.SQL, nopPublisher{}, Config{Table: b.db.Table(), HeartbeatInterval: 50 * time.Millisecond, StaleAfter: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for b.floorOf(t) != 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("claim floor %d after a minute of Run, want 6: every row published", b.floorOf(t))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
