@@ -85,7 +85,7 @@ type SASLConfig struct {
 //     broker stored but did not acknowledge does not store it twice.
 //     Sarama before v1.46.3 sent records buffered during a retry without a
 //     sequence number (IBM/sarama#3354) and acknowledged records the
-//     broker never stored (integration/relaytest's
+//     broker never stored (integration/relaye2e's
 //     TestKafkaPublisherRetriesStoreOnce loses hundreds with v1.43.3).
 //     This module requires a Sarama with the fix. Brokers that refuse idempotent writes (a
 //     cluster whose ACLs deny IdempotentWrite, before Kafka 2.8) need it
