@@ -50,6 +50,11 @@ func TestMain(m *testing.M) {
 	if !explicit {
 		_ = flag.Set("test.parallel", "64")
 	}
+	if testing.Short() {
+		// Every test here is a long scenario (testkit.Long skips each):
+		// building the binaries would be the loop's slowest step.
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "txoutbox-chaos-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -100,6 +105,7 @@ func runKafka(t *testing.T, plan harness.Plan) harness.Result {
 
 func runOn(t *testing.T, plan harness.Plan, kafka []string) harness.Result {
 	t.Helper()
+	testkit.Long(t, "the crash suite's scenario "+plan.Name)
 	t.Parallel()
 	lane := &sharedLane
 	if plan.OwnCluster {
@@ -367,6 +373,7 @@ func TestCommitOrderNoLocksWAL(t *testing.T) {
 // 3 s each time (its StandbyRetry is 200 ms: the killed process's
 // connection closes at once and frees the slot).
 func TestWALStandbyTakesOverAfterSIGKILL(t *testing.T) {
+	testkit.Long(t, "three SIGKILLs of the streaming WAL relay")
 	t.Parallel()
 	sharedLane.Lock()
 	defer sharedLane.Unlock()
@@ -392,6 +399,7 @@ func TestWALStandbyTakesOverAfterSIGKILL(t *testing.T) {
 // every unpublished row to the polling relay. On the chaos cluster (the
 // setting is the server's), in its lane.
 func TestWALSlotLost(t *testing.T) {
+	testkit.Long(t, "a WAL slot lost on the chaos cluster")
 	t.Parallel()
 	clusterLane.Lock()
 	defer clusterLane.Unlock()
@@ -523,6 +531,7 @@ func TestPoisonKafka(t *testing.T) {
 // runScale runs sc in a fresh schema on the shared lane.
 func runScale(t *testing.T, sc harness.Scale) string {
 	t.Helper()
+	testkit.Long(t, "the scale scenario "+sc.Name)
 	t.Parallel()
 	sharedLane.Lock()
 	defer sharedLane.Unlock()

@@ -1,0 +1,14 @@
+package testkit
+
+import "testing"
+
+// Long skips t under -short. The development loop (go test -short) leaves
+// out the scenarios that take tens of seconds each (the crash suite, the
+// scale scenarios, faults on the real Kafka cluster, long WAL scenarios);
+// the README's command, which CI runs, runs every one of them.
+func Long(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: skips %s (the README's test command runs it)", what)
+	}
+}
