@@ -59,6 +59,7 @@ func TestRelayOverSCRAMToApacheKafka(t *testing.T) {
 	brokers := kafkatest.ClusterSASLBrokersDefault
 	for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-512"} {
 		t.Run(mech, func(t *testing.T) {
+			t.Parallel() // each waits seconds for the broker to refuse a wrong password
 			e := newOps(t)
 			topic := realTopic(t, e)
 			id, eventID := e.write(t, topic, "o-1", "order.placed")

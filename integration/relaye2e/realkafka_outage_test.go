@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
@@ -18,6 +19,7 @@ import (
 // run apart; here every node is also a KRaft voter, and two down take the
 // controller quorum with them.)
 func TestApacheKafkaNotEnoughReplicasIsAnOutage(t *testing.T) {
+	testkit.Long(t, "a node of the real Kafka cluster down")
 	b, topic, nodes := realSetup(t, true, map[string]string{"min.insync.replicas": "3"})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -29,13 +31,17 @@ func TestApacheKafkaNotEnoughReplicasIsAnOutage(t *testing.T) {
 	want := b.write(t, topic, 400, 20)
 	cfg := b.fastConfig()
 	cfg.MaxAttempts = 3
-	runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{Timeout: 5 * time.Second}), cfg)
+	counted := &publishCounter{next: b.kafkaPublisher(t, kafkapub.Config{Timeout: 5 * time.Second}).(*kafkapub.Publisher), n: map[string]int{}}
+	runRelay(t, b.db, counted, cfg)
 	waitFor(t, 90*time.Second, "the broker's NOT_ENOUGH_REPLICAS in last_error", func() bool {
 		return count(t, b.db, `SELECT count(*) FROM outbox WHERE last_error LIKE '%fewer in-sync replicas than required%'`) > 0
 	})
-	// Hold the outage for many backoff rounds: with BackoffMax 200 ms and
-	// 5 s produce timeouts that is several times MaxAttempts.
-	time.Sleep(20 * time.Second)
+	// Hold the outage until an event was published (and refused) more
+	// than twice its MaxAttempts: counted, not slept for (each round
+	// takes seconds here: the producer's own retries).
+	waitFor(t, 2*time.Minute, "an event refused over 2×MaxAttempts times", func() bool {
+		return counted.most() > 2*cfg.MaxAttempts
+	})
 	if n := count(t, b.db, `SELECT count(*) FROM outbox WHERE state = 'published'`); n != 0 {
 		t.Errorf("%d events published with fewer in-sync replicas than the topic requires", n)
 	}

@@ -55,6 +55,7 @@ func realSetup(t *testing.T, exclusive bool, topicConfigs map[string]string) (*b
 // each key stays on one partition, in write order, and every record
 // carries the event id and the CloudEvents binary-mode headers.
 func TestApacheKafkaContract(t *testing.T) {
+	t.Parallel() // the cluster shared, a topic and a schema of its own
 	b, topic, _ := realSetup(t, false, nil)
 	want := b.write(t, topic, 1200, 40)
 	cfg := b.fastConfig()
@@ -107,6 +108,7 @@ func TestApacheKafkaContract(t *testing.T) {
 // Each compression codec the publisher offers reaches the broker as that
 // codec and reads back whole.
 func TestApacheKafkaCompression(t *testing.T) {
+	t.Parallel() // the cluster shared, a topic and a schema of its own
 	for _, tc := range []struct {
 		codec sarama.CompressionCodec
 		attr  uint8 // the record batch's compression attribute
@@ -114,6 +116,7 @@ func TestApacheKafkaCompression(t *testing.T) {
 		{sarama.CompressionGZIP, 1}, {sarama.CompressionSnappy, 2}, {sarama.CompressionLZ4, 3}, {sarama.CompressionZSTD, 4},
 	} {
 		t.Run(tc.codec.String(), func(t *testing.T) {
+			t.Parallel()
 			b, topic, _ := realSetup(t, false, nil)
 			want := b.write(t, topic, 200, 10)
 			runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{Compression: tc.codec}), b.fastConfig())
@@ -142,6 +145,7 @@ func TestApacheKafkaCompression(t *testing.T) {
 // topic's max.message.bytes, goes dead with the broker's reason; the
 // rest of the topic flows, its aggregate's later events included.
 func TestApacheKafkaRefusesAnOversizeRecord(t *testing.T) {
+	t.Parallel() // the cluster shared, a topic and a schema of its own
 	b, topic, _ := realSetup(t, false, map[string]string{"max.message.bytes": "4096"})
 	want := b.write(t, topic, 300, 10)
 	big, _ := txoutbox.NewEvent(topic, "order", "big", "order.huge", strings.Repeat("x", 20_000))
@@ -188,6 +192,7 @@ func TestApacheKafkaRefusesAnOversizeRecord(t *testing.T) {
 // twice are bounded by the relay's republishing of events whose ack was
 // lost, never by the producer's own retries (the idempotent producer).
 func TestApacheKafkaLeaderKilledMidDrain(t *testing.T) {
+	testkit.Long(t, "a leader of the real Kafka cluster SIGKILLed")
 	b, topic, nodes := realSetup(t, true, nil)
 	const events = 6000
 	want := b.write(t, topic, events, 200)
@@ -283,6 +288,17 @@ func (p *publishCounter) count(id string) int {
 	return p.n[id]
 }
 
+// most is the highest count of any one event.
+func (p *publishCounter) most() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.n {
+		n = max(n, c)
+	}
+	return n
+}
+
 func (p *publishCounter) Publish(topic string, msgs ...*message.Message) error {
 	p.add(msgs)
 	return p.next.Publish(topic, msgs...)
@@ -299,6 +315,7 @@ func (p *publishCounter) Close() error { return nil }
 // the topic's max.message.bytes: the publisher tells the oversize message
 // from the others batched with it, which are stored, not refused.
 func TestApacheKafkaOversizeRecordRefusesOnlyItself(t *testing.T) {
+	t.Parallel() // the cluster shared, a topic and a schema of its own
 	kafkatest.LockCluster(t, false)
 	brokers := kafkatest.Cluster(t)
 	db := testkit.NewDB(t)
