@@ -97,10 +97,12 @@ func run(t *testing.T, plan harness.Plan) harness.Result {
 
 // runKafka is run with the real Apache Kafka cluster of .ci/services as
 // the broker, held exclusively while the scenario kills, pauses and
-// partitions its nodes.
+// partitions its nodes. Every such scenario runs in the cluster's lane
+// (onCluster): in one lane they never wait for each other's hold on the
+// Kafka cluster while holding the other lane idle.
 func runKafka(t *testing.T, plan harness.Plan) harness.Result {
 	t.Helper()
-	return runOn(t, plan, kafkatest.ClusterBrokers())
+	return runOn(t, onCluster(plan), kafkatest.ClusterBrokers())
 }
 
 func runOn(t *testing.T, plan harness.Plan, kafka []string) harness.Result {
@@ -365,7 +367,7 @@ func TestDBCrashWAL(t *testing.T) {
 // transactions that lock nothing: first deliveries must follow commit
 // order.
 func TestCommitOrderNoLocksWAL(t *testing.T) {
-	run(t, onCluster(harness.CommitOrderNoLocks(harness.Size{Events: 2000, Over: 10 * time.Second})))
+	run(t, harness.CommitOrderNoLocks(harness.Size{Events: 2000, Over: 10 * time.Second}))
 }
 
 // TestWALStandbyTakesOverAfterSIGKILL: two WAL relays on one slot; the
@@ -502,7 +504,7 @@ func TestLeaderElectionKafka(t *testing.T) {
 }
 
 func TestBrokerOutageKafka(t *testing.T) {
-	runKafka(t, onCluster(harness.BrokerOutage(harness.Size{Events: 4000, Over: 24 * time.Second}, 10*time.Second)))
+	runKafka(t, harness.BrokerOutage(harness.Size{Events: 4000, Over: 24 * time.Second}, 10*time.Second))
 }
 
 func TestPauseSlowBrokerKafka(t *testing.T) {
@@ -513,7 +515,7 @@ func TestPauseSlowBrokerKafka(t *testing.T) {
 }
 
 func TestPartitionKafka(t *testing.T) {
-	res := runKafka(t, onCluster(harness.Partition(harness.Size{Events: 3000, Over: 16 * time.Second}, 2)))
+	res := runKafka(t, harness.Partition(harness.Size{Events: 3000, Over: 16 * time.Second}, 2))
 	if res.Partitions < 2 {
 		t.Fatalf("%d partitions, want at least 2", res.Partitions)
 	}
