@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
@@ -19,7 +18,6 @@ import (
 // run apart; here every node is also a KRaft voter, and two down take the
 // controller quorum with them.)
 func TestApacheKafkaNotEnoughReplicasIsAnOutage(t *testing.T) {
-	testkit.Long(t, "a node of the real Kafka cluster down")
 	b, topic, nodes := realSetup(t, true, map[string]string{"min.insync.replicas": "3"})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -192,7 +192,6 @@ func TestApacheKafkaRefusesAnOversizeRecord(t *testing.T) {
 // twice are bounded by the relay's republishing of events whose ack was
 // lost, never by the producer's own retries (the idempotent producer).
 func TestApacheKafkaLeaderKilledMidDrain(t *testing.T) {
-	testkit.Long(t, "a leader of the real Kafka cluster SIGKILLed")
 	b, topic, nodes := realSetup(t, true, nil)
 	const events = 6000
 	want := b.write(t, topic, events, 200)

@@ -253,9 +253,13 @@ func (n ClusterNode) Start(ctx context.Context) error {
 // LockCluster takes the real cluster for the test across processes until
 // it ends: shared for tests that only use it, exclusive for tests that
 // kill, pause or restart its nodes, so a fault test never hits another
-// test's records.
+// test's records. Under -short it skips the test: every test on the real
+// cluster takes it here first, and the development loop runs without it.
 func LockCluster(t testing.TB, exclusive bool) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: skips a test on the real Apache Kafka cluster (the README's test command runs it)")
+	}
 	unlock, err := LockClusterFile(exclusive)
 	if err != nil {
 		t.Fatal(err)

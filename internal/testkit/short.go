@@ -4,8 +4,9 @@ import "testing"
 
 // Long skips t under -short. The development loop (go test -short) leaves
 // out the scenarios that take tens of seconds each (the crash suite, the
-// scale scenarios, faults on the real Kafka cluster, long WAL scenarios);
-// the README's command, which CI runs, runs every one of them.
+// scale scenarios, long WAL scenarios; kafkatest.LockCluster skips the
+// tests on the real Kafka cluster); the README's command, which CI runs,
+// runs every one of them.
 func Long(t testing.TB, what string) {
 	t.Helper()
 	if testing.Short() {
