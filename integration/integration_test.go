@@ -38,6 +38,10 @@ var (
 var (
 	sharedLane  sync.Mutex
 	clusterLane sync.Mutex
+	// alone is held shared by every scenario in its lane and exclusively
+	// by one that compares two throughputs (Scale.Alone): a scenario in
+	// the other lane would slow one measurement and not the other.
+	alone sync.RWMutex
 )
 
 func TestMain(m *testing.M) {
@@ -115,6 +119,8 @@ func runOn(t *testing.T, plan harness.Plan, kafka []string) harness.Result {
 	}
 	lane.Lock()
 	defer lane.Unlock()
+	alone.RLock()
+	defer alone.RUnlock()
 	if kafka != nil {
 		unlock, err := kafkatest.LockClusterFile(true)
 		if err != nil {
@@ -224,7 +230,7 @@ func TestDelayedUnderKills(t *testing.T) {
 }
 
 func TestBrokerOutage(t *testing.T) {
-	res := run(t, onCluster(harness.BrokerOutage(harness.Size{Events: 4000, Over: 24 * time.Second}, 10*time.Second)))
+	res := run(t, harness.BrokerOutage(harness.Size{Events: 4000, Over: 24 * time.Second}, 10*time.Second))
 	if res.Dead != 0 {
 		t.Fatalf("dead=%d, want 0", res.Dead)
 	}
@@ -379,6 +385,8 @@ func TestWALStandbyTakesOverAfterSIGKILL(t *testing.T) {
 	t.Parallel()
 	sharedLane.Lock()
 	defer sharedLane.Unlock()
+	alone.RLock()
+	defer alone.RUnlock()
 	db := testkit.NewOutbox(t)
 	env := &harness.Env{DB: *db, Bin: bin, Dir: t.TempDir(), Logf: t.Logf, Seed: seed()}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -405,6 +413,8 @@ func TestWALSlotLost(t *testing.T) {
 	t.Parallel()
 	clusterLane.Lock()
 	defer clusterLane.Unlock()
+	alone.RLock()
+	defer alone.RUnlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := testkit.ChaosCluster
@@ -537,6 +547,13 @@ func runScale(t *testing.T, sc harness.Scale) string {
 	t.Parallel()
 	sharedLane.Lock()
 	defer sharedLane.Unlock()
+	if sc.Alone {
+		alone.Lock()
+		defer alone.Unlock()
+	} else {
+		alone.RLock()
+		defer alone.RUnlock()
+	}
 	db := testkit.NewOutbox(t)
 	env := &harness.Env{DB: *db, Bin: bin, Dir: t.TempDir(), Logf: t.Logf, Seed: seed()}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

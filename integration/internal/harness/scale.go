@@ -79,7 +79,10 @@ type Scale struct {
 	Name string
 	// OwnCluster: as Plan.OwnCluster.
 	OwnCluster bool
-	Run        func(ctx context.Context, env *Env) (string, error)
+	// Alone: it compares throughputs, so it runs with no other scenario
+	// beside it.
+	Alone bool
+	Run   func(ctx context.Context, env *Env) (string, error)
 }
 
 // scaleInsert writes n outbox rows numbered from first, in one statement:
@@ -320,7 +323,7 @@ func DeadPrune(dead, rate int, d time.Duration) Scale {
 // after an outage) drain it at no less than 0.9× their rate on one of
 // small rows.
 func BigBacklog(small, big int) Scale {
-	return Scale{Name: "big-backlog", Run: func(ctx context.Context, env *Env) (string, error) {
+	return Scale{Name: "big-backlog", Alone: true, Run: func(ctx context.Context, env *Env) (string, error) {
 		rate := func(n, first int) (float64, error) {
 			rows := scaleRows{topic: TopicGorm, prefix: "agg-", aggregates: 1000, state: "pending"}
 			if err := rows.insertChunked(ctx, env, n, 500_000); err != nil {
