@@ -37,7 +37,7 @@
 // nodes' PROXIED listeners advertise them); leader-election SIGKILLs the
 // busiest leader again and again while relays restart under their own ids.
 //
-//	go test -race -count=1 ./integration/             # the CI-sized suite, under 6 minutes
+//	go test -race -count=1 ./integration/             # the CI-sized suite, about 7.5 minutes on 2 cores
 //	go test -count=1 -timeout 4h ./integration/ -run Mixed -soak  # every fault over ≥ 1,000,000 events
 //	go run ./integration/chaos [-soak] [-seed N]     # the same scenarios, standalone
 //	go run ./integration/chaos -broker kafka          # all of them on the real cluster
