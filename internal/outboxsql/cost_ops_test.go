@@ -42,7 +42,6 @@ func deadLetters(t *testing.T, c costDB, n int) {
 // A dead-letter page, count or lock with any of the filters reads the
 // filter's index range, however many dead letters are kept.
 func TestDeadLetterSelectionsCostTheirFilterWithAnyNumberOfDeadRows(t *testing.T) {
-	t.Parallel()
 	// The filter sets (deadFilter's $1..$6) and the rows each selects.
 	since, until := "now() - interval '1 hour'", "now()"
 	cases := []struct {
@@ -120,7 +119,6 @@ func TestDeadLetterSelectionsCostTheirFilterWithAnyNumberOfDeadRows(t *testing.T
 // An event id look-up reads the event's rows, not the backlog or the dead
 // letters.
 func TestEventIDLookupCostsTheEventWithAnyBacklog(t *testing.T) {
-	t.Parallel()
 	measure := func(n int) map[string]map[string]testkit.Work {
 		c := newCostDB(t)
 		c.insert(t, n, `'dead-' || g`, "dead", "10", "now()", "now()", "NULL")
@@ -160,7 +158,6 @@ const (
 // The stats count up to their cap and estimate the rest, at a cost that
 // does not grow with the backlog or the dead letters.
 func TestStatsCostTheirCapWithAnyBacklog(t *testing.T) {
-	t.Parallel()
 	stmts := map[string]string{
 		"stats": outboxsql.Stats, "backlog": outboxsql.StatsBacklog, "dead": outboxsql.StatsDead,
 		"snapshot": outboxsql.OpsSnapshot, "topics": outboxsql.TopicStats,
@@ -233,7 +230,6 @@ func TestStatsCostTheirCapWithAnyBacklog(t *testing.T) {
 // The console's and outbox status's handover check reads its window of
 // the backlog, not all of it.
 func TestOpsHandoversCostTheirWindowWithAnyBacklog(t *testing.T) {
-	t.Parallel()
 	measure := func(backlog int) map[string]testkit.Work {
 		c := newCostDB(t)
 		c.exec(t, `INSERT INTO {{relays}} (id, name) VALUES ('me', 'me'), ('peer', 'peer')`)
@@ -254,7 +250,6 @@ func TestOpsHandoversCostTheirWindowWithAnyBacklog(t *testing.T) {
 // Every form of the dead-letter selections selects the rows its filters
 // say, in id order, and pages after $7.
 func TestDeadLetterFormsSelectWhatTheirFiltersSay(t *testing.T) {
-	t.Parallel()
 	c := newCostDB(t)
 	// Two of each value, every combination, dead and not.
 	c.exec(t, `INSERT INTO {{table}} (event_id, topic, aggregate_id, event_type, payload, state, attempts, created_at)
@@ -324,7 +319,6 @@ func TestDeadLetterFormsSelectWhatTheirFiltersSay(t *testing.T) {
 // by the density of the rows counted: a shard held back while the others
 // publish is estimated as it is, not as the whole range.
 func TestBacklogEstimateFollowsTheDensityOfTheBacklog(t *testing.T) {
-	t.Parallel()
 	c := newCostDB(t)
 	c.exec(t, `INSERT INTO {{table}} (event_id, topic, aggregate_id, event_type, payload, state, published_at)
     SELECT gen_random_uuid(), 'orders', 'a-' || g, 'e', '\x7b7d',
@@ -342,7 +336,6 @@ func TestBacklogEstimateFollowsTheDensityOfTheBacklog(t *testing.T) {
 // Retry, drop and replay change the rows they were given, by id, not the
 // dead letters or the published rows around them.
 func TestRetryDropReplayCostTheirRows(t *testing.T) {
-	t.Parallel()
 	stmts := map[string]string{"retry": outboxsql.OpsRetry, "drop": outboxsql.OpsDrop, "replay": outboxsql.OpsReplay}
 	measure := func(n int) map[string]map[string]testkit.Work {
 		c := newCostDB(t)

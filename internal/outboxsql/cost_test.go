@@ -14,7 +14,9 @@ import (
 // The tests here prove that a statement costs its batch or an index look-up,
 // not the table: each runs one statement at two sizes 10x apart, under the
 // custom and the generic plan, and compares the work its plan did
-// (testkit.PlanWork: buffers, not time).
+// (testkit.PlanWork: buffers, not time). None runs in parallel: another
+// test's open snapshot keeps VACUUM from marking pages all-visible, and a
+// plan then reads the heap too (each of them failed so, in turn).
 
 // costRatio is how much more work the larger size may take: the index
 // descents grow by a level at most, never by the 10x of the sizes.
@@ -113,7 +115,6 @@ func (c costDB) work(t *testing.T, setup []string, stmt string, args ...any) map
 // Pruning reads the published rows it deletes, not the dead rows kept for
 // weeks ahead of them in the primary key.
 func TestPruneCostIsItsBatchWithAnyNumberOfDeadRows(t *testing.T) {
-	t.Parallel()
 	measure := func(dead int) map[string]testkit.Work {
 		c := newCostDB(t)
 		c.insert(t, dead, `'dead-' || g`, "dead", "10", "now()", "now() - interval '20 days'", "NULL")
@@ -135,7 +136,6 @@ func settings(stmt string) string {
 // The handover check reads a claim's batch of the backlog, not all of it,
 // and still finds the rows a peer holds where a claim would look first.
 func TestHandoverCheckCostIsItsWindowWithAnyBacklog(t *testing.T) {
-	t.Parallel()
 	all := make([]int16, outboxsql.Shards)
 	for i := range all {
 		all[i] = int16(i)
@@ -163,7 +163,6 @@ func TestHandoverCheckCostIsItsWindowWithAnyBacklog(t *testing.T) {
 // aggregate look-up, read the aggregates' rows, not the backlog or the dead
 // letters.
 func TestRetryLookupsCostTheAggregatesWithAnyBacklog(t *testing.T) {
-	t.Parallel()
 	measure := func(backlog int) (lock, lookup map[string]testkit.Work) {
 		c := newCostDB(t)
 		c.insert(t, backlog, `'dead-' || g`, "dead", "10", "now()", "now()", "NULL")
@@ -193,7 +192,6 @@ func TestRetryLookupsCostTheAggregatesWithAnyBacklog(t *testing.T) {
 
 // A replay reads the published rows it selects, not every retained one.
 func TestReplaySelectCostIsTheRowsSelected(t *testing.T) {
-	t.Parallel()
 	measure := func(retained int) map[string]testkit.Work {
 		c := newCostDB(t)
 		c.insert(t, retained, `'old-' || g`, "published", "0", "now()", "now() - interval '3 days'", "now() - interval '3 days'")
@@ -248,7 +246,6 @@ func TestClaimCostIsItsBatchWithAnyNumberOfRowsInBackoff(t *testing.T) {
 // pending rows above the last settled one (WALSettledMax, which walks it,
 // runs only for a slot whose marker has no settled row).
 func TestWALResumeBoundsCostNoBacklog(t *testing.T) {
-	t.Parallel()
 	for _, stmt := range []string{outboxsql.WALDeadMax, outboxsql.WALHighestRow} {
 		measure := func(backlog int) map[string]testkit.Work {
 			c := newCostDB(t)
@@ -310,7 +307,6 @@ func TestClaimCostIsItsBatchWithAnyNumberOfScheduledRows(t *testing.T) {
 // one due) read an entry or two whatever their number and the backlog's;
 // the count reads the scheduled rows and nothing of the rest of the backlog.
 func TestScheduledReadsCostNothingOfTheBacklog(t *testing.T) {
-	t.Parallel()
 	measure := func(backlog, scheduled int) (lag, next, count map[string]testkit.Work) {
 		c := newCostDB(t)
 		c.insert(t, backlog, `'agg-' || g`, "pending", "0", "now()", "now() - interval '1 hour'", "NULL")
@@ -352,7 +348,6 @@ func TestScheduledReadsCostNothingOfTheBacklog(t *testing.T) {
 // digest tomorrow, then a reminder due now) do not fill the retries'
 // window: another aggregate's due row is claimed all the same.
 func TestClaimPassesRetriesHeldBehindAScheduledRow(t *testing.T) {
-	t.Parallel()
 	all := make([]int16, outboxsql.Shards)
 	for i := range all {
 		all[i] = int16(i)

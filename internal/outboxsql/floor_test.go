@@ -42,7 +42,6 @@ func (c costDB) passed(t *testing.T, p outboxsql.ClaimFloorProof) bool {
 // transaction id, so its row, committed late with a low id, is not left
 // below the floor.
 func TestClaimFloorWaitsForATransactionWithNoIDYet(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	c := newCostDB(t)
 	c.insert(t, 100, `'drained-' || g`, "published", "0", "now()", "now()", "now()")
@@ -100,7 +99,6 @@ func TestClaimFloorWaitsForATransactionWithNoIDYet(t *testing.T) {
 // floor to them in its transaction and bumps the generation, so a proof
 // begun before it raises nothing.
 func TestOperatorsLowerTheClaimFloor(t *testing.T) {
-	t.Parallel()
 	c := newCostDB(t)
 	c.insert(t, 100, `'drained-' || g`, "published", "0", "now()", "now()", "now()")
 	c.insert(t, 10, `'fresh-' || g`, "pending", "0", "now()", "now()", "NULL")
