@@ -64,6 +64,20 @@ func TestPlainDrains(t *testing.T) {
 	}
 }
 
+// checkDrains returns an emit for runRelayRounds that notes each drain as
+// scenario and round in order, and checks that it read back its 1500
+// events, none missing, duplicated or out of order.
+func checkDrains(t *testing.T, order *[]string) func(any) error {
+	return func(v any) error {
+		r := v.(throughput)
+		*order = append(*order, fmt.Sprintf("%s%d", r.Scenario, r.Round))
+		if r.delivery == nil || r.Records != 1500 || r.Missing != 0 || r.Duplicates != 0 || r.OrderViolations != 0 {
+			t.Errorf("%s round %d: delivery %+v, want 1500 records, none missing, duplicated or out of order", r.Scenario, r.Round, r.delivery)
+		}
+		return nil
+	}
+}
+
 // The relay and the plain loop drain in interleaved rounds, each round on
 // a topic of its own: the relay first, then the plain loop twice, then the
 // relay, and every drain reads back exactly its own events.
@@ -73,14 +87,7 @@ func TestRelayRoundsInterleave(t *testing.T) {
 	defer cancel()
 	e := testEnv(ctx, t, options{events: 1500, aggregates: 30, rounds: 2})
 	var order []string
-	emit := func(v any) error {
-		r := v.(throughput)
-		order = append(order, fmt.Sprintf("%s%d", r.Scenario, r.Round))
-		if r.delivery == nil || r.Records != 1500 || r.Missing != 0 || r.Duplicates != 0 || r.OrderViolations != 0 {
-			t.Errorf("%s round %d: delivery %+v, want 1500 records, none missing, duplicated or out of order", r.Scenario, r.Round, r.delivery)
-		}
-		return nil
-	}
+	emit := checkDrains(t, &order)
 	relays, plains, scheds, err := runRelayRounds(ctx, e, "", true, emit)
 	if err != nil {
 		t.Fatal(err)
@@ -98,14 +105,7 @@ func TestRelayRoundsBesideScheduledRows(t *testing.T) {
 	defer cancel()
 	e := testEnv(ctx, t, options{events: 1500, aggregates: 30, rounds: 1, scheduled: 5000})
 	var order []string
-	emit := func(v any) error {
-		r := v.(throughput)
-		order = append(order, fmt.Sprintf("%s%d", r.Scenario, r.Round))
-		if r.delivery == nil || r.Records != 1500 || r.Missing != 0 || r.Duplicates != 0 || r.OrderViolations != 0 {
-			t.Errorf("%s round %d: delivery %+v, want 1500 records, none missing, duplicated or out of order", r.Scenario, r.Round, r.delivery)
-		}
-		return nil
-	}
+	emit := checkDrains(t, &order)
 	_, _, scheds, err := runRelayRounds(ctx, e, "", false, emit)
 	if err != nil {
 		t.Fatal(err)
