@@ -68,20 +68,8 @@ func (a *Admin) ListDead(ctx context.Context, f Filter, after int64, limit int) 
 		return nil, fmt.Errorf("outboxadmin: list dead events: limit %d is outside 1..%d", limit, DeadPageMax)
 	}
 	args := outboxsql.DeadListArgs{DeadArgs: f.bind(), After: after, Limit: limit}
-	rows, err := a.db.QueryContext(ctx, a.sql.deadList[args.Filters()], args.Args()...)
+	out, err := queryRows(ctx, a.db, a.sql.deadList[args.Filters()], args.Args()...)
 	if err != nil {
-		return nil, fmt.Errorf("outboxadmin: list dead events: %w", err)
-	}
-	defer rows.Close()
-	var out []Row
-	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
-			return nil, fmt.Errorf("outboxadmin: list dead events: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("outboxadmin: list dead events: %w", err)
 	}
 	return out, nil
@@ -303,20 +291,8 @@ func (a *Admin) inTx(ctx context.Context, dryRun bool, fn func(*sql.Tx) error) e
 // lockDead locks the dead rows f selects, failing with ErrNotDead if an id
 // of f.IDs is not among them.
 func lockDead(ctx context.Context, tx *sql.Tx, forms *[outboxsql.DeadForms]string, f outboxsql.DeadArgs) ([]Row, error) {
-	rows, err := tx.QueryContext(ctx, forms[f.Filters()], f.Args()...)
+	out, err := queryRows(ctx, tx, forms[f.Filters()], f.Args()...)
 	if err != nil {
-		return nil, fmt.Errorf("select: %w", err)
-	}
-	defer rows.Close()
-	var out []Row
-	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
-			return nil, fmt.Errorf("select: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("select: %w", err)
 	}
 	if missing := missingIDs(f.IDs, out); len(missing) > 0 {

@@ -50,20 +50,8 @@ func (a *Admin) FindEvents(ctx context.Context, q Lookup) ([]Row, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
 	args := outboxsql.LookupArgs{Key: key, Recent: a.cfg.LookupWindow, Limit: limit}
-	rows, err := a.db.QueryContext(ctx, query, args.Args()...)
+	out, err := queryRows(ctx, a.db, query, args.Args()...)
 	if err != nil {
-		return nil, fmt.Errorf("outboxadmin: find events: %w", err)
-	}
-	defer rows.Close()
-	var out []Row
-	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
-			return nil, fmt.Errorf("outboxadmin: find events: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("outboxadmin: find events: %w", err)
 	}
 	return out, nil

@@ -1,6 +1,7 @@
 package outboxadmin
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -43,6 +44,32 @@ type Row struct {
 
 // scanner is *sql.Row or *sql.Rows.
 type scanner interface{ Scan(dest ...any) error }
+
+// rowsQuerier is *sql.DB or *sql.Tx.
+type rowsQuerier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// queryRows runs query and reads every row it returns with scanRow.
+func queryRows(ctx context.Context, q rowsQuerier, query string, args ...any) ([]Row, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 // scanRow reads the columns of outboxsql's opsRowColumns, then extra.
 func scanRow(s scanner, extra ...any) (Row, error) {
