@@ -31,11 +31,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 
 func TestSelectionsMustBeExplicit(t *testing.T) {
 	t.Parallel()
-	db := testkit.NewOutbox(t)
-	adm, err := outboxadmin.New(db.SQL, outboxadmin.Config{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, adm, _ := setup(t, outboxadmin.Config{})
 	ctx := context.Background()
 	if _, err := adm.Retry(ctx, outboxadmin.Filter{}, false); !errors.Is(err, outboxadmin.ErrNoSelection) {
 		t.Errorf("Retry(zero Filter) = %v, want ErrNoSelection", err)
@@ -69,16 +65,7 @@ func TestRetryWithAwkwardAggregateIDs(t *testing.T) {
 		}
 		events = append(events, e)
 	}
-	tx, err := db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(ctx, tx, events...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	write(t, db, w, events...)
 	if _, err := db.SQL.Exec(`UPDATE outbox SET state = 'dead' WHERE id IN (1, 3)`); err != nil {
 		t.Fatal(err)
 	}
@@ -112,16 +99,28 @@ func setup(t *testing.T, cfg outboxadmin.Config) (*testkit.DB, *outboxadmin.Admi
 	return db, adm, w
 }
 
+// write commits events to db's outbox through w, in one transaction.
+func write(t *testing.T, db *testkit.DB, w *txoutbox.Writer, events ...txoutbox.Event) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(ctx, tx, events...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A dead row whose headers are not a JSON object of strings (the relay
 // dead-letters such rows at once) is listed, read, retried and dropped,
 // with its headers as stored.
 func TestMalformedHeadersAreReadable(t *testing.T) {
 	t.Parallel()
-	db := testkit.NewOutbox(t)
-	adm, err := outboxadmin.New(db.SQL, outboxadmin.Config{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, adm, _ := setup(t, outboxadmin.Config{})
 	ctx := context.Background()
 	ids := testkit.SeedHostile(t, db)
 	bad := ids["headers-nested"]

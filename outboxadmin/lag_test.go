@@ -20,12 +20,8 @@ import (
 // topics.
 func TestLagIsTheOldestCreatedAt(t *testing.T) {
 	t.Parallel()
-	db := testkit.NewOutbox(t)
+	db, adm, _ := setup(t, outboxadmin.Config{})
 	ctx := context.Background()
-	adm, err := outboxadmin.New(db.SQL, outboxadmin.Config{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for i := range 3 {
 		if _, err := db.SQL.Exec(`INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, created_at)
 VALUES (gen_random_uuid(), 'orders', $1, 't', '{}', now() - make_interval(mins => $2))`, "a"+string(rune('0'+i)), []int{34, 5, 3 * 24 * 60}[i]); err != nil {
@@ -145,16 +141,8 @@ FROM generate_series(1, $1) g`, rows); err != nil {
 // "reminders" scheduled for tomorrow, written (created_at) a day ago.
 func TestScheduledEventsAreNotBacklogOrLag(t *testing.T) {
 	t.Parallel()
-	db := testkit.NewOutbox(t)
+	db, adm, w := setup(t, outboxadmin.Config{})
 	ctx := context.Background()
-	adm, err := outboxadmin.New(db.SQL, outboxadmin.Config{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	tomorrow := time.Now().Add(24 * time.Hour).Truncate(time.Microsecond)
 	var events []txoutbox.Event
 	for i := range 5 {
@@ -168,16 +156,7 @@ func TestScheduledEventsAreNotBacklogOrLag(t *testing.T) {
 		}
 		events = append(events, e)
 	}
-	tx, err := db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(ctx, tx, events...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	write(t, db, w, events...)
 	check := func(what string, s txoutbox.Stats, topics bool) {
 		t.Helper()
 		if s.Backlog != 2 || s.Scheduled != 3 || s.Lag < time.Minute || s.Lag > 2*time.Minute {

@@ -24,13 +24,7 @@ func TestFindEventsAndCounts(t *testing.T) {
 		e, _ := txoutbox.NewEvent("orders", "order", agg, "order.changed", nil)
 		events = append(events, e)
 	}
-	tx, _ := db.SQL.BeginTx(ctx, nil)
-	if err := w.Write(ctx, tx, events...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	write(t, db, w, events...)
 	for _, q := range []string{
 		`UPDATE outbox SET state = 'published', published_at = now() WHERE id IN (1, 4, 5)`,
 		`UPDATE outbox SET state = 'dead', created_at = now() - interval '2 hours' WHERE id IN (2, 6)`,
@@ -101,13 +95,7 @@ func TestStatusHandovers(t *testing.T) {
 	db, adm, w := setup(t, outboxadmin.Config{})
 	ctx := context.Background()
 	e, _ := txoutbox.NewEvent("orders", "order", "o-1", "order.placed", nil)
-	tx, _ := db.SQL.BeginTx(ctx, nil)
-	if err := w.Write(ctx, tx, e); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	write(t, db, w, e)
 	var shard int
 	for _, q := range []string{
 		`INSERT INTO outbox_relays (id, name) VALUES ('old#1', 'old'), ('new#1', 'new')`,

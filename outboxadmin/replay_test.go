@@ -17,25 +17,15 @@ func TestReplayResetsEachAggregateAtOnce(t *testing.T) {
 	t.Parallel()
 	db, adm, w := setup(t, outboxadmin.Config{ReplayBatch: 2})
 	ctx := context.Background()
-	tx, err := db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var events []txoutbox.Event
 	for range 3 { // k: 1 3 5, m: 2 4 6, n: 7
 		for _, agg := range []string{"k", "m"} {
 			e, _ := txoutbox.NewEvent("orders", "order", agg, "order.changed", nil)
-			if err := w.Write(ctx, tx, e); err != nil {
-				t.Fatal(err)
-			}
+			events = append(events, e)
 		}
 	}
 	e, _ := txoutbox.NewEvent("payments", "order", "n", "order.changed", nil)
-	if err := w.Write(ctx, tx, e); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	write(t, db, w, append(events, e)...)
 	// Which transaction reset each row, recorded by a trigger.
 	for _, q := range []string{
 		`UPDATE outbox SET state = 'published', published_at = now()`,

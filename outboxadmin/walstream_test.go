@@ -20,19 +20,12 @@ func TestRetryAndReplayRefuseWhileAWALSlotStreams(t *testing.T) {
 	t.Parallel()
 	db, adm, w := setup(t, outboxadmin.Config{})
 	ctx := context.Background()
-	tx, err := db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var events []txoutbox.Event
 	for _, agg := range []string{"a", "b"} {
 		e, _ := txoutbox.NewEvent("orders", "order", agg, "order.placed", nil)
-		if err := w.Write(ctx, tx, e); err != nil {
-			t.Fatal(err)
-		}
+		events = append(events, e)
 	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	write(t, db, w, events...)
 	slot := db.Table().Schema + "_wal"
 	for _, q := range []string{
 		`UPDATE outbox SET state = 'dead', last_error = 'refused' WHERE id = 1`,
