@@ -2,6 +2,7 @@ package console
 
 import (
 	"cmp"
+	"context"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -197,12 +198,7 @@ func (c *Console) deadList(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	rows, err := c.adm.ListDead(r.Context(), q.filter, after, limit)
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	total, err := c.adm.CountDead(r.Context(), q.filter)
+	rows, total, err := c.listDead(r.Context(), q.filter, after, limit)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -236,6 +232,20 @@ func (c *Console) deadList(w http.ResponseWriter, r *http.Request) {
 		d.Drop = template.URL(act.Encode())
 	}
 	c.render(w, r, http.StatusOK, "dead", "dead", d)
+}
+
+// listDead reads the page of the dead events f selects after the id after
+// and counts all of them (up to outboxadmin.CountDeadMax).
+func (c *Console) listDead(ctx context.Context, f outboxadmin.Filter, after int64, limit int) ([]outboxadmin.Row, int64, error) {
+	rows, err := c.adm.ListDead(ctx, f, after, limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	total, err := c.adm.CountDead(ctx, f)
+	if err != nil {
+		return nil, 0, err
+	}
+	return rows, total, nil
 }
 
 func cloneValues(v url.Values) url.Values {
@@ -288,12 +298,7 @@ func (c *Console) deadConfirm(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, errNoSelection)
 		return
 	}
-	rows, err := c.adm.ListDead(r.Context(), q.filter, 0, confirmMax)
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	total, err := c.adm.CountDead(r.Context(), q.filter)
+	rows, total, err := c.listDead(r.Context(), q.filter, 0, confirmMax)
 	if err != nil {
 		c.fail(w, r, err)
 		return
