@@ -27,11 +27,8 @@ func runDeadList(ctx context.Context, proc *process, fs *flag.FlagSet, args []st
 	)
 	common.register(fs)
 	filters.register(fs)
-	if err := proc.parseFlags(fs, args); err != nil {
+	if err := proc.parseFlagsOnly(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments: %v", fs.Args())
 	}
 	if *limit < 1 || *limit > outboxadmin.DeadPageMax {
 		return usagef("--limit %d is outside 1..%d", *limit, outboxadmin.DeadPageMax)

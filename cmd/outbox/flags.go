@@ -74,6 +74,18 @@ func (proc *process) parseFlags(fs *flag.FlagSet, args []string, commandLineOnly
 	return proc.applyEnv(fs, commandLineOnly...)
 }
 
+// parseFlagsOnly is parseFlags for a command that takes flags only: an
+// argument left after them is a usage error.
+func (proc *process) parseFlagsOnly(fs *flag.FlagSet, args []string, commandLineOnly ...string) error {
+	if err := proc.parseFlags(fs, args, commandLineOnly...); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments: %v", fs.Args())
+	}
+	return nil
+}
+
 // parseArgs parses the command line alone. The flag package prints its own
 // message and usage to the FlagSet's output, which is discarded but for -h,
 // whose usage goes to proc.stderr.

@@ -53,11 +53,8 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	fs.DurationVar(&cfg.PublishTimeout, "publish-timeout", relay.PublishTimeoutDefault, "a publish not answered after this counts as failed; a relay whose publishes all hang gives its shards up (/readyz fails)")
 	fs.BoolVar(&cfg.CloudEvents.Enabled, "cloudevents", false, "add CloudEvents binary-mode headers (ce_specversion, ce_id, ce_type, ce_source, ce_time, content-type)")
 	fs.StringVar(&cfg.CloudEvents.Source, "cloudevents-source", "", "ce_source of the CloudEvents headers (default /txoutbox/<table>)")
-	if err := proc.parseFlags(fs, args); err != nil {
+	if err := proc.parseFlagsOnly(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments: %v", fs.Args())
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {

@@ -20,11 +20,8 @@ func runReplay(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 	)
 	common.register(fs)
 	fs.Var(&since, "since", "replay events published since: a duration ago (2h) or an RFC 3339 time (required)")
-	if err := proc.parseFlags(fs, args, "since", "topic", "aggregate"); err != nil {
+	if err := proc.parseFlagsOnly(fs, args, "since", "topic", "aggregate"); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments: %v", fs.Args())
 	}
 	if since.t.IsZero() {
 		return usagef("--since is required: replay events published since when?")

@@ -27,11 +27,8 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 		slot       = fs.String("slot", "", "WAL mode's replication slot to report (default txoutbox_<schema>_<table>; shown if it exists)")
 	)
 	common.register(fs)
-	if err := proc.parseFlags(fs, args); err != nil {
+	if err := proc.parseFlagsOnly(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments: %v", fs.Args())
 	}
 	if *maxLag < 0 {
 		return usagef("--max-lag is negative (%s)", *maxLag)

@@ -40,11 +40,8 @@ func runUI(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) 
 	fs.StringVar(&opts.Title, "title", console.TitleDefault, "name shown in the pages' header, e.g. orders (prod)")
 	// --allow-writes widens what the console can do: command line only, like
 	// the selections of dead retry and replay.
-	if err := proc.parseFlags(fs, args, "allow-writes", "behind-auth-proxy"); err != nil {
+	if err := proc.parseFlagsOnly(fs, args, "allow-writes", "behind-auth-proxy"); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments: %v", fs.Args())
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {

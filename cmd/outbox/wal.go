@@ -21,11 +21,8 @@ func runWALTakeover(ctx context.Context, proc *process, fs *flag.FlagSet, args [
 		force  = fs.Bool("force", false, "drop the slot even if it holds table-less events not yet published (they are lost)")
 	)
 	common.register(fs)
-	if err := proc.parseFlags(fs, args); err != nil {
+	if err := proc.parseFlagsOnly(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments: %v", fs.Args())
 	}
 	table, err := common.outboxTable()
 	if err != nil {
