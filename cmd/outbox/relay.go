@@ -141,13 +141,11 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	if err := grants.Check(ctx, db, "the relay", grants.Relay(names)); err != nil {
 		return err
 	}
-	setSaramaLogger(logger)
-	defer saramaTarget.Store(nil)
-	pub, err := kafkapub.NewPublisher(addrs, kcfg)
+	pub, closeKafka, err := connectKafka(addrs, kcfg, logger)
 	if err != nil {
-		return fmt.Errorf("connect to kafka (%s): %w", strings.Join(addrs, ","), err)
+		return err
 	}
-	defer pub.Close()
+	defer closeKafka()
 	logger.Info("connected to kafka", kafka.logAttrs(addrs)...)
 	r, err := relay.New(db, pub, cfg)
 	if err != nil {
@@ -196,9 +194,20 @@ func (saramaForwarder) Println(v ...any) {
 	}
 }
 
-func setSaramaLogger(l *slog.Logger) {
-	sl := kafkapub.SaramaLogger(l)
+// connectKafka sends Sarama's log to logger and connects a publisher to
+// addrs; closeKafka closes it and detaches the log again.
+func connectKafka(addrs []string, kcfg kafkapub.Config, logger *slog.Logger) (pub *kafkapub.Publisher, closeKafka func(), err error) {
+	sl := kafkapub.SaramaLogger(logger)
 	saramaTarget.Store(&sl)
+	pub, err = kafkapub.NewPublisher(addrs, kcfg)
+	if err != nil {
+		saramaTarget.Store(nil)
+		return nil, nil, fmt.Errorf("connect to kafka (%s): %w", strings.Join(addrs, ","), err)
+	}
+	return pub, func() {
+		pub.Close()
+		saramaTarget.Store(nil)
+	}, nil
 }
 
 func splitList(s string) []string {

@@ -97,13 +97,11 @@ func runWALRelay(ctx context.Context, stdout io.Writer, databaseURL string, cfg 
 	plain := logger
 	logger = logger.With("relay", id)
 	cfg.Logger = logger
-	setSaramaLogger(logger)
-	defer saramaTarget.Store(nil)
-	pub, err := kafkapub.NewPublisher(addrs, kcfg)
+	pub, closeKafka, err := connectKafka(addrs, kcfg, logger)
 	if err != nil {
-		return fmt.Errorf("connect to kafka (%s): %w", strings.Join(addrs, ","), err)
+		return err
 	}
-	defer pub.Close()
+	defer closeKafka()
 	if metricsSrv != nil {
 		cfg.MeterProvider = metricsSrv.mp
 	}
