@@ -89,6 +89,25 @@ func (b *background) stop(t *testing.T) int {
 	}
 }
 
+// usageCase is a command line the CLI must refuse as bad usage (exit 2),
+// with a message mentioning msg.
+type usageCase struct {
+	args []string
+	msg  string
+}
+
+// wantUsageErrors runs every case with run (outbox, or an opsEnv's run)
+// and wants exit 2 and the case's message on stderr.
+func wantUsageErrors(t *testing.T, run func(*testing.T, ...string) (int, string, string), cases []usageCase) {
+	t.Helper()
+	for _, tc := range cases {
+		code, _, errOut := run(t, tc.args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.msg) {
+			t.Errorf("outbox %v = exit %d, stderr %q; want exit 2 mentioning %q", tc.args, code, errOut, tc.msg)
+		}
+	}
+}
+
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	testkit.WaitFor(t, timeout, what, cond)

@@ -10,10 +10,7 @@ import (
 
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		args []string
-		msg  string
-	}{
+	wantUsageErrors(t, outbox, []usageCase{
 		{nil, "usage: outbox"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"migrate"}, "want a subcommand: up, down, status or export"},
@@ -30,12 +27,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dead", "frob"}, `unknown subcommand "frob": want list, show, retry or drop`},
 		{[]string{"wal"}, "want a subcommand: takeover"},
 		{[]string{"wal", "frob"}, `unknown subcommand "frob": want takeover`},
-	} {
-		code, _, errOut := outbox(t, tc.args...)
-		if code != 2 || !strings.Contains(errOut, tc.msg) {
-			t.Errorf("outbox %v = exit %d, stderr %q; want exit 2 mentioning %q", tc.args, code, errOut, tc.msg)
-		}
-	}
+	})
 }
 
 // leaves walks the command table: the path and the command of every leaf.

@@ -61,19 +61,11 @@ func TestRelayDevBrokerIsLoud(t *testing.T) {
 
 func TestRelayUsageErrors(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		args []string
-		msg  string
-	}{
+	wantUsageErrors(t, outbox, []usageCase{
 		{[]string{"relay", "--batch", "-1"}, "BatchSize is negative (-1)"},
 		{[]string{"relay", "--heartbeat", "10s", "--stale-after", "5s"}, "StaleAfter (5s) must be at least twice HeartbeatInterval (10s)"},
 		{[]string{"relay", "--log-level", "loud"}, "--log-level"},
 		{[]string{"relay", "--table", "x; drop table y"}, "invalid table name"},
 		{[]string{"relay", "--poll-interval", "soon"}, `invalid value "soon" for flag -poll-interval`},
-	} {
-		code, _, errOut := outbox(t, tc.args...)
-		if code != 2 || !strings.Contains(errOut, tc.msg) {
-			t.Errorf("outbox %v = exit %d, stderr %q; want exit 2 mentioning %q", tc.args, code, errOut, tc.msg)
-		}
-	}
+	})
 }

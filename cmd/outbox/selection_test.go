@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 )
 
@@ -11,10 +10,7 @@ func TestOpsUsageErrors(t *testing.T) {
 	e := newOps(t)
 	d, _ := e.write(t, "orders", "o-1", "order.placed")
 	e.kill(t, d)
-	for _, tc := range []struct {
-		args []string
-		msg  string
-	}{
+	wantUsageErrors(t, e.run, []usageCase{
 		{[]string{"status", "--max-lag", "soon"}, `invalid value "soon" for flag -max-lag`},
 		{[]string{"status", "--max-lag", "-1s"}, "--max-lag is negative"},
 		{[]string{"status", "--stale-after", "-1s"}, "--stale-after is negative"},
@@ -39,12 +35,7 @@ func TestOpsUsageErrors(t *testing.T) {
 		{[]string{"replay"}, "--since is required"},
 		{[]string{"replay", "--since", "last tuesday"}, "want a duration ago"},
 		{[]string{"replay", "--since", "1h", "extra"}, "unexpected arguments"},
-	} {
-		code, _, errOut := e.run(t, tc.args...)
-		if code != 2 || !strings.Contains(errOut, tc.msg) {
-			t.Errorf("outbox %v = exit %d, stderr %q; want exit 2 mentioning %q", tc.args, code, errOut, tc.msg)
-		}
-	}
+	})
 	// Nothing was touched.
 	if s, n := e.state(t, d); s != "dead" || n != 10 {
 		t.Errorf("after refused commands the dead row is %s/%d", s, n)

@@ -48,10 +48,7 @@ func TestUIServesTheConsole(t *testing.T) {
 
 func TestUIUsageErrors(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		args []string
-		msg  string
-	}{
+	wantUsageErrors(t, outbox, []usageCase{
 		{[]string{"ui", "--listen", "8080"}, "--listen"},
 		{[]string{"ui", "--sample-every", "0s"}, "--sample-every must be positive"},
 		{[]string{"ui", "--log-level", "loud"}, "--log-level"},
@@ -68,12 +65,7 @@ func TestUIUsageErrors(t *testing.T) {
 		// would reach the console, so it needs authentication as well.
 		{[]string{"ui", "--allow-host", "*", "--allow-writes"}, "--token-file, or --behind-auth-proxy"},
 		{[]string{"ui", "--allow-host", "outbox.example,*"}, "--token-file, or --behind-auth-proxy"},
-	} {
-		code, _, errOut := outbox(t, tc.args...)
-		if code != exitUsage || !strings.Contains(errOut, tc.msg) {
-			t.Errorf("outbox %v = exit %d, stderr %q; want exit 2 mentioning %q", tc.args, code, errOut, tc.msg)
-		}
-	}
+	})
 }
 
 // With --token-file every request needs the token (HTTP basic auth); an

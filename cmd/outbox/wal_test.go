@@ -81,21 +81,13 @@ func TestWALModeRelayStatusAndTakeover(t *testing.T) {
 
 func TestWALModeUsageErrors(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		args []string
-		msg  string
-	}{
+	wantUsageErrors(t, outbox, []usageCase{
 		{[]string{"relay", "--mode", "tail", "--database-url", "postgres://x/y"}, `--mode "tail"`},
 		{[]string{"relay", "--mode", "wal", "--database-url", "postgres://x/y", "--slot", "Bad-Name"}, "Slot"},
 		{[]string{"relay", "--mode", "wal", "--database-url", "postgres://x/y", "--sender-timeout", "100ms"}, "SenderTimeout"},
 		{[]string{"wal"}, "want a subcommand"},
 		{[]string{"wal", "rewind"}, "unknown subcommand"},
-	} {
-		code, _, errOut := outbox(t, tc.args...)
-		if code != 2 || !strings.Contains(errOut, tc.msg) {
-			t.Errorf("outbox %v = exit %d, stderr %q; want exit 2 mentioning %q", tc.args, code, errOut, tc.msg)
-		}
-	}
+	})
 }
 
 // A WAL relay started with --slot names its slot otherwise than its
