@@ -34,12 +34,11 @@ func ids(rows []rowOutput) []int64 {
 func TestDeadListAndShow(t *testing.T) {
 	t.Parallel()
 	e := newOps(t)
-	a1, _ := e.write(t, "orders", "o-1", "order.placed")
-	a2, _ := e.write(t, "orders", "o-2", "order.cancelled")
-	b1, _ := e.write(t, "payments", "o-1", "payment.failed")
-	old, _ := e.write(t, "orders", "o-3", "order.placed")
+	a1 := e.writeDead(t, "orders", "o-1", "order.placed")
+	a2 := e.writeDead(t, "orders", "o-2", "order.cancelled")
+	b1 := e.writeDead(t, "payments", "o-1", "payment.failed")
+	old := e.writeDead(t, "orders", "o-3", "order.placed")
 	alive, _ := e.write(t, "orders", "o-1", "order.placed") // pending, never listed
-	e.kill(t, a1, a2, b1, old)
 	e.exec(t, `UPDATE outbox SET created_at = now() - interval '3 days' WHERE id = $1`, old)
 
 	for _, tc := range []struct {
@@ -115,11 +114,10 @@ func TestDeadListAndShow(t *testing.T) {
 func TestDeadRetryAndDrop(t *testing.T) {
 	t.Parallel()
 	e := newOps(t)
-	d1, _ := e.write(t, "orders", "o-1", "order.placed")
-	d2, _ := e.write(t, "orders", "o-2", "order.placed")
-	d3, _ := e.write(t, "payments", "p-1", "payment.failed")
+	d1 := e.writeDead(t, "orders", "o-1", "order.placed")
+	d2 := e.writeDead(t, "orders", "o-2", "order.placed")
+	d3 := e.writeDead(t, "payments", "p-1", "payment.failed")
 	pending, _ := e.write(t, "orders", "o-1", "order.shipped")
-	e.kill(t, d1, d2, d3)
 
 	// A dry run reports and changes nothing.
 	code, out, _ := e.run(t, "dead", "retry", "--topic", "orders", "--dry-run")
@@ -198,10 +196,9 @@ func TestDeadRetryAndDrop(t *testing.T) {
 func TestDeadRetryReportsInFlightEvents(t *testing.T) {
 	t.Parallel()
 	e := newOps(t)
-	dead, _ := e.write(t, "orders", "o-1", "order.placed")
+	dead := e.writeDead(t, "orders", "o-1", "order.placed")
 	inFlight, _ := e.write(t, "orders", "o-1", "order.paid")
 	e.write(t, "orders", "o-1", "order.shipped")
-	e.kill(t, dead)
 	e.exec(t, `UPDATE outbox SET state = 'claimed', lease_owner = 'relay-a', lease_expires_at = now() + interval '30 seconds' WHERE id = $1`, inFlight)
 
 	var res struct {

@@ -45,8 +45,7 @@ func TestEnvironmentConfiguresEveryFlag(t *testing.T) {
 func TestBadEnvironmentIsAUsageError(t *testing.T) {
 	t.Parallel()
 	e := newOps(t)
-	id, _ := e.write(t, "orders", "o-1", "order.placed")
-	e.kill(t, id)
+	id := e.writeDead(t, "orders", "o-1", "order.placed")
 	base := map[string]string{"OUTBOX_DATABASE_URL": e.db.URL, "OUTBOX_SCHEMA": e.db.Schema, "OUTBOX_BROKERS": "127.0.0.1:1"}
 	with := func(k, v string) map[string]string {
 		env := map[string]string{k: v}

@@ -123,9 +123,8 @@ func TestRelayRunsWithItsGrants(t *testing.T) {
 func TestOperatorGrants(t *testing.T) {
 	t.Parallel()
 	e := newOps(t)
-	id1, _ := e.write(t, "orders", "o-1", "order.placed")
-	id2, _ := e.write(t, "orders", "o-2", "order.placed")
-	e.kill(t, id1, id2)
+	id1 := e.writeDead(t, "orders", "o-1", "order.placed")
+	id2 := e.writeDead(t, "orders", "o-2", "order.placed")
 	reader, _ := roleKit{e}.role(t, "reader", readerGrantSQL...)
 	for _, args := range [][]string{{"status"}, {"dead", "list"}, {"dead", "show", fmt.Sprint(id1)}} {
 		if code, _, errOut := outboxEnv(t, nil, append(args, reader...)...); code != 0 {

@@ -52,6 +52,15 @@ func (e *opsEnv) write(t *testing.T, topic, aggregate, eventType string) (int64,
 	return id, ev.ID.String()
 }
 
+// writeDead commits one event and makes it dead (see kill); it returns the
+// row id.
+func (e *opsEnv) writeDead(t *testing.T, topic, aggregate, eventType string) int64 {
+	t.Helper()
+	id, _ := e.write(t, topic, aggregate, eventType)
+	e.kill(t, id)
+	return id
+}
+
 // kill makes rows dead as the relay does after MaxAttempts.
 func (e *opsEnv) kill(t *testing.T, ids ...int64) {
 	t.Helper()

@@ -8,8 +8,7 @@ import (
 func TestOpsUsageErrors(t *testing.T) {
 	t.Parallel()
 	e := newOps(t)
-	d, _ := e.write(t, "orders", "o-1", "order.placed")
-	e.kill(t, d)
+	d := e.writeDead(t, "orders", "o-1", "order.placed")
 	wantUsageErrors(t, e.run, []usageCase{
 		{[]string{"status", "--max-lag", "soon"}, `invalid value "soon" for flag -max-lag`},
 		{[]string{"status", "--max-lag", "-1s"}, "--max-lag is negative"},

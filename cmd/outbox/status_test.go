@@ -20,8 +20,7 @@ func TestStatus(t *testing.T) {
 
 	e.write(t, "orders", "o-1", "order.placed")
 	e.write(t, "orders", "o-2", "order.placed")
-	dead, _ := e.write(t, "payments", "p-1", "payment.failed")
-	e.kill(t, dead)
+	e.writeDead(t, "payments", "p-1", "payment.failed")
 	e.exec(t, `UPDATE outbox SET created_at = now() - interval '10 minutes' WHERE state = 'pending'`)
 	e.exec(t, `INSERT INTO outbox_relays (id, host) VALUES ('relay-a', 'host-a')`)
 	e.exec(t, `INSERT INTO outbox_relays (id, host, heartbeat_at) VALUES ('relay-b', 'host-b', now() - interval '1 minute')`)

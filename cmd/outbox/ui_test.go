@@ -15,8 +15,7 @@ func TestUIServesTheConsole(t *testing.T) {
 	t.Parallel()
 	e := newOps(t)
 	e.write(t, "orders", "o-1", "order.placed")
-	dead, _ := e.write(t, "orders", "o-2", "order.placed")
-	e.kill(t, dead)
+	e.writeDead(t, "orders", "o-2", "order.placed")
 	// --allow-writes is read from the command line only: a variable left in
 	// the environment does not open the console to writes.
 	b := startOutbox(t, map[string]string{"OUTBOX_ALLOW_WRITES": "true"}, append([]string{"ui", "--listen", "127.0.0.1:0"}, e.flags...)...)
