@@ -80,22 +80,13 @@ func TestUIAuthAndListen(t *testing.T) {
 	b := startOutbox(t, nil, append([]string{"ui", "--listen", "127.0.0.1:0", "--token-file", tokenFile}, e.flags...)...)
 	b.waitOutput(t, "serving the outbox console")
 	base := regexp.MustCompile(`http://\S+/`).FindString(b.stdout.String())
-	resp, err := http.Get(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("GET / without the token = %d, want 401", resp.StatusCode)
-	}
 	req, _ := http.NewRequest("GET", base, nil)
-	req.SetBasicAuth("bob", "s3cret-s3cret-s3cret")
-	if resp, err = http.DefaultClient.Do(req); err != nil {
-		t.Fatal(err)
+	if code := statusOf(t, req); code != http.StatusUnauthorized {
+		t.Errorf("GET / without the token = %d, want 401", code)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("GET / with the token = %d, want 200", resp.StatusCode)
+	req.SetBasicAuth("bob", "s3cret-s3cret-s3cret")
+	if code := statusOf(t, req); code != http.StatusOK {
+		t.Errorf("GET / with the token = %d, want 200", code)
 	}
 	if code := b.stop(t); code != 0 {
 		t.Errorf("exit %d, stderr:\n%s", code, b.stderr)
@@ -106,21 +97,25 @@ func TestUIAuthAndListen(t *testing.T) {
 	port := regexp.MustCompile(`:(\d+)/`).FindStringSubmatch(wide.stdout.String())[1]
 	req, _ = http.NewRequest("GET", "http://127.0.0.1:"+port+"/", nil)
 	req.Host = "outbox.example"
-	if resp, err = http.DefaultClient.Do(req); err != nil {
-		t.Fatal(err)
+	if code := statusOf(t, req); code != http.StatusOK {
+		t.Errorf("GET / with an allowed host = %d, want 200", code)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("GET / with an allowed host = %d, want 200", resp.StatusCode)
-	}
-	if resp, err = http.Get("http://127.0.0.1:" + port + "/"); err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusMisdirectedRequest {
-		t.Errorf("GET / with a host not allowed = %d, want 421", resp.StatusCode)
+	req, _ = http.NewRequest("GET", "http://127.0.0.1:"+port+"/", nil)
+	if code := statusOf(t, req); code != http.StatusMisdirectedRequest {
+		t.Errorf("GET / with a host not allowed = %d, want 421", code)
 	}
 	if code := wide.stop(t); code != 0 {
 		t.Errorf("exit %d, stderr:\n%s", code, wide.stderr)
 	}
+}
+
+// statusOf sends req and returns the status code of the response.
+func statusOf(t *testing.T, req *http.Request) int {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
