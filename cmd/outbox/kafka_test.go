@@ -131,19 +131,27 @@ func mustLoad(t *testing.T, p *testPKI) tls.Certificate {
 func TestRelayRefusesAnUnverifiedBroker(t *testing.T) {
 	pki := newTestPKI(t)
 	brokers := kafkatest.New(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{pki.server}, MinVersion: tls.VersionTLS12})).ListenAddrs()
-	e := newOps(t)
-	id, _ := e.write(t, "orders", "o-1", "order.placed")
-	code, _, errOut := outboxEnv(t, map[string]string{"OUTBOX_BROKERS": strings.Join(brokers, ","), "OUTBOX_TLS": "true"},
-		append([]string{"relay"}, e.flags...)...)
-	if code != 1 || !strings.Contains(errOut, "connect to kafka") {
-		t.Fatalf("exit %d, want 1; stderr:\n%s", code, errOut)
-	}
+	errOut := wantNoKafka(t, "unverified broker", "orders", map[string]string{"OUTBOX_BROKERS": strings.Join(brokers, ","), "OUTBOX_TLS": "true"})
 	if !strings.Contains(errOut, "x509") || !strings.Contains(errOut, "component=sarama") {
 		t.Errorf("Sarama's reason (x509) is not in the log:\n%s", errOut)
 	}
-	if s, _ := e.state(t, id); s != "pending" {
-		t.Errorf("row is %s, want pending", s)
+}
+
+// wantNoKafka runs the relay in env on an outbox of its own holding one
+// event of topic, with brokers it cannot connect to: the relay must exit 1
+// saying so and leave the event pending. It returns the relay's stderr.
+func wantNoKafka(t *testing.T, what, topic string, env map[string]string) string {
+	t.Helper()
+	e := newOps(t)
+	id, _ := e.write(t, topic, "o-2", "order.placed")
+	code, _, errOut := outboxEnv(t, env, append([]string{"relay"}, e.flags...)...)
+	if code != 1 || !strings.Contains(errOut, "connect to kafka") {
+		t.Errorf("%s: exit %d, want 1; stderr:\n%s", what, code, errOut)
 	}
+	if s, _ := e.state(t, id); s != "pending" {
+		t.Errorf("%s: row is %s, want pending", what, s)
+	}
+	return errOut
 }
 
 // SASL with each mechanism against a broker that requires it; the password
@@ -171,16 +179,8 @@ func TestRelayOverSASL(t *testing.T) {
 			}
 
 			// The wrong password: no connection, nothing published.
-			e2 := newOps(t)
-			id2, _ := e2.write(t, "orders", "o-2", "order.placed")
 			env["OUTBOX_SASL_PASSWORD"] = "wrong"
-			code, _, errOut := outboxEnv(t, env, append([]string{"relay"}, e2.flags...)...)
-			if code != 1 || !strings.Contains(errOut, "connect to kafka") {
-				t.Errorf("wrong password: exit %d, stderr:\n%s", code, errOut)
-			}
-			if s, _ := e2.state(t, id2); s != "pending" {
-				t.Errorf("row is %s after a refused login, want pending", s)
-			}
+			wantNoKafka(t, "wrong password", "orders", env)
 		})
 	}
 }
