@@ -108,6 +108,14 @@ func wantUsageErrors(t *testing.T, run func(*testing.T, ...string) (int, string,
 	}
 }
 
+// wantCleanStop stops the command as SIGTERM does and wants exit 0.
+func (b *background) wantCleanStop(t *testing.T) {
+	t.Helper()
+	if code := b.stop(t); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0; stderr:\n%s", code, b.stderr)
+	}
+}
+
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	testkit.WaitFor(t, timeout, what, cond)

@@ -72,9 +72,7 @@ func TestMetricsAndProbes(t *testing.T) {
 	e.exec(t, `ALTER TABLE outbox_relays_away RENAME TO outbox_relays`)
 	waitFor(t, 10*time.Second, "/readyz to recover", func() bool { code, _ := get(t, base+"/readyz"); return code == http.StatusOK })
 
-	if code := b.stop(t); code != 0 {
-		t.Errorf("exit %d; stderr:\n%s", code, b.stderr)
-	}
+	b.wantCleanStop(t)
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Errorf("the endpoints still answer after the relay stopped")
 	}

@@ -54,9 +54,7 @@ func TestRelayDevBrokerIsLoud(t *testing.T) {
 	if log := b.stderr.String(); !strings.Contains(log, "level=WARN") || !strings.Contains(log, "DEVELOPMENT BROKER") || !strings.Contains(log, "LOST when this process exits") {
 		t.Errorf("log does not warn about the development broker:\n%s", log)
 	}
-	if code := b.stop(t); code != 0 {
-		t.Errorf("exit %d after SIGTERM, want 0; stderr:\n%s", code, b.stderr)
-	}
+	b.wantCleanStop(t)
 }
 
 func TestRelayUsageErrors(t *testing.T) {

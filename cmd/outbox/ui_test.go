@@ -40,9 +40,7 @@ func TestUIServesTheConsole(t *testing.T) {
 	if err != nil || ov.Backlog != 1 || ov.Dead != 1 {
 		t.Errorf("api/overview = %+v, %v; want backlog 1, dead 1", ov, err)
 	}
-	if code := b.stop(t); code != 0 {
-		t.Errorf("exit %d after SIGTERM, want 0; stderr:\n%s", code, b.stderr)
-	}
+	b.wantCleanStop(t)
 }
 
 func TestUIUsageErrors(t *testing.T) {
@@ -88,9 +86,7 @@ func TestUIAuthAndListen(t *testing.T) {
 	if code := statusOf(t, req); code != http.StatusOK {
 		t.Errorf("GET / with the token = %d, want 200", code)
 	}
-	if code := b.stop(t); code != 0 {
-		t.Errorf("exit %d, stderr:\n%s", code, b.stderr)
-	}
+	b.wantCleanStop(t)
 
 	wide := startOutbox(t, nil, append([]string{"ui", "--listen", "0.0.0.0:0", "--allow-host", "outbox.example", "--behind-auth-proxy"}, e.flags...)...)
 	wide.waitOutput(t, "serving the outbox console")
@@ -104,9 +100,7 @@ func TestUIAuthAndListen(t *testing.T) {
 	if code := statusOf(t, req); code != http.StatusMisdirectedRequest {
 		t.Errorf("GET / with a host not allowed = %d, want 421", code)
 	}
-	if code := wide.stop(t); code != 0 {
-		t.Errorf("exit %d, stderr:\n%s", code, wide.stderr)
-	}
+	wide.wantCleanStop(t)
 }
 
 // statusOf sends req and returns the status code of the response.
