@@ -92,13 +92,7 @@ func runWAL(ctx context.Context, e *env) (walBench, error) {
 			return res, err
 		}
 		res.Rounds = append(res.Rounds, rd)
-		if res.delivery == nil {
-			res.delivery = &delivery{}
-		}
-		res.Records += rd.Records
-		res.Missing += rd.Missing
-		res.Duplicates += rd.Duplicates
-		res.OrderViolations += rd.OrderViolations
+		res.delivery = res.delivery.plus(rd.delivery)
 	}
 	res.takeMedians()
 	var err error
