@@ -1,6 +1,7 @@
 package migrations_test
 
 import (
+	"cmp"
 	"context"
 	"io/fs"
 	"slices"
@@ -11,29 +12,36 @@ import (
 	"github.com/txoutbox/txoutbox/migrations"
 )
 
-func TestInboxUpDown(t *testing.T) {
-	t.Parallel()
-	db := testkit.NewDB(t)
-	ctx := context.Background()
-	m, err := migrations.New(db.SQL, migrations.Config{Set: migrations.Inbox, Table: txoutbox.Table{Schema: db.Schema}})
+// upInbox applies the inbox set for table, and stops the test unless that
+// was its one version and made the inbox table (by default "inbox") and
+// its migrations table.
+func upInbox(t *testing.T, db *testkit.DB, table txoutbox.Table) *migrations.Migrator {
+	t.Helper()
+	m, err := migrations.New(db.SQL, migrations.Config{Set: migrations.Inbox, Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1}) {
+	if applied, err := m.Up(context.Background()); err != nil || !slices.Equal(applied, []int{1}) {
 		t.Fatalf("Up = %v, %v; want [1]", applied, err)
 	}
-	for _, tbl := range []string{"inbox", "inbox_schema_migrations"} {
-		if !tableExists(t, db, db.Schema, tbl) {
+	name := cmp.Or(table.Name, "inbox")
+	for _, tbl := range []string{name, name + "_schema_migrations"} {
+		if !relationExists(t, db, db.Schema, tbl) {
 			t.Fatalf("%s missing after Up", tbl)
 		}
 	}
-	if tableExists(t, db, db.Schema, "outbox") {
+	return m
+}
+
+func TestInboxUpDown(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewDB(t)
+	m := upInbox(t, db, txoutbox.Table{Schema: db.Schema})
+	if relationExists(t, db, db.Schema, "outbox") {
 		t.Fatal("the inbox set created the outbox table")
 	}
-	if v, err := m.Down(ctx); err != nil || v != 1 {
-		t.Fatalf("Down = %d, %v; want 1", v, err)
-	}
-	if tableExists(t, db, db.Schema, "inbox") {
+	down(t, m, 1)
+	if relationExists(t, db, db.Schema, "inbox") {
 		t.Fatal("inbox still there after Down")
 	}
 }
@@ -41,20 +49,7 @@ func TestInboxUpDown(t *testing.T) {
 func TestInboxBesideOutbox(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t) // the outbox set is applied; its versions must not hide the inbox's
-	ctx := context.Background()
-	table := txoutbox.Table{Schema: db.Schema, Name: "billing_inbox"}
-	m, err := migrations.New(db.SQL, migrations.Config{Set: migrations.Inbox, Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1}) {
-		t.Fatalf("Up = %v, %v; want [1]", applied, err)
-	}
-	for _, tbl := range []string{"billing_inbox", "billing_inbox_schema_migrations"} {
-		if !tableExists(t, db, db.Schema, tbl) {
-			t.Fatalf("%s missing", tbl)
-		}
-	}
+	upInbox(t, db, txoutbox.Table{Schema: db.Schema, Name: "billing_inbox"})
 	var idx int
 	if err := db.SQL.QueryRow(`SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = 'billing_inbox_processed_at_idx'`, db.Schema).Scan(&idx); err != nil || idx != 1 {
 		t.Fatalf("pruning index renamed: count=%d err=%v", idx, err)

@@ -14,7 +14,8 @@ import (
 	"github.com/txoutbox/txoutbox/migrations"
 )
 
-func tableExists(t *testing.T, db *testkit.DB, schema, name string) bool {
+// relationExists reports whether schema holds the table or index name.
+func relationExists(t *testing.T, db *testkit.DB, schema, name string) bool {
 	t.Helper()
 	var ok bool
 	if err := db.SQL.QueryRow("SELECT to_regclass($1) IS NOT NULL", `"`+schema+`"."`+name+`"`).Scan(&ok); err != nil {
@@ -23,14 +24,30 @@ func tableExists(t *testing.T, db *testkit.DB, schema, name string) bool {
 	return ok
 }
 
-func TestUpUpDownUp(t *testing.T) {
-	t.Parallel()
-	db := testkit.NewDB(t)
-	ctx := context.Background()
+// down reverts the latest applied migration, and stops the test unless
+// Down reports want: that migration's version, or 0 when none was applied.
+func down(t *testing.T, m *migrations.Migrator, want int) {
+	t.Helper()
+	if v, err := m.Down(context.Background()); err != nil || v != want {
+		t.Fatalf("Down = %d, %v; want %d", v, err, want)
+	}
+}
+
+// outboxMigrator returns a migrator of the outbox set into db's schema.
+func outboxMigrator(t *testing.T, db *testkit.DB) *migrations.Migrator {
+	t.Helper()
 	m, err := migrations.New(db.SQL, migrations.Config{Table: txoutbox.Table{Schema: db.Schema}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m
+}
+
+func TestUpUpDownUp(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewDB(t)
+	ctx := context.Background()
+	m := outboxMigrator(t, db)
 	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2, 3, 4, 5, 6, 7, 8}) {
 		t.Fatalf("first Up = %v, %v; want [1 2 3 4 5 6 7 8]", applied, err)
 	}
@@ -47,7 +64,7 @@ func TestUpUpDownUp(t *testing.T) {
 		t.Fatalf("Status = %+v, %v", st, err)
 	}
 	for _, tbl := range []string{"outbox", "outbox_relays", "outbox_shards", "outbox_claim_floor"} {
-		if !tableExists(t, db, db.Schema, tbl) {
+		if !relationExists(t, db, db.Schema, tbl) {
 			t.Fatalf("%s missing after Up", tbl)
 		}
 	}
@@ -55,77 +72,55 @@ func TestUpUpDownUp(t *testing.T) {
 	if err := db.SQL.QueryRow(`SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = $1::regclass`, `"`+db.Schema+`".outbox`).Scan(&fillfactor); err != nil || fillfactor != "fillfactor=50" {
 		t.Fatalf("outbox options after Up = %q, %v; want fillfactor=50 (version 3)", fillfactor, err)
 	}
-	var lagIndex bool
-	if err := db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, `"`+db.Schema+`".outbox_lag_idx`).Scan(&lagIndex); err != nil || lagIndex {
-		t.Fatalf("outbox_lag_idx after Up: %v, %v; want it replaced by outbox_due_idx (version 7)", lagIndex, err)
+	if relationExists(t, db, db.Schema, "outbox_lag_idx") {
+		t.Fatal("outbox_lag_idx after Up; want it replaced by outbox_due_idx (version 7)")
 	}
-	var dueIndex, scheduledIndex bool
-	if err := db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`, `"`+db.Schema+`".outbox_due_idx`,
-		`"`+db.Schema+`".outbox_scheduled_idx`).Scan(&dueIndex, &scheduledIndex); err != nil || !dueIndex || !scheduledIndex {
-		t.Fatalf("outbox_due_idx, outbox_scheduled_idx after Up: %v, %v, %v; want both (version 7)", dueIndex, scheduledIndex, err)
+	if !relationExists(t, db, db.Schema, "outbox_due_idx") || !relationExists(t, db, db.Schema, "outbox_scheduled_idx") {
+		t.Fatal("outbox_due_idx or outbox_scheduled_idx missing after Up; want both (version 7)")
 	}
 	var floorRows int
 	if err := db.SQL.QueryRow(`SELECT count(*) FROM "` + db.Schema + `".outbox_claim_floor WHERE floor = 0`).Scan(&floorRows); err != nil || floorRows != 1 {
 		t.Fatalf("claim floor rows after Up: %d, %v; want one at 0 (version 8)", floorRows, err)
 	}
-	if v, err := m.Down(ctx); err != nil || v != 8 {
-		t.Fatalf("Down = %d, %v; want 8 (one version at a time)", v, err)
-	}
-	if tableExists(t, db, db.Schema, "outbox_claim_floor") {
+	down(t, m, 8) // one version at a time
+	if relationExists(t, db, db.Schema, "outbox_claim_floor") {
 		t.Fatal("outbox_claim_floor after Down to 7")
 	}
-	if v, err := m.Down(ctx); err != nil || v != 7 {
-		t.Fatalf("Down = %d, %v; want 7", v, err)
-	}
-	if err := db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, `"`+db.Schema+`".outbox_lag_idx`).Scan(&lagIndex); err != nil || !lagIndex {
-		t.Fatalf("outbox_lag_idx after Down to 6: %v, %v; want it back (version 4)", lagIndex, err)
+	down(t, m, 7)
+	if !relationExists(t, db, db.Schema, "outbox_lag_idx") {
+		t.Fatal("outbox_lag_idx missing after Down to 6; want it back (version 4)")
 	}
 	var notBefore bool
 	if err := db.SQL.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'not_before' AND NOT attisdropped)`,
 		`"`+db.Schema+`".outbox`).Scan(&notBefore); err != nil || notBefore {
 		t.Fatalf("not_before after Down to 6: %v, %v; want it gone", notBefore, err)
 	}
-	var eventIndex bool
-	if err := db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, `"`+db.Schema+`".outbox_event_idx`).Scan(&eventIndex); err != nil || !eventIndex {
-		t.Fatalf("outbox_event_idx after Up: %v, %v; want it (version 6)", eventIndex, err)
+	if !relationExists(t, db, db.Schema, "outbox_event_idx") {
+		t.Fatal("outbox_event_idx missing after Up; want it (version 6)")
 	}
-	if v, err := m.Down(ctx); err != nil || v != 6 {
-		t.Fatalf("Down = %d, %v; want 6", v, err)
+	down(t, m, 6)
+	if relationExists(t, db, db.Schema, "outbox_event_idx") {
+		t.Fatal("outbox_event_idx after Down; want it gone")
 	}
-	if err := db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, `"`+db.Schema+`".outbox_event_idx`).Scan(&eventIndex); err != nil || eventIndex {
-		t.Fatalf("outbox_event_idx after Down: %v, %v; want it gone", eventIndex, err)
+	down(t, m, 5)
+	down(t, m, 4)
+	if relationExists(t, db, db.Schema, "outbox_lag_idx") {
+		t.Fatal("outbox_lag_idx after Down; want it gone")
 	}
-	if v, err := m.Down(ctx); err != nil || v != 5 {
-		t.Fatalf("Down = %d, %v; want 5", v, err)
-	}
-	if v, err := m.Down(ctx); err != nil || v != 4 {
-		t.Fatalf("Down = %d, %v; want 4", v, err)
-	}
-	if err := db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, `"`+db.Schema+`".outbox_lag_idx`).Scan(&lagIndex); err != nil || lagIndex {
-		t.Fatalf("outbox_lag_idx after Down: %v, %v; want it gone", lagIndex, err)
-	}
-	if v, err := m.Down(ctx); err != nil || v != 3 {
-		t.Fatalf("Down = %d, %v; want 3", v, err)
-	}
-	if v, err := m.Down(ctx); err != nil || v != 2 {
-		t.Fatalf("Down = %d, %v; want 2", v, err)
-	}
-	if v, err := m.Down(ctx); err != nil || v != 1 {
-		t.Fatalf("second Down = %d, %v; want 1", v, err)
-	}
-	if tableExists(t, db, db.Schema, "outbox") {
+	down(t, m, 3)
+	down(t, m, 2)
+	down(t, m, 1)
+	if relationExists(t, db, db.Schema, "outbox") {
 		t.Fatal("outbox still there after Down")
 	}
-	if v, err := m.Down(ctx); err != nil || v != 0 {
-		t.Fatalf("Down with nothing applied = %d, %v; want 0", v, err)
-	}
+	down(t, m, 0) // nothing applied: a no-op
 	if st, _ := m.Status(ctx); st[0].AppliedAt != nil {
 		t.Fatalf("Status after Down = %+v", st)
 	}
 	if applied, err := m.Up(ctx); err != nil || len(applied) != 8 {
 		t.Fatalf("Up after Down = %v, %v", applied, err)
 	}
-	if !tableExists(t, db, db.Schema, "outbox") {
+	if !relationExists(t, db, db.Schema, "outbox") {
 		t.Fatal("outbox missing after the second Up")
 	}
 }
@@ -187,7 +182,7 @@ func TestCustomSchemaAndTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tbl := range []string{"events", "events_relays", "events_shards", "events_schema_migrations"} {
-		if !tableExists(t, db, table.Schema, tbl) {
+		if !relationExists(t, db, table.Schema, tbl) {
 			t.Fatalf("%s.%s missing", table.Schema, tbl)
 		}
 	}
@@ -274,7 +269,7 @@ func TestExport(t *testing.T) {
 			t.Fatalf("apply exported %s: %v", gm[f].Name, err)
 		}
 	}
-	if !tableExists(t, db, db.Schema, "events_shards") {
+	if !relationExists(t, db, db.Schema, "events_shards") {
 		t.Fatal("exported up did not create events_shards")
 	}
 	for _, f := range []int{9, 7, 5, 3, 1} {
@@ -294,17 +289,12 @@ func TestLagIndexBuiltConcurrentlyBeforehand(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewDB(t)
 	ctx := context.Background()
-	m, err := migrations.New(db.SQL, migrations.Config{Table: txoutbox.Table{Schema: db.Schema}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := outboxMigrator(t, db)
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []int{8, 7, 6, 5, 4} {
-		if v, err := m.Down(ctx); err != nil || v != want {
-			t.Fatalf("Down = %d, %v; want %d", v, err, want)
-		}
+		down(t, m, want)
 	}
 	if _, err := db.SQL.Exec(`CREATE INDEX CONCURRENTLY outbox_lag_idx ON "` + db.Schema + `".outbox (created_at) WHERE state IN ('pending', 'claimed')`); err != nil {
 		t.Fatal(err)

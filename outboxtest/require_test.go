@@ -63,22 +63,29 @@ func event(t *testing.T, aggregateID, typ string, payload any) txoutbox.Event {
 	return ev
 }
 
-// write commits events in one transaction.
-func write(t *testing.T, db *sql.DB, events ...txoutbox.Event) {
+// writeInTx writes events into table on a transaction it returns
+// uncommitted, rolled back when the test ends unless committed before.
+func writeInTx(t *testing.T, db *sql.DB, table txoutbox.Table, events ...txoutbox.Event) *sql.Tx {
 	t.Helper()
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tx, err := db.Begin()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback()
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { _ = tx.Rollback() })
 	if err := w.Write(context.Background(), tx, events...); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Commit(); err != nil {
+	return tx
+}
+
+// write commits events in one transaction.
+func write(t *testing.T, db *sql.DB, events ...txoutbox.Event) {
+	t.Helper()
+	if err := writeInTx(t, db, txoutbox.Table{}, events...).Commit(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -87,20 +94,9 @@ func TestRequireEventSeesTheTransactionsOwnEventsAndThePoolWhatCommitted(t *test
 	t.Parallel()
 	ctx := context.Background()
 	db := testkit.NewOutbox(t)
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := db.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
 	written := event(t, "42", "order.placed", orderPlaced{Total: 1250, SKU: "tea"})
 	written.Headers = map[string]string{"tenant": "eu"}
-	if err := w.Write(ctx, tx, written); err != nil {
-		t.Fatal(err)
-	}
+	tx := writeInTx(t, db.SQL, txoutbox.Table{}, written)
 
 	var ftb fakeTB
 	got := outboxtest.RequireEvent(ctx, &ftb, tx, outboxtest.Want{
@@ -290,18 +286,7 @@ func TestInTableReadsAnotherTable(t *testing.T) {
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := db.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if err := w.Write(ctx, tx, event(t, "1", "invoice.issued", nil)); err != nil {
-		t.Fatal(err)
-	}
+	tx := writeInTx(t, db.SQL, table, event(t, "1", "invoice.issued", nil))
 	var ftb fakeTB
 	outboxtest.RequireEvent(ctx, &ftb, outboxtest.InTable(tx, table), outboxtest.Want{Type: "invoice.issued"})
 	ftb.passed(t)

@@ -84,13 +84,7 @@ func runDebezium(ctx context.Context, e *env) (debeziumBench, error) {
 			return res, err
 		}
 		res.Rounds = append(res.Rounds, d)
-		if res.delivery == nil {
-			res.delivery = &delivery{}
-		}
-		res.Records += d.Records
-		res.Missing += d.Missing
-		res.Duplicates += d.Duplicates
-		res.OrderViolations += d.OrderViolations
+		res.delivery = res.delivery.plus(d.delivery)
 	}
 	res.EPS, res.Cost = medianDrain(res.Rounds)
 	res.P50MS, res.P99MS, err = debeziumLatency(ctx, e, s)

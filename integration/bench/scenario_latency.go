@@ -125,18 +125,10 @@ func runLatency(ctx context.Context, e *env, notify bool) (latency, error) {
 		return latency{}, err
 	}
 
-	lat := make([]float64, 0, n)
-	acks.mu.Lock()
-	for id, c := range commits {
-		a, ok := acks.at[id.String()]
-		if !ok {
-			acks.mu.Unlock()
-			return latency{}, fmt.Errorf("latency %s: event %s committed but never acknowledged", mode, id)
-		}
-		lat = append(lat, max(a.Sub(c), 0).Seconds()*1000)
+	lat, err := acks.latencies(commits)
+	if err != nil {
+		return latency{}, fmt.Errorf("latency %s: %w", mode, err)
 	}
-	acks.mu.Unlock()
-	slices.Sort(lat)
 	settings := relaySettings(cfg, 1)
 	settings["writers"] = latencyWriters
 	settings["writer_notify"] = notify
@@ -265,6 +257,24 @@ func publishBatch(p message.Publisher, topics []string, msgs []*message.Message)
 		}
 	}
 	return errs
+}
+
+// latencies returns each committed event's time from its commit to its
+// acknowledgement, in milliseconds, sorted; an event not acknowledged is an
+// error.
+func (a *ackRecorder) latencies(commits map[uuid.UUID]time.Time) ([]float64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	lat := make([]float64, 0, len(commits))
+	for id, c := range commits {
+		at, ok := a.at[id.String()]
+		if !ok {
+			return nil, fmt.Errorf("event %s committed but never acknowledged", id)
+		}
+		lat = append(lat, max(at.Sub(c), 0).Seconds()*1000)
+	}
+	slices.Sort(lat)
+	return lat, nil
 }
 
 func (a *ackRecorder) waitFor(n int, timeout time.Duration) error {

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -93,13 +92,7 @@ func runWAL(ctx context.Context, e *env) (walBench, error) {
 			return res, err
 		}
 		res.Rounds = append(res.Rounds, rd)
-		if res.delivery == nil {
-			res.delivery = &delivery{}
-		}
-		res.Records += rd.Records
-		res.Missing += rd.Missing
-		res.Duplicates += rd.Duplicates
-		res.OrderViolations += rd.OrderViolations
+		res.delivery = res.delivery.plus(rd.delivery)
 	}
 	res.takeMedians()
 	var err error
@@ -401,18 +394,10 @@ func walLatency(ctx context.Context, e *env, cfg walrelay.Config) (p50, p99 floa
 	if err := acks.waitFor(n, 60*time.Second); err != nil {
 		return 0, 0, fmt.Errorf("wal latency: %w", err)
 	}
-	lat := make([]float64, 0, n)
-	acks.mu.Lock()
-	for id, c := range commits {
-		a, ok := acks.at[id.String()]
-		if !ok {
-			acks.mu.Unlock()
-			return 0, 0, fmt.Errorf("wal latency: event %s committed but never acknowledged", id)
-		}
-		lat = append(lat, max(a.Sub(c), 0).Seconds()*1000)
+	lat, err := acks.latencies(commits)
+	if err != nil {
+		return 0, 0, fmt.Errorf("wal latency: %w", err)
 	}
-	acks.mu.Unlock()
-	slices.Sort(lat)
 	return quantile(lat, 0.50), quantile(lat, 0.99), nil
 }
 

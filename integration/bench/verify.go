@@ -20,6 +20,20 @@ type delivery struct {
 	OrderViolations int `json:"order_violations"`
 }
 
+// plus returns the sum of d and o, for a scenario's total over its rounds;
+// a nil d counts as nothing found yet.
+func (d *delivery) plus(o *delivery) *delivery {
+	var sum delivery
+	if d != nil {
+		sum = *d
+	}
+	sum.Records += o.Records
+	sum.Missing += o.Missing
+	sum.Duplicates += o.Duplicates
+	sum.OrderViolations += o.OrderViolations
+	return &sum
+}
+
 // withDelivery reads the drained topic back and adds what it found to res.
 func (e *env) withDelivery(ctx context.Context, res throughput, topic string) (throughput, error) {
 	d, err := readBack(ctx, e.brokers, topic, res.Events, 10*time.Second)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"github.com/txoutbox/txoutbox/gormoutbox"
 	"testing"
 
 	entdialect "entgo.io/ent/dialect"
@@ -16,6 +15,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/gormoutbox"
 	"github.com/txoutbox/txoutbox/inbox"
 )
 
@@ -46,8 +46,7 @@ func TestGorm(t *testing.T) {
 			ctx := context.Background()
 			gdb := openGorm(t, b.db.URL, prepare).WithContext(ctx)
 			id := uuid.Must(uuid.NewV7())
-			boom := errors.New("boom")
-			deliver := func(fail bool) (processed bool, err error) {
+			checkRedeliveries(t, b, id, func(fail bool) (processed bool, err error) {
 				err = gdb.Transaction(func(tx *gorm.DB) error {
 					var err error
 					ex, err := gormoutbox.Execer(tx)
@@ -60,26 +59,14 @@ func TestGorm(t *testing.T) {
 							return err
 						}
 						if fail {
-							return boom
+							return errBoom
 						}
 						return nil
 					})
 					return err
 				})
 				return processed, err
-			}
-			if processed, err := deliver(true); processed || !errors.Is(err, boom) {
-				t.Fatalf("failing delivery = %v, %v", processed, err)
-			}
-			if processed, err := deliver(false); !processed || err != nil {
-				t.Fatalf("redelivery = %v, %v; want processed", processed, err)
-			}
-			if processed, err := deliver(false); processed || err != nil {
-				t.Fatalf("duplicate = %v, %v; want skipped", processed, err)
-			}
-			if got := effectsOf(t, b.db.SQL, "billing"); got[id] != 1 {
-				t.Fatalf("effects = %v, want one", got)
-			}
+			})
 
 			// Outside a transaction the row would commit on its own: refused.
 			other := uuid.Must(uuid.NewV7())
@@ -183,20 +170,13 @@ func TestPgx(t *testing.T) {
 	}
 	defer conn.Close(ctx)
 	id := uuid.Must(uuid.NewV7())
-	boom := errors.New("boom")
 	for i, fail := range []bool{true, false, false} {
 		tx, err := conn.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		processed, err := b.ib.Process(ctx, inbox.Pgx(tx), "billing", id, func() error {
-			if err := effect(ctx, inbox.Pgx(tx), "billing", id, "acct-1", 2); err != nil {
-				return err
-			}
-			if fail {
-				return boom
-			}
-			return nil
+			return effectOrFail(ctx, inbox.Pgx(tx), "billing", id, "acct-1", 2, fail)
 		})
 		if err != nil {
 			_ = tx.Rollback(ctx)
@@ -204,7 +184,7 @@ func TestPgx(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := []bool{false, true, false}[i]
-		if processed != want || (fail != errors.Is(err, boom)) {
+		if processed != want || (fail != errors.Is(err, errBoom)) {
 			t.Fatalf("delivery %d: Process = %v, %v; want %v", i+1, processed, err, want)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -114,21 +113,14 @@ func TestHandlerFailureThenRedelivery(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	id := uuid.Must(uuid.NewV7())
-	boom := errors.New("boom")
 	var runs int
 	handler := func(fail bool) func(*sql.Tx) error {
 		return func(tx *sql.Tx) error {
 			runs++
-			if err := effect(ctx, tx, "billing", id, "acct-1", 10); err != nil {
-				return err
-			}
-			if fail {
-				return boom // after the effect: the rollback must take it back
-			}
-			return nil
+			return effectOrFail(ctx, tx, "billing", id, "acct-1", 10, fail)
 		}
 	}
-	if processed, err := b.ib.Run(ctx, b.db.SQL, "billing", id, handler(true)); processed || err != boom {
+	if processed, err := b.ib.Run(ctx, b.db.SQL, "billing", id, handler(true)); processed || err != errBoom {
 		t.Fatalf("failing delivery: Run = %v, %v; want false and the handler's own error", processed, err)
 	}
 	if n := count(t, b.db.SQL, `SELECT count(*) FROM inbox`); n != 0 {
@@ -155,48 +147,27 @@ func TestProcessOnCallersTransaction(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	id := uuid.Must(uuid.NewV7())
-	boom := errors.New("boom")
-	deliver := func(fail bool) (bool, error) {
+	checkRedeliveries(t, b, id, func(fail bool) (bool, error) {
 		tx, err := b.db.SQL.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		processed, err := b.ib.Process(ctx, tx, "billing", id, func() error {
-			if err := effect(ctx, tx, "billing", id, "acct-1", 5); err != nil {
-				return err
-			}
-			if fail {
-				return boom
-			}
-			return nil
+			return effectOrFail(ctx, tx, "billing", id, "acct-1", 5, fail)
 		})
 		if err != nil {
 			_ = tx.Rollback()
 			return processed, err
 		}
 		return processed, tx.Commit()
-	}
-	if processed, err := deliver(true); processed || err != boom {
-		t.Fatalf("failing delivery = %v, %v", processed, err)
-	}
-	if processed, err := deliver(false); !processed || err != nil {
-		t.Fatalf("redelivery = %v, %v; want processed", processed, err)
-	}
-	if processed, err := deliver(false); processed || err != nil {
-		t.Fatalf("duplicate = %v, %v; want skipped", processed, err)
-	}
-	if got := effectsOf(t, b.db.SQL, "billing"); got[id] != 1 {
-		t.Errorf("effects = %v, want one", got)
-	}
+	})
 }
 
 func TestShuffledRedeliveriesApplyEachEffectOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
+	rng := seededRand(t)
 
 	type event struct {
 		id      uuid.UUID

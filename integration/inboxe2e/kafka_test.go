@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -34,9 +33,7 @@ func TestThroughKafka(t *testing.T) {
 	logger := watermill.NopLogger{}
 	const topic = "accounts"
 
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
+	rng := seededRand(t)
 	type event struct {
 		id      uuid.UUID
 		account string

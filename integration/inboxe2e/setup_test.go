@@ -3,7 +3,10 @@ package inboxe2e
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -68,23 +71,65 @@ func count(t *testing.T, db *sql.DB, query string, args ...any) int {
 	return n
 }
 
-// effectsOf returns how many times each event's effect was applied for
-// consumer.
-func effectsOf(t *testing.T, db *sql.DB, consumer string) map[uuid.UUID]int {
+// errBoom is the error of a handler that fails after applying its effect.
+var errBoom = errors.New("boom")
+
+// effectOrFail applies effect and then, if fail, fails with errBoom: the
+// rollback must take the effect back.
+func effectOrFail(ctx context.Context, tx txoutbox.SQLExecer, consumer string, id uuid.UUID, account string, amount int64, fail bool) error {
+	if err := effect(ctx, tx, consumer, id, account, amount); err != nil {
+		return err
+	}
+	if fail {
+		return errBoom
+	}
+	return nil
+}
+
+// checkRedeliveries delivers one billing event three times with deliver:
+// first failing with errBoom, then twice succeeding. The failure must leave
+// the event unprocessed, the first redelivery process it and the second skip
+// it, so its effect is applied once.
+func checkRedeliveries(t *testing.T, b *bundle, id uuid.UUID, deliver func(fail bool) (processed bool, err error)) {
 	t.Helper()
-	rows, err := db.Query(`SELECT event_id, count(*) FROM ledger WHERE consumer = $1 GROUP BY event_id`, consumer)
+	if processed, err := deliver(true); processed || err != errBoom {
+		t.Fatalf("failing delivery = %v, %v", processed, err)
+	}
+	if processed, err := deliver(false); !processed || err != nil {
+		t.Fatalf("redelivery = %v, %v; want processed", processed, err)
+	}
+	if processed, err := deliver(false); processed || err != nil {
+		t.Fatalf("duplicate = %v, %v; want skipped", processed, err)
+	}
+	if got := effectsOf(t, b.db.SQL, "billing"); got[id] != 1 {
+		t.Fatalf("effects = %v, want one", got)
+	}
+}
+
+// seededRand returns a random source whose seed the test logs, to replay a
+// failure.
+func seededRand(t *testing.T) *rand.Rand {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	return rand.New(rand.NewPCG(seed, 0))
+}
+
+// queryMap runs a query of two columns, a key and a value, into a map.
+func queryMap[K comparable, V any](t *testing.T, db *sql.DB, query string, args ...any) map[K]V {
+	t.Helper()
+	rows, err := db.Query(query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	out := map[uuid.UUID]int{}
+	out := map[K]V{}
 	for rows.Next() {
-		var id uuid.UUID
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
+		var k K
+		var v V
+		if err := rows.Scan(&k, &v); err != nil {
 			t.Fatal(err)
 		}
-		out[id] = n
+		out[k] = v
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
@@ -92,25 +137,15 @@ func effectsOf(t *testing.T, db *sql.DB, consumer string) map[uuid.UUID]int {
 	return out
 }
 
+// effectsOf returns how many times each event's effect was applied for
+// consumer.
+func effectsOf(t *testing.T, db *sql.DB, consumer string) map[uuid.UUID]int {
+	t.Helper()
+	return queryMap[uuid.UUID, int](t, db, `SELECT event_id, count(*) FROM ledger WHERE consumer = $1 GROUP BY event_id`, consumer)
+}
+
 // balances returns every account's balance.
 func balances(t *testing.T, db *sql.DB) map[string]int64 {
 	t.Helper()
-	rows, err := db.Query(`SELECT id, balance FROM accounts`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var id string
-		var b int64
-		if err := rows.Scan(&id, &b); err != nil {
-			t.Fatal(err)
-		}
-		out[id] = b
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return queryMap[string, int64](t, db, `SELECT id, balance FROM accounts`)
 }

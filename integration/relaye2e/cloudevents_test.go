@@ -19,10 +19,7 @@ func TestCloudEventsHeaders(t *testing.T) {
 	cfg.CloudEvents = relay.CloudEventsConfig{Enabled: true, Source: "/orders-service"}
 	runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), cfg)
 	rec := firstRecord(t, b.brokers, "ce")
-	h := map[string]string{}
-	for _, kv := range rec.Headers {
-		h[kv.Key] = string(kv.Value)
-	}
+	h := recordHeaders(rec)
 	for k, v := range map[string]string{
 		"ce_specversion": "1.0", "ce_id": want[0].id, "ce_type": "order.changed", "ce_source": "/orders-service",
 		"content-type": "application/json", txoutbox.HeaderEventID: want[0].id,

@@ -81,9 +81,7 @@ func TestFailedEventHoldsBackOnlyItsAggregate(t *testing.T) {
 	if n := count(t, b.db, `SELECT count(*) FROM outbox WHERE aggregate_id = 'agg-0' AND attempts > 0`); n != 1 {
 		t.Fatalf("%d agg-0 events have failed attempts; only its first should", n)
 	}
-	if n := count(t, b.db, `SELECT count(*) FROM outbox WHERE aggregate_id = 'agg-0' AND state = 'published'`); n != 0 {
-		t.Fatalf("%d agg-0 events published past the failing first one", n)
-	}
+	requireNone(t, b.db, `SELECT count(*) FROM outbox WHERE aggregate_id = 'agg-0' AND state = 'published'`, "agg-0 events published past the failing first one")
 
 	// The broker recovers: agg-0 follows, in order.
 	pub.mu.Lock()
@@ -185,12 +183,8 @@ func TestUnacknowledgedEventsAreNeverMarked(t *testing.T) {
 	// Shut down while publishes hang, then let them fail.
 	go func() { time.Sleep(200 * time.Millisecond); close(pub.release) }()
 	stop()
-	if n := count(t, b.db, "SELECT count(*) FROM outbox WHERE state = 'published'"); n != 0 {
-		t.Fatalf("%d unacknowledged events marked published", n)
-	}
-	if n := count(t, b.db, "SELECT count(*) FROM outbox WHERE lease_owner IS NOT NULL"); n != 0 {
-		t.Fatalf("%d rows left claimed after a clean shutdown; they should be released or failed", n)
-	}
+	requireNone(t, b.db, "SELECT count(*) FROM outbox WHERE state = 'published'", "unacknowledged events marked published")
+	requireNone(t, b.db, "SELECT count(*) FROM outbox WHERE lease_owner IS NOT NULL", "rows left claimed after a clean shutdown; they should be released or failed")
 }
 
 func TestFailoverAfterRelayDiesWithoutCleanup(t *testing.T) {

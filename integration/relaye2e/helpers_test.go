@@ -222,6 +222,15 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	testkit.WaitFor(t, timeout, what, cond)
 }
 
+// requireNone stops the test when the count query finds any row; what
+// says, after their number, what those rows are.
+func requireNone(t *testing.T, db *testkit.DB, query, what string) {
+	t.Helper()
+	if n := count(t, db, query); n != 0 {
+		t.Fatalf("%d %s", n, what)
+	}
+}
+
 func count(t *testing.T, db *testkit.DB, query string, args ...any) int {
 	t.Helper()
 	var n int

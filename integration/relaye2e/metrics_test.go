@@ -1,11 +1,9 @@
 package relaye2e
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
@@ -14,21 +12,17 @@ import (
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	reader := metric.NewManualReader()
+	reader, mp := recordMetrics(t)
 	cfg := b.fastConfig()
-	cfg.MeterProvider = metric.NewMeterProvider(metric.WithReader(reader))
+	cfg.MeterProvider = mp
 	want := b.write(t, "orders", 100, 4)
 	runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), cfg)
 	check(t, want, consume(t, b.brokers, "orders", len(want), 30*time.Second))
 
 	var published, shards int64
 	waitFor(t, 10*time.Second, "the published counter and owned shards gauge", func() bool {
-		var rm metricdata.ResourceMetrics
-		if err := reader.Collect(context.Background(), &rm); err != nil {
-			t.Fatal(err)
-		}
 		found := map[string]bool{}
-		for _, sm := range rm.ScopeMetrics {
+		for _, sm := range collect(t, reader).ScopeMetrics {
 			for _, m := range sm.Metrics {
 				found[m.Name] = true
 				switch d := m.Data.(type) {

@@ -12,8 +12,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txoutbox/txoutbox"
@@ -22,6 +20,25 @@ import (
 	"github.com/txoutbox/txoutbox/relay/relaytest"
 	"github.com/txoutbox/txoutbox/relay/walrelay"
 )
+
+// recordMetrics returns a meter provider, shut down when the test ends,
+// and the manual reader that collects what it records.
+func recordMetrics(t *testing.T) (*sdkmetric.ManualReader, *sdkmetric.MeterProvider) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	return reader, mp
+}
+
+// collect reads what the reader's provider has recorded so far.
+func collect(t *testing.T, reader sdkmetric.Reader) metricdata.ResourceMetrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	return rm
+}
 
 // histogramPoints returns the data points of the named float histogram.
 func histogramPoints(rm metricdata.ResourceMetrics, name string) []metricdata.HistogramDataPoint[float64] {
@@ -63,9 +80,9 @@ func (p *pacedPublisher) Close() error { return nil }
 func TestPublishDurationHistogram(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	reader := sdkmetric.NewManualReader()
+	reader, mp := recordMetrics(t)
 	cfg := b.fastConfig()
-	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	cfg.MeterProvider = mp
 	cfg.MaxAttempts = 1
 	b.write(t, "orders", 12, 12)
 	b.write(t, "refused", 1, 1)
@@ -75,11 +92,7 @@ func TestPublishDurationHistogram(t *testing.T) {
 		return count(t, b.db, "SELECT count(*) FROM outbox WHERE state IN ('published', 'dead')") == 13
 	})
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	points := histogramPoints(rm, "txoutbox.relay.publish.duration")
+	points := histogramPoints(collect(t, reader), "txoutbox.relay.publish.duration")
 	var orders, refused *metricdata.HistogramDataPoint[float64]
 	for i, p := range points {
 		topic, _ := p.Attributes.Value("messaging.destination.name")
@@ -134,13 +147,11 @@ func TestWALRelayRecordsPublishSpansAndMetrics(t *testing.T) {
 		}
 		_, _ = db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+walrelay.PublicationDefault(db.Table()))
 	})
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	reader := sdkmetric.NewManualReader()
+	spans, tp := recordSpans(t)
+	reader, mp := recordMetrics(t)
 	pub := relaytest.NewPublisher()
 	r, err := walrelay.New(db.URL, pub, walrelay.Config{Table: db.Table(), StandbyRetry: 100 * time.Millisecond,
-		TracerProvider: tp, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		TracerProvider: tp, MeterProvider: mp,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -176,23 +187,12 @@ func TestWALRelayRecordsPublishSpansAndMetrics(t *testing.T) {
 	if span.InstrumentationScope.Name != scope || span.SpanKind != trace.SpanKindProducer {
 		t.Errorf("publish span of scope %q, kind %v; want %q, producer", span.InstrumentationScope.Name, span.SpanKind, scope)
 	}
-	attrs := map[string]string{}
-	for _, kv := range span.Attributes {
-		attrs[string(kv.Key)] = kv.Value.Emit()
-	}
-	for k, v := range map[string]string{
+	checkSpanAttributes(t, span, map[string]string{
 		"messaging.system": "_OTHER", "messaging.operation.name": "send", "messaging.operation.type": "send",
 		"messaging.destination.name": "wal-traced", "messaging.message.id": ev.ID.String(),
-	} {
-		if attrs[k] != v {
-			t.Errorf("publish span %s = %q, want %q (all: %v)", k, attrs[k], v, attrs)
-		}
-	}
+	})
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
+	rm := collect(t, reader)
 	ours := slices.IndexFunc(rm.ScopeMetrics, func(sm metricdata.ScopeMetrics) bool { return sm.Scope.Name == scope })
 	for _, name := range []string{"txoutbox.relay.publish.duration", "messaging.client.sent.messages", "txoutbox.wal.published"} {
 		if ours < 0 || !slices.ContainsFunc(rm.ScopeMetrics[ours].Metrics, func(m metricdata.Metrics) bool { return m.Name == name }) {

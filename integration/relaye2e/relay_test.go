@@ -18,12 +18,8 @@ func TestRelayDeliversEverythingInOrder(t *testing.T) {
 		return count(t, b.db, "SELECT count(*) FROM outbox WHERE state = 'published'") == len(want)
 	})
 	stop()
-	if n := count(t, b.db, "SELECT count(*) FROM outbox_relays"); n != 0 {
-		t.Fatalf("%d relay rows left after a clean shutdown", n)
-	}
-	if n := count(t, b.db, "SELECT count(*) FROM outbox_shards WHERE owner IS NOT NULL"); n != 0 {
-		t.Fatalf("%d shards still owned after a clean shutdown", n)
-	}
+	requireNone(t, b.db, "SELECT count(*) FROM outbox_relays", "relay rows left after a clean shutdown")
+	requireNone(t, b.db, "SELECT count(*) FROM outbox_shards WHERE owner IS NOT NULL", "shards still owned after a clean shutdown")
 }
 
 func TestThreeRelaysKeepPerKeyOrder(t *testing.T) {

@@ -10,8 +10,6 @@ import (
 	"go.opentelemetry.io/otel"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -27,9 +25,7 @@ import (
 func TestTraceThroughTheOutbox(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	spans, tp := recordSpans(t)
 
 	// The application: a request span, and the event written in it.
 	ctx, reqSpan := tp.Tracer("app").Start(context.Background(), "POST /orders")
@@ -56,10 +52,7 @@ func TestTraceThroughTheOutbox(t *testing.T) {
 
 	// The consumer: the record's headers carry a trace context.
 	rec := firstRecord(t, b.brokers, "traced")
-	headers := propagation.MapCarrier{}
-	for _, h := range rec.Headers {
-		headers[h.Key] = string(h.Value)
-	}
+	headers := propagation.MapCarrier(recordHeaders(rec))
 	if headers[txoutbox.HeaderEventID] != ev.ID.String() {
 		t.Fatalf("record event_id = %q, want %s", headers[txoutbox.HeaderEventID], ev.ID)
 	}
@@ -85,18 +78,10 @@ func TestTraceThroughTheOutbox(t *testing.T) {
 	if !consumed.IsSampled() {
 		t.Errorf("record trace context is not sampled")
 	}
-	attrs := map[string]string{}
-	for _, kv := range publish.Attributes {
-		attrs[string(kv.Key)] = kv.Value.Emit()
-	}
-	for k, v := range map[string]string{
+	checkSpanAttributes(t, publish, map[string]string{
 		"messaging.system": "kafka", "messaging.operation.name": "send", "messaging.operation.type": "send",
 		"messaging.destination.name": "traced", "messaging.message.id": ev.ID.String(), "messaging.kafka.message.key": "o-1",
-	} {
-		if attrs[k] != v {
-			t.Errorf("publish span %s = %q, want %q (all: %v)", k, attrs[k], v, attrs)
-		}
-	}
+	})
 }
 
 // The messaging system comes from the publisher in use, not from a
@@ -104,20 +89,14 @@ func TestTraceThroughTheOutbox(t *testing.T) {
 func TestSpanNamesThePublishersSystem(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	spans, tp := recordSpans(t)
 	b.write(t, "elsewhere", 1, 1)
 	cfg := b.fastConfig()
 	cfg.TracerProvider = tp
 	cfg.MaxAttempts = 1
 	runRelay(t, b.db, &flakyPublisher{failLeft: map[string]int{"agg-0": 1}}, cfg)
 	waitFor(t, 10*time.Second, "the failed send span", func() bool { return len(spans.GetSpans()) > 0 })
-	s := spans.GetSpans()[0]
-	attrs := map[string]string{}
-	for _, kv := range s.Attributes {
-		attrs[string(kv.Key)] = kv.Value.Emit()
-	}
+	attrs := spanAttributes(spans.GetSpans()[0])
 	if attrs["messaging.system"] != "_OTHER" || attrs["error.type"] != "*errors.errorString" {
 		t.Errorf("span attributes %v: want messaging.system _OTHER (a publisher the relay does not know) and error.type", attrs)
 	}
@@ -133,31 +112,62 @@ func TestRelayDefaultsToGlobalProviders(t *testing.T) {
 	cfg := b.fastConfig()
 	_, stop := runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), cfg)
 
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	spans, tp := recordSpans(t)
 	otel.SetTracerProvider(tp)
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	reader, mp := recordMetrics(t)
 	otel.SetMeterProvider(mp)
 	otel.SetTextMapPropagator(propagation.TraceContext{})
-	t.Cleanup(func() {
+	t.Cleanup(func() { // before the providers shut down
 		otel.SetTracerProvider(tracenoop.NewTracerProvider())
 		otel.SetMeterProvider(metricnoop.NewMeterProvider())
-		_ = tp.Shutdown(context.Background())
-		_ = mp.Shutdown(context.Background())
 	})
 
 	b.write(t, "global", 3, 1)
 	consume(t, b.brokers, "global", 3, 20*time.Second)
 	waitFor(t, 10*time.Second, "three spans on the global provider", func() bool { return len(spans.GetSpans()) >= 3 })
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	if histogramPoints(rm, "txoutbox.relay.publish.duration") == nil {
+	if histogramPoints(collect(t, reader), "txoutbox.relay.publish.duration") == nil {
 		t.Errorf("no publish duration on the global meter provider")
 	}
 	stop()
+}
+
+// recordSpans returns a tracer provider, shut down when the test ends,
+// that records every span it ends in the returned exporter.
+func recordSpans(t *testing.T) (*tracetest.InMemoryExporter, *sdktrace.TracerProvider) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return spans, tp
+}
+
+// spanAttributes returns a span's attributes by key, as strings.
+func spanAttributes(s tracetest.SpanStub) map[string]string {
+	attrs := map[string]string{}
+	for _, kv := range s.Attributes {
+		attrs[string(kv.Key)] = kv.Value.Emit()
+	}
+	return attrs
+}
+
+// checkSpanAttributes reports each attribute of want the span does not
+// carry with that value.
+func checkSpanAttributes(t *testing.T, s *tracetest.SpanStub, want map[string]string) {
+	t.Helper()
+	attrs := spanAttributes(*s)
+	for k, v := range want {
+		if attrs[k] != v {
+			t.Errorf("publish span %s = %q, want %q (all: %v)", k, attrs[k], v, attrs)
+		}
+	}
+}
+
+// recordHeaders returns a record's headers by key.
+func recordHeaders(rec *kgo.Record) map[string]string {
+	h := map[string]string{}
+	for _, kv := range rec.Headers {
+		h[kv.Key] = string(kv.Value)
+	}
+	return h
 }
 
 // firstRecord reads the first record of topic with an independent client.

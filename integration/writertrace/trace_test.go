@@ -129,10 +129,7 @@ func TestWriterPropagatorCanBeTurnedOff(t *testing.T) {
 // Not parallel: it sets the global propagator.
 func TestWriterDefaultsToTheGlobalPropagator(t *testing.T) {
 	db := testkit.NewOutbox(t)
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWriter(t, db)
 	prev := otel.GetTextMapPropagator()
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	defer otel.SetTextMapPropagator(prev)

@@ -390,12 +390,7 @@ func WALBigTransaction(n, pad, maxRSSMiB int) Scale {
 			return "", err
 		}
 		defer stop()
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			f.KillAll()
-			dropWALSlot(dctx, env)
-		}()
+		defer killAndDropWALSlot(ctx, env, f)
 		if !waitUntil(ctx, 30*time.Second, func() bool { return f.Streaming() != "" }) {
 			return "", errors.New("wal-big-tx: no relay streams")
 		}
@@ -437,12 +432,7 @@ func WALDBA() Scale {
 			return "", err
 		}
 		defer stop()
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			f.KillAll()
-			dropWALSlot(dctx, env)
-		}()
+		defer killAndDropWALSlot(ctx, env, f)
 		table, slot, pub, err := walNames(env)
 		if err != nil {
 			return "", err

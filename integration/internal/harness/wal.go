@@ -85,6 +85,15 @@ func dropWALSlot(ctx context.Context, env *Env) {
 	_, _ = env.DB.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+name)
 }
 
+// killAndDropWALSlot kills every relay of f, then drops their slot and
+// publication (dropWALSlot) within 30s, even once ctx is done.
+func killAndDropWALSlot(ctx context.Context, env *Env, f *Fleet) {
+	f.KillAll()
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	dropWALSlot(dctx, env)
+}
+
 // TopicShared is the topic of CommitOrderNoLocks's shared aggregates.
 const TopicShared = "wal-shared"
 
@@ -225,12 +234,7 @@ func WALTakeover(ctx context.Context, env *Env, kills int) ([]time.Duration, err
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		fleet.KillAll()
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		dropWALSlot(dctx, env)
-	}()
+	defer killAndDropWALSlot(ctx, env, fleet)
 	defer fleet.Close()
 	for range 2 {
 		if _, err := fleet.Start(); err != nil {
