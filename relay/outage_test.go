@@ -125,6 +125,26 @@ func (b *internalBundle) count(t *testing.T, query string) int {
 	return n
 }
 
+// publishedRows counts the rows published.
+func (b *internalBundle) publishedRows(t *testing.T) int {
+	t.Helper()
+	return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'published'`)
+}
+
+// eventuallyPublished reports whether n rows are published within timeout.
+func (b *internalBundle) eventuallyPublished(t *testing.T, timeout time.Duration, n int) bool {
+	t.Helper()
+	return testkit.Eventually(timeout, func() bool { return b.publishedRows(t) == n })
+}
+
+// waitPublished fails the test unless n rows are published within timeout.
+func (b *internalBundle) waitPublished(t *testing.T, timeout time.Duration, n int) {
+	t.Helper()
+	if !b.eventuallyPublished(t, timeout, n) {
+		t.Fatalf("%d rows published after %s, want %d", b.publishedRows(t), timeout, n)
+	}
+}
+
 // A broker away for many times MaxAttempts backoffs makes no event dead:
 // failures that are not the event's fault never count towards dead, and
 // once the broker is back every event is delivered, in order.
@@ -135,10 +155,7 @@ func TestOutageMakesNoEventDead(t *testing.T) {
 	pub := newOutagePublisher(func(string) error { return errors.New("kafka: client has run out of available brokers to talk to") })
 	cfg := fastConfig(b)
 	cfg.MaxAttempts = 2
-	r, err := New(b.db.SQL, pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.newRelayWith(t, pub, cfg)
 	start(t, r)
 	// Every aggregate's first event failed five times MaxAttempts.
 	testkit.WaitFor(t, 60*time.Second, "many failed rounds", func() bool {
@@ -154,9 +171,7 @@ func TestOutageMakesNoEventDead(t *testing.T) {
 		t.Fatalf("outage gauge reads %s during the outage", d)
 	}
 	pub.set(nil)
-	testkit.WaitFor(t, 30*time.Second, "every event published", func() bool {
-		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'published'`) == 15
-	})
+	b.waitPublished(t, 30*time.Second, 15)
 	pub.checkOrder(t, 5, "k", "m", "n")
 	if d := r.outage.lasted(); d != 0 {
 		t.Fatalf("outage gauge reads %s after the outage", d)
@@ -179,10 +194,7 @@ func TestPermanentRefusalMakesTheEventDeadAfterMaxAttempts(t *testing.T) {
 	})
 	cfg := fastConfig(b)
 	cfg.MaxAttempts = 3
-	r, err := New(b.db.SQL, pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.newRelayWith(t, pub, cfg)
 	start(t, r)
 	testkit.WaitFor(t, 30*time.Second, "the refused event dead, the rest published", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead' AND attempts = 3 AND id = 1`) == 1 &&
@@ -218,10 +230,7 @@ func TestShutdownCountsNoAttempt(t *testing.T) {
 	b := setupInternal(t)
 	b.write(t, 2, "k", "m")
 	pub := ctxPublisher{started: make(chan struct{}, 1)}
-	r, err := New(b.db.SQL, pub, fastConfig(b))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.newRelayWith(t, pub, fastConfig(b))
 	stop := start(t, r)
 	<-pub.started
 	stop()
@@ -292,10 +301,7 @@ func TestHungPublishGivesTheShardsUp(t *testing.T) {
 	hung := &hungPublisher{calls: make(chan struct{}, 1), release: make(chan struct{})}
 	cfg := fastConfig(b)
 	cfg.PublishTimeout = 200 * time.Millisecond
-	r1, err := New(b.db.SQL, hung, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r1 := b.newRelayWith(t, hung, cfg)
 	stop1 := start(t, r1)
 	<-hung.calls
 	testkit.WaitFor(t, 10*time.Second, "the relay to report itself stalled and give its shards up", func() bool {
@@ -311,14 +317,9 @@ func TestHungPublishGivesTheShardsUp(t *testing.T) {
 	pub := newOutagePublisher(nil)
 	cfg2 := cfg
 	cfg2.ID = "r2"
-	r2, err := New(b.db.SQL, pub, cfg2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r2 := b.newRelayWith(t, pub, cfg2)
 	start(t, r2)
-	testkit.WaitFor(t, 20*time.Second, "the peer to publish everything", func() bool {
-		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'published'`) == 6
-	})
+	b.waitPublished(t, 20*time.Second, 6)
 	pub.checkOrder(t, 3, "k", "m")
 	if n := b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead'`); n != 0 {
 		t.Fatalf("%d events dead", n)
@@ -342,10 +343,7 @@ func TestShutdownDuringAHungPublish(t *testing.T) {
 	t.Cleanup(func() { close(hung.release) })
 	cfg := fastConfig(b)
 	cfg.PublishTimeout = 500 * time.Millisecond
-	r, err := New(b.db.SQL, hung, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.newRelayWith(t, hung, cfg)
 	stop := start(t, r)
 	<-hung.calls
 	begun := time.Now()
