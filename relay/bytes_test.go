@@ -72,7 +72,7 @@ func TestInFlightStaysWithinItsByteBudget(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	b.writeSized(t, 10, "a", "b", "c", "d")
-	pub := &hungPublisher{calls: make(chan struct{}, 1), release: make(chan struct{})}
+	pub := newHungPublisher()
 	cfg := fastConfig(b)
 	cfg.BatchSize, cfg.MaxInFlight = 100, 200
 	cfg.BatchBytes, cfg.MaxInFlightBytes = 3000, 4000

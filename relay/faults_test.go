@@ -279,25 +279,6 @@ func TestClaimOfOneHotAggregateIsNotQuadratic(t *testing.T) {
 	}
 }
 
-// blockingPublisher acknowledges at once, except that the first publish
-// waits until release is closed.
-type blockingPublisher struct {
-	once    sync.Once
-	started chan struct{}
-	release chan struct{}
-}
-
-func (p *blockingPublisher) Publish(string, ...*message.Message) error {
-	first := false
-	p.once.Do(func() { first = true })
-	if first {
-		close(p.started)
-		<-p.release
-	}
-	return nil
-}
-func (*blockingPublisher) Close() error { return nil }
-
 // When the completer gives up at shutdown (the database unreachable or the
 // rows locked for five attempts), the rows it could not record are the
 // ended incarnation's; a second Run of the same Relay starts with nothing in
@@ -306,14 +287,14 @@ func TestSecondRunStartsWithNothingInFlight(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	b.write(t, 1, "k")
-	pub := &blockingPublisher{started: make(chan struct{}), release: make(chan struct{})}
+	pub := newHungPublisher()
 	r := b.newRelayWith(t, pub, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler),
 		BatchSize: 1, MaxInFlight: 1, PollInterval: 20 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
 		StaleAfter: time.Second, LeaseDuration: 2 * time.Second, StatementTimeout: 100 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	<-pub.started
+	<-pub.calls
 	// An operator (or anything) holds the row while the relay shuts down:
 	// the mark cannot be recorded within five attempts.
 	tx, err := b.db.SQL.Begin()

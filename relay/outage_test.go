@@ -275,8 +275,12 @@ func (e markedError) Permanent() bool { return e.permanent }
 // hungPublisher never returns from Publish until released; it then
 // acknowledges.
 type hungPublisher struct {
-	calls   chan struct{}
-	release chan struct{}
+	calls   chan struct{} // a publish began (the first of them is sure to tell)
+	release chan struct{} // closed to let every publish through
+}
+
+func newHungPublisher() *hungPublisher {
+	return &hungPublisher{calls: make(chan struct{}, 1), release: make(chan struct{})}
 }
 
 func (p *hungPublisher) Publish(string, ...*message.Message) error {
@@ -298,7 +302,7 @@ func TestHungPublishGivesTheShardsUp(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	b.write(t, 3, "k", "m")
-	hung := &hungPublisher{calls: make(chan struct{}, 1), release: make(chan struct{})}
+	hung := newHungPublisher()
 	cfg := fastConfig(b)
 	cfg.PublishTimeout = 200 * time.Millisecond
 	r1 := b.newRelayWith(t, hung, cfg)
@@ -339,7 +343,7 @@ func TestShutdownDuringAHungPublish(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	b.write(t, 1, "k")
-	hung := &hungPublisher{calls: make(chan struct{}, 1), release: make(chan struct{})}
+	hung := newHungPublisher()
 	t.Cleanup(func() { close(hung.release) })
 	cfg := fastConfig(b)
 	cfg.PublishTimeout = 500 * time.Millisecond
