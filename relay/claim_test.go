@@ -65,6 +65,14 @@ func (b *internalBundle) newRelayWith(t *testing.T, pub message.Publisher, cfg C
 	return r
 }
 
+// registered is newRelay after one membership round.
+func (b *internalBundle) registered(t *testing.T, id string) *Relay {
+	t.Helper()
+	r := b.newRelay(t, id)
+	round(t, r)
+	return r
+}
+
 // readyRelay is newRelay, registered and owning every shard.
 func (b *internalBundle) readyRelay(t *testing.T, id string) *Relay {
 	t.Helper()

@@ -163,8 +163,7 @@ func TestStandByEndsWhenTheOtherIncarnationIsStale(t *testing.T) {
 	r := b.readyRelay(t, "r1")
 	// The replacing process registers under the same id, then dies
 	// (SIGKILL): its row stays, its heartbeat goes stale.
-	other := b.newRelay(t, "r1")
-	round(t, other)
+	b.registered(t, "r1")
 	b.exec(t, `UPDATE outbox_relays SET heartbeat_at = now() - interval '1 hour'`)
 	for i := range 5 {
 		_, err := r.members.round(ctx)

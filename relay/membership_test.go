@@ -63,11 +63,9 @@ func TestRestartUnderSameIDReplacesEarlierIncarnation(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	ctx := context.Background()
-	first := b.newRelay(t, "r1")
-	round(t, first)
+	first := b.registered(t, "r1")
 	old := first.members.cur.Load()
-	second := b.newRelay(t, "r1")
-	round(t, second)
+	second := b.registered(t, "r1")
 	cur := second.members.cur.Load()
 	if cur.token == old.token {
 		t.Fatal("two runs of r1 share an incarnation")
@@ -104,8 +102,7 @@ func TestRestartUnderSameIDReplacesEarlierIncarnation(t *testing.T) {
 func TestDeclaredDeadRelayEndsItsIncarnation(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
-	r := b.newRelay(t, "r1")
-	round(t, r)
+	r := b.registered(t, "r1")
 	old := r.members.cur.Load()
 	b.exec(t, `DELETE FROM outbox_relays`) // what a peer's ForgetStaleRelays does
 	round(t, r)
@@ -122,8 +119,7 @@ func TestDeclaredDeadRelayEndsItsIncarnation(t *testing.T) {
 func TestNoClaimsPastTheDeadline(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
-	r := b.newRelay(t, "r1")
-	round(t, r)
+	r := b.registered(t, "r1")
 	if inc, shards := r.members.claimable(); inc == nil || len(shards) != numShards {
 		t.Fatalf("claimable = %v, %d shards; want the incarnation and every shard", inc, len(shards))
 	}
