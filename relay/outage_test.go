@@ -92,28 +92,16 @@ func fastConfig(b *internalBundle) Config {
 		OutageBackoffMax: 20 * time.Millisecond}
 }
 
-// start runs r until the test ends or stop is called.
+// start runs r until the test ends or stop is called (testkit.Run); an
+// error of Run fails the test.
 func start(t *testing.T, r *Relay) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Error("Run did not return")
-			}
-		})
+	stopRun := testkit.Run(t, r.Run)
+	return func() {
+		if err := stopRun(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
 	}
-	t.Cleanup(stop)
-	return stop
 }
 
 func (b *internalBundle) count(t *testing.T, query string) int {

@@ -3,7 +3,6 @@ package walrelay
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -95,31 +94,10 @@ func (b *bundle) dropSlot(t *testing.T) {
 }
 
 // run starts r and returns a function that stops it and returns Run's
-// error.
+// error (testkit.Run).
 func run(t *testing.T, r *Relay) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case err = <-done:
-			case <-time.After(30 * time.Second):
-				err = errors.New("Run did not return within 30s of cancel")
-			}
-		})
-		return err
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	return stop
+	return testkit.Run(t, r.Run)
 }
 
 // runActive is run, returning once r streams: rows written from then on
