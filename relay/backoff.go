@@ -20,6 +20,18 @@ func backoff(attempt int, base, limit time.Duration) time.Duration {
 // reports whether ctx is still live.
 func sleep(ctx context.Context, d time.Duration) bool { return publish.Sleep(ctx, d) }
 
+// tick waits for c, a ticker's or timer's channel, or until ctx ends, and
+// reports whether ctx is still live: a loop that runs on every tick is
+// `for tick(ctx, t.C) { ... }`.
+func tick(ctx context.Context, c <-chan time.Time) bool {
+	select {
+	case <-c:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // randomSuffix makes default relay ids unique across restarts of one process.
 func randomSuffix() string {
 	b := make([]byte, 4)

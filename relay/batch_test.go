@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,7 +11,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/txoutbox/txoutbox"
-	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // batchRecorder is a BatchPublisher that records every call, refuses the
@@ -88,23 +86,12 @@ func TestLanesBatchDistinctAggregatesInOrder(t *testing.T) {
 	}
 	b.write(t, 5, aggs...) // 200 rows, aggregates interleaved
 	pub := newBatchRecorder(map[string]int{"agg-3": 2, "agg-17": 1})
-	r, err := New(b.db.SQL, pub, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler),
+	r := b.newRelayWith(t, pub, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler),
 		Lanes: 2, LaneBatch: 8, PollInterval: 20 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, StaleAfter: time.Second,
 		LeaseDuration: 2 * time.Second, BackoffMin: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	testkit.WaitFor(t, 20*time.Second, "every row to be published", func() bool {
-		var n int
-		return b.db.SQL.QueryRow(`SELECT count(*) FROM outbox WHERE state = 'published'`).Scan(&n) == nil && n == 200
-	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop := start(t, r)
+	b.waitPublished(t, 20*time.Second, 200)
+	stop()
 
 	pub.mu.Lock()
 	defer pub.mu.Unlock()

@@ -2,13 +2,10 @@ package relay
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // writeSized commits n events of 1000-byte payloads, aggregates
@@ -26,14 +23,12 @@ func claimWithinIDs(t *testing.T, r *Relay, bytes int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := make([]string, len(rows))
-	for i, row := range rows {
-		ids[i] = fmt.Sprint(row.id)
+	for _, row := range rows {
 		if row.bytes != 1000 {
 			t.Fatalf("row %d counted as %d bytes, want 1000", row.id, row.bytes)
 		}
 	}
-	return strings.Join(ids, " ")
+	return idsOf(rows)
 }
 
 // A claim stops before the row that would take it past its byte budget, in
@@ -42,8 +37,7 @@ func TestClaimStopsAtItsByteBudget(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	b.writeSized(t, 3, "k", "m") // k: 1 3 5, m: 2 4 6
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	r := b.readyRelay(t, "r1")
 	for _, c := range []struct {
 		bytes int64
 		want  string
@@ -61,8 +55,7 @@ func TestClaimByteBudgetKeepsOrder(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	b.writeSized(t, 3, "k", "m")
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	r := b.readyRelay(t, "r1")
 	release := b.lock(t, `SELECT 1 FROM outbox WHERE id = 1 FOR UPDATE`)
 	if got := claimWithinIDs(t, r, 2000); got != "2" {
 		t.Fatalf("claim within 2000 bytes with row 1 locked took %q, want 2 (1 locked, 2 fits, 3 held back behind 1)", got)
@@ -79,14 +72,11 @@ func TestInFlightStaysWithinItsByteBudget(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	b.writeSized(t, 10, "a", "b", "c", "d")
-	pub := &hungPublisher{calls: make(chan struct{}, 1), release: make(chan struct{})}
+	pub := newHungPublisher()
 	cfg := fastConfig(b)
 	cfg.BatchSize, cfg.MaxInFlight = 100, 200
 	cfg.BatchBytes, cfg.MaxInFlightBytes = 3000, 4000
-	r, err := New(b.db.SQL, pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.newRelayWith(t, pub, cfg)
 	start(t, r)
 	var once sync.Once
 	release := func() { once.Do(func() { close(pub.release) }) }
@@ -103,9 +93,7 @@ func TestInFlightStaysWithinItsByteBudget(t *testing.T) {
 		t.Fatalf("%d bytes counted in flight, want 3000", got)
 	}
 	release()
-	testkit.WaitFor(t, 20*time.Second, "every event published", func() bool {
-		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'published'`) == 40
-	})
+	b.waitPublished(t, 20*time.Second, 40)
 	if got := r.budget.bytes.Load(); got != 0 {
 		t.Fatalf("%d bytes counted in flight once everything is published", got)
 	}

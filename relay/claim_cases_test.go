@@ -57,11 +57,7 @@ func TestClaimHoldsBackBehindARowChangedAfterItsSnapshot(t *testing.T) {
 			done <- "error: " + err.Error()
 			return
 		}
-		var ids []string
-		for _, row := range rows {
-			ids = append(ids, fmt.Sprint(row.id))
-		}
-		done <- strings.Join(ids, " ")
+		done <- idsOf(rows)
 	}()
 	time.Sleep(100 * time.Millisecond)
 	b.exec(t, `UPDATE outbox SET payload = payload WHERE id = 3`)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
@@ -35,19 +37,47 @@ func setupInternal(t *testing.T) *internalBundle {
 // registered and owning every shard.
 func setupKM(t *testing.T) (*internalBundle, *Relay) {
 	t.Helper()
-	b := setupInternal(t)
-	b.write(t, 3, "k", "m")
-	r := b.newRelay(t, "r1")
-	ready(t, r)
-	return b, r
+	return setupReady(t, 3, "k", "m")
 }
 
+// setupReady writes n events of each aggregate of aggs, as write does, and
+// readies relay r1.
+func setupReady(t *testing.T, n int, aggs ...string) (*internalBundle, *Relay) {
+	t.Helper()
+	b := setupInternal(t)
+	b.write(t, n, aggs...)
+	return b, b.readyRelay(t, "r1")
+}
+
+// newRelay is relay id of the default configuration, publishing nothing.
 func (b *internalBundle) newRelay(t *testing.T, id string) *Relay {
 	t.Helper()
-	r, err := New(b.db.SQL, nopPublisher{}, Config{Table: b.db.Table(), ID: id, Logger: slog.New(slog.DiscardHandler)})
+	return b.newRelayWith(t, nopPublisher{}, Config{Table: b.db.Table(), ID: id, Logger: slog.New(slog.DiscardHandler)})
+}
+
+// newRelayWith is New on the test's database, which must succeed.
+func (b *internalBundle) newRelayWith(t *testing.T, pub message.Publisher, cfg Config) *Relay {
+	t.Helper()
+	r, err := New(b.db.SQL, pub, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+// registered is newRelay after one membership round.
+func (b *internalBundle) registered(t *testing.T, id string) *Relay {
+	t.Helper()
+	r := b.newRelay(t, id)
+	round(t, r)
+	return r
+}
+
+// readyRelay is newRelay, registered and owning every shard.
+func (b *internalBundle) readyRelay(t *testing.T, id string) *Relay {
+	t.Helper()
+	r := b.newRelay(t, id)
+	ready(t, r)
 	return r
 }
 
@@ -76,20 +106,29 @@ func (b *internalBundle) lock(t *testing.T, query string) (release func()) {
 // 1..n*len(aggs) in id order.
 func (b *internalBundle) write(t *testing.T, n int, aggs ...string) {
 	t.Helper()
-	tx, err := b.db.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
+	var events []txoutbox.Event
 	for i := range n {
 		for _, agg := range aggs {
 			e, err := txoutbox.NewEvent("orders", "order", agg, "order.changed", i)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := b.w.Write(context.Background(), tx, e); err != nil {
-				t.Fatal(err)
-			}
+			events = append(events, e)
 		}
+	}
+	b.commit(t, events...)
+}
+
+// commit writes events in one transaction.
+func (b *internalBundle) commit(t *testing.T, events ...txoutbox.Event) {
+	t.Helper()
+	tx, err := b.db.SQL.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // committed below
+	if err := b.w.Write(context.Background(), tx, events...); err != nil {
+		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
@@ -116,12 +155,18 @@ func (b *internalBundle) relayIDs(t *testing.T) []string {
 	return ids
 }
 
-// ready registers r and gives it every shard.
-func ready(t *testing.T, r *Relay) {
+// round runs one membership round of r, which must succeed.
+func round(t *testing.T, r *Relay) {
 	t.Helper()
 	if _, err := r.members.round(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// ready registers r and gives it every shard.
+func ready(t *testing.T, r *Relay) {
+	t.Helper()
+	round(t, r)
 	if _, shards := r.members.claimable(); len(shards) != numShards {
 		t.Fatalf("relay claims from %d shards, want %d", len(shards), numShards)
 	}
@@ -139,9 +184,14 @@ func claimUpTo(t *testing.T, r *Relay, limit int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for _, row := range rows {
-		ids = append(ids, fmt.Sprint(row.id))
+	return idsOf(rows)
+}
+
+// idsOf lists the ids of rows, space-separated.
+func idsOf(rows []*claimedRow) string {
+	ids := make([]string, len(rows))
+	for i, row := range rows {
+		ids[i] = fmt.Sprint(row.id)
 	}
 	return strings.Join(ids, " ")
 }
@@ -151,8 +201,7 @@ func claimUpTo(t *testing.T, r *Relay, limit int) string {
 func claimOne(t *testing.T, b *internalBundle) (*Relay, []*claimedRow) {
 	t.Helper()
 	b.write(t, 1, "k")
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	r := b.readyRelay(t, "r1")
 	rows, err := r.claimer.claim(context.Background(), 10)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim: %v, %d rows", err, len(rows))
@@ -165,10 +214,7 @@ func claimOne(t *testing.T, b *internalBundle) (*Relay, []*claimedRow) {
 // order instead of after a lease expiry, behind later events.
 func TestClaimAfterUnconfirmedCommitReleasesItsRows(t *testing.T) {
 	t.Parallel()
-	b := setupInternal(t)
-	b.write(t, 6, "k")
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	b, r := setupReady(t, 6, "k")
 	inc := r.members.cur.Load()
 	// The lost claim: rows 1-3 claimed by r1, whose commit reply never came.
 	b.exec(t, `UPDATE outbox SET state = 'claimed', lease_owner = $1, lease_expires_at = now() + interval '1 hour' WHERE id <= 3`, inc.token)
@@ -190,8 +236,7 @@ func TestClaimAfterSameIDRestartTakesEarlierRowsFirst(t *testing.T) {
 		t.Fatalf("first run claimed %q", got)
 	}
 	b.write(t, 2, "k", "m") // rows 7-10
-	second := b.newRelay(t, "r1")
-	ready(t, second)
+	second := b.readyRelay(t, "r1")
 	if got := claimIDs(t, second); got != "1 2 3 4 5 6 7 8 9 10" {
 		t.Fatalf("restarted relay claimed %q, want 1..10: the earlier run's rows again, then the new ones", got)
 	}
@@ -238,10 +283,7 @@ func TestClaimHoldsBackBehindBackoffNotBehindDead(t *testing.T) {
 		`UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 hour', retry_at = now() + interval '1 hour' WHERE id = 1`,
 		`UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 hour' WHERE id = 1`,
 	} {
-		b := setupInternal(t)
-		b.write(t, 2, "k", "m") // k: 1 3, m: 2 4
-		r := b.newRelay(t, "r1")
-		ready(t, r)
+		b, r := setupReady(t, 2, "k", "m") // k: 1 3, m: 2 4
 		b.exec(t, backoff)
 		b.exec(t, `UPDATE outbox SET state = 'dead', attempts = 10 WHERE id = 2`)
 		if got := claimIDs(t, r); got != "4" {
@@ -258,8 +300,7 @@ func TestClaimLooksPastAggregatesInBackoff(t *testing.T) {
 	b := setupInternal(t)
 	b.write(t, 1, "a", "b", "c", "d") // 1 2 3 4
 	b.write(t, 1, "e")                // 5
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	r := b.readyRelay(t, "r1")
 	// As Fail leaves them: retry_at is the backoff's end.
 	b.exec(t, `UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 hour', retry_at = now() + interval '1 hour' WHERE id <= 4`)
 	if got := claimUpTo(t, r, 4); got != "5" {
@@ -271,10 +312,7 @@ func TestClaimLooksPastAggregatesInBackoff(t *testing.T) {
 // relay's claims (a lost release) are nobody's: claimed again, in order.
 func TestClaimTakesRowsOfAGoneIncarnationInOrder(t *testing.T) {
 	t.Parallel()
-	b := setupInternal(t)
-	b.write(t, 4, "k")
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	b, r := setupReady(t, 4, "k")
 	b.exec(t, `UPDATE outbox SET state = 'claimed', lease_owner = 'gone#1', lease_expires_at = now() + interval '1 hour' WHERE id IN (1, 2)`)
 	if got := claimIDs(t, r); got != "1 2 3 4" {
 		t.Fatalf("claimed %q, want 1 2 3 4", got)
@@ -289,8 +327,7 @@ func TestClaimMakesUndecodableRowsDead(t *testing.T) {
 	b := setupInternal(t)
 	b.write(t, 3, "k")
 	b.exec(t, `UPDATE outbox SET headers = '{"n": 1}' WHERE id = 2`)
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	r := b.readyRelay(t, "r1")
 	if got := claimIDs(t, r); got != "1 3" {
 		t.Fatalf("claimed %q, want 1 3", got)
 	}
@@ -429,8 +466,7 @@ func TestClaimOrdersRetriesAndFirstAttemptsOfAnAggregate(t *testing.T) {
 		b.write(t, 1, "a", "b", "c") // 1 2 3
 		b.write(t, 1, "a", "b", "c") // 4 5 6
 		b.write(t, 1, "c")           // 7
-		r := b.newRelay(t, "r1")
-		ready(t, r)
+		r := b.readyRelay(t, "r1")
 		// a: 1 a due retry, then 4. b: 2 in backoff, then 5. c: 3 (never
 		// failed, as after a replay), 6 a due retry, then 7.
 		b.exec(t, `UPDATE outbox SET attempts = 1, next_attempt_at = now() - interval '2 seconds', retry_at = now() - interval '2 seconds' WHERE id = 1`)
@@ -447,8 +483,7 @@ func TestClaimOrdersRetriesAndFirstAttemptsOfAnAggregate(t *testing.T) {
 		b := setupInternal(t)
 		b.write(t, 2, "e") // 1 2
 		b.write(t, 1, "g") // 3
-		r := b.newRelay(t, "r1")
-		ready(t, r)
+		r := b.readyRelay(t, "r1")
 		b.exec(t, `UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 hour', retry_at = now() + interval '1 hour' WHERE id = 1`)
 		b.exec(t, `UPDATE outbox SET attempts = 1, next_attempt_at = now() - interval '1 second', retry_at = now() - interval '1 second' WHERE id = 2`)
 		if got := claimIDs(t, r); got != "3" {

@@ -14,8 +14,7 @@ import (
 func TestClaimMakesAsyncCommitsDurable(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	r := b.readyRelay(t, "r1")
 	ctx := context.Background()
 	for round := range 20 {
 		conn, err := b.db.SQL.Conn(ctx)

@@ -88,11 +88,7 @@ func TestRetryHoldsClaimsBackWhileItCommits(t *testing.T) {
 	claimed := make(chan result, 1)
 	go func() {
 		rows, err := r.claimer.claim(context.Background(), 100)
-		var ids []string
-		for _, row := range rows {
-			ids = append(ids, fmt.Sprint(row.id))
-		}
-		claimed <- result{strings.Join(ids, " "), err}
+		claimed <- result{idsOf(rows), err}
 	}()
 	waitBlocked() // the claim statement runs: its snapshot is taken, row 1 dead in it
 
@@ -164,14 +160,10 @@ func TestStandByEndsWhenTheOtherIncarnationIsStale(t *testing.T) {
 	b := setupInternal(t)
 	ctx := context.Background()
 	b.write(t, 1, "k")
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	r := b.readyRelay(t, "r1")
 	// The replacing process registers under the same id, then dies
 	// (SIGKILL): its row stays, its heartbeat goes stale.
-	other := b.newRelay(t, "r1")
-	if _, err := other.members.round(ctx); err != nil {
-		t.Fatal(err)
-	}
+	b.registered(t, "r1")
 	b.exec(t, `UPDATE outbox_relays SET heartbeat_at = now() - interval '1 hour'`)
 	for i := range 5 {
 		_, err := r.members.round(ctx)
@@ -223,23 +215,10 @@ func TestNULInPublishErrorDoesNotStallTheRelay(t *testing.T) {
 	b := setupInternal(t)
 	b.write(t, 1, "k")
 	pub := &switchPublisher{fail: errors.New("broker said: \x00")}
-	r, err := New(b.db.SQL, pub, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler),
+	r := b.newRelayWith(t, pub, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler),
 		PollInterval: 20 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, StaleAfter: time.Second,
 		LeaseDuration: 2 * time.Second, BackoffMin: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Error("Run did not return")
-		}
-	}()
+	start(t, r)
 	testkit.WaitFor(t, 10*time.Second, "the failed publish to be recorded", func() bool {
 		var failed bool
 		err := b.db.SQL.QueryRow(`SELECT last_error IS NOT NULL FROM outbox WHERE id = 1`).Scan(&failed)
@@ -247,16 +226,8 @@ func TestNULInPublishErrorDoesNotStallTheRelay(t *testing.T) {
 	})
 	pub.ok()
 	b.write(t, 1, "m") // row 2, another aggregate, publishes fine
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		var n int
-		if err := b.db.SQL.QueryRow(`SELECT count(*) FROM outbox WHERE state = 'published'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n == 2 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if b.eventuallyPublished(t, 5*time.Second, 2) {
+		return
 	}
 	var states string
 	_ = b.db.SQL.QueryRow(`SELECT string_agg(id || ':' || state, ' ' ORDER BY id) FROM outbox`).Scan(&states)
@@ -286,8 +257,7 @@ func TestClaimOfOneHotAggregateIsNotQuadratic(t *testing.T) {
 		b.write(t, 1000, "hot")
 	}
 	b.exec(t, `ANALYZE outbox`)
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	r := b.readyRelay(t, "r1")
 	start := time.Now()
 	rows, err := r.claimer.claim(context.Background(), 1000)
 	took := time.Since(start)
@@ -308,25 +278,6 @@ func TestClaimOfOneHotAggregateIsNotQuadratic(t *testing.T) {
 	}
 }
 
-// blockingPublisher acknowledges at once, except that the first publish
-// waits until release is closed.
-type blockingPublisher struct {
-	once    sync.Once
-	started chan struct{}
-	release chan struct{}
-}
-
-func (p *blockingPublisher) Publish(string, ...*message.Message) error {
-	first := false
-	p.once.Do(func() { first = true })
-	if first {
-		close(p.started)
-		<-p.release
-	}
-	return nil
-}
-func (*blockingPublisher) Close() error { return nil }
-
 // When the completer gives up at shutdown (the database unreachable or the
 // rows locked for five attempts), the rows it could not record are the
 // ended incarnation's; a second Run of the same Relay starts with nothing in
@@ -335,17 +286,14 @@ func TestSecondRunStartsWithNothingInFlight(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	b.write(t, 1, "k")
-	pub := &blockingPublisher{started: make(chan struct{}), release: make(chan struct{})}
-	r, err := New(b.db.SQL, pub, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler),
+	pub := newHungPublisher()
+	r := b.newRelayWith(t, pub, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler),
 		BatchSize: 1, MaxInFlight: 1, PollInterval: 20 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
 		StaleAfter: time.Second, LeaseDuration: 2 * time.Second, StatementTimeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	<-pub.started
+	<-pub.calls
 	// An operator (or anything) holds the row while the relay shuts down:
 	// the mark cannot be recorded within five attempts.
 	tx, err := b.db.SQL.Begin()
@@ -365,20 +313,9 @@ func TestSecondRunStartsWithNothingInFlight(t *testing.T) {
 		t.Fatal("the completer recorded the outcome although the row was locked: the scenario (a Run that gives up with rows unrecorded) was not reached")
 	}
 	b.write(t, 1, "m") // row 2
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	done2 := make(chan error, 1)
-	go func() { done2 <- r.Run(ctx2) }()
-	defer func() { cancel2(); <-done2 }()
-	deadline := time.Now().Add(4 * time.Second)
-	for time.Now().Before(deadline) {
-		var n int
-		if err := b.db.SQL.QueryRow(`SELECT count(*) FROM outbox WHERE state = 'published'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n == 2 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	start(t, r)
+	if b.eventuallyPublished(t, 4*time.Second, 2) {
+		return
 	}
 	t.Fatalf("the second Run published nothing in 4s: in-flight %d inherited from the first Run (MaxInFlight 1)", r.budget.rows.Load())
 }
@@ -396,11 +333,8 @@ func TestFrozenRegistrationDoesNotStopPeers(t *testing.T) {
 	// A round that waited on the frozen row would wait until the
 	// statement timeout, every round; the timeout only has to be long
 	// enough for a round on a loaded CI machine (500ms was not).
-	peer, err := New(b.db.SQL, failingPublisher{}, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler),
+	peer := b.newRelayWith(t, failingPublisher{}, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler),
 		StatementTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	frozen, err := b.db.SQL.Begin() // r9 restarting: register's transaction, frozen before COMMIT
 	if err != nil {
 		t.Fatal(err)

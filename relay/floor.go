@@ -34,12 +34,7 @@ type floorRaiser struct {
 func (f *floorRaiser) run(ctx context.Context) {
 	t := time.NewTicker(f.interval)
 	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
+	for tick(ctx, t.C) {
 		if err := f.round(ctx); err != nil && ctx.Err() == nil {
 			f.log.Debug("relay: claim floor round failed", "err", err)
 			f.proof = nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // floorOf reads the table's claim floor.
@@ -19,15 +21,17 @@ func (b *internalBundle) floorOf(t *testing.T) int64 {
 // raiseFloor runs r's floor rounds until the floor is want.
 func raiseFloor(t *testing.T, b *internalBundle, r *Relay, want int64) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for b.floorOf(t) != want {
+	raised := testkit.Eventually(time.Minute, func() bool {
+		if b.floorOf(t) == want {
+			return true
+		}
 		if err := r.floor.round(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("claim floor %d after a minute of rounds, want %d", b.floorOf(t), want)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return false
+	})
+	if !raised {
+		t.Fatalf("claim floor %d after a minute of rounds, want %d", b.floorOf(t), want)
 	}
 }
 
@@ -40,8 +44,7 @@ func TestRelayRaisesTheClaimFloorPastThePublishedRows(t *testing.T) {
 	b.write(t, 10, "k", "m") // 1..20
 	b.exec(t, `UPDATE outbox SET state = 'published', published_at = now()`)
 	b.write(t, 2, "k", "m") // 21..24
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	r := b.readyRelay(t, "r1")
 	raiseFloor(t, b, r, 21)
 	if got := claimIDs(t, r); got != "21 22 23 24" {
 		t.Fatalf("claimed %q above the floor, want 21 22 23 24", got)
@@ -63,22 +66,9 @@ func TestRunRaisesTheClaimFloor(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	b.write(t, 5, "k") // 1..5
-	r, err := New(b.db.SQL, nopPublisher{}, Config{Table: b.db.Table(), HeartbeatInterval: 50 * time.Millisecond, StaleAfter: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	deadline := time.Now().Add(time.Minute)
-	for b.floorOf(t) != 6 {
-		if time.Now().After(deadline) {
-			t.Fatalf("claim floor %d after a minute of Run, want 6: every row published", b.floorOf(t))
-		}
-		time.Sleep(20 * time.Millisecond)
+	r := b.newRelayWith(t, nopPublisher{}, Config{Table: b.db.Table(), HeartbeatInterval: 50 * time.Millisecond, StaleAfter: time.Second})
+	start(t, r)
+	if !testkit.Eventually(time.Minute, func() bool { return b.floorOf(t) == 6 }) {
+		t.Fatalf("claim floor %d after a minute of Run, want 6: every row published", b.floorOf(t))
 	}
 }

@@ -18,26 +18,19 @@ import (
 // the row in place: a heap-only (HOT) update, with no new index entry.
 func TestClaimIsHeapOnlyUpdate(t *testing.T) {
 	t.Parallel()
-	b := setupInternal(t)
-	b.write(t, 10, "k", "m")
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	b, r := setupReady(t, 10, "k", "m")
 	if got := claimUpTo(t, r, 20); got != "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20" {
 		t.Fatalf("claimed %q", got)
 	}
 	// Backends report their statistics about a second after going idle.
 	var hot, updated int64
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testkit.Eventually(15*time.Second, func() bool {
 		if err := b.db.SQL.QueryRow(`SELECT n_tup_hot_upd, n_tup_upd FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'outbox'`,
 			b.db.Schema).Scan(&hot, &updated); err != nil {
 			t.Fatal(err)
 		}
-		if updated >= 20 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return updated >= 20
+	})
 	if updated != 20 || hot != 20 {
 		t.Fatalf("claiming 20 rows made %d updates, %d of them heap-only; want 20 and 20", updated, hot)
 	}
@@ -191,8 +184,7 @@ func TestMarkKeepsTheTableItsSize(t *testing.T) {
 		return n
 	}
 	before := pages()
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	r := b.readyRelay(t, "r1")
 	c := newCompleter(r.completerDeps())
 	for marked := 0; marked < 2000; {
 		rows, err := r.claimer.claim(ctx, 100)

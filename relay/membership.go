@@ -467,31 +467,26 @@ func queryShards(ctx context.Context, q interface {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []int16
-	for rows.Next() {
-		var s int16
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := scanAll[int16](rows)
+	if err != nil {
 		return nil, err
 	}
 	slices.Sort(out)
 	return out, nil
 }
 
-func scanStrings(rows *sql.Rows) ([]string, error) {
+func scanStrings(rows *sql.Rows) ([]string, error) { return scanAll[string](rows) }
+
+// scanAll reads the values of rows of one column, and closes them.
+func scanAll[T any](rows *sql.Rows) ([]T, error) {
 	defer rows.Close()
-	var out []string
+	var out []T
 	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
+		var v T
+		if err := rows.Scan(&v); err != nil {
 			return nil, err
 		}
-		out = append(out, s)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }

@@ -63,15 +63,9 @@ func TestRestartUnderSameIDReplacesEarlierIncarnation(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	ctx := context.Background()
-	first := b.newRelay(t, "r1")
-	if _, err := first.members.round(ctx); err != nil {
-		t.Fatal(err)
-	}
+	first := b.registered(t, "r1")
 	old := first.members.cur.Load()
-	second := b.newRelay(t, "r1")
-	if _, err := second.members.round(ctx); err != nil {
-		t.Fatal(err)
-	}
+	second := b.registered(t, "r1")
 	cur := second.members.cur.Load()
 	if cur.token == old.token {
 		t.Fatal("two runs of r1 share an incarnation")
@@ -97,9 +91,7 @@ func TestRestartUnderSameIDReplacesEarlierIncarnation(t *testing.T) {
 	}
 	// Once the second is gone, the first registers anew.
 	second.members.leave()
-	if _, err := first.members.round(ctx); err != nil {
-		t.Fatal(err)
-	}
+	round(t, first)
 	if inc := first.members.cur.Load(); inc == old || !inc.live(first.clock.now()) {
 		t.Fatal("no live new incarnation after the other one left")
 	}
@@ -110,18 +102,10 @@ func TestRestartUnderSameIDReplacesEarlierIncarnation(t *testing.T) {
 func TestDeclaredDeadRelayEndsItsIncarnation(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
-	ctx := context.Background()
-	r := b.newRelay(t, "r1")
-	if _, err := r.members.round(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r := b.registered(t, "r1")
 	old := r.members.cur.Load()
-	if _, err := b.db.SQL.Exec(`DELETE FROM outbox_relays`); err != nil { // what a peer's ForgetStaleRelays does
-		t.Fatal(err)
-	}
-	if _, err := r.members.round(ctx); err != nil {
-		t.Fatal(err)
-	}
+	b.exec(t, `DELETE FROM outbox_relays`) // what a peer's ForgetStaleRelays does
+	round(t, r)
 	if old.live(r.clock.now()) {
 		t.Fatal("the incarnation declared dead is still live")
 	}
@@ -135,11 +119,7 @@ func TestDeclaredDeadRelayEndsItsIncarnation(t *testing.T) {
 func TestNoClaimsPastTheDeadline(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
-	ctx := context.Background()
-	r := b.newRelay(t, "r1")
-	if _, err := r.members.round(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r := b.registered(t, "r1")
 	if inc, shards := r.members.claimable(); inc == nil || len(shards) != numShards {
 		t.Fatalf("claimable = %v, %d shards; want the incarnation and every shard", inc, len(shards))
 	}

@@ -60,9 +60,7 @@ func TestRoundWaitsForTheWALGate(t *testing.T) {
 	b := setupInternal(t)
 	r := b.newRelay(t, "r1")
 	ctx := context.Background()
-	if _, err := r.members.round(ctx); err != nil {
-		t.Fatal(err)
-	}
+	round(t, r)
 	release := b.lock(t, `SELECT pg_advisory_xact_lock(hashtext('txoutbox.wal.gate'), ('`+b.db.Table().String()+`'::regclass::oid::bigint - 2147483648)::int)`)
 	defer release()
 	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)

@@ -17,28 +17,22 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // writeAt commits one event per aggregate, delivered not before at.
 func (b *internalBundle) writeAt(t *testing.T, at time.Time, aggs ...string) {
 	t.Helper()
-	tx, err := b.db.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
+	var events []txoutbox.Event
 	for _, agg := range aggs {
 		e, err := txoutbox.NewEvent("orders", "order", agg, "order.reminder", agg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.NotBefore = at
-		if err := b.w.Write(context.Background(), tx, e); err != nil {
-			t.Fatal(err)
-		}
+		events = append(events, e)
 	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	b.commit(t, events...)
 }
 
 // due makes the scheduled rows in ids due since a second ago, as if their
@@ -58,8 +52,7 @@ func TestClaimWaitsForNotBeforeAndHoldsBackItsAggregate(t *testing.T) {
 	b.write(t, 1, "k", "m")                      // 1 k, 2 m
 	b.writeAt(t, time.Now().Add(time.Hour), "k") // 3 k, in an hour
 	b.write(t, 1, "k", "m")                      // 4 k, 5 m
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	r := b.readyRelay(t, "r1")
 	if got := claimIDs(t, r); got != "1 2 5" {
 		t.Fatalf("claimed %q, want 1 2 5: k's row 4 waits behind row 3, scheduled in an hour; m goes on", got)
 	}
@@ -84,8 +77,7 @@ func TestScheduledRowsOfAnAggregateGoInTheOrderWritten(t *testing.T) {
 	b := setupInternal(t)
 	b.writeAt(t, time.Now().Add(2*time.Hour), "k") // 1
 	b.writeAt(t, time.Now().Add(time.Hour), "k")   // 2
-	r := b.newRelay(t, "r1")
-	ready(t, r)
+	r := b.readyRelay(t, "r1")
 	b.due(t, "2")
 	if got := claimIDs(t, r); got != "" {
 		t.Fatalf("claimed %q with row 2 due and row 1 not, want nothing: row 1 was written first", got)
@@ -106,15 +98,13 @@ func TestDueScheduledRowSurvivesARelayThatDied(t *testing.T) {
 	b.writeAt(t, time.Now().Add(time.Hour), "k") // 1
 	b.write(t, 1, "k")                           // 2
 	b.due(t, "1")
-	dead := b.newRelay(t, "r1")
-	ready(t, dead)
+	dead := b.readyRelay(t, "r1")
 	if got := claimIDs(t, dead); got != "1 2" {
 		t.Fatalf("first incarnation claimed %q, want 1 2", got)
 	}
 	// It dies mid-publish: its heartbeat row goes (as StaleAfter ends it).
 	b.exec(t, `DELETE FROM outbox_relays`)
-	r := b.newRelay(t, "r2")
-	ready(t, r)
+	r := b.readyRelay(t, "r2")
 	rows, err := r.claimer.claim(context.Background(), 10)
 	if err != nil || len(rows) != 2 || rows[0].id != 1 || rows[1].id != 2 {
 		t.Fatalf("the next incarnation claimed %d rows (%v), want 1 then 2", len(rows), err)
@@ -179,23 +169,11 @@ func TestRelayPublishesNotBeforeItsTime(t *testing.T) {
 	b := setupInternal(t)
 	pub := &recordingPublisher{}
 	const poll = 100 * time.Millisecond
-	start := func(id string) (stop func()) {
-		r, err := New(b.db.SQL, pub, Config{Table: b.db.Table(), ID: id, Logger: slog.New(slog.DiscardHandler),
-			PollInterval: poll, HeartbeatInterval: 100 * time.Millisecond, StaleAfter: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- r.Run(ctx) }()
-		return func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Error(err)
-			}
-		}
+	run := func(id string) (stop func()) {
+		return start(t, b.newRelayWith(t, pub, Config{Table: b.db.Table(), ID: id, Logger: slog.New(slog.DiscardHandler),
+			PollInterval: poll, HeartbeatInterval: 100 * time.Millisecond, StaleAfter: time.Second}))
 	}
-	stop := start("r1")
+	stop := run("r1")
 	notBefore := time.Now().Add(1500 * time.Millisecond)
 	reminder, err := txoutbox.NewEvent("orders", "order", "k", "order.reminder", 1)
 	if err != nil {
@@ -204,27 +182,14 @@ func TestRelayPublishesNotBeforeItsTime(t *testing.T) {
 	reminder.NotBefore = notBefore
 	later, _ := txoutbox.NewEvent("orders", "order", "k", "order.shipped", 2)
 	other, _ := txoutbox.NewEvent("orders", "order", "m", "order.placed", 3)
-	tx, err := b.db.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.w.Write(context.Background(), tx, reminder, later, other); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	b.commit(t, reminder, later, other)
 	time.Sleep(500 * time.Millisecond)
 	if got := pub.published(); len(got) != 1 || got[0].id != other.ID.String() {
 		t.Fatalf("published %v half a second in, want only the other aggregate's event", got)
 	}
 	stop()
-	stop = start("r1") // a new run, a new incarnation, while the reminder waits
-	defer func() { stop() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(pub.published()) < 3 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	run("r1") // a new run, a new incarnation, while the reminder waits
+	testkit.Eventually(10*time.Second, func() bool { return len(pub.published()) >= 3 })
 	got := pub.published()
 	if len(got) != 3 || got[1].id != reminder.ID.String() || got[2].id != later.ID.String() {
 		t.Fatalf("published %v, want the other event, the reminder, then the aggregate's later event", got)
@@ -239,15 +204,12 @@ func TestRelayPublishesNotBeforeItsTime(t *testing.T) {
 	}
 	// The mark commits after the acknowledgement: wait for it.
 	var early sql.NullBool
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	testkit.Eventually(10*time.Second, func() bool {
 		if err := b.db.SQL.QueryRow(`SELECT published_at < not_before FROM outbox WHERE event_id = $1`, reminder.ID.String()).Scan(&early); err != nil {
 			t.Fatal(err)
 		}
-		if early.Valid || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return early.Valid
+	})
 	if !early.Valid || early.Bool {
 		t.Fatalf("published before not_before by the database clock (or never marked): %+v", early)
 	}

@@ -92,28 +92,16 @@ func fastConfig(b *internalBundle) Config {
 		OutageBackoffMax: 20 * time.Millisecond}
 }
 
-// start runs r until the test ends or stop is called.
+// start runs r until the test ends or stop is called (testkit.Run); an
+// error of Run fails the test.
 func start(t *testing.T, r *Relay) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Error("Run did not return")
-			}
-		})
+	stopRun := testkit.Run(t, r.Run)
+	return func() {
+		if err := stopRun(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
 	}
-	t.Cleanup(stop)
-	return stop
 }
 
 func (b *internalBundle) count(t *testing.T, query string) int {
@@ -123,6 +111,26 @@ func (b *internalBundle) count(t *testing.T, query string) int {
 		t.Fatalf("%s: %v", query, err)
 	}
 	return n
+}
+
+// publishedRows counts the rows published.
+func (b *internalBundle) publishedRows(t *testing.T) int {
+	t.Helper()
+	return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'published'`)
+}
+
+// eventuallyPublished reports whether n rows are published within timeout.
+func (b *internalBundle) eventuallyPublished(t *testing.T, timeout time.Duration, n int) bool {
+	t.Helper()
+	return testkit.Eventually(timeout, func() bool { return b.publishedRows(t) == n })
+}
+
+// waitPublished fails the test unless n rows are published within timeout.
+func (b *internalBundle) waitPublished(t *testing.T, timeout time.Duration, n int) {
+	t.Helper()
+	if !b.eventuallyPublished(t, timeout, n) {
+		t.Fatalf("%d rows published after %s, want %d", b.publishedRows(t), timeout, n)
+	}
 }
 
 // A broker away for many times MaxAttempts backoffs makes no event dead:
@@ -135,10 +143,7 @@ func TestOutageMakesNoEventDead(t *testing.T) {
 	pub := newOutagePublisher(func(string) error { return errors.New("kafka: client has run out of available brokers to talk to") })
 	cfg := fastConfig(b)
 	cfg.MaxAttempts = 2
-	r, err := New(b.db.SQL, pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.newRelayWith(t, pub, cfg)
 	start(t, r)
 	// Every aggregate's first event failed five times MaxAttempts.
 	testkit.WaitFor(t, 60*time.Second, "many failed rounds", func() bool {
@@ -154,9 +159,7 @@ func TestOutageMakesNoEventDead(t *testing.T) {
 		t.Fatalf("outage gauge reads %s during the outage", d)
 	}
 	pub.set(nil)
-	testkit.WaitFor(t, 30*time.Second, "every event published", func() bool {
-		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'published'`) == 15
-	})
+	b.waitPublished(t, 30*time.Second, 15)
 	pub.checkOrder(t, 5, "k", "m", "n")
 	if d := r.outage.lasted(); d != 0 {
 		t.Fatalf("outage gauge reads %s after the outage", d)
@@ -179,10 +182,7 @@ func TestPermanentRefusalMakesTheEventDeadAfterMaxAttempts(t *testing.T) {
 	})
 	cfg := fastConfig(b)
 	cfg.MaxAttempts = 3
-	r, err := New(b.db.SQL, pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.newRelayWith(t, pub, cfg)
 	start(t, r)
 	testkit.WaitFor(t, 30*time.Second, "the refused event dead, the rest published", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead' AND attempts = 3 AND id = 1`) == 1 &&
@@ -218,10 +218,7 @@ func TestShutdownCountsNoAttempt(t *testing.T) {
 	b := setupInternal(t)
 	b.write(t, 2, "k", "m")
 	pub := ctxPublisher{started: make(chan struct{}, 1)}
-	r, err := New(b.db.SQL, pub, fastConfig(b))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.newRelayWith(t, pub, fastConfig(b))
 	stop := start(t, r)
 	<-pub.started
 	stop()
@@ -266,8 +263,12 @@ func (e markedError) Permanent() bool { return e.permanent }
 // hungPublisher never returns from Publish until released; it then
 // acknowledges.
 type hungPublisher struct {
-	calls   chan struct{}
-	release chan struct{}
+	calls   chan struct{} // a publish began (the first of them is sure to tell)
+	release chan struct{} // closed to let every publish through
+}
+
+func newHungPublisher() *hungPublisher {
+	return &hungPublisher{calls: make(chan struct{}, 1), release: make(chan struct{})}
 }
 
 func (p *hungPublisher) Publish(string, ...*message.Message) error {
@@ -289,13 +290,10 @@ func TestHungPublishGivesTheShardsUp(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	b.write(t, 3, "k", "m")
-	hung := &hungPublisher{calls: make(chan struct{}, 1), release: make(chan struct{})}
+	hung := newHungPublisher()
 	cfg := fastConfig(b)
 	cfg.PublishTimeout = 200 * time.Millisecond
-	r1, err := New(b.db.SQL, hung, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r1 := b.newRelayWith(t, hung, cfg)
 	stop1 := start(t, r1)
 	<-hung.calls
 	testkit.WaitFor(t, 10*time.Second, "the relay to report itself stalled and give its shards up", func() bool {
@@ -311,14 +309,9 @@ func TestHungPublishGivesTheShardsUp(t *testing.T) {
 	pub := newOutagePublisher(nil)
 	cfg2 := cfg
 	cfg2.ID = "r2"
-	r2, err := New(b.db.SQL, pub, cfg2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r2 := b.newRelayWith(t, pub, cfg2)
 	start(t, r2)
-	testkit.WaitFor(t, 20*time.Second, "the peer to publish everything", func() bool {
-		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'published'`) == 6
-	})
+	b.waitPublished(t, 20*time.Second, 6)
 	pub.checkOrder(t, 3, "k", "m")
 	if n := b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead'`); n != 0 {
 		t.Fatalf("%d events dead", n)
@@ -338,14 +331,11 @@ func TestShutdownDuringAHungPublish(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	b.write(t, 1, "k")
-	hung := &hungPublisher{calls: make(chan struct{}, 1), release: make(chan struct{})}
+	hung := newHungPublisher()
 	t.Cleanup(func() { close(hung.release) })
 	cfg := fastConfig(b)
 	cfg.PublishTimeout = 500 * time.Millisecond
-	r, err := New(b.db.SQL, hung, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.newRelayWith(t, hung, cfg)
 	stop := start(t, r)
 	<-hung.calls
 	begun := time.Now()

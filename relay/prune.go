@@ -28,12 +28,7 @@ func (p *pruner) run(ctx context.Context) {
 	}
 	t := time.NewTicker(p.cfg.PruneInterval)
 	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
+	for tick(ctx, t.C) {
 		n, err := p.prune(ctx)
 		if err != nil && ctx.Err() == nil {
 			p.log.Warn("relay: prune failed", "err", err)

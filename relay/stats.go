@@ -96,12 +96,7 @@ const statsQuick = 25 * time.Millisecond
 func paced(ctx context.Context, interval time.Duration, read func(context.Context) time.Duration) {
 	t := time.NewTimer(0)
 	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
+	for tick(ctx, t.C) {
 		start := time.Now()
 		took := read(ctx)
 		t.Reset(time.Until(start.Add(spacing(interval, took))))

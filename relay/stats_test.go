@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 func TestSpacing(t *testing.T) {
@@ -41,11 +43,8 @@ func TestPacedRunsEveryIntervalWhileQuick(t *testing.T) {
 // that starts its stats loop until the test ends.
 func statsRelay(t *testing.T, b *internalBundle) (*Relay, func()) {
 	t.Helper()
-	r, err := New(b.db.SQL, nopPublisher{}, Config{Table: b.db.Table(), ID: "stats", Logger: slog.New(slog.DiscardHandler),
+	r := b.newRelayWith(t, nopPublisher{}, Config{Table: b.db.Table(), ID: "stats", Logger: slog.New(slog.DiscardHandler),
 		StatsInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return r, func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
@@ -75,16 +74,13 @@ func (m *metrics) sample() (lag time.Duration, backlog, dead int64) {
 // waitGauges polls the gauges until ok says they are as wanted.
 func waitGauges(t *testing.T, r *Relay, what string, ok func(lag time.Duration, backlog, dead int64) bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		lag, backlog, dead := r.met.sample()
-		if ok(lag, backlog, dead) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gauges: lag %s, backlog %d, dead %d; want %s", lag, backlog, dead, what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var lag time.Duration
+	var backlog, dead int64
+	if !testkit.Eventually(5*time.Second, func() bool {
+		lag, backlog, dead = r.met.sample()
+		return ok(lag, backlog, dead)
+	}) {
+		t.Fatalf("gauges: lag %s, backlog %d, dead %d; want %s", lag, backlog, dead, what)
 	}
 }
 

@@ -265,20 +265,7 @@ func TestDeadLetterFormsSelectWhatTheirFiltersSay(t *testing.T) {
 	conds := []string{"id = ANY($1::bigint[])", "topic = $2", "aggregate_id = $3", "event_type = $4", "created_at >= $5::timestamptz", "created_at < $6::timestamptz"}
 	query := func(q string, args ...any) []int64 {
 		t.Helper()
-		rows, err := c.db.Query(c.names.Render(q), args...)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, q)
-		}
-		defer rows.Close()
-		var out []int64
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, id)
-		}
-		return out
+		return column[int64](t, c, q, args...)
 	}
 	for f := outboxsql.DeadFilters(0); f < outboxsql.DeadForms; f++ {
 		args := make([]any, 6)

@@ -76,23 +76,30 @@ func (c costDB) insertScheduled(t *testing.T, n int, aggregate, notBefore, creat
 // shards runs a statement returning shard numbers and returns them sorted.
 func (c costDB) shards(t *testing.T, stmt string, args ...any) []int16 {
 	t.Helper()
+	out := column[int16](t, c, stmt, args...)
+	slices.Sort(out)
+	return out
+}
+
+// column runs stmt, which returns one column, and returns its values.
+func column[T any](t *testing.T, c costDB, stmt string, args ...any) []T {
+	t.Helper()
 	rows, err := c.db.Query(c.names.Render(stmt), args...)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, stmt)
 	}
 	defer rows.Close()
-	var out []int16
+	var out []T
 	for rows.Next() {
-		var s int16
-		if err := rows.Scan(&s); err != nil {
+		var v T
+		if err := rows.Scan(&v); err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, s)
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	slices.Sort(out)
 	return out
 }
 
@@ -110,6 +117,49 @@ func (c costDB) work(t *testing.T, setup []string, stmt string, args ...any) map
 		setup[i] = c.names.Render(s)
 	}
 	return testkit.PlanWorkModes(t, c.db, setup, c.names.Render(stmt), args...)
+}
+
+// allShards lists every shard.
+func allShards() []int16 {
+	all := make([]int16, outboxsql.Shards)
+	for i := range all {
+		all[i] = int16(i)
+	}
+	return all
+}
+
+// claimArgs are the arguments of a claim of up to limit rows by relay
+// "me", of every shard.
+func claimArgs(limit int) []any {
+	return outboxsql.ClaimArgs{Owner: "me", Limit: limit, Lease: time.Minute, Shards: allShards()}.Args()
+}
+
+// claimWork is the work of a claim of limit rows under its settings,
+// which must claim limit rows under every plan.
+func (c costDB) claimWork(t *testing.T, limit int) map[string]testkit.Work {
+	t.Helper()
+	w := c.work(t, []string{settings(outboxsql.ClaimSettings)}, outboxsql.Claim, claimArgs(limit)...)
+	for mode, x := range w {
+		if x.Rows != int64(limit) {
+			t.Fatalf("%s: claimed %d rows, want %d", mode, x.Rows, limit)
+		}
+	}
+	return w
+}
+
+// claimed runs a claim of up to limit rows and counts the rows it took.
+func (c costDB) claimed(t *testing.T, limit int) int {
+	t.Helper()
+	rows, err := c.db.Query(c.names.Render(outboxsql.Claim), claimArgs(limit)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	return n
 }
 
 // Pruning reads the published rows it deletes, not the dead rows kept for
@@ -136,10 +186,6 @@ func settings(stmt string) string {
 // The handover check reads a claim's batch of the backlog, not all of it,
 // and still finds the rows a peer holds where a claim would look first.
 func TestHandoverCheckCostIsItsWindowWithAnyBacklog(t *testing.T) {
-	all := make([]int16, outboxsql.Shards)
-	for i := range all {
-		all[i] = int16(i)
-	}
 	measure := func(backlog int) map[string]testkit.Work {
 		c := newCostDB(t)
 		c.exec(t, `INSERT INTO {{relays}} (id, name) VALUES ('me', 'me'), ('peer', 'peer')`)
@@ -149,7 +195,7 @@ func TestHandoverCheckCostIsItsWindowWithAnyBacklog(t *testing.T) {
             next_attempt_at = now() + interval '1 hour' WHERE id <= 20`)
 		c.settle(t)
 		want := c.shards(t, `SELECT DISTINCT shard FROM {{table}} WHERE id <= 20`)
-		args := outboxsql.HandoverArgs{Owner: "me", Shards: all, Window: 500}.Args()
+		args := outboxsql.HandoverArgs{Owner: "me", Shards: allShards(), Window: 500}.Args()
 		got := c.shards(t, outboxsql.ShardsInHandover, args...)
 		if !slices.Equal(got, want) {
 			t.Fatalf("shards in handover = %v, want %v (those of the peer's rows)", got, want)
@@ -213,10 +259,6 @@ func TestReplaySelectCostIsTheRowsSelected(t *testing.T) {
 func TestClaimCostIsItsBatchWithAnyNumberOfRowsInBackoff(t *testing.T) {
 	// Not parallel: another test's open snapshot keeps VACUUM from marking
 	// pages all-visible, and the generic plan then reads the heap too.
-	all := make([]int16, outboxsql.Shards)
-	for i := range all {
-		all[i] = int16(i)
-	}
 	const batch = 500
 	measure := func(backoff int) map[string]testkit.Work {
 		c := newCostDB(t)
@@ -229,14 +271,7 @@ func TestClaimCostIsItsBatchWithAnyNumberOfRowsInBackoff(t *testing.T) {
 		c.exec(t, `UPDATE {{table}} SET retry_at = next_attempt_at WHERE attempts > 0 AND retry_at = '-infinity'`)
 		c.insert(t, 2*batch, `'healthy-' || (g % 300)`, "pending", "0", "now()", "now()", "NULL")
 		c.settle(t)
-		w := c.work(t, []string{settings(outboxsql.ClaimSettings)}, outboxsql.Claim,
-			outboxsql.ClaimArgs{Owner: "me", Limit: batch, Lease: time.Minute, Shards: all}.Args()...)
-		for mode, x := range w {
-			if x.Rows != batch {
-				t.Fatalf("%s: claimed %d rows, want %d", mode, x.Rows, batch)
-			}
-		}
-		return w
+		return c.claimWork(t, batch)
 	}
 	testkit.AssertFlat(t, "claim", costRatio, measure(costSmall), measure(costLarge))
 }
@@ -270,10 +305,6 @@ func TestWALResumeBoundsCostNoBacklog(t *testing.T) {
 func TestClaimCostIsItsBatchWithAnyNumberOfScheduledRows(t *testing.T) {
 	// Not parallel: another test's open snapshot keeps VACUUM from marking
 	// pages all-visible, and the generic plan then reads the heap too.
-	all := make([]int16, outboxsql.Shards)
-	for i := range all {
-		all[i] = int16(i)
-	}
 	const batch = 500
 	measure := func(scheduled int) map[string]testkit.Work {
 		c := newCostDB(t)
@@ -284,14 +315,7 @@ func TestClaimCostIsItsBatchWithAnyNumberOfScheduledRows(t *testing.T) {
 		c.insertScheduled(t, 50, `'due-' || g`, "now() - interval '1 second'", "now() - interval '1 hour'")
 		c.insert(t, 2*batch, `'healthy-' || (g % 300)`, "pending", "0", "now()", "now()", "NULL")
 		c.settle(t)
-		w := c.work(t, []string{settings(outboxsql.ClaimSettings)}, outboxsql.Claim,
-			outboxsql.ClaimArgs{Owner: "me", Limit: batch, Lease: time.Minute, Shards: all}.Args()...)
-		for mode, x := range w {
-			if x.Rows != batch {
-				t.Fatalf("%s: claimed %d rows, want %d", mode, x.Rows, batch)
-			}
-		}
-		return w
+		return c.claimWork(t, batch)
 	}
 	large := measure(costLarge)
 	testkit.AssertFlat(t, "claim", costRatio, measure(costSmall), large)
@@ -348,10 +372,6 @@ func TestScheduledReadsCostNothingOfTheBacklog(t *testing.T) {
 // digest tomorrow, then a reminder due now) do not fill the retries'
 // window: another aggregate's due row is claimed all the same.
 func TestClaimPassesRetriesHeldBehindAScheduledRow(t *testing.T) {
-	all := make([]int16, outboxsql.Shards)
-	for i := range all {
-		all[i] = int16(i)
-	}
 	c := newCostDB(t)
 	c.exec(t, `INSERT INTO {{relays}} (id, name) VALUES ('me', 'me')`)
 	// Per user: a digest tomorrow, then a reminder that was due an hour ago.
@@ -365,58 +385,13 @@ func TestClaimPassesRetriesHeldBehindAScheduledRow(t *testing.T) {
 	}
 	var n int
 	for i := 0; i < 3; i++ {
-		rows, err := c.db.Query(c.names.Render(outboxsql.Claim), outboxsql.ClaimArgs{Owner: "me", Limit: 10, Lease: time.Minute, Shards: all}.Args()...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			n++
-		}
-		rows.Close()
+		n += c.claimed(t, 10)
 	}
 	if n == 0 {
 		c.exec(t, `DELETE FROM {{table}} WHERE aggregate_id LIKE 'user-%'`)
-		rows, err := c.db.Query(c.names.Render(outboxsql.Claim), outboxsql.ClaimArgs{Owner: "me", Limit: 10, Lease: time.Minute, Shards: all}.Args()...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := 0
-		for rows.Next() {
-			m++
-		}
-		rows.Close()
+		m := c.claimed(t, 10)
 		t.Fatalf("the due event of aggregate 'other' is never claimed: 20 blocked due rows fill the retry window of 10 (without them the claim takes %d)", m)
 	}
-}
-
-// raiseFloor raises the claim floor as a relay's rounds do
-// (ClaimFloorStart, ClaimFloorPassed, ClaimFloorRaise), waiting for the
-// transactions running at the start to end, and returns it.
-func (c costDB) raiseFloor(t *testing.T) int64 {
-	t.Helper()
-	var p outboxsql.ClaimFloorProof
-	if err := c.db.QueryRow(c.names.Render(outboxsql.ClaimFloorStart)).Scan(&p.MaxID, &p.XMax, &p.VXIDs, &p.Gen); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var passed bool
-		if err := c.db.QueryRow(outboxsql.ClaimFloorPassed, p.PassedArgs()...).Scan(&passed); err != nil {
-			t.Fatal(err)
-		}
-		if passed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the claim floor's proof %+v did not hold in a minute", p)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	var floor int64
-	if err := c.db.QueryRow(c.names.Render(outboxsql.ClaimFloorRaise), p.RaiseArgs()...).Scan(&floor); err != nil {
-		t.Fatalf("raise the claim floor: %v", err)
-	}
-	return floor
 }
 
 // The claim walks the first attempts from the claim floor, so the index
@@ -427,10 +402,6 @@ func (c costDB) raiseFloor(t *testing.T) int64 {
 // the generic one; with it, 58 and 59).
 func TestClaimCostIsItsBatchWithAnyDrainedBacklog(t *testing.T) {
 	// Not parallel: see TestClaimCostIsItsBatchWithAnyNumberOfRowsInBackoff.
-	all := make([]int16, outboxsql.Shards)
-	for i := range all {
-		all[i] = int16(i)
-	}
 	const batch = 10 // the walk's cost, not the batch's, is what grows
 	measure := func(drained int) map[string]testkit.Work {
 		c := newCostDB(t)
@@ -443,14 +414,7 @@ func TestClaimCostIsItsBatchWithAnyDrainedBacklog(t *testing.T) {
 		if floor, first := c.raiseFloor(t), int64(drained+1); floor != first {
 			t.Fatalf("claim floor %d, want %d: the first row not published", floor, first)
 		}
-		w := c.work(t, []string{settings(outboxsql.ClaimSettings)}, outboxsql.Claim,
-			outboxsql.ClaimArgs{Owner: "me", Limit: batch, Lease: time.Minute, Shards: all}.Args()...)
-		for mode, x := range w {
-			if x.Rows != batch {
-				t.Fatalf("%s: claimed %d rows, want %d", mode, x.Rows, batch)
-			}
-		}
-		return w
+		return c.claimWork(t, batch)
 	}
 	testkit.AssertFlat(t, "claim over a drained backlog", costRatio, measure(10*costSmall), measure(10*costLarge))
 }

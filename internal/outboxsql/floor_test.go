@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // floorOf reads the claim floor and its generation.
@@ -34,6 +35,35 @@ func (c costDB) passed(t *testing.T, p outboxsql.ClaimFloorProof) bool {
 		t.Fatal(err)
 	}
 	return ok
+}
+
+// waitPassed waits until proof p holds.
+func (c costDB) waitPassed(t *testing.T, p outboxsql.ClaimFloorProof) {
+	t.Helper()
+	if !testkit.Eventually(time.Minute, func() bool { return c.passed(t, p) }) {
+		t.Fatalf("the claim floor's proof %+v did not hold in a minute", p)
+	}
+}
+
+// raise runs ClaimFloorRaise for proof p and returns the floor it set.
+func (c costDB) raise(p outboxsql.ClaimFloorProof) (int64, error) {
+	var floor int64
+	err := c.db.QueryRow(c.names.Render(outboxsql.ClaimFloorRaise), p.RaiseArgs()...).Scan(&floor)
+	return floor, err
+}
+
+// raiseFloor raises the claim floor as a relay's rounds do
+// (ClaimFloorStart, ClaimFloorPassed, ClaimFloorRaise), waiting for the
+// transactions running at the start to end, and returns it.
+func (c costDB) raiseFloor(t *testing.T) int64 {
+	t.Helper()
+	p := c.startFloor(t)
+	c.waitPassed(t, p)
+	floor, err := c.raise(p)
+	if err != nil {
+		t.Fatalf("raise the claim floor: %v", err)
+	}
+	return floor
 }
 
 // A transaction that took a row id before the proof began, but has no
@@ -79,15 +109,9 @@ func TestClaimFloorWaitsForATransactionWithNoIDYet(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for !c.passed(t, p) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the proof %+v did not hold in a minute after the late commit", p)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	var floor int64
-	if err := c.db.QueryRow(c.names.Render(outboxsql.ClaimFloorRaise), p.RaiseArgs()...).Scan(&floor); err != nil {
+	c.waitPassed(t, p) // after the late commit
+	floor, err := c.raise(p)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if floor != late {
@@ -111,11 +135,8 @@ func TestOperatorsLowerTheClaimFloor(t *testing.T) {
 	if floor, gen := c.floorOf(t); floor != 7 || gen != stale.Gen+1 {
 		t.Fatalf("claim floor %d (generation %d) after a replay of rows 7 and 9, want 7 (%d)", floor, gen, stale.Gen+1)
 	}
-	for !c.passed(t, stale) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	var floor int64
-	if err := c.db.QueryRow(c.names.Render(outboxsql.ClaimFloorRaise), stale.RaiseArgs()...).Scan(&floor); err == nil {
+	c.waitPassed(t, stale)
+	if floor, err := c.raise(stale); err == nil {
 		t.Fatalf("a proof begun before the replay raised the floor to %d", floor)
 	}
 	if floor := c.raiseFloor(t); floor != 7 {

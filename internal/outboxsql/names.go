@@ -53,17 +53,29 @@ func NamesFor(schema, name string) (Names, error) {
 // TableNameDefault). Channel names are limited to 63 bytes; a longer
 // qualified name is replaced by a hash of it.
 func Channel(schema, name string) string {
+	ch := prefixed("txoutbox.", ".", schema, name)
+	if len(ch) > ident.MaxLen {
+		ch = fmt.Sprintf("txoutbox.%016x", hash64(ch))
+	}
+	return ch
+}
+
+// prefixed is prefix and the table's name (empty: TableNameDefault),
+// after its schema and sep when it has one.
+func prefixed(prefix, sep, schema, name string) string {
 	if name == "" {
 		name = TableNameDefault
 	}
-	ch := "txoutbox." + name
-	if schema != "" {
-		ch = "txoutbox." + schema + "." + name
+	if schema == "" {
+		return prefix + name
 	}
-	if len(ch) > ident.MaxLen {
-		h := fnv.New64a()
-		h.Write([]byte(ch))
-		ch = fmt.Sprintf("txoutbox.%016x", h.Sum64())
-	}
-	return ch
+	return prefix + schema + sep + name
+}
+
+// hash64 is the 64-bit FNV-1a hash of s: the part of a name too long for
+// an identifier that stands in for the rest.
+func hash64(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
 }

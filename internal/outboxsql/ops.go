@@ -203,11 +203,17 @@ func deadWhere(f DeadFilters, after bool) (where, order string) {
 // ids or the creation window, the rows those select.
 func OpsDeadList(f DeadFilters) string {
 	where, order := deadWhere(f, true)
+	return deadSelect(where, order, `LIMIT $8`)
+}
+
+// deadSelect reads the operators' columns of the rows where selects, in
+// order, then tail (a LIMIT, a locking clause).
+func deadSelect(where, order, tail string) string {
 	return `SELECT ` + opsRowColumns + `
 FROM {{table}}
 WHERE ` + where + `
 ORDER BY ` + order + `
-LIMIT $8`
+` + tail
 }
 
 // OpsDeadCount counts the dead rows the filters f select, up to $7: it
@@ -226,11 +232,7 @@ const OpsRow = `SELECT ` + opsRowColumns + `, payload FROM {{table}} WHERE id = 
 // the leading filter's index, and those the other filters leave out.
 func OpsDeadLock(f DeadFilters) string {
 	where, order := deadWhere(f, false)
-	return `SELECT ` + opsRowColumns + `
-FROM {{table}}
-WHERE ` + where + `
-ORDER BY ` + order + `
-FOR UPDATE`
+	return deadSelect(where, order, `FOR UPDATE`)
 }
 
 // OpsLockUnpublished locks the pending and claimed rows of the aggregates in

@@ -2,7 +2,6 @@ package outboxsql
 
 import (
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 
@@ -17,18 +16,9 @@ import (
 // names allow only lower-case letters, digits and underscores), hashed to
 // fit 63 bytes.
 func WALName(schema, name string) string {
-	if name == "" {
-		name = TableNameDefault
-	}
-	n := "txoutbox_" + name
-	if schema != "" {
-		n = "txoutbox_" + schema + "_" + name
-	}
-	n = strings.ToLower(n)
+	n := strings.ToLower(prefixed("txoutbox_", "_", schema, name))
 	if len(n) > ident.MaxLen {
-		h := fnv.New64a()
-		h.Write([]byte(n))
-		n = fmt.Sprintf("%s_%016x", n[:ident.MaxLen-17], h.Sum64())
+		n = fmt.Sprintf("%s_%016x", n[:ident.MaxLen-17], hash64(n))
 	}
 	return n
 }

@@ -3,7 +3,6 @@ package walrelay
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -95,31 +94,10 @@ func (b *bundle) dropSlot(t *testing.T) {
 }
 
 // run starts r and returns a function that stops it and returns Run's
-// error.
+// error (testkit.Run).
 func run(t *testing.T, r *Relay) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case err = <-done:
-			case <-time.After(30 * time.Second):
-				err = errors.New("Run did not return within 30s of cancel")
-			}
-		})
-		return err
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	return stop
+	return testkit.Run(t, r.Run)
 }
 
 // runActive is run, returning once r streams: rows written from then on
@@ -129,6 +107,16 @@ func runActive(t *testing.T, r *Relay) (stop func() error) {
 	stop = run(t, r)
 	testkit.WaitFor(t, 20*time.Second, "the relay streams", r.Active)
 	return stop
+}
+
+// setUpSlot runs a relay of cfg until it streams, and stops it: its slot
+// and publication are set up, with nothing written yet.
+func (b *bundle) setUpSlot(t *testing.T, cfg relayConfig) {
+	t.Helper()
+	stop := runActive(t, b.newRelay(t, cfg))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (b *bundle) newRelay(t *testing.T, cfg relayConfig) *Relay {
@@ -151,18 +139,51 @@ func (b *bundle) write(t *testing.T, aggs ...string) []txoutbox.Event {
 // commit writes events in one transaction.
 func (b *bundle) commit(t *testing.T, events ...txoutbox.Event) {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := b.db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := b.begin(t)
 	defer tx.Rollback()
-	if err := b.w.Write(ctx, tx, events...); err != nil {
-		t.Fatal(err)
-	}
+	b.writeIn(t, tx, events...)
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// begin starts a transaction; the caller commits it or rolls it back.
+func (b *bundle) begin(t *testing.T) *sql.Tx {
+	t.Helper()
+	tx, err := b.db.SQL.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// writeIn writes events in tx.
+func (b *bundle) writeIn(t *testing.T, tx *sql.Tx, events ...txoutbox.Event) {
+	t.Helper()
+	if err := b.w.Write(context.Background(), tx, events...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// commitFailing commits an event of aggregate agg whose publishes fail
+// with err.
+func (b *bundle) commitFailing(t *testing.T, agg string, err error) []txoutbox.Event {
+	t.Helper()
+	events := b.events(t, agg)
+	b.pub.failEvent(events[0].ID.String(), err)
+	b.commit(t, events...)
+	return events
+}
+
+// commitHeld commits an event of aggregate agg whose publish waits until
+// release is called or the test ends.
+func (b *bundle) commitHeld(t *testing.T, agg string) (held []txoutbox.Event, release func()) {
+	t.Helper()
+	held = b.events(t, agg)
+	release = b.pub.holdEvent(held[0].ID.String())
+	t.Cleanup(release)
+	b.commit(t, held...)
+	return held, release
 }
 
 func (b *bundle) events(t *testing.T, aggs ...string) []txoutbox.Event {
@@ -193,6 +214,33 @@ func (b *bundle) count(t *testing.T, query string, args ...any) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// walLSN is the server's current WAL write position.
+func (b *bundle) walLSN(t *testing.T) string {
+	t.Helper()
+	var lsn string
+	if err := b.db.SQL.QueryRowContext(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
+// waitConfirmed waits until r's slot is confirmed past everything written
+// so far.
+func (b *bundle) waitConfirmed(t *testing.T, r *Relay) {
+	t.Helper()
+	end := b.walLSN(t)
+	testkit.WaitFor(t, 10*time.Second, "slot confirmed past the events so far", func() bool {
+		return b.confirmedPast(t, r.cfg.Slot, end)
+	})
+}
+
+// confirmedPast reports whether slot's confirmed_flush_lsn is at lsn or
+// past it.
+func (b *bundle) confirmedPast(t *testing.T, slot, lsn string) bool {
+	t.Helper()
+	return b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, slot, lsn) == 1
 }
 
 // confirmedLSN is the slot's confirmed_flush_lsn as the server knows it.
@@ -251,6 +299,25 @@ func (p *recorder) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (*recorder) Close() error { return nil }
+
+// failEvent makes the publishes of event id fail with err, or, with a nil
+// err, go through again.
+func (p *recorder) failEvent(id string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err == nil {
+		delete(p.fail, id)
+		return
+	}
+	p.fail[id] = err
+}
+
+// failedTries is how many publishes of event id failed.
+func (p *recorder) failedTries(id string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tries[id]
+}
 
 // holdEvent makes the publish of event id wait until the returned
 // function is called.

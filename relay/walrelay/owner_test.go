@@ -77,10 +77,7 @@ func (b *bundle) writeTableLess(t *testing.T, aggs ...string) []txoutbox.Event {
 func (b *bundle) writeWith(t *testing.T, w *txoutbox.Writer, commit bool, aggs ...string) []txoutbox.Event {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := b.db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := b.begin(t)
 	defer tx.Rollback()
 	events := b.events(t, aggs...)
 	if err := w.Write(ctx, tx, events...); err != nil {
@@ -99,10 +96,7 @@ func (b *bundle) writeWith(t *testing.T, w *txoutbox.Writer, commit bool, aggs .
 func (b *bundle) lockTable(t *testing.T) (release func()) {
 	t.Helper()
 	ctx := context.Background()
-	lock, err := b.db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := b.begin(t)
 	t.Cleanup(func() { _ = lock.Rollback() })
 	if _, err := lock.ExecContext(ctx, `LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
@@ -317,18 +311,11 @@ func TestDeadEventWithoutItsRowDoesNotStall(t *testing.T) {
 	r := b.newRelay(t, cfg)
 	runActive(t, r)
 	bad := b.events(t, "k")
-	b.pub.mu.Lock()
-	b.pub.fail[bad[0].ID.String()] = relay.Permanent(errors.New("topic refused"))
-	b.pub.mu.Unlock()
+	b.pub.failEvent(bad[0].ID.String(), relay.Permanent(errors.New("topic refused")))
 	ctx := context.Background()
-	tx, err := b.db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := b.begin(t)
 	defer tx.Rollback()
-	if err := b.w.Write(ctx, tx, bad...); err != nil {
-		t.Fatal(err)
-	}
+	b.writeIn(t, tx, bad...)
 	if _, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE event_id = $1`, bad[0].ID); err != nil {
 		t.Fatal(err)
 	}
@@ -348,10 +335,7 @@ func TestStoppingRelayHoldsTheSlotUntilItsLanesStop(t *testing.T) {
 	cfg.SenderTimeout = 4 * time.Second // the stop's drain gives up after 2s; the server frees the slot 4s after the last status update
 	r := b.newRelay(t, cfg)
 	stop := runActive(t, r)
-	held := b.events(t, "h")
-	release := b.pub.holdEvent(held[0].ID.String())
-	defer release()
-	b.commit(t, held...)
+	_, release := b.commitHeld(t, "h")
 	time.Sleep(300 * time.Millisecond) // the lane is in Publish
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
@@ -402,13 +386,10 @@ func TestLargeTransactionIsStreamedInBoundedMemory(t *testing.T) {
 		aggs[i] = fmt.Sprint("a", i%40)
 	}
 	events := b.write(t, aggs...)
-	var end string
-	if err := b.db.SQL.QueryRowContext(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
-		t.Fatal(err)
-	}
+	end := b.walLSN(t)
 	b.pub.waitFor(t, events...)
 	testkit.WaitFor(t, 20*time.Second, "the slot confirmed past the transaction", func() bool {
-		return b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, r.Slot(), end) == 1
+		return b.confirmedPast(t, r.Slot(), end)
 	})
 	if limit := int64(cfg.MaxInFlight + cfg.MaxInFlight/2); p.max.Load() > limit {
 		t.Fatalf("held %d events of the transaction at once, want at most %d", p.max.Load(), limit)
@@ -521,10 +502,7 @@ func TestSlowSetupDoesNotLoseTheStream(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config()
-	stop := runActive(t, b.newRelay(t, cfg))
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	b.setUpSlot(t, cfg)
 	var interrupted atomic.Int64
 	cfg.Logger = slog.New(countingHandler{Handler: cfg.Logger.Handler(), msg: "WAL stream interrupted; reconnecting", n: &interrupted})
 	unlock := b.lockTable(t)

@@ -133,16 +133,10 @@ func TestCommitOrderWithoutRowLocks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	runActive(t, b.newRelay(t, b.config()))
-	ctx := context.Background()
 	for round := range 5 {
-		txA, err := b.db.SQL.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		txA := b.begin(t)
 		a := b.events(t, "agg")
-		if err := b.w.Write(ctx, txA, a...); err != nil {
-			t.Fatal(err)
-		}
+		b.writeIn(t, txA, a...)
 		bEv := b.write(t, "agg") // B: inserted later, committed first
 		if err := txA.Commit(); err != nil {
 			t.Fatal(err)
@@ -166,28 +160,21 @@ func TestConfirmedStopsAtTheFirstUnacknowledgedTransaction(t *testing.T) {
 	runActive(t, r)
 	first := b.write(t, "warmup")
 	b.pub.waitFor(t, first...)
-	held := b.events(t, "held")
-	release := b.pub.holdEvent(held[0].ID.String())
-	defer release()
-	ctx := context.Background()
-	b.commit(t, held...)
-	var heldEnd string
-	if err := b.db.SQL.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&heldEnd); err != nil {
-		t.Fatal(err)
-	}
+	held, release := b.commitHeld(t, "held")
+	heldEnd := b.walLSN(t)
 	var later []txoutbox.Event
 	for range 20 {
 		later = append(later, b.write(t, "other")...)
 	}
 	b.pub.waitFor(t, later...)
 	time.Sleep(3 * r.cfg.PingInterval) // keepalives come and go
-	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, r.cfg.Slot, heldEnd); n != 0 {
+	if b.confirmedPast(t, r.cfg.Slot, heldEnd) {
 		t.Fatalf("slot confirmed at %s, past the held transaction (ends before %s)", b.confirmedLSN(t), heldEnd)
 	}
 	release()
 	b.pub.waitFor(t, held...)
 	testkit.WaitFor(t, 10*time.Second, "slot confirmed past the released transaction", func() bool {
-		return b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, r.cfg.Slot, heldEnd) == 1
+		return b.confirmedPast(t, r.cfg.Slot, heldEnd)
 	})
 }
 
@@ -203,17 +190,8 @@ func TestRestartResumesFromTheConfirmedPosition(t *testing.T) {
 	stop1 := runActive(t, r1)
 	before := b.write(t, "a", "b", "c")
 	b.pub.waitFor(t, before...)
-	var beforeEnd string
-	if err := b.db.SQL.QueryRowContext(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&beforeEnd); err != nil {
-		t.Fatal(err)
-	}
-	testkit.WaitFor(t, 10*time.Second, "slot confirmed past the first events", func() bool {
-		return b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, r1.cfg.Slot, beforeEnd) == 1
-	})
-	held := b.events(t, "h")
-	release := b.pub.holdEvent(held[0].ID.String())
-	defer release()
-	b.commit(t, held...)
+	b.waitConfirmed(t, r1)
+	held, release := b.commitHeld(t, "h")
 	after := b.write(t, "x", "y")
 	time.Sleep(300 * time.Millisecond)
 	go func() { time.Sleep(2 * time.Second); release() }() // let the stuck lane end
@@ -334,11 +312,7 @@ func TestRefusedEventGoesDead(t *testing.T) {
 	cfg := b.config()
 	cfg.MaxAttempts = 3
 	runActive(t, b.newRelay(t, cfg))
-	bad := b.events(t, "k")
-	b.pub.mu.Lock()
-	b.pub.fail[bad[0].ID.String()] = relay.Permanent(errors.New("too large"))
-	b.pub.mu.Unlock()
-	b.commit(t, bad...)
+	b.commitFailing(t, "k", relay.Permanent(errors.New("too large")))
 	b.pub.waitFor(t, b.write(t, "k")...)
 	testkit.WaitFor(t, 10*time.Second, "the refused event dead", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead' AND attempts = 3 AND last_error LIKE '%too large%'`) == 1
@@ -354,25 +328,17 @@ func TestOutageMakesNothingDead(t *testing.T) {
 	cfg := b.config()
 	cfg.MaxAttempts = 2
 	runActive(t, b.newRelay(t, cfg))
-	first := b.events(t, "k")
-	b.pub.mu.Lock()
-	b.pub.fail[first[0].ID.String()] = errors.New("kafka: client has run out of available brokers to talk to")
-	b.pub.mu.Unlock()
-	b.commit(t, first...)
+	first := b.commitFailing(t, "k", errors.New("kafka: client has run out of available brokers to talk to"))
 	later := b.write(t, "k")
 	other := b.write(t, "o")
 	b.pub.waitFor(t, other...)
 	testkit.WaitFor(t, 10*time.Second, "the failed event retried past MaxAttempts", func() bool {
-		b.pub.mu.Lock()
-		defer b.pub.mu.Unlock()
-		return b.pub.tries[first[0].ID.String()] > 3*cfg.MaxAttempts
+		return b.pub.failedTries(first[0].ID.String()) > 3*cfg.MaxAttempts
 	})
 	if n := b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead'`); n != 0 {
 		t.Fatalf("%d events dead in an outage", n)
 	}
-	b.pub.mu.Lock()
-	delete(b.pub.fail, first[0].ID.String())
-	b.pub.mu.Unlock()
+	b.pub.failEvent(first[0].ID.String(), nil)
 	b.pub.waitFor(t, append(first, later...)...)
 	pos := map[string]int{}
 	for i, id := range b.pub.ids() {
@@ -589,10 +555,7 @@ func TestRestartSkipsARowMadeDeadBefore(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config()
-	stop := runActive(t, b.newRelay(t, cfg))
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	b.setUpSlot(t, cfg)
 	backlog := b.write(t, "a", "b")
 	b.exec(t, `UPDATE outbox SET state = 'dead' WHERE event_id = $1`, backlog[0].ID)
 	p := newRecorder()

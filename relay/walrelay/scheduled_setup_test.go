@@ -20,14 +20,9 @@ func TestScheduledEventCommittedWhileTheSlotIsMadeIsNotPublished(t *testing.T) {
 	ev := b.events(t, "a")
 	ev[0].NotBefore = time.Now().Add(time.Hour)
 	ctx := context.Background()
-	tx, err := b.db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := b.begin(t)
 	defer tx.Rollback() //nolint:errcheck // committed below
-	if err := b.w.Write(ctx, tx, ev...); err != nil {
-		t.Fatal(err)
-	}
+	b.writeIn(t, tx, ev...)
 	r := b.newRelay(t, b.config())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()

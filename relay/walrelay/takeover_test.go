@@ -33,17 +33,8 @@ func TestTakeoverHandsTheRestToThePollingRelay(t *testing.T) {
 		confirmed = append(confirmed, b.write(t, "a", "b")...)
 	}
 	b.pub.waitFor(t, confirmed...)
-	var end string
-	if err := b.db.SQL.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
-		t.Fatal(err)
-	}
-	testkit.WaitFor(t, 10*time.Second, "slot confirmed past the first events", func() bool {
-		return b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, w.cfg.Slot, end) == 1
-	})
-	held := b.events(t, "h")
-	release := b.pub.holdEvent(held[0].ID.String())
-	defer release()
-	b.commit(t, held...)
+	b.waitConfirmed(t, w)
+	held, release := b.commitHeld(t, "h")
 	rest := b.write(t, "a", "c")
 	time.Sleep(200 * time.Millisecond)
 	go func() { time.Sleep(time.Second); release() }()
@@ -130,17 +121,12 @@ func TestTakeoverSeesAsynchronousCommits(t *testing.T) {
 	b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
 	for i := range 5 {
 		b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
-		tx, err := b.db.SQL.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tx := b.begin(t)
 		if _, err := tx.ExecContext(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
 			t.Fatal(err)
 		}
 		ev := b.events(t, "k")
-		if err := b.w.Write(ctx, tx, ev...); err != nil {
-			t.Fatal(err)
-		}
+		b.writeIn(t, tx, ev...)
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
@@ -192,11 +178,7 @@ func TestRetryWaitsForTheTakeover(t *testing.T) {
 	cfg := b.config()
 	cfg.MaxAttempts = 1
 	stop := runActive(t, b.newRelay(t, cfg))
-	bad := b.events(t, "k")
-	b.pub.mu.Lock()
-	b.pub.fail[bad[0].ID.String()] = relay.Permanent(errors.New("refused"))
-	b.pub.mu.Unlock()
-	b.commit(t, bad...)
+	bad := b.commitFailing(t, "k", relay.Permanent(errors.New("refused")))
 	testkit.WaitFor(t, 10*time.Second, "the refused event dead", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead'`) == 1
 	})
@@ -240,10 +222,7 @@ func TestSlotCreationWaitsForARetryInProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := b.db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := b.begin(t)
 	defer tx.Rollback() //nolint:errcheck // committed below
 	// The gate is keyed by the table's OID: the relay names the table with
 	// its schema, this the search_path's way.
