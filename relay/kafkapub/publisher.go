@@ -96,6 +96,13 @@ type SASLConfig struct {
 //     that answer and refuse or hang up (SASL, a certificate, TLS against
 //     a plaintext listener, the configuration) fail NewPublisher;
 //   - Publish returns only after the acknowledgement;
+//   - a record over its topic's max.message.bytes (read from the cluster
+//     on the topic's first message and every minute after) is refused
+//     before it is sent: the broker's refusal would make the idempotent
+//     producer bump its epoch and send the other partitions' unacknowledged
+//     batches again, duplicating healthy events. Without compression only,
+//     and only once the limit is known; a principal without
+//     DescribeConfigs on the topic leaves it to the broker;
 //   - the errors that are the message's own fault (too large, a topic that
 //     is invalid, unknown or not authorised, a record the topic refuses)
 //     are marked relay.Permanent, so only those can make an event dead;
@@ -124,6 +131,11 @@ func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 		logger:    logger,
 		brokers:   brokers,
 		config:    sc,
+	}
+	if sc.Producer.Compression == sarama.CompressionNone {
+		// Compressed, a batch may fit however large its records are: only
+		// the broker can tell.
+		p.limits = newTopicLimits(brokers, sc)
 	}
 	producer, err := sarama.NewSyncProducer(brokers, sc)
 	switch {
@@ -222,6 +234,10 @@ type Publisher struct {
 	soloMu  sync.Mutex
 	solo    sarama.SyncProducer
 
+	// limits refuses a record over its topic's max.message.bytes before
+	// it is sent (see limits.go); nil with compression.
+	limits *topicLimits
+
 	// closed is set by Close. It is an atomic flag, not a lock around
 	// every send: Close must not run while a call is in progress (close
 	// the publisher after the relay's Run has returned), and a lock taken
@@ -248,6 +264,9 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		km, err := p.marshaler.Marshal(topic, msg)
 		if err != nil {
 			return relay.Permanent(fmt.Errorf("kafkapub: cannot marshal message %s: %w", msg.UUID, err))
+		}
+		if err := p.tooLarge(km); err != nil {
+			return fmt.Errorf("kafkapub: cannot produce message %s: %w", msg.UUID, err)
 		}
 		_, _, err = producer.SendMessage(km)
 		if errors.Is(err, sarama.ErrMessageSizeTooLarge) {
@@ -314,6 +333,10 @@ func (p *Publisher) PublishBatch(topics []string, msgs []*message.Message) []err
 			fail(i, relay.Permanent(fmt.Errorf("kafkapub: cannot marshal message %s: %w", msg.UUID, err)))
 			continue
 		}
+		if err := p.tooLarge(km); err != nil {
+			fail(i, fmt.Errorf("kafkapub: cannot produce message %s: %w", msg.UUID, err))
+			continue
+		}
 		index[km] = i
 		send = append(send, km)
 	}
@@ -359,6 +382,14 @@ func (p *Publisher) PublishBatch(topics []string, msgs []*message.Message) []err
 	return errs
 }
 
+// tooLarge refuses km when it cannot fit its topic's max.message.bytes.
+func (p *Publisher) tooLarge(km *sarama.ProducerMessage) error {
+	if p.limits == nil {
+		return nil
+	}
+	return p.limits.check(km)
+}
+
 func (p *Publisher) logFailure(km *sarama.ProducerMessage, err error) {
 	p.logger.Debug("kafkapub: message not produced", "topic", km.Topic, "key", km.Key, "err", err)
 }
@@ -401,6 +432,9 @@ func (p *Publisher) Close() error {
 		err = errors.Join(err, p.solo.Close())
 	}
 	p.soloMu.Unlock()
+	if p.limits != nil {
+		err = errors.Join(err, p.limits.close())
+	}
 	if err != nil {
 		return fmt.Errorf("kafkapub: cannot close Kafka producer: %w", err)
 	}
