@@ -28,6 +28,13 @@ type Cluster struct {
 // run on: PostgreSQL 15, port 5439.
 var ChaosCluster = Cluster{Version: "15", Name: "chaos", Port: 5439}
 
+// QuietCluster is the cluster of the tests whose result depends on no
+// other transaction running on the server: while one is open in any
+// database, a backend's snapshot horizon stays where it was, and page
+// pruning keeps the versions it left dead. PostgreSQL 15, port 5440,
+// taken with Lock for the test's length.
+var QuietCluster = Cluster{Version: "15", Name: "quiet", Port: 5440}
+
 // Lock takes the cluster for the caller across processes (an exclusive
 // flock on a file named after the cluster in the temporary directory),
 // waiting until ctx ends: two test binaries or a test and the chaos runner
@@ -70,9 +77,10 @@ host    all all ::1/128       trust
 `
 
 // clusterSettings are the cluster's own settings: reachable on loopback,
-// connections for a few relays and writers, and logical decoding for the
-// WAL relay.
-const clusterSettings = "listen_addresses = '127.0.0.1'\nmax_connections = 300\nwal_level = logical\n"
+// connections for a few relays and writers, logical decoding for the WAL
+// relay, and a bound on the WAL a slot keeps, so a slot a killed test run
+// left behind is given up before it fills the disk.
+const clusterSettings = "listen_addresses = '127.0.0.1'\nmax_connections = 300\nwal_level = logical\nmax_slot_wal_keep_size = 16GB\n"
 
 // Ensure creates the cluster if it does not exist (trust authentication on
 // loopback, enough connections for a few relays and writers), starts it if
