@@ -30,14 +30,17 @@ var (
 	scenario int
 )
 
-// Two lanes of scenarios run at the same time: the scenarios on the shared
-// server one after another, and those that crash a PostgreSQL cluster of
-// their own one after another. Every test is parallel and waits for its
-// lane, so the suite fits its time budget on two cores without two
-// scenarios fighting over one server.
+// Three lanes of scenarios run at the same time, each one scenario after
+// another: those on the shared server, those on a PostgreSQL cluster of
+// their own (the ones that crash it, and a few more to even the lanes'
+// lengths), and those on the real Kafka cluster, which spend most of their
+// time waiting for its nodes to stop, start and elect leaders. Every test
+// is parallel and waits for its lane, so the suite fits its time budget on
+// two cores without two scenarios fighting over one server or one broker.
 var (
 	sharedLane  sync.Mutex
 	clusterLane sync.Mutex
+	kafkaLane   sync.Mutex
 	// alone is held shared by every scenario in its lane and exclusively
 	// by one that compares two throughputs (Scale.Alone): a scenario in
 	// the other lane would slow one measurement and not the other.
@@ -101,12 +104,12 @@ func run(t *testing.T, plan harness.Plan) harness.Result {
 
 // runKafka is run with the real Apache Kafka cluster of .ci/services as
 // the broker, held exclusively while the scenario kills, pauses and
-// partitions its nodes. Every such scenario runs in the cluster's lane
-// (onCluster): in one lane they never wait for each other's hold on the
-// Kafka cluster while holding the other lane idle.
+// partitions its nodes. Every such scenario runs in the Kafka lane: in one
+// lane they never wait for each other's hold on the Kafka cluster while
+// holding another lane idle.
 func runKafka(t *testing.T, plan harness.Plan) harness.Result {
 	t.Helper()
-	return runOn(t, onCluster(plan), kafkatest.ClusterBrokers())
+	return runOn(t, plan, kafkatest.ClusterBrokers())
 }
 
 func runOn(t *testing.T, plan harness.Plan, kafka []string) harness.Result {
@@ -114,7 +117,10 @@ func runOn(t *testing.T, plan harness.Plan, kafka []string) harness.Result {
 	testkit.Long(t, "the crash suite's scenario "+plan.Name)
 	t.Parallel()
 	lane := &sharedLane
-	if plan.OwnCluster {
+	switch {
+	case kafka != nil:
+		lane = &kafkaLane
+	case plan.OwnCluster:
 		lane = &clusterLane
 	}
 	lane.Lock()
@@ -206,14 +212,14 @@ func TestCrash(t *testing.T) {
 	if *soak {
 		size = harness.Size{Events: 1_000_000, Over: 0}
 	}
-	res := run(t, harness.Crash(size, 10))
+	res := run(t, onCluster(harness.Crash(size, 10)))
 	if res.Crashes < 10 {
 		t.Fatalf("only %d crashes, want at least 10", res.Crashes)
 	}
 }
 
 func TestCommitOrderGap(t *testing.T) {
-	res := run(t, harness.CommitGap(harness.Size{Events: 2500, Over: 12 * time.Second}))
+	res := run(t, onCluster(harness.CommitGap(harness.Size{Events: 2500, Over: 12 * time.Second})))
 	if res.Dead != 0 {
 		t.Fatalf("dead=%d, want 0", res.Dead)
 	}
@@ -230,7 +236,7 @@ func TestDelayedUnderKills(t *testing.T) {
 }
 
 func TestBrokerOutage(t *testing.T) {
-	res := run(t, harness.BrokerOutage(harness.Size{Events: 4000, Over: 24 * time.Second}, 10*time.Second))
+	res := run(t, onCluster(harness.BrokerOutage(harness.Size{Events: 4000, Over: 24 * time.Second}, 10*time.Second)))
 	if res.Dead != 0 {
 		t.Fatalf("dead=%d, want 0", res.Dead)
 	}
@@ -245,14 +251,14 @@ func TestDBConnectionLoss(t *testing.T) {
 
 func TestPoison(t *testing.T) {
 	const perKind = 3
-	res := run(t, harness.Poison(harness.Size{Events: 2000, Over: 10 * time.Second}, perKind))
+	res := run(t, onCluster(harness.Poison(harness.Size{Events: 2000, Over: 10 * time.Second}, perKind)))
 	if res.Dead != 3*perKind {
 		t.Fatalf("dead=%d, want %d (the poison events only)", res.Dead, 3*perKind)
 	}
 }
 
 func TestRebalance(t *testing.T) {
-	res := run(t, harness.Rebalance(harness.Size{Events: 4000, Over: 20 * time.Second}, 8))
+	res := run(t, onCluster(harness.Rebalance(harness.Size{Events: 4000, Over: 20 * time.Second}, 8)))
 	if res.Dead != 0 {
 		t.Fatalf("dead=%d, want 0", res.Dead)
 	}
@@ -327,7 +333,7 @@ func TestMixed(t *testing.T) {
 
 // onCluster runs a scenario that does not crash PostgreSQL on the chaos
 // cluster anyway: scenarios run one per lane, and the shared server's lane
-// holds most of them; this evens the lanes' lengths (the CI budget).
+// would hold most of them; this evens the lanes' lengths (the CI budget).
 func onCluster(p harness.Plan) harness.Plan {
 	p.OwnCluster = true
 	return p
