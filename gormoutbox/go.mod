@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261202002513-a353e28408d6
+	github.com/txoutbox/txoutbox v0.0.0-20261202022145-70f5f72bfb18
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
