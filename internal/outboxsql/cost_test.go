@@ -1,6 +1,7 @@
 package outboxsql_test
 
 import (
+	"context"
 	"database/sql"
 	"slices"
 	"strings"
@@ -34,14 +35,28 @@ type costDB struct {
 	names outboxsql.Names
 }
 
+// newCostDB makes a migrated schema in a database of the plan-work tests'
+// own: a snapshot open in the same database (another package's tests,
+// running beside these) keeps VACUUM from marking pages all-visible, and
+// an index-only scan then reads the heap pages too.
 func newCostDB(t *testing.T) costDB {
 	t.Helper()
-	d := testkit.NewOutbox(t)
-	n, err := outboxsql.NamesFor(d.Schema, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dbURL, err := testkit.EnsureDatabase(ctx, testkit.ServerURL(), "txoutbox_test_plans")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return costDB{db: d.SQL, names: n}
+	s, err := testkit.CreateSchema(ctx, dbURL, testkit.SchemaName("t_"+t.Name()), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Drop(context.Background()) })
+	n, err := outboxsql.NamesFor(s.Name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return costDB{db: s.SQL, names: n}
 }
 
 func (c costDB) exec(t *testing.T, stmt string, args ...any) {

@@ -36,6 +36,9 @@ type Plan struct {
 	// which the runner must set up (Env.Cluster, and Env.DB on it): the
 	// scenario crashes it.
 	OwnCluster bool
+	// Alone: the scenario runs with no other scenario beside it (the
+	// runner's lanes wait), since what it judges depends on the load.
+	Alone bool
 	// ExtraTopics are read back by the verifier besides the writers' and
 	// the broker's seeded topics (topics created during the run).
 	ExtraTopics []string
