@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261202022145-70f5f72bfb18
+	github.com/txoutbox/txoutbox v0.0.0-20261202023815-aa95bb58125a
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
