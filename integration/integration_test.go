@@ -47,6 +47,17 @@ var (
 	alone sync.RWMutex
 )
 
+// enterAlone holds alone exclusively for a scenario that runs alone, and
+// shared for any other; the function it returns lets go.
+func enterAlone(exclusive bool) (release func()) {
+	if exclusive {
+		alone.Lock()
+		return alone.Unlock
+	}
+	alone.RLock()
+	return alone.RUnlock
+}
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	// A test waiting for its lane holds one of -parallel's slots; unless
@@ -125,13 +136,7 @@ func runOn(t *testing.T, plan harness.Plan, kafka []string) harness.Result {
 	}
 	lane.Lock()
 	defer lane.Unlock()
-	if plan.Alone {
-		alone.Lock()
-		defer alone.Unlock()
-	} else {
-		alone.RLock()
-		defer alone.RUnlock()
-	}
+	defer enterAlone(plan.Alone)()
 	if kafka != nil {
 		unlock, err := kafkatest.LockClusterFile(true)
 		if err != nil {
@@ -396,8 +401,7 @@ func TestWALStandbyTakesOverAfterSIGKILL(t *testing.T) {
 	t.Parallel()
 	sharedLane.Lock()
 	defer sharedLane.Unlock()
-	alone.RLock()
-	defer alone.RUnlock()
+	defer enterAlone(false)()
 	db := testkit.NewOutbox(t)
 	env := &harness.Env{DB: *db, Bin: bin, Dir: t.TempDir(), Logf: t.Logf, Seed: seed()}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -424,8 +428,7 @@ func TestWALSlotLost(t *testing.T) {
 	t.Parallel()
 	clusterLane.Lock()
 	defer clusterLane.Unlock()
-	alone.RLock()
-	defer alone.RUnlock()
+	defer enterAlone(false)()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := testkit.ChaosCluster
@@ -565,13 +568,7 @@ func runScale(t *testing.T, sc harness.Scale) string {
 	t.Parallel()
 	sharedLane.Lock()
 	defer sharedLane.Unlock()
-	if sc.Alone {
-		alone.Lock()
-		defer alone.Unlock()
-	} else {
-		alone.RLock()
-		defer alone.RUnlock()
-	}
+	defer enterAlone(sc.Alone)()
 	db := testkit.NewOutbox(t)
 	env := &harness.Env{DB: *db, Bin: bin, Dir: t.TempDir(), Logf: t.Logf, Seed: seed()}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
