@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/rcrowley/go-metrics"
 )
 
 // A record over its topic's max.message.bytes is refused here, before it
@@ -29,15 +30,22 @@ const recordBatchOverhead = 61
 // topicLimits knows each topic's max.message.bytes. A topic's first
 // message starts reading it (DescribeConfigs) in the background and is
 // sent unchecked; so is every message while the limit cannot be read (an
-// outage, no DescribeConfigs permission on the topic).
+// outage, no DescribeConfigs permission on the topic) or is one broker's
+// own setting, which the partition's leader may not share.
 type topicLimits struct {
 	brokers []string
 	config  *sarama.Config
 
-	mu      sync.Mutex
-	admin   sarama.ClusterAdmin // made on first use
-	byTopic map[string]*topicLimit
-	closed  bool
+	// making lets one look-up at a time make the admin connection, and
+	// madeFailed keeps the others from trying again for limitTTL after a
+	// failure (an outage: each try costs the dial timeouts).
+	making sync.Mutex
+
+	mu         sync.Mutex
+	admin      sarama.ClusterAdmin // made on first use
+	madeFailed time.Time
+	byTopic    map[string]*topicLimit
+	closed     bool
 }
 
 type topicLimit struct {
@@ -51,6 +59,11 @@ func newTopicLimits(brokers []string, sc *sarama.Config) *topicLimits {
 	// timeout keeps one admin connection from lingering in an outage.
 	ac := *sc
 	ac.Net.DialTimeout, ac.Net.ReadTimeout, ac.Net.WriteTimeout = 5*time.Second, 5*time.Second, 5*time.Second
+	// NewClusterAdmin finds the controller with a metadata fetch, which
+	// Metadata.Full = false skips; and an admin closing unregisters its
+	// brokers' meters, which must not be the producer's.
+	ac.Metadata.Full = true
+	ac.MetricRegistry = metrics.NewRegistry()
 	return &topicLimits{brokers: brokers, config: &ac, byTopic: map[string]*topicLimit{}}
 }
 
@@ -97,13 +110,10 @@ func (l *topicLimits) limit(topic string) int {
 }
 
 func (l *topicLimits) fetch(topic string, t *topicLimit) {
-	n, err := l.describe(topic)
+	n, _ := l.describe(topic) // 0 on an error: a limit not known now is the broker's to apply
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t.fetching, t.read = false, time.Now()
-	if err == nil {
-		t.bytes = n
-	}
+	t.fetching, t.read, t.bytes = false, time.Now(), n
 }
 
 // describe reads topic's max.message.bytes from the cluster.
@@ -115,20 +125,9 @@ func (l *topicLimits) describe(topic string) (int, error) {
 		return 0, errClosedLimits
 	}
 	if admin == nil {
-		a, err := sarama.NewClusterAdmin(l.brokers, l.config)
-		if err != nil {
+		var err error
+		if admin, err = l.makeAdmin(); err != nil {
 			return 0, err
-		}
-		l.mu.Lock()
-		if l.admin == nil && !l.closed {
-			l.admin = a
-		} else {
-			_ = a.Close() // Close ran, or another look-up made one meanwhile
-		}
-		admin, closed = l.admin, l.closed
-		l.mu.Unlock()
-		if closed {
-			return 0, errClosedLimits
 		}
 	}
 	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{"max.message.bytes"}})
@@ -136,11 +135,52 @@ func (l *topicLimits) describe(topic string) (int, error) {
 		return 0, err
 	}
 	for _, e := range entries {
-		if e.Name == "max.message.bytes" {
+		if e.Name != "max.message.bytes" {
+			continue
+		}
+		switch e.Source {
+		case sarama.SourceTopic, sarama.SourceDynamicDefaultBroker, sarama.SourceDefault:
 			return strconv.Atoi(e.Value)
+		default:
+			// The answering broker's own message.max.bytes (its
+			// server.properties, or a per-broker setting): the leader of
+			// the record's partition may have another, as in a rolling
+			// restart that changes it.
+			return 0, nil
 		}
 	}
 	return 0, errors.New("no max.message.bytes in the topic's configuration")
+}
+
+// makeAdmin makes the admin connection, one look-up at a time, and not
+// again within limitTTL of a failure.
+func (l *topicLimits) makeAdmin() (sarama.ClusterAdmin, error) {
+	l.making.Lock()
+	defer l.making.Unlock()
+	l.mu.Lock()
+	admin, closed, failed := l.admin, l.closed, l.madeFailed
+	l.mu.Unlock()
+	switch {
+	case closed:
+		return nil, errClosedLimits
+	case admin != nil:
+		return admin, nil // made by the look-up before this one
+	case time.Since(failed) < limitTTL:
+		return nil, errors.New("kafkapub: no admin connection (it failed less than a minute ago)")
+	}
+	a, err := sarama.NewClusterAdmin(l.brokers, l.config)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.madeFailed = time.Now()
+		return nil, err
+	}
+	if l.closed {
+		_ = a.Close()
+		return nil, errClosedLimits
+	}
+	l.admin = a
+	return a, nil
 }
 
 var errClosedLimits = errors.New("kafkapub: publisher closed")
@@ -148,12 +188,12 @@ var errClosedLimits = errors.New("kafkapub: publisher closed")
 // close closes the admin connection; later look-ups do nothing.
 func (l *topicLimits) close() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.closed = true
-	if l.admin == nil {
+	admin := l.admin
+	l.admin = nil
+	l.mu.Unlock()
+	if admin == nil {
 		return nil
 	}
-	err := l.admin.Close()
-	l.admin = nil
-	return err
+	return admin.Close() // outside mu: it waits for its metadata updater
 }

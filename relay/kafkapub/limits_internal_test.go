@@ -43,3 +43,26 @@ func TestRecordOverTheTopicsLimitIsRefusedBeforeItIsSent(t *testing.T) {
 		t.Errorf("a topic whose limit is not known: %v", err)
 	}
 }
+
+// A limit that can no longer be read is dropped, not kept: the topic's
+// operator may have raised it meanwhile, and a stale limit would refuse
+// records the broker now takes. A failed admin connection is not tried
+// again for every topic within limitTTL.
+func TestLimitNotReadAgainIsLeftToTheBroker(t *testing.T) {
+	t.Parallel()
+	l := newTopicLimits([]string{"127.0.0.1:1"}, sarama.NewConfig()) // nothing listens
+	t.Cleanup(func() { _ = l.close() })
+	stale := &topicLimit{bytes: 100, read: time.Now().Add(-2 * limitTTL)}
+	l.byTopic["raised"] = stale
+	l.fetch("raised", stale)
+	if stale.bytes != 0 {
+		t.Fatalf("after a failed look-up the limit is %d, want 0 (not known)", stale.bytes)
+	}
+	if l.madeFailed.IsZero() {
+		t.Fatal("the failed admin connection is not remembered")
+	}
+	start := time.Now()
+	if _, err := l.makeAdmin(); err == nil || time.Since(start) > time.Second {
+		t.Fatalf("a second admin connection within limitTTL of a failure: err %v after %s, want an error at once", err, time.Since(start))
+	}
+}

@@ -102,7 +102,12 @@ type SASLConfig struct {
 //     producer bump its epoch and send the other partitions' unacknowledged
 //     batches again, duplicating healthy events. Without compression only,
 //     and only once the limit is known; a principal without
-//     DescribeConfigs on the topic leaves it to the broker;
+//     DescribeConfigs on the topic leaves it to the broker. Records are
+//     batched up to MaxMessageBytes, not the topic's limit: on a topic
+//     whose max.message.bytes is below MaxMessageBytes, a batch of records
+//     that each fit can still be refused (each is then sent alone, and
+//     stored, but the epoch was bumped); set MaxMessageBytes to the
+//     smallest limit of the topics you publish to;
 //   - the errors that are the message's own fault (too large, a topic that
 //     is invalid, unknown or not authorised, a record the topic refuses)
 //     are marked relay.Permanent, so only those can make an event dead;
@@ -266,6 +271,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 			return relay.Permanent(fmt.Errorf("kafkapub: cannot marshal message %s: %w", msg.UUID, err))
 		}
 		if err := p.tooLarge(km); err != nil {
+			p.logFailure(km, err)
 			return fmt.Errorf("kafkapub: cannot produce message %s: %w", msg.UUID, err)
 		}
 		_, _, err = producer.SendMessage(km)
@@ -334,6 +340,7 @@ func (p *Publisher) PublishBatch(topics []string, msgs []*message.Message) []err
 			continue
 		}
 		if err := p.tooLarge(km); err != nil {
+			p.logFailure(km, err)
 			fail(i, fmt.Errorf("kafkapub: cannot produce message %s: %w", msg.UUID, err))
 			continue
 		}
