@@ -545,11 +545,10 @@ func TestPartitionKafka(t *testing.T) {
 	}
 }
 
-// TestPoisonKafka runs alone: on the real cluster, beside two other
-// scenarios or other packages' tests, a few healthy records were stored
-// twice with no fault injected and no producer epoch bump in the relays'
-// logs (2 and 56 in two runs; none in three runs alone), and the
-// scenario's bound is 0. Why is open.
+// TestPoisonKafka runs alone: on the real cluster, beside other load, a
+// few healthy records were stored twice with no fault injected and no
+// producer epoch bump in the relays' logs, and the scenario's bound is 0
+// (docs/development.md). Why is open.
 func TestPoisonKafka(t *testing.T) {
 	p := harness.Poison(harness.Size{Events: 2000, Over: 10 * time.Second}, 3)
 	p.Alone = true

@@ -16,8 +16,7 @@ import (
 // producer bump its epoch, and the producer then sends the other
 // partitions' unacknowledged batches again under the new epoch, where the
 // broker cannot tell them from new ones: duplicates of healthy events,
-// one in-flight window per refusal (measured on the 3-broker cluster: 235
-// duplicates of 2,038 events around 9 refused ones).
+// up to one in-flight window per refusal.
 
 // limitTTL is how long a topic's max.message.bytes is trusted before it is
 // read again (an operator may change it).
