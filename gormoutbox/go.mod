@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261202030009-9c55d0978efd
+	github.com/txoutbox/txoutbox v0.0.0-20261202033008-18edb4507eab
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
