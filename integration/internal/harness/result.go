@@ -44,6 +44,10 @@ type Result struct {
 	DupBound   int
 	DeadEvents []DeadEvent
 	Notes      []string // the first problems found, for the failure message
+	// DupNotes describe the first duplicates, for a failure on the bound:
+	// a copy stored next to the first with the same producer timestamp is
+	// the producer's retry; one seconds later, a second publish.
+	DupNotes []string
 }
 
 // DeadEvent is an outbox row in state dead.
@@ -55,6 +59,16 @@ type DeadEvent struct {
 func (r *Result) note(format string, args ...any) {
 	if len(r.Notes) < 20 {
 		r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+	}
+}
+
+// noteDuplicate describes a duplicate delivery d of the row first
+// delivered as f.
+func (r *Result) noteDuplicate(f, d Delivery, row dbRow) {
+	if len(r.DupNotes) < 10 {
+		r.DupNotes = append(r.DupNotes, fmt.Sprintf("duplicate: row %d (attempts=%d last_error=%q) at %s/%d@%d sent %s, again @%d sent %s (%+dms)",
+			row.id, row.attempts, row.lastError, f.Topic, f.Partition, f.Offset, f.Timestamp.Format("15:04:05.000"),
+			d.Offset, d.Timestamp.Format("15:04:05.000"), d.Timestamp.Sub(f.Timestamp).Milliseconds()))
 	}
 }
 
@@ -139,7 +153,11 @@ func (r Result) Check() error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%s: %w\n%s", r.Scenario, errors.Join(errs...), strings.Join(r.Notes, "\n"))
+	notes := r.Notes
+	if r.Duplicates > r.DupBound {
+		notes = append(notes, r.DupNotes...)
+	}
+	return fmt.Errorf("%s: %w\n%s", r.Scenario, errors.Join(errs...), strings.Join(notes, "\n"))
 }
 
 func countDelivered(dead []DeadEvent) int {

@@ -16,6 +16,7 @@ type dbRow struct {
 	topic       string
 	aggregateID string
 	state       string
+	attempts    int
 	lastError   string
 	createdAt   time.Time
 	notBefore   sql.NullTime
@@ -27,7 +28,7 @@ func readOutbox(ctx context.Context, env *Env) (map[string]dbRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := env.DB.SQL.QueryContext(ctx, `SELECT id, event_id::text, topic, aggregate_id, state, coalesce(last_error, ''), created_at, not_before FROM `+names.Table)
+	rows, err := env.DB.SQL.QueryContext(ctx, `SELECT id, event_id::text, topic, aggregate_id, state, attempts, coalesce(last_error, ''), created_at, not_before FROM `+names.Table)
 	if err != nil {
 		return nil, fmt.Errorf("read outbox: %w", err)
 	}
@@ -38,7 +39,7 @@ func readOutbox(ctx context.Context, env *Env) (map[string]dbRow, error) {
 			r  dbRow
 			id string
 		)
-		if err := rows.Scan(&r.id, &id, &r.topic, &r.aggregateID, &r.state, &r.lastError, &r.createdAt, &r.notBefore); err != nil {
+		if err := rows.Scan(&r.id, &id, &r.topic, &r.aggregateID, &r.state, &r.attempts, &r.lastError, &r.createdAt, &r.notBefore); err != nil {
 			return nil, fmt.Errorf("read outbox: %w", err)
 		}
 		out[id] = r
@@ -68,7 +69,8 @@ func Verify(ctx context.Context, env *Env, broker string, topics []string, unord
 	var (
 		res       Result
 		delivered = map[string]bool{}
-		lastFirst = map[string]int64{} // topic/key -> highest row id first-delivered so far
+		first     = map[string]Delivery{} // event id -> its first delivery, to describe a duplicate
+		lastFirst = map[string]int64{}    // topic/key -> highest row id first-delivered so far
 	)
 	res.Committed = len(byID)
 	err = ReadAll(ctx, broker, topics, func(d Delivery) error {
@@ -85,9 +87,11 @@ func Verify(ctx context.Context, env *Env, broker string, topics []string, unord
 		}
 		if delivered[d.EventID] {
 			res.Duplicates++
+			res.noteDuplicate(first[d.EventID], d, row)
 			return nil
 		}
 		delivered[d.EventID] = true
+		first[d.EventID] = d
 		// The producer stamps the record when it sends it (Sarama, to the
 		// millisecond, truncated); the claim took the row no earlier than
 		// its not_before by the database's clock, the same machine's.
