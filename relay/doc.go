@@ -248,5 +248,9 @@
 // lag, for health checks; the same figures are OpenTelemetry gauges
 // (txoutbox.outbox.scheduled for the last), with counters
 // of published, retried and dead-lettered events, a publish latency
-// histogram, claim batch sizes, owned shards and the outage gauge.
+// histogram, claim batch sizes, owned shards and the outage gauge. Every
+// measurement and publish span carries the table (TableAttribute,
+// "txoutbox.table": "schema.name"), one value per table served, so relays
+// of several tables, or a Group, share one MeterProvider and their figures
+// stay apart.
 package relay

@@ -92,7 +92,7 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	met, err := newMetrics(cfg.MeterProvider)
+	met, err := newMetrics(cfg.MeterProvider, publish.TableValue(cfg.Table))
 	if err != nil {
 		return nil, fmt.Errorf("relay: metrics: %w", err)
 	}
