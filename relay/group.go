@@ -180,6 +180,10 @@ func (c *GroupConfig) validate() error {
 	return nil
 }
 
+// Running reports whether Run is running: from its start until it
+// returns.
+func (g *Group) Running() bool { return g.running.Load() }
+
 // ID returns the ID every table's relay runs under (Config.ID).
 func (g *Group) ID() string { return g.cfg.Relay.ID }
 
