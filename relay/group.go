@@ -306,6 +306,9 @@ func (g *Group) discover(ctx context.Context) {
 			// if the table is still there.
 			g.log.Error("relay: a table's relay stopped", "table", publish.TableValue(c.relay.cfg.Table), "err", c.err)
 			delete(g.children, schema)
+			if g.hub != nil {
+				g.hub.remove(c.relay.cfg.Table.Channel())
+			}
 			continue
 		default:
 		}
