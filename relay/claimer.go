@@ -156,7 +156,7 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 		// Full in rows, or (likely) stopped by the byte budget.
 		more = len(rows) == min(c.cfg.BatchSize, free) || (len(rows) > 0 && 2*bytes >= within)
 		if len(rows) > 0 {
-			c.met.batchSize.Record(ctx, int64(len(rows)))
+			c.met.batchSize.Record(ctx, int64(len(rows)), c.met.table)
 			hotUntil = time.Now().Add(hotPollWindow)
 		}
 		c.budget.take(len(rows), bytes)
@@ -250,7 +250,7 @@ func (c *claimer) markUndecodable(ctx context.Context, tx *sql.Tx, inc *incarnat
 	for _, b := range bad {
 		c.log.Error("relay: event cannot be decoded; it is dead", "row", b.ID, "err", b.Err)
 	}
-	c.met.dead.Add(ctx, int64(len(bad)))
+	c.met.dead.Add(ctx, int64(len(bad)), c.met.table)
 	return nil
 }
 

@@ -238,6 +238,22 @@
 // tests in internal/outboxsql prove the bound on the work each plan does
 // at two sizes ten times apart, under the custom and the generic plan.
 //
+// # Many outboxes: a schema per tenant
+//
+// A Group serves the outbox tables of many schemas of one database (a
+// schema per tenant), a list (GroupConfig.Schemas) or every schema whose
+// name matches a pattern (GroupConfig.SchemaPattern, "tenant_*"), found
+// again every DiscoverInterval: a new tenant's table, once migrated, is
+// served without a restart, a dropped one's relay is stopped. Each table
+// gets a Relay of its own from GroupConfig.Relay, with every guarantee
+// above (its shards, membership, leases, fences, ordering, claim gate and
+// floor): they share the pool, the publisher and one LISTEN connection,
+// and nothing that would let a table with a large backlog hold the
+// others back (each claims and publishes on its own, within its own
+// MaxInFlight and Lanes). A group's connections are one for LISTEN and
+// the pool's, up to eight per table at once: bound them with
+// db.SetMaxOpenConns (see Group).
+//
 // # Retention and health
 //
 // Published rows older than Retention are deleted in batches by one relay at
@@ -248,5 +264,9 @@
 // lag, for health checks; the same figures are OpenTelemetry gauges
 // (txoutbox.outbox.scheduled for the last), with counters
 // of published, retried and dead-lettered events, a publish latency
-// histogram, claim batch sizes, owned shards and the outage gauge.
+// histogram, claim batch sizes, owned shards and the outage gauge. Every
+// measurement and publish span carries the table (TableAttribute,
+// "txoutbox.table": "schema.name"), one value per table served, so relays
+// of several tables, or a Group, share one MeterProvider and their figures
+// stay apart.
 package relay

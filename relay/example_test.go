@@ -39,3 +39,29 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 }
+
+// One relay for the outbox of every tenant's schema: each table matching
+// the pattern gets a relay of its own, found again every DiscoverInterval,
+// sharing the pool, the publisher and one LISTEN connection. Bound the
+// pool: each table's relay may run up to eight statements at once.
+func ExampleNewGroup() {
+	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	db.SetMaxOpenConns(40)
+	db.SetMaxIdleConns(40)
+	pub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	g, err := relay.NewGroup(db, pub, relay.GroupConfig{
+		Relay:         relay.Config{ID: "relay-0"}, // every tenant's outbox is named "outbox"
+		SchemaPattern: "tenant_*",
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := g.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}

@@ -6,15 +6,24 @@ import (
 	"sync"
 	"time"
 
-	"github.com/txoutbox/txoutbox"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/txoutbox/txoutbox"
 
 	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
 // instrumentationName names the relay's tracer and meter.
 const instrumentationName = "github.com/txoutbox/txoutbox/relay"
+
+// TableAttribute is the attribute naming the outbox table on every
+// measurement and publish span of a relay: "schema.name", or the name
+// alone for an unqualified table. A relay serves one table and a Group
+// one per schema it serves, so its values are as many as the tables
+// served.
+const TableAttribute = publish.TableAttribute
 
 // metrics are the relay's OpenTelemetry instruments, besides the publish
 // core's (the publish duration and messages sent). The gauges read the
@@ -33,7 +42,8 @@ type metrics struct {
 	shards    metric.Int64ObservableGauge
 	outage    metric.Float64ObservableGauge
 
-	topics publish.Topics // the counters' attributes by topic
+	topics publish.Topics           // the counters' attributes by topic, with the table
+	table  metric.MeasurementOption // the table's attribute alone, for the rest
 
 	mu                      sync.Mutex
 	lagSample               *time.Duration // nil until first read
@@ -41,11 +51,16 @@ type metrics struct {
 	scheduledCount          *int64         // nil until first counted
 }
 
-func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+// newMetrics makes the instruments on mp. Relays sharing a provider (a
+// Group's) get the same instruments, which the SDK returns for a name
+// asked for again with the same description and unit; table, the
+// TableAttribute value on each measurement, tells their figures apart.
+func newMetrics(mp metric.MeterProvider, table string) (*metrics, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	m := &metrics{meter: mp.Meter(instrumentationName)}
+	m := &metrics{meter: mp.Meter(instrumentationName), topics: publish.Topics{Table: table},
+		table: metric.WithAttributeSet(attribute.NewSet(attribute.String(TableAttribute, table)))}
 	var err error
 	if m.published, err = m.meter.Int64Counter("txoutbox.relay.published",
 		metric.WithDescription("Events the broker acknowledged and the relay marked published."), metric.WithUnit("{event}")); err != nil {
@@ -95,24 +110,26 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 
 // observe registers the gauge callback, reading the shards owned and the
 // outage's length from shards and outage, and returns its unregister.
+// Each relay registers its own, observing its own table's attribute set,
+// so relays sharing the instruments never report over one another.
 func (m *metrics) observe(shards func() int64, outage func() time.Duration) (func() error, error) {
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(m.shards, shards())
-		o.ObserveFloat64(m.outage, outage().Seconds())
+		o.ObserveInt64(m.shards, shards(), m.table)
+		o.ObserveFloat64(m.outage, outage().Seconds(), m.table)
 		m.mu.Lock()
 		lag, backlog, dead, scheduled := m.lagSample, m.backlogCount, m.deadCount, m.scheduledCount
 		m.mu.Unlock()
 		if scheduled != nil {
-			o.ObserveInt64(m.scheduled, *scheduled)
+			o.ObserveInt64(m.scheduled, *scheduled, m.table)
 		}
 		if lag != nil {
-			o.ObserveFloat64(m.lag, lag.Seconds())
+			o.ObserveFloat64(m.lag, lag.Seconds(), m.table)
 		}
 		if backlog != nil {
-			o.ObserveInt64(m.backlog, *backlog)
+			o.ObserveInt64(m.backlog, *backlog, m.table)
 		}
 		if dead != nil {
-			o.ObserveInt64(m.deadRows, *dead)
+			o.ObserveInt64(m.deadRows, *dead, m.table)
 		}
 		return nil
 	}, m.shards, m.outage, m.lag, m.backlog, m.deadRows, m.scheduled)

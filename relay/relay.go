@@ -69,8 +69,8 @@ type Relay struct {
 // db is a database/sql pool; a pgx pool converts with stdlib.OpenDBFromPool.
 // With the pgx driver the relay holds one connection for LISTEN; with another
 // driver, or one wrapped by instrumentation, it polls. A relay uses up to
-// eight connections at once (claims, marks, heartbeats, LISTEN, three
-// stats readings, pruning): give its pool at least that many idle
+// nine connections at once (claims, marks, heartbeats, the claim floor,
+// LISTEN, three stats readings, pruning): give its pool at least that many idle
 // connections (db.SetMaxIdleConns), or database/sql's default of two makes
 // it reconnect constantly.
 //
@@ -92,7 +92,7 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	met, err := newMetrics(cfg.MeterProvider)
+	met, err := newMetrics(cfg.MeterProvider, publish.TableValue(cfg.Table))
 	if err != nil {
 		return nil, fmt.Errorf("relay: metrics: %w", err)
 	}

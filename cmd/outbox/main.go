@@ -1,12 +1,12 @@
 // Command outbox operates a txoutbox outbox: it migrates the schema, runs
 // the relay, shows the outbox's health, and handles dead events and replays.
 //
-//	outbox migrate up [--set outbox|inbox]
+//	outbox migrate up [--set outbox|inbox] [--schemas PATTERN]
 //	outbox migrate down [--set outbox|inbox]
 //	outbox migrate status [--set outbox|inbox]
 //	outbox migrate export --format goose|golang-migrate --dir DIR
-//	outbox relay --brokers B | --dev-broker [--tls-ca F] [--sasl-mechanism M] [--metrics-addr :9464]
-//	outbox status [--max-lag 1m] [--stale-after 15s]
+//	outbox relay --brokers B | --dev-broker [--schemas PATTERN] [--tls-ca F] [--sasl-mechanism M] [--metrics-addr :9464]
+//	outbox status [--schemas PATTERN] [--max-lag 1m] [--stale-after 15s]
 //	outbox dead list [--topic T] [--aggregate A] [--type E] [--since 24h] [--limit N] [--after ID]
 //	outbox dead show ID
 //	outbox dead retry ID... | --topic T ... | --all [--dry-run]
@@ -20,6 +20,11 @@
 // wins. DATABASE_URL and KAFKA_BROKERS are read after OUTBOX_DATABASE_URL
 // and OUTBOX_BROKERS. The flags that choose or confirm what dead retry,
 // dead drop and replay change are read from the command line only.
+//
+// relay, status and migrate up take --schemas PATTERN instead of --schema
+// for the outbox tables of many schemas (a schema per tenant): every
+// schema matching the pattern ('tenant_*'), or each of a comma-separated
+// list, each with its --table.
 //
 // Every command takes --database-url, --schema and --table. Output is for
 // humans unless --json is given; values from the database are printed with

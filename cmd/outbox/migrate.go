@@ -12,6 +12,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/migrations"
+	"github.com/txoutbox/txoutbox/relay"
 )
 
 // migrateAction is the run of `outbox migrate action`: the four share
@@ -24,8 +25,12 @@ func migrateAction(action string) func(context.Context, *process, *flag.FlagSet,
 
 func runMigrate(ctx context.Context, proc *process, fs *flag.FlagSet, action string, args []string) error {
 	stdout := proc.stdout
-	var common commonFlags
+	var (
+		common  commonFlags
+		schemas schemasFlag
+	)
 	common.register(fs)
+	schemas.register(fs)
 	set := fs.String("set", "outbox", "which schema to migrate: outbox (the outbox and relay tables) or inbox (the consumers' processed-events table)")
 	format := fs.String("format", migrations.FormatGoose, "export: goose or golang-migrate")
 	dir := fs.String("dir", "", "export: directory to write the files to (created if missing)")
@@ -57,6 +62,25 @@ func runMigrate(ctx context.Context, proc *process, fs *flag.FlagSet, action str
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments: %v", fs.Args())
+	}
+	if schemas.set() {
+		if action != "up" {
+			return usagef("--schemas: only migrate up applies to many schemas at once")
+		}
+		cfg, err := schemas.groupConfig(&common, relay.Config{}, 0)
+		if err != nil {
+			return err
+		}
+		db, err := common.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		found, err := findTables(ctx, db, cfg, schemas.value)
+		if err != nil {
+			return err
+		}
+		return migrateTables(ctx, stdout, db, migrationSet, found, common.json)
 	}
 	table, err := common.outboxTable()
 	if err != nil {

@@ -94,6 +94,39 @@ func (m *metricsServer) serve(r *relay.Relay, db *sql.DB, log *slog.Logger) {
 	}()
 }
 
+// serveGroup answers the probes for a relay group until shutdown: it is
+// healthy while Run runs, and ready while every table's relay is
+// heartbeating and not stalled, and the database answers; /readyz lists
+// the tables with their state.
+func (m *metricsServer) serveGroup(g *relay.Group, db *sql.DB, log *slog.Logger) {
+	mux := m.srv.Handler.(*http.ServeMux)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeProbe(w, g.Running(), map[string]any{"running": g.Running()})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
+		ctx, cancel := context.WithTimeout(req.Context(), ReadyTimeoutDefault)
+		defer cancel()
+		dbErr := db.PingContext(ctx)
+		ok := g.Running() && dbErr == nil
+		tables := []map[string]any{}
+		for _, h := range g.Health() {
+			ok = ok && h.Running && h.Heartbeating && !h.Stalled
+			tables = append(tables, map[string]any{"table": tableName(h.Table), "running": h.Running, "heartbeating": h.Heartbeating,
+				"incarnation": h.Incarnation, "since_heartbeat_seconds": h.SinceHeartbeat.Seconds(), "shards": h.Shards, "stalled": h.Stalled})
+		}
+		body := map[string]any{"running": g.Running(), "tables": tables, "database": "ok"}
+		if dbErr != nil {
+			body["database"] = dbErr.Error()
+		}
+		writeProbe(w, ok, body)
+	})
+	go func() {
+		if err := m.srv.Serve(m.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+}
+
 // serveWAL answers the probes for a WAL relay until shutdown: it is
 // healthy while Run runs, ready whether it streams or stands by (a standby
 // is a working replica); /readyz says which.

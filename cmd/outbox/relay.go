@@ -2,9 +2,10 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"flag"
 	"fmt"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"io"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -13,7 +14,9 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/grants"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/relay"
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
 	"github.com/txoutbox/txoutbox/relay/walrelay"
@@ -28,8 +31,12 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		metricsAddr = fs.String("metrics-addr", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9464 (empty: off)")
 	)
+	var schemas schemasFlag
 	common.register(fs)
+	schemas.register(fs)
 	kafka.register(fs)
+	discover := fs.Duration("discover-interval", relay.DiscoverIntervalDefault, "with --schemas: look for new and dropped tables this often")
+	maxConns := fs.Int("max-conns", 0, "most database connections open at once (0: no bound, or 40 with --schemas); each table's relay runs up to eight statements at once")
 	mode := fs.String("mode", "poll", "poll: claim rows from the table; wal: stream them from a logical replication slot (needs wal_level = logical)")
 	var wal walFlags
 	wal.register(fs)
@@ -77,6 +84,21 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	// Validate everything before touching the database or a broker.
 	if err := cfg.Validate(); err != nil {
 		return usagef("%v", err)
+	}
+	if *maxConns < 0 {
+		return usagef("--max-conns is negative (%d)", *maxConns)
+	}
+	var gcfg relay.GroupConfig
+	if schemas.set() {
+		if *mode != "poll" {
+			return usagef("--schemas: WAL mode serves one table; run a relay group with --mode poll")
+		}
+		if gcfg, err = schemas.groupConfig(&common, cfg, *discover); err != nil {
+			return err
+		}
+		if *maxConns == 0 {
+			*maxConns = groupMaxConnsDefault
+		}
 	}
 	var wcfg walrelay.Config
 	switch *mode {
@@ -132,7 +154,14 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 		return err
 	}
 	defer db.Close()
-	db.SetMaxIdleConns(10) // the relay's loops use up to eight connections at once
+	db.SetMaxIdleConns(max(10, *maxConns)) // a relay's loops use up to nine connections at once
+	db.SetMaxOpenConns(*maxConns)
+	if schemas.set() {
+		logger.Info("connected to the database", "database", redactDatabaseURL(common.databaseURL), "schemas", schemas.value, "max_conns", *maxConns)
+		// Set after the group's configuration was checked.
+		gcfg.Relay.MeterProvider, gcfg.Relay.TracerProvider = cfg.MeterProvider, cfg.TracerProvider
+		return runGroup(ctx, stdout, db, gcfg, schemas.value, addrs, kafka, kcfg, logger, metricsSrv)
+	}
 	logger.Info("connected to the database", "database", redactDatabaseURL(common.databaseURL), "table", table.String())
 	names, err := outboxsql.NamesFor(table.Schema, table.Name)
 	if err != nil {
@@ -162,6 +191,46 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	}
 	fmt.Fprintf(stdout, "relay %s stopped after %s\n", r.ID(), time.Since(start).Round(time.Second))
 	return nil
+}
+
+// groupMaxConnsDefault bounds the pool of `outbox relay --schemas`
+// unless --max-conns says otherwise: enough for a few busy tables among
+// many idle ones (see relay.Group).
+const groupMaxConnsDefault = 40
+
+// runGroup is `outbox relay --schemas`: a relay.Group over the tables
+// cfg selects, found again every relay.DiscoverIntervalDefault.
+func runGroup(ctx context.Context, stdout io.Writer, db *sql.DB, cfg relay.GroupConfig, selected string, addrs []string,
+	kafka kafkaFlags, kcfg kafkapub.Config, logger *slog.Logger, metricsSrv *metricsServer) error {
+	pub, closeKafka, err := connectKafka(addrs, kcfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeKafka()
+	logger.Info("connected to kafka", kafka.logAttrs(addrs)...)
+	g, err := relay.NewGroup(db, pub, cfg)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if metricsSrv != nil {
+		metricsSrv.serveGroup(g, db, logger)
+		logger.Info("serving /metrics, /healthz and /readyz", "addr", metricsSrv.ln.Addr().String())
+	}
+	fmt.Fprintf(stdout, "relay %s publishing the %s tables of schemas %s to %s\n", g.ID(), tableNameOnly(cfg.Relay.Table), selected, strings.Join(addrs, ","))
+	start := time.Now()
+	if err := g.Run(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "relay %s stopped after %s\n", g.ID(), time.Since(start).Round(time.Second))
+	return nil
+}
+
+// tableNameOnly is t's name, the default when empty.
+func tableNameOnly(t txoutbox.Table) string {
+	if t.Name == "" {
+		return txoutbox.TableNameDefault
+	}
+	return t.Name
 }
 
 // saramaLogger forwards Sarama's package-level logger to the running

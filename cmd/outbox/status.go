@@ -12,6 +12,7 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/human"
 	"github.com/txoutbox/txoutbox/outboxadmin"
+	"github.com/txoutbox/txoutbox/relay"
 )
 
 // exitLagExceeded is status's exit code when the lag exceeds --max-lag, so a
@@ -26,12 +27,33 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 		maxLag     = fs.Duration("max-lag", 0, fmt.Sprintf("exit with code %d if the lag exceeds this (0: never)", exitLagExceeded))
 		slot       = fs.String("slot", "", "WAL mode's replication slot to report (default txoutbox_<schema>_<table>; shown if it exists)")
 	)
+	var schemas schemasFlag
 	common.register(fs)
+	schemas.register(fs)
 	if err := proc.parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	if *maxLag < 0 {
 		return usagef("--max-lag is negative (%s)", *maxLag)
+	}
+	if schemas.set() {
+		if *slot != "" {
+			return usagef("--slot: WAL mode serves one table; not with --schemas")
+		}
+		cfg, err := schemas.groupConfig(&common, relay.Config{}, 0)
+		if err != nil {
+			return err
+		}
+		db, err := common.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		found, err := findTables(ctx, db, cfg, schemas.value)
+		if err != nil {
+			return err
+		}
+		return statusTables(ctx, stdout, db, found, *maxLag, common.json)
 	}
 	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{StaleAfter: *staleAfter}, readerGrants)
 	if err != nil {

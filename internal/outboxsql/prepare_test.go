@@ -70,6 +70,7 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	add("Heartbeat", outboxsql.Heartbeat, 1)
 	add("ForgetStaleRelays", outboxsql.ForgetStaleRelays, 1)
 	add("LiveRelays", outboxsql.LiveRelays, 0)
+	add("Schemas", outboxsql.Schemas, count(outboxsql.SchemasArgs{}))
 	add("ReleaseShards", outboxsql.ReleaseShards, count(outboxsql.ShardsArgs{}))
 	add("AcquireShards", outboxsql.AcquireShards, count(outboxsql.ShardsArgs{}))
 	add("LeaveShards", outboxsql.LeaveShards, 1)

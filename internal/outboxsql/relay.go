@@ -709,3 +709,26 @@ FROM (
 ) s
 GROUP BY topic
 ORDER BY topic`
+
+// Schemas lists the schemas of the database (but PostgreSQL's own), each
+// with whether it holds an outbox table named $1 (an ordinary or
+// partitioned table) and whether that table is migrated far enough for a
+// relay: its relays, shards and claim floor (schema version 8) tables are
+// there too. It reads the catalogs only, so it sees every schema whatever
+// the role's privileges on it, and a relay group finds the tables to serve
+// with it (GroupConfig selects among the names).
+const Schemas = `SELECT n.nspname,
+       EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace = n.oid AND c.relname = $1::text AND c.relkind IN ('r', 'p')),
+       (SELECT count(*) FROM pg_class c
+        WHERE c.relnamespace = n.oid AND c.relname IN ($1::text || '_relays', $1::text || '_shards', $1::text || '_claim_floor')) = 3
+FROM pg_namespace n
+WHERE n.nspname !~ '^pg_' AND n.nspname <> 'information_schema'
+ORDER BY n.nspname`
+
+// SchemasArgs binds Schemas.
+type SchemasArgs struct {
+	Name string // the outbox table's name in every schema
+}
+
+// Args returns the statement's arguments.
+func (a SchemasArgs) Args() []any { return []any{a.Name} }

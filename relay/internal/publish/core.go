@@ -38,7 +38,8 @@ type Config struct {
 	// 1, or a publisher that is not one, events go one per Publish.
 	LaneBatch int
 
-	// Table is the outbox table, named in the default ce_source.
+	// Table is the outbox table, named in the default ce_source and, as
+	// TableAttribute, on every measurement and span.
 	Table txoutbox.Table
 
 	// CloudEvents adds the CloudEvents binary-mode headers; Source is
@@ -62,6 +63,7 @@ type Core struct {
 	trace      *tracing
 	propagator propagation.TextMapPropagator
 	system     string // messaging.system
+	table      string // TableAttribute's value
 	met        *instruments
 }
 
@@ -74,12 +76,13 @@ func New(cfg Config) (*Core, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	met, err := newInstruments(mp.Meter(cfg.Scope))
+	table := TableValue(cfg.Table)
+	met, err := newInstruments(mp.Meter(cfg.Scope), table)
 	if err != nil {
 		return nil, err
 	}
 	c := &Core{pub: cfg.Publisher, limit: 1, trace: newTracing(cfg.TracerProvider, cfg.Scope), propagator: cfg.Propagator,
-		system: messagingSystem(cfg.MessagingSystem, cfg.Publisher), met: met}
+		system: messagingSystem(cfg.MessagingSystem, cfg.Publisher), table: table, met: met}
 	if bp, ok := cfg.Publisher.(BatchPublisher); ok && cfg.LaneBatch > 1 {
 		c.batch, c.limit = bp, cfg.LaneBatch
 	}

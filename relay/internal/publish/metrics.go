@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/txoutbox/txoutbox"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -20,6 +22,26 @@ func durationBuckets() []float64 {
 	return []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
 }
 
+// TableAttribute is the attribute naming the outbox table on every
+// measurement and publish span of a relay, in both modes: TableValue of
+// its Config.Table. One relay, or a relay.Group, serves a bounded set of
+// tables, so the attribute's values are as many as the tables served.
+const TableAttribute = "txoutbox.table"
+
+// TableValue is the TableAttribute value of t: "schema.name", or the name
+// alone when the table is unqualified. Names are plain identifiers
+// (txoutbox.Table.Validate), so they need no quoting.
+func TableValue(t txoutbox.Table) string {
+	name := t.Name
+	if name == "" {
+		name = txoutbox.TableNameDefault
+	}
+	if t.Schema == "" {
+		return name
+	}
+	return t.Schema + "." + name
+}
+
 // instruments are the publish core's: the duration and the count of
 // publishes, by topic and, on failure, error type.
 type instruments struct {
@@ -28,8 +50,8 @@ type instruments struct {
 	topics   Topics
 }
 
-func newInstruments(meter metric.Meter) (*instruments, error) {
-	m := &instruments{}
+func newInstruments(meter metric.Meter, table string) (*instruments, error) {
+	m := &instruments{topics: Topics{Table: table}}
 	var err error
 	if m.duration, err = meter.Float64Histogram("txoutbox.relay.publish.duration",
 		metric.WithDescription("Time from handing an event to the publisher to the broker's acknowledgement or refusal, by topic (messaging.destination.name) and, on failure, error.type."),
@@ -44,25 +66,32 @@ func newInstruments(meter metric.Meter) (*instruments, error) {
 	return m, nil
 }
 
-// record records one publish: its duration and count, by topic and, on
-// failure, error type. Both attributes are bounded: topics are few, and
-// errorType names kinds of failure, not messages.
+// record records one publish: its duration and count, by table, topic
+// and, on failure, error type. Every attribute is bounded: a relay serves
+// few tables, topics are few, and errorType names kinds of failure, not
+// messages.
 func (m *instruments) record(ctx context.Context, topic string, took time.Duration, err error) {
 	var set metric.MeasurementOption
 	if err == nil {
 		set = m.topics.Option(topic)
 	} else {
 		set = metric.WithAttributeSet(attribute.NewSet(attribute.String("messaging.destination.name", topic),
-			attribute.String("error.type", errorType(err))))
+			attribute.String("error.type", errorType(err)), attribute.String(TableAttribute, m.topics.Table)))
 	}
 	m.duration.Record(ctx, took.Seconds(), set)
 	m.sent.Add(ctx, 1, set)
 }
 
 // Topics caches the measurement option of each topic's attribute set
-// (messaging.destination.name), so recording by topic allocates nothing on
-// the hot path. The zero value is ready to use.
+// (messaging.destination.name, and TableAttribute when Table is set), so
+// recording by topic allocates nothing on the hot path. The zero value is
+// ready to use.
 type Topics struct {
+	// Table is the TableAttribute value the sets carry (TableValue of the
+	// relay's table); empty leaves the attribute out. Set it before the
+	// first Option.
+	Table string
+
 	m sync.Map // topic → metric.MeasurementOption
 }
 
@@ -71,7 +100,11 @@ func (t *Topics) Option(topic string) metric.MeasurementOption {
 	if cached, ok := t.m.Load(topic); ok {
 		return cached.(metric.MeasurementOption)
 	}
-	set := metric.WithAttributeSet(attribute.NewSet(attribute.String("messaging.destination.name", topic)))
+	attrs := []attribute.KeyValue{attribute.String("messaging.destination.name", topic)}
+	if t.Table != "" {
+		attrs = append(attrs, attribute.String(TableAttribute, t.Table))
+	}
+	set := metric.WithAttributeSet(attribute.NewSet(attrs...))
 	t.m.Store(topic, set)
 	return set
 }

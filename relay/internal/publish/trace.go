@@ -100,6 +100,7 @@ func (c *Core) startSpan(ctx context.Context, t trace.Tracer, e *txoutbox.Event)
 		attribute.String("messaging.operation.type", "send"),
 		attribute.String("messaging.destination.name", e.Topic),
 		attribute.String("messaging.message.id", e.ID.String()),
+		attribute.String(TableAttribute, c.table),
 	}
 	if c.system == "kafka" {
 		attrs = append(attrs, attribute.String("messaging.kafka.message.key", e.AggregateID))

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/human"
+	"github.com/txoutbox/txoutbox/migrations"
+	"github.com/txoutbox/txoutbox/relay"
+)
+
+// schemasFlag is --schemas: the outbox tables of many schemas at once (a
+// schema per tenant), for relay, migrate up and status.
+type schemasFlag struct{ value string }
+
+func (s *schemasFlag) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.value, "schemas", "", "the outbox table of every schema matching this pattern (* any run, ? one character, [a-k] a class: 'tenant_*'), "+
+		"or of each schema of a comma-separated list; the table is --table in each (excludes --schema)")
+}
+
+// set reports whether --schemas was given.
+func (s *schemasFlag) set() bool { return s.value != "" }
+
+// groupConfig is the relay.GroupConfig of --schemas, its relays
+// configured by rcfg, for the tables named --table (common.table); --schema
+// (common.schema) excludes it. discover is its DiscoverInterval.
+func (s *schemasFlag) groupConfig(common *commonFlags, rcfg relay.Config, discover time.Duration) (relay.GroupConfig, error) {
+	if common.schema != "" {
+		return relay.GroupConfig{}, usagef("--schemas and --schema (or OUTBOX_SCHEMA) exclude each other: --schema names one table's schema, --schemas many")
+	}
+	rcfg.Table = txoutbox.Table{Name: common.table}
+	cfg := relay.GroupConfig{Relay: rcfg, DiscoverInterval: discover}
+	if strings.ContainsAny(s.value, "*?[") {
+		if strings.Contains(s.value, ",") {
+			return cfg, usagef("--schemas %q: a pattern or a comma-separated list of schemas, not both", s.value)
+		}
+		cfg.SchemaPattern = s.value
+	} else {
+		cfg.Schemas = splitList(s.value)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usagef("--schemas: %v", err)
+	}
+	return cfg, nil
+}
+
+// findTables lists the tables cfg selects; none is an error, so that a
+// mistyped pattern does not pass for success.
+func findTables(ctx context.Context, db *sql.DB, cfg relay.GroupConfig, flagValue string) ([]relay.FoundTable, error) {
+	found, err := relay.FindTables(ctx, db, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(found) == 0 {
+		return nil, fmt.Errorf("--schemas %q selects no schema", flagValue)
+	}
+	return found, nil
+}
+
+// tableName is a table as the per-table lines show it: schema.name.
+func tableName(t txoutbox.Table) string {
+	name := t.Name
+	if name == "" {
+		name = txoutbox.TableNameDefault
+	}
+	return t.Schema + "." + name
+}
+
+// migrateTables is `outbox migrate up --schemas`: every selected schema's
+// tables are migrated, each in its own transaction as `migrate up` does,
+// one line per table. A table that fails does not stop the others; the
+// command then fails (exit 1) once all were tried.
+func migrateTables(ctx context.Context, stdout io.Writer, db *sql.DB, set migrations.Set, found []relay.FoundTable, asJSON bool) error {
+	type result struct {
+		Table   string `json:"table"`
+		Applied []int  `json:"applied"`
+		Error   string `json:"error,omitempty"`
+	}
+	results := make([]result, 0, len(found))
+	failed := 0
+	for _, f := range found {
+		r := result{Table: tableName(f.Table), Applied: []int{}}
+		m, err := migrations.New(db, migrations.Config{Set: set, Table: f.Table})
+		var applied []int
+		if err == nil {
+			applied, err = m.Up(ctx)
+		}
+		if err != nil {
+			r.Error = err.Error()
+			failed++
+		} else {
+			r.Applied = nonNil(applied)
+		}
+		results = append(results, r)
+		if asJSON {
+			continue
+		}
+		switch {
+		case r.Error != "":
+			fmt.Fprintf(stdout, "%s: failed: %s\n", r.Table, oneLine(r.Error, 500))
+		case len(applied) == 0:
+			fmt.Fprintf(stdout, "%s: schema is up to date\n", r.Table)
+		default:
+			fmt.Fprintf(stdout, "%s: applied version(s) %s\n", r.Table, joinInts(applied))
+		}
+	}
+	if asJSON {
+		if err := printJSON(stdout, map[string]any{"tables": results}); err != nil {
+			return err
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("migrate up: %d of %d tables failed", failed, len(found))
+	}
+	return nil
+}
+
+// tableStatus is one table's line of `outbox status --schemas`.
+type tableStatus struct {
+	Table            string  `json:"table"`
+	Backlog          int64   `json:"backlog"`
+	BacklogEstimated bool    `json:"backlog_estimated"`
+	LagSeconds       float64 `json:"lag_seconds"`
+	Dead             int64   `json:"dead"`
+	DeadEstimated    bool    `json:"dead_estimated"`
+	Error            string  `json:"error,omitempty"`
+
+	lag time.Duration
+}
+
+// statusTables is `outbox status --schemas`: the backlog, lag and dead
+// count of each selected table, one row each. A table that cannot be read
+// (not migrated, no privileges) shows its error and fails the command
+// (exit 1) after the others; a lag past maxLag exits 3 as for one table.
+func statusTables(ctx context.Context, stdout io.Writer, db *sql.DB, found []relay.FoundTable, maxLag time.Duration, asJSON bool) error {
+	rows := make([]tableStatus, 0, len(found))
+	var failed int
+	var worst tableStatus
+	for _, f := range found {
+		row := tableStatus{Table: tableName(f.Table)}
+		switch {
+		case !f.Exists:
+			row.Error = "no outbox table"
+		case !f.Migrated:
+			row.Error = "not migrated: run outbox migrate up"
+		default:
+			st, err := txoutbox.ReadStats(ctx, db, f.Table)
+			if err != nil {
+				row.Error = err.Error()
+				break
+			}
+			row.Backlog, row.BacklogEstimated, row.Dead, row.DeadEstimated = st.Backlog, st.BacklogEstimated, st.Dead, st.DeadEstimated
+			row.lag, row.LagSeconds = st.Lag, st.Lag.Seconds()
+		}
+		if row.Error != "" {
+			failed++
+		}
+		if row.lag > worst.lag {
+			worst = row
+		}
+		rows = append(rows, row)
+	}
+	exceeded := maxLag > 0 && worst.lag > maxLag
+	if asJSON {
+		if err := printJSON(stdout, map[string]any{"tables": rows, "max_lag_seconds": maxLag.Seconds(), "max_lag_exceeded": exceeded}); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TABLE\tBACKLOG\tLAG\tDEAD")
+		for _, r := range rows {
+			if r.Error != "" {
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\n", r.Table, oneLine(r.Error, 200))
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Table, count(r.Backlog, r.BacklogEstimated, "~"), human.Duration(r.lag), count(r.Dead, r.DeadEstimated, "~"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("status: %d of %d tables could not be read", failed, len(found))
+	}
+	if exceeded {
+		return exitError{code: exitLagExceeded, msg: fmt.Sprintf("%s: lag %s exceeds --max-lag %s", worst.Table, human.Duration(worst.lag), maxLag)}
+	}
+	return nil
+}

@@ -1,0 +1,498 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/ident"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/migrations"
+)
+
+// fleet is a group test's database: schemas named prefix_<name>, each
+// with an outbox table, and the group's own pool, whose connections carry
+// application_name prefix so the test can count them.
+type fleet struct {
+	base   *testkit.DB
+	prefix string
+	db     *sql.DB // the group's
+	tables map[string]*testkit.Schema
+}
+
+func newFleet(t *testing.T) *fleet {
+	t.Helper()
+	base := testkit.NewDB(t)
+	f := &fleet{base: base, prefix: testkit.SchemaName("g"), tables: map[string]*testkit.Schema{}}
+	u, err := url.Parse(base.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", f.prefix)
+	u.RawQuery = q.Encode()
+	if f.db, err = sql.Open("pgx", u.String()); err != nil {
+		t.Fatal(err)
+	}
+	f.db.SetMaxIdleConns(20)
+	t.Cleanup(func() { f.db.Close() })
+	return f
+}
+
+// add creates schema prefix_name with the outbox migrated (or without any
+// table), dropped when the test ends.
+func (f *fleet) add(t *testing.T, name string, migrate bool) *testkit.Schema {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := testkit.CreateSchema(ctx, f.base.URL, f.prefix+"_"+name, migrate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.tables[name] = s
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = s.SQL.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+ident.Quote(s.Name)+" CASCADE")
+		s.SQL.Close()
+	})
+	return s
+}
+
+// write commits n events of each aggregate of aggs to table name's
+// outbox, interleaved, with the schema as their topic and their sequence
+// number as the payload; it returns when the commit returned.
+func (f *fleet) write(t *testing.T, name string, from, n int, aggs ...string) time.Time {
+	t.Helper()
+	s := f.tables[name]
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: s.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []txoutbox.Event
+	for i := from; i < from+n; i++ {
+		for _, agg := range aggs {
+			e, err := txoutbox.NewEvent(s.Name, "order", agg, "order.changed", i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			events = append(events, e)
+		}
+	}
+	tx, err := s.SQL.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // committed below
+	if err := w.Write(context.Background(), tx, events...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return time.Now()
+}
+
+func (f *fleet) count(t *testing.T, name, where string) int {
+	t.Helper()
+	var n int
+	s := f.tables[name]
+	if err := s.SQL.QueryRow(`SELECT count(*) FROM ` + ident.Quote(s.Name) + `.outbox WHERE ` + where).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// listenBackends counts the group's connections whose last statement was
+// a LISTEN: those in LISTEN.
+func (f *fleet) listenBackends(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := f.base.SQL.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'`,
+		f.prefix).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// groupConfig is a group over the fleet's schemas with fast rounds; with
+// listen, the relays never poll (PollInterval an hour), so rows written
+// after they started are published only if their NOTIFY reaches them.
+func (f *fleet) groupConfig(listen bool) GroupConfig {
+	cfg := GroupConfig{
+		Relay: Config{ID: "g1", Logger: slog.New(slog.DiscardHandler),
+			PollInterval: 10 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, StaleAfter: 10 * time.Second,
+			LeaseDuration: 15 * time.Second, BackoffMin: 2 * time.Millisecond, BackoffMax: 20 * time.Millisecond},
+		SchemaPattern:    f.prefix + "_*",
+		DiscoverInterval: 100 * time.Millisecond,
+	}
+	if listen {
+		cfg.Relay.PollInterval = time.Hour
+	}
+	return cfg
+}
+
+func (f *fleet) newGroup(t *testing.T, pub message.Publisher, cfg GroupConfig) *Group {
+	t.Helper()
+	g, err := NewGroup(f.db, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// waitServing waits until the group serves exactly the tables of names,
+// each relay heartbeating and claiming from its shards.
+func (f *fleet) waitServing(t *testing.T, g *Group, names ...string) {
+	t.Helper()
+	var want []string
+	for _, n := range names {
+		want = append(want, f.prefix+"_"+n)
+	}
+	slices.Sort(want)
+	var got []string
+	if !testkit.Eventually(15*time.Second, func() bool {
+		got = got[:0]
+		ready := true
+		for _, h := range g.Health() {
+			got = append(got, h.Table.Schema)
+			ready = ready && h.Running && h.Heartbeating && h.Shards == numShards
+		}
+		return ready && slices.Equal(got, want)
+	}) {
+		t.Fatalf("group serves %v (or not all ready), want %v ready", got, want)
+	}
+}
+
+// groupPublisher records, per topic (a table's schema) and aggregate, the
+// sequence numbers it acknowledged, and when each event was; with slots,
+// at most that many publishes run at once, each taking delay, like a
+// broker of bounded throughput every table shares.
+type groupPublisher struct {
+	sem   chan struct{} // nil: unbounded
+	delay time.Duration
+
+	mu    sync.Mutex
+	acked map[string][]int     // topic/aggregate → sequence numbers
+	at    map[string]time.Time // topic/payload → first acknowledgement
+}
+
+func newGroupPublisher(slots int, delay time.Duration) *groupPublisher {
+	p := &groupPublisher{delay: delay, acked: map[string][]int{}, at: map[string]time.Time{}}
+	if slots > 0 {
+		p.sem = make(chan struct{}, slots)
+	}
+	return p
+}
+
+func (p *groupPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if p.sem != nil {
+		p.sem <- struct{}{}
+		time.Sleep(p.delay)
+		<-p.sem
+	}
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range msgs {
+		var seq int
+		if _, err := fmt.Sscan(string(m.Payload), &seq); err != nil {
+			return err
+		}
+		key := topic + "/" + m.Metadata.Get(txoutbox.HeaderAggregateID)
+		p.acked[key] = append(p.acked[key], seq)
+		if _, ok := p.at[topic+"/"+string(m.Payload)]; !ok {
+			p.at[topic+"/"+string(m.Payload)] = now
+		}
+	}
+	return nil
+}
+
+func (*groupPublisher) Close() error { return nil }
+
+// checkOrder fails unless each of topic's aggregates got 0..n-1 first
+// delivered in order (a redelivery may repeat an earlier one).
+func (p *groupPublisher) checkOrder(t *testing.T, topic string, n int, aggs ...string) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, agg := range aggs {
+		key := topic + "/" + agg
+		next := 0
+		for _, seq := range p.acked[key] {
+			switch {
+			case seq == next:
+				next++
+			case seq > next:
+				t.Fatalf("%s: event %d delivered before %d (deliveries %v)", key, seq, next, p.acked[key])
+			}
+		}
+		if next != n {
+			t.Fatalf("%s: %d of %d events delivered (deliveries %v)", key, next, n, p.acked[key])
+		}
+	}
+}
+
+func TestGroupConfigErrors(t *testing.T) {
+	db, pub := &sql.DB{}, nopPublisher{}
+	for name, cfg := range map[string]GroupConfig{
+		"neither schemas nor pattern": {},
+		"both schemas and pattern":    {Schemas: []string{"a"}, SchemaPattern: "tenant_*"},
+		"bad pattern":                 {SchemaPattern: "tenant_["},
+		"schema not an identifier":    {Schemas: []string{"a; drop table x"}},
+		"schema listed twice":         {Schemas: []string{"a", "b", "a"}},
+		"relay table has a schema":    {Relay: Config{Table: txoutbox.Table{Schema: "public"}}, SchemaPattern: "*"},
+		"relay table name bad":        {Relay: Config{Table: txoutbox.Table{Name: "x-y"}}, SchemaPattern: "*"},
+		"bad relay config":            {Relay: Config{BatchSize: -1}, SchemaPattern: "*"},
+		"negative discover interval":  {SchemaPattern: "*", DiscoverInterval: -time.Second},
+	} {
+		if _, err := NewGroup(db, pub, cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: NewGroup: %v, want ErrInvalidConfig", name, err)
+		}
+		if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: Validate: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	if _, err := NewGroup(nil, pub, GroupConfig{SchemaPattern: "*"}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("nil db: %v", err)
+	}
+	if _, err := NewGroup(db, nil, GroupConfig{SchemaPattern: "*"}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("nil publisher: %v", err)
+	}
+	g, err := NewGroup(db, pub, GroupConfig{Schemas: []string{"a", "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.cfg.DiscoverInterval != DiscoverIntervalDefault || g.ID() == "" {
+		t.Errorf("defaults: DiscoverInterval %s, ID %q", g.cfg.DiscoverInterval, g.ID())
+	}
+}
+
+// Two tables with the same aggregates are each published in order, as a
+// relay of their own would; a table that appears while the group runs is
+// served without a restart, once migrated, its rows found by NOTIFY.
+func TestGroupServesEachTableInOrderAndFindsNewOnes(t *testing.T) {
+	f := newFleet(t)
+	a, b := f.add(t, "a", true), f.add(t, "b", true)
+	f.write(t, "a", 0, 20, "k", "m")
+	f.write(t, "b", 0, 20, "k", "m")
+	bare := f.add(t, "d", false) // selected, but no outbox table
+	if _, err := bare.SQL.Exec(`CREATE TABLE outbox (id bigint)`); err != nil {
+		t.Fatal(err)
+	}
+	pub := newGroupPublisher(0, 0)
+	g := f.newGroup(t, pub, f.groupConfig(true))
+	stop := testkit.Run(t, g.Run)
+	f.waitServing(t, g, "a", "b")
+	testkit.WaitFor(t, 15*time.Second, "both tables published", func() bool {
+		return f.count(t, "a", "state = 'published'") == 40 && f.count(t, "b", "state = 'published'") == 40
+	})
+	pub.checkOrder(t, a.Name, 20, "k", "m")
+	pub.checkOrder(t, b.Name, 20, "k", "m")
+
+	// A new tenant, while running: served once discovered, and rows
+	// written afterwards reach it through the shared LISTEN.
+	c := f.add(t, "c", true)
+	f.waitServing(t, g, "a", "b", "c")
+	f.write(t, "c", 0, 5, "k")
+	f.write(t, "a", 20, 5, "k")
+	testkit.WaitFor(t, 15*time.Second, "the new table's and the old one's new rows published", func() bool {
+		return f.count(t, "c", "state = 'published'") == 5 && f.count(t, "a", "state = 'published'") == 45
+	})
+	pub.checkOrder(t, c.Name, 5, "k")
+
+	// The unmigrated one is left alone until migrated.
+	if _, err := bare.SQL.Exec(`DROP TABLE outbox`); err != nil {
+		t.Fatal(err)
+	}
+	m, err := migrations.New(bare.SQL, migrations.Config{Table: bare.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.waitServing(t, g, "a", "b", "c", "d")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A table whose schema is dropped has its relay stopped; the others go
+// on.
+func TestGroupLetsADroppedTableGo(t *testing.T) {
+	f := newFleet(t)
+	f.add(t, "a", true)
+	b := f.add(t, "b", true)
+	g := f.newGroup(t, newGroupPublisher(0, 0), f.groupConfig(false))
+	testkit.Run(t, g.Run)
+	f.waitServing(t, g, "a", "b")
+	g.mu.Lock()
+	rb := g.children[b.Name].relay
+	g.mu.Unlock()
+	if _, err := f.base.SQL.Exec(`DROP SCHEMA ` + ident.Quote(b.Name) + ` CASCADE`); err != nil {
+		t.Fatal(err)
+	}
+	f.waitServing(t, g, "a")
+	testkit.WaitFor(t, 15*time.Second, "the dropped table's relay stopped", func() bool { return !rb.Health().Running })
+	f.write(t, "a", 0, 3, "k")
+	testkit.WaitFor(t, 15*time.Second, "the other table published", func() bool { return f.count(t, "a", "state = 'published'") == 3 })
+}
+
+// However many tables, the group holds one connection in LISTEN, and
+// every table's notifications reach its relay (which never polls here).
+// Run stops every relay cleanly: they unregister, and the LISTEN
+// connection is closed.
+func TestGroupListensOnOneConnection(t *testing.T) {
+	f := newFleet(t)
+	names := []string{"a", "b", "c", "d"}
+	for _, n := range names {
+		f.add(t, n, true)
+	}
+	g := f.newGroup(t, newGroupPublisher(0, 0), f.groupConfig(true))
+	stop := testkit.Run(t, g.Run)
+	f.waitServing(t, g, names...)
+	if err := g.Run(context.Background()); !errors.Is(err, ErrAlreadyRunning) {
+		t.Errorf("second Run: %v, want ErrAlreadyRunning", err)
+	}
+	for _, n := range names {
+		f.write(t, n, 0, 2, "k")
+	}
+	testkit.WaitFor(t, 15*time.Second, "every table's rows published through NOTIFY", func() bool {
+		for _, n := range names {
+			if f.count(t, n, "state = 'published'") != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	if n := f.listenBackends(t); n != 1 {
+		t.Errorf("%d connections in LISTEN for %d tables, want 1", n, len(names))
+	}
+
+	// The connection lost: the group listens again on every channel.
+	var pid int
+	if err := f.base.SQL.QueryRow(`SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'`, f.prefix).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.base.SQL.Exec(`SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 15*time.Second, "a new LISTEN connection", func() bool {
+		var n int
+		if err := f.base.SQL.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%' AND pid <> $2`,
+			f.prefix, pid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	})
+	// Rows committed before a channel's LISTEN took effect are found by
+	// the wake-up that follows it, those after by their NOTIFY.
+	for _, n := range names {
+		f.write(t, n, 2, 2, "k")
+	}
+	testkit.WaitFor(t, 15*time.Second, "every table's rows published through NOTIFY after the reconnect", func() bool {
+		for _, n := range names {
+			if f.count(t, n, "state = 'published'") != 4 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range g.Health() {
+		t.Errorf("still served after Run returned: %v", h.Table)
+	}
+	for _, n := range names {
+		s := f.tables[n]
+		var relays int
+		if err := s.SQL.QueryRow(`SELECT count(*) FROM outbox_relays`).Scan(&relays); err != nil {
+			t.Fatal(err)
+		}
+		if relays != 0 {
+			t.Errorf("%s: %d relays registered after Run returned, want 0", n, relays)
+		}
+	}
+	testkit.WaitFor(t, 5*time.Second, "the LISTEN connection closed", func() bool { return f.listenBackends(t) == 0 })
+}
+
+// A table with a large backlog does not hold back the others: while it
+// drains through a publisher of bounded throughput every table shares,
+// the small tables' events are each acknowledged within a bound far below
+// the big backlog's drain time.
+func TestGroupKeepsSmallTablesFlowingBesideABigBacklog(t *testing.T) {
+	const (
+		backlog = 20_000
+		slots   = 2
+		delay   = time.Millisecond // the drain takes at least backlog × delay / slots = 10s
+		bound   = 5 * time.Second
+	)
+	f := newFleet(t)
+	f.add(t, "big", true)
+	small := []string{"s1", "s2", "s3"}
+	for _, n := range small {
+		f.add(t, n, true)
+	}
+	for i := 0; i < backlog; i += 1000 {
+		f.write(t, "big", i, 1000, "x")
+	}
+	pub := newGroupPublisher(slots, delay)
+	cfg := f.groupConfig(true)
+	cfg.Relay.PollInterval = time.Second
+	g := f.newGroup(t, pub, cfg)
+	testkit.Run(t, g.Run)
+	testkit.WaitFor(t, 15*time.Second, "the big table draining", func() bool { return f.count(t, "big", "state = 'published'") > 0 })
+
+	type written struct {
+		table string
+		seq   int
+		at    time.Time
+	}
+	var events []written
+	for i := range 20 {
+		for _, n := range small {
+			events = append(events, written{n, i, f.write(t, n, i, 1, "k")})
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	testkit.WaitFor(t, 30*time.Second, "every small table's events published", func() bool {
+		for _, n := range small {
+			if f.count(t, n, "state = 'published'") != 20 {
+				return false
+			}
+		}
+		return true
+	})
+	if left := f.count(t, "big", "state <> 'published'"); left == 0 {
+		t.Fatalf("the big backlog drained before the small tables were done: the test proves nothing")
+	}
+	var worst time.Duration
+	for _, e := range events {
+		pub.mu.Lock()
+		acked, ok := pub.at[fmt.Sprintf("%s/%d", f.tables[e.table].Name, e.seq)]
+		pub.mu.Unlock()
+		if !ok || acked.IsZero() {
+			t.Fatalf("%s event %d: no acknowledgement recorded", e.table, e.seq)
+		}
+		worst = max(worst, acked.Sub(e.at))
+	}
+	t.Logf("worst commit-to-ack of the small tables: %s (%d rows of the big backlog left)", worst, f.count(t, "big", "state <> 'published'"))
+	if worst > bound {
+		t.Errorf("a small table's event waited %s from commit to acknowledgement, want under %s", worst, bound)
+	}
+	for _, n := range small {
+		pub.checkOrder(t, f.tables[n].Name, 20, "k")
+	}
+}

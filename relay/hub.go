@@ -1,0 +1,204 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+)
+
+// hub is the listener of a Group: one connection in LISTEN on the channel
+// of every table the group serves, handing each notification to that
+// table's relay (its claimer's wake, or its membership's rebalance), so
+// the connections LISTEN holds do not grow with the tables. Channels are
+// added and removed on the live connection; after the connection drops it
+// reconnects with backoff, listens on all of them again and wakes every
+// relay, as a relay's own listener does.
+type hub struct {
+	db   *sql.DB
+	log  *slog.Logger
+	poll time.Duration // Config.PollInterval, for the log
+
+	mu   sync.Mutex
+	subs map[string]subscriber // by channel; guarded by mu
+	// dirty is set when subs changed since the connection last caught
+	// up; interrupt cuts short the wait for a notification so it does.
+	dirty     bool
+	interrupt context.CancelFunc
+}
+
+// subscriber is where a table's notifications go.
+type subscriber struct {
+	wake      chan struct{} // the relay's claimer: rows may have arrived
+	rebalance chan struct{} // the relay's membership: a peer joined or left
+}
+
+func newHub(db *sql.DB, log *slog.Logger, poll time.Duration) *hub {
+	return &hub{db: db, log: log, poll: poll, subs: map[string]subscriber{}}
+}
+
+// add listens on channel for s. Rows committed before the LISTEN took
+// effect are s's to find: s.wake is signalled once it has.
+func (h *hub) add(channel string, s subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.subs[channel] = s
+	h.changed()
+}
+
+// remove stops listening on channel.
+func (h *hub) remove(channel string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.subs, channel)
+	h.changed()
+}
+
+// changed marks subs changed and interrupts the wait; mu is held.
+func (h *hub) changed() {
+	h.dirty = true
+	if h.interrupt != nil {
+		h.interrupt()
+	}
+}
+
+// wakeAll signals every subscriber's claimer.
+func (h *hub) wakeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.subs {
+		signal(s.wake)
+	}
+}
+
+// run listens until ctx ends.
+func (h *hub) run(ctx context.Context) {
+	failures := 0
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := h.listen(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) > time.Minute {
+			failures = 0 // a connection that held a while: an isolated drop
+		}
+		if errors.Is(err, errNotPgx) {
+			h.log.Warn("relay: LISTEN needs the pgx database/sql driver; polling instead", "poll_interval", h.poll)
+			return
+		}
+		failures++
+		d := backoff(failures, 100*time.Millisecond, 10*time.Second)
+		h.log.Warn("relay: listen connection lost; polling until it is back", "err", err, "retry_in", d)
+		h.wakeAll() // rows may have arrived unannounced
+		if !sleep(ctx, d) {
+			return
+		}
+	}
+}
+
+// listen holds one connection until it fails or ctx ends.
+func (h *hub) listen(ctx context.Context) error {
+	conn, err := h.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("get connection: %w", err)
+	}
+	defer conn.Close()
+	return conn.Raw(func(dc any) error {
+		pc, ok := dc.(interface{ Conn() *pgx.Conn })
+		if !ok {
+			return errNotPgx
+		}
+		c := pc.Conn()
+		h.mu.Lock()
+		h.dirty = true // a new connection listens on nothing yet
+		h.mu.Unlock()
+		listening := map[string]bool{}
+		for {
+			waitCtx, cancel := context.WithCancel(ctx)
+			h.mu.Lock()
+			dirty := h.dirty
+			h.dirty = false
+			if !dirty {
+				h.interrupt = cancel
+			}
+			h.mu.Unlock()
+			if dirty {
+				cancel()
+				if err := h.catchUp(ctx, c, listening); err != nil {
+					// Never hand a LISTENing (or broken) connection back
+					// to the pool: ErrBadConn makes database/sql discard it.
+					return fmt.Errorf("listen: %w: %w", err, driver.ErrBadConn)
+				}
+				continue
+			}
+			n, err := c.WaitForNotification(waitCtx)
+			h.mu.Lock()
+			h.interrupt = nil
+			h.mu.Unlock()
+			interrupted := waitCtx.Err() != nil && ctx.Err() == nil
+			cancel()
+			if err != nil {
+				if interrupted && !c.IsClosed() {
+					continue // subs changed: catch up, then wait again
+				}
+				return fmt.Errorf("wait for notification: %w: %w", err, driver.ErrBadConn)
+			}
+			h.dispatch(n.Channel, n.Payload)
+		}
+	})
+}
+
+// catchUp makes the connection listen on the channels of subs, and only
+// those, and wakes the subscribers it starts listening for.
+func (h *hub) catchUp(ctx context.Context, c *pgx.Conn, listening map[string]bool) error {
+	h.mu.Lock()
+	want := make(map[string]subscriber, len(h.subs))
+	for ch, s := range h.subs {
+		want[ch] = s
+	}
+	h.mu.Unlock()
+	for ch := range listening {
+		if _, ok := want[ch]; !ok {
+			if _, err := c.Exec(ctx, "UNLISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+				return err
+			}
+			delete(listening, ch)
+		}
+	}
+	for ch, s := range want {
+		if listening[ch] {
+			continue
+		}
+		if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return err
+		}
+		listening[ch] = true
+		signal(s.wake) // anything committed before LISTEN took effect
+	}
+	return nil
+}
+
+// dispatch hands a notification to its channel's subscriber; one for a
+// table the group just let go is dropped.
+func (h *hub) dispatch(channel, payload string) {
+	h.mu.Lock()
+	s, ok := h.subs[channel]
+	h.mu.Unlock()
+	if !ok {
+		return
+	}
+	if payload == outboxsql.RebalancePayload {
+		signal(s.rebalance)
+		return
+	}
+	signal(s.wake)
+}
