@@ -124,8 +124,11 @@ func TestPublishDurationHistogram(t *testing.T) {
 	if et, _ := refused.Attributes.Value("error.type"); et.AsString() != "*errors.errorString" {
 		t.Errorf("failed publish error.type = %q, want the error's type", et.AsString())
 	}
-	if refused.Attributes.Len() != 2 {
-		t.Errorf("failed publish attributes %v: want only topic and error.type", refused.Attributes.ToSlice())
+	if refused.Attributes.Len() != 3 {
+		t.Errorf("failed publish attributes %v: want only topic, table and error.type", refused.Attributes.ToSlice())
+	}
+	if tb, _ := refused.Attributes.Value("txoutbox.table"); tb.AsString() != b.db.Schema+".outbox" {
+		t.Errorf("failed publish txoutbox.table = %q, want %q", tb.AsString(), b.db.Schema+".outbox")
 	}
 }
 
