@@ -34,7 +34,8 @@ var (
 // another: those on the shared server, those on a PostgreSQL cluster of
 // their own (the ones that crash it, and a few more to even the lanes'
 // lengths), and those on the real Kafka cluster, which spend most of their
-// time waiting for its nodes to stop, start and elect leaders. Every test
+// time waiting for its nodes to stop, start and elect leaders (with a few
+// kfake scenarios between them, runBesideKafka, for the same reason). Every test
 // is parallel and waits for its lane, so the suite fits its time budget on
 // two cores without two scenarios fighting over one server or one broker.
 var (
@@ -123,10 +124,16 @@ func runKafka(t *testing.T, plan harness.Plan) harness.Result {
 	return runOn(t, plan, kafkatest.ClusterBrokers())
 }
 
+// runBesideKafka runs a scenario with its own kfake broker in the Kafka
+// lane, between the real cluster's scenarios, to even the lanes' lengths:
+// it uses neither the real cluster nor the chaos one.
+func runBesideKafka(t *testing.T, plan harness.Plan) harness.Result {
+	t.Helper()
+	return runIn(t, plan, nil, &kafkaLane)
+}
+
 func runOn(t *testing.T, plan harness.Plan, kafka []string) harness.Result {
 	t.Helper()
-	testkit.Long(t, "the crash suite's scenario "+plan.Name)
-	t.Parallel()
 	lane := &sharedLane
 	switch {
 	case kafka != nil:
@@ -134,6 +141,13 @@ func runOn(t *testing.T, plan harness.Plan, kafka []string) harness.Result {
 	case plan.OwnCluster:
 		lane = &clusterLane
 	}
+	return runIn(t, plan, kafka, lane)
+}
+
+func runIn(t *testing.T, plan harness.Plan, kafka []string, lane *sync.Mutex) harness.Result {
+	t.Helper()
+	testkit.Long(t, "the crash suite's scenario "+plan.Name)
+	t.Parallel()
 	lane.Lock()
 	defer lane.Unlock()
 	defer enterAlone(plan.Alone)()
@@ -261,14 +275,14 @@ func TestDBConnectionLoss(t *testing.T) {
 
 func TestPoison(t *testing.T) {
 	const perKind = 3
-	res := run(t, onCluster(harness.Poison(harness.Size{Events: 2000, Over: 10 * time.Second}, perKind)))
+	res := runBesideKafka(t, harness.Poison(harness.Size{Events: 2000, Over: 10 * time.Second}, perKind))
 	if res.Dead != 3*perKind {
 		t.Fatalf("dead=%d, want %d (the poison events only)", res.Dead, 3*perKind)
 	}
 }
 
 func TestRebalance(t *testing.T) {
-	res := run(t, onCluster(harness.Rebalance(harness.Size{Events: 4000, Over: 20 * time.Second}, 8)))
+	res := runBesideKafka(t, harness.Rebalance(harness.Size{Events: 4000, Over: 20 * time.Second}, 8))
 	if res.Dead != 0 {
 		t.Fatalf("dead=%d, want 0", res.Dead)
 	}
