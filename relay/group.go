@@ -89,6 +89,17 @@ type GroupConfig struct {
 // PollInterval and HeartbeatInterval (and StaleAfter with it) for many
 // idle tenants: LISTEN still wakes a table's relay the moment rows
 // commit.
+//
+// Writers: a writer whose Table names the schema (Table{Schema: "tenant_a"})
+// announces its rows on that table's channel and wakes that table's relay
+// only. One whose Table has no schema, writing through its connection's
+// search_path (WriterConfig's default Table{}, and gormoutbox's and
+// entoutbox's), announces them on the unqualified channel, which cannot
+// say which schema's table the rows are in: the group listens on it too
+// and wakes every table's relay, each of which then claims once (one short
+// statement each, finding nothing in all tables but one). That is cheap
+// for tens of tables and adds up for thousands of busy ones: set the
+// schema on the writer's table to wake only its relay.
 type Group struct {
 	db   *sql.DB
 	pub  message.Publisher
@@ -137,7 +148,7 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 		skipped:  map[string]string{},
 	}
 	if !cfg.Relay.DisableListen {
-		g.hub = newHub(db, g.log, cfg.Relay.PollInterval)
+		g.hub = newHub(db, g.log, cfg.Relay.PollInterval, txoutbox.Table{Name: cfg.Relay.Table.Name}.Channel())
 	}
 	return g, nil
 }

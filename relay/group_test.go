@@ -16,6 +16,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/ident"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/migrations"
 )
@@ -428,6 +429,56 @@ func TestGroupListensOnOneConnection(t *testing.T) {
 	testkit.WaitFor(t, 5*time.Second, "the LISTEN connection closed", func() bool { return f.listenBackends(t) == 0 })
 }
 
+// A writer whose table has no schema (WriterConfig's default, writing
+// through the connection's search_path) announces its rows on the
+// unqualified channel, txoutbox.outbox: the group listens on it too and
+// wakes every table's relay, so the row is published promptly although
+// the relays never poll.
+func TestGroupPublishesRowsOfAWriterWithoutSchemaThroughNotify(t *testing.T) {
+	f := newFleet(t)
+	a := f.add(t, "a", true)
+	f.add(t, "b", true)
+	g := f.newGroup(t, newGroupPublisher(0, 0), f.groupConfig(true)) // PollInterval 1h: NOTIFY only
+	testkit.Run(t, g.Run)
+	f.waitServing(t, g, "a", "b")
+	time.Sleep(300 * time.Millisecond) // past the claim that follows each LISTEN
+
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{}) // Table{}: a's table through a.SQL's search_path
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		e, err := txoutbox.NewEvent(a.Name, "order", "k", "order.changed", i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := a.SQL.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Write(context.Background(), tx, e); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WaitFor(t, 5*time.Second, fmt.Sprintf("row %d written without a schema published through the unqualified channel %q", i, txoutbox.Table{}.Channel()),
+			func() bool { return f.count(t, "a", "state = 'published'") == i+1 })
+	}
+	// A rebalance announced there (by a relay of an unqualified table)
+	// makes every table's relay rebalance, and breaks nothing.
+	if _, err := f.base.SQL.Exec(`SELECT pg_notify($1, $2)`, txoutbox.Table{}.Channel(), outboxsql.RebalancePayload); err != nil {
+		t.Fatal(err)
+	}
+	f.write(t, "b", 0, 1, "k")
+	testkit.WaitFor(t, 5*time.Second, "b's row published through its own channel", func() bool { return f.count(t, "b", "state = 'published'") == 1 })
+	for _, h := range g.Health() {
+		if !h.Running || !h.Heartbeating {
+			t.Errorf("%v: %+v", h.Table, h.Health)
+		}
+	}
+}
+
 // A table with a large backlog does not hold back the others: while it
 // drains through a publisher of bounded throughput every table shares,
 // the small tables' events are each acknowledged within a bound far below
@@ -494,5 +545,61 @@ func TestGroupKeepsSmallTablesFlowingBesideABigBacklog(t *testing.T) {
 	}
 	for _, n := range small {
 		pub.checkOrder(t, f.tables[n].Name, 20, "k")
+	}
+}
+
+// The hub adds and removes channels on its live connection: while other
+// channels come and go constantly, every NOTIFY on a channel that stays
+// still wakes its subscriber.
+func TestGroupHubWakesEveryNotificationWhileChannelsChurn(t *testing.T) {
+	f := newFleet(t)
+	h := newHub(f.db, slog.New(slog.DiscardHandler), time.Second, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	stable := subscriber{wake: make(chan struct{}, 1), rebalance: make(chan struct{}, 1)}
+	h.add("txoutbox_test.stable", stable)
+	select {
+	case <-stable.wake:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no initial wake")
+	}
+	stop := make(chan struct{})
+	churnDone := make(chan struct{})
+	go func() {
+		defer close(churnDone)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ch := fmt.Sprintf("txoutbox_test.churn.%d", i%7)
+			h.add(ch, subscriber{wake: make(chan struct{}, 1), rebalance: make(chan struct{}, 1)})
+			time.Sleep(time.Millisecond)
+			h.remove(ch)
+		}
+	}()
+	missed := 0
+	for i := 0; i < 200; i++ {
+		// drain a stray wake first (catch-ups of stable never re-signal)
+		select {
+		case <-stable.wake:
+		default:
+		}
+		if _, err := f.base.SQL.Exec(`SELECT pg_notify('txoutbox_test.stable', '')`); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-stable.wake:
+		case <-time.After(2 * time.Second):
+			missed++
+		}
+	}
+	close(stop)
+	<-churnDone
+	if missed > 0 {
+		t.Errorf("%d of 200 NOTIFYs lost under churn", missed)
 	}
 }
