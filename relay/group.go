@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,6 +112,7 @@ type Group struct {
 
 	mu       sync.Mutex
 	children map[string]*child // by schema; guarded by mu
+	ended    []*child          // relays that stopped on their own, out of children, for discover to report; guarded by mu
 	skipped  map[string]string // schema → why it is not served, as last logged; only Run's goroutine touches it
 
 	running atomic.Bool
@@ -240,9 +243,15 @@ func (g *Group) Health() []TableHealth {
 // as Relay.Run does and returns nil, or ErrAlreadyRunning. It finds the
 // tables at start and every DiscoverInterval; a failed look (the database
 // away) keeps serving the tables found before. A table without the outbox
-// schema (not migrated yet, or older than version 8) is logged and left
-// alone until it is; so is a table a WAL relay streams (ErrWALStreams),
-// looked at again at the next discovery.
+// schema (not migrated yet, or older than version 8) is logged (at Warn,
+// once per reason) and left alone until it is; so is a table a WAL relay
+// streams (its relay's Run returned ErrWALStreams), looked at again at
+// every discovery. Neither is in Tables or Health, so neither holds back
+// the readiness of the tables served.
+//
+// A table's relay whose Run returned any other error on its own (none
+// does today) is taken out of Tables and Health as well, logged at Error,
+// and started again at the next discovery.
 func (g *Group) Run(ctx context.Context) error {
 	if !g.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
@@ -312,20 +321,21 @@ func (g *Group) discover(ctx context.Context) {
 		}
 	}
 	g.mu.Lock()
+	ended := g.ended
+	g.ended = nil
+	g.mu.Unlock()
+	for _, c := range ended {
+		// It stopped on its own: tried again below if the table is still
+		// there.
+		if errors.Is(c.err, ErrWALStreams) {
+			g.skip(c.relay.cfg.Table, walStreamsReason+c.err.Error())
+			continue
+		}
+		g.log.Error("relay: a table's relay stopped; starting it again", "table", publish.TableValue(c.relay.cfg.Table), "err", c.err)
+	}
+	g.mu.Lock()
 	var gone []*child
 	for schema, c := range g.children {
-		select {
-		case <-c.done:
-			// It stopped on its own (ErrWALStreams): start it anew below
-			// if the table is still there.
-			g.log.Error("relay: a table's relay stopped", "table", publish.TableValue(c.relay.cfg.Table), "err", c.err)
-			delete(g.children, schema)
-			if g.hub != nil {
-				g.hub.remove(c.relay.cfg.Table.Channel())
-			}
-			continue
-		default:
-		}
 		if _, ok := want[schema]; !ok {
 			gone = append(gone, c)
 			delete(g.children, schema)
@@ -348,6 +358,10 @@ func (g *Group) discover(ctx context.Context) {
 	}
 }
 
+// walStreamsReason starts the reason a table is skipped for while a WAL
+// relay streams it.
+const walStreamsReason = "a WAL relay streams it: "
+
 // skip logs, once per reason, that a selected schema's table is not
 // served.
 func (g *Group) skip(t txoutbox.Table, why string) {
@@ -368,6 +382,15 @@ func (g *Group) start(ctx context.Context, table txoutbox.Table) {
 		g.skip(table, err.Error())
 		return
 	}
+	if strings.HasPrefix(g.skipped[table.Schema], walStreamsReason) {
+		// Look before serving it, so that a table still streamed does not
+		// show in Health, not ready, for the moment its Run would take to
+		// refuse it.
+		if err := r.members.checkMode(ctx); err != nil {
+			g.skip(table, walStreamsReason+err.Error())
+			return
+		}
+	}
 	delete(g.skipped, table.Schema)
 	if g.hub != nil {
 		r.listener.disabled = true // the hub listens for it
@@ -381,6 +404,21 @@ func (g *Group) start(ctx context.Context, table txoutbox.Table) {
 	go func() {
 		defer close(c.done)
 		c.err = r.Run(runCtx)
+		if runCtx.Err() != nil {
+			return // stopped by the group
+		}
+		// Stopped on its own: out of Tables and Health at once. Its
+		// channel is let go under mu, so that a relay discover starts
+		// for the table again (once it is out of children) keeps its.
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.children[table.Schema] == c {
+			delete(g.children, table.Schema)
+			g.ended = append(g.ended, c)
+			if g.hub != nil {
+				g.hub.remove(table.Channel())
+			}
+		}
 	}()
 }
 

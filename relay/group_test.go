@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -477,6 +478,97 @@ func TestGroupPublishesRowsOfAWriterWithoutSchemaThroughNotify(t *testing.T) {
 			t.Errorf("%v: %+v", h.Table, h.Health)
 		}
 	}
+}
+
+// logRecorder is a slog.Handler keeping the level and message of every
+// record, for tests of what is logged and how often.
+type logRecorder struct {
+	mu   *sync.Mutex
+	recs *[]slog.Record
+}
+
+func newLogRecorder() logRecorder { return logRecorder{mu: &sync.Mutex{}, recs: &[]slog.Record{}} }
+
+func (logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (l logRecorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	*l.recs = append(*l.recs, r.Clone())
+	return nil
+}
+func (l logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l logRecorder) WithGroup(string) slog.Handler      { return l }
+
+// count is how many records at level have a message containing msg.
+func (l logRecorder) count(level slog.Level, msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range *l.recs {
+		if r.Level == level && strings.Contains(r.Message, msg) {
+			n++
+		}
+	}
+	return n
+}
+
+// A table a WAL relay's slot streams is skipped as an unmigrated one is:
+// out of Tables and Health, so the other tables' group stays ready, logged
+// at Warn once however many discoveries find it still streamed, and
+// served once the slot is gone.
+func TestGroupSkipsAWALStreamedTableAndStaysReady(t *testing.T) {
+	f := newFleet(t)
+	f.add(t, "a", true)
+	b := f.add(t, "b", true)
+	slot := outboxsql.WALName(b.Name, "")
+	if _, err := f.base.SQL.Exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil {
+		t.Fatal(err)
+	}
+	dropped := false
+	dropSlot := func() {
+		if !dropped {
+			dropped = true
+			if _, err := f.base.SQL.Exec(`SELECT pg_drop_replication_slot($1)`, slot); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(dropSlot)
+	logs := newLogRecorder()
+	cfg := f.groupConfig(false)
+	cfg.Relay.Logger = slog.New(logs)
+	g := f.newGroup(t, newGroupPublisher(0, 0), cfg)
+	testkit.Run(t, g.Run)
+	f.waitServing(t, g, "a")
+
+	// Over 15 discoveries (every 100ms), the group is ready as /readyz
+	// computes it, serving a alone.
+	var samples, ready int
+	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		hs := g.Health()
+		ok := len(hs) == 1 && hs[0].Table.Schema == f.prefix+"_a"
+		for _, h := range hs {
+			ok = ok && h.Running && h.Heartbeating && !h.Stalled
+		}
+		samples++
+		if ok {
+			ready++
+		}
+	}
+	if ready != samples {
+		t.Errorf("ready in %d of %d samples while b is WAL-streamed; health %+v", ready, samples, g.Health())
+	}
+	if n := logs.count(slog.LevelWarn, "not serving a selected schema's table"); n != 1 {
+		t.Errorf("skip logged %d times at Warn, want once", n)
+	}
+	if n := logs.count(slog.LevelError, "relay stopped"); n != 0 {
+		t.Errorf("a stopped relay logged %d times at Error, want none", n)
+	}
+
+	dropSlot()
+	f.waitServing(t, g, "a", "b")
+	f.write(t, "b", 0, 1, "k")
+	testkit.WaitFor(t, 10*time.Second, "b's row published once the slot is gone", func() bool { return f.count(t, "b", "state = 'published'") == 1 })
 }
 
 // A table with a large backlog does not hold back the others: while it
