@@ -268,5 +268,10 @@
 // measurement and publish span carries the table (TableAttribute,
 // "txoutbox.table": "schema.name"), one value per table served, so relays
 // of several tables, or a Group, share one MeterProvider and their figures
-// stay apart.
+// stay apart. Its cardinality is the number of tables: a gauge has a series
+// per table, a publish metric one per table × topic (× error type, on
+// failure). The OpenTelemetry SDK keeps 2000 series per instrument by
+// default and folds the rest into one overflow series: for a Group of many
+// tables, size the MeterProvider's limit (sdkmetric.WithCardinalityLimit;
+// `outbox relay` sets 100,000).
 package relay

@@ -44,6 +44,16 @@ type metricsServer struct {
 	mp  *sdkmetric.MeterProvider
 }
 
+// metricsCardinalityLimit is the most attribute sets (series) the
+// MeterProvider keeps per instrument and collection; past it, the SDK
+// folds the measurements of new sets into one otel.metric.overflow series
+// (totals stay right). The SDK's default, 2000, would fold a large
+// group's tables: the relay's metrics carry one txoutbox.table per table
+// served, its publish metrics the topic (and a failure's error type) too,
+// so tables × topics (× error types) series each. 100,000 covers
+// thousands of tenants with a few topics each.
+const metricsCardinalityLimit = 100_000
+
 // newMetricsServer listens on addr, before anything else is touched, so a
 // taken port fails the start. The relay is given later with serve.
 func newMetricsServer(addr string) (*metricsServer, error) {
@@ -61,7 +71,7 @@ func newMetricsServer(addr string) (*metricsServer, error) {
 		ln.Close()
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
-	m := &metricsServer{ln: ln, mp: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))}
+	m := &metricsServer{ln: ln, mp: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithCardinalityLimit(metricsCardinalityLimit))}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
