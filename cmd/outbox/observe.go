@@ -105,9 +105,9 @@ func (m *metricsServer) serve(r *relay.Relay, db *sql.DB, log *slog.Logger) {
 }
 
 // serveGroup answers the probes for a relay group until shutdown: it is
-// healthy while Run runs, and ready while every table's relay is
-// heartbeating and not stalled, and the database answers; /readyz lists
-// the tables with their state.
+// healthy while Run runs, and ready while it serves at least one table,
+// every table's relay is heartbeating and not stalled, and the database
+// answers; /readyz lists the tables with their state.
 func (m *metricsServer) serveGroup(g *relay.Group, db *sql.DB, log *slog.Logger) {
 	mux := m.srv.Handler.(*http.ServeMux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -117,9 +117,10 @@ func (m *metricsServer) serveGroup(g *relay.Group, db *sql.DB, log *slog.Logger)
 		ctx, cancel := context.WithTimeout(req.Context(), ReadyTimeoutDefault)
 		defer cancel()
 		dbErr := db.PingContext(ctx)
-		ok := g.Running() && dbErr == nil
+		health := g.Health()
+		ok := g.Running() && dbErr == nil && len(health) > 0 // serving nothing is not ready
 		tables := []map[string]any{}
-		for _, h := range g.Health() {
+		for _, h := range health {
 			ok = ok && h.Running && h.Heartbeating && !h.Stalled
 			tables = append(tables, map[string]any{"table": tableName(h.Table), "running": h.Running, "heartbeating": h.Heartbeating,
 				"incarnation": h.Incarnation, "since_heartbeat_seconds": h.SinceHeartbeat.Seconds(), "shards": h.Shards, "stalled": h.Stalled})

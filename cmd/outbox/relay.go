@@ -199,9 +199,28 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 const groupMaxConnsDefault = 40
 
 // runGroup is `outbox relay --schemas`: a relay.Group over the tables
-// cfg selects, found again every relay.DiscoverIntervalDefault.
+// cfg selects, found again every DiscoverInterval. A pattern that selects
+// no schema at all at start fails it (exit 1, as status and migrate up
+// do): a typo should fail the deployment, not page someone later. One that
+// selects schemas none of which has a migrated outbox table yet (tenants
+// to come) starts, with a warning, and is not ready (/readyz) while it
+// serves no table.
 func runGroup(ctx context.Context, stdout io.Writer, db *sql.DB, cfg relay.GroupConfig, selected string, addrs []string,
 	kafka kafkaFlags, kcfg kafkapub.Config, logger *slog.Logger, metricsSrv *metricsServer) error {
+	found, err := findTables(ctx, db, cfg, selected)
+	if err != nil {
+		return err
+	}
+	servable := 0
+	for _, f := range found {
+		if f.Migrated {
+			servable++
+		}
+	}
+	if servable == 0 {
+		logger.Warn("no selected schema has a migrated outbox table yet: serving none, and not ready (/readyz), until one has (outbox migrate up --schemas)",
+			"schemas", selected, "selected", len(found))
+	}
 	pub, closeKafka, err := connectKafka(addrs, kcfg, logger)
 	if err != nil {
 		return err

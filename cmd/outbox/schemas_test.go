@@ -223,6 +223,42 @@ func TestStatusSchemasLagExceededWinsOverTablesNotRead(t *testing.T) {
 	}
 }
 
+// relay --schemas with a pattern selecting no schema fails at start (a
+// typo), as status and migrate up do; one selecting only schemas without
+// a migrated outbox table (tenants to come) runs, not ready until it
+// serves a table.
+func TestRelaySchemasFailsAtStartForAPatternSelectingNothing(t *testing.T) {
+	t.Parallel()
+	e := newTenants(t)
+	e.add(t, "a", true)
+	code, _, errOut := outbox(t, "relay", "--dev-broker", "--database-url", e.base.URL, "--schemas", e.prefix+"_typo_*")
+	if code != 1 || !strings.Contains(errOut, "selects no schema") {
+		t.Errorf("a pattern matching nothing: exit %d, stderr %q; want 1 and the reason", code, errOut)
+	}
+
+	e.add(t, "later", false)
+	b := startOutbox(t, nil, "relay", "--dev-broker", "--metrics-addr", "127.0.0.1:0", "--discover-interval", "200ms",
+		"--database-url", e.base.URL, "--schemas", e.prefix+"_lat*")
+	b.waitOutput(t, "serving /metrics")
+	if !strings.Contains(b.stderr.String(), "no selected schema has a migrated outbox table yet") {
+		t.Errorf("no warning that nothing is served:\n%s", b.stderr.String())
+	}
+	base := "http://" + servingAddr.FindStringSubmatch(b.stderr.String())[1]
+	time.Sleep(500 * time.Millisecond)
+	if code, body := get(t, base+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz serving no table: %d %s, want 503", code, body)
+	}
+	code, out, errOut := outbox(t, "migrate", "up", "--database-url", e.base.URL, "--schemas", e.prefix+"_later")
+	if code != 0 {
+		t.Fatalf("migrate up: exit %d, %s, stderr %q", code, out, errOut)
+	}
+	waitFor(t, 10*time.Second, "/readyz ready once the tenant is migrated", func() bool {
+		code, _ := get(t, base+"/readyz")
+		return code == http.StatusOK
+	})
+	b.wantCleanStop(t)
+}
+
 // relay --schemas publishes every tenant's outbox, finds a new tenant's
 // while running, reports each table in /readyz and its metrics by
 // txoutbox_table, and stops cleanly.
