@@ -128,7 +128,8 @@ type child struct {
 
 // NewGroup validates cfg and returns a group that serves the outbox tables
 // cfg selects through db, publishing through pub. The requirements on db
-// and pub are New's; see Group for the connections it needs.
+// and pub are New's (a pool bounded below MinOpenConns is refused with
+// ErrInvalidConfig); see Group for the connections it needs.
 func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
@@ -137,6 +138,9 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
 	}
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkPool(db, cfg.Relay.DisableListen); err != nil {
 		return nil, err
 	}
 	cfg.Relay.setDefaults() // one ID for every table

@@ -280,6 +280,43 @@ func TestGroupConfigErrors(t *testing.T) {
 	}
 }
 
+// A pool bounded below MinOpenConns would let LISTEN hold the only
+// connections and publish nothing: NewGroup and New refuse it; at the
+// floor a group publishes.
+func TestGroupAndRelayRefuseAPoolBelowMinOpenConns(t *testing.T) {
+	f := newFleet(t)
+	f.add(t, "a", true)
+	pub := newGroupPublisher(0, 0)
+	cfg := f.groupConfig(false)
+	for _, c := range []struct {
+		max      int
+		noListen bool
+		ok       bool
+	}{{1, false, false}, {MinOpenConns - 1, false, false}, {MinOpenConns - 2, true, false}, {MinOpenConns - 1, true, true}, {MinOpenConns, false, true}} {
+		f.db.SetMaxOpenConns(c.max)
+		gcfg := cfg
+		gcfg.Relay.DisableListen = c.noListen
+		_, gerr := NewGroup(f.db, pub, gcfg)
+		rcfg := cfg.Relay
+		rcfg.DisableListen = c.noListen
+		rcfg.Table = f.tables["a"].Table()
+		_, rerr := New(f.db, pub, rcfg)
+		for what, err := range map[string]error{"NewGroup": gerr, "New": rerr} {
+			if c.ok && err != nil {
+				t.Errorf("%s, pool of %d, DisableListen %v: %v", what, c.max, c.noListen, err)
+			}
+			if !c.ok && (!errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "SetMaxOpenConns")) {
+				t.Errorf("%s, pool of %d, DisableListen %v: %v, want ErrInvalidConfig naming SetMaxOpenConns", what, c.max, c.noListen, err)
+			}
+		}
+	}
+	f.db.SetMaxOpenConns(MinOpenConns)
+	g := f.newGroup(t, pub, cfg)
+	testkit.Run(t, g.Run)
+	f.write(t, "a", 0, 1, "k")
+	testkit.WaitFor(t, 10*time.Second, "a row published through a pool of MinOpenConns", func() bool { return f.count(t, "a", "state = 'published'") == 1 })
+}
+
 // Two tables with the same aggregates are each published in order, as a
 // relay of their own would; a table that appears while the group runs is
 // served without a restart, once migrated, its rows found by NOTIFY.
