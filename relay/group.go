@@ -42,8 +42,11 @@ type GroupConfig struct {
 	// SchemaPattern selects the schemas by name instead, as path.Match
 	// does: "*" matches any run of characters, "?" one, "[a-k]" one of a
 	// class; "tenant_*" selects every schema whose name starts tenant_.
-	// It is matched in Go against the catalog's schema names, never put
-	// into SQL.
+	// A class is negated with "^" ("[^x]"), not "!" as in a shell: path.Match
+	// takes "[!x]" as a class of "!" and "x". Names match exactly as the
+	// catalog stores them, case-sensitively: an unquoted Tenant_A is stored
+	// tenant_a. It is matched in Go against the catalog's schema names,
+	// never put into SQL.
 	SchemaPattern string
 
 	// DiscoverInterval is how often the group looks for the tables to

@@ -22,8 +22,9 @@ import (
 type schemasFlag struct{ value string }
 
 func (s *schemasFlag) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.value, "schemas", "", "the outbox table of every schema matching this pattern (* any run, ? one character, [a-k] a class: 'tenant_*'), "+
-		"or of each schema of a comma-separated list; the table is --table in each (excludes --schema)")
+	fs.StringVar(&s.value, "schemas", "", "the outbox table of every schema matching this pattern (* any run, ? one character, [a-k] a class, [^x] not x, not [!x]: 'tenant_*'), "+
+		"or of each schema of a comma-separated list; names match exactly as stored in the catalog, case-sensitive (unquoted names are lower case); "+
+		"the table is --table in each (excludes --schema)")
 }
 
 // set reports whether --schemas was given.
