@@ -250,9 +250,11 @@
 // floor): they share the pool, the publisher and one LISTEN connection,
 // and nothing that would let a table with a large backlog hold the
 // others back (each claims and publishes on its own, within its own
-// MaxInFlight and Lanes). A group's connections are one for LISTEN and
-// the pool's, up to eight per table at once: bound them with
-// db.SetMaxOpenConns (see Group).
+// MaxInFlight and Lanes). A group's connections are all the pool's: one
+// held for LISTEN and up to eight per table at once; bound them with
+// db.SetMaxOpenConns, at least MinOpenConns (see Group). Writers whose
+// table has no schema (their search_path picks it) wake every table's
+// relay; those whose table names the schema wake only its relay.
 //
 // # Retention and health
 //
