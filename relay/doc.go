@@ -250,9 +250,11 @@
 // floor): they share the pool, the publisher and one LISTEN connection,
 // and nothing that would let a table with a large backlog hold the
 // others back (each claims and publishes on its own, within its own
-// MaxInFlight and Lanes). A group's connections are one for LISTEN and
-// the pool's, up to eight per table at once: bound them with
-// db.SetMaxOpenConns (see Group).
+// MaxInFlight and Lanes). A group's connections are all the pool's: one
+// held for LISTEN and up to eight per table at once; bound them with
+// db.SetMaxOpenConns, at least MinOpenConns (see Group). Writers whose
+// table has no schema (their search_path picks it) wake every table's
+// relay; those whose table names the schema wake only its relay.
 //
 // # Retention and health
 //
@@ -268,5 +270,10 @@
 // measurement and publish span carries the table (TableAttribute,
 // "txoutbox.table": "schema.name"), one value per table served, so relays
 // of several tables, or a Group, share one MeterProvider and their figures
-// stay apart.
+// stay apart. Its cardinality is the number of tables: a gauge has a series
+// per table, a publish metric one per table × topic (× error type, on
+// failure). The OpenTelemetry SDK keeps 2000 series per instrument by
+// default and folds the rest into one overflow series: for a Group of many
+// tables, size the MeterProvider's limit (sdkmetric.WithCardinalityLimit;
+// `outbox relay` sets 100,000).
 package relay

@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,8 +42,11 @@ type GroupConfig struct {
 	// SchemaPattern selects the schemas by name instead, as path.Match
 	// does: "*" matches any run of characters, "?" one, "[a-k]" one of a
 	// class; "tenant_*" selects every schema whose name starts tenant_.
-	// It is matched in Go against the catalog's schema names, never put
-	// into SQL.
+	// A class is negated with "^" ("[^x]"), not "!" as in a shell: path.Match
+	// takes "[!x]" as a class of "!" and "x". Names match exactly as the
+	// catalog stores them, case-sensitively: an unquoted Tenant_A is stored
+	// tenant_a. It is matched in Go against the catalog's schema names,
+	// never put into SQL.
 	SchemaPattern string
 
 	// DiscoverInterval is how often the group looks for the tables to
@@ -89,6 +94,17 @@ type GroupConfig struct {
 // PollInterval and HeartbeatInterval (and StaleAfter with it) for many
 // idle tenants: LISTEN still wakes a table's relay the moment rows
 // commit.
+//
+// Writers: a writer whose Table names the schema (Table{Schema: "tenant_a"})
+// announces its rows on that table's channel and wakes that table's relay
+// only. One whose Table has no schema, writing through its connection's
+// search_path (WriterConfig's default Table{}, and gormoutbox's and
+// entoutbox's), announces them on the unqualified channel, which cannot
+// say which schema's table the rows are in: the group listens on it too
+// and wakes every table's relay, each of which then claims once (one short
+// statement each, finding nothing in all tables but one). That is cheap
+// for tens of tables and adds up for thousands of busy ones: set the
+// schema on the writer's table to wake only its relay.
 type Group struct {
 	db   *sql.DB
 	pub  message.Publisher
@@ -99,6 +115,7 @@ type Group struct {
 
 	mu       sync.Mutex
 	children map[string]*child // by schema; guarded by mu
+	ended    []*child          // relays that stopped on their own, out of children, for discover to report; guarded by mu
 	skipped  map[string]string // schema → why it is not served, as last logged; only Run's goroutine touches it
 
 	running atomic.Bool
@@ -114,7 +131,8 @@ type child struct {
 
 // NewGroup validates cfg and returns a group that serves the outbox tables
 // cfg selects through db, publishing through pub. The requirements on db
-// and pub are New's; see Group for the connections it needs.
+// and pub are New's (a pool bounded below MinOpenConns is refused with
+// ErrInvalidConfig); see Group for the connections it needs.
 func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
@@ -123,6 +141,9 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
 	}
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkPool(db, cfg.Relay.DisableListen); err != nil {
 		return nil, err
 	}
 	cfg.Relay.setDefaults() // one ID for every table
@@ -137,7 +158,7 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 		skipped:  map[string]string{},
 	}
 	if !cfg.Relay.DisableListen {
-		g.hub = newHub(db, g.log, cfg.Relay.PollInterval)
+		g.hub = newHub(db, g.log, cfg.Relay.PollInterval, txoutbox.Table{Name: cfg.Relay.Table.Name}.Channel())
 	}
 	return g, nil
 }
@@ -229,9 +250,15 @@ func (g *Group) Health() []TableHealth {
 // as Relay.Run does and returns nil, or ErrAlreadyRunning. It finds the
 // tables at start and every DiscoverInterval; a failed look (the database
 // away) keeps serving the tables found before. A table without the outbox
-// schema (not migrated yet, or older than version 8) is logged and left
-// alone until it is; so is a table a WAL relay streams (ErrWALStreams),
-// looked at again at the next discovery.
+// schema (not migrated yet, or older than version 8) is logged (at Warn,
+// once per reason) and left alone until it is; so is a table a WAL relay
+// streams (its relay's Run returned ErrWALStreams), looked at again at
+// every discovery. Neither is in Tables or Health, so neither holds back
+// the readiness of the tables served.
+//
+// A table's relay whose Run returned any other error on its own (none
+// does today) is taken out of Tables and Health as well, logged at Error,
+// and started again at the next discovery.
 func (g *Group) Run(ctx context.Context) error {
 	if !g.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
@@ -301,20 +328,21 @@ func (g *Group) discover(ctx context.Context) {
 		}
 	}
 	g.mu.Lock()
+	ended := g.ended
+	g.ended = nil
+	g.mu.Unlock()
+	for _, c := range ended {
+		// It stopped on its own: tried again below if the table is still
+		// there.
+		if errors.Is(c.err, ErrWALStreams) {
+			g.skip(c.relay.cfg.Table, walStreamsReason+c.err.Error())
+			continue
+		}
+		g.log.Error("relay: a table's relay stopped; starting it again", "table", publish.TableValue(c.relay.cfg.Table), "err", c.err)
+	}
+	g.mu.Lock()
 	var gone []*child
 	for schema, c := range g.children {
-		select {
-		case <-c.done:
-			// It stopped on its own (ErrWALStreams): start it anew below
-			// if the table is still there.
-			g.log.Error("relay: a table's relay stopped", "table", publish.TableValue(c.relay.cfg.Table), "err", c.err)
-			delete(g.children, schema)
-			if g.hub != nil {
-				g.hub.remove(c.relay.cfg.Table.Channel())
-			}
-			continue
-		default:
-		}
 		if _, ok := want[schema]; !ok {
 			gone = append(gone, c)
 			delete(g.children, schema)
@@ -337,6 +365,10 @@ func (g *Group) discover(ctx context.Context) {
 	}
 }
 
+// walStreamsReason starts the reason a table is skipped for while a WAL
+// relay streams it.
+const walStreamsReason = "a WAL relay streams it: "
+
 // skip logs, once per reason, that a selected schema's table is not
 // served.
 func (g *Group) skip(t txoutbox.Table, why string) {
@@ -357,6 +389,15 @@ func (g *Group) start(ctx context.Context, table txoutbox.Table) {
 		g.skip(table, err.Error())
 		return
 	}
+	if strings.HasPrefix(g.skipped[table.Schema], walStreamsReason) {
+		// Look before serving it, so that a table still streamed does not
+		// show in Health, not ready, for the moment its Run would take to
+		// refuse it.
+		if err := r.members.checkMode(ctx); err != nil {
+			g.skip(table, walStreamsReason+err.Error())
+			return
+		}
+	}
 	delete(g.skipped, table.Schema)
 	if g.hub != nil {
 		r.listener.disabled = true // the hub listens for it
@@ -370,6 +411,21 @@ func (g *Group) start(ctx context.Context, table txoutbox.Table) {
 	go func() {
 		defer close(c.done)
 		c.err = r.Run(runCtx)
+		if runCtx.Err() != nil {
+			return // stopped by the group
+		}
+		// Stopped on its own: out of Tables and Health at once. Its
+		// channel is let go under mu, so that a relay discover starts
+		// for the table again (once it is out of children) keeps its.
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.children[table.Schema] == c {
+			delete(g.children, table.Schema)
+			g.ended = append(g.ended, c)
+			if g.hub != nil {
+				g.hub.remove(table.Channel())
+			}
+		}
 	}()
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/ident"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/migrations"
 )
@@ -278,6 +280,43 @@ func TestGroupConfigErrors(t *testing.T) {
 	}
 }
 
+// A pool bounded below MinOpenConns would let LISTEN hold the only
+// connections and publish nothing: NewGroup and New refuse it; at the
+// floor a group publishes.
+func TestGroupAndRelayRefuseAPoolBelowMinOpenConns(t *testing.T) {
+	f := newFleet(t)
+	f.add(t, "a", true)
+	pub := newGroupPublisher(0, 0)
+	cfg := f.groupConfig(false)
+	for _, c := range []struct {
+		max      int
+		noListen bool
+		ok       bool
+	}{{1, false, false}, {MinOpenConns - 1, false, false}, {MinOpenConns - 2, true, false}, {MinOpenConns - 1, true, true}, {MinOpenConns, false, true}} {
+		f.db.SetMaxOpenConns(c.max)
+		gcfg := cfg
+		gcfg.Relay.DisableListen = c.noListen
+		_, gerr := NewGroup(f.db, pub, gcfg)
+		rcfg := cfg.Relay
+		rcfg.DisableListen = c.noListen
+		rcfg.Table = f.tables["a"].Table()
+		_, rerr := New(f.db, pub, rcfg)
+		for what, err := range map[string]error{"NewGroup": gerr, "New": rerr} {
+			if c.ok && err != nil {
+				t.Errorf("%s, pool of %d, DisableListen %v: %v", what, c.max, c.noListen, err)
+			}
+			if !c.ok && (!errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "SetMaxOpenConns")) {
+				t.Errorf("%s, pool of %d, DisableListen %v: %v, want ErrInvalidConfig naming SetMaxOpenConns", what, c.max, c.noListen, err)
+			}
+		}
+	}
+	f.db.SetMaxOpenConns(MinOpenConns)
+	g := f.newGroup(t, pub, cfg)
+	testkit.Run(t, g.Run)
+	f.write(t, "a", 0, 1, "k")
+	testkit.WaitFor(t, 10*time.Second, "a row published through a pool of MinOpenConns", func() bool { return f.count(t, "a", "state = 'published'") == 1 })
+}
+
 // Two tables with the same aggregates are each published in order, as a
 // relay of their own would; a table that appears while the group runs is
 // served without a restart, once migrated, its rows found by NOTIFY.
@@ -428,6 +467,147 @@ func TestGroupListensOnOneConnection(t *testing.T) {
 	testkit.WaitFor(t, 5*time.Second, "the LISTEN connection closed", func() bool { return f.listenBackends(t) == 0 })
 }
 
+// A writer whose table has no schema (WriterConfig's default, writing
+// through the connection's search_path) announces its rows on the
+// unqualified channel, txoutbox.outbox: the group listens on it too and
+// wakes every table's relay, so the row is published promptly although
+// the relays never poll.
+func TestGroupPublishesRowsOfAWriterWithoutSchemaThroughNotify(t *testing.T) {
+	f := newFleet(t)
+	a := f.add(t, "a", true)
+	f.add(t, "b", true)
+	g := f.newGroup(t, newGroupPublisher(0, 0), f.groupConfig(true)) // PollInterval 1h: NOTIFY only
+	testkit.Run(t, g.Run)
+	f.waitServing(t, g, "a", "b")
+	time.Sleep(300 * time.Millisecond) // past the claim that follows each LISTEN
+
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{}) // Table{}: a's table through a.SQL's search_path
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		e, err := txoutbox.NewEvent(a.Name, "order", "k", "order.changed", i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := a.SQL.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Write(context.Background(), tx, e); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WaitFor(t, 5*time.Second, fmt.Sprintf("row %d written without a schema published through the unqualified channel %q", i, txoutbox.Table{}.Channel()),
+			func() bool { return f.count(t, "a", "state = 'published'") == i+1 })
+	}
+	// A rebalance announced there (by a relay of an unqualified table)
+	// makes every table's relay rebalance, and breaks nothing.
+	if _, err := f.base.SQL.Exec(`SELECT pg_notify($1, $2)`, txoutbox.Table{}.Channel(), outboxsql.RebalancePayload); err != nil {
+		t.Fatal(err)
+	}
+	f.write(t, "b", 0, 1, "k")
+	testkit.WaitFor(t, 5*time.Second, "b's row published through its own channel", func() bool { return f.count(t, "b", "state = 'published'") == 1 })
+	for _, h := range g.Health() {
+		if !h.Running || !h.Heartbeating {
+			t.Errorf("%v: %+v", h.Table, h.Health)
+		}
+	}
+}
+
+// logRecorder is a slog.Handler keeping the level and message of every
+// record, for tests of what is logged and how often.
+type logRecorder struct {
+	mu   *sync.Mutex
+	recs *[]slog.Record
+}
+
+func newLogRecorder() logRecorder { return logRecorder{mu: &sync.Mutex{}, recs: &[]slog.Record{}} }
+
+func (logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (l logRecorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	*l.recs = append(*l.recs, r.Clone())
+	return nil
+}
+func (l logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l logRecorder) WithGroup(string) slog.Handler      { return l }
+
+// count is how many records at level have a message containing msg.
+func (l logRecorder) count(level slog.Level, msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range *l.recs {
+		if r.Level == level && strings.Contains(r.Message, msg) {
+			n++
+		}
+	}
+	return n
+}
+
+// A table a WAL relay's slot streams is skipped as an unmigrated one is:
+// out of Tables and Health, so the other tables' group stays ready, logged
+// at Warn once however many discoveries find it still streamed, and
+// served once the slot is gone.
+func TestGroupSkipsAWALStreamedTableAndStaysReady(t *testing.T) {
+	f := newFleet(t)
+	f.add(t, "a", true)
+	b := f.add(t, "b", true)
+	slot := outboxsql.WALName(b.Name, "")
+	if _, err := f.base.SQL.Exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil {
+		t.Fatal(err)
+	}
+	dropped := false
+	dropSlot := func() {
+		if !dropped {
+			dropped = true
+			if _, err := f.base.SQL.Exec(`SELECT pg_drop_replication_slot($1)`, slot); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(dropSlot)
+	logs := newLogRecorder()
+	cfg := f.groupConfig(false)
+	cfg.Relay.Logger = slog.New(logs)
+	g := f.newGroup(t, newGroupPublisher(0, 0), cfg)
+	testkit.Run(t, g.Run)
+	f.waitServing(t, g, "a")
+
+	// Over 15 discoveries (every 100ms), the group is ready as /readyz
+	// computes it, serving a alone.
+	var samples, ready int
+	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		hs := g.Health()
+		ok := len(hs) == 1 && hs[0].Table.Schema == f.prefix+"_a"
+		for _, h := range hs {
+			ok = ok && h.Running && h.Heartbeating && !h.Stalled
+		}
+		samples++
+		if ok {
+			ready++
+		}
+	}
+	if ready != samples {
+		t.Errorf("ready in %d of %d samples while b is WAL-streamed; health %+v", ready, samples, g.Health())
+	}
+	if n := logs.count(slog.LevelWarn, "not serving a selected schema's table"); n != 1 {
+		t.Errorf("skip logged %d times at Warn, want once", n)
+	}
+	if n := logs.count(slog.LevelError, "relay stopped"); n != 0 {
+		t.Errorf("a stopped relay logged %d times at Error, want none", n)
+	}
+
+	dropSlot()
+	f.waitServing(t, g, "a", "b")
+	f.write(t, "b", 0, 1, "k")
+	testkit.WaitFor(t, 10*time.Second, "b's row published once the slot is gone", func() bool { return f.count(t, "b", "state = 'published'") == 1 })
+}
+
 // A table with a large backlog does not hold back the others: while it
 // drains through a publisher of bounded throughput every table shares,
 // the small tables' events are each acknowledged within a bound far below
@@ -494,5 +674,61 @@ func TestGroupKeepsSmallTablesFlowingBesideABigBacklog(t *testing.T) {
 	}
 	for _, n := range small {
 		pub.checkOrder(t, f.tables[n].Name, 20, "k")
+	}
+}
+
+// The hub adds and removes channels on its live connection: while other
+// channels come and go constantly, every NOTIFY on a channel that stays
+// still wakes its subscriber.
+func TestGroupHubWakesEveryNotificationWhileChannelsChurn(t *testing.T) {
+	f := newFleet(t)
+	h := newHub(f.db, slog.New(slog.DiscardHandler), time.Second, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	stable := subscriber{wake: make(chan struct{}, 1), rebalance: make(chan struct{}, 1)}
+	h.add("txoutbox_test.stable", stable)
+	select {
+	case <-stable.wake:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no initial wake")
+	}
+	stop := make(chan struct{})
+	churnDone := make(chan struct{})
+	go func() {
+		defer close(churnDone)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ch := fmt.Sprintf("txoutbox_test.churn.%d", i%7)
+			h.add(ch, subscriber{wake: make(chan struct{}, 1), rebalance: make(chan struct{}, 1)})
+			time.Sleep(time.Millisecond)
+			h.remove(ch)
+		}
+	}()
+	missed := 0
+	for i := 0; i < 200; i++ {
+		// drain a stray wake first (catch-ups of stable never re-signal)
+		select {
+		case <-stable.wake:
+		default:
+		}
+		if _, err := f.base.SQL.Exec(`SELECT pg_notify('txoutbox_test.stable', '')`); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-stable.wake:
+		case <-time.After(2 * time.Second):
+			missed++
+		}
+	}
+	close(stop)
+	<-churnDone
+	if missed > 0 {
+		t.Errorf("%d of 200 NOTIFYs lost under churn", missed)
 	}
 }

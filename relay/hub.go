@@ -22,10 +22,19 @@ import (
 // added and removed on the live connection; after the connection drops it
 // reconnects with backoff, listens on all of them again and wakes every
 // relay, as a relay's own listener does.
+//
+// It listens on one more channel, broadcast: the unqualified channel of
+// the tables' name (txoutbox.outbox), on which a writer whose table has no
+// schema (it writes through its search_path) announces its rows. A
+// notification there wakes every relay's claimer, since it cannot say
+// which table's rows arrived; a rebalance there (announced by a relay of
+// an unqualified table, never by the group's) makes every relay
+// rebalance.
 type hub struct {
-	db   *sql.DB
-	log  *slog.Logger
-	poll time.Duration // Config.PollInterval, for the log
+	db        *sql.DB
+	log       *slog.Logger
+	poll      time.Duration // Config.PollInterval, for the log
+	broadcast string        // the unqualified channel; "" for none
 
 	mu   sync.Mutex
 	subs map[string]subscriber // by channel; guarded by mu
@@ -41,8 +50,8 @@ type subscriber struct {
 	rebalance chan struct{} // the relay's membership: a peer joined or left
 }
 
-func newHub(db *sql.DB, log *slog.Logger, poll time.Duration) *hub {
-	return &hub{db: db, log: log, poll: poll, subs: map[string]subscriber{}}
+func newHub(db *sql.DB, log *slog.Logger, poll time.Duration, broadcast string) *hub {
+	return &hub{db: db, log: log, poll: poll, broadcast: broadcast, subs: map[string]subscriber{}}
 }
 
 // add listens on channel for s. Rows committed before the LISTEN took
@@ -161,11 +170,16 @@ func (h *hub) listen(ctx context.Context) error {
 // those, and wakes the subscribers it starts listening for.
 func (h *hub) catchUp(ctx context.Context, c *pgx.Conn, listening map[string]bool) error {
 	h.mu.Lock()
-	want := make(map[string]subscriber, len(h.subs))
+	want := make(map[string]subscriber, len(h.subs)+1)
 	for ch, s := range h.subs {
 		want[ch] = s
 	}
 	h.mu.Unlock()
+	if h.broadcast != "" {
+		// Its zero subscriber signals nobody when LISTEN takes effect:
+		// each table's own channel catching up wakes its relay.
+		want[h.broadcast] = subscriber{}
+	}
 	for ch := range listening {
 		if _, ok := want[ch]; !ok {
 			if _, err := c.Exec(ctx, "UNLISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
@@ -187,9 +201,22 @@ func (h *hub) catchUp(ctx context.Context, c *pgx.Conn, listening map[string]boo
 	return nil
 }
 
-// dispatch hands a notification to its channel's subscriber; one for a
-// table the group just let go is dropped.
+// dispatch hands a notification to its channel's subscriber, or to every
+// subscriber on broadcast; one for a table the group just let go is
+// dropped.
 func (h *hub) dispatch(channel, payload string) {
+	if h.broadcast != "" && channel == h.broadcast {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, s := range h.subs {
+			if payload == outboxsql.RebalancePayload {
+				signal(s.rebalance)
+			} else {
+				signal(s.wake)
+			}
+		}
+		return
+	}
 	h.mu.Lock()
 	s, ok := h.subs[channel]
 	h.mu.Unlock()

@@ -19,10 +19,14 @@ import (
 const instrumentationName = "github.com/txoutbox/txoutbox/relay"
 
 // TableAttribute is the attribute naming the outbox table on every
-// measurement and publish span of a relay: "schema.name", or the name
-// alone for an unqualified table. A relay serves one table and a Group
-// one per schema it serves, so its values are as many as the tables
-// served.
+// measurement and publish span of a relay, and on the publish metrics and
+// spans of a WAL relay (package walrelay; its own txoutbox.wal.* metrics
+// carry the slot instead): "schema.name", or the name alone for an
+// unqualified table. A relay serves one table and a Group one per schema
+// it serves, so its values are as many as the tables served, and the
+// publish metrics' series tables × topics (× error types): size the
+// MeterProvider's cardinality limit for a large Group (see the package
+// doc).
 const TableAttribute = publish.TableAttribute
 
 // metrics are the relay's OpenTelemetry instruments, besides the publish

@@ -72,7 +72,10 @@ type Relay struct {
 // nine connections at once (claims, marks, heartbeats, the claim floor,
 // LISTEN, three stats readings, pruning): give its pool at least that many idle
 // connections (db.SetMaxIdleConns), or database/sql's default of two makes
-// it reconnect constantly.
+// it reconnect constantly. A pool bounded (db.SetMaxOpenConns, as it is
+// when New is called) below MinOpenConns is refused with ErrInvalidConfig:
+// LISTEN holds one connection for good, and a claim, a mark and a
+// heartbeat run at once; starved of them, the relay would publish nothing.
 //
 // pub is any Watermill publisher; its Publish must return only once the
 // broker acknowledged the message (watermill-kafka's does; see
@@ -86,6 +89,9 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	}
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkPool(db, cfg.DisableListen); err != nil {
 		return nil, err
 	}
 	names, err := outboxsql.NamesFor(cfg.Table.Schema, cfg.Table.Name)
@@ -220,6 +226,27 @@ func (r *Relay) Run(ctx context.Context) error {
 // own from it.
 func (r *Relay) completerDeps() completerDeps {
 	return completerDeps{db: r.db, sql: r.sql, cfg: r.cfg, log: r.log, met: r.met, budget: r.budget, lastClaim: r.claimer.lastSeq}
+}
+
+// MinOpenConns is the fewest connections a relay, or a Group, needs its
+// pool to allow at once: one held by LISTEN and three for a claim, a mark
+// and a heartbeat running together; one fewer with Config.DisableListen.
+// New and NewGroup refuse a pool bounded below it. It is a floor, not a
+// size: see New and Group for the connections a relay uses when busy.
+const MinOpenConns = 4
+
+// checkPool fails with ErrInvalidConfig when db's pool is bounded below
+// MinOpenConns (one fewer without LISTEN).
+func checkPool(db *sql.DB, noListen bool) error {
+	need := MinOpenConns
+	if noListen {
+		need--
+	}
+	if n := db.Stats().MaxOpenConnections; n > 0 && n < need {
+		return fmt.Errorf("%w: the pool allows %d open connection(s) (db.SetMaxOpenConns); a relay needs at least %d at once "+
+			"(LISTEN holds one for good; a claim, a mark and a heartbeat run together)", ErrInvalidConfig, n, need)
+	}
+	return nil
 }
 
 // signal does a non-blocking send on a wake-up channel of capacity 1.

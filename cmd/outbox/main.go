@@ -30,7 +30,8 @@
 // humans unless --json is given; values from the database are printed with
 // control and bidirectional characters escaped. Exit codes: 0 success, 1
 // failure (including an event that does not exist or is not dead), 2 bad
-// usage (nothing touched), 3 the lag exceeds status's --max-lag.
+// usage (nothing touched), 3 the lag exceeds status's --max-lag (with
+// --schemas, before 1 for a table that could not be read).
 package main
 
 import (

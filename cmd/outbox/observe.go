@@ -44,6 +44,16 @@ type metricsServer struct {
 	mp  *sdkmetric.MeterProvider
 }
 
+// metricsCardinalityLimit is the most attribute sets (series) the
+// MeterProvider keeps per instrument and collection; past it, the SDK
+// folds the measurements of new sets into one otel.metric.overflow series
+// (totals stay right). The SDK's default, 2000, would fold a large
+// group's tables: the relay's metrics carry one txoutbox.table per table
+// served, its publish metrics the topic (and a failure's error type) too,
+// so tables × topics (× error types) series each. 100,000 covers
+// thousands of tenants with a few topics each.
+const metricsCardinalityLimit = 100_000
+
 // newMetricsServer listens on addr, before anything else is touched, so a
 // taken port fails the start. The relay is given later with serve.
 func newMetricsServer(addr string) (*metricsServer, error) {
@@ -61,7 +71,7 @@ func newMetricsServer(addr string) (*metricsServer, error) {
 		ln.Close()
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
-	m := &metricsServer{ln: ln, mp: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))}
+	m := &metricsServer{ln: ln, mp: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithCardinalityLimit(metricsCardinalityLimit))}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -95,9 +105,9 @@ func (m *metricsServer) serve(r *relay.Relay, db *sql.DB, log *slog.Logger) {
 }
 
 // serveGroup answers the probes for a relay group until shutdown: it is
-// healthy while Run runs, and ready while every table's relay is
-// heartbeating and not stalled, and the database answers; /readyz lists
-// the tables with their state.
+// healthy while Run runs, and ready while it serves at least one table,
+// every table's relay is heartbeating and not stalled, and the database
+// answers; /readyz lists the tables with their state.
 func (m *metricsServer) serveGroup(g *relay.Group, db *sql.DB, log *slog.Logger) {
 	mux := m.srv.Handler.(*http.ServeMux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -107,9 +117,10 @@ func (m *metricsServer) serveGroup(g *relay.Group, db *sql.DB, log *slog.Logger)
 		ctx, cancel := context.WithTimeout(req.Context(), ReadyTimeoutDefault)
 		defer cancel()
 		dbErr := db.PingContext(ctx)
-		ok := g.Running() && dbErr == nil
+		health := g.Health()
+		ok := g.Running() && dbErr == nil && len(health) > 0 // serving nothing is not ready
 		tables := []map[string]any{}
-		for _, h := range g.Health() {
+		for _, h := range health {
 			ok = ok && h.Running && h.Heartbeating && !h.Stalled
 			tables = append(tables, map[string]any{"table": tableName(h.Table), "running": h.Running, "heartbeating": h.Heartbeating,
 				"incarnation": h.Incarnation, "since_heartbeat_seconds": h.SinceHeartbeat.Seconds(), "shards": h.Shards, "stalled": h.Stalled})

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,11 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/txoutbox/txoutbox/internal/kafkatest"
+	"github.com/txoutbox/txoutbox/relay"
 )
 
 // get fetches url and returns the status and body.
@@ -150,5 +155,63 @@ func TestNoTracingWithoutOTELVariables(t *testing.T) {
 		if _, off := tp.(tracenoop.TracerProvider); !off {
 			t.Errorf("%v: tracer provider %T, want the no-op one", env, tp)
 		}
+	}
+}
+
+// The CLI's MeterProvider keeps a series per table of a group of more
+// tables than the SDK's default cardinality limit (2000): none lands in
+// the otel.metric.overflow series, for a gauge observed per table (as
+// txoutbox.relay.shards.owned is) nor a counter per table and topic (as
+// the publish metrics are).
+func TestMetricsServerReportsEveryTableOfAGroupPastTheSDKDefaultLimit(t *testing.T) {
+	m, err := newMetricsServer("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go m.srv.Serve(m.ln) //nolint:errcheck // until shutdown
+	defer m.shutdown()
+	meter := m.mp.Meter("github.com/txoutbox/txoutbox/relay")
+	const tables = 2100
+	sets := make([]metric.ObserveOption, tables)
+	for i := range sets {
+		sets[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String(relay.TableAttribute, fmt.Sprintf("tenant_%04d.outbox", i))))
+	}
+	g, err := meter.Int64ObservableGauge("test.shards.owned", metric.WithUnit("{shard}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, set := range sets {
+			o.ObserveInt64(g, 4, set)
+		}
+		return nil
+	}, g); err != nil {
+		t.Fatal(err)
+	}
+	c, err := meter.Int64Counter("test.published")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range tables {
+		for _, topic := range []string{"orders", "invoices"} {
+			c.Add(context.Background(), 1, metric.WithAttributes(attribute.String(relay.TableAttribute, fmt.Sprintf("tenant_%04d.outbox", i)),
+				attribute.String("messaging.destination.name", topic)))
+		}
+	}
+	_, body := get(t, "http://"+m.ln.Addr().String()+"/metrics")
+	gauge, counter := 0, 0
+	for line := range strings.SplitSeq(body, "\n") {
+		switch {
+		case strings.HasPrefix(line, "test_shards_owned") && strings.Contains(line, `txoutbox_table="tenant_`):
+			gauge++
+		case strings.HasPrefix(line, "test_published") && strings.Contains(line, `txoutbox_table="tenant_`):
+			counter++
+		}
+	}
+	if gauge != tables || counter != 2*tables {
+		t.Errorf("series with a table: gauge %d of %d, counter %d of %d", gauge, tables, counter, 2*tables)
+	}
+	if strings.Contains(body, "otel_metric_overflow") {
+		t.Error("an otel_metric_overflow series")
 	}
 }

@@ -36,7 +36,9 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	schemas.register(fs)
 	kafka.register(fs)
 	discover := fs.Duration("discover-interval", relay.DiscoverIntervalDefault, "with --schemas: look for new and dropped tables this often")
-	maxConns := fs.Int("max-conns", 0, "most database connections open at once (0: no bound, or 40 with --schemas); each table's relay runs up to eight statements at once")
+	maxConns := fs.Int("max-conns", 0, fmt.Sprintf("most database connections open at once (0: no bound, or %d with --schemas; at least %d, %d with --no-listen: "+
+		"LISTEN holds one, a claim, a mark and a heartbeat run together); each table's relay runs up to eight statements at once",
+		groupMaxConnsDefault, relay.MinOpenConns, relay.MinOpenConns-1))
 	mode := fs.String("mode", "poll", "poll: claim rows from the table; wal: stream them from a logical replication slot (needs wal_level = logical)")
 	var wal walFlags
 	wal.register(fs)
@@ -87,6 +89,10 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	}
 	if *maxConns < 0 {
 		return usagef("--max-conns is negative (%d)", *maxConns)
+	}
+	if need := relay.MinOpenConns - boolInt(cfg.DisableListen); *maxConns > 0 && *maxConns < need {
+		return usagef("--max-conns %d: a relay needs at least %d connections at once (LISTEN holds one for good; a claim, a mark and a heartbeat run together)",
+			*maxConns, need)
 	}
 	var gcfg relay.GroupConfig
 	if schemas.set() {
@@ -199,9 +205,28 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 const groupMaxConnsDefault = 40
 
 // runGroup is `outbox relay --schemas`: a relay.Group over the tables
-// cfg selects, found again every relay.DiscoverIntervalDefault.
+// cfg selects, found again every DiscoverInterval. A pattern that selects
+// no schema at all at start fails it (exit 1, as status and migrate up
+// do): a typo should fail the deployment, not page someone later. One that
+// selects schemas none of which has a migrated outbox table yet (tenants
+// to come) starts, with a warning, and is not ready (/readyz) while it
+// serves no table.
 func runGroup(ctx context.Context, stdout io.Writer, db *sql.DB, cfg relay.GroupConfig, selected string, addrs []string,
 	kafka kafkaFlags, kcfg kafkapub.Config, logger *slog.Logger, metricsSrv *metricsServer) error {
+	found, err := findTables(ctx, db, cfg, selected)
+	if err != nil {
+		return err
+	}
+	servable := 0
+	for _, f := range found {
+		if f.Migrated {
+			servable++
+		}
+	}
+	if servable == 0 {
+		logger.Warn("no selected schema has a migrated outbox table yet: serving none, and not ready (/readyz), until one has (outbox migrate up --schemas)",
+			"schemas", selected, "selected", len(found))
+	}
 	pub, closeKafka, err := connectKafka(addrs, kcfg, logger)
 	if err != nil {
 		return err
@@ -223,6 +248,14 @@ func runGroup(ctx context.Context, stdout io.Writer, db *sql.DB, cfg relay.Group
 	}
 	fmt.Fprintf(stdout, "relay %s stopped after %s\n", g.ID(), time.Since(start).Round(time.Second))
 	return nil
+}
+
+// boolInt is 1 for true, 0 for false.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // tableNameOnly is t's name, the default when empty.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"flag"
@@ -21,8 +22,9 @@ import (
 type schemasFlag struct{ value string }
 
 func (s *schemasFlag) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.value, "schemas", "", "the outbox table of every schema matching this pattern (* any run, ? one character, [a-k] a class: 'tenant_*'), "+
-		"or of each schema of a comma-separated list; the table is --table in each (excludes --schema)")
+	fs.StringVar(&s.value, "schemas", "", "the outbox table of every schema matching this pattern (* any run, ? one character, [a-k] a class, [^x] not x, not [!x]: 'tenant_*'), "+
+		"or of each schema of a comma-separated list; names match exactly as stored in the catalog, case-sensitive (unquoted names are lower case); "+
+		"the table is --table in each (excludes --schema)")
 }
 
 // set reports whether --schemas was given.
@@ -130,26 +132,42 @@ type tableStatus struct {
 	LagSeconds       float64 `json:"lag_seconds"`
 	Dead             int64   `json:"dead"`
 	DeadEstimated    bool    `json:"dead_estimated"`
-	Error            string  `json:"error,omitempty"`
+	// Skipped says why a schema a pattern selects has nothing to read: no
+	// outbox table, or not migrated. A relay group skips those tables too;
+	// they fail nothing.
+	Skipped string `json:"skipped,omitempty"`
+	// Error is why a table could not be read: it fails the command.
+	Error string `json:"error,omitempty"`
 
 	lag time.Duration
 }
 
 // statusTables is `outbox status --schemas`: the backlog, lag and dead
-// count of each selected table, one row each. A table that cannot be read
-// (not migrated, no privileges) shows its error and fails the command
-// (exit 1) after the others; a lag past maxLag exits 3 as for one table.
-func statusTables(ctx context.Context, stdout io.Writer, db *sql.DB, found []relay.FoundTable, maxLag time.Duration, asJSON bool) error {
+// count of each selected table, one row each. A lag past maxLag exits 3
+// as for one table, whatever else failed. Otherwise a table that cannot be
+// read (no privileges, the database gone) shows its error and fails the
+// command (exit 1) after the others, and so does, when the schemas are
+// listed by name (not pattern), one without the outbox table or not
+// migrated; one a pattern selects shows "no outbox table" or "not
+// migrated" and fails nothing, as a relay group skips it.
+func statusTables(ctx context.Context, stdout io.Writer, db *sql.DB, found []relay.FoundTable, pattern bool, maxLag time.Duration, asJSON bool) error {
 	rows := make([]tableStatus, 0, len(found))
 	var failed int
 	var worst tableStatus
 	for _, f := range found {
 		row := tableStatus{Table: tableName(f.Table)}
+		notServed := func(why string) {
+			if pattern {
+				row.Skipped = why
+			} else {
+				row.Error = why
+			}
+		}
 		switch {
 		case !f.Exists:
-			row.Error = "no outbox table"
+			notServed("no outbox table")
 		case !f.Migrated:
-			row.Error = "not migrated: run outbox migrate up"
+			notServed("not migrated: run outbox migrate up")
 		default:
 			st, err := txoutbox.ReadStats(ctx, db, f.Table)
 			if err != nil {
@@ -176,8 +194,8 @@ func statusTables(ctx context.Context, stdout io.Writer, db *sql.DB, found []rel
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "TABLE\tBACKLOG\tLAG\tDEAD")
 		for _, r := range rows {
-			if r.Error != "" {
-				fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\n", r.Table, oneLine(r.Error, 200))
+			if why := cmp.Or(r.Error, r.Skipped); why != "" {
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\n", r.Table, oneLine(why, 200))
 				continue
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Table, count(r.Backlog, r.BacklogEstimated, "~"), human.Duration(r.lag), count(r.Dead, r.DeadEstimated, "~"))
@@ -186,11 +204,17 @@ func statusTables(ctx context.Context, stdout io.Writer, db *sql.DB, found []rel
 			return err
 		}
 	}
+	// The lag first: a table that cannot be read must not hide one that
+	// is late from the alert.
+	if exceeded {
+		msg := fmt.Sprintf("%s: lag %s exceeds --max-lag %s", worst.Table, human.Duration(worst.lag), maxLag)
+		if failed > 0 {
+			msg += fmt.Sprintf(" (and %d of %d tables could not be read)", failed, len(found))
+		}
+		return exitError{code: exitLagExceeded, msg: msg}
+	}
 	if failed > 0 {
 		return fmt.Errorf("status: %d of %d tables could not be read", failed, len(found))
-	}
-	if exceeded {
-		return exitError{code: exitLagExceeded, msg: fmt.Sprintf("%s: lag %s exceeds --max-lag %s", worst.Table, human.Duration(worst.lag), maxLag)}
 	}
 	return nil
 }

@@ -90,6 +90,9 @@ func TestSchemasUsageErrors(t *testing.T) {
 		{[]string{"relay", "--schemas", "tenant_*", "--mode", "wal"}, "WAL mode serves one table"},
 		{[]string{"relay", "--schemas", "tenant_["}, "SchemaPattern"},
 		{[]string{"relay", "--schemas", "tenant_*", "--max-conns", "-1"}, "--max-conns is negative"},
+		{[]string{"relay", "--schemas", "tenant_*", "--max-conns", "1"}, "needs at least 4 connections"},
+		{[]string{"relay", "--max-conns", "3"}, "needs at least 4 connections"},
+		{[]string{"relay", "--max-conns", "2", "--no-listen"}, "needs at least 3 connections"},
 		{[]string{"status", "--schemas", "tenant_*,other"}, "not both"},
 		{[]string{"status", "--schemas", "a;b"}, "invalid table name"},
 		{[]string{"status", "--schemas", "tenant_*", "--slot", "s"}, "--slot"},
@@ -153,8 +156,9 @@ func TestMigrateUpSchemas(t *testing.T) {
 	}
 }
 
-// status --schemas shows one row per table; an unmigrated one fails the
-// command after the others are shown.
+// status --schemas shows one row per table; a schema the pattern selects
+// without an outbox table shows it in its row and fails nothing, one a
+// list names fails the command after the others are shown.
 func TestStatusSchemas(t *testing.T) {
 	t.Parallel()
 	e := newTenants(t)
@@ -184,9 +188,78 @@ func TestStatusSchemas(t *testing.T) {
 	}
 	e.add(t, "c", false)
 	code, out, errOut = outbox(t, append([]string{"status"}, e.flags()...)...)
-	if code != 1 || !strings.Contains(out, e.prefix+"_c.outbox") || !strings.Contains(out, "no outbox table") || !strings.Contains(errOut, "1 of 3 tables") {
-		t.Errorf("status with an empty schema: exit %d, %q, stderr %q", code, out, errOut)
+	if code != 0 || !strings.Contains(out, e.prefix+"_c.outbox") || !strings.Contains(out, "no outbox table") {
+		t.Errorf("status with an empty schema a pattern selects: exit %d, %q, stderr %q", code, out, errOut)
 	}
+	code, out, errOut = outbox(t, "status", "--database-url", e.base.URL, "--schemas", e.prefix+"_a,"+e.prefix+"_c")
+	if code != 1 || !strings.Contains(out, e.prefix+"_c.outbox") || !strings.Contains(out, "no outbox table") || !strings.Contains(errOut, "1 of 2 tables") {
+		t.Errorf("status with an empty schema a list names: exit %d, %q, stderr %q", code, out, errOut)
+	}
+}
+
+// An exceeded lag exits 3 whatever else status --schemas finds: a new
+// tenant not migrated yet (a pattern's: shown, failing nothing), or a
+// schema a list names that has no outbox table (a failure, exit 1 without
+// the lag) must not hide a late table from the alert.
+func TestStatusSchemasLagExceededWinsOverTablesNotRead(t *testing.T) {
+	t.Parallel()
+	e := newTenants(t)
+	e.add(t, "a", true)
+	e.write(t, "a")
+	e.add(t, "new", false)
+	code, out, errOut := outbox(t, append([]string{"status", "--max-lag", "1ms", "--json"}, e.flags()...)...)
+	var got struct {
+		Tables []struct {
+			Table   string `json:"table"`
+			Skipped string `json:"skipped"`
+			Error   string `json:"error"`
+		} `json:"tables"`
+		Exceeded bool `json:"max_lag_exceeded"`
+	}
+	if code != exitLagExceeded || json.Unmarshal([]byte(out), &got) != nil || !got.Exceeded || len(got.Tables) != 2 ||
+		got.Tables[1].Skipped != "no outbox table" || got.Tables[1].Error != "" {
+		t.Errorf("pattern with an unmigrated tenant, lag exceeded: exit %d, want %d; %s, stderr %q", code, exitLagExceeded, out, errOut)
+	}
+	code, out, errOut = outbox(t, "status", "--max-lag", "1ms", "--database-url", e.base.URL, "--schemas", e.prefix+"_a,"+e.prefix+"_new")
+	if code != exitLagExceeded || !strings.Contains(errOut, "exceeds --max-lag") || !strings.Contains(errOut, "1 of 2 tables could not be read") {
+		t.Errorf("list with a schema without a table, lag exceeded: exit %d, want %d; %s, stderr %q", code, exitLagExceeded, out, errOut)
+	}
+}
+
+// relay --schemas with a pattern selecting no schema fails at start (a
+// typo), as status and migrate up do; one selecting only schemas without
+// a migrated outbox table (tenants to come) runs, not ready until it
+// serves a table.
+func TestRelaySchemasFailsAtStartForAPatternSelectingNothing(t *testing.T) {
+	t.Parallel()
+	e := newTenants(t)
+	e.add(t, "a", true)
+	code, _, errOut := outbox(t, "relay", "--dev-broker", "--database-url", e.base.URL, "--schemas", e.prefix+"_typo_*")
+	if code != 1 || !strings.Contains(errOut, "selects no schema") {
+		t.Errorf("a pattern matching nothing: exit %d, stderr %q; want 1 and the reason", code, errOut)
+	}
+
+	e.add(t, "later", false)
+	b := startOutbox(t, nil, "relay", "--dev-broker", "--metrics-addr", "127.0.0.1:0", "--discover-interval", "200ms",
+		"--database-url", e.base.URL, "--schemas", e.prefix+"_lat*")
+	b.waitOutput(t, "serving /metrics")
+	if !strings.Contains(b.stderr.String(), "no selected schema has a migrated outbox table yet") {
+		t.Errorf("no warning that nothing is served:\n%s", b.stderr.String())
+	}
+	base := "http://" + servingAddr.FindStringSubmatch(b.stderr.String())[1]
+	time.Sleep(500 * time.Millisecond)
+	if code, body := get(t, base+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz serving no table: %d %s, want 503", code, body)
+	}
+	code, out, errOut := outbox(t, "migrate", "up", "--database-url", e.base.URL, "--schemas", e.prefix+"_later")
+	if code != 0 {
+		t.Fatalf("migrate up: exit %d, %s, stderr %q", code, out, errOut)
+	}
+	waitFor(t, 10*time.Second, "/readyz ready once the tenant is migrated", func() bool {
+		code, _ := get(t, base+"/readyz")
+		return code == http.StatusOK
+	})
+	b.wantCleanStop(t)
 }
 
 // relay --schemas publishes every tenant's outbox, finds a new tenant's

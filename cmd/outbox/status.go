@@ -24,8 +24,10 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 	var (
 		common     commonFlags
 		staleAfter = fs.Duration("stale-after", outboxadmin.StaleAfterDefault, "count a relay alive if its heartbeat is younger (the relays' --stale-after)")
-		maxLag     = fs.Duration("max-lag", 0, fmt.Sprintf("exit with code %d if the lag exceeds this (0: never)", exitLagExceeded))
-		slot       = fs.String("slot", "", "WAL mode's replication slot to report (default txoutbox_<schema>_<table>; shown if it exists)")
+		maxLag     = fs.Duration("max-lag", 0, fmt.Sprintf("exit with code %d if the lag exceeds this (0: never); with --schemas, the worst table's, "+
+			"exit %d even if a table could not be read (else exit 1 for that; a schema a pattern selects without a migrated outbox table is shown and fails nothing)",
+			exitLagExceeded, exitLagExceeded))
+		slot = fs.String("slot", "", "WAL mode's replication slot to report (default txoutbox_<schema>_<table>; shown if it exists)")
 	)
 	var schemas schemasFlag
 	common.register(fs)
@@ -53,7 +55,7 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 		if err != nil {
 			return err
 		}
-		return statusTables(ctx, stdout, db, found, *maxLag, common.json)
+		return statusTables(ctx, stdout, db, found, cfg.SchemaPattern != "", *maxLag, common.json)
 	}
 	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{StaleAfter: *staleAfter}, readerGrants)
 	if err != nil {

@@ -22,10 +22,13 @@ func durationBuckets() []float64 {
 	return []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
 }
 
-// TableAttribute is the attribute naming the outbox table on every
-// measurement and publish span of a relay, in both modes: TableValue of
-// its Config.Table. One relay, or a relay.Group, serves a bounded set of
-// tables, so the attribute's values are as many as the tables served.
+// TableAttribute is the attribute naming the outbox table, TableValue of
+// its Config.Table: on every measurement of a polling relay (package
+// relay), on the publish metrics and spans this package records in both
+// modes, but not on a WAL relay's own txoutbox.wal.* metrics, which carry
+// its slot. Its values are as many as the tables served (one per schema of
+// a relay.Group): series are tables × topics (× error types) for the
+// publish metrics.
 const TableAttribute = "txoutbox.table"
 
 // TableValue is the TableAttribute value of t: "schema.name", or the name
