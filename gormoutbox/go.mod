@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261202033008-18edb4507eab
+	github.com/txoutbox/txoutbox v0.0.0-20261202053013-88d89d17dd1e
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
