@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -90,28 +89,7 @@ func (h *hub) wakeAll() {
 
 // run listens until ctx ends.
 func (h *hub) run(ctx context.Context) {
-	failures := 0
-	for ctx.Err() == nil {
-		start := time.Now()
-		err := h.listen(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if time.Since(start) > time.Minute {
-			failures = 0 // a connection that held a while: an isolated drop
-		}
-		if errors.Is(err, errNotPgx) {
-			h.log.Warn("relay: LISTEN needs the pgx database/sql driver; polling instead", "poll_interval", h.poll)
-			return
-		}
-		failures++
-		d := backoff(failures, 100*time.Millisecond, 10*time.Second)
-		h.log.Warn("relay: listen connection lost; polling until it is back", "err", err, "retry_in", d)
-		h.wakeAll() // rows may have arrived unannounced
-		if !sleep(ctx, d) {
-			return
-		}
-	}
+	keepListening(ctx, h.log, h.poll, h.listen, h.wakeAll)
 }
 
 // listen holds one connection until it fails or ctx ends.

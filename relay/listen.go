@@ -33,10 +33,18 @@ func (l *listener) run(ctx context.Context) {
 	if l.disabled {
 		return
 	}
+	keepListening(ctx, l.log, l.poll, l.listen, func() { signal(l.wake) })
+}
+
+// keepListening runs listen until ctx ends, again with backoff each time
+// it fails, calling lost after each failure: rows may have arrived
+// unannounced. A driver other than pgx ends it; the relays then poll. It
+// is the loop of a relay's listener and of a group's hub.
+func keepListening(ctx context.Context, log *slog.Logger, poll time.Duration, listen func(context.Context) error, lost func()) {
 	failures := 0
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := l.listen(ctx)
+		err := listen(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -44,13 +52,13 @@ func (l *listener) run(ctx context.Context) {
 			failures = 0 // a connection that held a while: an isolated drop
 		}
 		if errors.Is(err, errNotPgx) {
-			l.log.Warn("relay: LISTEN needs the pgx database/sql driver; polling instead", "poll_interval", l.poll)
+			log.Warn("relay: LISTEN needs the pgx database/sql driver; polling instead", "poll_interval", poll)
 			return
 		}
 		failures++
 		d := backoff(failures, 100*time.Millisecond, 10*time.Second)
-		l.log.Warn("relay: listen connection lost; polling until it is back", "err", err, "retry_in", d)
-		signal(l.wake) // rows may have arrived unannounced
+		log.Warn("relay: listen connection lost; polling until it is back", "err", err, "retry_in", d)
+		lost()
 		if !sleep(ctx, d) {
 			return
 		}
