@@ -12,7 +12,6 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/migrations"
-	"github.com/txoutbox/txoutbox/relay"
 )
 
 // migrateAction is the run of `outbox migrate action`: the four share
@@ -67,19 +66,11 @@ func runMigrate(ctx context.Context, proc *process, fs *flag.FlagSet, action str
 		if action != "up" {
 			return usagef("--schemas: only migrate up applies to many schemas at once")
 		}
-		cfg, err := schemas.groupConfig(&common, relay.Config{}, 0)
-		if err != nil {
-			return err
-		}
-		db, err := common.open(ctx)
+		db, _, found, err := schemas.openTables(ctx, &common)
 		if err != nil {
 			return err
 		}
 		defer db.Close()
-		found, err := findTables(ctx, db, cfg, schemas.value)
-		if err != nil {
-			return err
-		}
 		return migrateTables(ctx, stdout, db, migrationSet, found, common.json)
 	}
 	table, err := common.outboxTable()

@@ -53,6 +53,26 @@ func (s *schemasFlag) groupConfig(common *commonFlags, rcfg relay.Config, discov
 	return cfg, nil
 }
 
+// openTables opens the database and lists the tables --schemas selects,
+// for the commands that act on each of them (status, migrate up). The
+// caller closes db.
+func (s *schemasFlag) openTables(ctx context.Context, common *commonFlags) (*sql.DB, relay.GroupConfig, []relay.FoundTable, error) {
+	cfg, err := s.groupConfig(common, relay.Config{}, 0)
+	if err != nil {
+		return nil, cfg, nil, err
+	}
+	db, err := common.open(ctx)
+	if err != nil {
+		return nil, cfg, nil, err
+	}
+	found, err := findTables(ctx, db, cfg, s.value)
+	if err != nil {
+		db.Close()
+		return nil, cfg, nil, err
+	}
+	return db, cfg, found, nil
+}
+
 // findTables lists the tables cfg selects; none is an error, so that a
 // mistyped pattern does not pass for success.
 func findTables(ctx context.Context, db *sql.DB, cfg relay.GroupConfig, flagValue string) ([]relay.FoundTable, error) {

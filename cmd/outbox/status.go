@@ -12,7 +12,6 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/human"
 	"github.com/txoutbox/txoutbox/outboxadmin"
-	"github.com/txoutbox/txoutbox/relay"
 )
 
 // exitLagExceeded is status's exit code when the lag exceeds --max-lag, so a
@@ -42,19 +41,11 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 		if *slot != "" {
 			return usagef("--slot: WAL mode serves one table; not with --schemas")
 		}
-		cfg, err := schemas.groupConfig(&common, relay.Config{}, 0)
-		if err != nil {
-			return err
-		}
-		db, err := common.open(ctx)
+		db, cfg, found, err := schemas.openTables(ctx, &common)
 		if err != nil {
 			return err
 		}
 		defer db.Close()
-		found, err := findTables(ctx, db, cfg, schemas.value)
-		if err != nil {
-			return err
-		}
 		return statusTables(ctx, stdout, db, found, cfg.SchemaPattern != "", *maxLag, common.json)
 	}
 	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{StaleAfter: *staleAfter}, readerGrants)
