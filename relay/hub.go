@@ -94,17 +94,7 @@ func (h *hub) run(ctx context.Context) {
 
 // listen holds one connection until it fails or ctx ends.
 func (h *hub) listen(ctx context.Context) error {
-	conn, err := h.db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("get connection: %w", err)
-	}
-	defer conn.Close()
-	return conn.Raw(func(dc any) error {
-		pc, ok := dc.(interface{ Conn() *pgx.Conn })
-		if !ok {
-			return errNotPgx
-		}
-		c := pc.Conn()
+	return onPgxConn(ctx, h.db, func(c *pgx.Conn) error {
 		h.mu.Lock()
 		h.dirty = true // a new connection listens on nothing yet
 		h.mu.Unlock()

@@ -67,8 +67,10 @@ func keepListening(ctx context.Context, log *slog.Logger, poll time.Duration, li
 
 var errNotPgx = errors.New("not a pgx connection")
 
-func (l *listener) listen(ctx context.Context) error {
-	conn, err := l.db.Conn(ctx)
+// onPgxConn runs fn on a connection of db's own as a pgx connection
+// (errNotPgx with another driver), and closes it after.
+func onPgxConn(ctx context.Context, db *sql.DB, fn func(*pgx.Conn) error) error {
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("get connection: %w", err)
 	}
@@ -78,7 +80,12 @@ func (l *listener) listen(ctx context.Context) error {
 		if !ok {
 			return errNotPgx
 		}
-		c := pc.Conn()
+		return fn(pc.Conn())
+	})
+}
+
+func (l *listener) listen(ctx context.Context) error {
+	return onPgxConn(ctx, l.db, func(c *pgx.Conn) error {
 		if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
 			return fmt.Errorf("listen: %w: %w", err, driver.ErrBadConn)
 		}
