@@ -24,6 +24,10 @@ type incarnation struct {
 	// it dead and publish its rows themselves.
 	deadline atomic.Int64
 	ended    atomic.Bool
+	// expired is set when the deadline, not end, ended the incarnation;
+	// told says the relay has logged that once.
+	expired atomic.Bool
+	told    atomic.Bool
 }
 
 func newIncarnation(name string) *incarnation {
@@ -37,7 +41,9 @@ func (i *incarnation) live(now time.Duration) bool {
 		return false
 	}
 	if now >= time.Duration(i.deadline.Load()) {
-		i.ended.Store(true)
+		if i.ended.CompareAndSwap(false, true) {
+			i.expired.Store(true)
+		}
 		return false
 	}
 	return true

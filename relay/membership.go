@@ -214,6 +214,14 @@ func (m *membership) heartbeat(ctx context.Context, start time.Duration) (*incar
 	}
 	if inc == nil || !inc.live(start) {
 		if inc != nil {
+			// Rows it published but had not marked yet are claimed and
+			// published again: this line is what explains those
+			// duplicates (a heartbeat stalled past the deadline, not a
+			// crash). Said once per incarnation.
+			if inc.expired.Load() && inc.told.CompareAndSwap(false, true) {
+				m.log.Warn("relay: no heartbeat succeeded within StaleAfter less one HeartbeatInterval; dropping the events it holds and registering anew (their marks not yet committed are published again)",
+					"incarnation", inc.token, "stale_after", m.cfg.StaleAfter)
+			}
 			m.setShards(nil)
 			if err := m.standBy(ctx, inc); err != nil {
 				return nil, err

@@ -3,6 +3,9 @@ package relay
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -127,4 +130,55 @@ func TestNoClaimsPastTheDeadline(t *testing.T) {
 	if inc, _ := r.members.claimable(); inc != nil {
 		t.Fatal("claimable past the deadline")
 	}
+}
+
+// A relay whose heartbeats all stalled past its deadline (no crash, no
+// peer's verdict) says so, once: the rows it published but had not marked
+// are published again by its next incarnation, and this line is what tells
+// those duplicates from a crash's.
+func TestARelayPastItsDeadlineSaysSoOnce(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	var logs strings.Builder
+	var mu sync.Mutex
+	r := b.newRelayWith(t, nopPublisher{}, Config{Table: b.db.Table(), ID: "r1",
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	round(t, r)
+	old := r.members.cur.Load()
+	r.clock.base = r.clock.base.Add(-r.cfg.StaleAfter) // as if no heartbeat for StaleAfter
+	round(t, r)
+	round(t, r)
+	if cur := r.members.cur.Load(); cur == old || !cur.live(r.clock.now()) {
+		t.Fatal("no live new incarnation after the deadline passed")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	const said = "no heartbeat succeeded within StaleAfter"
+	if n := strings.Count(logs.String(), said); n != 1 {
+		t.Fatalf("%q logged %d times, want once:\n%s", said, n, logs.String())
+	}
+	if !strings.Contains(logs.String(), old.token) {
+		t.Fatalf("the line does not name the ended incarnation %s:\n%s", old.token, logs.String())
+	}
+
+	// Ended by a peer's verdict instead, it says that and not this.
+	logs.Reset()
+	mu.Unlock()
+	b.exec(t, `DELETE FROM outbox_relays`)
+	round(t, r)
+	mu.Lock()
+	if strings.Contains(logs.String(), said) || !strings.Contains(logs.String(), "peers declared this relay dead") {
+		t.Fatalf("after a peer's verdict the relay logged:\n%s", logs.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
 }
