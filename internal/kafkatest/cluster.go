@@ -309,8 +309,69 @@ func FaultCluster(t testing.TB) ([]string, []ClusterNode) {
 		if err := WaitCluster(ctx, brokers, len(nodes)); err != nil {
 			t.Errorf("restore the cluster: %v", err)
 		}
+		if err := Settle(ctx, brokers); err != nil {
+			t.Errorf("restore the cluster: %v", err)
+		}
 	})
 	return brokers, nodes
+}
+
+// Settle waits until every partition of every topic has all its replicas
+// in sync and is led by its preferred replica, electing preferred leaders
+// where it is not. A fault test leaves leadership where its elections put
+// it; left alone, the controller moves it back minutes later (its leader
+// imbalance check), in the middle of whichever test uses the cluster then,
+// whose producers see NOT_LEADER answers and retry. Fault tests call it
+// before they let the cluster go.
+func Settle(ctx context.Context, brokers []string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return fmt.Errorf("kafkatest: client: %w", err)
+	}
+	defer cl.Close()
+	for {
+		unsettled := ""
+		elect := map[string][]int32{}
+		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+		if err == nil {
+			for _, t := range resp.Topics {
+				if t.Topic == nil {
+					continue
+				}
+				for _, p := range t.Partitions {
+					switch {
+					case kerr.ErrorForCode(p.ErrorCode) != nil, p.Leader < 0, len(p.ISR) < len(p.Replicas):
+						unsettled = fmt.Sprintf("%s/%d (leader %d, %d of %d replicas in sync)", *t.Topic, p.Partition, p.Leader, len(p.ISR), len(p.Replicas))
+					case len(p.Replicas) > 0 && p.Leader != p.Replicas[0]:
+						unsettled = fmt.Sprintf("%s/%d (led by %d, preferred %d)", *t.Topic, p.Partition, p.Leader, p.Replicas[0])
+						elect[*t.Topic] = append(elect[*t.Topic], p.Partition)
+					}
+				}
+			}
+		} else {
+			unsettled = err.Error()
+		}
+		if unsettled == "" {
+			return nil
+		}
+		if len(elect) > 0 {
+			req := kmsg.NewPtrElectLeadersRequest()
+			req.ElectionType = 0 // preferred
+			req.TimeoutMillis = 10_000
+			for topic, parts := range elect {
+				rt := kmsg.NewElectLeadersRequestTopic()
+				rt.Topic, rt.Partitions = topic, parts
+				req.Topics = append(req.Topics, rt)
+			}
+			// Its answer is read back from the metadata on the next pass.
+			_, _ = req.RequestWith(ctx, cl)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kafkatest: the cluster did not settle: %s: %w", unsettled, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // CreateTopic creates topic with partitions partitions replicated to

@@ -192,7 +192,13 @@ func (c *realCluster) close() error {
 	c.proxies.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	return c.ensureRunning(ctx)
+	if err := c.ensureRunning(ctx); err != nil {
+		return err
+	}
+	// Leadership back on the preferred replicas, every replica in sync:
+	// the next user of the cluster sees no election of the controller's
+	// own a few minutes later.
+	return kafkatest.Settle(ctx, c.brokers)
 }
 
 // proxySet is the proxies in front of every node, frozen, thawed and
