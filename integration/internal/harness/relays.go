@@ -6,12 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/txoutbox/txoutbox/relay"
 )
 
 // RelayFlags are the `outbox relay` flags of a scenario's relays.
@@ -54,6 +58,19 @@ func DefaultRelayFlags() RelayFlags {
 		StaleAfter:  3 * time.Second,
 		Lease:       10 * time.Second,
 	}
+}
+
+// NoRelayFaultFlags are DefaultRelayFlags with the relay's default
+// StaleAfter, for scenarios that kill, pause and partition no relay and
+// allow no duplicate (poison, rebalance): 3 s let a heartbeat stalled by a
+// loaded 2-core machine end a relay's incarnation, and its next one
+// published again what it had published but not yet marked. That is the
+// relay's documented behaviour for a stall, not a fault these scenarios
+// inject; the relays log it ("no heartbeat succeeded within StaleAfter").
+func NoRelayFaultFlags() RelayFlags {
+	f := DefaultRelayFlags()
+	f.StaleAfter = relay.StaleAfterDefault
+	return f
 }
 
 // MaxInFlight is the relay's in-flight bound for these flags (relay
@@ -483,4 +500,41 @@ func (f *Fleet) KillAll() {
 			<-p.done
 		}
 	}
+}
+
+// handoverLines are the relays' log lines that say one of them stopped
+// publishing what it held while another may publish it: second publishes
+// with no failure recorded follow from these, not from a crash.
+var handoverLines = []string{
+	"no heartbeat succeeded within StaleAfter", // its heartbeats stalled past its deadline
+	"peers declared this relay dead",
+	"declared a relay dead",
+	"replaced an earlier incarnation",
+	"a publish outlived PublishTimeout",
+}
+
+// relayHandovers returns, for a failure on the duplicate bound, the relays'
+// log lines of handoverLines (at most 20), each prefixed by its log's name,
+// or a line saying there were none.
+func relayHandovers(env *Env) []string {
+	logs, _ := filepath.Glob(filepath.Join(env.Dir, "relay-*.log"))
+	var out []string
+	for _, path := range logs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, h := range handoverLines {
+				if strings.Contains(line, h) && len(out) < 20 {
+					out = append(out, "handover: "+filepath.Base(path)+": "+line)
+					break
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		return []string{"handover: no relay logged a stalled heartbeat, a verdict of its peers, a replaced incarnation or a publish past PublishTimeout"}
+	}
+	return out
 }

@@ -183,6 +183,9 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 	// the broker's ack and the mark, plus every replayed row (delivered
 	// once more on purpose).
 	res.DupBound = windows*plan.Flags.MaxInFlight() + w.Tally.replayed
+	if res.Duplicates > res.DupBound {
+		res.DupNotes = append(res.DupNotes, relayHandovers(env)...)
+	}
 	if err := writers.CrossCheck(byID); err != nil {
 		return res, fmt.Errorf("writers and outbox disagree: %w", err)
 	}

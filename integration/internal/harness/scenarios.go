@@ -179,7 +179,7 @@ func Rebalance(s Size, steps int) Plan {
 	return Plan{
 		Name:   "rebalance",
 		Relays: 1,
-		Flags:  DefaultRelayFlags(),
+		Flags:  NoRelayFaultFlags(),
 		Write:  writeLoad(s),
 		Fault: func(ctx context.Context, w *World) (int, error) {
 			for i := 0; i < steps; i++ {
@@ -276,7 +276,7 @@ func emitPoison(ctx context.Context, w *World, agg string, kind *poisonKind) err
 // with their error, every other event must arrive, and the aggregate's
 // later events must flow past the dead one (the fence policy).
 func Poison(s Size, perKind int) Plan {
-	flags := DefaultRelayFlags()
+	flags := NoRelayFaultFlags()
 	flags.MaxAttempts = 4
 	flags.BackoffMin, flags.BackoffMax = 100*time.Millisecond, time.Second
 	want := map[string][]string{} // poison event id -> the error texts it may die of
