@@ -35,7 +35,8 @@ var (
 // their own (the ones that crash it, and a few more to even the lanes'
 // lengths), and those on the real Kafka cluster, which spend most of their
 // time waiting for its nodes to stop, start and elect leaders (with a few
-// kfake scenarios between them, runBesideKafka, for the same reason). Every test
+// kfake scenarios between them, runBesideKafka, for the same reason: the
+// lanes end within seconds of each other). Every test
 // is parallel and waits for its lane, so the suite fits its time budget on
 // two cores without two scenarios fighting over one server or one broker.
 var (
@@ -253,7 +254,7 @@ func TestCommitOrderGap(t *testing.T) {
 // aggregates' later events back while relays are killed; none is early,
 // lost or out of order (the scenario's own check: some were held).
 func TestDelayedUnderKills(t *testing.T) {
-	res := run(t, harness.Delayed(harness.Size{Events: 3000, Over: 12 * time.Second}, 4, 3*time.Second))
+	res := runBesideKafka(t, harness.Delayed(harness.Size{Events: 3000, Over: 12 * time.Second}, 4, 3*time.Second))
 	if res.Crashes < 4 {
 		t.Fatalf("only %d crashes, want at least 4", res.Crashes)
 	}
