@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,15 +36,26 @@ type costDB struct {
 	names outboxsql.Names
 }
 
-// newCostDB makes a migrated schema in a database of the plan-work tests'
-// own: a snapshot open in the same database (another package's tests,
-// running beside these) keeps VACUUM from marking pages all-visible, and
-// an index-only scan then reads the heap pages too.
+// newCostDB makes a migrated schema on the quiet cluster, held for the
+// test's length: a snapshot open anywhere on a server (another package's
+// tests, running beside these) keeps VACUUM from marking pages
+// all-visible and page pruning from removing dead versions, and the plans
+// then read more than their own work (a claim read 12,000 buffers where
+// it reads 4,400).
 func newCostDB(t *testing.T) costDB {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dbURL, err := testkit.EnsureDatabase(ctx, testkit.ServerURL(), "txoutbox_test_plans")
+	quiet := testkit.QuietCluster
+	if err := holdQuiet(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(letQuietGo) // after the schema's drop
+	url, err := quiet.Ensure(ctx)
+	if err != nil {
+		t.Fatalf("needs a PostgreSQL cluster of its own: %v", err)
+	}
+	dbURL, err := testkit.EnsureDatabase(ctx, url, "txoutbox_test_plans")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +69,38 @@ func newCostDB(t *testing.T) costDB {
 		t.Fatal(err)
 	}
 	return costDB{db: s.SQL, names: n}
+}
+
+// The quiet cluster's lock is taken across processes (a flock): a test
+// that makes two cost databases holds it once, and lets it go when its
+// last one is dropped, so another package's test on the cluster can run
+// between two of these.
+var (
+	quietMu     sync.Mutex
+	quietUsers  int
+	quietUnlock func()
+)
+
+func holdQuiet(ctx context.Context) error {
+	quietMu.Lock()
+	defer quietMu.Unlock()
+	if quietUsers == 0 {
+		unlock, err := testkit.QuietCluster.Lock(ctx) // another package's test may hold it
+		if err != nil {
+			return err
+		}
+		quietUnlock = unlock
+	}
+	quietUsers++
+	return nil
+}
+
+func letQuietGo() {
+	quietMu.Lock()
+	defer quietMu.Unlock()
+	if quietUsers--; quietUsers == 0 {
+		quietUnlock()
+	}
 }
 
 func (c costDB) exec(t *testing.T, stmt string, args ...any) {
