@@ -115,24 +115,6 @@ func statusOf(t *testing.T, req *http.Request) int {
 	return resp.StatusCode
 }
 
-func TestUISchemasUsageErrors(t *testing.T) {
-	t.Parallel()
-	wantUsageErrors(t, outbox, []usageCase{
-		{[]string{"ui", "--schemas", "tenant_*", "--schema", "public"}, "--schemas and --schema"},
-		{[]string{"ui", "--schemas", "tenant_*", "--slot", "s"}, "--slot"},
-		{[]string{"ui", "--schemas", "tenant_*,other"}, "not both"},
-		{[]string{"ui", "--schemas", "tenant_["}, "SchemaPattern"},
-		{[]string{"ui", "--schemas", "a;b"}, "invalid table name"},
-		{[]string{"ui", "--schemas", "tenant_*", "--discover-interval", "-1s"}, "DiscoverInterval is negative"},
-		// The flags of one table's console are checked as without --schemas.
-		{[]string{"ui", "--schemas", "tenant_*", "--listen", "0.0.0.0:8080"}, "--allow-host"},
-	})
-	code, _, errOut := outboxEnv(t, map[string]string{"OUTBOX_SCHEMA": "public"}, "ui", "--schemas", "tenant_*")
-	if code != exitUsage || !strings.Contains(errOut, "OUTBOX_SCHEMA") {
-		t.Errorf("OUTBOX_SCHEMA with --schemas: exit %d, stderr %q", code, errOut)
-	}
-}
-
 // ui --schemas serves an index of every selected table and each table's
 // console under tables/<schema>.<table>/; a new tenant's table appears and
 // a dropped one's URLs answer 404, without a restart. A pattern that

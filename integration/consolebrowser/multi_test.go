@@ -3,8 +3,6 @@ package consolebrowser
 import (
 	"context"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -61,10 +59,7 @@ func TestMultiInABrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", m))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
+	base := mount(t, m)
 	state := func(db *testkit.DB) string {
 		t.Helper()
 		var s string
@@ -75,7 +70,7 @@ func TestMultiInABrowser(t *testing.T) {
 	}
 	nameA, nameB := a.Schema+".outbox", b.Schema+".outbox"
 
-	do(t, ctx, "index", chromedp.Navigate(srv.URL+"/admin/outbox/"), chromedp.WaitVisible(`#tables`))
+	do(t, ctx, "index", chromedp.Navigate(base), chromedp.WaitVisible(`#tables`))
 	rowA := text(t, ctx, `#tables tr[data-table="`+nameA+`"]`)
 	rowB := text(t, ctx, `#tables tr[data-table="`+nameB+`"]`)
 	if f := strings.Fields(rowA); len(f) != 4 || f[1] != "2" || f[3] != "1" {

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -163,6 +164,15 @@ func (e *tenants) stateIn(t *testing.T, name string, id int64) string {
 	return s
 }
 
+// wantState fails the test unless row id of tenant name's outbox is in
+// state want ("gone": no such row).
+func (e *tenants) wantState(t *testing.T, name string, id int64, want, after string) {
+	t.Helper()
+	if s := e.stateIn(t, name, id); s != want {
+		t.Errorf("%s's row %d is %s after %s, want %s", name, id, s, after, want)
+	}
+}
+
 // row returns the index's row of tenant name, "" if none.
 func (e *tenants) row(body, name string) string {
 	m := regexp.MustCompile(`<tr data-table="` + regexp.QuoteMeta(e.prefix+"_"+name+".outbox") + `">.*</tr>`).FindString(body)
@@ -196,11 +206,7 @@ func TestMultiIndexAndDrillDown(t *testing.T) {
 		t.Errorf("index row of b = %v:\n%s", got, b)
 	}
 
-	for _, tc := range []struct {
-		path string
-		code int
-		want []string
-	}{
+	e.wantPages(t, []pageCase{
 		{e.path("a"), http.StatusOK, []string{`id="backlog">2<`, `id="dead">1<`, `id="table-name">` + e.prefix + "_a.outbox<", `href="./../../" id="all-tables"`, "shop"}},
 		{e.path("b"), http.StatusOK, []string{`id="backlog">0<`, `id="dead">2<`}},
 		{e.path("b") + "dead", http.StatusOK, []string{"2 dead event(s) match", "refused for b"}},
@@ -217,18 +223,7 @@ func TestMultiIndexAndDrillDown(t *testing.T) {
 		{"?q=%ff", http.StatusBadRequest, []string{"not UTF-8"}},
 		{"?q=_b.", http.StatusOK, []string{"1 of 2 table(s)", e.prefix + "_b.outbox"}},
 		{"nope", http.StatusNotFound, nil},
-	} {
-		code, body := e.get(t, tc.path)
-		if code != tc.code {
-			t.Errorf("GET %s = %d, want %d:\n%s", tc.path, code, tc.code, body)
-			continue
-		}
-		for _, w := range tc.want {
-			if !strings.Contains(body, w) {
-				t.Errorf("GET %s: body lacks %q:\n%s", tc.path, w, body)
-			}
-		}
-	}
+	})
 	if _, body := e.get(t, "?q=_b."); e.row(body, "a") != "" {
 		t.Errorf("a filter for b shows a:\n%s", body)
 	}
@@ -251,7 +246,7 @@ func TestMultiActionsStayInTheirTable(t *testing.T) {
 	e := newTenants(t, console.Options{AllowWrites: true}, "a", "b")
 	aIDs := e.seed(t, "a", 3, 2)
 	bIDs := e.seed(t, "b", 3, 2)
-	if aIDs[0] != bIDs[0] || aIDs[1] != bIDs[1] {
+	if !slices.Equal(aIDs, bIDs) {
 		t.Fatalf("the tenants' rows have different ids (%v, %v): the test needs the same", aIDs, bIDs)
 	}
 	first, second := aIDs[0], aIDs[1]
@@ -270,31 +265,18 @@ func TestMultiActionsStayInTheirTable(t *testing.T) {
 	if code, body := e.post(t, e.path("a")+"dead/retry", url.Values{"csrf": {tok}, "ids": {id(first)}}); code != http.StatusOK || !strings.Contains(body, "1 event(s) are pending again") {
 		t.Fatalf("POST a's retry = %d:\n%s", code, body)
 	}
-	if s := e.stateIn(t, "a", first); s != "pending" {
-		t.Errorf("a's row %d is %s after a's retry, want pending", first, s)
-	}
-	if s := e.stateIn(t, "b", first); s != "dead" {
-		t.Errorf("b's row %d is %s after a's retry, want dead", first, s)
-	}
+	e.wantState(t, "a", first, "pending", "a's retry")
+	e.wantState(t, "b", first, "dead", "a's retry")
 
 	tok = e.token(t, e.path("b")+"dead/confirm?action=drop&ids="+id(second))
 	if code, body := e.post(t, e.path("b")+"dead/drop", url.Values{"csrf": {tok}, "ids": {id(second)}}); code != http.StatusOK || !strings.Contains(body, "1 event(s) deleted") {
 		t.Fatalf("POST b's drop = %d:\n%s", code, body)
 	}
-	if s := e.stateIn(t, "b", second); s != "gone" {
-		t.Errorf("b's row %d is %s after b's drop, want gone", second, s)
-	}
-	if s := e.stateIn(t, "a", second); s != "dead" {
-		t.Errorf("a's row %d is %s after b's drop, want dead", second, s)
-	}
+	e.wantState(t, "b", second, "gone", "b's drop")
+	e.wantState(t, "a", second, "dead", "b's drop")
 
-	for _, id := range bIDs[2:] {
-		if _, err := e.schemas["b"].SQL.Exec(`UPDATE outbox SET state = 'published', published_at = now() WHERE id = $1`, id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, id := range aIDs[2:] {
-		if _, err := e.schemas["a"].SQL.Exec(`UPDATE outbox SET state = 'published', published_at = now() WHERE id = $1`, id); err != nil {
+	for _, name := range []string{"a", "b"} { // the third row of each published
+		if _, err := e.schemas[name].SQL.Exec(`UPDATE outbox SET state = 'published', published_at = now() WHERE id = $1`, aIDs[2]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -302,12 +284,8 @@ func TestMultiActionsStayInTheirTable(t *testing.T) {
 	if code, body := e.post(t, e.path("b")+"replay", url.Values{"csrf": {tok}, "since": {"1h"}}); code != http.StatusOK || !strings.Contains(body, "1 event(s) are pending again") {
 		t.Fatalf("POST b's replay = %d:\n%s", code, body)
 	}
-	if s := e.stateIn(t, "b", bIDs[2]); s != "pending" {
-		t.Errorf("b's replayed row is %s, want pending", s)
-	}
-	if s := e.stateIn(t, "a", aIDs[2]); s != "published" {
-		t.Errorf("a's row is %s after b's replay, want published", s)
-	}
+	e.wantState(t, "b", bIDs[2], "pending", "b's replay")
+	e.wantState(t, "a", aIDs[2], "published", "b's replay")
 	if log := e.log.String(); !strings.Contains(log, "table="+e.prefix+"_a.outbox") || !strings.Contains(log, "retried dead events") {
 		t.Errorf("the change's log line does not name its table:\n%s", log)
 	}
