@@ -51,7 +51,7 @@ var commands = []*command{
 	{name: "status", summary: "show backlog, lag and dead events, and the relays with their shards",
 		usage: "[--schemas PATTERN] [--max-lag 1m] [--stale-after 15s]", run: runStatus},
 	{name: "ui", summary: "serve the web console: overview, relays, dead letters, events, replay",
-		usage: "[--listen 127.0.0.1:8080] [--allow-writes] [--allow-host H --token-file F | --behind-auth-proxy]", run: runUI},
+		usage: "[--schemas PATTERN] [--listen 127.0.0.1:8080] [--allow-writes] [--allow-host H --token-file F | --behind-auth-proxy]", run: runUI},
 	{name: "wal", summary: "WAL mode: takeover hands the outbox from the WAL relays back to the polling relay", subcommands: []*command{
 		{name: "takeover", usage: "[--slot S] [--publication P] [--force]", run: runWALTakeover},
 	}},

@@ -12,7 +12,7 @@
 //	outbox dead retry ID... | --topic T ... | --all [--dry-run]
 //	outbox dead drop ID... | --topic T ... | --all --yes|--dry-run
 //	outbox replay --since 2h [--topic T] [--aggregate A] [--dry-run]
-//	outbox ui [--listen 127.0.0.1:8080] [--allow-writes] [--allow-host H --token-file F | --behind-auth-proxy]
+//	outbox ui [--schemas PATTERN] [--listen 127.0.0.1:8080] [--allow-writes] [--allow-host H --token-file F | --behind-auth-proxy]
 //	outbox wal takeover [--slot S] [--publication P] [--force]
 //
 // Every flag can also be set in the environment as OUTBOX_ and its name in
@@ -21,10 +21,10 @@
 // and OUTBOX_BROKERS. The flags that choose or confirm what dead retry,
 // dead drop and replay change are read from the command line only.
 //
-// relay, status and migrate up take --schemas PATTERN instead of --schema
-// for the outbox tables of many schemas (a schema per tenant): every
-// schema matching the pattern ('tenant_*'), or each of a comma-separated
-// list, each with its --table.
+// relay, status, ui and migrate up take --schemas PATTERN instead of
+// --schema for the outbox tables of many schemas (a schema per tenant):
+// every schema matching the pattern ('tenant_*'), or each of a
+// comma-separated list, each with its --table.
 //
 // Every command takes --database-url, --schema and --table. Output is for
 // humans unless --json is given; values from the database are printed with

@@ -35,7 +35,7 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	common.register(fs)
 	schemas.register(fs)
 	kafka.register(fs)
-	discover := fs.Duration("discover-interval", relay.DiscoverIntervalDefault, "with --schemas: look for new and dropped tables this often")
+	schemas.registerDiscover(fs)
 	maxConns := fs.Int("max-conns", 0, fmt.Sprintf("most database connections open at once (0: no bound, or %d with --schemas; at least %d, %d with --no-listen: "+
 		"LISTEN holds one, a claim, a mark and a heartbeat run together); each table's relay runs up to eight statements at once",
 		groupMaxConnsDefault, relay.MinOpenConns, relay.MinOpenConns-1))
@@ -99,7 +99,7 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 		if *mode != "poll" {
 			return usagef("--schemas: WAL mode serves one table; run a relay group with --mode poll")
 		}
-		if gcfg, err = schemas.groupConfig(&common, cfg, *discover); err != nil {
+		if gcfg, err = schemas.groupConfig(&common, cfg); err != nil {
 			return err
 		}
 		if *maxConns == 0 {

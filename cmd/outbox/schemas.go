@@ -18,8 +18,12 @@ import (
 )
 
 // schemasFlag is --schemas: the outbox tables of many schemas at once (a
-// schema per tenant), for relay, migrate up and status.
-type schemasFlag struct{ value string }
+// schema per tenant), for relay, ui, migrate up and status; and, for the
+// commands that run on, --discover-interval.
+type schemasFlag struct {
+	value    string
+	discover time.Duration
+}
 
 func (s *schemasFlag) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.value, "schemas", "", "the outbox table of every schema matching this pattern (* any run, ? one character, [a-k] a class, [^x] not x, not [!x]: 'tenant_*'), "+
@@ -27,18 +31,24 @@ func (s *schemasFlag) register(fs *flag.FlagSet) {
 		"the table is --table in each (excludes --schema)")
 }
 
+// registerDiscover registers --discover-interval, for the commands that
+// look for the tables again while they run (relay, ui).
+func (s *schemasFlag) registerDiscover(fs *flag.FlagSet) {
+	fs.DurationVar(&s.discover, "discover-interval", relay.DiscoverIntervalDefault, "with --schemas: look for new and dropped tables this often")
+}
+
 // set reports whether --schemas was given.
 func (s *schemasFlag) set() bool { return s.value != "" }
 
 // groupConfig is the relay.GroupConfig of --schemas, its relays
 // configured by rcfg, for the tables named --table (common.table); --schema
-// (common.schema) excludes it. discover is its DiscoverInterval.
-func (s *schemasFlag) groupConfig(common *commonFlags, rcfg relay.Config, discover time.Duration) (relay.GroupConfig, error) {
+// (common.schema) excludes it. --discover-interval is its DiscoverInterval.
+func (s *schemasFlag) groupConfig(common *commonFlags, rcfg relay.Config) (relay.GroupConfig, error) {
 	if common.schema != "" {
 		return relay.GroupConfig{}, usagef("--schemas and --schema (or OUTBOX_SCHEMA) exclude each other: --schema names one table's schema, --schemas many")
 	}
 	rcfg.Table = txoutbox.Table{Name: common.table}
-	cfg := relay.GroupConfig{Relay: rcfg, DiscoverInterval: discover}
+	cfg := relay.GroupConfig{Relay: rcfg, DiscoverInterval: s.discover}
 	if strings.ContainsAny(s.value, "*?[") {
 		if strings.Contains(s.value, ",") {
 			return cfg, usagef("--schemas %q: a pattern or a comma-separated list of schemas, not both", s.value)
@@ -57,7 +67,7 @@ func (s *schemasFlag) groupConfig(common *commonFlags, rcfg relay.Config, discov
 // for the commands that act on each of them (status, migrate up). The
 // caller closes db.
 func (s *schemasFlag) openTables(ctx context.Context, common *commonFlags) (*sql.DB, relay.GroupConfig, []relay.FoundTable, error) {
-	cfg, err := s.groupConfig(common, relay.Config{}, 0)
+	cfg, err := s.groupConfig(common, relay.Config{})
 	if err != nil {
 		return nil, cfg, nil, err
 	}
@@ -144,6 +154,18 @@ func migrateTables(ctx context.Context, stdout io.Writer, db *sql.DB, set migrat
 	return nil
 }
 
+// unserved says why a selected schema's table has nothing to read or
+// show, "" when it has: no outbox table, or not migrated.
+func unserved(f relay.FoundTable) string {
+	switch {
+	case !f.Exists:
+		return "no outbox table"
+	case !f.Migrated:
+		return "not migrated: run outbox migrate up"
+	}
+	return ""
+}
+
 // tableStatus is one table's line of `outbox status --schemas`.
 type tableStatus struct {
 	Table            string  `json:"table"`
@@ -183,19 +205,16 @@ func statusTables(ctx context.Context, stdout io.Writer, db *sql.DB, found []rel
 				row.Error = why
 			}
 		}
-		switch {
-		case !f.Exists:
-			notServed("no outbox table")
-		case !f.Migrated:
-			notServed("not migrated: run outbox migrate up")
-		default:
+		if why := unserved(f); why != "" {
+			notServed(why)
+		} else {
 			st, err := txoutbox.ReadStats(ctx, db, f.Table)
 			if err != nil {
 				row.Error = err.Error()
-				break
+			} else {
+				row.Backlog, row.BacklogEstimated, row.Dead, row.DeadEstimated = st.Backlog, st.BacklogEstimated, st.Dead, st.DeadEstimated
+				row.lag, row.LagSeconds = st.Lag, st.Lag.Seconds()
 			}
-			row.Backlog, row.BacklogEstimated, row.Dead, row.DeadEstimated = st.Backlog, st.BacklogEstimated, st.Dead, st.DeadEstimated
-			row.lag, row.LagSeconds = st.Lag, st.Lag.Seconds()
 		}
 		if row.Error != "" {
 			failed++

@@ -98,10 +98,20 @@ func TestSchemasUsageErrors(t *testing.T) {
 		{[]string{"status", "--schemas", "tenant_*", "--slot", "s"}, "--slot"},
 		{[]string{"migrate", "down", "--schemas", "tenant_*"}, "only migrate up"},
 		{[]string{"migrate", "status", "--schemas", "tenant_*"}, "only migrate up"},
+		{[]string{"ui", "--schemas", "tenant_*", "--schema", "public"}, "--schemas and --schema"},
+		{[]string{"ui", "--schemas", "tenant_*", "--slot", "s"}, "--slot"},
+		{[]string{"ui", "--schemas", "tenant_*,other"}, "not both"},
+		{[]string{"ui", "--schemas", "tenant_["}, "SchemaPattern"},
+		{[]string{"ui", "--schemas", "a;b"}, "invalid table name"},
+		{[]string{"ui", "--schemas", "tenant_*", "--discover-interval", "-1s"}, "DiscoverInterval is negative"},
+		// The flags of one table's console are checked as without --schemas.
+		{[]string{"ui", "--schemas", "tenant_*", "--listen", "0.0.0.0:8080"}, "--allow-host"},
 	})
-	code, _, errOut := outboxEnv(t, map[string]string{"OUTBOX_SCHEMA": "public"}, "status", "--schemas", "tenant_*")
-	if code != exitUsage || !strings.Contains(errOut, "OUTBOX_SCHEMA") {
-		t.Errorf("OUTBOX_SCHEMA with --schemas: exit %d, stderr %q", code, errOut)
+	for _, cmd := range []string{"status", "ui"} {
+		code, _, errOut := outboxEnv(t, map[string]string{"OUTBOX_SCHEMA": "public"}, cmd, "--schemas", "tenant_*")
+		if code != exitUsage || !strings.Contains(errOut, "OUTBOX_SCHEMA") {
+			t.Errorf("%s: OUTBOX_SCHEMA with --schemas: exit %d, stderr %q", cmd, code, errOut)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,7 +36,10 @@ func runUI(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) 
 		sampleEvery = fs.Duration("sample-every", console.SampleEveryDefault, "sample backlog and lag for the overview's chart this often")
 		slot        = fs.String("slot", "", walSlotHelp)
 	)
+	var schemas schemasFlag
 	common.register(fs)
+	schemas.register(fs)
+	schemas.registerDiscover(fs)
 	fs.BoolVar(&opts.AllowWrites, "allow-writes", false, "allow retry, drop and replay from the console (default: read-only)")
 	fs.StringVar(&opts.Title, "title", console.TitleDefault, "name shown in the pages' header, e.g. orders (prod)")
 	// --allow-writes widens what the console can do: command line only, like
@@ -91,25 +95,46 @@ func runUI(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) 
 	if *sampleEvery <= 0 {
 		return usagef("--sample-every must be positive (%s)", *sampleEvery)
 	}
+	if schemas.set() && *slot != "" {
+		return usagef("--slot: WAL mode serves one table; not with --schemas")
+	}
 	opts.SampleEvery = *sampleEvery
 	logger := slog.New(slog.NewTextHandler(proc.stderr, &slog.HandlerOptions{Level: level}))
 	if common.json {
 		logger = slog.New(slog.NewJSONHandler(proc.stderr, &slog.HandlerOptions{Level: level}))
 	}
 	opts.Logger = logger
-	need := readerGrants
-	if opts.AllowWrites {
-		need = operatorGrants
-	}
-	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{StaleAfter: *staleAfter, Slot: *slot}, need)
-	if err != nil {
-		return err
+	acfg := outboxadmin.Config{StaleAfter: *staleAfter, Slot: *slot}
+	var (
+		handler http.Handler
+		sample  func(context.Context) error // the overview's history; none for many tables
+		db      *sql.DB
+	)
+	if schemas.set() {
+		opts.DiscoverInterval = schemas.discover
+		var m *console.Multi
+		if m, db, err = openMulti(ctx, &common, &schemas, acfg, opts); err != nil {
+			return err
+		}
+		handler = m
+	} else {
+		need := readerGrants
+		if opts.AllowWrites {
+			need = operatorGrants
+		}
+		var adm *outboxadmin.Admin
+		if adm, db, err = openAdmin(ctx, &common, acfg, need); err != nil {
+			return err
+		}
+		con, err := console.New(adm, opts)
+		if err != nil {
+			db.Close()
+			return usagef("%v", err)
+		}
+		handler, sample = con, con.Run
+		logger.Info("connected to the database", "database", redactDatabaseURL(common.databaseURL), "table", adminTable(&common))
 	}
 	defer db.Close()
-	con, err := console.New(adm, opts)
-	if err != nil {
-		return usagef("%v", err)
-	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -121,14 +146,17 @@ func runUI(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) 
 	if opts.AllowWrites {
 		mode = "writes allowed"
 	}
-	logger.Info("connected to the database", "database", redactDatabaseURL(common.databaseURL), "table", adminTable(&common))
 	fmt.Fprintf(stdout, "serving the outbox console (%s) on http://%s/\n", mode, ln.Addr())
 
-	srv := &http.Server{Handler: con, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sampled := make(chan error, 1)
-	go func() { sampled <- con.Run(ctx) }()
+	if sample == nil {
+		sampled <- nil
+	} else {
+		go func() { sampled <- sample(ctx) }()
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestUIServesTheConsole(t *testing.T) {
@@ -112,4 +113,67 @@ func statusOf(t *testing.T, req *http.Request) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// ui --schemas serves an index of every selected table and each table's
+// console under tables/<schema>.<table>/; a new tenant's table appears and
+// a dropped one's URLs answer 404, without a restart. A pattern that
+// selects no schema fails at start.
+func TestUISchemas(t *testing.T) {
+	t.Parallel()
+	e := newTenants(t)
+	e.add(t, "a", true)
+	e.add(t, "b", true)
+	e.write(t, "b")
+	code, _, errOut := outbox(t, "ui", "--listen", "127.0.0.1:0", "--database-url", e.base.URL, "--schemas", e.prefix+"_typo_*")
+	if code != 1 || !strings.Contains(errOut, "selects no schema") {
+		t.Errorf("a pattern matching nothing: exit %d, stderr %q; want 1 and the reason", code, errOut)
+	}
+
+	b := startOutbox(t, nil, append([]string{"ui", "--listen", "127.0.0.1:0", "--discover-interval", "100ms"}, e.flags()...)...)
+	b.waitOutput(t, "serving the outbox console (read-only) on http://")
+	base := regexp.MustCompile(`http://\S+/`).FindString(b.stdout.String())
+	table := func(name string) string { return base + "tables/" + e.prefix + "_" + name + ".outbox/" }
+	code, body := get(t, base)
+	if code != http.StatusOK || !strings.Contains(body, "2 table(s)") || !strings.Contains(body, `href="./tables/`+e.prefix+`_a.outbox/"`) ||
+		!strings.Contains(body, `href="./tables/`+e.prefix+`_b.outbox/"`) || strings.Contains(body, e.base.URL) {
+		t.Fatalf("GET / = %d:\n%s", code, body)
+	}
+	code, body = get(t, table("b")+"api/overview")
+	var ov struct{ Backlog int64 }
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &ov) != nil || ov.Backlog != 1 {
+		t.Errorf("b's api/overview = %d %s; want backlog 1", code, body)
+	}
+	if code, body := get(t, table("a")+"api/overview"); code != http.StatusOK || !strings.Contains(body, `"backlog":0`) {
+		t.Errorf("a's api/overview = %d %s; want backlog 0", code, body)
+	}
+
+	e.add(t, "c", false) // not migrated: not listed, and said so
+	e.add(t, "d", true)
+	waitFor(t, 10*time.Second, "the new tenant's table on the index", func() bool {
+		_, body := get(t, base)
+		return strings.Contains(body, e.prefix+"_d.outbox") && strings.Contains(body, "3 table(s)")
+	})
+	if code, _ := get(t, table("d")); code != http.StatusOK {
+		t.Errorf("GET d's overview = %d, want 200", code)
+	}
+	if _, body := get(t, base); strings.Contains(body, e.prefix+"_c.outbox") {
+		t.Errorf("a schema without a migrated outbox table is on the index:\n%s", body)
+	}
+	ctx, cancel := contextTimeout(30 * time.Second)
+	defer cancel()
+	if err := e.schemas["a"].Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the dropped table's URLs to answer 404", func() bool {
+		code, _ := get(t, table("a")+"dead")
+		return code == http.StatusNotFound
+	})
+	if _, body := get(t, base); strings.Contains(body, e.prefix+"_a.outbox") {
+		t.Errorf("the dropped table is still on the index:\n%s", body)
+	}
+	if log := b.stderr.String(); !strings.Contains(log, "not showing a selected schema's table") || !strings.Contains(log, e.prefix+"_c") {
+		t.Errorf("the unmigrated schema is not logged:\n%s", log)
+	}
+	b.wantCleanStop(t)
 }

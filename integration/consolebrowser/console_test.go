@@ -102,8 +102,14 @@ func serve(t *testing.T, adm *outboxadmin.Admin, opts console.Options) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return mount(t, con)
+}
+
+// mount serves h under /admin/outbox/ and returns its root URL.
+func mount(t *testing.T, h http.Handler) string {
+	t.Helper()
 	mux := http.NewServeMux()
-	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", con))
+	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", h))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL + "/admin/outbox/"

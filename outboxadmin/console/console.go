@@ -2,11 +2,9 @@ package console
 
 import (
 	"context"
-	"crypto/rand"
 	"embed"
 	"errors"
 	"fmt"
-	"html/template"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -24,6 +22,10 @@ const SampleEveryDefault = 10 * time.Second
 
 // HistoryDefault is Options.History's default: the overview chart's span.
 const HistoryDefault = time.Hour
+
+// DiscoverIntervalDefault is Options.DiscoverInterval's default, a relay
+// group's (relay.DiscoverIntervalDefault).
+const DiscoverIntervalDefault = 30 * time.Second
 
 // ErrInvalidOptions is matched by every error New returns for bad Options.
 var ErrInvalidOptions = errors.New("console: invalid options")
@@ -69,21 +71,23 @@ type Options struct {
 	// 401 (and a WWW-Authenticate: Basic challenge). Hook the embedding
 	// application's authentication in here, or use TokenAuth.
 	Authenticate func(r *http.Request) (operator string, err error)
+
+	// DiscoverInterval is how often a Multi lists its tables again, at the
+	// first request after it passed: a new table appears and a dropped one
+	// is let go (its pages answer 404). Default DiscoverIntervalDefault. A
+	// Console, of one table, ignores it.
+	DiscoverInterval time.Duration
 }
 
 // Console is the web console of one outbox, an http.Handler. Mount it under
 // any path prefix with http.StripPrefix; its links are relative. It is safe
 // for concurrent use.
 type Console struct {
+	*shell
 	adm     *outboxadmin.Admin
-	opts    Options
-	log     *slog.Logger
-	handler http.Handler
-	pages   map[string]*template.Template
-	csrf    csrf
+	handler http.Handler // the pages, without the shell's checks
 	hist    *history
 	status  *statusCache
-	hosts   hostList
 }
 
 //go:embed assets
@@ -94,48 +98,20 @@ func New(adm *outboxadmin.Admin, opts Options) (*Console, error) {
 	if adm == nil {
 		return nil, fmt.Errorf("%w: nil *outboxadmin.Admin", ErrInvalidOptions)
 	}
-	if opts.SampleEvery < 0 {
-		return nil, fmt.Errorf("%w: SampleEvery is negative (%s)", ErrInvalidOptions, opts.SampleEvery)
-	}
-	if opts.History < 0 {
-		return nil, fmt.Errorf("%w: History is negative (%s)", ErrInvalidOptions, opts.History)
-	}
-	if opts.SampleEvery == 0 {
-		opts.SampleEvery = SampleEveryDefault
-	}
-	if opts.History == 0 {
-		opts.History = HistoryDefault
-	}
-	if opts.History < opts.SampleEvery {
-		return nil, fmt.Errorf("%w: History (%s) is shorter than SampleEvery (%s)", ErrInvalidOptions, opts.History, opts.SampleEvery)
-	}
-	if opts.Title == "" {
-		opts.Title = TitleDefault
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	hosts, err := parseHosts(opts.Hosts)
+	sh, err := newShell(opts)
 	if err != nil {
 		return nil, err
 	}
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return nil, fmt.Errorf("console: CSRF key: %w", err)
-	}
-	pages, err := parsePages()
+	return newConsole(adm, sh)
+}
+
+// newConsole is the console of adm's outbox, its pages framed by sh.
+func newConsole(adm *outboxadmin.Admin, sh *shell) (*Console, error) {
+	c := &Console{shell: sh, adm: adm, hist: newHistory(sh.opts.SampleEvery, sh.opts.History)}
+	c.status = newStatusCache(adm, sh.opts.SampleEvery, c.hist)
+	static, err := staticFiles()
 	if err != nil {
-		return nil, fmt.Errorf("console: templates: %w", err)
-	}
-	c := &Console{
-		adm: adm, opts: opts, log: opts.Logger, pages: pages, hosts: hosts,
-		csrf: csrf{key: key},
-		hist: newHistory(opts.SampleEvery, opts.History),
-	}
-	c.status = newStatusCache(adm, opts.SampleEvery, c.hist)
-	static, err := fs.Sub(assets, "assets/static")
-	if err != nil {
-		return nil, fmt.Errorf("console: assets: %w", err)
+		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", c.overview)
@@ -149,7 +125,7 @@ func New(adm *outboxadmin.Admin, opts Options) (*Console, error) {
 	mux.HandleFunc("GET /events/{id}", c.event)
 	mux.HandleFunc("GET /replay", c.replayForm)
 	mux.HandleFunc("POST /replay", c.writes(c.replay))
-	mux.Handle("GET /static/", http.StripPrefix("/static/", noListing(http.FileServerFS(static))))
+	mux.Handle("GET /static/", static)
 	// Cross-origin protection rejects a browser's cross-site POST before
 	// the token is checked; the token also covers old browsers and clients
 	// that send neither Origin nor Sec-Fetch-Site.
@@ -160,38 +136,16 @@ func New(adm *outboxadmin.Admin, opts Options) (*Console, error) {
 // ServeHTTP serves the console. The request's path is relative to where the
 // console is mounted: "/" is the overview.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "" {
-		// Mounted at /admin/outbox with StripPrefix("/admin/outbox"): send
-		// /admin/outbox to /admin/outbox/, so relative links resolve.
-		path, _, _ := strings.Cut(r.RequestURI, "?")
-		http.Redirect(w, r, path+"/", http.StatusMovedPermanently)
-		return
+	c.serve(w, r, c.handler)
+}
+
+// staticFiles serves the embedded styles and script under /static/.
+func staticFiles() (http.Handler, error) {
+	static, err := fs.Sub(assets, "assets/static")
+	if err != nil {
+		return nil, fmt.Errorf("console: assets: %w", err)
 	}
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("X-Frame-Options", "DENY")
-	w.Header().Set("Referrer-Policy", "same-origin")
-	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
-	if !c.hosts.allows(r.Host) {
-		c.log.Warn("outbox console: refused a request for another host", "host", r.Host, "path", r.URL.Path, "remote", r.RemoteAddr)
-		http.Error(w, fmt.Sprintf("this console does not serve the host %q: see Options.Hosts (outbox ui --allow-host)", r.Host), http.StatusMisdirectedRequest)
-		return
-	}
-	if o := r.Header.Get("Origin"); o != "" && !c.hosts.allowsOrigin(o) {
-		c.log.Warn("outbox console: refused a request from another origin", "origin", o, "path", r.URL.Path, "remote", r.RemoteAddr)
-		http.Error(w, fmt.Sprintf("this console does not serve pages of the origin %q", o), http.StatusForbidden)
-		return
-	}
-	if c.opts.Authenticate != nil {
-		op, err := c.opts.Authenticate(r)
-		if err != nil {
-			c.log.Warn("outbox console: refused an unauthenticated request", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
-			w.Header().Set("WWW-Authenticate", `Basic realm="outbox console", charset="UTF-8"`)
-			http.Error(w, "authentication required", http.StatusUnauthorized)
-			return
-		}
-		r = r.WithContext(context.WithValue(r.Context(), operatorKey{}, op))
-	}
-	c.handler.ServeHTTP(w, r)
+	return http.StripPrefix("/static/", noListing(http.FileServerFS(static))), nil
 }
 
 // noListing answers a directory of the static files with 404.

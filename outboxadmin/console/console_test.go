@@ -182,6 +182,31 @@ func (b *bundle) state(t *testing.T, id int64) string {
 
 func id(n int64) string { return strconv.FormatInt(n, 10) }
 
+// pageCase is a page to GET, the status it answers and what its body
+// holds.
+type pageCase struct {
+	path string
+	code int
+	want []string
+}
+
+// wantPages GETs each page and checks its status and body.
+func (b *bundle) wantPages(t *testing.T, cases []pageCase) {
+	t.Helper()
+	for _, tc := range cases {
+		code, body := b.get(t, tc.path)
+		if code != tc.code {
+			t.Errorf("GET %s = %d, want %d:\n%s", tc.path, code, tc.code, body)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(body, w) {
+				t.Errorf("GET %s: body lacks %q:\n%s", tc.path, w, body)
+			}
+		}
+	}
+}
+
 func TestPages(t *testing.T) {
 	t.Parallel()
 	b := setup(t, console.Options{Title: "orders-test"})
@@ -190,11 +215,7 @@ func TestPages(t *testing.T) {
 	if err := b.db.SQL.QueryRow(`SELECT event_id::text FROM outbox WHERE id = $1`, deadID).Scan(&eventID); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		path string
-		code int
-		want []string
-	}{
+	b.wantPages(t, []pageCase{
 		{"", http.StatusOK, []string{"orders-test", `id="backlog">3<`, `id="dead">2<`, "read-only", "payments"}},
 		{"relays", http.StatusOK, []string{"No relay is registered", "256 shards", `title="shard 255: no owner"`, `http-equiv="refresh"`}},
 		{"dead", http.StatusOK, []string{"2 dead event(s) match", "broker said no to orders", "events/" + id(deadID)}},
@@ -232,18 +253,7 @@ func TestPages(t *testing.T) {
 		{"static/console.js", http.StatusOK, []string{`getAttribute("data-api")`}},
 		{"static/console.css", http.StatusOK, []string{".grid"}},
 		{"nope", http.StatusNotFound, []string{"not found"}},
-	} {
-		code, body := b.get(t, tc.path)
-		if code != tc.code {
-			t.Errorf("GET %s = %d, want %d:\n%s", tc.path, code, tc.code, body)
-			continue
-		}
-		for _, w := range tc.want {
-			if !strings.Contains(body, w) {
-				t.Errorf("GET %s: body lacks %q:\n%s", tc.path, w, body)
-			}
-		}
-	}
+	})
 	// Mounted at /admin/outbox, the bare prefix goes to the overview.
 	resp, err := b.client.Get(b.srv.URL + "/admin/outbox")
 	if err != nil {

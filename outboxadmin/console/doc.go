@@ -13,6 +13,25 @@
 // no CDN and no Node.js. Links are relative, so it works under any prefix
 // that http.StripPrefix removes.
 //
+// # Many outboxes
+//
+// Multi is the console of many outbox tables of one database, a schema
+// per tenant say: an index lists every table with its backlog, lag and
+// dead count, and each table has its own console, every page and action of
+// a Console, under tables/<schema>.<table>/. It lists its tables with a
+// function of yours (relay.FindTables in `outbox ui --schemas`) at the
+// first request, then again once Options.DiscoverInterval has passed: a
+// new tenant's table appears without a restart, and a dropped one's URLs
+// answer 404.
+//
+//	m, err := console.NewMulti(db, outboxadmin.Config{}, listTenantTables, console.Options{})
+//	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", m))
+//
+// Every request passes the checks below once, the index's too. Each
+// table's console acts on its own table only, through an Admin of its own,
+// and has a CSRF key of its own: a form of one table's pages is refused
+// by another's.
+//
 // # Security model
 //
 // The console checks where a request comes from, then who makes it, then
@@ -83,6 +102,20 @@
 // on the index of one of its filters; and event lookups are bounded (see
 // outboxadmin.Admin.FindEvents). Replay's dry
 // run is the exception: like `outbox replay`, it reads the published rows.
+//
+// A Multi's index shows 50 tables a page (filtered by name in memory, ?q=)
+// and reads only those, at most 4 at once: each table's backlog, lag and
+// dead count in one statement (outboxadmin.Admin.Snapshot: up to
+// txoutbox.StatsExactMax entries of each index), at most once per
+// SampleEvery per table whoever looks, paced as the counts are when slow,
+// and not at all while the table's own overview has a fresh count. A view
+// costs at most 50 such statements on 4 connections, and none within
+// SampleEvery of the last; tables on other pages cost nothing. Listing the
+// tables costs what the list function does, once per DiscoverInterval (and
+// at most once a second after a table's page failed, to let a dropped
+// table go). A table's overview reads what a Console's does, while it is
+// open: a Multi samples no history in the background, so a table's chart
+// starts when someone looks at it or the index.
 //
 // # History
 //

@@ -20,7 +20,7 @@ import (
 
 // pageNames are the templates under assets/templates, each rendered inside
 // layout.html.
-var pageNames = []string{"overview", "relays", "dead", "confirm", "done", "events", "event", "replay", "error"}
+var pageNames = []string{"index", "overview", "relays", "dead", "confirm", "done", "events", "event", "replay", "error"}
 
 // funcs are the templates' helpers. Every string from the database goes
 // through esc (a value shown whole), short (a table cell) or, in a <pre>,
@@ -77,16 +77,25 @@ type page struct {
 	Root   string // relative path to the console's root: "./" or "../"
 	Writes bool   // Options.AllowWrites
 	CSRF   string
-	Nav    string // the menu entry to highlight
-	Data   any
+	Nav    string // the menu entry to highlight; "index" on a Multi's own pages
+	// Table is the table a Multi's page shows ("" alone), and Index the
+	// relative path to the Multi's index ("" alone).
+	Table, Index string
+	Data         any
 }
 
 // render writes the page name with status.
-func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name, nav string, data any) {
-	p := page{Title: c.opts.Title, Root: root(r), Writes: c.opts.AllowWrites, CSRF: c.csrf.token(w, r), Nav: nav, Data: data}
+func (s *shell) render(w http.ResponseWriter, r *http.Request, status int, name, nav string, data any) {
+	p := page{Title: s.opts.Title, Root: root(r), Writes: s.opts.AllowWrites, CSRF: s.csrf.token(w, r), Nav: nav, Table: s.table, Data: data}
+	switch {
+	case s.multi:
+		p.Nav, p.Index = "index", p.Root
+	case s.table != "":
+		p.Index = p.Root + "../../" // from /tables/<name>/
+	}
 	var b bytes.Buffer
-	if err := c.pages[name].ExecuteTemplate(&b, "layout", p); err != nil {
-		c.log.Error("outbox console: render", "page", name, "err", err)
+	if err := s.pages[name].ExecuteTemplate(&b, "layout", p); err != nil {
+		s.log.Error("outbox console: render", "page", name, "err", err)
 		http.Error(w, "internal error: the console's log has the details", http.StatusInternalServerError)
 		return
 	}
@@ -143,7 +152,7 @@ type errorPage struct {
 // event, 409 when a confirmed selection changed meanwhile, 403 for a write
 // to a read-only console, otherwise 500 with a generic message (database
 // errors may name hosts and roles) and the error in the log.
-func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
+func (s *shell) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var (
 		bad    badInput
 		status int
@@ -154,7 +163,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, msg = http.StatusBadRequest, bad.msg
 	case errors.Is(err, errNoSelection), errors.Is(err, outboxadmin.ErrNoSelection), errors.Is(err, outboxadmin.ErrNoSince):
 		status, msg = http.StatusBadRequest, err.Error()
-	case errors.Is(err, outboxadmin.ErrNotFound):
+	case errors.Is(err, outboxadmin.ErrNotFound), errors.Is(err, errNoTable):
 		status, msg = http.StatusNotFound, err.Error()
 	case errors.Is(err, outboxadmin.ErrNotDead):
 		status, msg = http.StatusConflict, err.Error()+": nothing changed; the selection changed since the preview, look again"
@@ -164,16 +173,19 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, msg = http.StatusForbidden, err.Error()
 	case errors.Is(err, context.DeadlineExceeded):
 		status, msg = http.StatusServiceUnavailable, "the database did not answer in time"
-		c.log.Error("outbox console: request failed", "path", r.URL.Path, "err", err)
+		s.log.Error("outbox console: request failed", "path", r.URL.Path, "err", err)
 	default:
 		status, msg = http.StatusInternalServerError, "internal error: the console's log has the details"
-		c.log.Error("outbox console: request failed", "path", r.URL.Path, "err", err)
+		s.log.Error("outbox console: request failed", "path", r.URL.Path, "err", err)
+		if s.internalError != nil {
+			s.internalError()
+		}
 	}
 	if strings.HasPrefix(r.URL.Path, "/api/") {
 		writeJSON(w, status, map[string]string{"error": msg})
 		return
 	}
-	c.render(w, r, status, "error", "", errorPage{Status: status, Message: msg})
+	s.render(w, r, status, "error", "", errorPage{Status: status, Message: msg})
 }
 
 // writeJSON answers v as JSON, with the characters a terminal would act on

@@ -30,6 +30,12 @@ type statusCache struct {
 	handovers  []int
 	countsNext time.Time // local clock of the next count
 	countsErr  error     // the last count's failure, until the next count
+
+	// A Multi's index reads the totals alone (Snapshot), paced as the
+	// counts are, when no count is fresh.
+	totalsNext time.Time
+	totalsErr  error
+	totals     outboxadmin.Snapshot
 }
 
 // countSpacing and countQuick are the relay's pacing of its counts
@@ -105,6 +111,37 @@ func (c *statusCache) get(ctx context.Context) (statusView, error) {
 	v.Lag = c.lag
 	v.Handovers = c.handovers
 	return v, nil
+}
+
+// readTotals returns backlog, lag and dead count for a Multi's index: the
+// last count's when the next is not due, else its own Snapshot (one
+// statement on the same indexes, without the per-topic figures), kept
+// and paced as the counts are and added to the history. fresh reports
+// whether this call read the database.
+func (c *statusCache) readTotals(ctx context.Context) (s outboxadmin.Snapshot, fresh bool, err error) {
+	select {
+	case c.mu <- struct{}{}:
+	case <-ctx.Done():
+		return outboxadmin.Snapshot{}, false, ctx.Err()
+	}
+	defer func() { <-c.mu }()
+	now := time.Now()
+	if now.Before(c.countsNext) && c.countsErr == nil {
+		return c.counts, false, nil
+	}
+	if now.Before(c.totalsNext) {
+		return c.totals, false, c.totalsErr
+	}
+	start := time.Now()
+	s, err = c.adm.Snapshot(context.WithoutCancel(ctx))
+	c.totalsNext = start.Add(countPacing(c.interval, time.Since(start)))
+	c.totalsErr = err
+	if err != nil {
+		return outboxadmin.Snapshot{}, true, err
+	}
+	c.totals = s
+	c.hist.add(s)
+	return s, true, nil
 }
 
 // count reads the figures that count rows (up to their caps).
