@@ -121,8 +121,8 @@ func TestMigrateUpSchemas(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "1 of 3 tables failed") {
 		t.Errorf("exit %d, stderr %q; want 1 and the failure counted", code, errOut)
 	}
-	for _, want := range []string{e.prefix + "_a.outbox: applied version(s) 1, 2, 3, 4, 5, 6, 7, 8\n",
-		e.prefix + "_b.outbox: applied version(s) 1, 2, 3, 4, 5, 6, 7, 8\n", e.prefix + "_c.outbox: failed: "} {
+	for _, want := range []string{e.prefix + "_a.outbox: applied version(s) 1, 2, 3, 4, 5, 6, 7, 8, 9\n",
+		e.prefix + "_b.outbox: applied version(s) 1, 2, 3, 4, 5, 6, 7, 8, 9\n", e.prefix + "_c.outbox: failed: "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
