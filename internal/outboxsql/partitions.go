@@ -62,7 +62,9 @@ type PartitionSettingsArgs struct {
 }
 
 // Args returns the parameters in order.
-func (a PartitionSettingsArgs) Args() []any { return []any{millis(a.LockTimeout), millis(a.StatementTimeout)} }
+func (a PartitionSettingsArgs) Args() []any {
+	return []any{millis(a.LockTimeout), millis(a.StatementTimeout)}
+}
 
 func millis(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) + "ms" }
 

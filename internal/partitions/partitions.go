@@ -152,10 +152,11 @@ func CreateAhead(ctx context.Context, db DB, t Table, leaves []Leaf, maxID int64
 		return nil, errors.New("create partitions: no partition with a finite range gives the partition size")
 	}
 	next := Top(leaves)
+	want := (maxID/size + 1 + Ahead) * size
 	if next <= maxID {
 		next = (maxID/size + 2) * size
+		want = next + Ahead*size
 	}
-	want := (maxID/size + 1 + Ahead) * size
 	var created []string
 	for from := next; from < want; from += size {
 		name := leafName(t.Schema, t.Name, from)
