@@ -8,11 +8,10 @@ import (
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
-// partitionsOf lists the partitions of schema's outbox with their bounds.
-func partitionsOf(t *testing.T, db *testkit.DB) []string {
+// texts runs query and returns its one text column.
+func texts(t *testing.T, db *testkit.DB, query string, args ...any) []string {
 	t.Helper()
-	rows, err := db.SQL.Query(`SELECT c.relname || ' ' || pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent = to_regclass(quote_ident($1) || '.outbox') ORDER BY c.relname`, db.Schema)
+	rows, err := db.SQL.Query(query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +24,17 @@ func partitionsOf(t *testing.T, db *testkit.DB) []string {
 		}
 		out = append(out, s)
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return out
+}
+
+// partitionsOf lists the partitions of schema's outbox with their bounds.
+func partitionsOf(t *testing.T, db *testkit.DB) []string {
+	t.Helper()
+	return texts(t, db, `SELECT c.relname || ' ' || pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = to_regclass(quote_ident($1) || '.outbox') ORDER BY c.relname`, db.Schema)
 }
 
 func TestPartitionConvertsTheTableAndKeepsItsShape(t *testing.T) {
@@ -44,22 +53,7 @@ func TestPartitionConvertsTheTableAndKeepsItsShape(t *testing.T) {
 	exec(`GRANT SELECT, INSERT ON outbox TO PUBLIC`)
 	shape := func() (cols, indexes, triggers []string) {
 		t.Helper()
-		q := func(sql string) []string {
-			rows, err := db.SQL.QueryContext(ctx, sql)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rows.Close()
-			var out []string
-			for rows.Next() {
-				var s string
-				if err := rows.Scan(&s); err != nil {
-					t.Fatal(err)
-				}
-				out = append(out, s)
-			}
-			return out
-		}
+		q := func(query string) []string { return texts(t, db, query) }
 		cols = q(`SELECT a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull || ' ' || a.attidentity::text || a.attgenerated::text
 			|| ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '') FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 			WHERE a.attrelid = 'outbox'::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attname`)

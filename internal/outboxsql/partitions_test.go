@@ -120,18 +120,10 @@ func TestClaimCostOnManyDrainedPartitions(t *testing.T) {
 	const batch = 10
 	measure := func(drained int, partitioned bool) map[string]testkit.Work {
 		c := newCostDB(t)
-		c.exec(t, `INSERT INTO {{relays}} (id, name) VALUES ('me', 'me')`)
 		if partitioned {
 			c.partitioned(t, int64(drained/10), int64(drained+2*batch))
 		}
-		c.insert(t, drained, `'drained-' || (g % 300)`, "pending", "0", "now()", "now()", "NULL")
-		c.exec(t, `UPDATE {{table}} SET state = 'published', published_at = now()`) // the drain; no VACUUM since
-		c.insert(t, 2*batch, `'healthy-' || (g % 300)`, "pending", "0", "now()", "now()", "NULL")
-		c.exec(t, `ANALYZE {{table}}`)
-		c.exec(t, `VACUUM ANALYZE {{relays}}`)
-		if floor, first := c.raiseFloor(t), int64(drained+1); floor != first {
-			t.Fatalf("claim floor %d, want %d: the first row not published", floor, first)
-		}
+		c.drain(t, drained, batch)
 		if partitioned {
 			if n := len(c.leafNames(t)); n < 12 {
 				t.Fatalf("%d partitions, want 10 drained, the default and those ahead", n)
