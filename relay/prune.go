@@ -57,7 +57,9 @@ func (p *pruner) prune(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("prune: %w", err)
 	}
-	if !st.Partitioned {
+	if !st.Partitioned || !st.Owner {
+		// A role that may not drop partitions may not delete from them
+		// directly either: it prunes through the parent, row by row.
 		return p.deleteAll(ctx, p.sql.prune)
 	}
 	kept, err := p.partitions(ctx, st)
@@ -82,23 +84,16 @@ func (p *pruner) state(ctx context.Context) (partitions.State, error) {
 }
 
 // partitions creates the partitions ahead and drops those past retention,
-// if the relay's role owns the table and no other relay is at it (the
-// prune lock, held by a session meanwhile), and returns the partitions to
-// prune row by row: those kept by dead rows and the default one, or every
-// partition when the role cannot drop them.
+// unless another relay is at it (the prune lock, held by a session
+// meanwhile), and returns the partitions to prune row by row: those kept
+// by dead rows, and the default one. A partition whose drop failed is
+// left whole to the next round.
 func (p *pruner) partitions(ctx context.Context, st partitions.State) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PruneInterval+p.cfg.StatementTimeout)
 	defer cancel()
 	leaves, err := partitions.List(ctx, p.db, p.sql.names)
 	if err != nil {
 		return nil, err
-	}
-	all := make([]string, len(leaves))
-	for i, l := range leaves {
-		all[i] = l.Name
-	}
-	if !st.Owner {
-		return all, nil
 	}
 	conn, err := p.db.Conn(ctx)
 	if err != nil {
@@ -135,7 +130,6 @@ func (p *pruner) partitions(ctx context.Context, st partitions.State) ([]string,
 	}
 	if err != nil {
 		p.log.Warn("relay: partition not dropped; the next round tries again", "err", err)
-		return all, nil
 	}
 	return kept, nil
 }

@@ -144,7 +144,7 @@ func TestMigrateUpSchemas(t *testing.T) {
 	for _, tb := range got.Tables {
 		wantApplied := 0
 		if tb.Table == e.prefix+"_c.outbox" {
-			wantApplied = 8
+			wantApplied = 9
 		}
 		if len(tb.Applied) != wantApplied || tb.Error != "" {
 			t.Errorf("%s: applied %v, error %q; want %d versions", tb.Table, tb.Applied, tb.Error, wantApplied)

@@ -59,7 +59,7 @@ func (c costDB) leafNames(t *testing.T) []string {
 // ahead, and drops the partition past retention while keeping the one a
 // dead row holds: every partition statement runs, in order.
 func TestPartitionStatementsRun(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its database is the plan-work tests' (see newCostDB).
 	c := newCostDB(t)
 	ctx := context.Background()
 	c.insert(t, 2500, `'a' || (g % 10)`, "published", "1", "now()", "now() - interval '10 days'", "now() - interval '10 days'")

@@ -91,7 +91,7 @@ WITH live AS MATERIALIZED (
     WHERE o.ctid = ANY (ARRAY(SELECT tid FROM due))
       AND o.id >= (SELECT min(id) FROM due) AND o.id <= (SELECT max(id) FROM due)
       AND NOT (o.id NOT IN (SELECT id FROM due))
-      AND o.state IN ('pending', 'claimed')
+      AND o.state NOT IN ('published', 'dead')
       AND ((o.lease_owner IS NULL AND o.next_attempt_at <= now())
         OR (o.lease_owner IS NOT NULL AND (o.lease_expires_at <= now()
             OR o.lease_owner NOT IN (SELECT id FROM live))))

@@ -216,6 +216,13 @@ func Sweep(ctx context.Context, db DB, n outboxsql.Names, leaves []Leaf, floor i
 		})
 		switch {
 		case err != nil:
+			// The default partition and those kept so far are still
+			// pruned row by row; the rest wait for the next round.
+			for _, rest := range leaves {
+				if rest.Bound.Default {
+					kept = append(kept, rest.Name)
+				}
+			}
 			return dropped, kept, fmt.Errorf("drop partition %s: %w", l.Name, err)
 		case dead:
 			kept = append(kept, l.Name)
