@@ -1,11 +1,11 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -13,6 +13,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/internal/partitions"
 	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
@@ -132,7 +134,8 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	})
 	r.listener = &listener{db: db, channel: cfg.Table.Channel(), log: r.log, disabled: cfg.DisableListen, poll: cfg.PollInterval,
 		wake: r.wake, rebalance: r.members.rebalanceNow}
-	r.pruner = &pruner{db: db, sql: r.sql, cfg: cfg, log: r.log}
+	r.pruner = &pruner{db: db, sql: r.sql, cfg: cfg, log: r.log,
+		table: partitions.Table{Names: names, Schema: cfg.Table.Schema, Name: cmp.Or(cfg.Table.Name, outboxsql.TableNameDefault)}}
 	r.floor = &floorRaiser{db: db, sql: r.sql, interval: cfg.HeartbeatInterval, timeout: cfg.StatementTimeout, log: r.log}
 	r.sampler = &sampler{db: db, sql: r.sql, cfg: cfg, log: r.log, met: met}
 	return r, nil

@@ -15,10 +15,11 @@ type statements struct {
 	markPublished, fail, release                                                              string
 	register, replacePredecessors, otherIncarnations, heartbeat, notifyRebalance, forgetStale string
 	liveRelays, releaseShards, acquireShards, leaveShards, leaveRelay                         string
-	prune, pruneLock, statsLag, statsBacklog, statsDead                                       string
+	prune, pruneLock, pruneSessionLock, pruneSessionUnlock, statsLag, statsBacklog, statsDead string
 	walGate, walSlots                                                                         string
 	floorStart, floorPassed, floorRaise                                                       string
-	table, walSlot                                                                            string // walGate's and walSlots' arguments
+	table, walSlot                                                                            string          // walGate's and walSlots' arguments
+	names                                                                                     outboxsql.Names // for the statements rendered per partition
 }
 
 // render renders the statements for the table of n; walSlot is the WAL
@@ -47,6 +48,8 @@ func render(n outboxsql.Names, walSlot string) *statements {
 		leaveRelay:          n.Render(outboxsql.LeaveRelay),
 		prune:               n.Render(outboxsql.Prune),
 		pruneLock:           n.Render(outboxsql.PruneLock),
+		pruneSessionLock:    n.Render(outboxsql.PruneSessionLock),
+		pruneSessionUnlock:  n.Render(outboxsql.PruneSessionUnlock),
 		statsLag:            n.Render(outboxsql.StatsLag),
 		statsBacklog:        n.Render(outboxsql.StatsBacklogScheduled),
 		statsDead:           n.Render(outboxsql.StatsDead),
@@ -57,6 +60,7 @@ func render(n outboxsql.Names, walSlot string) *statements {
 		walSlots:            outboxsql.RelayWALSlots,
 		table:               n.Table,
 		walSlot:             walSlot,
+		names:               n,
 	}
 }
 

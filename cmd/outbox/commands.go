@@ -38,11 +38,12 @@ var commands = []*command{
 		{name: "retry", usage: "ID... | --topic T ... | --all [--dry-run]", run: deadChange("retry")},
 		{name: "drop", usage: "ID... | --topic T ... | --all --yes|--dry-run", run: deadChange("drop")},
 	}},
-	{name: "migrate", summary: "apply, revert, show or export the schema migrations (outbox or inbox)", unknownAsMissing: true, subcommands: []*command{
+	{name: "migrate", summary: "apply, revert, show or export the schema migrations (outbox or inbox); partition the outbox", unknownAsMissing: true, subcommands: []*command{
 		{name: "up", usage: "[--set outbox|inbox] [--schemas PATTERN]", run: migrateAction("up")},
 		{name: "down", usage: "[--set outbox|inbox]", run: migrateAction("down")},
 		{name: "status", usage: "[--set outbox|inbox]", run: migrateAction("status")},
 		{name: "export", usage: "--format goose|golang-migrate --dir DIR", run: migrateAction("export")},
+		{name: "partition", usage: "[--size 1000000]", run: migrateAction("partition")},
 	}},
 	{name: "relay", summary: "run the relay: publish the outbox to Kafka until SIGINT/SIGTERM",
 		usage: "--brokers B | --dev-broker [--schemas PATTERN] [--tls-ca F] [--sasl-mechanism M] [--metrics-addr :9464]", run: runRelay},

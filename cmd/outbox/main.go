@@ -5,6 +5,7 @@
 //	outbox migrate down [--set outbox|inbox]
 //	outbox migrate status [--set outbox|inbox]
 //	outbox migrate export --format goose|golang-migrate --dir DIR
+//	outbox migrate partition [--size 1000000]
 //	outbox relay --brokers B | --dev-broker [--schemas PATTERN] [--tls-ca F] [--sasl-mechanism M] [--metrics-addr :9464]
 //	outbox status [--schemas PATTERN] [--max-lag 1m] [--stale-after 15s]
 //	outbox dead list [--topic T] [--aggregate A] [--type E] [--since 24h] [--limit N] [--after ID]

@@ -13,7 +13,7 @@ func TestUsageErrors(t *testing.T) {
 	wantUsageErrors(t, outbox, []usageCase{
 		{nil, "usage: outbox"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
-		{[]string{"migrate"}, "want a subcommand: up, down, status or export"},
+		{[]string{"migrate"}, "want a subcommand: up, down, status, export or partition"},
 		{[]string{"migrate", "export"}, "export: --dir is required"},
 		{[]string{"migrate", "export", "--dir", "x", "--format", "flyway"}, `--format: want goose or golang-migrate, not "flyway"`},
 		{[]string{"migrate", "sideways"}, "want a subcommand"},

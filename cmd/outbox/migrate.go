@@ -33,6 +33,7 @@ func runMigrate(ctx context.Context, proc *process, fs *flag.FlagSet, action str
 	set := fs.String("set", "outbox", "which schema to migrate: outbox (the outbox and relay tables) or inbox (the consumers' processed-events table)")
 	format := fs.String("format", migrations.FormatGoose, "export: goose or golang-migrate")
 	dir := fs.String("dir", "", "export: directory to write the files to (created if missing)")
+	size := fs.Int64("size", migrations.PartitionSizeDefault, "partition: ids per partition, for an outbox not partitioned yet (see docs/partitions.md)")
 	if err := proc.parseArgs(fs, args); err != nil {
 		return err
 	}
@@ -61,6 +62,9 @@ func runMigrate(ctx context.Context, proc *process, fs *flag.FlagSet, action str
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments: %v", fs.Args())
+	}
+	if action == "partition" && *set != "outbox" {
+		return usagef("--set: only the outbox is partitioned")
 	}
 	if schemas.set() {
 		if action != "up" {
@@ -91,6 +95,17 @@ func runMigrate(ctx context.Context, proc *process, fs *flag.FlagSet, action str
 	}
 
 	switch action {
+	case "partition":
+		// Converts an outbox not partitioned yet, and creates the
+		// partitions missing ahead: run it again from a job when the
+		// relays' role does not own the table.
+		if err := m.Partition(ctx, *size); err != nil {
+			return err
+		}
+		if common.json {
+			return printJSON(stdout, map[string]any{"partitioned": true})
+		}
+		fmt.Fprintln(stdout, "the outbox is partitioned, with its partitions ahead")
 	case "up":
 		applied, err := m.Up(ctx)
 		if err != nil {

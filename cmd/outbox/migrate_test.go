@@ -33,15 +33,28 @@ func TestMigrateCommands(t *testing.T) {
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "status", "--json"}, flags...)...)
 	var st []map[string]any
-	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st) != 8 || st[0]["applied_at"] == nil || st[1]["applied_at"] == nil {
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st) != 9 || st[0]["applied_at"] == nil || st[1]["applied_at"] == nil {
 		t.Fatalf("migrate status --json: %d %q", code, out)
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "status"}, flags...)...)
 	if code != 0 || !strings.Contains(out, "0001") || strings.Contains(out, "pending") {
 		t.Fatalf("migrate status: %d %q", code, out)
 	}
+	for range 2 { // converts, then finds nothing to do
+		code, out, errOut = outbox(t, append([]string{"migrate", "partition", "--size", "1000"}, flags...)...)
+		if code != 0 || !strings.Contains(out, "partitioned") {
+			t.Fatalf("migrate partition: %d %q %q", code, out, errOut)
+		}
+	}
+	var kind string
+	if err := db.SQL.QueryRow(`SELECT relkind::text FROM pg_class WHERE oid = 'outbox'::regclass`).Scan(&kind); err != nil || kind != "p" {
+		t.Fatalf("outbox relkind after migrate partition = %q, %v", kind, err)
+	}
+	if code, _, _ = outbox(t, append([]string{"migrate", "partition", "--set", "inbox"}, flags...)...); code != 2 {
+		t.Fatalf("migrate partition --set inbox: exit %d, want 2", code)
+	}
 	code, out, _ = outbox(t, append([]string{"migrate", "down"}, flags...)...)
-	if code != 0 || !strings.Contains(out, "reverted version 8") {
+	if code != 0 || !strings.Contains(out, "reverted version 9") {
 		t.Fatalf("migrate down: %d %q", code, out)
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "status"}, flags...)...)

@@ -66,6 +66,12 @@
 //     scheduled_pg_vs_relay, claim_flatness).
 //   - memory: peak RSS of an `outbox relay` process draining a million
 //     events.
+//   - prune: retention's cost: nine simulated days of -prune-day-rows
+//     published events each, pruned with a week's retention (two days'
+//     rows go) by a relay, on an unpartitioned outbox (batched DELETE)
+//     and on one partitioned by a day's ids (a partition dropped):
+//     PostgreSQL CPU and WAL bytes per event pruned, and the table's and
+//     its indexes' size afterwards.
 //   - wal: the WAL relay (relay/walrelay) beside the polling relay on the
 //     same backlog: drain throughput, PostgreSQL CPU and WAL bytes per
 //     event of each, and the WAL relay's commit-to-ack latency at
@@ -171,9 +177,10 @@ type options struct {
 	river1Events    int
 	claimBackoff    int
 	scheduled       int
+	pruneDayRows    int
 }
 
-var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal", "debezium", "river"}
+var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal", "debezium", "river", "prune"}
 
 func main() {
 	var o options
@@ -191,6 +198,7 @@ func main() {
 	flag.IntVar(&o.claimRounds, "claim-rounds", 30, "timed claims per table in the claim scenario")
 	flag.IntVar(&o.scheduled, "scheduled", 0, "rows scheduled a week ahead (Event.NotBefore, each of an aggregate of its own): each relay round drains the backlog again beside them, and the claim scenario keeps them beside its retained rows; they must cost neither")
 	flag.IntVar(&o.claimBackoff, "claim-backoff", 0, "rows in retry backoff (each of an aggregate of its own) beside the retained rows in the claim scenario")
+	flag.IntVar(&o.pruneDayRows, "prune-day-rows", 200_000, "published events a simulated day in the prune scenario (nine days, a week retained)")
 	flag.IntVar(&o.latencyRate, "latency-rate", 1000, "events committed per second in the latency scenario")
 	flag.DurationVar(&o.latencyDuration, "latency-duration", 10*time.Second, "how long each latency run writes")
 	flag.IntVar(&o.writeOps, "write-ops", 2000, "Creates per arm in the GORM and ent overhead measurements")
@@ -229,7 +237,7 @@ func (o options) validate() error {
 		v    int
 	}{{"events", o.events}, {"aggregates", o.aggregates}, {"naive-events", o.naiveEvents}, {"forwarder-events", o.forwarderEvents},
 		{"memory-events", o.memoryEvents}, {"claim-rows", o.claimRows}, {"claim-rounds", o.claimRounds}, {"latency-rate", o.latencyRate},
-		{"write-ops", o.writeOps}, {"notify-rounds", o.notifyRounds}, {"partitions", o.partitions}, {"rounds", o.rounds}} {
+		{"write-ops", o.writeOps}, {"prune-day-rows", o.pruneDayRows}, {"notify-rounds", o.notifyRounds}, {"partitions", o.partitions}, {"rounds", o.rounds}} {
 		if f.v < 1 {
 			return fmt.Errorf("-%s must be at least 1, got %d", f.name, f.v)
 		}
@@ -520,6 +528,13 @@ func run(ctx context.Context, o options) error {
 				return err
 			}
 			sum.ClaimFlatness = r.Flatness
+			return emit(r)
+		}},
+		{"prune", func() error {
+			r, err := runPrune(ctx, e)
+			if err != nil {
+				return err
+			}
 			return emit(r)
 		}},
 		{"memory", func() error {

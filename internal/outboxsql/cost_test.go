@@ -464,16 +464,24 @@ func TestClaimCostIsItsBatchWithAnyDrainedBacklog(t *testing.T) {
 	const batch = 10 // the walk's cost, not the batch's, is what grows
 	measure := func(drained int) map[string]testkit.Work {
 		c := newCostDB(t)
-		c.exec(t, `INSERT INTO {{relays}} (id, name) VALUES ('me', 'me')`)
-		c.insert(t, drained, `'drained-' || (g % 300)`, "pending", "0", "now()", "now()", "NULL")
-		c.exec(t, `UPDATE {{table}} SET state = 'published', published_at = now()`) // the drain; no VACUUM since
-		c.insert(t, 2*batch, `'healthy-' || (g % 300)`, "pending", "0", "now()", "now()", "NULL")
-		c.exec(t, `ANALYZE {{table}}`)
-		c.exec(t, `VACUUM ANALYZE {{relays}}`)
-		if floor, first := c.raiseFloor(t), int64(drained+1); floor != first {
-			t.Fatalf("claim floor %d, want %d: the first row not published", floor, first)
-		}
+		c.drain(t, drained, batch)
 		return c.claimWork(t, batch)
 	}
 	testkit.AssertFlat(t, "claim over a drained backlog", costRatio, measure(10*costSmall), measure(10*costLarge))
+}
+
+// drain writes drained rows and publishes them (no VACUUM since), then
+// writes twice batch pending rows and raises the claim floor to the first
+// of them, for relay "me".
+func (c costDB) drain(t *testing.T, drained, batch int) {
+	t.Helper()
+	c.exec(t, `INSERT INTO {{relays}} (id, name) VALUES ('me', 'me')`)
+	c.insert(t, drained, `'drained-' || (g % 300)`, "pending", "0", "now()", "now()", "NULL")
+	c.exec(t, `UPDATE {{table}} SET state = 'published', published_at = now()`) // the drain; no VACUUM since
+	c.insert(t, 2*batch, `'healthy-' || (g % 300)`, "pending", "0", "now()", "now()", "NULL")
+	c.exec(t, `ANALYZE {{table}}`)
+	c.exec(t, `VACUUM ANALYZE {{relays}}`)
+	if floor, first := c.raiseFloor(t), int64(drained+1); floor != first {
+		t.Fatalf("claim floor %d, want %d: the first row not published", floor, first)
+	}
 }

@@ -21,10 +21,10 @@ func TestWALCreatePublicationListsTheColumnsWhenAsked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := WALCreatePublication(n, "p", false), `CREATE PUBLICATION "p" FOR TABLE "s"."events" WITH (publish = 'insert')`; got != want {
+	if got, want := WALCreatePublication(n, "p", false), `CREATE PUBLICATION "p" FOR TABLE "s"."events" WITH (publish = 'insert', publish_via_partition_root = true)`; got != want {
 		t.Errorf("without a column list:\n got %s\nwant %s", got, want)
 	}
-	want := `CREATE PUBLICATION "p" FOR TABLE "s"."events" (` + WALColumns + `) WITH (publish = 'insert')`
+	want := `CREATE PUBLICATION "p" FOR TABLE "s"."events" (` + WALColumns + `) WITH (publish = 'insert', publish_via_partition_root = true)`
 	if got := WALCreatePublication(n, "p", true); got != want {
 		t.Errorf("with a column list:\n got %s\nwant %s", got, want)
 	}

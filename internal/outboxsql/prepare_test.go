@@ -38,7 +38,24 @@ var notStatements = map[string]bool{
 	"Shards": true, "ShardMask": true, "RebalancePayload": true, "CountCap": true, "CountsOf": true,
 	"TopicCountCap": true, "OpsHandoverWindow": true, "WALName": true, "Literal": true, "NotBeforeStreamedCode": true,
 	"DeadIDs": true, "DeadTopic": true, "DeadAggregate": true, "DeadType": true, "DeadSince": true, "DeadUntil": true,
-	"DeadForms": true,
+	"DeadForms": true, "ParseBound": true, "RenderPartition": true,
+}
+
+// partitionDDL is the partition statements TestPartitionStatementsRun runs
+// (through partitions.Convert and partitions.Sweep) rather than one by one:
+// each needs the ones before it.
+var partitionDDL = map[string]string{
+	"PartitionCreate": outboxsql.PartitionCreate, "PartitionAttach": outboxsql.PartitionAttach,
+	"PartitionAttachDefault": outboxsql.PartitionAttachDefault, "PartitionLock": outboxsql.PartitionLock,
+	"PartitionDrop": outboxsql.PartitionDrop, "ConvertAddCheck": outboxsql.ConvertAddCheck,
+	"ConvertValidate": outboxsql.ConvertValidate, "ConvertDropCheck": outboxsql.ConvertDropCheck,
+	"ConvertLock": outboxsql.ConvertLock, "ConvertRename": outboxsql.ConvertRename,
+	"ConvertRenameIndex": outboxsql.ConvertRenameIndex, "ConvertRenameConstraint": outboxsql.ConvertRenameConstraint,
+	"ConvertDropTrigger": outboxsql.ConvertDropTrigger, "ConvertDropIdentity": outboxsql.ConvertDropIdentity,
+	"ConvertCreateParent": outboxsql.ConvertCreateParent, "ConvertParentCheck": outboxsql.ConvertParentCheck,
+	"ConvertIdentityAlways": outboxsql.ConvertIdentityAlways, "ConvertIdentityByDef": outboxsql.ConvertIdentityByDef,
+	"ConvertAddConstraint": outboxsql.ConvertAddConstraint, "ConvertOwner": outboxsql.ConvertOwner,
+	"ConvertAttachFirst": outboxsql.ConvertAttachFirst,
 }
 
 // statementsOf lists every statement of the package, in every form, for
@@ -89,6 +106,24 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	add("ScheduledCount", `SELECT `+outboxsql.ScheduledCount, count(outboxsql.CountArgs{}))
 	add("OldestUnpublished", `SELECT `+outboxsql.OldestUnpublished, 0)
 	add("NextScheduled", `SELECT `+outboxsql.NextScheduled, 0)
+	add("PruneSessionLock", outboxsql.PruneSessionLock, 0)
+	add("PruneSessionUnlock", outboxsql.PruneSessionUnlock, 0)
+
+	// Partitions (partitions.go). The DDL is run, in order, by
+	// TestPartitionStatementsRun, which converts an outbox and drops a
+	// partition.
+	add("PartitionState", outboxsql.PartitionState, 0)
+	add("PartitionList", outboxsql.PartitionList, 0)
+	add("PartitionRows", outboxsql.PartitionRows, count(outboxsql.RetentionArgs{}))
+	add("PartitionSettings", outboxsql.PartitionSettings, count(outboxsql.PartitionSettingsArgs{}))
+	add("ConvertState", outboxsql.ConvertState, 1)
+	add("ConvertSequence", outboxsql.ConvertSequence, 1)
+	add("ConvertIndexes", outboxsql.ConvertIndexes, 0)
+	add("ConvertTriggers", outboxsql.ConvertTriggers, 0)
+	add("ConvertGrants", outboxsql.ConvertGrants, 0)
+	for name, tmpl := range partitionDDL {
+		exec(name, outboxsql.RenderPartition(n, tmpl, outboxsql.PartitionVars{Partition: `"p"`, Object: `"o"`, Def: "d", From: 1, To: 2}))
+	}
 
 	// Writers and test helpers (outboxsql.go, outboxtest.go, inbox.go).
 	for _, rows := range []int{1, 3} {

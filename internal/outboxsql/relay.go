@@ -83,13 +83,15 @@ WITH live AS MATERIALIZED (
     ORDER BY c.id
     LIMIT $2
 ), due AS MATERIALIZED (
-    SELECT ARRAY(SELECT tid FROM seen WHERE due AND (upto <= $5 OR id = f.first)) AS tids, f.first
-    FROM (SELECT min(id) AS first FROM seen WHERE due) f
+    SELECT s.tid, s.id, s.aggregate_id FROM seen s, (SELECT min(id) AS first FROM seen WHERE due) f
+    WHERE s.due AND (s.upto <= $5 OR s.id = f.first)
 ), took AS MATERIALIZED (
     SELECT o.id
     FROM {{table}} o
-    WHERE o.ctid = ANY ((SELECT tids FROM due)::tid[])
-      AND o.state IN ('pending', 'claimed')
+    WHERE o.ctid = ANY (ARRAY(SELECT tid FROM due))
+      AND o.id >= (SELECT min(id) FROM due) AND o.id <= (SELECT max(id) FROM due)
+      AND NOT (o.id NOT IN (SELECT id FROM due))
+      AND o.state NOT IN ('published', 'dead')
       AND ((o.lease_owner IS NULL AND o.next_attempt_at <= now())
         OR (o.lease_owner IS NOT NULL AND (o.lease_expires_at <= now()
             OR o.lease_owner NOT IN (SELECT id FROM live))))
@@ -97,19 +99,21 @@ WITH live AS MATERIALIZED (
 ), stop AS MATERIALIZED (
     SELECT s.id, s.aggregate_id, s.mine FROM seen s
     WHERE NOT s.due
-       OR (s.due AND (SELECT count(*) FROM took) < (SELECT cardinality(tids) FROM due)
+       OR (s.due AND (SELECT count(*) FROM took) < (SELECT count(*) FROM due)
            AND s.id NOT IN (SELECT id FROM took))
+), pick AS MATERIALIZED (
+    SELECT d.tid, d.id FROM due d
+    WHERE NOT EXISTS (SELECT 1 FROM stop)
+       OR (d.id NOT IN (SELECT id FROM stop)
+           AND NOT EXISTS (SELECT 1 FROM (SELECT aggregate_id, min(id) AS first_id FROM stop WHERE NOT mine
+                                          GROUP BY aggregate_id) b
+                           WHERE b.aggregate_id = d.aggregate_id AND b.first_id < d.id))
 )
 UPDATE {{table}} o
 SET lease_owner = $1, lease_expires_at = now() + $3::interval, next_attempt_at = now() + $3::interval
-WHERE o.ctid = ANY (CASE WHEN NOT EXISTS (SELECT 1 FROM stop) THEN (SELECT tids FROM due)::tid[]
-    ELSE ARRAY(
-        SELECT s.tid FROM seen s
-        WHERE s.due AND (s.upto <= $5 OR s.id = (SELECT first FROM due)) AND s.id NOT IN (SELECT id FROM stop)
-          AND NOT EXISTS (SELECT 1 FROM (SELECT aggregate_id, min(id) AS first_id FROM stop WHERE NOT mine
-                                         GROUP BY aggregate_id) b
-                          WHERE b.aggregate_id = s.aggregate_id AND b.first_id < s.id))
-    END)
+WHERE o.ctid = ANY (ARRAY(SELECT tid FROM pick))
+  AND o.id >= (SELECT min(id) FROM pick) AND o.id <= (SELECT max(id) FROM pick)
+  AND NOT (o.id NOT IN (SELECT id FROM pick))
 RETURNING o.id, o.event_id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type,
           o.content_type, o.payload, o.headers, o.created_at, o.attempts, o.xmin`
 
@@ -317,12 +321,16 @@ func (p ClaimFloorProof) RaiseArgs() []any { return []any{p.MaxID, p.Gen} }
 // The rows are reached by id rather than tuple id, so the index fetch
 // prunes the page and the new version finds room there. It commits
 // asynchronously (the setting is read at commit): a lost mark only
-// republishes what the broker has. See claim.md.
+// republishes what the broker has. The lowest and highest id, computed
+// once, bound the rows, so on a partitioned outbox (docs/partitions.md)
+// even a generic plan reaches only the partitions the batch spans. See
+// claim.md.
 const MarkPublished = `
 WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
 UPDATE {{table}} o
 SET state = 'published', published_at = now(), lease_owner = NULL, lease_expires_at = NULL
 WHERE o.id = ANY($1::bigint[]) AND o.lease_owner = $2 AND o.xmin = $3::text::xid
+  AND o.id >= (SELECT min(i) FROM unnest($1::bigint[]) i) AND o.id <= (SELECT max(i) FROM unnest($1::bigint[]) i)
   AND o.state IN ('pending', 'claimed')
   AND EXISTS (SELECT 1 FROM async)`
 
@@ -396,7 +404,8 @@ func (a FailArgs) Args() ([]any, error) {
 const Release = `
 UPDATE {{table}}
 SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = now()
-WHERE id = ANY($1::bigint[]) AND state IN ('pending', 'claimed') AND lease_owner = $2`
+WHERE id = ANY($1::bigint[]) AND state IN ('pending', 'claimed') AND lease_owner = $2
+  AND id >= (SELECT min(i) FROM unnest($1::bigint[]) i) AND id <= (SELECT max(i) FROM unnest($1::bigint[]) i)`
 
 // RebalancePayload is the NOTIFY payload that asks relays to rebalance now
 // (a relay joined, or gave up shards); writers' notifications carry none.
@@ -527,6 +536,15 @@ func (a PruneArgs) Args() []any { return []any{Interval(a.Retention), a.Batch} }
 // PruneLock is taken (pg_try_advisory_xact_lock) so one relay prunes at a time.
 const PruneLock = `SELECT pg_try_advisory_xact_lock(hashtext({{channel}} || '.prune'))`
 
+// PruneSessionLock and PruneSessionUnlock take and give back PruneLock's
+// key for a session, which holds it while it changes the partitions of a
+// partitioned outbox (a transaction each), so one relay does that at a
+// time.
+const (
+	PruneSessionLock   = `SELECT pg_try_advisory_lock(hashtext({{channel}} || '.prune'))`
+	PruneSessionUnlock = `SELECT pg_advisory_unlock(hashtext({{channel}} || '.prune'))`
+)
+
 // Stats summarises the outbox for health checks: backlog (pending and
 // claimed rows, BacklogCount), the creation time of the oldest of them
 // (OldestUnpublished) and dead rows (DeadCount), counted up to $1 (a
@@ -599,11 +617,13 @@ const BacklogCount = `(SELECT CASE WHEN h.n < $1 THEN h.n
 // entries of a dead-letter index at most). From $1 on it is the planner's
 // statistics: the dead-letter indexes' row count as of the table's last
 // VACUUM or ANALYZE (autovacuum keeps it within about a tenth of the
-// table's changes), never below $1. Dead letters change slowly, and
+// table's changes), summed over the partitions of a partitioned outbox,
+// never below $1. Dead letters change slowly, and
 // ids cannot tell them apart from the published rows written among them.
 const DeadCount = `(SELECT CASE WHEN h.n < $1 THEN h.n
-        ELSE greatest(h.n, (SELECT max(c.reltuples)::bigint FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-            WHERE i.indrelid = '{{table}}'::regclass AND pg_get_expr(i.indpred, i.indrelid) = '(state = ''dead''::text)')) END
+        ELSE greatest(h.n, (SELECT sum(m)::bigint FROM (SELECT max(c.reltuples) AS m FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+            WHERE i.indrelid IN (SELECT '{{table}}'::regclass UNION ALL SELECT relid FROM pg_partition_tree('{{table}}') WHERE isleaf)
+              AND c.relkind = 'i' AND pg_get_expr(i.indpred, i.indrelid) = '(state = ''dead''::text)' GROUP BY i.indrelid) p)) END
     FROM (SELECT count(*) AS n FROM (SELECT 1 FROM {{table}} WHERE state = 'dead' LIMIT $1) s) h)`
 
 // OldestUnpublished is the lag's one definition, everywhere it is shown
@@ -627,8 +647,9 @@ const OldestUnpublished = `(SELECT min(greatest(created_at, not_before)) FROM {{
 // nothing of the rest of the backlog. A scalar subquery, so readers add it
 // as a column beside the counts they run.
 const ScheduledCount = `(SELECT CASE WHEN h.n < $1 THEN h.n
-        ELSE greatest(h.n, (SELECT max(c.reltuples)::bigint FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-            WHERE i.indrelid = '{{table}}'::regclass AND pg_get_expr(i.indpred, i.indrelid) LIKE '%not_before IS NOT NULL%')) END
+        ELSE greatest(h.n, (SELECT sum(m)::bigint FROM (SELECT max(c.reltuples) AS m FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+            WHERE i.indrelid IN (SELECT '{{table}}'::regclass UNION ALL SELECT relid FROM pg_partition_tree('{{table}}') WHERE isleaf)
+              AND c.relkind = 'i' AND pg_get_expr(i.indpred, i.indrelid) LIKE '%not_before IS NOT NULL%' GROUP BY i.indrelid) p)) END
     FROM (SELECT count(*) AS n FROM (SELECT 1 FROM {{table}} WHERE state IN ('pending', 'claimed') AND not_before > now() LIMIT $1) s) h)`
 
 // NextScheduled is when the next scheduled row is due, NULL when none is:

@@ -86,7 +86,7 @@ func WALCreatePublication(n Names, pub string, columnList bool) string {
 	if columnList {
 		table += " (" + WALColumns + ")"
 	}
-	return "CREATE PUBLICATION " + ident.Quote(pub) + " FOR TABLE " + table + " WITH (publish = 'insert')"
+	return "CREATE PUBLICATION " + ident.Quote(pub) + " FOR TABLE " + table + " WITH (publish = 'insert', publish_via_partition_root = true)"
 }
 
 // WALSetMarker sets (or with an empty marker clears) the publication's

@@ -134,7 +134,8 @@ func (r *Relay) checkPublication(ctx context.Context, q pgxQuerier, srv ServerFa
 	case !inserts:
 		return "", fmt.Errorf("%w: publication %s does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", ErrPublication, pub, pub)
 	case !carries:
-		return "", fmt.Errorf("%w: publication %s does not carry %s: %s", ErrPublication, pub, table, setTable)
+		return "", fmt.Errorf("%w: publication %s does not carry %s: %s (a partitioned outbox is carried through its root: "+
+			"ALTER PUBLICATION %s SET (publish_via_partition_root = true))", ErrPublication, pub, table, setTable, pub)
 	case filter != "":
 		return "", fmt.Errorf("%w: publication %s filters the rows of %s (WHERE %s): %s", ErrPublication, pub, table, filter, setTable)
 	case missing != "":
