@@ -108,7 +108,10 @@ func (p *pruner) partitions(ctx context.Context, st partitions.State) ([]string,
 		// A fresh context: the lock must go back with the session to the pool.
 		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.StatementTimeout)
 		defer ucancel()
-		if _, err := conn.ExecContext(uctx, p.sql.pruneSessionUnlock); err != nil {
+		// Not unlocked (false) if the table's OID, the lock's key, changed
+		// meanwhile (the outbox was converted to a partitioned one).
+		var unlocked bool
+		if err := conn.QueryRowContext(uctx, p.sql.pruneSessionUnlock).Scan(&unlocked); err != nil || !unlocked {
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // drop the session, and its lock
 		}
 	}()

@@ -272,7 +272,7 @@ const OpsWake = `SELECT pg_notify({{channel}}, '')`
 // Prune and PruneLock: the same key), waiting for a prune in progress. A
 // replay holds it so a concurrent prune cannot delete a row the replay has
 // just returned to pending.
-const OpsPruneLock = `SELECT pg_advisory_xact_lock(hashtext({{channel}} || '.prune'))`
+const OpsPruneLock = `SELECT pg_advisory_xact_lock({{prunekey}})`
 
 // OpsReplaySelect lists the published rows a replay selects: published at
 // or after $1, with $2 topic and $3 aggregate id when not NULL, read on the
@@ -317,7 +317,7 @@ RETURNING id, topic`
 // operator's transaction ends, so every claim sees a retry or replay either
 // whole or not at all. Retry and replay take it right before they change
 // rows; operator transactions are short and bounded by OpsTimeouts.
-const OpsClaimGate = `SELECT pg_advisory_xact_lock(hashtext({{channel}} || '.claim'))`
+const OpsClaimGate = `SELECT pg_advisory_xact_lock({{claimkey}})`
 
 // OpsWALGate is taken (shared) by retry and replay before anything else in
 // their transaction, and exclusively by a WAL relay while it creates its

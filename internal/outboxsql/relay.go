@@ -150,7 +150,7 @@ const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config
            CASE current_setting('synchronous_commit') WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true),
        set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
        set_config('idle_in_transaction_session_timeout', $1, true),
-       pg_advisory_xact_lock_shared(hashtext({{channel}} || '.claim'))`
+       pg_advisory_xact_lock_shared({{claimkey}})`
 
 // SettleSettings runs first in the transaction that records failures and
 // releases. Those records take rows out of a relay's memory, so they must be
@@ -534,15 +534,15 @@ type PruneArgs struct {
 func (a PruneArgs) Args() []any { return []any{Interval(a.Retention), a.Batch} }
 
 // PruneLock is taken (pg_try_advisory_xact_lock) so one relay prunes at a time.
-const PruneLock = `SELECT pg_try_advisory_xact_lock(hashtext({{channel}} || '.prune'))`
+const PruneLock = `SELECT pg_try_advisory_xact_lock({{prunekey}})`
 
 // PruneSessionLock and PruneSessionUnlock take and give back PruneLock's
 // key for a session, which holds it while it changes the partitions of a
 // partitioned outbox (a transaction each), so one relay does that at a
 // time.
 const (
-	PruneSessionLock   = `SELECT pg_try_advisory_lock(hashtext({{channel}} || '.prune'))`
-	PruneSessionUnlock = `SELECT pg_advisory_unlock(hashtext({{channel}} || '.prune'))`
+	PruneSessionLock   = `SELECT pg_try_advisory_lock({{prunekey}})`
+	PruneSessionUnlock = `SELECT pg_advisory_unlock({{prunekey}})`
 )
 
 // Stats summarises the outbox for health checks: backlog (pending and
