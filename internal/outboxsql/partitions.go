@@ -82,8 +82,12 @@ const (
 	PartitionAttachDefault = `ALTER TABLE {{table}} ATTACH PARTITION {{partition}} DEFAULT`
 	// PartitionLock holds the partition while its rows are checked again
 	// before PartitionDrop: an operator's replay or retry of its rows
-	// waits, then finds them gone.
-	PartitionLock = `LOCK TABLE {{partition}} IN ACCESS EXCLUSIVE MODE`
+	// waits, then finds them gone. It locks the parent first, as every
+	// statement through the parent does (and DROP TABLE of a partition):
+	// holding the partition alone, the drop's lock on the parent would
+	// wait for a claim that holds the parent and waits for the partition,
+	// a deadlock.
+	PartitionLock = `LOCK TABLE ONLY {{table}}, {{partition}} IN ACCESS EXCLUSIVE MODE`
 	// PartitionDrop drops a partition, which locks the parent ACCESS
 	// EXCLUSIVE for the moment it takes (under PartitionSettings' lock
 	// timeout). PostgreSQL cannot detach concurrently beside a default
