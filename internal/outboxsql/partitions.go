@@ -78,6 +78,11 @@ func millis(d time.Duration) string { return strconv.FormatInt(max(d.Millisecond
 const (
 	PartitionCreate = `CREATE TABLE {{partition}} (LIKE {{table}} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED
     INCLUDING STORAGE INCLUDING COMPRESSION) WITH (fillfactor = 50)`
+	// PartitionOwner gives a new partition the parent's owner, whichever
+	// role created it (a superuser, a member of the owner): the owner's
+	// roles drop it past retention and prune it directly.
+	PartitionOwner = `DO $$ BEGIN EXECUTE format('ALTER TABLE {{partition}} OWNER TO %I',
+    (SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = '{{table}}'::regclass)); END $$`
 	PartitionAttach        = `ALTER TABLE {{table}} ATTACH PARTITION {{partition}} FOR VALUES FROM ({{from}}) TO ({{to}})`
 	PartitionAttachDefault = `ALTER TABLE {{table}} ATTACH PARTITION {{partition}} DEFAULT`
 	// PartitionLock holds the partition while its rows are checked again

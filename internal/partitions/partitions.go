@@ -162,8 +162,10 @@ func CreateAhead(ctx context.Context, db DB, t Table, leaves []Leaf, maxID int64
 		name := leafName(t.Schema, t.Name, from)
 		err := inTx(ctx, db, to, func(tx *sql.Tx) error {
 			v := outboxsql.PartitionVars{Partition: name, From: from, To: from + size}
-			if _, err := tx.ExecContext(ctx, outboxsql.RenderPartition(t.Names, outboxsql.PartitionCreate, v)); err != nil {
-				return err
+			for _, tmpl := range []string{outboxsql.PartitionCreate, outboxsql.PartitionOwner} {
+				if _, err := tx.ExecContext(ctx, outboxsql.RenderPartition(t.Names, tmpl, v)); err != nil {
+					return err
+				}
 			}
 			_, err := tx.ExecContext(ctx, outboxsql.RenderPartition(t.Names, outboxsql.PartitionAttach, v))
 			return err
