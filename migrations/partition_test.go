@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/txoutbox/txoutbox/internal/testkit"
@@ -105,5 +106,50 @@ func TestPartitionConvertsTheTableAndKeepsItsShape(t *testing.T) {
 	}
 	if got := partitionsOf(t, db); !slices.Equal(got, want) {
 		t.Fatalf("partitions after a second Partition = %q; want %q", got, want)
+	}
+}
+
+// The partitions belong to the table's owner, whoever converts the table
+// or creates them ahead (here a superuser): a relay whose role is the
+// owner's drops them past retention and prunes the default partition
+// directly, which a partition of another owner refuses it.
+func TestPartitionsBelongToTheTablesOwner(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	ctx := context.Background()
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.SQL.ExecContext(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	role := "txo_owner_" + db.Schema[len(db.Schema)-8:]
+	exec(`CREATE ROLE ` + role)
+	t.Cleanup(func() {
+		for _, stmt := range []string{`DROP OWNED BY ` + role + ` CASCADE`, `DROP ROLE ` + role} {
+			if _, err := db.SQL.Exec(stmt); err != nil {
+				t.Logf("%s: %v", stmt, err)
+			}
+		}
+	})
+	exec(`ALTER TABLE outbox OWNER TO ` + role)
+	m := outboxMigrator(t, db)
+	if err := m.Partition(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	exec(`SELECT setval(pg_get_serial_sequence('outbox', 'id'), 350)`)
+	exec(`INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 't', 'a', 'e', '\x00')`)
+	if err := m.Partition(ctx, 100); err != nil { // creates partitions ahead
+		t.Fatal(err)
+	}
+	owners := texts(t, db, `SELECT c.relname || ' ' || pg_get_userbyid(c.relowner) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = to_regclass(quote_ident($1) || '.outbox') ORDER BY c.relname`, db.Schema)
+	if len(owners) < 5 {
+		t.Fatalf("partitions %q; want the first, the default and three ahead", owners)
+	}
+	for _, o := range owners {
+		if !strings.HasSuffix(o, " "+role) {
+			t.Errorf("partition %s; want it owned by %s", o, role)
+		}
 	}
 }

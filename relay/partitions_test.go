@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/partitions"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/migrations"
 )
@@ -198,5 +199,57 @@ func TestPartitionsPastRetentionAreDropped(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM outbox_p300`); n != 1 {
 		t.Fatalf("%d rows in outbox_p300, want row 300 still there", n)
+	}
+}
+
+// Dropping a partition locks the parent before the partition, as every
+// claim, mark and writer does (and as DROP TABLE does for a partition):
+// a claim that waits for the partition while the drop holds it locked,
+// and holds the parent meanwhile, would otherwise deadlock with the
+// drop's lock on the parent, and one of them would fail.
+func TestPartitionDropDoesNotDeadlockWithAClaim(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	b.partition(t, 100) // the first partition ends at 200, the next at 300
+	b.write(t, 5, "k", "m")
+	b.exec(t, `UPDATE outbox SET state = 'published', published_at = now() - interval '2 hours'`)
+	r := b.newRelayWith(t, nopPublisher{}, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler),
+		Retention: time.Hour, StatementTimeout: 20 * time.Second})
+	ready(t, r)
+	ctx := context.Background()
+	leaves, err := partitions.List(ctx, b.db.SQL, r.sql.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A reader of outbox_p0 alone keeps the drop waiting for it.
+	release := b.lock(t, `SELECT count(*) FROM outbox_p0`)
+	waiting := func(n int) func() bool {
+		return func() bool {
+			return b.count(t, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+				WHERE NOT l.granted AND d.datname = current_database()`) >= n
+		}
+	}
+	swept := make(chan error, 1)
+	go func() {
+		_, _, err := partitions.Sweep(ctx, b.db.SQL, r.sql.names, leaves[:1], 300, time.Hour,
+			partitions.Timeouts{Lock: 20 * time.Second, Statement: 20 * time.Second})
+		swept <- err
+	}()
+	testkit.WaitFor(t, 10*time.Second, "the drop waiting", waiting(1))
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := r.claimer.claim(ctx, 10)
+		claimed <- err
+	}()
+	testkit.WaitFor(t, 10*time.Second, "the claim waiting", waiting(2))
+	release()
+	if err := <-claimed; err != nil {
+		t.Errorf("claim during a partition's drop: %v", err)
+	}
+	if err := <-swept; err != nil {
+		t.Errorf("drop: %v", err)
+	}
+	if n := b.count(t, `SELECT count(to_regclass('outbox_p0'))`); n != 0 {
+		t.Error("outbox_p0 not dropped")
 	}
 }

@@ -78,12 +78,21 @@ func millis(d time.Duration) string { return strconv.FormatInt(max(d.Millisecond
 const (
 	PartitionCreate = `CREATE TABLE {{partition}} (LIKE {{table}} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED
     INCLUDING STORAGE INCLUDING COMPRESSION) WITH (fillfactor = 50)`
+	// PartitionOwner gives a new partition the parent's owner, whichever
+	// role created it (a superuser, a member of the owner): the owner's
+	// roles drop it past retention and prune it directly.
+	PartitionOwner = `DO $$ BEGIN EXECUTE format('ALTER TABLE {{partition}} OWNER TO %I',
+    (SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = '{{table}}'::regclass)); END $$`
 	PartitionAttach        = `ALTER TABLE {{table}} ATTACH PARTITION {{partition}} FOR VALUES FROM ({{from}}) TO ({{to}})`
 	PartitionAttachDefault = `ALTER TABLE {{table}} ATTACH PARTITION {{partition}} DEFAULT`
 	// PartitionLock holds the partition while its rows are checked again
 	// before PartitionDrop: an operator's replay or retry of its rows
-	// waits, then finds them gone.
-	PartitionLock = `LOCK TABLE {{partition}} IN ACCESS EXCLUSIVE MODE`
+	// waits, then finds them gone. It locks the parent first, as every
+	// statement through the parent does (and DROP TABLE of a partition):
+	// holding the partition alone, the drop's lock on the parent would
+	// wait for a claim that holds the parent and waits for the partition,
+	// a deadlock.
+	PartitionLock = `LOCK TABLE ONLY {{table}}, {{partition}} IN ACCESS EXCLUSIVE MODE`
 	// PartitionDrop drops a partition, which locks the parent ACCESS
 	// EXCLUSIVE for the moment it takes (under PartitionSettings' lock
 	// timeout). PostgreSQL cannot detach concurrently beside a default

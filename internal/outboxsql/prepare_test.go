@@ -47,7 +47,8 @@ var notStatements = map[string]bool{
 var partitionDDL = map[string]string{
 	"PartitionCreate": outboxsql.PartitionCreate, "PartitionAttach": outboxsql.PartitionAttach,
 	"PartitionAttachDefault": outboxsql.PartitionAttachDefault, "PartitionLock": outboxsql.PartitionLock,
-	"PartitionDrop": outboxsql.PartitionDrop, "ConvertAddCheck": outboxsql.ConvertAddCheck,
+	"PartitionOwner": outboxsql.PartitionOwner, "PartitionDrop": outboxsql.PartitionDrop,
+	"ConvertAddCheck": outboxsql.ConvertAddCheck,
 	"ConvertValidate": outboxsql.ConvertValidate, "ConvertDropCheck": outboxsql.ConvertDropCheck,
 	"ConvertLock": outboxsql.ConvertLock, "ConvertRename": outboxsql.ConvertRename,
 	"ConvertRenameIndex": outboxsql.ConvertRenameIndex, "ConvertRenameConstraint": outboxsql.ConvertRenameConstraint,

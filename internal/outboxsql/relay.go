@@ -83,8 +83,8 @@ WITH live AS MATERIALIZED (
     ORDER BY c.id
     LIMIT $2
 ), due AS MATERIALIZED (
-    SELECT s.tid, s.id, s.aggregate_id FROM seen s, (SELECT min(id) AS first FROM seen WHERE due) f
-    WHERE s.due AND (s.upto <= $5 OR s.id = f.first)
+    SELECT s.tid, s.id, s.aggregate_id FROM seen s
+    WHERE s.due AND (s.upto <= $5 OR s.id = (SELECT min(id) FROM seen WHERE due))
 ), took AS MATERIALIZED (
     SELECT o.id
     FROM {{table}} o

@@ -80,7 +80,7 @@ func convertState(ctx context.Context, q interface {
 }
 
 // convert runs the conversion of an unpartitioned table.
-func convert(ctx context.Context, db DB, t Table, size int64, to Timeouts, attempts int, check string) error {
+func convert(ctx context.Context, db DB, t Table, size int64, to Timeouts, attempts int, check string) (err error) {
 	n := t.Names
 	var last int64
 	st, err := convertState(ctx, db, n, check)
@@ -91,6 +91,14 @@ func convert(ctx context.Context, db DB, t Table, size int64, to Timeouts, attem
 		return fmt.Errorf("read the sequence: %w", err)
 	}
 	bound := st.checked
+	// The check fails every writer once the ids reach its bound: a
+	// conversion that fails once the table holds it takes it away again.
+	checked := bound > 0
+	defer func() {
+		if err != nil && checked {
+			err = dropCheck(ctx, db, t, check, bound, to, attempts, err)
+		}
+	}()
 	if bound <= last+size/2 {
 		// A bound one to two partitions ahead of the sequence: writers
 		// keep inserting below it until the swap.
@@ -106,6 +114,7 @@ func convert(ctx context.Context, db DB, t Table, size int64, to Timeouts, attem
 			if err != nil {
 				return fmt.Errorf("add the partition check: %w", err)
 			}
+			checked = true
 		}
 		// Validation reads the table under a SHARE UPDATE EXCLUSIVE lock:
 		// writers and relays go on.
@@ -124,6 +133,26 @@ func convert(ctx context.Context, db DB, t Table, size int64, to Timeouts, attem
 		return fmt.Errorf("convert %s: %w", n.Table, err)
 	}
 	return nil
+}
+
+// dropCheck drops the check of a conversion that failed with cause, and
+// returns cause, with what to do by hand if the check could not be
+// dropped. It runs even when ctx ended.
+func dropCheck(ctx context.Context, db DB, t Table, check string, bound int64, to Timeouts, attempts int, cause error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(max(attempts, 1))*(to.Lock+2*time.Second))
+	defer cancel()
+	drop := outboxsql.RenderPartition(t.Names, outboxsql.ConvertDropCheck, outboxsql.PartitionVars{Object: check})
+	err := retryLock(ctx, attempts, func() error {
+		return inTx(ctx, db, to, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, drop)
+			return err
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("%w; the check %s is left on %s, and fails every insert of an id from %d on: "+
+			"run the conversion again, or %s (dropping it failed: %v)", cause, check, t.Names.Table, bound, drop, err)
+	}
+	return cause
 }
 
 // swap is the conversion's transaction: see outboxsql.ConvertLock.
@@ -221,9 +250,11 @@ func swap(ctx context.Context, tx *sql.Tx, t Table, size, bound int64, check str
 	stmts = append(stmts, outboxsql.RenderPartition(outboxsql.Names{Table: leaf}, outboxsql.ConvertDropCheck, outboxsql.PartitionVars{Object: check}))
 	deflt := ident.Qualified(t.Schema, t.Name+"_default")
 	v(outboxsql.PartitionCreate, outboxsql.PartitionVars{Partition: deflt})
+	v(outboxsql.PartitionOwner, outboxsql.PartitionVars{Partition: deflt})
 	v(outboxsql.PartitionAttachDefault, outboxsql.PartitionVars{Partition: deflt})
 	next := leafName(t.Schema, t.Name, bound)
 	v(outboxsql.PartitionCreate, outboxsql.PartitionVars{Partition: next})
+	v(outboxsql.PartitionOwner, outboxsql.PartitionVars{Partition: next})
 	v(outboxsql.PartitionAttach, outboxsql.PartitionVars{Partition: next, From: bound, To: bound + size})
 	for _, s := range stmts {
 		if _, err := tx.ExecContext(ctx, s); err != nil {

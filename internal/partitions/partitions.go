@@ -162,8 +162,10 @@ func CreateAhead(ctx context.Context, db DB, t Table, leaves []Leaf, maxID int64
 		name := leafName(t.Schema, t.Name, from)
 		err := inTx(ctx, db, to, func(tx *sql.Tx) error {
 			v := outboxsql.PartitionVars{Partition: name, From: from, To: from + size}
-			if _, err := tx.ExecContext(ctx, outboxsql.RenderPartition(t.Names, outboxsql.PartitionCreate, v)); err != nil {
-				return err
+			for _, tmpl := range []string{outboxsql.PartitionCreate, outboxsql.PartitionOwner} {
+				if _, err := tx.ExecContext(ctx, outboxsql.RenderPartition(t.Names, tmpl, v)); err != nil {
+					return err
+				}
 			}
 			_, err := tx.ExecContext(ctx, outboxsql.RenderPartition(t.Names, outboxsql.PartitionAttach, v))
 			return err
@@ -180,9 +182,9 @@ func CreateAhead(ctx context.Context, db DB, t Table, leaves []Leaf, maxID int64
 // there can be written any more) whose rows are all published before
 // retention, and returns the partitions dropped and those kept by dead
 // rows, whose published rows the relay prunes one by one. Each drop takes
-// a transaction of its own, which locks the partition, checks its rows
-// again, and drops it (locking the parent for the moment it takes, under
-// to.Lock); one that fails is left for the next round.
+// a transaction of its own, which locks the parent, then the partition
+// (under to.Lock), checks its rows again, and drops it; one that fails is
+// left for the next round.
 func Sweep(ctx context.Context, db DB, n outboxsql.Names, leaves []Leaf, floor int64, retention time.Duration, to Timeouts) (dropped, kept []string, err error) {
 	for _, l := range leaves {
 		if l.Bound.Default {
