@@ -36,6 +36,11 @@ type claimedRow struct {
 	inc      *incarnation // the incarnation that claimed it
 	version  uint32       // the claimed version's xmin: the claim's transaction (see outboxsql.MarkPublished)
 	bytes    int64        // its payload's size, counted in the budget
+	// leaseEnds is when the lanes stop starting a publish of it, on the
+	// relay's clock: the claim's start plus LeaseDuration less one
+	// HeartbeatInterval, before the lease the database recorded ends and
+	// any relay (this one too) may claim the row again (see lane.process).
+	leaseEnds time.Duration
 }
 
 // claimer claims due rows and hands them to the lanes: the first step of
@@ -57,11 +62,12 @@ type claimer struct {
 
 // claimerDeps is what the claimer reads and who it tells.
 type claimerDeps struct {
-	db  *sql.DB
-	sql *statements
-	cfg Config
-	log *slog.Logger
-	met *metrics
+	db    *sql.DB
+	sql   *statements
+	cfg   Config
+	log   *slog.Logger
+	met   *metrics
+	clock *clock // the relay's: the rows' leaseEnds
 	// members gives the incarnation to claim under and its shards
 	// (*membership).
 	members interface {
@@ -206,6 +212,9 @@ func (c *claimer) claimWithin(ctx context.Context, limit int, bytes int64) ([]*c
 		return nil, nil
 	}
 	seq := c.seq.Add(1)
+	// Before the statement is sent, so no later than the now() the
+	// database starts the lease from.
+	leaseEnds := c.clock.now() + c.cfg.LeaseDuration - c.cfg.HeartbeatInterval
 	tx, err := c.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("claim batch: begin: %w", err)
@@ -219,7 +228,7 @@ func (c *claimer) claimWithin(ctx context.Context, limit int, bytes int64) ([]*c
 	if err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
 	}
-	out, bad, err := scanClaimed(rows, seq, inc)
+	out, bad, err := scanClaimed(rows, seq, inc, leaseEnds)
 	if err != nil {
 		return nil, err
 	}
@@ -285,11 +294,11 @@ func (c *claimer) releaseUnconfirmed(ctx context.Context) error {
 // scanClaimed reads claimed rows. A row that cannot become a message (its
 // headers are not a JSON object of strings) is returned in bad instead, to
 // be made dead: one bad row must not fail every claim.
-func scanClaimed(rows *sql.Rows, seq uint64, inc *incarnation) (out []*claimedRow, bad []outboxsql.RowError, err error) {
+func scanClaimed(rows *sql.Rows, seq uint64, inc *incarnation, leaseEnds time.Duration) (out []*claimedRow, bad []outboxsql.RowError, err error) {
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			c       = &claimedRow{seq: seq, inc: inc}
+			c       = &claimedRow{seq: seq, inc: inc, leaseEnds: leaseEnds}
 			eventID sql.RawBytes // valid until the next row: decoded at once
 			headers sql.RawBytes
 		)

@@ -106,7 +106,10 @@ type Config struct {
 	// dead. A publish that takes longer than the lease (a slow broker) is
 	// not cut short before PublishTimeout: the row may be published twice,
 	// never out of order, since a claim never passes over an earlier row
-	// of the aggregate that another relay holds. Default 30s.
+	// of the aggregate that another relay holds. Rows still waiting in a
+	// lane when their lease is within a HeartbeatInterval of its end are
+	// not published: they are given back, with their aggregate's later
+	// rows, for a new claim. Default 30s.
 	LeaseDuration time.Duration
 
 	// MaxAttempts is how many failed publishes make an event dead, when

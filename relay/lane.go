@@ -129,6 +129,7 @@ func (l *lane) process(ctx context.Context, batch, send []*claimedRow) []*claime
 		l.await(ctx)
 	}
 	now := l.clock.now()
+	expired := 0
 	for _, row := range batch {
 		switch {
 		case !row.inc.live(now):
@@ -140,9 +141,19 @@ func (l *lane) process(ctx context.Context, batch, send []*claimedRow) []*claime
 			l.completer.release(row, nil) // shutting down: give it back unpublished
 		case l.fenced(row):
 			l.completer.release(row, l.hold(row.event.AggregateID))
+		case now >= row.leaseEnds:
+			// It waited past its lease behind slower publishes: any
+			// relay may claim it again now, and publish it too. Give it
+			// back unpublished, with its aggregate's later rows, as
+			// after a failure; a new claim takes it in order.
+			l.completer.release(row, l.hold(row.event.AggregateID))
+			expired++
 		default:
 			send = append(send, row)
 		}
+	}
+	if expired > 0 {
+		l.log.Info("relay: rows waited past their lease behind slower publishes; released for a new claim", "rows", expired)
 	}
 	if len(send) == 0 {
 		return send

@@ -129,7 +129,7 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	r.members = newMembership(db, r.sql, &r.cfg, r.log, r.clock, r.wake)
 	r.members.stalled = r.stall.stalled
 	r.claimer = newClaimer(claimerDeps{
-		db: db, sql: r.sql, cfg: cfg, log: r.log, met: met,
+		db: db, sql: r.sql, cfg: cfg, log: r.log, met: met, clock: r.clock,
 		members: r.members, stalled: r.stall.stalled, budget: r.budget, outage: r.outage, wake: r.wake,
 	})
 	r.listener = &listener{db: db, channel: cfg.Table.Channel(), log: r.log, disabled: cfg.DisableListen, poll: cfg.PollInterval,
