@@ -58,6 +58,7 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	fs.DurationVar(&cfg.BackoffMax, "backoff-max", relay.BackoffMaxDefault, "longest retry delay")
 	fs.DurationVar(&cfg.OutageBackoffMax, "outage-backoff-max", relay.OutageBackoffMaxDefault, "longest retry delay after a failure for an outage (not the event's fault)")
 	fs.DurationVar(&cfg.Retention, "retention", relay.RetentionDefault, "keep published rows this long (negative: never prune)")
+	fs.DurationVar(&cfg.PruneInterval, "prune-interval", relay.PruneIntervalDefault, "prune published rows past --retention this often (polling mode)")
 	fs.DurationVar(&cfg.StatementTimeout, "statement-timeout", relay.StatementTimeoutDefault, "bound every statement, lock wait and idle transaction of the relay")
 	fs.DurationVar(&cfg.PublishTimeout, "publish-timeout", relay.PublishTimeoutDefault, "a publish not answered after this counts as failed; a relay whose publishes all hang gives its shards up (/readyz fails)")
 	fs.BoolVar(&cfg.CloudEvents.Enabled, "cloudevents", false, "add CloudEvents binary-mode headers (ce_specversion, ce_id, ce_type, ce_source, ce_time, content-type)")
