@@ -33,6 +33,10 @@ type RelayFlags struct {
 	Mode string
 	// Extra are more flags of outbox relay, last (e.g. --retention).
 	Extra []string
+	// Schemas, if set, is the --schemas pattern the relays serve (one
+	// relay for the outbox tables of many schemas) instead of the
+	// scenario's schema.
+	Schemas string
 }
 
 // WALMode is the RelayFlags.Mode of the WAL relay.
@@ -192,9 +196,13 @@ func (f *Fleet) StartAs(id string) error {
 		return err
 	}
 	fl := f.flags
-	args := []string{"relay",
-		"--database-url", dbURL,
-		"--schema", f.env.DB.Schema,
+	schema := []string{"--schema", f.env.DB.Schema}
+	if fl.Schemas != "" {
+		schema = []string{"--schemas", fl.Schemas}
+	}
+	args := append([]string{"relay",
+		"--database-url", dbURL}, schema...)
+	args = append(args,
 		"--brokers", f.brokers,
 		"--id", id,
 		"--batch", fmt.Sprint(fl.Batch),
@@ -207,7 +215,7 @@ func (f *Fleet) StartAs(id string) error {
 		"--lease", fl.Lease.String(),
 		"--poll-interval", "200ms",
 		"--log-level", "warn",
-	}
+	)
 	if fl.Mode == WALMode {
 		args = append(args, walArgs...)
 	}

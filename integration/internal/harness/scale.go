@@ -110,7 +110,12 @@ func (r scaleRows) insert(ctx context.Context, env *Env, first, n int) error {
 	if err != nil {
 		return err
 	}
-	_, err = env.DB.SQL.ExecContext(ctx, names.Render(scaleInsert), r.topic, r.prefix, max(r.aggregates, 1), r.state, r.attempts,
+	return r.insertInto(ctx, env, names, first, n)
+}
+
+// insertInto is insert into the outbox table names.
+func (r scaleRows) insertInto(ctx context.Context, env *Env, names outboxsql.Names, first, n int) error {
+	_, err := env.DB.SQL.ExecContext(ctx, names.Render(scaleInsert), r.topic, r.prefix, max(r.aggregates, 1), r.state, r.attempts,
 		fmt.Sprintf("%d milliseconds", r.delay.Milliseconds()), first, first+n-1, r.pad)
 	if err != nil {
 		return fmt.Errorf("insert %d rows: %w", n, err)
@@ -173,6 +178,11 @@ func waitEmpty(ctx context.Context, env *Env, limit time.Duration) (time.Duratio
 	if err != nil {
 		return 0, err
 	}
+	return waitEmptyOf(ctx, env, names, limit)
+}
+
+// waitEmptyOf is waitEmpty for the outbox table names.
+func waitEmptyOf(ctx context.Context, env *Env, names outboxsql.Names, limit time.Duration) (time.Duration, error) {
 	start := time.Now()
 	for {
 		var left bool
@@ -264,10 +274,11 @@ func BackoffAggregates(aggregates, healthy int, limit time.Duration) Scale {
 }
 
 // DeadPrune: dead rows are kept (a poison topic's, for weeks) while events
-// are written at rate per second for d with a short retention: pruning
-// keeps up, no published row outlives the retention by more than the
-// prune interval, and the dead rows stay.
-func DeadPrune(dead, rate int, d time.Duration) Scale {
+// are written at rate per second for d with a short retention, the relay
+// pruning every interval: pruning keeps up, no published row outlives the
+// retention by more than the prune interval, and the dead rows stay. d
+// should exceed retention (5s), interval and a 10s margin.
+func DeadPrune(dead, rate int, d, interval time.Duration) Scale {
 	return Scale{Name: "dead-prune", Run: func(ctx context.Context, env *Env) (string, error) {
 		rows := scaleRows{topic: TopicGorm, prefix: "dead-", aggregates: dead, state: "dead", attempts: 10}
 		if err := rows.insertChunked(ctx, env, dead, 200_000); err != nil {
@@ -278,7 +289,7 @@ func DeadPrune(dead, rate int, d time.Duration) Scale {
 		}
 		const retention = 5 * time.Second
 		flags := DefaultRelayFlags()
-		flags.Extra = []string{"--retention", retention.String()}
+		flags.Extra = []string{"--retention", retention.String(), "--prune-interval", interval.String()}
 		_, _, stop, err := world(ctx, env, flags, 1)
 		if err != nil {
 			return "", err
@@ -299,8 +310,9 @@ func DeadPrune(dead, rate int, d time.Duration) Scale {
 		}
 		elapsed := time.Since(start)
 		// Every published row older than the retention plus a prune
-		// interval (a minute) and a margin must be gone.
-		stale, err := scaleCount(ctx, env, `state = 'published' AND published_at < now() - interval '75 seconds'`)
+		// interval and a margin must be gone.
+		stale, err := scaleCount(ctx, env, `state = 'published' AND published_at < now() - `+
+			fmt.Sprintf("interval '%d milliseconds'", (retention+interval+10*time.Second).Milliseconds()))
 		if err != nil {
 			return "", err
 		}
