@@ -153,7 +153,7 @@ func (l *lane) process(ctx context.Context, batch, send []*claimedRow) []*claime
 		}
 	}
 	if expired > 0 {
-		l.log.Info("relay: rows waited past their lease behind slower publishes; released for a new claim", "rows", expired)
+		l.log.Warn("relay: rows waited past their lease behind slower publishes; released for a new claim", "rows", expired)
 	}
 	if len(send) == 0 {
 		return send

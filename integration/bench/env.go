@@ -12,6 +12,7 @@ import (
 	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/migrations"
 )
 
 // benchDatabase holds every scenario's schema, so a run never touches
@@ -62,6 +63,16 @@ func (e *env) newSchema(ctx context.Context, scenario string) (*schemaDB, error)
 	if s.Names, err = outboxsql.NamesFor(s.Table.Schema, s.Table.Name); err != nil {
 		s.close()
 		return nil, err
+	}
+	if e.opts.partitionSize > 0 {
+		m, err := migrations.New(s.SQL, migrations.Config{Table: s.Table})
+		if err == nil {
+			err = m.Partition(ctx, e.opts.partitionSize)
+		}
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("partition the outbox: %w", err)
+		}
 	}
 	return s, nil
 }

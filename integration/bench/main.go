@@ -150,6 +150,7 @@ import (
 // options are the command's flags.
 type options struct {
 	databaseURL     string
+	partitionSize   int64
 	events          int
 	aggregates      int
 	naiveEvents     int
@@ -208,6 +209,7 @@ func main() {
 	flag.IntVar(&o.lanes, "lanes", 0, "relay Lanes for relay, relay3 and latency (0: the relay's default)")
 	flag.IntVar(&o.laneBatch, "lane-batch", 0, "relay and WAL relay LaneBatch (0: the default; 1 sends one event per Publish)")
 	flag.IntVar(&o.partitions, "partitions", 8, "partitions of the broker's topics")
+	flag.Int64Var(&o.partitionSize, "partition-size", 0, "make every scenario's outbox a partitioned one (outbox migrate partition) with partitions of this many ids (0: unpartitioned)")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest a single drain may take")
 	flag.IntVar(&o.rounds, "rounds", 6, "rounds of the drains compared with each other (relay with plain, and in the wal scenario the WAL relay with the polling relay), interleaved; the summary takes each figure's median")
 	flag.StringVar(&o.skip, "skip", "", "comma-separated scenarios to skip: "+strings.Join(scenarioNames, ","))

@@ -519,6 +519,8 @@ var handoverLines = []string{
 	"declared a relay dead",
 	"replaced an earlier incarnation",
 	"a publish outlived PublishTimeout",
+	"rolling over epoch", // Sarama's idempotent producer: its unacknowledged batches go again under a new epoch, where the broker cannot tell them from new ones
+	"released for a new claim",
 }
 
 // relayHandovers returns, for a failure on the duplicate bound, the relays'
@@ -542,7 +544,7 @@ func relayHandovers(env *Env) []string {
 		}
 	}
 	if len(out) == 0 {
-		return []string{"handover: no relay logged a stalled heartbeat, a verdict of its peers, a replaced incarnation or a publish past PublishTimeout"}
+		return []string{"handover: no relay logged a stalled heartbeat, a verdict of its peers, a replaced incarnation, a publish past PublishTimeout or a producer epoch rolled over"}
 	}
 	return out
 }
