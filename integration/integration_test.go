@@ -561,9 +561,10 @@ func TestPartitionKafka(t *testing.T) {
 // TestPoisonKafka runs alone: on the real cluster, beside the suite's
 // other scenarios, a few healthy records were stored twice (60 and 65 in
 // two runs of 2026-12-02) against its bound of 0, with no failure
-// recorded, no relay's incarnation ending early, no row published past
-// its lease and no producer epoch logged as rolled over. Alone, or beside
-// CPU spinners only, it stores none. Why is open (docs/development.md).
+// recorded and no relay's incarnation ending early. Alone, or beside CPU
+// spinners only, it stores none. Why is open (docs/development.md); a
+// failed bound now also prints a producer epoch rolled over and rows
+// given back past their lease.
 func TestPoisonKafka(t *testing.T) {
 	p := harness.Poison(harness.Size{Events: 2000, Over: 10 * time.Second}, 3)
 	p.Alone = true
