@@ -134,7 +134,7 @@ func scalePlans() ([]harness.Plan, []harness.Scale) {
 			harness.BigBacklog(100_000, 10_000_000),
 			harness.WALBigTransaction(1_000_000, 1024, 512),
 			harness.WALDBA(),
-			harness.TenantFairness(100, 1_000_000, 10, time.Second),
+			harness.TenantFairness(100, 1_000_000, 10, 2*time.Minute, time.Second),
 		}
 }
 
