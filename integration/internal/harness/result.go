@@ -66,9 +66,9 @@ func (r *Result) note(format string, args ...any) {
 // delivered as f.
 func (r *Result) noteDuplicate(f, d Delivery, row dbRow) {
 	if len(r.DupNotes) < 10 {
-		r.DupNotes = append(r.DupNotes, fmt.Sprintf("duplicate: row %d (attempts=%d last_error=%q) at %s/%d@%d sent %s, again @%d sent %s (%+dms)",
-			row.id, row.attempts, row.lastError, f.Topic, f.Partition, f.Offset, f.Timestamp.Format("15:04:05.000"),
-			d.Offset, d.Timestamp.Format("15:04:05.000"), d.Timestamp.Sub(f.Timestamp).Milliseconds()))
+		r.DupNotes = append(r.DupNotes, fmt.Sprintf("duplicate: row %d (attempts=%d last_error=%q) at %s/%d@%d sent %s by producer %d epoch %d, again @%d sent %s (%+dms) by producer %d epoch %d",
+			row.id, row.attempts, row.lastError, f.Topic, f.Partition, f.Offset, f.Timestamp.Format("15:04:05.000"), f.Producer, f.Epoch,
+			d.Offset, d.Timestamp.Format("15:04:05.000"), d.Timestamp.Sub(f.Timestamp).Milliseconds(), d.Producer, d.Epoch))
 	}
 }
 
