@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261202061233-26e1b38e2afe
+	github.com/txoutbox/txoutbox v0.0.0-20261202085831-446759d02fd1
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
