@@ -56,7 +56,8 @@ var ErrSlotActive = errors.New("walrelay: the replication slot is active")
 var ErrTableLessPending = errors.New("walrelay: the slot holds table-less events not yet published")
 
 // Takeover hands the outbox of the database connString names (as New
-// takes it) to the polling relay: with the WAL relays stopped, it marks published exactly the unpublished rows the slot has
+// takes it) to the polling relay: with the WAL relays stopped (it waits a
+// few seconds for a slot whose relay has just stopped), it marks published exactly the unpublished rows the slot has
 // confirmed, leaves the others pending, and drops the slot, in one
 // transaction that holds a SHARE lock on the table, so no event commits
 // meanwhile. It reads the unconfirmed changes with
@@ -85,6 +86,9 @@ func Takeover(ctx context.Context, connString string, cfg TakeoverConfig) (Takeo
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if err := r.resolveNames(ctx, conn); err != nil {
+		return res, err
+	}
+	if err := r.awaitSlotRelease(ctx, conn); err != nil {
 		return res, err
 	}
 	tx, err := conn.Begin(ctx)
@@ -170,6 +174,30 @@ func Takeover(ctx context.Context, connString string, cfg TakeoverConfig) (Takeo
 		return res, fmt.Errorf("walrelay: takeover: commit: %w", err)
 	}
 	return res, nil
+}
+
+// slotReleaseWait bounds how long Takeover waits for an active slot to be
+// released. A relay that has just stopped has closed its connection, but
+// its walsender process exits, and releases the slot, a moment later.
+const slotReleaseWait = 5 * time.Second
+
+// awaitSlotRelease waits, up to slotReleaseWait and before any lock is
+// taken, for the slot to be inactive. It returns nil when it still is not:
+// the check under the table lock decides, with ErrSlotActive.
+func (r *Relay) awaitSlotRelease(ctx context.Context, conn *pgx.Conn) error {
+	deadline := time.Now().Add(slotReleaseWait)
+	for {
+		st, err := r.slotState(ctx, conn)
+		if err != nil {
+			return fmt.Errorf("walrelay: takeover: %w", err)
+		}
+		if !st.active || time.Now().After(deadline) {
+			return nil
+		}
+		if !sleep(ctx, 100*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
 }
 
 // flushWAL makes sure the WAL of every transaction that committed before

@@ -88,6 +88,26 @@ func TestTakeoverRefusesAnActiveSlot(t *testing.T) {
 	}
 }
 
+// A slot whose relay stops while Takeover starts is taken over: the
+// walsender releases it a moment after the relay's connection closes, and
+// Takeover waits for that rather than refusing.
+func TestTakeoverWaitsForAStoppingRelaysSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stop := runActive(t, b.newRelay(t, b.config()))
+	stopped := make(chan error, 1)
+	go func() {
+		time.Sleep(time.Second)
+		stopped <- stop()
+	}()
+	if _, err := Takeover(context.Background(), b.db.URL, TakeoverConfig{Table: b.db.Table()}); err != nil {
+		t.Fatalf("Takeover while the relay stops: %v", err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A relay that died while it initialised the slot leaves the
 // publication's mark, and the rows written before the slot unpublished:
 // the slot never streams them. Takeover must leave them pending for the

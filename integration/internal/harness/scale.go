@@ -178,11 +178,6 @@ func waitEmpty(ctx context.Context, env *Env, limit time.Duration) (time.Duratio
 	if err != nil {
 		return 0, err
 	}
-	return waitEmptyOf(ctx, env, names, limit)
-}
-
-// waitEmptyOf is waitEmpty for the outbox table names.
-func waitEmptyOf(ctx context.Context, env *Env, names outboxsql.Names, limit time.Duration) (time.Duration, error) {
 	start := time.Now()
 	for {
 		var left bool
