@@ -22,7 +22,7 @@ import (
 // The first holds a backlog of backlog rows when the relay starts; each
 // of the others gets rate events a second from a writer for window, while
 // that backlog is still draining. The others' events are published with a
-// p99 from creation to mark under maxP99: a hot tenant does not starve the
+// p99 from commit to mark under maxP99: a hot tenant does not starve the
 // rest. The backlog need not drain: the scenario fails if it drained
 // before the window ended, since nothing was then measured beside it.
 //
