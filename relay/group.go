@@ -98,6 +98,11 @@ type GroupConfig struct {
 // documentation), a claim of four statements each: about twenty
 // statements per NOTIFY (counted from the code), so 100 tables each
 // notified ten times a second would cost some 20,000 statements a second.
+// Each table's statements are its own (they name its schema), prepared on
+// each pool connection that runs them; with many tables they outnumber
+// the driver's statement cache (pgx: 512 a connection), and a statement
+// evicted is prepared and planned again, the claim's plan among them
+// (docs/crash-suite.md, tenant-fairness).
 //
 // Writers: a writer whose Table names the schema (Table{Schema: "tenant_a"})
 // announces its rows on that table's channel and wakes that table's relay
