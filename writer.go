@@ -54,11 +54,11 @@ type WriterConfig struct {
 
 	// NotifyInterval debounces NOTIFY: a Writer sends at most one per
 	// interval, in the first write after it. Writes in between rely on the
-	// relay, which keeps polling every 10ms for 100ms after every wake-up
-	// (see package relay). Under a steady stream of writes this removes nearly
-	// all of NOTIFY's cost from the write path. Default:
-	// NotifyIntervalDefault (50ms). Negative sends a NOTIFY with every
-	// write.
+	// relay, which keeps polling for 100ms after every wake-up, 10ms apart
+	// while its polls find rows (see package relay). Under a steady stream
+	// of writes this removes nearly all of NOTIFY's cost from the write
+	// path. Default: NotifyIntervalDefault (50ms). Negative sends a NOTIFY
+	// with every write.
 	NotifyInterval time.Duration
 
 	// WALMessages records events in the write-ahead log only, with

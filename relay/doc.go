@@ -159,10 +159,12 @@
 // Writers send NOTIFY in the insert statement, at most one per
 // txoutbox.WriterConfig.NotifyInterval (50ms); the relay LISTENs on one
 // pooled connection when the database/sql driver is pgx, and after every
-// wake-up polls every 10ms for 100ms, so the writes a debounced writer did not
-// announce are found as fast. It also polls every PollInterval as a fallback
-// and for retries and scheduled events that come due. Set DisableListen for
-// PgBouncer in transaction mode.
+// wake-up polls for 100ms, 10ms after the claim and twice as long after each
+// poll that found nothing (10ms apart while its polls find rows), so the
+// writes a debounced writer did not announce are found within tens of
+// milliseconds. It also polls PollInterval after its last claim as a
+// fallback and for retries and scheduled events that come due. Set
+// DisableListen for PgBouncer in transaction mode.
 //
 // # Bookkeeping
 //

@@ -93,7 +93,16 @@ type GroupConfig struct {
 // idle tables that is about 950 short statements a second. Raise
 // PollInterval and HeartbeatInterval (and StaleAfter with it) for many
 // idle tenants: LISTEN still wakes a table's relay the moment rows
-// commit.
+// commit. A table written to claims at each NOTIFY and polls four times
+// more in the 100ms after it (see Latency and polling in the package
+// documentation), a claim of four statements each: about twenty
+// statements per NOTIFY (counted from the code), so 100 tables each
+// notified ten times a second would cost some 20,000 statements a second.
+// Each table's statements are its own (they name its schema), prepared on
+// each pool connection that runs them; with many tables they outnumber
+// the driver's statement cache (pgx: 512 a connection), and a statement
+// evicted is prepared and planned again, the claim's plan among them
+// (docs/crash-suite.md, tenant-fairness).
 //
 // Writers: a writer whose Table names the schema (Table{Schema: "tenant_a"})
 // announces its rows on that table's channel and wakes that table's relay
