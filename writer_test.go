@@ -17,15 +17,6 @@ import (
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
-func newWriter(t *testing.T, db *testkit.DB) *txoutbox.Writer {
-	t.Helper()
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return w
-}
-
 func countRows(t *testing.T, db *sql.DB, query string) int {
 	t.Helper()
 	var n int
@@ -43,7 +34,7 @@ func event(aggregate string, n int) txoutbox.Event {
 func TestWriterCommitAndRollback(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 
 	tx, err := db.SQL.BeginTx(ctx, nil)
@@ -95,7 +86,7 @@ func TestWriterCommitAndRollback(t *testing.T) {
 func TestWriterRejectsInvalidEventAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 
 	tx, err := db.SQL.BeginTx(ctx, nil)
@@ -119,7 +110,7 @@ func TestWriterRejectsInvalidEventAndWritesNothing(t *testing.T) {
 func TestWriterMissingTableFails(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewDB(t) // not migrated
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	tx, err := db.SQL.Begin()
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +134,7 @@ func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQuer
 func TestWriterThousandEventsInOneStatement(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 
 	cfg, err := pgx.ParseConfig(db.URL)
@@ -186,7 +177,7 @@ func TestWriterThousandEventsInOneStatement(t *testing.T) {
 func TestWritePgxAndNotify(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 
 	listener, err := pgx.Connect(ctx, db.URL)
@@ -243,13 +234,7 @@ func TestWriterDebouncesNotify(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range writes {
-			tx, _ := db.SQL.BeginTx(ctx, nil)
-			if err := w.Write(ctx, tx, event("d", i)); err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.Commit(); err != nil {
-				t.Fatal(err)
-			}
+			testkit.Commit(t, ctx, db.SQL, w, event("d", i))
 		}
 		n := 0
 		for {
@@ -335,21 +320,12 @@ func TestWALMessagesNeedARelaysSlot(t *testing.T) {
 func TestWriterWritesNotBefore(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 	later := time.Now().Add(24 * time.Hour).Truncate(time.Microsecond)
 	scheduled, past, now := event("a", 1), event("b", 2), event("c", 3)
 	scheduled.NotBefore, past.NotBefore = later, time.Now().Add(-time.Hour)
-	tx, err := db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(ctx, tx, scheduled, past, now); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Commit(t, ctx, db.SQL, w, scheduled, past, now)
 	conn, err := pgx.Connect(ctx, db.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -406,7 +382,7 @@ func TestWriterWritesNotBefore(t *testing.T) {
 func TestWriterRefusesNotBeforeOutOfBounds(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 	tx, err := db.SQL.BeginTx(ctx, nil)
 	if err != nil {
@@ -454,7 +430,7 @@ func TestNotBeforeRefusedWhereTheWALRelayStreams(t *testing.T) {
 		t.Fatalf("the transaction is not usable after the refusal: %v", err)
 	}
 
-	rows := newWriter(t, db)
+	rows := testkit.NewWriter(t, db.Table())
 	write := func(e txoutbox.Event) error {
 		tx, err := db.SQL.BeginTx(ctx, nil)
 		if err != nil {

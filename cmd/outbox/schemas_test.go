@@ -54,24 +54,11 @@ func (e *tenants) flags() []string {
 func (e *tenants) write(t *testing.T, name string) {
 	t.Helper()
 	s := e.schemas[name]
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: s.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ev, err := txoutbox.NewEvent("orders", "order", "o-1", "order.placed", map[string]string{"tenant": name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := s.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(context.Background(), tx, ev); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Commit(t, context.Background(), s.SQL, testkit.NewWriter(t, s.Table()), ev)
 }
 
 func (e *tenants) published(t *testing.T, name string) int {

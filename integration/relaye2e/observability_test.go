@@ -174,16 +174,7 @@ func TestWALRelayRecordsPublishSpansAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := db.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(context.Background(), tx, ev); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Commit(t, context.Background(), db.SQL, w, ev)
 
 	span := waitForSpan(t, spans, "send wal-traced")
 	const scope = "github.com/txoutbox/txoutbox/relay/walrelay"

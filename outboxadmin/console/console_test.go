@@ -61,10 +61,7 @@ func setup(t testing.TB, opts console.Options) *bundle {
 	t.Helper()
 	db := testkit.NewOutbox(t)
 	b := &bundle{db: db, log: &syncBuffer{}}
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 	write := func(topic, agg, typ string) int64 {
 		t.Helper()
@@ -72,16 +69,7 @@ func setup(t testing.TB, opts console.Options) *bundle {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx, err := db.SQL.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Write(ctx, tx, e); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		testkit.Commit(t, ctx, db.SQL, w, e)
 		var id int64
 		if err := db.SQL.QueryRow(`SELECT max(id) FROM outbox`).Scan(&id); err != nil {
 			t.Fatal(err)

@@ -116,28 +116,18 @@ func (e *tenants) path(name string) string { return "tables/" + e.prefix + "_" +
 func (e *tenants) seed(t *testing.T, name string, n, dead int) []int64 {
 	t.Helper()
 	s := e.schemas[name]
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: s.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := testkit.NewWriter(t, s.Table())
 	var ids []int64
 	for i := range n {
 		ev, err := txoutbox.NewEvent("orders", "order", fmt.Sprintf("%s-%d", name, i), "order.placed", map[string]string{"tenant": name})
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx, err := s.SQL.Begin()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Write(context.Background(), tx, ev); err != nil {
-			t.Fatal(err)
-		}
+		testkit.Commit(t, context.Background(), s.SQL, w, ev)
+		// The tenant's schema is the test's own and seeded one event at a
+		// time, so its newest row is this event's.
 		var id int64
-		if err := tx.QueryRow(`SELECT max(id) FROM outbox`).Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
+		if err := s.SQL.QueryRow(`SELECT max(id) FROM outbox`).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
 		if i < dead {
