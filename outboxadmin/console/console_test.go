@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -15,7 +14,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,26 +31,9 @@ type bundle struct {
 	srv    *httptest.Server
 	client *http.Client
 	base   string // the console's root URL
-	log    *syncBuffer
+	log    *testkit.SyncBuffer
 	// ids of the seeded rows by state.
 	pending, published, dead []int64
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // setup seeds 3 pending events (topic orders), 2 published (orders) and 2
@@ -60,7 +41,7 @@ func (s *syncBuffer) String() string {
 func setup(t testing.TB, opts console.Options) *bundle {
 	t.Helper()
 	db := testkit.NewOutbox(t)
-	b := &bundle{db: db, log: &syncBuffer{}}
+	b := &bundle{db: db, log: &testkit.SyncBuffer{}}
 	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 	write := func(topic, agg, typ string) int64 {

@@ -40,7 +40,7 @@ func newTenants(t *testing.T, opts console.Options, names ...string) *tenants {
 	t.Helper()
 	base := testkit.NewDB(t)
 	e := &tenants{dbURL: base.URL, prefix: testkit.SchemaName("mt"), schemas: map[string]*testkit.Schema{}}
-	e.log = &syncBuffer{}
+	e.log = &testkit.SyncBuffer{}
 	for _, n := range names {
 		e.add(t, n)
 	}
@@ -85,17 +85,8 @@ func (b *bundle) serve(t *testing.T, h http.Handler) {
 // add creates the tenant name's schema with its outbox migrated.
 func (e *tenants) add(t *testing.T, name string) *testkit.Schema {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := testkit.CreateSchema(ctx, e.dbURL, e.prefix+"_"+name, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := testkit.NewSchema(t, e.dbURL, e.prefix+"_"+name, true)
 	e.schemas[name] = s
-	t.Cleanup(func() {
-		_, _ = s.SQL.Exec("DROP SCHEMA IF EXISTS " + ident.Quote(s.Name) + " CASCADE")
-		s.SQL.Close()
-	})
 	return s
 }
 
@@ -342,7 +333,7 @@ func TestMultiIndexCostIsBounded(t *testing.T) {
 	for i := range 120 {
 		tables = append(tables, txoutbox.Table{Schema: fmt.Sprintf("absent_%03d", i)}) // no such schema: every read fails, and is logged
 	}
-	log := &syncBuffer{}
+	log := &testkit.SyncBuffer{}
 	m, err := console.NewMulti(db.SQL, outboxadmin.Config{}, func(context.Context) ([]txoutbox.Table, error) { return tables, nil },
 		console.Options{Logger: slog.New(slog.NewTextHandler(log, nil)), SampleEvery: time.Hour})
 	if err != nil {
@@ -455,7 +446,7 @@ func TestMultiListFailure(t *testing.T) {
 		}
 		return []txoutbox.Table{{Schema: db.Schema}}, nil
 	}
-	log := &syncBuffer{}
+	log := &testkit.SyncBuffer{}
 	m, err := console.NewMulti(db.SQL, outboxadmin.Config{}, list, console.Options{DiscoverInterval: time.Nanosecond, Logger: slog.New(slog.NewTextHandler(log, nil))})
 	if err != nil {
 		t.Fatal(err)
