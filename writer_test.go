@@ -26,6 +26,40 @@ func countRows(t *testing.T, db *sql.DB, query string) int {
 	return n
 }
 
+// listen is a pgx connection to db listening on its table's channel,
+// closed when the test ends.
+func listen(t *testing.T, ctx context.Context, db *testkit.DB) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{db.Table().Channel()}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// pgxBegin begins a transaction on a pgx connection of its own to db, for
+// WritePgx; end rolls back what was not committed and closes the
+// connection.
+func pgxBegin(t *testing.T, ctx context.Context, db *testkit.DB) (tx pgx.Tx, end func()) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tx, err = conn.Begin(ctx); err != nil {
+		conn.Close(ctx)
+		t.Fatal(err)
+	}
+	return tx, func() {
+		_ = tx.Rollback(ctx)
+		conn.Close(ctx)
+	}
+}
+
 func event(aggregate string, n int) txoutbox.Event {
 	e, _ := txoutbox.NewEvent("orders", "order", aggregate, "order.placed", map[string]int{"n": n})
 	return e
@@ -180,24 +214,10 @@ func TestWritePgxAndNotify(t *testing.T) {
 	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 
-	listener, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{db.Table().Channel()}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
+	listener := listen(t, ctx, db)
 
-	conn, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, end := pgxBegin(t, ctx, db)
+	defer end()
 	if err := w.WritePgx(ctx, tx, event("9", 1), event("9", 2), event("9", 3)); err != nil {
 		t.Fatal(err)
 	}
@@ -220,14 +240,7 @@ func TestWriterDebouncesNotify(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
 	ctx := context.Background()
-	listener, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{db.Table().Channel()}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
+	listener := listen(t, ctx, db)
 	notifications := func(interval time.Duration, writes int) int {
 		w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table(), NotifyInterval: interval})
 		if err != nil {
@@ -274,16 +287,8 @@ func TestWALMessagesNeedARelaysSlot(t *testing.T) {
 		}
 		defer tx.Rollback()
 		sqlErr = w.Write(ctx, tx, event("k", 1))
-		conn, err := pgx.Connect(ctx, db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
-		ptx, err := conn.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ptx.Rollback(ctx)
+		ptx, end := pgxBegin(t, ctx, db)
+		defer end()
 		return sqlErr, w.WritePgx(ctx, ptx, event("k", 1))
 	}
 	if sqlErr, pgxErr := write(); !errors.Is(sqlErr, txoutbox.ErrNoWALSlot) || !errors.Is(pgxErr, txoutbox.ErrNoWALSlot) {
@@ -326,15 +331,8 @@ func TestWriterWritesNotBefore(t *testing.T) {
 	scheduled, past, now := event("a", 1), event("b", 2), event("c", 3)
 	scheduled.NotBefore, past.NotBefore = later, time.Now().Add(-time.Hour)
 	testkit.Commit(t, ctx, db.SQL, w, scheduled, past, now)
-	conn, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	ptx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ptx, end := pgxBegin(t, ctx, db)
+	defer end()
 	pgxScheduled := event("d", 4)
 	pgxScheduled.NotBefore = later
 	if err := w.WritePgx(ctx, ptx, pgxScheduled); err != nil {
