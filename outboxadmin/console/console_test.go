@@ -79,16 +79,22 @@ func setup(t testing.TB, opts console.Options) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.serve(t, con)
+	return b
+}
+
+// serve mounts h under /admin/outbox/ and serves it to b's client, which
+// keeps cookies and does not follow redirects.
+func (b *bundle) serve(t testing.TB, h http.Handler) {
 	mux := http.NewServeMux()
-	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", con))
+	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", h))
 	// The bare prefix too: the console sends it to the prefix with a slash.
-	mux.Handle("/admin/outbox", http.StripPrefix("/admin/outbox", con))
+	mux.Handle("/admin/outbox", http.StripPrefix("/admin/outbox", h))
 	b.srv = httptest.NewServer(mux)
 	t.Cleanup(b.srv.Close)
 	jar, _ := cookiejar.New(nil)
 	b.client = &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	b.base = b.srv.URL + "/admin/outbox/"
-	return b
 }
 
 func exec(t testing.TB, db *testkit.DB, q string, args ...any) {

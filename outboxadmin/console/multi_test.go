@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"slices"
@@ -69,17 +67,6 @@ func newTenants(t *testing.T, opts console.Options, names ...string) *tenants {
 	}
 	e.serve(t, m)
 	return e
-}
-
-// serve mounts h under /admin/outbox/.
-func (b *bundle) serve(t *testing.T, h http.Handler) {
-	mux := http.NewServeMux()
-	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", h))
-	b.srv = httptest.NewServer(mux)
-	t.Cleanup(b.srv.Close)
-	jar, _ := cookiejar.New(nil)
-	b.client = &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	b.base = b.srv.URL + "/admin/outbox/"
 }
 
 // add creates the tenant name's schema with its outbox migrated.
