@@ -17,15 +17,6 @@ import (
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
-func newWriter(t *testing.T, db *testkit.DB) *txoutbox.Writer {
-	t.Helper()
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return w
-}
-
 func countRows(t *testing.T, db *sql.DB, query string) int {
 	t.Helper()
 	var n int
@@ -33,6 +24,40 @@ func countRows(t *testing.T, db *sql.DB, query string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// listen is a pgx connection to db listening on its table's channel,
+// closed when the test ends.
+func listen(t *testing.T, ctx context.Context, db *testkit.DB) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{db.Table().Channel()}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// pgxBegin begins a transaction on a pgx connection of its own to db, for
+// WritePgx; end rolls back what was not committed and closes the
+// connection.
+func pgxBegin(t *testing.T, ctx context.Context, db *testkit.DB) (tx pgx.Tx, end func()) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tx, err = conn.Begin(ctx); err != nil {
+		conn.Close(ctx)
+		t.Fatal(err)
+	}
+	return tx, func() {
+		_ = tx.Rollback(ctx)
+		conn.Close(ctx)
+	}
 }
 
 func event(aggregate string, n int) txoutbox.Event {
@@ -43,7 +68,7 @@ func event(aggregate string, n int) txoutbox.Event {
 func TestWriterCommitAndRollback(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 
 	tx, err := db.SQL.BeginTx(ctx, nil)
@@ -95,7 +120,7 @@ func TestWriterCommitAndRollback(t *testing.T) {
 func TestWriterRejectsInvalidEventAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 
 	tx, err := db.SQL.BeginTx(ctx, nil)
@@ -119,7 +144,7 @@ func TestWriterRejectsInvalidEventAndWritesNothing(t *testing.T) {
 func TestWriterMissingTableFails(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewDB(t) // not migrated
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	tx, err := db.SQL.Begin()
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +168,7 @@ func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQuer
 func TestWriterThousandEventsInOneStatement(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 
 	cfg, err := pgx.ParseConfig(db.URL)
@@ -186,27 +211,13 @@ func TestWriterThousandEventsInOneStatement(t *testing.T) {
 func TestWritePgxAndNotify(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 
-	listener, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{db.Table().Channel()}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
+	listener := listen(t, ctx, db)
 
-	conn, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, end := pgxBegin(t, ctx, db)
+	defer end()
 	if err := w.WritePgx(ctx, tx, event("9", 1), event("9", 2), event("9", 3)); err != nil {
 		t.Fatal(err)
 	}
@@ -229,27 +240,14 @@ func TestWriterDebouncesNotify(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
 	ctx := context.Background()
-	listener, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{db.Table().Channel()}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
+	listener := listen(t, ctx, db)
 	notifications := func(interval time.Duration, writes int) int {
 		w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table(), NotifyInterval: interval})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range writes {
-			tx, _ := db.SQL.BeginTx(ctx, nil)
-			if err := w.Write(ctx, tx, event("d", i)); err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.Commit(); err != nil {
-				t.Fatal(err)
-			}
+			testkit.Commit(t, ctx, db.SQL, w, event("d", i))
 		}
 		n := 0
 		for {
@@ -289,16 +287,8 @@ func TestWALMessagesNeedARelaysSlot(t *testing.T) {
 		}
 		defer tx.Rollback()
 		sqlErr = w.Write(ctx, tx, event("k", 1))
-		conn, err := pgx.Connect(ctx, db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
-		ptx, err := conn.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ptx.Rollback(ctx)
+		ptx, end := pgxBegin(t, ctx, db)
+		defer end()
 		return sqlErr, w.WritePgx(ctx, ptx, event("k", 1))
 	}
 	if sqlErr, pgxErr := write(); !errors.Is(sqlErr, txoutbox.ErrNoWALSlot) || !errors.Is(pgxErr, txoutbox.ErrNoWALSlot) {
@@ -335,30 +325,14 @@ func TestWALMessagesNeedARelaysSlot(t *testing.T) {
 func TestWriterWritesNotBefore(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 	later := time.Now().Add(24 * time.Hour).Truncate(time.Microsecond)
 	scheduled, past, now := event("a", 1), event("b", 2), event("c", 3)
 	scheduled.NotBefore, past.NotBefore = later, time.Now().Add(-time.Hour)
-	tx, err := db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(ctx, tx, scheduled, past, now); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	ptx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testkit.Commit(t, ctx, db.SQL, w, scheduled, past, now)
+	ptx, end := pgxBegin(t, ctx, db)
+	defer end()
 	pgxScheduled := event("d", 4)
 	pgxScheduled.NotBefore = later
 	if err := w.WritePgx(ctx, ptx, pgxScheduled); err != nil {
@@ -406,7 +380,7 @@ func TestWriterWritesNotBefore(t *testing.T) {
 func TestWriterRefusesNotBeforeOutOfBounds(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 	tx, err := db.SQL.BeginTx(ctx, nil)
 	if err != nil {
@@ -454,7 +428,7 @@ func TestNotBeforeRefusedWhereTheWALRelayStreams(t *testing.T) {
 		t.Fatalf("the transaction is not usable after the refusal: %v", err)
 	}
 
-	rows := newWriter(t, db)
+	rows := testkit.NewWriter(t, db.Table())
 	write := func(e txoutbox.Event) error {
 		tx, err := db.SQL.BeginTx(ctx, nil)
 		if err != nil {

@@ -66,6 +66,21 @@ func enterAlone(exclusive bool) (release func()) {
 	return alone.RUnlock
 }
 
+// enterLane starts a long scenario test: parallel, once it has a slot in
+// lane and its hold on alone (see enterAlone). The function it returns
+// lets both go.
+func enterLane(t *testing.T, what string, lane slots, exclusive bool) (leave func()) {
+	t.Helper()
+	testkit.Long(t, what)
+	t.Parallel()
+	lane.Lock()
+	release := enterAlone(exclusive)
+	return func() {
+		release()
+		lane.Unlock()
+	}
+}
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	// A test waiting for its lane holds one of -parallel's slots; unless
@@ -145,11 +160,7 @@ func runOn(t *testing.T, plan harness.Plan, kafka []string) harness.Result {
 
 func runIn(t *testing.T, plan harness.Plan, kafka []string, lane slots) harness.Result {
 	t.Helper()
-	testkit.Long(t, "the crash suite's scenario "+plan.Name)
-	t.Parallel()
-	lane.Lock()
-	defer lane.Unlock()
-	defer enterAlone(plan.Alone)()
+	defer enterLane(t, "the crash suite's scenario "+plan.Name, lane, plan.Alone)()
 	if kafka != nil {
 		unlock, err := kafkatest.LockClusterFile(true)
 		if err != nil {
@@ -410,11 +421,7 @@ func TestCommitOrderNoLocksWAL(t *testing.T) {
 // 3 s each time (its StandbyRetry is 200 ms: the killed process's
 // connection closes at once and frees the slot).
 func TestWALStandbyTakesOverAfterSIGKILL(t *testing.T) {
-	testkit.Long(t, "three SIGKILLs of the streaming WAL relay")
-	t.Parallel()
-	sharedLane.Lock()
-	defer sharedLane.Unlock()
-	defer enterAlone(false)()
+	defer enterLane(t, "three SIGKILLs of the streaming WAL relay", sharedLane, false)()
 	db := testkit.NewOutbox(t)
 	env := &harness.Env{DB: *db, Bin: bin, Dir: t.TempDir(), Logf: t.Logf, Seed: seed()}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -437,11 +444,7 @@ func TestWALStandbyTakesOverAfterSIGKILL(t *testing.T) {
 // every unpublished row to the polling relay. On the chaos cluster (the
 // setting is the server's), in its lane.
 func TestWALSlotLost(t *testing.T) {
-	testkit.Long(t, "a WAL slot lost on the chaos cluster")
-	t.Parallel()
-	clusterLane.Lock()
-	defer clusterLane.Unlock()
-	defer enterAlone(false)()
+	defer enterLane(t, "a WAL slot lost on the chaos cluster", clusterLane, false)()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := testkit.ChaosCluster
@@ -579,11 +582,7 @@ func TestPoisonKafka(t *testing.T) {
 // runScale runs sc in a fresh schema on the shared lane.
 func runScale(t *testing.T, sc harness.Scale) string {
 	t.Helper()
-	testkit.Long(t, "the scale scenario "+sc.Name)
-	t.Parallel()
-	sharedLane.Lock()
-	defer sharedLane.Unlock()
-	defer enterAlone(sc.Alone)()
+	defer enterLane(t, "the scale scenario "+sc.Name, sharedLane, sc.Alone)()
 	db := testkit.NewOutbox(t)
 	env := &harness.Env{DB: *db, Bin: bin, Dir: t.TempDir(), Logf: t.Logf, Seed: seed()}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

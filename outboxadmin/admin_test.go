@@ -65,7 +65,7 @@ func TestRetryWithAwkwardAggregateIDs(t *testing.T) {
 		}
 		events = append(events, e)
 	}
-	write(t, db, w, events...)
+	testkit.Commit(t, ctx, db.SQL, w, events...)
 	if _, err := db.SQL.Exec(`UPDATE outbox SET state = 'dead' WHERE id IN (1, 3)`); err != nil {
 		t.Fatal(err)
 	}
@@ -92,27 +92,7 @@ func setup(t *testing.T, cfg outboxadmin.Config) (*testkit.DB, *outboxadmin.Admi
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return db, adm, w
-}
-
-// write commits events to db's outbox through w, in one transaction.
-func write(t *testing.T, db *testkit.DB, w *txoutbox.Writer, events ...txoutbox.Event) {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(ctx, tx, events...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	return db, adm, testkit.NewWriter(t, db.Table())
 }
 
 // A dead row whose headers are not a JSON object of strings (the relay

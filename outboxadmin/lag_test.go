@@ -156,7 +156,7 @@ func TestScheduledEventsAreNotBacklogOrLag(t *testing.T) {
 		}
 		events = append(events, e)
 	}
-	write(t, db, w, events...)
+	testkit.Commit(t, ctx, db.SQL, w, events...)
 	check := func(what string, s txoutbox.Stats, topics bool) {
 		t.Helper()
 		if s.Backlog != 2 || s.Scheduled != 3 || s.Lag < time.Minute || s.Lag > 2*time.Minute {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
@@ -24,7 +25,7 @@ func TestFindEventsAndCounts(t *testing.T) {
 		e, _ := txoutbox.NewEvent("orders", "order", agg, "order.changed", nil)
 		events = append(events, e)
 	}
-	write(t, db, w, events...)
+	testkit.Commit(t, ctx, db.SQL, w, events...)
 	for _, q := range []string{
 		`UPDATE outbox SET state = 'published', published_at = now() WHERE id IN (1, 4, 5)`,
 		`UPDATE outbox SET state = 'dead', created_at = now() - interval '2 hours' WHERE id IN (2, 6)`,
@@ -95,7 +96,7 @@ func TestStatusHandovers(t *testing.T) {
 	db, adm, w := setup(t, outboxadmin.Config{})
 	ctx := context.Background()
 	e, _ := txoutbox.NewEvent("orders", "order", "o-1", "order.placed", nil)
-	write(t, db, w, e)
+	testkit.Commit(t, ctx, db.SQL, w, e)
 	var shard int
 	for _, q := range []string{
 		`INSERT INTO outbox_relays (id, name) VALUES ('old#1', 'old'), ('new#1', 'new')`,

@@ -25,7 +25,7 @@ func TestReplayResetsEachAggregateAtOnce(t *testing.T) {
 		}
 	}
 	e, _ := txoutbox.NewEvent("payments", "order", "n", "order.changed", nil)
-	write(t, db, w, append(events, e)...)
+	testkit.Commit(t, ctx, db.SQL, w, append(events, e)...)
 	// Which transaction reset each row, recorded by a trigger.
 	for _, q := range []string{
 		`UPDATE outbox SET state = 'published', published_at = now()`,

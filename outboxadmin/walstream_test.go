@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
@@ -25,7 +26,7 @@ func TestRetryAndReplayRefuseWhileAWALSlotStreams(t *testing.T) {
 		e, _ := txoutbox.NewEvent("orders", "order", agg, "order.placed", nil)
 		events = append(events, e)
 	}
-	write(t, db, w, events...)
+	testkit.Commit(t, ctx, db.SQL, w, events...)
 	slot := db.Table().Schema + "_wal"
 	for _, q := range []string{
 		`UPDATE outbox SET state = 'dead', last_error = 'refused' WHERE id = 1`,

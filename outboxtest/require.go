@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/txoutbox/txoutbox/internal/human"
 )
 
 // TB is what the assertions need of a test: testing.TB has it. A failed
@@ -167,19 +169,10 @@ func listed(events []Event, want Want) string {
 // lines lists events, each followed by its why if not empty, up to
 // shownEvents of them.
 func lines(events []Event, why []string) string {
-	var b strings.Builder
-	for i, e := range events {
-		if i == shownEvents {
-			fmt.Fprintf(&b, "\n    … and %d more", len(events)-shownEvents)
-			break
-		}
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString("    " + e.String())
+	return human.List(len(events), shownEvents, func(i int) string {
 		if why != nil && why[i] != "" {
-			b.WriteString("  ← " + why[i])
+			return events[i].String() + "  ← " + why[i]
 		}
-	}
-	return b.String()
+		return events[i].String()
+	})
 }

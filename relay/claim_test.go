@@ -25,11 +25,7 @@ type internalBundle struct {
 func setupInternal(t *testing.T) *internalBundle {
 	t.Helper()
 	db := testkit.NewOutbox(t)
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &internalBundle{db: db, w: w}
+	return &internalBundle{db: db, w: testkit.NewWriter(t, db.Table())}
 }
 
 // setupKM is the claim tests' common start: aggregates k and m with three
@@ -122,17 +118,7 @@ func (b *internalBundle) write(t *testing.T, n int, aggs ...string) {
 // commit writes events in one transaction.
 func (b *internalBundle) commit(t *testing.T, events ...txoutbox.Event) {
 	t.Helper()
-	tx, err := b.db.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback() //nolint:errcheck // committed below
-	if err := b.w.Write(context.Background(), tx, events...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Commit(t, context.Background(), b.db.SQL, b.w, events...)
 }
 
 func (b *internalBundle) exec(t *testing.T, query string, args ...any) {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
@@ -173,16 +172,8 @@ func TestMarkKeepsTheTableItsSize(t *testing.T) {
 	if err != nil {
 		t.Fatalf("needs a PostgreSQL cluster of its own: %v", err)
 	}
-	s, err := testkit.CreateSchema(ctx, url, testkit.SchemaName("t_marks"), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Drop(context.Background()) })
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: s.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &internalBundle{db: &testkit.DB{SQL: s.SQL, URL: s.URL, Schema: s.Name}, w: w}
+	s := testkit.NewSchema(t, url, testkit.SchemaName("t_marks"), true)
+	b := &internalBundle{db: &testkit.DB{SQL: s.SQL, URL: s.URL, Schema: s.Name}, w: testkit.NewWriter(t, s.Table())}
 	b.write(t, 500, "a", "b", "c", "d")
 	pages := func() int64 {
 		t.Helper()

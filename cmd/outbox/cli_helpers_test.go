@@ -1,35 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
-
-// lockedBuffer is a bytes.Buffer a running command writes while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // testProcess is the process of one run: only the variables of env are
 // set, whatever the test process's environment holds, and the output goes
@@ -51,14 +30,14 @@ func mapEnv(env map[string]string) func(string) (string, bool) {
 func outboxEnv(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
 	// Locked: goroutines of a failed Kafka client may still log after run.
-	var stdout, stderr lockedBuffer
+	var stdout, stderr testkit.SyncBuffer
 	code := run(context.Background(), testProcess(env, &stdout, &stderr), args)
 	return code, stdout.String(), stderr.String()
 }
 
 // background is a command running until the test stops it.
 type background struct {
-	stdout, stderr *lockedBuffer
+	stdout, stderr *testkit.SyncBuffer
 	cancel         context.CancelFunc
 	done           chan int
 }
@@ -67,7 +46,7 @@ type background struct {
 func startOutbox(t *testing.T, env map[string]string, args ...string) *background {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &background{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, cancel: cancel, done: make(chan int, 1)}
+	b := &background{stdout: &testkit.SyncBuffer{}, stderr: &testkit.SyncBuffer{}, cancel: cancel, done: make(chan int, 1)}
 	go func() {
 		b.done <- run(ctx, testProcess(env, b.stdout, b.stderr), args)
 	}()

@@ -30,20 +30,28 @@ type command struct {
 	unknownAsMissing bool
 }
 
+// withAction is the run of subcommand action of a family that shares its
+// flags and its code, as dead retry and drop, or the migrate actions, do.
+func withAction(action string, run func(context.Context, *process, *flag.FlagSet, string, []string) error) func(context.Context, *process, *flag.FlagSet, []string) error {
+	return func(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) error {
+		return run(ctx, proc, fs, action, args)
+	}
+}
+
 // commands is the command table, in the order `outbox help` lists it.
 var commands = []*command{
 	{name: "dead", summary: "list, show, retry or drop dead events", subcommands: []*command{
 		{name: "list", usage: "[--topic T] [--aggregate A] [--type E] [--since 24h] [--limit N] [--after ID]", run: runDeadList},
 		{name: "show", usage: "ID", run: runDeadShow},
-		{name: "retry", usage: "ID... | --topic T ... | --all [--dry-run]", run: deadChange("retry")},
-		{name: "drop", usage: "ID... | --topic T ... | --all --yes|--dry-run", run: deadChange("drop")},
+		{name: "retry", usage: "ID... | --topic T ... | --all [--dry-run]", run: withAction("retry", runDeadChange)},
+		{name: "drop", usage: "ID... | --topic T ... | --all --yes|--dry-run", run: withAction("drop", runDeadChange)},
 	}},
 	{name: "migrate", summary: "apply, revert, show or export the schema migrations (outbox or inbox); partition the outbox", unknownAsMissing: true, subcommands: []*command{
-		{name: "up", usage: "[--set outbox|inbox] [--schemas PATTERN]", run: migrateAction("up")},
-		{name: "down", usage: "[--set outbox|inbox]", run: migrateAction("down")},
-		{name: "status", usage: "[--set outbox|inbox]", run: migrateAction("status")},
-		{name: "export", usage: "--format goose|golang-migrate --dir DIR", run: migrateAction("export")},
-		{name: "partition", usage: "[--size 1000000]", run: migrateAction("partition")},
+		{name: "up", usage: "[--set outbox|inbox] [--schemas PATTERN]", run: withAction("up", runMigrate)},
+		{name: "down", usage: "[--set outbox|inbox]", run: withAction("down", runMigrate)},
+		{name: "status", usage: "[--set outbox|inbox]", run: withAction("status", runMigrate)},
+		{name: "export", usage: "--format goose|golang-migrate --dir DIR", run: withAction("export", runMigrate)},
+		{name: "partition", usage: "[--size 1000000]", run: withAction("partition", runMigrate)},
 	}},
 	{name: "relay", summary: "run the relay: publish the outbox to Kafka until SIGINT/SIGTERM",
 		usage: "--brokers B | --dev-broker [--schemas PATTERN] [--tls-ca F] [--sasl-mechanism M] [--metrics-addr :9464]", run: runRelay},

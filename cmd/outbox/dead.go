@@ -191,13 +191,6 @@ const walSlotHelp = "the WAL relay's replication slot (its --slot): retry and re
 // maxListed bounds the events retry and drop list for humans.
 const maxListed = 50
 
-// deadChange is the run of `outbox dead action`, retry or drop.
-func deadChange(action string) func(context.Context, *process, *flag.FlagSet, []string) error {
-	return func(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) error {
-		return runDeadChange(ctx, proc, fs, action, args)
-	}
-}
-
 // runDeadChange is retry and drop: the same selection, a different change.
 func runDeadChange(ctx context.Context, proc *process, fs *flag.FlagSet, action string, args []string) error {
 	stdout := proc.stdout

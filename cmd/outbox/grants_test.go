@@ -67,10 +67,7 @@ func TestWriterNeedsOnlyInsert(t *testing.T) {
 	t.Parallel()
 	e := newOps(t)
 	_, db := roleKit{e}.role(t, "app", appGrants...)
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: e.db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := testkit.NewWriter(t, e.db.Table())
 	ev, err := txoutbox.NewEvent("orders", "order", "o-1", "order.placed", map[string]string{"id": "o-1"})
 	if err != nil {
 		t.Fatal(err)

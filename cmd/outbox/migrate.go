@@ -14,14 +14,8 @@ import (
 	"github.com/txoutbox/txoutbox/migrations"
 )
 
-// migrateAction is the run of `outbox migrate action`: the four share
-// their flags and their reading of the environment.
-func migrateAction(action string) func(context.Context, *process, *flag.FlagSet, []string) error {
-	return func(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) error {
-		return runMigrate(ctx, proc, fs, action, args)
-	}
-}
-
+// runMigrate is every `outbox migrate action`: they share their flags and
+// their reading of the environment.
 func runMigrate(ctx context.Context, proc *process, fs *flag.FlagSet, action string, args []string) error {
 	stdout := proc.stdout
 	var (

@@ -19,11 +19,7 @@ type opsEnv struct {
 func newOps(t *testing.T) *opsEnv {
 	t.Helper()
 	db := testkit.NewOutbox(t)
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &opsEnv{db: db, flags: []string{"--database-url", db.URL, "--schema", db.Schema}, writer: w}
+	return &opsEnv{db: db, flags: []string{"--database-url", db.URL, "--schema", db.Schema}, writer: testkit.NewWriter(t, db.Table())}
 }
 
 // write commits one event and returns its row id and event id.
@@ -35,16 +31,7 @@ func (e *opsEnv) write(t *testing.T, topic, aggregate, eventType string) (int64,
 		t.Fatal(err)
 	}
 	ev.Headers = map[string]string{"tenant": "acme"}
-	tx, err := e.db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.writer.Write(ctx, tx, ev); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Commit(t, ctx, e.db.SQL, e.writer, ev)
 	var id int64
 	if err := e.db.SQL.QueryRow(`SELECT id FROM outbox WHERE event_id = $1`, ev.ID.String()).Scan(&id); err != nil {
 		t.Fatal(err)

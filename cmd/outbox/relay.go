@@ -177,21 +177,35 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	if err := grants.Check(ctx, db, "the relay", grants.Relay(names)); err != nil {
 		return err
 	}
+	return publish(ctx, stdout, db, addrs, kafka, kcfg, logger, metricsSrv, table.String(),
+		func(pub *kafkapub.Publisher) (*relay.Relay, error) { return relay.New(db, pub, cfg) }, (*metricsServer).serve)
+}
+
+// publish connects to Kafka and runs the relay, or group of relays,
+// newRunner makes on the publisher until ctx ends, with its probes served
+// by serve when metricsSrv is set; stdout says what it publishes and,
+// once it stopped, after how long. A runner New refuses is a usage error.
+func publish[R interface {
+	ID() string
+	Run(context.Context) error
+}](ctx context.Context, stdout io.Writer, db *sql.DB, addrs []string, kafka kafkaFlags, kcfg kafkapub.Config, logger *slog.Logger,
+	metricsSrv *metricsServer, what string, newRunner func(*kafkapub.Publisher) (R, error),
+	serve func(*metricsServer, R, *sql.DB, *slog.Logger)) error {
 	pub, closeKafka, err := connectKafka(addrs, kcfg, logger)
 	if err != nil {
 		return err
 	}
 	defer closeKafka()
 	logger.Info("connected to kafka", kafka.logAttrs(addrs)...)
-	r, err := relay.New(db, pub, cfg)
+	r, err := newRunner(pub)
 	if err != nil {
 		return usagef("%v", err)
 	}
 	if metricsSrv != nil {
-		metricsSrv.serve(r, db, logger)
+		serve(metricsSrv, r, db, logger)
 		logger.Info("serving /metrics, /healthz and /readyz", "addr", metricsSrv.ln.Addr().String())
 	}
-	fmt.Fprintf(stdout, "relay %s publishing %s to %s\n", r.ID(), table, strings.Join(addrs, ","))
+	fmt.Fprintf(stdout, "relay %s publishing %s to %s\n", r.ID(), what, strings.Join(addrs, ","))
 	start := time.Now()
 	if err := r.Run(ctx); err != nil {
 		return err
@@ -228,27 +242,9 @@ func runGroup(ctx context.Context, stdout io.Writer, db *sql.DB, cfg relay.Group
 		logger.Warn("no selected schema has a migrated outbox table yet: serving none, and not ready (/readyz), until one has (outbox migrate up --schemas)",
 			"schemas", selected, "selected", len(found))
 	}
-	pub, closeKafka, err := connectKafka(addrs, kcfg, logger)
-	if err != nil {
-		return err
-	}
-	defer closeKafka()
-	logger.Info("connected to kafka", kafka.logAttrs(addrs)...)
-	g, err := relay.NewGroup(db, pub, cfg)
-	if err != nil {
-		return usagef("%v", err)
-	}
-	if metricsSrv != nil {
-		metricsSrv.serveGroup(g, db, logger)
-		logger.Info("serving /metrics, /healthz and /readyz", "addr", metricsSrv.ln.Addr().String())
-	}
-	fmt.Fprintf(stdout, "relay %s publishing the %s tables of schemas %s to %s\n", g.ID(), tableNameOnly(cfg.Relay.Table), selected, strings.Join(addrs, ","))
-	start := time.Now()
-	if err := g.Run(ctx); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "relay %s stopped after %s\n", g.ID(), time.Since(start).Round(time.Second))
-	return nil
+	what := fmt.Sprintf("the %s tables of schemas %s", tableNameOnly(cfg.Relay.Table), selected)
+	return publish(ctx, stdout, db, addrs, kafka, kcfg, logger, metricsSrv, what,
+		func(pub *kafkapub.Publisher) (*relay.Group, error) { return relay.NewGroup(db, pub, cfg) }, (*metricsServer).serveGroup)
 }
 
 // boolInt is 1 for true, 0 for false.

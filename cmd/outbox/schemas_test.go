@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox"
-	"github.com/txoutbox/txoutbox/internal/ident"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
@@ -20,28 +19,22 @@ type tenants struct {
 	schemas map[string]*testkit.Schema
 }
 
-func newTenants(t *testing.T) *tenants {
+// newTenants starts with the tenants named, their outboxes migrated.
+func newTenants(t *testing.T, migrated ...string) *tenants {
 	t.Helper()
-	return &tenants{base: testkit.NewDB(t), prefix: testkit.SchemaName("tn"), schemas: map[string]*testkit.Schema{}}
+	e := &tenants{base: testkit.NewDB(t), prefix: testkit.SchemaName("tn"), schemas: map[string]*testkit.Schema{}}
+	for _, name := range migrated {
+		e.add(t, name, true)
+	}
+	return e
 }
 
 // add creates schema prefix_name, with the outbox migrated or empty,
 // dropped when the test ends.
 func (e *tenants) add(t *testing.T, name string, migrate bool) *testkit.Schema {
 	t.Helper()
-	ctx, cancel := contextTimeout(30 * time.Second)
-	defer cancel()
-	s, err := testkit.CreateSchema(ctx, e.base.URL, e.prefix+"_"+name, migrate)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := testkit.NewSchema(t, e.base.URL, e.prefix+"_"+name, migrate)
 	e.schemas[name] = s
-	t.Cleanup(func() {
-		ctx, cancel := contextTimeout(30 * time.Second)
-		defer cancel()
-		_, _ = s.SQL.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+ident.Quote(s.Name)+" CASCADE")
-		s.SQL.Close()
-	})
 	return s
 }
 
@@ -54,24 +47,11 @@ func (e *tenants) flags() []string {
 func (e *tenants) write(t *testing.T, name string) {
 	t.Helper()
 	s := e.schemas[name]
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: s.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ev, err := txoutbox.NewEvent("orders", "order", "o-1", "order.placed", map[string]string{"tenant": name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := s.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(context.Background(), tx, ev); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Commit(t, context.Background(), s.SQL, testkit.NewWriter(t, s.Table()), ev)
 }
 
 func (e *tenants) published(t *testing.T, name string) int {
@@ -171,9 +151,7 @@ func TestMigrateUpSchemas(t *testing.T) {
 // list names fails the command after the others are shown.
 func TestStatusSchemas(t *testing.T) {
 	t.Parallel()
-	e := newTenants(t)
-	e.add(t, "a", true)
-	e.add(t, "b", true)
+	e := newTenants(t, "a", "b")
 	e.write(t, "b")
 	e.write(t, "b")
 	code, out, errOut := outbox(t, append([]string{"status"}, e.flags()...)...)
@@ -213,8 +191,7 @@ func TestStatusSchemas(t *testing.T) {
 // the lag) must not hide a late table from the alert.
 func TestStatusSchemasLagExceededWinsOverTablesNotRead(t *testing.T) {
 	t.Parallel()
-	e := newTenants(t)
-	e.add(t, "a", true)
+	e := newTenants(t, "a")
 	e.write(t, "a")
 	e.add(t, "new", false)
 	code, out, errOut := outbox(t, append([]string{"status", "--max-lag", "1ms", "--json"}, e.flags()...)...)
@@ -242,8 +219,7 @@ func TestStatusSchemasLagExceededWinsOverTablesNotRead(t *testing.T) {
 // serves a table.
 func TestRelaySchemasFailsAtStartForAPatternSelectingNothing(t *testing.T) {
 	t.Parallel()
-	e := newTenants(t)
-	e.add(t, "a", true)
+	e := newTenants(t, "a")
 	code, _, errOut := outbox(t, "relay", "--dev-broker", "--database-url", e.base.URL, "--schemas", e.prefix+"_typo_*")
 	if code != 1 || !strings.Contains(errOut, "selects no schema") {
 		t.Errorf("a pattern matching nothing: exit %d, stderr %q; want 1 and the reason", code, errOut)
@@ -277,9 +253,7 @@ func TestRelaySchemasFailsAtStartForAPatternSelectingNothing(t *testing.T) {
 // txoutbox_table, and stops cleanly.
 func TestRelaySchemas(t *testing.T) {
 	t.Parallel()
-	e := newTenants(t)
-	e.add(t, "a", true)
-	e.add(t, "b", true)
+	e := newTenants(t, "a", "b")
 	e.write(t, "a")
 	e.write(t, "b")
 	b := startOutbox(t, nil, append([]string{"relay", "--dev-broker", "--discover-interval", "200ms", "--metrics-addr", "127.0.0.1:0",

@@ -121,9 +121,7 @@ func statusOf(t *testing.T, req *http.Request) int {
 // selects no schema fails at start.
 func TestUISchemas(t *testing.T) {
 	t.Parallel()
-	e := newTenants(t)
-	e.add(t, "a", true)
-	e.add(t, "b", true)
+	e := newTenants(t, "a", "b")
 	e.write(t, "b")
 	code, _, errOut := outbox(t, "ui", "--listen", "127.0.0.1:0", "--database-url", e.base.URL, "--schemas", e.prefix+"_typo_*")
 	if code != 1 || !strings.Contains(errOut, "selects no schema") {

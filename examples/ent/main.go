@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
 	"time"
 
 	"entgo.io/ent/dialect"
@@ -33,11 +32,7 @@ import (
 const schema = "txoutbox_ent_example"
 
 func main() {
-	err := run(context.Background())
-	demo.Shutdown() // the embedded PostgreSQL, if one was started
-	if err != nil {
-		log.Fatal(err)
-	}
+	demo.Main(context.Background(), run)
 }
 
 func run(ctx context.Context) error {

@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -31,11 +30,7 @@ import (
 const schema = "txoutbox_gorm_example"
 
 func main() {
-	err := run(context.Background())
-	demo.Shutdown() // the embedded PostgreSQL, if one was started
-	if err != nil {
-		log.Fatal(err)
-	}
+	demo.Main(context.Background(), run)
 }
 
 func run(ctx context.Context) error {

@@ -53,11 +53,7 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, *addr, *once)
-	demo.Shutdown() // the embedded PostgreSQL, if one was started
-	if err != nil {
-		log.Fatal(err)
-	}
+	demo.Main(ctx, func(ctx context.Context) error { return run(ctx, *addr, *once) })
 }
 
 func run(ctx context.Context, addr string, once bool) error {

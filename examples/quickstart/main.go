@@ -17,7 +17,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log"
 	"log/slog"
 	"os"
 	"time"
@@ -32,11 +31,7 @@ import (
 )
 
 func main() {
-	err := run(context.Background())
-	demo.Shutdown() // the embedded PostgreSQL, if one was started
-	if err != nil {
-		log.Fatal(err)
-	}
+	demo.Main(context.Background(), run)
 }
 
 func run(ctx context.Context) error {

@@ -5,6 +5,14 @@ import (
 	"testing"
 )
 
+// wantLine checks the line s prints.
+func wantLine(t *testing.T, s summary, want string) {
+	t.Helper()
+	if got := s.String(); got != want {
+		t.Errorf("summary line:\n got %s\nwant %s", got, want)
+	}
+}
+
 func TestSummaryLine(t *testing.T) {
 	s := newSummary()
 	s.RelayEPS, s.Relay3EPS, s.NaiveEPS, s.ForwarderEPS = 30000, 28000.4, 1200, 4000
@@ -26,9 +34,7 @@ func TestSummaryLine(t *testing.T) {
 		" cpu_us_per_event=52.50 plain_cpu_us_per_event=36.60 wal_bytes_per_event=612 plain_wal_bytes_per_event=401" +
 		" wal_eps=60000 wal_vs_relay=2.00 wal_pg_us_per_event=12.35 wal_wal_bytes_per_event=410.00 wal_p99_ms=9.50" +
 		" pg_vs_plain=0.91 cpu_vs_plain=0.80 broker=kfake debezium_eps=- wal_vs_debezium=- wal_cpu_vs_debezium=- wal_p99_vs_debezium=- river_eps=- river1_eps=- relay_vs_river1=- relay_vs_river=- relay_pg_vs_river=- river_order_violations=- scheduled_vs_relay=0.99 scheduled_pg_vs_relay=1.02"
-	if got := s.String(); got != want {
-		t.Errorf("summary line:\n got %s\nwant %s", got, want)
-	}
+	wantLine(t, s, want)
 }
 
 func TestSummaryLineMissing(t *testing.T) {
@@ -42,9 +48,7 @@ func TestSummaryLineMissing(t *testing.T) {
 		" cpu_us_per_event=- plain_cpu_us_per_event=- wal_bytes_per_event=- plain_wal_bytes_per_event=-" +
 		" wal_eps=- wal_vs_relay=- wal_pg_us_per_event=- wal_wal_bytes_per_event=- wal_p99_ms=-" +
 		" pg_vs_plain=- cpu_vs_plain=- broker=kfake debezium_eps=- wal_vs_debezium=- wal_cpu_vs_debezium=- wal_p99_vs_debezium=- river_eps=- river1_eps=- relay_vs_river1=- relay_vs_river=- relay_pg_vs_river=- river_order_violations=- scheduled_vs_relay=- scheduled_pg_vs_relay=-"
-	if got := s.String(); got != want {
-		t.Errorf("summary line:\n got %s\nwant %s", got, want)
-	}
+	wantLine(t, s, want)
 	if !math.IsNaN(s.ceiling()) {
 		t.Errorf("ceiling without its inputs = %v, want NaN", s.ceiling())
 	}

@@ -250,45 +250,36 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, kafka []str
 
 // runScale runs a scale scenario in a fresh schema and scenario directory.
 func runScale(ctx context.Context, serverDB string, kafka []string, bin harness.Binaries, dir string, seed uint64, sc harness.Scale, keep bool) (line string, err error) {
-	db, err := testkit.CreateSchema(ctx, serverDB, testkit.SchemaName("scale_"+sc.Name), true)
-	if err != nil {
-		return "", err
-	}
-	defer func() {
-		if err == nil && !keep {
-			_ = db.Drop(context.Background())
-		} else {
-			db.SQL.Close()
-		}
-	}()
-	scenarioDir, err := os.MkdirTemp(dir, sc.Name+"-")
-	if err != nil {
-		return "", err
-	}
-	env := &harness.Env{
-		DB:    harness.DB{SQL: db.SQL, URL: db.URL, Schema: db.Name},
-		Bin:   bin,
-		Dir:   scenarioDir,
-		Seed:  seed,
-		Kafka: kafka,
-		Logf: func(format string, args ...any) {
-			fmt.Printf("  %s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
-		},
-	}
-	start := time.Now()
-	line, err = sc.Run(ctx, env)
-	line += fmt.Sprintf(" took_s=%.0f", time.Since(start).Seconds())
-	if err != nil && keep {
-		err = fmt.Errorf("%w (logs in %s)", err, scenarioDir)
-	}
+	env := &harness.Env{Bin: bin, Seed: seed, Kafka: kafka}
+	err = inScenario(ctx, serverDB, dir, "scale_", sc.Name, keep, env, func() error {
+		start := time.Now()
+		var err error
+		line, err = sc.Run(ctx, env)
+		line += fmt.Sprintf(" took_s=%.0f", time.Since(start).Seconds())
+		return err
+	})
 	return line, err
 }
 
 // runOne runs plan in a fresh schema and scenario directory.
 func runOne(ctx context.Context, serverDB string, cluster *testkit.Cluster, kafka []string, bin harness.Binaries, dir string, seed uint64, plan harness.Plan, keep bool) (res harness.Result, err error) {
-	db, err := testkit.CreateSchema(ctx, serverDB, testkit.SchemaName("chaos_"+plan.Name), true)
+	env := &harness.Env{Bin: bin, Seed: seed, Cluster: cluster, Kafka: kafka}
+	err = inScenario(ctx, serverDB, dir, "chaos_", plan.Name, keep, env, func() error {
+		var err error
+		res, err = harness.Run(ctx, env, plan)
+		return err
+	})
+	return res, err
+}
+
+// inScenario completes env with a fresh schema (prefix and name) and a
+// scenario directory under dir, for the scenario's logs, and calls run. The
+// schema is dropped after a success unless keep; with keep, a failure
+// says where the logs are.
+func inScenario(ctx context.Context, serverDB, dir, prefix, name string, keep bool, env *harness.Env, run func() error) (err error) {
+	db, err := testkit.CreateSchema(ctx, serverDB, testkit.SchemaName(prefix+name), true)
 	if err != nil {
-		return res, err
+		return err
 	}
 	defer func() {
 		if err == nil && !keep {
@@ -297,24 +288,15 @@ func runOne(ctx context.Context, serverDB string, cluster *testkit.Cluster, kafk
 			db.SQL.Close()
 		}
 	}()
-	scenarioDir, err := os.MkdirTemp(dir, plan.Name+"-")
-	if err != nil {
-		return res, err
+	if env.Dir, err = os.MkdirTemp(dir, name+"-"); err != nil {
+		return err
 	}
-	env := &harness.Env{
-		DB:      harness.DB{SQL: db.SQL, URL: db.URL, Schema: db.Name},
-		Bin:     bin,
-		Dir:     scenarioDir,
-		Seed:    seed,
-		Cluster: cluster,
-		Kafka:   kafka,
-		Logf: func(format string, args ...any) {
-			fmt.Printf("  %s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
-		},
+	env.DB = harness.DB{SQL: db.SQL, URL: db.URL, Schema: db.Name}
+	env.Logf = func(format string, args ...any) {
+		fmt.Printf("  %s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 	}
-	res, err = harness.Run(ctx, env, plan)
-	if err != nil && keep {
-		err = fmt.Errorf("%w (logs in %s)", err, scenarioDir)
+	if err = run(); err != nil && keep {
+		err = fmt.Errorf("%w (logs in %s)", err, env.Dir)
 	}
-	return res, err
+	return err
 }

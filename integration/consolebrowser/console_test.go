@@ -119,10 +119,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
 	db := testkit.NewOutbox(t)
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := testkit.NewWriter(t, db.Table())
 	// 3 published, 4 pending and 2 dead events.
 	var events []txoutbox.Event
 	for i, spec := range [][2]string{
@@ -137,16 +134,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		events = append(events, e)
 	}
 	bg := context.Background()
-	tx, err := db.SQL.BeginTx(bg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(bg, tx, events...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Commit(t, bg, db.SQL, w, events...)
 	const deadErr = "kafka: Failed to produce message to topic payments: kafka server: Message was too large"
 	for _, q := range []string{
 		`UPDATE outbox SET state = 'published', published_at = now() WHERE id <= 3`,

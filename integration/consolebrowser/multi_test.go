@@ -18,27 +18,15 @@ import (
 // seed writes n events to db's outbox, row 1 dead, the others pending.
 func seed(t *testing.T, db *testkit.DB, n int) {
 	t.Helper()
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bg := context.Background()
-	tx, err := db.SQL.BeginTx(bg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var events []txoutbox.Event
 	for i := range n {
 		e, err := txoutbox.NewEvent("orders", "order", "o-"+string(rune('a'+i)), "order.placed", map[string]any{"n": i})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := w.Write(bg, tx, e); err != nil {
-			t.Fatal(err)
-		}
+		events = append(events, e)
 	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Commit(t, context.Background(), db.SQL, testkit.NewWriter(t, db.Table()), events...)
 	if _, err := db.SQL.Exec(`UPDATE outbox SET state = 'dead', attempts = 10, last_error = 'refused' WHERE id = 1`); err != nil {
 		t.Fatal(err)
 	}

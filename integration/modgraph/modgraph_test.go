@@ -38,6 +38,15 @@ var watermill = []string{
 	"github.com/klauspost/compress", "github.com/kr/text", "golang.org/x/sys", "google.golang.org/protobuf",
 }
 
+// gormoutbox is gormoutbox with GORM and what their go.mod files require:
+// gormoutbox's tests use the PostgreSQL driver; GORM's go.mod requires the
+// SQLite one.
+var gormoutbox = []string{
+	"github.com/txoutbox/txoutbox/gormoutbox",
+	"gorm.io/gorm", "github.com/jinzhu/inflection", "github.com/jinzhu/now",
+	"gorm.io/driver/postgres", "gorm.io/driver/sqlite", "github.com/mattn/go-sqlite3",
+}
+
 // cases are the packages a user imports alone, and what each may bring on
 // top of base.
 var cases = []struct {
@@ -48,13 +57,7 @@ var cases = []struct {
 	{
 		name:    "gormoutbox",
 		imports: []string{"github.com/txoutbox/txoutbox/gormoutbox"},
-		allowed: [][]string{base, {
-			"github.com/txoutbox/txoutbox/gormoutbox",
-			"gorm.io/gorm", "github.com/jinzhu/inflection", "github.com/jinzhu/now",
-			// gormoutbox's tests use the PostgreSQL driver; GORM's go.mod
-			// requires the SQLite one.
-			"gorm.io/driver/postgres", "gorm.io/driver/sqlite", "github.com/mattn/go-sqlite3",
-		}},
+		allowed: [][]string{base, gormoutbox},
 	},
 	{
 		name:    "entoutbox",
@@ -119,11 +122,7 @@ var cases = []struct {
 		// and no more (no Watermill, no relay).
 		name:    "gormoutbox with outboxtest",
 		imports: []string{"github.com/txoutbox/txoutbox/gormoutbox", "github.com/txoutbox/txoutbox/outboxtest"},
-		allowed: [][]string{base, {
-			"github.com/txoutbox/txoutbox/gormoutbox",
-			"gorm.io/gorm", "github.com/jinzhu/inflection", "github.com/jinzhu/now",
-			"gorm.io/driver/postgres", "gorm.io/driver/sqlite", "github.com/mattn/go-sqlite3",
-		}},
+		allowed: [][]string{base, gormoutbox},
 	},
 	{
 		// The recording publisher and Drain: the relay's graph.

@@ -18,12 +18,7 @@ import (
 func TestRelayThroughRabbitMQ(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
-	b := &bundle{db: db}
-	w, err := newWriterFor(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.writer = w
+	b := &bundle{db: db, writer: testkit.NewWriter(t, db.Table())}
 	topic := "txoutbox_test_" + db.Schema
 	want := b.write(t, topic, 200, 5)
 

@@ -100,13 +100,7 @@ func TestPoisonEventGoesDeadOthersFlow(t *testing.T) {
 	want := b.write(t, "orders", 200, 10)
 	big, _ := txoutbox.NewEvent("orders", "order", "poison", "order.huge", strings.Repeat("x", 10_000))
 	after, _ := txoutbox.NewEvent("orders", "order", "poison", "order.after", map[string]int{"seq": 1})
-	tx, _ := b.db.SQL.Begin()
-	if err := b.writer.Write(ctx, tx, big, after); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Commit(t, ctx, b.db.SQL, b.writer, big, after)
 	cfg := b.fastConfig()
 	cfg.MaxAttempts = 3
 	runRelay(t, b.db, pub, cfg)

@@ -30,15 +30,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	db := testkit.NewOutbox(t)
 	kafka := kafkatest.New(t)
-	w, err := newWriterFor(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &bundle{db: db, brokers: kafka.ListenAddrs(), writer: w}
-}
-
-func newWriterFor(db *testkit.DB) (*txoutbox.Writer, error) {
-	return txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
+	return &bundle{db: db, brokers: kafka.ListenAddrs(), writer: testkit.NewWriter(t, db.Table())}
 }
 
 // fastConfig shortens every interval so tests run in seconds.
@@ -86,10 +78,6 @@ func (b *bundle) write(t *testing.T, topic string, n, aggregates int) []written 
 	ctx := context.Background()
 	var out []written
 	for start := 0; start < n; start += 100 {
-		tx, err := b.db.SQL.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var events []txoutbox.Event
 		for i := start; i < min(start+100, n); i++ {
 			agg := fmt.Sprintf("agg-%d", i%aggregates)
@@ -100,12 +88,7 @@ func (b *bundle) write(t *testing.T, topic string, n, aggregates int) []written 
 			events = append(events, e)
 			out = append(out, written{id: e.ID.String(), aggregate: agg, seq: i})
 		}
-		if err := b.writer.Write(ctx, tx, events...); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		testkit.Commit(t, ctx, b.db.SQL, b.writer, events...)
 	}
 	return out
 }

@@ -12,9 +12,7 @@ import (
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	reader, mp := recordMetrics(t)
-	cfg := b.fastConfig()
-	cfg.MeterProvider = mp
+	cfg, reader := b.meteredConfig(t)
 	want := b.write(t, "orders", 100, 4)
 	runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), cfg)
 	check(t, want, consume(t, b.brokers, "orders", len(want), 30*time.Second))

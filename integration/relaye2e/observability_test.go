@@ -30,6 +30,15 @@ func recordMetrics(t *testing.T) (*sdkmetric.ManualReader, *sdkmetric.MeterProvi
 	return reader, mp
 }
 
+// meteredConfig is fastConfig with the relay's metrics recorded by the
+// reader it returns.
+func (b *bundle) meteredConfig(t *testing.T) (relay.Config, *sdkmetric.ManualReader) {
+	reader, mp := recordMetrics(t)
+	cfg := b.fastConfig()
+	cfg.MeterProvider = mp
+	return cfg, reader
+}
+
 // collect reads what the reader's provider has recorded so far.
 func collect(t *testing.T, reader sdkmetric.Reader) metricdata.ResourceMetrics {
 	t.Helper()
@@ -80,9 +89,7 @@ func (p *pacedPublisher) Close() error { return nil }
 func TestPublishDurationHistogram(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	reader, mp := recordMetrics(t)
-	cfg := b.fastConfig()
-	cfg.MeterProvider = mp
+	cfg, reader := b.meteredConfig(t)
 	cfg.MaxAttempts = 1
 	b.write(t, "orders", 12, 12)
 	b.write(t, "refused", 1, 1)
@@ -174,16 +181,7 @@ func TestWALRelayRecordsPublishSpansAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := db.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(context.Background(), tx, ev); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Commit(t, context.Background(), db.SQL, w, ev)
 
 	span := waitForSpan(t, spans, "send wal-traced")
 	const scope = "github.com/txoutbox/txoutbox/relay/walrelay"

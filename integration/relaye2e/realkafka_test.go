@@ -38,10 +38,7 @@ func realSetup(t *testing.T, exclusive bool, topicConfigs map[string]string) (*b
 		brokers = kafkatest.Cluster(t)
 	}
 	db := testkit.NewOutbox(t)
-	w, err := newWriterFor(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := testkit.NewWriter(t, db.Table())
 	topic := "txoutbox_" + db.Schema
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -155,16 +152,7 @@ func TestApacheKafkaRefusesAnOversizeRecord(t *testing.T) {
 	want := b.write(t, topic, 300, 10)
 	big, _ := txoutbox.NewEvent(topic, "order", "big", "order.huge", strings.Repeat("x", 20_000))
 	after, _ := txoutbox.NewEvent(topic, "order", "big", "order.after", map[string]int{"seq": 1})
-	tx, err := b.db.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.writer.Write(context.Background(), tx, big, after); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Commit(t, context.Background(), b.db.SQL, b.writer, big, after)
 	cfg := b.fastConfig()
 	cfg.MaxAttempts = 3
 	runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), cfg)

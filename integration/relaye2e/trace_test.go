@@ -17,6 +17,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/kafkatest"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
@@ -29,20 +30,11 @@ func TestTraceThroughTheOutbox(t *testing.T) {
 
 	// The application: a request span, and the event written in it.
 	ctx, reqSpan := tp.Tracer("app").Start(context.Background(), "POST /orders")
-	tx, err := b.db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ev, err := txoutbox.NewEvent("traced", "order", "o-1", "order.placed", map[string]string{"id": "o-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.writer.Write(ctx, tx, ev); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Commit(t, ctx, b.db.SQL, b.writer, ev)
 	reqSpan.End()
 	written := reqSpan.SpanContext()
 

@@ -44,7 +44,7 @@ func headersOf(t *testing.T, db *testkit.DB) []map[string]string {
 func TestWriterCapturesTraceContext(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	tp := sdktrace.NewTracerProvider()
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	ctx, span := tp.Tracer("test").Start(context.Background(), "POST /orders")
@@ -109,16 +109,7 @@ func TestWriterPropagatorCanBeTurnedOff(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	ctx, span := tp.Tracer("test").Start(context.Background(), "op")
 	defer span.End()
-	tx, err := db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(ctx, tx, event("1", 1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Commit(t, ctx, db.SQL, w, event("1", 1))
 	if got := headersOf(t, db); len(got[0]) != 0 {
 		t.Errorf("headers = %v, want none with an empty propagator", got[0])
 	}
@@ -129,7 +120,7 @@ func TestWriterPropagatorCanBeTurnedOff(t *testing.T) {
 // Not parallel: it sets the global propagator.
 func TestWriterDefaultsToTheGlobalPropagator(t *testing.T) {
 	db := testkit.NewOutbox(t)
-	w := newWriter(t, db)
+	w := testkit.NewWriter(t, db.Table())
 	prev := otel.GetTextMapPropagator()
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	defer otel.SetTextMapPropagator(prev)
@@ -144,16 +135,7 @@ func TestWriterDefaultsToTheGlobalPropagator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := db.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(ctx, tx, e); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Commit(t, ctx, db.SQL, w, e)
 	h := headersOf(t, db)[0]
 	if h["baggage"] != "tenant=acme" || h["traceparent"] == "" {
 		t.Fatalf("headers = %v, want traceparent and the baggage the global propagator injects", h)

@@ -205,3 +205,21 @@ func IndentJSON(src []byte, limit int) ([]byte, bool) {
 	}
 	return out, true
 }
+
+// List renders n items one a line, each indented four spaces as item(i)
+// renders it, the first max of them and then how many more there are: the
+// events a failure of outboxtest or relaytest lists.
+func List(n, max int, item func(i int) string) string {
+	var b strings.Builder
+	for i := range n {
+		if i == max {
+			fmt.Fprintf(&b, "\n    … and %d more", n-max)
+			break
+		}
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString("    " + item(i))
+	}
+	return b.String()
+}

@@ -68,3 +68,16 @@ func TestIndentJSON(t *testing.T) {
 		t.Error("IndentJSON of 9,999 nested arrays fit in 1 MiB")
 	}
 }
+
+func TestList(t *testing.T) {
+	item := func(i int) string { return string(rune('a' + i)) }
+	if got := List(0, 2, item); got != "" {
+		t.Errorf("List of none = %q", got)
+	}
+	if got := List(2, 2, item); got != "    a\n    b" {
+		t.Errorf("List of max = %q", got)
+	}
+	if got := List(5, 2, item); got != "    a\n    b\n    … and 3 more" {
+		t.Errorf("List past max = %q", got)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/ident"
 )
 
 // EnvDatabaseURL overrides the server the tests use. Default:
@@ -72,20 +73,30 @@ func newDB(t testing.TB, serverURL string, migrate bool) *DB {
 	if err != nil {
 		t.Fatalf("testkit: PostgreSQL at %s is not usable: %v", redact(serverURL), err)
 	}
+	s := NewSchema(t, dbURL, SchemaName("t_"+t.Name()), migrate)
+	return &DB{SQL: s.SQL, URL: s.URL, Schema: s.Name}
+}
+
+// NewSchema is CreateSchema for a test: schema name in the database at
+// dbURL, with the outbox migrated if migrate, dropped when the test ends
+// unless the test dropped it itself (a tenant that goes away, say).
+func NewSchema(t testing.TB, dbURL, name string, migrate bool) *Schema {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := CreateSchema(ctx, dbURL, SchemaName("t_"+t.Name()), migrate)
+	s, err := CreateSchema(ctx, dbURL, name, migrate)
 	if err != nil {
 		t.Fatalf("testkit: %v; %s", err, StartHint)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := s.Drop(ctx); err != nil {
-			t.Logf("testkit: %v", err)
+		defer s.SQL.Close()
+		if _, err := s.SQL.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+ident.Quote(s.Name)+" CASCADE"); err != nil {
+			t.Logf("testkit: drop schema %s: %v", s.Name, err)
 		}
 	})
-	return &DB{SQL: s.SQL, URL: s.URL, Schema: s.Name}
+	return s
 }
 
 // NewOutbox is NewDB with the outbox schema migrated for the default table.

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -64,35 +65,34 @@ func confirmed(r *http.Request) (outboxadmin.Filter, error) {
 }
 
 func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request) {
-	f, err := confirmed(r)
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	retried, err := c.adm.Retry(r.Context(), f, false)
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	c.log.Info("outbox console: retried dead events", "count", len(retried), "ids", logIDs(f.IDs),
-		"filter", filterAttrs(f), "remote", r.RemoteAddr, operatorAttr(r))
-	c.render(w, r, http.StatusOK, "done", "dead", doneData{Action: "retry", Count: int64(len(retried)), Retried: retried})
+	deadChange(c, w, r, c.adm.Retry, "outbox console: retried dead events", func(retried []outboxadmin.Retried) doneData {
+		return doneData{Action: "retry", Count: int64(len(retried)), Retried: retried}
+	})
 }
 
 func (c *Console) deadDrop(w http.ResponseWriter, r *http.Request) {
+	deadChange(c, w, r, c.adm.Drop, "outbox console: dropped dead events", func(dropped []outboxadmin.Row) doneData {
+		return doneData{Action: "drop", Count: int64(len(dropped)), Rows: dropped}
+	})
+}
+
+// deadChange is a confirmed retry or drop: change applied to the previewed
+// ids, logged as msg with who asked, and its outcome shown as done says.
+func deadChange[T any](c *Console, w http.ResponseWriter, r *http.Request,
+	change func(context.Context, outboxadmin.Filter, bool) ([]T, error), msg string, done func([]T) doneData) {
 	f, err := confirmed(r)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	dropped, err := c.adm.Drop(r.Context(), f, false)
+	changed, err := change(r.Context(), f, false)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	c.log.Info("outbox console: dropped dead events", "count", len(dropped), "ids", logIDs(f.IDs),
+	c.log.Info(msg, "count", len(changed), "ids", logIDs(f.IDs),
 		"filter", filterAttrs(f), "remote", r.RemoteAddr, operatorAttr(r))
-	c.render(w, r, http.StatusOK, "done", "dead", doneData{Action: "drop", Count: int64(len(dropped)), Rows: dropped})
+	c.render(w, r, http.StatusOK, "done", "dead", done(changed))
 }
 
 // replayQuery is the replay form, as given and parsed.

@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -15,7 +14,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,26 +31,9 @@ type bundle struct {
 	srv    *httptest.Server
 	client *http.Client
 	base   string // the console's root URL
-	log    *syncBuffer
+	log    *testkit.SyncBuffer
 	// ids of the seeded rows by state.
 	pending, published, dead []int64
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // setup seeds 3 pending events (topic orders), 2 published (orders) and 2
@@ -60,11 +41,8 @@ func (s *syncBuffer) String() string {
 func setup(t testing.TB, opts console.Options) *bundle {
 	t.Helper()
 	db := testkit.NewOutbox(t)
-	b := &bundle{db: db, log: &syncBuffer{}}
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := &bundle{db: db, log: &testkit.SyncBuffer{}}
+	w := testkit.NewWriter(t, db.Table())
 	ctx := context.Background()
 	write := func(topic, agg, typ string) int64 {
 		t.Helper()
@@ -72,16 +50,7 @@ func setup(t testing.TB, opts console.Options) *bundle {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx, err := db.SQL.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Write(ctx, tx, e); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		testkit.Commit(t, ctx, db.SQL, w, e)
 		var id int64
 		if err := db.SQL.QueryRow(`SELECT max(id) FROM outbox`).Scan(&id); err != nil {
 			t.Fatal(err)
@@ -110,16 +79,22 @@ func setup(t testing.TB, opts console.Options) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.serve(t, con)
+	return b
+}
+
+// serve mounts h under /admin/outbox/ and serves it to b's client, which
+// keeps cookies and does not follow redirects.
+func (b *bundle) serve(t testing.TB, h http.Handler) {
 	mux := http.NewServeMux()
-	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", con))
+	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", h))
 	// The bare prefix too: the console sends it to the prefix with a slash.
-	mux.Handle("/admin/outbox", http.StripPrefix("/admin/outbox", con))
+	mux.Handle("/admin/outbox", http.StripPrefix("/admin/outbox", h))
 	b.srv = httptest.NewServer(mux)
 	t.Cleanup(b.srv.Close)
 	jar, _ := cookiejar.New(nil)
 	b.client = &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	b.base = b.srv.URL + "/admin/outbox/"
-	return b
 }
 
 func exec(t testing.TB, db *testkit.DB, q string, args ...any) {

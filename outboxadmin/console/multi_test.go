@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"slices"
@@ -40,7 +38,7 @@ func newTenants(t *testing.T, opts console.Options, names ...string) *tenants {
 	t.Helper()
 	base := testkit.NewDB(t)
 	e := &tenants{dbURL: base.URL, prefix: testkit.SchemaName("mt"), schemas: map[string]*testkit.Schema{}}
-	e.log = &syncBuffer{}
+	e.log = &testkit.SyncBuffer{}
 	for _, n := range names {
 		e.add(t, n)
 	}
@@ -71,31 +69,11 @@ func newTenants(t *testing.T, opts console.Options, names ...string) *tenants {
 	return e
 }
 
-// serve mounts h under /admin/outbox/.
-func (b *bundle) serve(t *testing.T, h http.Handler) {
-	mux := http.NewServeMux()
-	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", h))
-	b.srv = httptest.NewServer(mux)
-	t.Cleanup(b.srv.Close)
-	jar, _ := cookiejar.New(nil)
-	b.client = &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	b.base = b.srv.URL + "/admin/outbox/"
-}
-
 // add creates the tenant name's schema with its outbox migrated.
 func (e *tenants) add(t *testing.T, name string) *testkit.Schema {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := testkit.CreateSchema(ctx, e.dbURL, e.prefix+"_"+name, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := testkit.NewSchema(t, e.dbURL, e.prefix+"_"+name, true)
 	e.schemas[name] = s
-	t.Cleanup(func() {
-		_, _ = s.SQL.Exec("DROP SCHEMA IF EXISTS " + ident.Quote(s.Name) + " CASCADE")
-		s.SQL.Close()
-	})
 	return s
 }
 
@@ -116,28 +94,18 @@ func (e *tenants) path(name string) string { return "tables/" + e.prefix + "_" +
 func (e *tenants) seed(t *testing.T, name string, n, dead int) []int64 {
 	t.Helper()
 	s := e.schemas[name]
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: s.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := testkit.NewWriter(t, s.Table())
 	var ids []int64
 	for i := range n {
 		ev, err := txoutbox.NewEvent("orders", "order", fmt.Sprintf("%s-%d", name, i), "order.placed", map[string]string{"tenant": name})
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx, err := s.SQL.Begin()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Write(context.Background(), tx, ev); err != nil {
-			t.Fatal(err)
-		}
+		testkit.Commit(t, context.Background(), s.SQL, w, ev)
+		// The tenant's schema is the test's own and seeded one event at a
+		// time, so its newest row is this event's.
 		var id int64
-		if err := tx.QueryRow(`SELECT max(id) FROM outbox`).Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
+		if err := s.SQL.QueryRow(`SELECT max(id) FROM outbox`).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
 		if i < dead {
@@ -352,7 +320,7 @@ func TestMultiIndexCostIsBounded(t *testing.T) {
 	for i := range 120 {
 		tables = append(tables, txoutbox.Table{Schema: fmt.Sprintf("absent_%03d", i)}) // no such schema: every read fails, and is logged
 	}
-	log := &syncBuffer{}
+	log := &testkit.SyncBuffer{}
 	m, err := console.NewMulti(db.SQL, outboxadmin.Config{}, func(context.Context) ([]txoutbox.Table, error) { return tables, nil },
 		console.Options{Logger: slog.New(slog.NewTextHandler(log, nil)), SampleEvery: time.Hour})
 	if err != nil {
@@ -465,7 +433,7 @@ func TestMultiListFailure(t *testing.T) {
 		}
 		return []txoutbox.Table{{Schema: db.Schema}}, nil
 	}
-	log := &syncBuffer{}
+	log := &testkit.SyncBuffer{}
 	m, err := console.NewMulti(db.SQL, outboxadmin.Config{}, list, console.Options{DiscoverInterval: time.Nanosecond, Logger: slog.New(slog.NewTextHandler(log, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/human"
 	"github.com/txoutbox/txoutbox/outboxtest"
 	"github.com/txoutbox/txoutbox/relay"
 )
@@ -216,19 +216,11 @@ const shownEvents = 20
 
 // list is events one a line, each with its last error.
 func list(events []outboxtest.Event) string {
-	var b strings.Builder
-	for i, e := range events {
-		if i == shownEvents {
-			fmt.Fprintf(&b, "\n    … and %d more", len(events)-shownEvents)
-			break
-		}
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString("    " + e.String())
+	return human.List(len(events), shownEvents, func(i int) string {
+		e := events[i]
 		if e.LastError != "" {
-			b.WriteString(": " + e.LastError)
+			return e.String() + ": " + e.LastError
 		}
-	}
-	return b.String()
+		return e.String()
+	})
 }

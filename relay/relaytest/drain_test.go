@@ -17,21 +17,8 @@ import (
 
 func write(t *testing.T, db *sql.DB, events ...txoutbox.Event) {
 	t.Helper()
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if err := w.Write(context.Background(), tx, events...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	// The default table: db's search_path is the test's schema.
+	testkit.Commit(t, context.Background(), db, testkit.NewWriter(t, txoutbox.Table{}), events...)
 }
 
 func event(t *testing.T, topic, aggregateID, typ string) txoutbox.Event {

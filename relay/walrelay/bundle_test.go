@@ -109,6 +109,14 @@ func runActive(t *testing.T, r *Relay) (stop func() error) {
 	return stop
 }
 
+// startRelay runs a relay of the bundle's configuration until it streams:
+// the relay and how to stop it (see runActive).
+func (b *bundle) startRelay(t *testing.T) (*Relay, func() error) {
+	t.Helper()
+	r := b.newRelay(t, b.config())
+	return r, runActive(t, r)
+}
+
 // setUpSlot runs a relay of cfg until it streams, and stops it: its slot
 // and publication are set up, with nothing written yet.
 func (b *bundle) setUpSlot(t *testing.T, cfg relayConfig) {

@@ -216,7 +216,7 @@ func TestSlotMadeByHandPublishesTheTable(t *testing.T) {
 	b := setup(t)
 	old := b.write(t, "a", "b", "c")
 	b.slotByHand(t)
-	runActive(t, b.newRelay(t, b.config()))
+	b.startRelay(t)
 	b.pub.waitFor(t, old...)
 	later := b.write(t, "a")
 	b.pub.waitFor(t, later...)
@@ -296,7 +296,7 @@ func TestHalfMadeSlotKeepsItsTableLessEvents(t *testing.T) {
 	slot, pub := b.slotByHand(t)
 	b.exec(t, `COMMENT ON PUBLICATION `+pub+` IS 'txoutbox: initialising slot `+slot+`'`)
 	tableLess := b.writeTableLess(t, "m", "n")
-	runActive(t, b.newRelay(t, b.config()))
+	b.startRelay(t)
 	b.pub.waitFor(t, append(old, tableLess...)...)
 }
 
@@ -467,7 +467,7 @@ func TestNoSlotWhilePollingRelaysRun(t *testing.T) {
 		t.Fatalf("published %v beside the polling relay", b.pub.ids())
 	}
 	b.exec(t, `DELETE FROM outbox_relays`)
-	runActive(t, b.newRelay(t, b.config()))
+	b.startRelay(t)
 	b.pub.waitFor(t, pending...)
 }
 
@@ -549,7 +549,7 @@ func TestTakenOverSlotPublishesEachRowOnce(t *testing.T) {
 	b := setup(t)
 	b.slotByHand(t)
 	rows := b.write(t, "a", "b", "c")
-	runActive(t, b.newRelay(t, b.config()))
+	b.startRelay(t)
 	later := b.write(t, "a")
 	b.pub.waitFor(t, append(rows, later...)...)
 	for _, e := range append(rows, later...) {
@@ -593,8 +593,7 @@ func TestMarkerRoundTrip(t *testing.T) {
 func TestReconnectDoesNotWalkTheTableAgain(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	r := b.newRelay(t, b.config())
-	runActive(t, r)
+	r, _ := b.startRelay(t)
 	b.pub.waitFor(t, b.write(t, "a")...)
 	b.lockTable(t)
 	b.exec(t, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1`, r.Slot())
@@ -676,8 +675,7 @@ func TestSetupOfAFoundSlotSettlesUpToTheHighestRow(t *testing.T) {
 	b := setup(t)
 	b.slotByHand(t)
 	events := b.write(t, "a", "b", "c")
-	r := b.newRelay(t, b.config())
-	runActive(t, r)
+	b.startRelay(t)
 	b.pub.waitFor(t, events...)
 	if m := b.markerOf(t); m.settled != 3 {
 		t.Fatalf("marker %+v, want settled row 3", m)
@@ -702,7 +700,7 @@ func TestNoSlotWhileScheduledEventsWait(t *testing.T) {
 		t.Fatal("the scheduled event was published")
 	}
 	b.exec(t, `UPDATE outbox SET not_before = now() - interval '1 second', retry_at = now() - interval '1 second'`)
-	runActive(t, b.newRelay(t, b.config()))
+	b.startRelay(t)
 	testkit.WaitFor(t, 10*time.Second, "the event, due now, is published", func() bool { return len(b.pub.ids()) == 1 })
 	late := b.events(t, "a")
 	late[0].NotBefore = time.Now().Add(time.Hour)

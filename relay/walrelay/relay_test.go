@@ -23,7 +23,7 @@ import (
 func TestPublishesThePollingRelaysMessage(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	runActive(t, b.newRelay(t, b.config()))
+	b.startRelay(t)
 	events := b.write(t, "a", "b")
 	b.pub.waitFor(t, events...)
 	for _, e := range events {
@@ -105,8 +105,7 @@ func TestBothModesSendTheSameMessage(t *testing.T) {
 func TestPublicationListsOnlyTheEventColumns(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	r := b.newRelay(t, b.config())
-	runActive(t, r)
+	r, _ := b.startRelay(t)
 	b.pub.waitFor(t, b.write(t, "a")...)
 	ctx := context.Background()
 	var version int
@@ -132,7 +131,7 @@ func TestPublicationListsOnlyTheEventColumns(t *testing.T) {
 func TestCommitOrderWithoutRowLocks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	runActive(t, b.newRelay(t, b.config()))
+	b.startRelay(t)
 	for round := range 5 {
 		txA := b.begin(t)
 		a := b.events(t, "agg")
@@ -156,8 +155,7 @@ func TestCommitOrderWithoutRowLocks(t *testing.T) {
 func TestConfirmedStopsAtTheFirstUnacknowledgedTransaction(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	r := b.newRelay(t, b.config())
-	runActive(t, r)
+	r, _ := b.startRelay(t)
 	first := b.write(t, "warmup")
 	b.pub.waitFor(t, first...)
 	held, release := b.commitHeld(t, "held")
@@ -431,7 +429,7 @@ func TestConfigValidate(t *testing.T) {
 func TestTableLessEvents(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	runActive(t, b.newRelay(t, b.config()))
+	b.startRelay(t)
 	wal, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: b.db.Table(), WALMessages: true})
 	if err != nil {
 		t.Fatal(err)
@@ -578,7 +576,7 @@ func TestUndecodableRowGoesDead(t *testing.T) {
 			VALUES (gen_random_uuid(), 'orders', 'k', 'x', '\x7b7d', '{"n": 1}')`)
 	}
 	insertBad() // before the slot: the backlog
-	runActive(t, b.newRelay(t, b.config()))
+	b.startRelay(t)
 	insertBad() // through the stream
 	b.pub.waitFor(t, b.write(t, "k")...)
 	testkit.WaitFor(t, 10*time.Second, "both undecodable rows dead", func() bool {

@@ -81,7 +81,7 @@ func TestTakeoverHandsTheRestToThePollingRelay(t *testing.T) {
 func TestTakeoverRefusesAnActiveSlot(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	runActive(t, b.newRelay(t, b.config()))
+	b.startRelay(t)
 	_, err := Takeover(context.Background(), b.db.URL, TakeoverConfig{Table: b.db.Table()})
 	if !errors.Is(err, ErrSlotActive) {
 		t.Fatalf("Takeover: %v, want ErrSlotActive", err)
@@ -94,7 +94,7 @@ func TestTakeoverRefusesAnActiveSlot(t *testing.T) {
 func TestTakeoverWaitsForAStoppingRelaysSlot(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	stop := runActive(t, b.newRelay(t, b.config()))
+	_, stop := b.startRelay(t)
 	stopped := make(chan error, 1)
 	go func() {
 		time.Sleep(time.Second)

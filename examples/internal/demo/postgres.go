@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"os"
 	"os/exec"
@@ -48,6 +49,16 @@ func Shutdown() {
 	if embedded != nil {
 		embedded.stop()
 		embedded = nil
+	}
+}
+
+// Main is an example's main: it calls run with ctx, stops the embedded
+// PostgreSQL if one was started, and then exits on run's error, if any.
+func Main(ctx context.Context, run func(context.Context) error) {
+	err := run(ctx)
+	Shutdown()
+	if err != nil {
+		log.Fatal(err)
 	}
 }
 
