@@ -87,11 +87,8 @@ WITH live AS MATERIALIZED (
     WHERE s.due AND (s.upto <= $5 OR s.id = (SELECT min(id) FROM seen WHERE due))
 ), took AS MATERIALIZED (
     SELECT o.id
-    FROM {{table}} o
-    WHERE o.ctid = ANY (ARRAY(SELECT tid FROM due))
-      AND o.id >= (SELECT min(id) FROM due) AND o.id <= (SELECT max(id) FROM due)
-      AND NOT (o.id NOT IN (SELECT id FROM due))
-      AND o.state NOT IN ('published', 'dead')
+    FROM due d JOIN {{table}} o ON o.ctid = d.tid AND o.id = d.id
+    WHERE o.state NOT IN ('published', 'dead')
       AND ((o.lease_owner IS NULL AND o.next_attempt_at <= now())
         OR (o.lease_owner IS NOT NULL AND (o.lease_expires_at <= now()
             OR o.lease_owner NOT IN (SELECT id FROM live))))
@@ -111,9 +108,8 @@ WITH live AS MATERIALIZED (
 )
 UPDATE {{table}} o
 SET lease_owner = $1, lease_expires_at = now() + $3::interval, next_attempt_at = now() + $3::interval
-WHERE o.ctid = ANY (ARRAY(SELECT tid FROM pick))
-  AND o.id >= (SELECT min(id) FROM pick) AND o.id <= (SELECT max(id) FROM pick)
-  AND NOT (o.id NOT IN (SELECT id FROM pick))
+FROM pick p
+WHERE o.ctid = p.tid AND o.id = p.id
 RETURNING o.id, o.event_id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type,
           o.content_type, o.payload, o.headers, o.created_at, o.attempts, o.xmin`
 
