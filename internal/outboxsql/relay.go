@@ -355,16 +355,18 @@ func (p ClaimFloorProof) RaiseArgs() []any { return []any{p.MaxID, p.Gen} }
 // The rows are reached by id rather than tuple id, so the index fetch
 // prunes the page and the new version finds room there. It commits
 // asynchronously (the setting is read at commit): a lost mark only
-// republishes what the broker has. The lowest and highest id, computed
-// once, bound the rows, so on a partitioned outbox (docs/partitions.md)
-// even a generic plan reaches only the partitions the batch spans. See
-// claim.md.
+// republishes what the broker has. The lowest and highest id bound the
+// rows, as parameters: on a partitioned outbox (docs/partitions.md)
+// PostgreSQL prunes on them when the statement starts, so even a generic
+// plan opens only the partitions the batch spans (computed in the
+// statement, they pruned only as it ran, after every partition's scan was
+// opened). See claim.md.
 const MarkPublished = `
 WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
 UPDATE {{table}} o
 SET state = 'published', published_at = now(), lease_owner = NULL, lease_expires_at = NULL
 WHERE o.id = ANY($1::bigint[]) AND o.lease_owner = $2 AND o.xmin = $3::text::xid
-  AND o.id >= (SELECT min(i) FROM unnest($1::bigint[]) i) AND o.id <= (SELECT max(i) FROM unnest($1::bigint[]) i)
+  AND o.id >= $4::bigint AND o.id <= $5::bigint
   AND o.state IN ('pending', 'claimed')
   AND EXISTS (SELECT 1 FROM async)`
 
@@ -375,9 +377,24 @@ type MarkArgs struct {
 	Version uint32  // $3: the claim's transaction id, the rows' xmin as Claim returned it
 }
 
-// Args returns the parameters in order.
+// Args returns the parameters in order, with the ids' lowest and highest
+// as $4 and $5.
 func (a MarkArgs) Args() []any {
-	return []any{Int64Array(a.IDs), a.Owner, strconv.FormatUint(uint64(a.Version), 10)}
+	lo, hi := span(a.IDs)
+	return []any{Int64Array(a.IDs), a.Owner, strconv.FormatUint(uint64(a.Version), 10), lo, hi}
+}
+
+// span returns the lowest and highest of ids (1 and 0, an empty range, for
+// none).
+func span(ids []int64) (lo, hi int64) {
+	if len(ids) == 0 {
+		return 1, 0
+	}
+	lo, hi = ids[0], ids[0]
+	for _, id := range ids[1:] {
+		lo, hi = min(lo, id), max(hi, id)
+	}
+	return lo, hi
 }
 
 // RowsArgs binds Release.
@@ -386,8 +403,12 @@ type RowsArgs struct {
 	Owner string  // $2: the incarnation that claimed them
 }
 
-// Args returns the parameters in order.
-func (a RowsArgs) Args() []any { return []any{Int64Array(a.IDs), a.Owner} }
+// Args returns the parameters in order, with the ids' lowest and highest
+// as $3 and $4.
+func (a RowsArgs) Args() []any {
+	lo, hi := span(a.IDs)
+	return []any{Int64Array(a.IDs), a.Owner, lo, hi}
+}
 
 // Fail records failed publishes. Every failure counts in attempts, but
 // only a permanent one (the event's own fault) makes a row that reached
@@ -439,7 +460,7 @@ const Release = `
 UPDATE {{table}}
 SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = now()
 WHERE id = ANY($1::bigint[]) AND state IN ('pending', 'claimed') AND lease_owner = $2
-  AND id >= (SELECT min(i) FROM unnest($1::bigint[]) i) AND id <= (SELECT max(i) FROM unnest($1::bigint[]) i)`
+  AND id >= $3::bigint AND id <= $4::bigint`
 
 // RebalancePayload is the NOTIFY payload that asks relays to rebalance now
 // (a relay joined, or gave up shards); writers' notifications carry none.
