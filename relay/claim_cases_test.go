@@ -49,7 +49,7 @@ func TestClaimHoldsBackBehindARowChangedAfterItsSnapshot(t *testing.T) {
 	}
 	j := i + strings.Index(r.sql.claim[i:], "\n)")
 	b.exec(t, `CREATE FUNCTION claim_test_nap() RETURNS bool LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.3); RETURN true; END $$`)
-	r.sql.claim = r.sql.claim[:j] + " WHERE claim_test_nap()" + r.sql.claim[j:]
+	r.sql.claim = r.sql.claim[:j] + " AND claim_test_nap()" + r.sql.claim[j:]
 	done := make(chan string, 1)
 	go func() {
 		rows, err := r.claimer.claim(context.Background(), 100)
@@ -99,7 +99,7 @@ func claimPlanWork(t *testing.T, db *sql.DB, claim, owner string, limit int, set
 	defer conn.ExecContext(ctx, `ROLLBACK`)              //nolint:errcheck
 	defer conn.ExecContext(ctx, `DEALLOCATE work_claim`) //nolint:errcheck
 	var plan string
-	if err := conn.QueryRowContext(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE work_claim('%s', %d, '30 seconds', '%s', 1000000000)`,
+	if err := conn.QueryRowContext(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE work_claim('%s', %d, '30 seconds', '%s', 1000000000, 0)`,
 		owner, limit, outboxsql.ShardMask(allShards()))).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}

@@ -426,7 +426,7 @@ func TestClaimGenericPlanHashesMembership(t *testing.T) {
 			t.Fatalf("%.40s: %v", q, err)
 		}
 	}
-	rows, err := conn.QueryContext(ctx, `EXPLAIN EXECUTE claim('r1#x', 1000, '30 seconds', '`+outboxsql.ShardMask([]int16{1, 2})+`', 1000000)`)
+	rows, err := conn.QueryContext(ctx, `EXPLAIN EXECUTE claim('r1#x', 1000, '30 seconds', '`+outboxsql.ShardMask([]int16{1, 2})+`', 1000000, 0)`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,6 +82,9 @@ type claimerDeps struct {
 	budget  *budget
 	outage  *outage
 	wake    <-chan struct{} // signalled by NOTIFY and new shards: claim now
+	// low is the claim's Low on a partitioned outbox (outboxsql.ClaimLow),
+	// which the floor rounds keep; 0 reads every partition.
+	low *atomic.Int64
 }
 
 func newClaimer(d claimerDeps) *claimer { return &claimer{claimerDeps: d} }
@@ -235,7 +238,11 @@ func (c *claimer) claimWithin(ctx context.Context, limit int, bytes int64) ([]*c
 	if _, err := tx.ExecContext(ctx, c.sql.claimSettings, outboxsql.TimeoutArgs{Timeout: c.cfg.StatementTimeout}.Args()...); err != nil {
 		return nil, fmt.Errorf("claim batch: settings: %w", err)
 	}
-	args := outboxsql.ClaimArgs{Owner: inc.token, Limit: limit, Lease: c.cfg.LeaseDuration, Shards: shards, Bytes: bytes}
+	var low int64
+	if c.low != nil {
+		low = c.low.Load()
+	}
+	args := outboxsql.ClaimArgs{Owner: inc.token, Limit: limit, Lease: c.cfg.LeaseDuration, Shards: shards, Bytes: bytes, Low: low}
 	rows, err := tx.QueryContext(ctx, c.sql.claim, args.Args()...)
 	if err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
@@ -252,6 +259,12 @@ func (c *claimer) claimWithin(ctx context.Context, limit int, bytes int64) ([]*c
 	if err := tx.Commit(); err != nil {
 		c.unconfirmed = out
 		return nil, fmt.Errorf("claim batch: commit: %w", err)
+	}
+	if len(out)+len(bad) == 0 && low > 0 {
+		// The claim takes nothing where low no longer holds (an
+		// operator's retry or replay below it): read every partition
+		// until the next floor round finds low again.
+		c.low.CompareAndSwap(low, 0)
 	}
 	// UPDATE ... RETURNING does not keep the subquery's order.
 	slices.SortFunc(out, func(a, b *claimedRow) int { return cmp.Compare(a.id, b.id) })

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/internal/partitions"
 )
 
 // floorRaiser raises the claim floor (outboxsql.ClaimFloorStart), the id the
@@ -28,6 +30,10 @@ type floorRaiser struct {
 	log      *slog.Logger
 
 	proof *outboxsql.ClaimFloorProof // the round's, until it holds
+
+	// low is the claims' Low on a partitioned outbox (outboxsql.ClaimLow),
+	// found again each round; it stays 0 for one table.
+	low *atomic.Int64
 }
 
 // run raises the floor every interval until ctx ends.
@@ -38,6 +44,9 @@ func (f *floorRaiser) run(ctx context.Context) {
 		if err := f.round(ctx); err != nil && ctx.Err() == nil {
 			f.log.Debug("relay: claim floor round failed", "err", err)
 			f.proof = nil
+		}
+		if err := f.findLow(ctx); err != nil && ctx.Err() == nil {
+			f.log.Debug("relay: claim bound round failed", "err", err)
 		}
 	}
 }
@@ -79,5 +88,67 @@ func (f *floorRaiser) round(ctx context.Context) error {
 		return errNoFloor
 	}
 	f.proof = &p
+	return nil
+}
+
+// findLow sets the claims' Low: on a partitioned outbox, the lower bound
+// of the first partition that may hold an unpublished row, so claims leave
+// the drained partitions below it out when they start (outboxsql.ClaimLow).
+// A failed round leaves the last one: a claim checks it in its own
+// snapshot, and takes nothing (then reads every partition until the next
+// round) where it no longer holds.
+func (f *floorRaiser) findLow(ctx context.Context) error {
+	if f.low == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	leaves, err := partitions.List(ctx, f.db, f.sql.names)
+	if err != nil {
+		return err
+	}
+	var floor int64
+	if err := f.db.QueryRowContext(ctx, f.sql.floorRead).Scan(&floor); err != nil {
+		return fmt.Errorf("claim bound: %w", err)
+	}
+	low, ranges := floor, 0
+	var below []outboxsql.PartitionVars // wholly below the floor: only retries may be unpublished there
+	for _, l := range leaves {
+		if l.Bound.Default || !l.Bound.HasTo {
+			continue
+		}
+		ranges++
+		from := max(l.Bound.From, 0)
+		if !l.Bound.HasFrom {
+			from = 0
+		}
+		if l.Bound.To <= floor {
+			below = append(below, outboxsql.PartitionVars{Partition: l.Name, From: from})
+		} else if from <= floor {
+			low = min(low, from) // the floor's partition
+		}
+	}
+	if ranges == 0 { // one table
+		f.low.Store(0)
+		return nil
+	}
+	if len(below) > 0 {
+		tx, err := f.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() //nolint:errcheck // read-only
+		if _, err := tx.ExecContext(ctx, f.sql.walkSettings, outboxsql.TimeoutArgs{Timeout: f.timeout}.Args()...); err != nil {
+			return err
+		}
+		var first sql.NullInt64
+		if err := tx.QueryRowContext(ctx, outboxsql.RenderClaimLow(f.sql.names, below)).Scan(&first); err != nil {
+			return fmt.Errorf("claim bound: %w", err)
+		}
+		if first.Valid {
+			low = min(low, first.Int64)
+		}
+	}
+	f.low.Store(max(low, 0))
 	return nil
 }

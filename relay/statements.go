@@ -17,7 +17,7 @@ type statements struct {
 	liveRelays, releaseShards, acquireShards, leaveShards, leaveRelay                         string
 	prune, pruneLock, pruneSessionLock, pruneSessionUnlock, statsLag, statsBacklog, statsDead string
 	walGate, walSlots                                                                         string
-	floorStart, floorPassed, floorRaise                                                       string
+	floorStart, floorPassed, floorRaise, floorRead                                            string
 	table, walSlot                                                                            string          // walGate's and walSlots' arguments
 	names                                                                                     outboxsql.Names // for the statements rendered per partition
 }
@@ -57,6 +57,7 @@ func render(n outboxsql.Names, walSlot string) *statements {
 		floorStart:          n.Render(outboxsql.ClaimFloorStart),
 		floorPassed:         outboxsql.ClaimFloorPassed,
 		floorRaise:          n.Render(outboxsql.ClaimFloorRaise),
+		floorRead:           n.Render(outboxsql.ClaimFloorRead),
 		walSlots:            outboxsql.RelayWALSlots,
 		table:               n.Table,
 		walSlot:             walSlot,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/internal/partitions"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/migrations"
 )
@@ -68,6 +70,9 @@ func (e *env) newSchema(ctx context.Context, scenario string) (*schemaDB, error)
 		m, err := migrations.New(s.SQL, migrations.Config{Table: s.Table})
 		if err == nil {
 			err = m.Partition(ctx, e.opts.partitionSize)
+		}
+		if err == nil && e.opts.partitionsAhead {
+			err = partitionsAhead(ctx, s, e.opts.partitionSize, int64(e.opts.events))
 		}
 		if err != nil {
 			s.close()
@@ -135,4 +140,21 @@ func startOwnCluster(ctx context.Context) (stop func(), url string, err error) {
 			logf("stop the bench cluster: %v", err)
 		}
 	}, url, nil
+}
+
+// partitionsAhead creates the partitions up to upTo ids, as the relays'
+// rounds would while writers wrote them.
+func partitionsAhead(ctx context.Context, s *schemaDB, size, upTo int64) error {
+	t := partitions.Table{Names: s.Names, Schema: s.Table.Schema, Name: cmp.Or(s.Table.Name, outboxsql.TableNameDefault)}
+	to := partitions.Timeouts{Lock: partitions.LockTimeout, Statement: time.Minute}
+	for maxID := int64(0); maxID <= upTo; maxID += size {
+		leaves, err := partitions.List(ctx, s.SQL, s.Names)
+		if err != nil {
+			return err
+		}
+		if _, err := partitions.CreateAhead(ctx, s.SQL, t, leaves, maxID, to); err != nil {
+			return err
+		}
+	}
+	return nil
 }

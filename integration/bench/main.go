@@ -151,6 +151,7 @@ import (
 type options struct {
 	databaseURL     string
 	partitionSize   int64
+	partitionsAhead bool
 	events          int
 	aggregates      int
 	naiveEvents     int
@@ -210,6 +211,7 @@ func main() {
 	flag.IntVar(&o.laneBatch, "lane-batch", 0, "relay and WAL relay LaneBatch (0: the default; 1 sends one event per Publish)")
 	flag.IntVar(&o.partitions, "partitions", 8, "partitions of the broker's topics")
 	flag.Int64Var(&o.partitionSize, "partition-size", 0, "make every scenario's outbox a partitioned one (outbox migrate partition) with partitions of this many ids (0: unpartitioned)")
+	flag.BoolVar(&o.partitionsAhead, "partitions-ahead", false, "with -partition-size, create the partitions for the backlog before it is written, as relays' rounds would while writers write (without it, the ids past two partitions go to the default partition)")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest a single drain may take")
 	flag.IntVar(&o.rounds, "rounds", 6, "rounds of the drains compared with each other (relay with plain, and in the wal scenario the WAL relay with the polling relay), interleaved; the summary takes each figure's median")
 	flag.StringVar(&o.skip, "skip", "", "comma-separated scenarios to skip: "+strings.Join(scenarioNames, ","))

@@ -2,7 +2,11 @@ package outboxsql_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,4 +138,209 @@ func TestClaimCostOnManyDrainedPartitions(t *testing.T) {
 	small, large := measure(costSmall, true), measure(costLarge, true)
 	testkit.AssertFlat(t, "claim over ten drained partitions", costRatio, small, large)
 	testkit.AssertFlat(t, "claim over ten drained partitions against one table", costRatio, measure(costLarge, false), large)
+}
+
+// claimLow finds Low as a relay's floor round does (ClaimLow).
+func (c costDB) claimLow(t *testing.T) int64 {
+	t.Helper()
+	leaves, err := partitions.List(context.Background(), c.db, c.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var floor int64
+	if err := c.db.QueryRow(c.names.Render(outboxsql.ClaimFloorRead)).Scan(&floor); err != nil {
+		t.Fatal(err)
+	}
+	low := floor
+	var below []outboxsql.PartitionVars
+	for _, l := range leaves {
+		switch {
+		case l.Bound.Default || !l.Bound.HasTo:
+		case l.Bound.To <= floor:
+			below = append(below, outboxsql.PartitionVars{Partition: l.Name, From: max(l.Bound.From, 0)})
+		case l.Bound.From <= floor:
+			low = min(low, max(l.Bound.From, 0))
+		}
+	}
+	if len(below) > 0 {
+		tx, err := c.db.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback() //nolint:errcheck // read-only
+		if _, err := tx.Exec(settings(outboxsql.WalkSettings)); err != nil {
+			t.Fatal(err)
+		}
+		var first sql.NullInt64
+		if err := tx.QueryRow(outboxsql.RenderClaimLow(c.names, below)).Scan(&first); err != nil {
+			t.Fatal(err)
+		}
+		if first.Valid {
+			low = min(low, first.Int64)
+		}
+	}
+	return low
+}
+
+// claimedAggregates runs a claim of up to limit rows with Low low under
+// the claim's settings and returns the aggregates of the rows it took.
+func (c costDB) claimedAggregates(t *testing.T, limit int, low int64) []string {
+	t.Helper()
+	tx, err := c.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // committed below
+	if _, err := tx.Exec(c.names.Render(settings(outboxsql.ClaimSettings))); err != nil {
+		t.Fatal(err)
+	}
+	args := outboxsql.ClaimArgs{Owner: "me", Limit: limit, Lease: time.Minute, Shards: allShards(), Low: low}.Args()
+	rows, err := tx.Query(c.names.Render(outboxsql.Claim), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for rows.Next() {
+		var skip sql.RawBytes
+		var agg string
+		d := make([]any, 12)
+		for i := range d {
+			d[i] = &skip
+		}
+		d[4] = &agg
+		if err := rows.Scan(d...); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, agg)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// partitionScans is how many scans of the outbox's partitions a claim of
+// limit rows with Low low runs under the generic plan the relay uses: the
+// scans PostgreSQL opens (and locks the indexes of) when the statement
+// starts, and closes when it ends. Pruned when the statement starts, a
+// partition's scans are not in the plan at all.
+func (c costDB) partitionScans(t *testing.T, limit int, low int64) (scans int, buffers int64) {
+	t.Helper()
+	tx, err := c.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // only rolled back
+	if _, err := tx.Exec(c.names.Render(settings(outboxsql.ClaimSettings))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec("PREPARE claim_scans AS " + c.names.Render(outboxsql.Claim)); err != nil {
+		t.Fatal(err)
+	}
+	a := outboxsql.ClaimArgs{Owner: "me", Limit: limit, Lease: time.Minute, Shards: allShards(), Low: low}.Args()
+	exec := fmt.Sprintf("EXECUTE claim_scans('%s', %d, '%s', '%s', %d, %d)", a[0], a[1], a[2], a[3], a[4], a[5])
+	var out string
+	if err := tx.QueryRow("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + exec).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec("DEALLOCATE claim_scans"); err != nil {
+		t.Fatal(err)
+	}
+	var plans []map[string]any
+	if err := json.Unmarshal([]byte(out), &plans); err != nil || len(plans) != 1 {
+		t.Fatalf("read the plan: %v", err)
+	}
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if r, ok := n["Relation Name"].(string); ok && r != outboxsql.TableNameDefault && strings.HasPrefix(r, outboxsql.TableNameDefault+"_") &&
+			!strings.HasSuffix(r, "_relays") && !strings.HasSuffix(r, "_claim_floor") {
+			scans++
+		}
+		if kids, ok := n["Plans"].([]any); ok {
+			for _, k := range kids {
+				walk(k.(map[string]any))
+			}
+		}
+	}
+	top := plans[0]["Plan"].(map[string]any)
+	walk(top)
+	return scans, int64(top["Shared Hit Blocks"].(float64) + top["Shared Read Blocks"].(float64))
+}
+
+// TestClaimCostIsFlatInTheDrainedPartitions: with the Low a relay's floor
+// round finds (ClaimLow), a claim leaves the drained partitions out when it
+// starts: each one costs it one probe of its retry index (the check that
+// Low still holds), where without Low every part of the claim opened a scan
+// of every partition.
+func TestClaimCostIsFlatInTheDrainedPartitions(t *testing.T) {
+	// Not parallel: see TestClaimCostIsItsBatchWithAnyNumberOfRowsInBackoff.
+	const (
+		batch = 10
+		size  = 500
+	)
+	measure := func(drained int) (with, without int, withBuffers int64) {
+		c := newCostDB(t)
+		c.partitioned(t, size, int64(drained*size+2*batch))
+		c.drain(t, drained*size, batch)
+		c.exec(t, `VACUUM ANALYZE {{table}}`)
+		low := c.claimLow(t)
+		if want := int64(drained * size); low != want {
+			t.Fatalf("Low %d with %d drained partitions, want %d: the bound of the floor's partition", low, drained, want)
+		}
+		with, withBuffers = c.partitionScans(t, batch, low)
+		without, _ = c.partitionScans(t, batch, 0)
+		if got := c.claimedAggregates(t, batch, low); len(got) != batch {
+			t.Fatalf("claimed %d rows with Low %d, want %d", len(got), low, batch)
+		}
+		return with, without, withBuffers
+	}
+	w10, wo10, b10 := measure(10)
+	w40, wo40, b40 := measure(40)
+	t.Logf("partition scans: %d with Low, %d without, at 10 drained partitions; %d and %d at 40", w10, wo10, w40, wo40)
+	t.Logf("buffers with Low: %d at 10 drained partitions, %d at 40", b10, b40)
+	if w40-w10 > 30 {
+		t.Errorf("30 more drained partitions cost the claim %d more partition scans, more than the one probe each", w40-w10)
+	}
+	if float64(b40) > costRatio*float64(b10) {
+		t.Errorf("claim with Low: %d buffers at 40 drained partitions, over %dx the %d at 10", b40, costRatio, b10)
+	}
+	if wo40-wo10 < 4*30 {
+		t.Errorf("without Low, 30 more drained partitions cost only %d more scans: the test no longer measures what Low saves", wo40-wo10)
+	}
+}
+
+// TestClaimLowKeepsOrderAcrossPartitions: an aggregate's row in backoff in
+// an old partition holds back its later rows in the newest one. ClaimLow
+// keeps that partition in (its retry), and a Low above it, stale, makes the
+// claim take nothing rather than the later rows.
+func TestClaimLowKeepsOrderAcrossPartitions(t *testing.T) {
+	const size = 100
+	c := newCostDB(t)
+	c.partitioned(t, size, 1000)
+	c.exec(t, `INSERT INTO {{relays}} (id, name) VALUES ('me', 'me')`)
+	c.insert(t, 1000, `'old-' || g`, "published", "0", "now()", "now()", "now()")
+	// Row 350, in partition 300-399, failed and is in backoff.
+	c.exec(t, `UPDATE {{table}} SET state = 'pending', published_at = NULL, aggregate_id = 'a', attempts = 1,
+        retry_at = now() + interval '1 hour', next_attempt_at = now() + interval '1 hour' WHERE id = 350`)
+	c.insert(t, 5, `'a'`, "pending", "0", "now()", "now()", "NULL")
+	c.insert(t, 5, `'b-' || g`, "pending", "0", "now()", "now()", "NULL")
+	c.exec(t, `VACUUM ANALYZE {{table}}`)
+	if floor := c.raiseFloor(t); floor != 1001 {
+		t.Fatalf("claim floor %d, want 1001", floor)
+	}
+	low := c.claimLow(t)
+	if low > 300 || low == 0 {
+		t.Fatalf("Low %d, want the bound of the retry's partition, 300 (0 would prune nothing)", low)
+	}
+	if stale := c.claimedAggregates(t, 20, 1000); len(stale) != 0 {
+		t.Fatalf("a claim with a stale Low (1000, above the row in backoff) took %q; want nothing", stale)
+	}
+	want := []string{"b-1", "b-2", "b-3", "b-4", "b-5"}
+	if got := c.claimedAggregates(t, 20, low); !slices.Equal(got, want) {
+		t.Fatalf("claimed %q with Low %d, want %q: a's rows wait behind its row in backoff", got, low, want)
+	}
 }

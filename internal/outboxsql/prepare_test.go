@@ -38,7 +38,7 @@ var notStatements = map[string]bool{
 	"Shards": true, "ShardMask": true, "RebalancePayload": true, "CountCap": true, "CountsOf": true,
 	"TopicCountCap": true, "OpsHandoverWindow": true, "WALName": true, "Literal": true, "NotBeforeStreamedCode": true,
 	"DeadIDs": true, "DeadTopic": true, "DeadAggregate": true, "DeadType": true, "DeadSince": true, "DeadUntil": true,
-	"DeadForms": true, "ParseBound": true, "RenderPartition": true,
+	"DeadForms": true, "ParseBound": true, "RenderPartition": true, "RenderClaimLow": true,
 }
 
 // partitionDDL is the partition statements TestPartitionStatementsRun runs
@@ -74,6 +74,8 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	add("ClaimFloorStart", outboxsql.ClaimFloorStart, 0)
 	add("ClaimFloorPassed", outboxsql.ClaimFloorPassed, len(outboxsql.ClaimFloorProof{}.PassedArgs()))
 	add("ClaimFloorRaise", outboxsql.ClaimFloorRaise, len(outboxsql.ClaimFloorProof{}.RaiseArgs()))
+	add("ClaimFloorRead", outboxsql.ClaimFloorRead, 0)
+	s["ClaimLow"] = prepared{sql: outboxsql.RenderClaimLow(n, []outboxsql.PartitionVars{{Partition: n.Table, From: 1}, {Partition: n.Table, From: 2}}), params: 0}
 	add("SettleSettings", outboxsql.SettleSettings, count(outboxsql.TimeoutArgs{}))
 	add("MarkUndecodable", outboxsql.MarkUndecodable, 2)
 	add("ShardsInHandover", outboxsql.ShardsInHandover, count(outboxsql.HandoverArgs{}))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -25,20 +26,29 @@ import (
 // in backoff or are scheduled: first attempts and retries are read apart,
 // on indexes that leave the rows in backoff out; first attempts from the
 // claim floor (ClaimFloor) on, so not over the index entries of the rows
-// published since the last VACUUM. The reasoning behind each CTE, and the
-// measurements that chose this shape, are in claim.md beside this file.
+// published since the last VACUUM. On a partitioned outbox, Low (from
+// ClaimLow) lets PostgreSQL leave the drained partitions out when the
+// statement starts, instead of locking, opening and closing each of them in
+// every part of the claim; a Low that no longer holds in the claim's
+// snapshot makes the claim take nothing. The reasoning behind each CTE, and
+// the measurements that chose this shape, are in claim.md beside this file.
 const Claim = `
 WITH live AS MATERIALIZED (
     SELECT id FROM {{relays}}
+    WHERE ($6::bigint = 0
+           OR ((SELECT coalesce(max(floor), 0) FROM {{floor}}) >= $6::bigint
+               AND (SELECT 1 FROM {{table}} v
+                    WHERE v.state IN ('pending', 'claimed') AND v.retry_at > '-infinity' AND v.id < $6::bigint
+                    ORDER BY v.retry_at LIMIT 1) IS NULL))
 ), retry AS MATERIALIZED (
     SELECT o.ctid AS tid, o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at, o.next_attempt_at,
            octet_length(o.payload) AS bytes
     FROM {{table}} o
-    WHERE o.state IN ('pending', 'claimed') AND o.retry_at > '-infinity' AND o.retry_at <= now()
+    WHERE o.state IN ('pending', 'claimed') AND o.retry_at > '-infinity' AND o.retry_at <= now() AND o.id >= $6::bigint
       AND get_bit($4::varbit, o.shard) = 1
       AND (o.lease_owner IS DISTINCT FROM $1 OR o.lease_expires_at <= now())
       AND NOT EXISTS (SELECT 1 FROM {{table}} h
-                      WHERE h.aggregate_id = o.aggregate_id AND h.id < o.id
+                      WHERE h.aggregate_id = o.aggregate_id AND h.id < o.id AND h.id >= $6::bigint
                         AND h.state IN ('pending', 'claimed') AND h.retry_at > now())
       AND EXISTS (SELECT 1 FROM live WHERE id = $1)
     ORDER BY o.retry_at
@@ -48,12 +58,12 @@ WITH live AS MATERIALIZED (
            octet_length(o.payload) AS bytes
     FROM {{table}} o
     WHERE o.state IN ('pending', 'claimed') AND o.retry_at = '-infinity'
-      AND o.id >= (SELECT coalesce(max(floor), 0) FROM {{floor}})
+      AND o.id >= (SELECT coalesce(max(floor), 0) FROM {{floor}}) AND o.id >= $6::bigint
       AND get_bit($4::varbit, o.shard) = 1
       AND (o.lease_owner IS DISTINCT FROM $1 OR o.lease_expires_at <= now())
-      AND (NOT (SELECT EXISTS (SELECT 1 FROM {{table}} WHERE state IN ('pending', 'claimed') AND retry_at > '-infinity'))
+      AND (NOT (SELECT EXISTS (SELECT 1 FROM {{table}} WHERE state IN ('pending', 'claimed') AND retry_at > '-infinity' AND id >= $6::bigint))
         OR (SELECT true FROM {{table}} b
-            WHERE b.aggregate_id = o.aggregate_id AND b.id < o.id
+            WHERE b.aggregate_id = o.aggregate_id AND b.id < o.id AND b.id >= $6::bigint
               AND b.state IN ('pending', 'claimed') AND b.retry_at > '-infinity'
               AND (b.lease_owner IS DISTINCT FROM $1 OR b.lease_expires_at <= now())
               AND b.id NOT IN (SELECT id FROM retry)
@@ -74,7 +84,7 @@ WITH live AS MATERIALIZED (
         UNION ALL
         SELECT r.tid, r.id, r.aggregate_id, r.lease_owner, r.lease_expires_at, r.next_attempt_at, r.bytes,
                (SELECT true FROM {{table}} x
-                WHERE x.aggregate_id = r.aggregate_id AND x.id < r.id AND x.state IN ('pending', 'claimed')
+                WHERE x.aggregate_id = r.aggregate_id AND x.id < r.id AND x.id >= $6::bigint AND x.state IN ('pending', 'claimed')
                   AND (x.lease_owner IS DISTINCT FROM $1 OR x.lease_expires_at <= now())
                   AND x.id NOT IN (SELECT id FROM fresh) AND x.id NOT IN (SELECT id FROM retry)
                 LIMIT 1) IS NOT NULL
@@ -87,11 +97,8 @@ WITH live AS MATERIALIZED (
     WHERE s.due AND (s.upto <= $5 OR s.id = (SELECT min(id) FROM seen WHERE due))
 ), took AS MATERIALIZED (
     SELECT o.id
-    FROM {{table}} o
-    WHERE o.ctid = ANY (ARRAY(SELECT tid FROM due))
-      AND o.id >= (SELECT min(id) FROM due) AND o.id <= (SELECT max(id) FROM due)
-      AND NOT (o.id NOT IN (SELECT id FROM due))
-      AND o.state NOT IN ('published', 'dead')
+    FROM due d JOIN {{table}} o ON o.ctid = d.tid AND o.id = d.id AND o.id >= $6::bigint
+    WHERE o.state NOT IN ('published', 'dead')
       AND ((o.lease_owner IS NULL AND o.next_attempt_at <= now())
         OR (o.lease_owner IS NOT NULL AND (o.lease_expires_at <= now()
             OR o.lease_owner NOT IN (SELECT id FROM live))))
@@ -111,9 +118,8 @@ WITH live AS MATERIALIZED (
 )
 UPDATE {{table}} o
 SET lease_owner = $1, lease_expires_at = now() + $3::interval, next_attempt_at = now() + $3::interval
-WHERE o.ctid = ANY (ARRAY(SELECT tid FROM pick))
-  AND o.id >= (SELECT min(id) FROM pick) AND o.id <= (SELECT max(id) FROM pick)
-  AND NOT (o.id NOT IN (SELECT id FROM pick))
+FROM pick p
+WHERE o.ctid = p.tid AND o.id = p.id AND o.id >= $6::bigint
 RETURNING o.id, o.event_id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type,
           o.content_type, o.payload, o.headers, o.created_at, o.attempts, o.xmin`
 
@@ -124,6 +130,7 @@ type ClaimArgs struct {
 	Lease  time.Duration // $3: how long the claim holds them
 	Shards []int16       // $4: the shards to claim from, passed as a ShardMask
 	Bytes  int64         // $5: the most payload bytes to claim (at least one row is); 0: no bound
+	Low    int64         // $6: the lowest id to read (ClaimLow); 0: every id
 }
 
 // Args returns Claim's parameters in order.
@@ -132,7 +139,7 @@ func (a ClaimArgs) Args() []any {
 	if bytes <= 0 {
 		bytes = math.MaxInt64
 	}
-	return []any{a.Owner, a.Limit, Interval(a.Lease), ShardMask(a.Shards), bytes}
+	return []any{a.Owner, a.Limit, Interval(a.Lease), ShardMask(a.Shards), bytes, max(a.Low, 0)}
 }
 
 // ClaimSettings runs first in the claim's transaction. It pins the plan
@@ -151,6 +158,33 @@ const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config
        set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
        set_config('idle_in_transaction_session_timeout', $1, true),
        pg_advisory_xact_lock_shared({{claimkey}})`
+
+// ClaimLow finds a Low for Claim on a partitioned outbox: the lower bound
+// of the first range partition that may hold an unpublished row, one that
+// holds a retry (a row in backoff, a scheduled row) or reaches past the
+// claim floor (ClaimFloorRead: first attempts are all at or above it). It
+// is rendered by RenderClaimLow over the range partitions wholly below the
+// floor, each probed by name (one entry of its retry index, under
+// WalkSettings), so it locks neither the parent nor the default partition,
+// which creating a partition locks ACCESS EXCLUSIVE. It returns NULL when
+// none of them holds a retry. Claim checks Low again in its own snapshot:
+// only an operator's retry or replay (which lowers the floor) makes rows
+// unpublished below the floor.
+const ClaimLow = `SELECT {{from}}::bigint WHERE EXISTS (
+    SELECT 1 FROM {{partition}} WHERE state IN ('pending', 'claimed') AND retry_at > '-infinity')`
+
+// ClaimFloorRead reads the claim floor.
+const ClaimFloorRead = `SELECT coalesce(max(floor), 0) FROM {{floor}}`
+
+// RenderClaimLow renders ClaimLow for the range partitions parts (each
+// one's Partition and From), in one statement.
+func RenderClaimLow(n Names, parts []PartitionVars) string {
+	probes := make([]string, len(parts))
+	for i, p := range parts {
+		probes[i] = RenderPartition(n, ClaimLow, p)
+	}
+	return "SELECT min(lo) FROM (" + strings.Join(probes, "\nUNION ALL\n") + ") l(lo)"
+}
 
 // SettleSettings runs first in the transaction that records failures and
 // releases. Those records take rows out of a relay's memory, so they must be
@@ -321,16 +355,18 @@ func (p ClaimFloorProof) RaiseArgs() []any { return []any{p.MaxID, p.Gen} }
 // The rows are reached by id rather than tuple id, so the index fetch
 // prunes the page and the new version finds room there. It commits
 // asynchronously (the setting is read at commit): a lost mark only
-// republishes what the broker has. The lowest and highest id, computed
-// once, bound the rows, so on a partitioned outbox (docs/partitions.md)
-// even a generic plan reaches only the partitions the batch spans. See
-// claim.md.
+// republishes what the broker has. The lowest and highest id bound the
+// rows, as parameters: on a partitioned outbox (docs/partitions.md)
+// PostgreSQL prunes on them when the statement starts, so even a generic
+// plan opens only the partitions the batch spans (computed in the
+// statement, they pruned only as it ran, after every partition's scan was
+// opened). See claim.md.
 const MarkPublished = `
 WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
 UPDATE {{table}} o
 SET state = 'published', published_at = now(), lease_owner = NULL, lease_expires_at = NULL
 WHERE o.id = ANY($1::bigint[]) AND o.lease_owner = $2 AND o.xmin = $3::text::xid
-  AND o.id >= (SELECT min(i) FROM unnest($1::bigint[]) i) AND o.id <= (SELECT max(i) FROM unnest($1::bigint[]) i)
+  AND o.id >= $4::bigint AND o.id <= $5::bigint
   AND o.state IN ('pending', 'claimed')
   AND EXISTS (SELECT 1 FROM async)`
 
@@ -341,9 +377,24 @@ type MarkArgs struct {
 	Version uint32  // $3: the claim's transaction id, the rows' xmin as Claim returned it
 }
 
-// Args returns the parameters in order.
+// Args returns the parameters in order, with the ids' lowest and highest
+// as $4 and $5.
 func (a MarkArgs) Args() []any {
-	return []any{Int64Array(a.IDs), a.Owner, strconv.FormatUint(uint64(a.Version), 10)}
+	lo, hi := span(a.IDs)
+	return []any{Int64Array(a.IDs), a.Owner, strconv.FormatUint(uint64(a.Version), 10), lo, hi}
+}
+
+// span returns the lowest and highest of ids (1 and 0, an empty range, for
+// none).
+func span(ids []int64) (lo, hi int64) {
+	if len(ids) == 0 {
+		return 1, 0
+	}
+	lo, hi = ids[0], ids[0]
+	for _, id := range ids[1:] {
+		lo, hi = min(lo, id), max(hi, id)
+	}
+	return lo, hi
 }
 
 // RowsArgs binds Release.
@@ -352,8 +403,12 @@ type RowsArgs struct {
 	Owner string  // $2: the incarnation that claimed them
 }
 
-// Args returns the parameters in order.
-func (a RowsArgs) Args() []any { return []any{Int64Array(a.IDs), a.Owner} }
+// Args returns the parameters in order, with the ids' lowest and highest
+// as $3 and $4.
+func (a RowsArgs) Args() []any {
+	lo, hi := span(a.IDs)
+	return []any{Int64Array(a.IDs), a.Owner, lo, hi}
+}
 
 // Fail records failed publishes. Every failure counts in attempts, but
 // only a permanent one (the event's own fault) makes a row that reached
@@ -405,7 +460,7 @@ const Release = `
 UPDATE {{table}}
 SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = now()
 WHERE id = ANY($1::bigint[]) AND state IN ('pending', 'claimed') AND lease_owner = $2
-  AND id >= (SELECT min(i) FROM unnest($1::bigint[]) i) AND id <= (SELECT max(i) FROM unnest($1::bigint[]) i)`
+  AND id >= $3::bigint AND id <= $4::bigint`
 
 // RebalancePayload is the NOTIFY payload that asks relays to rebalance now
 // (a relay joined, or gave up shards); writers' notifications carry none.
