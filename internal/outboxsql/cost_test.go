@@ -44,6 +44,7 @@ type costDB struct {
 // it reads 4,400).
 func newCostDB(t *testing.T) costDB {
 	t.Helper()
+	testkit.Long(t, "the plan-work tests, one at a time on a cluster of their own")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	quiet := testkit.QuietCluster
