@@ -107,17 +107,26 @@ func (f *floorRaiser) findLow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	ranges := 0
+	for _, l := range leaves {
+		if !l.Bound.Default && l.Bound.HasTo {
+			ranges++
+		}
+	}
+	if ranges == 0 { // one table: no statement more per round
+		f.low.Store(0)
+		return nil
+	}
 	var floor int64
 	if err := f.db.QueryRowContext(ctx, f.sql.floorRead).Scan(&floor); err != nil {
 		return fmt.Errorf("claim bound: %w", err)
 	}
-	low, ranges := floor, 0
+	low := floor
 	var below []outboxsql.PartitionVars // wholly below the floor: only retries may be unpublished there
 	for _, l := range leaves {
 		if l.Bound.Default || !l.Bound.HasTo {
 			continue
 		}
-		ranges++
 		from := max(l.Bound.From, 0)
 		if !l.Bound.HasFrom {
 			from = 0
@@ -127,10 +136,6 @@ func (f *floorRaiser) findLow(ctx context.Context) error {
 		} else if from <= floor {
 			low = min(low, from) // the floor's partition
 		}
-	}
-	if ranges == 0 { // one table
-		f.low.Store(0)
-		return nil
 	}
 	if len(below) > 0 {
 		tx, err := f.db.BeginTx(ctx, nil)
