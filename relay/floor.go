@@ -34,7 +34,16 @@ type floorRaiser struct {
 	// low is the claims' Low on a partitioned outbox (outboxsql.ClaimLow),
 	// found again each round; it stays 0 for one table.
 	low *atomic.Int64
+	// oneTableUntil: the last listing found one table, not partitions;
+	// until then the rounds do not list again. A table becomes partitioned
+	// only by a conversion, and a Low of 0 is right for any table.
+	oneTableUntil time.Time
 }
+
+// partitionsRelist is how long a floor round trusts a listing that found
+// one table: in a group of 100 tables, listing every round would be 50
+// catalog queries a second for an answer that changes once, if ever.
+const partitionsRelist = time.Minute
 
 // run raises the floor every interval until ctx ends.
 func (f *floorRaiser) run(ctx context.Context) {
@@ -98,7 +107,7 @@ func (f *floorRaiser) round(ctx context.Context) error {
 // snapshot, and takes nothing (then reads every partition until the next
 // round) where it no longer holds.
 func (f *floorRaiser) findLow(ctx context.Context) error {
-	if f.low == nil {
+	if f.low == nil || time.Now().Before(f.oneTableUntil) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
@@ -113,8 +122,9 @@ func (f *floorRaiser) findLow(ctx context.Context) error {
 			ranges++
 		}
 	}
-	if ranges == 0 { // one table: no statement more per round
+	if ranges == 0 { // one table: no statement more for a while
 		f.low.Store(0)
+		f.oneTableUntil = time.Now().Add(partitionsRelist)
 		return nil
 	}
 	var floor int64

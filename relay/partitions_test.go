@@ -253,3 +253,39 @@ func TestPartitionDropDoesNotDeadlockWithAClaim(t *testing.T) {
 		t.Error("outbox_p0 not dropped")
 	}
 }
+
+// The floor round finds the claims' Low on a partitioned outbox: the start
+// of the floor's partition, or of a partition wholly below the floor that
+// holds a retry; on one table it stays 0 and the round
+// does not list partitions again for partitionsRelist.
+func TestFloorRoundFindsTheClaimsLow(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	r := b.readyRelay(t, "r1")
+	ctx := context.Background()
+	if err := r.floor.findLow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if low := r.floor.low.Load(); low != 0 || r.floor.oneTableUntil.IsZero() {
+		t.Fatalf("one table: low %d, next listing %v; want 0 and a minute on", low, r.floor.oneTableUntil)
+	}
+	b.partition(t, 100) // the first partition ends at 200, the next at 300
+	b.write(t, 140, "k", "m")
+	b.exec(t, `UPDATE outbox SET state = 'published', published_at = now() WHERE id < 250`)
+	raiseFloor(t, b, r, 250)
+	r.floor.oneTableUntil = time.Time{} // as a minute on
+	if err := r.floor.findLow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if low := r.floor.low.Load(); low != 200 {
+		t.Fatalf("low %d, want 200, the start of the floor's partition", low)
+	}
+	b.exec(t, `UPDATE outbox SET state = 'pending', published_at = NULL, attempts = 1, retry_at = now() + interval '1 hour',
+		next_attempt_at = now() + interval '1 hour' WHERE id = 150`)
+	if err := r.floor.findLow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if low := r.floor.low.Load(); low != 0 {
+		t.Fatalf("low %d, want 0, the start of the retry's partition", low)
+	}
+}

@@ -156,6 +156,7 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 		wcfg.TracerProvider = tp
 		return runWALRelay(ctx, stdout, common.databaseURL, wcfg, cfg.ID, addrs, kcfg, logger, metricsSrv)
 	}
+	out := publishing{stdout: stdout, addrs: addrs, kafka: kafka, kcfg: kcfg, logger: logger, metrics: metricsSrv}
 	db, err := common.open(ctx)
 	if err != nil {
 		return err
@@ -167,7 +168,7 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 		logger.Info("connected to the database", "database", redactDatabaseURL(common.databaseURL), "schemas", schemas.value, "max_conns", *maxConns)
 		// Set after the group's configuration was checked.
 		gcfg.Relay.MeterProvider, gcfg.Relay.TracerProvider = cfg.MeterProvider, cfg.TracerProvider
-		return runGroup(ctx, stdout, db, gcfg, schemas.value, addrs, kafka, kcfg, logger, metricsSrv)
+		return runGroup(ctx, out, db, gcfg, schemas.value)
 	}
 	logger.Info("connected to the database", "database", redactDatabaseURL(common.databaseURL), "table", table.String())
 	names, err := outboxsql.NamesFor(table.Schema, table.Name)
@@ -177,40 +178,50 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	if err := grants.Check(ctx, db, "the relay", grants.Relay(names)); err != nil {
 		return err
 	}
-	return publish(ctx, stdout, db, addrs, kafka, kcfg, logger, metricsSrv, table.String(),
-		func(pub *kafkapub.Publisher) (*relay.Relay, error) { return relay.New(db, pub, cfg) }, (*metricsServer).serve)
+	return publish(ctx, out, table.String(),
+		func(pub *kafkapub.Publisher) (*relay.Relay, error) { return relay.New(db, pub, cfg) },
+		func(r *relay.Relay) { metricsSrv.serve(r, db, logger) })
+}
+
+// publishing is what a relay and a group of relays share to run: where
+// they publish, what they log and where they serve their probes.
+type publishing struct {
+	stdout  io.Writer
+	addrs   []string
+	kafka   kafkaFlags
+	kcfg    kafkapub.Config
+	logger  *slog.Logger
+	metrics *metricsServer // nil without --metrics-addr
 }
 
 // publish connects to Kafka and runs the relay, or group of relays,
 // newRunner makes on the publisher until ctx ends, with its probes served
-// by serve when metricsSrv is set; stdout says what it publishes and,
+// by serve when p has a metrics server; stdout says what it publishes and,
 // once it stopped, after how long. A runner New refuses is a usage error.
 func publish[R interface {
 	ID() string
 	Run(context.Context) error
-}](ctx context.Context, stdout io.Writer, db *sql.DB, addrs []string, kafka kafkaFlags, kcfg kafkapub.Config, logger *slog.Logger,
-	metricsSrv *metricsServer, what string, newRunner func(*kafkapub.Publisher) (R, error),
-	serve func(*metricsServer, R, *sql.DB, *slog.Logger)) error {
-	pub, closeKafka, err := connectKafka(addrs, kcfg, logger)
+}](ctx context.Context, p publishing, what string, newRunner func(*kafkapub.Publisher) (R, error), serve func(R)) error {
+	pub, closeKafka, err := connectKafka(p.addrs, p.kcfg, p.logger)
 	if err != nil {
 		return err
 	}
 	defer closeKafka()
-	logger.Info("connected to kafka", kafka.logAttrs(addrs)...)
+	p.logger.Info("connected to kafka", p.kafka.logAttrs(p.addrs)...)
 	r, err := newRunner(pub)
 	if err != nil {
 		return usagef("%v", err)
 	}
-	if metricsSrv != nil {
-		serve(metricsSrv, r, db, logger)
-		logger.Info("serving /metrics, /healthz and /readyz", "addr", metricsSrv.ln.Addr().String())
+	if p.metrics != nil {
+		serve(r)
+		p.logger.Info("serving /metrics, /healthz and /readyz", "addr", p.metrics.ln.Addr().String())
 	}
-	fmt.Fprintf(stdout, "relay %s publishing %s to %s\n", r.ID(), what, strings.Join(addrs, ","))
+	fmt.Fprintf(p.stdout, "relay %s publishing %s to %s\n", r.ID(), what, strings.Join(p.addrs, ","))
 	start := time.Now()
 	if err := r.Run(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "relay %s stopped after %s\n", r.ID(), time.Since(start).Round(time.Second))
+	fmt.Fprintf(p.stdout, "relay %s stopped after %s\n", r.ID(), time.Since(start).Round(time.Second))
 	return nil
 }
 
@@ -226,8 +237,7 @@ const groupMaxConnsDefault = 40
 // selects schemas none of which has a migrated outbox table yet (tenants
 // to come) starts, with a warning, and is not ready (/readyz) while it
 // serves no table.
-func runGroup(ctx context.Context, stdout io.Writer, db *sql.DB, cfg relay.GroupConfig, selected string, addrs []string,
-	kafka kafkaFlags, kcfg kafkapub.Config, logger *slog.Logger, metricsSrv *metricsServer) error {
+func runGroup(ctx context.Context, out publishing, db *sql.DB, cfg relay.GroupConfig, selected string) error {
 	found, err := findTables(ctx, db, cfg, selected)
 	if err != nil {
 		return err
@@ -239,12 +249,13 @@ func runGroup(ctx context.Context, stdout io.Writer, db *sql.DB, cfg relay.Group
 		}
 	}
 	if servable == 0 {
-		logger.Warn("no selected schema has a migrated outbox table yet: serving none, and not ready (/readyz), until one has (outbox migrate up --schemas)",
+		out.logger.Warn("no selected schema has a migrated outbox table yet: serving none, and not ready (/readyz), until one has (outbox migrate up --schemas)",
 			"schemas", selected, "selected", len(found))
 	}
 	what := fmt.Sprintf("the %s tables of schemas %s", tableNameOnly(cfg.Relay.Table), selected)
-	return publish(ctx, stdout, db, addrs, kafka, kcfg, logger, metricsSrv, what,
-		func(pub *kafkapub.Publisher) (*relay.Group, error) { return relay.NewGroup(db, pub, cfg) }, (*metricsServer).serveGroup)
+	return publish(ctx, out, what,
+		func(pub *kafkapub.Publisher) (*relay.Group, error) { return relay.NewGroup(db, pub, cfg) },
+		func(g *relay.Group) { out.metrics.serveGroup(g, db, out.logger) })
 }
 
 // boolInt is 1 for true, 0 for false.

@@ -36,7 +36,7 @@ const Claim = `
 WITH live AS MATERIALIZED (
     SELECT id FROM {{relays}}
     WHERE ($6::bigint = 0
-           OR ((SELECT coalesce(max(floor), 0) FROM {{floor}}) >= $6::bigint
+           OR ((` + ClaimFloorRead + `) >= $6::bigint
                AND (SELECT 1 FROM {{table}} v
                     WHERE v.state IN ('pending', 'claimed') AND v.retry_at > '-infinity' AND v.id < $6::bigint
                     ORDER BY v.retry_at LIMIT 1) IS NULL))
@@ -58,7 +58,7 @@ WITH live AS MATERIALIZED (
            octet_length(o.payload) AS bytes
     FROM {{table}} o
     WHERE o.state IN ('pending', 'claimed') AND o.retry_at = '-infinity'
-      AND o.id >= (SELECT coalesce(max(floor), 0) FROM {{floor}}) AND o.id >= $6::bigint
+      AND o.id >= (` + ClaimFloorRead + `) AND o.id >= $6::bigint
       AND get_bit($4::varbit, o.shard) = 1
       AND (o.lease_owner IS DISTINCT FROM $1 OR o.lease_expires_at <= now())
       AND (NOT (SELECT EXISTS (SELECT 1 FROM {{table}} WHERE state IN ('pending', 'claimed') AND retry_at > '-infinity' AND id >= $6::bigint))
@@ -173,7 +173,7 @@ const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config
 const ClaimLow = `SELECT {{from}}::bigint WHERE EXISTS (
     SELECT 1 FROM {{partition}} WHERE state IN ('pending', 'claimed') AND retry_at > '-infinity')`
 
-// ClaimFloorRead reads the claim floor.
+// ClaimFloorRead reads the claim floor; Claim reads it the same way.
 const ClaimFloorRead = `SELECT coalesce(max(floor), 0) FROM {{floor}}`
 
 // RenderClaimLow renders ClaimLow for the range partitions parts (each
