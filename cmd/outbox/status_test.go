@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 func TestStatus(t *testing.T) {
@@ -99,6 +100,7 @@ func TestStatus(t *testing.T) {
 // are estimates (~N) and a topic's count a lower bound (≥N), in text and
 // JSON.
 func TestStatusBeyondTheCaps(t *testing.T) {
+	testkit.Long(t, "status past the count caps (210,000 rows)")
 	t.Parallel()
 	e := newOps(t)
 	const n = txoutbox.StatsExactMax + 5_000

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // base is what every case brings: the root module (uuid, pgx, the OTel
@@ -141,6 +143,7 @@ var cases = []struct {
 }
 
 func TestWhatEachPackageBrings(t *testing.T) {
+	testkit.Long(t, "the module graph of each package (go list -m in a module per package)")
 	t.Parallel()
 	goBin, err := exec.LookPath("go")
 	if err != nil {

@@ -210,6 +210,21 @@ func (n ClusterNode) Kill() error {
 	return fmt.Errorf("kafkatest: node %d still running 5s after SIGKILL", n.ID)
 }
 
+// Stop sends SIGTERM, as an orderly shutdown does, and waits up to within
+// for the process to exit: the node writes its clean-shutdown marker and
+// recovers no log at the next Start. Past within it is killed (Kill).
+func (n ClusterNode) Stop(within time.Duration) error {
+	if err := n.signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if !n.Running() {
+			return nil
+		}
+	}
+	return n.Kill()
+}
+
 // Pause sends SIGSTOP: the node keeps its sockets open and answers nothing,
 // as in a long GC or VM stall.
 func (n ClusterNode) Pause() error { return n.signal(syscall.SIGSTOP) }

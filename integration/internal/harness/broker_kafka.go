@@ -118,15 +118,28 @@ func (c *realCluster) ensureRunning(ctx context.Context) error {
 	return nil
 }
 
-// stop kills every node: the whole cluster is gone.
+// stop shuts every node down at once (SIGTERM), as the kfake broker is
+// stopped: the whole cluster is gone. Together they are gone in seconds;
+// one after another, each would first hand its leaderships to the next.
+// A crash with log recovery is LeaderKills' fault. After a crash of every
+// node the cluster served again in 20 s on an idle machine, against 10 s
+// after this; once, beside another package's tests, not in two minutes.
 func (c *realCluster) stop() error {
-	var errs []error
+	errs := make(chan error, len(c.nodes))
 	for _, n := range c.nodes {
-		if n.Running() {
-			errs = append(errs, n.Kill())
-		}
+		go func() {
+			if !n.Running() {
+				errs <- nil
+				return
+			}
+			errs <- n.Stop(time.Minute)
+		}()
 	}
-	return errors.Join(errs...)
+	var all []error
+	for range c.nodes {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
 }
 
 // start starts the nodes again and waits until the cluster serves.
