@@ -44,6 +44,7 @@ func TestTopicStatsShowTheBacklogBehindScheduledRows(t *testing.T) {
 // scheduled index's statistics, so the backlog (the unpublished rows less
 // the scheduled ones) stays near the due rows, marked as an estimate.
 func TestBacklogEstimateBesideManyScheduledRows(t *testing.T) {
+	testkit.Long(t, "the backlog estimate beside rows past the count caps")
 	t.Parallel()
 	db := testkit.NewOutbox(t)
 	tbl := db.Table().String()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // A row of the claiming incarnation whose lease ended is not a blocker, even
@@ -138,6 +139,7 @@ func claimPlanWork(t *testing.T, db *sql.DB, claim, owner string, limit int, set
 // 2,000-row claim took 400 ms instead of 20 when the first due row was
 // read again per row.
 func TestClaimWorkStaysLinearInItsBatch(t *testing.T) {
+	testkit.Long(t, "the claim's work at two batch sizes (a plan-work test)")
 	t.Parallel()
 	const n = 1000
 	b := setupInternal(t)
