@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261202114559-b524bc5e8a15
+	github.com/txoutbox/txoutbox v0.0.0-20261202141937-ce9de41c191a
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
