@@ -32,7 +32,8 @@ type floorRaiser struct {
 	proof *outboxsql.ClaimFloorProof // the round's, until it holds
 
 	// low is the claims' Low on a partitioned outbox (outboxsql.ClaimLow),
-	// found again each round; it stays 0 for one table.
+	// found again each round; it stays 0 for one table, whose rounds list
+	// the partitions again only once oneTableUntil has passed.
 	low *atomic.Int64
 	// oneTableUntil: the last listing found one table, not partitions;
 	// until then the rounds do not list again. A table becomes partitioned
