@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/relay"
 	"github.com/txoutbox/txoutbox/relay/walrelay"
 )
@@ -17,6 +18,7 @@ import (
 // slot, and `outbox wal takeover` hands the outbox back to the polling
 // relay.
 func TestWALModeRelayStatusAndTakeover(t *testing.T) {
+	testkit.RequireLogical(t)
 	t.Parallel()
 	e := newOps(t)
 	slot := outboxsql.WALName(e.db.Schema, "")
@@ -93,6 +95,7 @@ func TestWALModeUsageErrors(t *testing.T) {
 // A WAL relay started with --slot names its slot otherwise than its
 // publication: retry and replay find it when given the same --slot.
 func TestRetryAndReplayTakeTheRelaysSlot(t *testing.T) {
+	testkit.RequireLogical(t)
 	t.Parallel()
 	e := newOps(t)
 	slot := "custom_" + e.db.Schema
@@ -118,6 +121,7 @@ func TestRetryAndReplayTakeTheRelaysSlot(t *testing.T) {
 // replay find the slot through the table even when the operator omits
 // --slot.
 func TestRetryAndReplayFindTheRelaysSlotThroughTheTable(t *testing.T) {
+	testkit.RequireLogical(t)
 	t.Parallel()
 	e := newOps(t)
 	slot, pub := "custom_"+e.db.Schema, "custompub_"+e.db.Schema
@@ -148,6 +152,7 @@ func TestRetryAndReplayFindTheRelaysSlotThroughTheTable(t *testing.T) {
 // --sender-timeout under 4s brings the ping interval down to a quarter of
 // it, which the WAL relay requires.
 func TestWALSenderTimeoutSetsThePingInterval(t *testing.T) {
+	testkit.RequireLogical(t)
 	t.Parallel()
 	for _, st := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 10 * time.Second} {
 		var w walFlags

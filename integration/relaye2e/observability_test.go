@@ -143,6 +143,7 @@ func TestPublishDurationHistogram(t *testing.T) {
 // metrics, with the same names and attributes, under its own
 // instrumentation scope, which tells the modes apart.
 func TestWALRelayRecordsPublishSpansAndMetrics(t *testing.T) {
+	testkit.RequireLogical(t)
 	t.Parallel()
 	db := testkit.NewOutbox(t)
 	t.Cleanup(func() {

@@ -25,6 +25,7 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
+	testkit.RequireLogical(t)
 	db := testkit.NewOutbox(t)
 	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table(), DisableNotify: true})
 	if err != nil {
