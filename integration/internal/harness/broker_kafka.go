@@ -121,9 +121,9 @@ func (c *realCluster) ensureRunning(ctx context.Context) error {
 // stop shuts every node down at once (SIGTERM), as the kfake broker is
 // stopped: the whole cluster is gone. Together they are gone in seconds;
 // one after another, each would first hand its leaderships to the next.
-// A crash with log recovery is LeaderKills' fault. After a crash of every
-// node the cluster served again in 20 s on an idle machine, against 10 s
-// after this; once, beside another package's tests, not in two minutes.
+// A crash with log recovery is LeaderKills' fault; after a crash of every
+// node the cluster takes twice as long to serve again, and once took more
+// than start's two minutes (docs/development.md).
 func (c *realCluster) stop() error {
 	errs := make(chan error, len(c.nodes))
 	for _, n := range c.nodes {
