@@ -12,7 +12,6 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 
 	"github.com/txoutbox/txoutbox"
-	"github.com/txoutbox/txoutbox/internal/ident"
 )
 
 // EnvDatabaseURL overrides the server the tests use. Default:
@@ -91,9 +90,8 @@ func NewSchema(t testing.TB, dbURL, name string, migrate bool) *Schema {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		defer s.SQL.Close()
-		if _, err := s.SQL.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+ident.Quote(s.Name)+" CASCADE"); err != nil {
-			t.Logf("testkit: drop schema %s: %v", s.Name, err)
+		if err := s.Drop(ctx); err != nil {
+			t.Logf("testkit: %v", err)
 		}
 	})
 	return s

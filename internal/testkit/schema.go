@@ -131,10 +131,11 @@ func CreateSchema(ctx context.Context, dbURL, schema string, migrate bool) (*Sch
 // Table is the outbox table of the schema, schema-qualified.
 func (s *Schema) Table() txoutbox.Table { return txoutbox.Table{Schema: s.Name} }
 
-// Drop drops the schema with everything in it and closes the pool.
+// Drop drops the schema with everything in it, if a test did not first,
+// and closes the pool.
 func (s *Schema) Drop(ctx context.Context) error {
 	defer s.SQL.Close()
-	if _, err := s.SQL.ExecContext(ctx, "DROP SCHEMA "+ident.Quote(s.Name)+" CASCADE"); err != nil {
+	if _, err := s.SQL.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+ident.Quote(s.Name)+" CASCADE"); err != nil {
 		return fmt.Errorf("drop schema %s: %w", s.Name, err)
 	}
 	return nil
