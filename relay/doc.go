@@ -159,12 +159,17 @@
 // Writers send NOTIFY in the insert statement, at most one per
 // txoutbox.WriterConfig.NotifyInterval (50ms); the relay LISTENs on one
 // pooled connection when the database/sql driver is pgx, and after every
-// wake-up polls for 100ms, 10ms after the claim and twice as long after each
-// poll that found nothing (10ms apart while its polls find rows), so the
-// writes a debounced writer did not announce are found within tens of
-// milliseconds. It also polls PollInterval after its last claim as a
-// fallback and for retries and scheduled events that come due. Set
-// DisableListen for PgBouncer in transaction mode.
+// wake-up polls again 10ms after the claim (every 10ms while its polls
+// find rows) and, once a poll found nothing, once more 100ms after the
+// last claim that found rows, so the writes a debounced writer did not
+// announce are found within tens of milliseconds. It also polls
+// PollInterval after its last claim as a fallback and for retries and
+// scheduled events that come due. Set DisableListen for PgBouncer in
+// transaction mode.
+//
+// A claim is a short transaction of BEGIN, its settings, the claim
+// statement and COMMIT. With the pgx driver the first three are sent
+// together: two round trips a claim, four with another driver.
 //
 // # Bookkeeping
 //

@@ -61,6 +61,26 @@ func (s *Statements) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.Tr
 	s.mu.Unlock()
 }
 
+type batchKey struct{}
+
+// TraceBatchStart implements pgx.BatchTracer: the statements of a batch
+// (the relay sends a claim's first three as one) start when it is sent.
+func (s *Statements) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return context.WithValue(ctx, batchKey{}, time.Now())
+}
+
+// TraceBatchQuery implements pgx.BatchTracer: a statement of a batch ends
+// when its result has been read.
+func (s *Statements) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	at, _ := ctx.Value(batchKey{}).(time.Time)
+	s.mu.Lock()
+	s.done = append(s.done, Statement{SQL: data.SQL, Start: at, End: time.Now(), Err: data.Err})
+	s.mu.Unlock()
+}
+
+// TraceBatchEnd implements pgx.BatchTracer.
+func (s *Statements) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // Traced opens another pool on the test's schema whose statements are
 // recorded in the returned Statements. It is closed when the test ends.
 func (d *DB) Traced(t testing.TB) (*sql.DB, *Statements) {

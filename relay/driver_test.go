@@ -1,0 +1,108 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"log/slog"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// opaqueDriver is pgx's database/sql driver behind a connection that does
+// not give out its *pgx.Conn, as another driver (lib/pq) does not: the
+// relay claims over database/sql's transactions then, in four round trips
+// instead of two, and polls instead of listening.
+type opaqueDriver struct{}
+
+func (opaqueDriver) Open(name string) (driver.Conn, error) {
+	c, err := stdlib.GetDefaultDriver().Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return opaqueConn{c}, nil
+}
+
+// opaqueConn passes every call on, and has no Conn method.
+type opaqueConn struct{ c driver.Conn }
+
+func (o opaqueConn) Prepare(q string) (driver.Stmt, error) { return o.c.Prepare(q) }
+func (o opaqueConn) Close() error                          { return o.c.Close() }
+func (o opaqueConn) Begin() (driver.Tx, error)             { return o.c.Begin() } //nolint:staticcheck // driver.Conn requires it
+func (o opaqueConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	return o.c.(driver.ConnBeginTx).BeginTx(ctx, opts)
+}
+func (o opaqueConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	return o.c.(driver.ConnPrepareContext).PrepareContext(ctx, q)
+}
+func (o opaqueConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+	return o.c.(driver.ExecerContext).ExecContext(ctx, q, args)
+}
+func (o opaqueConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+	return o.c.(driver.QueryerContext).QueryContext(ctx, q, args)
+}
+func (o opaqueConn) CheckNamedValue(v *driver.NamedValue) error {
+	return o.c.(driver.NamedValueChecker).CheckNamedValue(v)
+}
+func (o opaqueConn) ResetSession(ctx context.Context) error {
+	return o.c.(driver.SessionResetter).ResetSession(ctx)
+}
+
+func init() { sql.Register("txoutbox-opaque-pgx", opaqueDriver{}) }
+
+// The claim is the same transaction whether its first three statements go
+// in one round trip (pgx) or one at a time (any other driver): the same
+// rows, an undecodable one made dead in it, and a claim that commits.
+func TestClaimOnEitherDriver(t *testing.T) {
+	t.Parallel()
+	for _, opaque := range []bool{false, true} {
+		name := map[bool]string{false: "pgx", true: "other"}[opaque]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setupInternal(t)
+			b.write(t, 3, "k", "m")
+			b.exec(t, `UPDATE outbox SET headers = '{"n": 1}' WHERE id = 3`)
+			db := b.db.SQL
+			if opaque {
+				var err error
+				if db, err = sql.Open("txoutbox-opaque-pgx", b.db.URL); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = db.Close() })
+				if err := onPgxConn(context.Background(), db, func(*pgx.Conn) error { return nil }); err != errNotPgx {
+					t.Fatalf("the opaque driver's connection: %v, want errNotPgx", err)
+				}
+			}
+			r, err := New(db, nopPublisher{}, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ready(t, r)
+			rows, err := r.claimer.claim(context.Background(), 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := idsOf(rows); got != "1 2 4 5 6" {
+				t.Fatalf("claimed %q, want 1 2 4 5 6 (3 undecodable)", got)
+			}
+			for _, row := range rows {
+				if row.event.AggregateID == "" || row.event.ID.String() == "00000000-0000-0000-0000-000000000000" || len(row.event.Payload) == 0 {
+					t.Fatalf("row %d read as %+v", row.id, row.event)
+				}
+			}
+			if rows[0].event.ID == rows[1].event.ID || string(rows[0].event.Payload) != "0" || string(rows[4].event.Payload) != "2" {
+				t.Fatalf("rows read as one another: %+v / %+v", rows[0].event, rows[1].event)
+			}
+			var claimed, dead int
+			if err := b.db.SQL.QueryRow(`SELECT count(*) FILTER (WHERE state <> 'dead' AND lease_expires_at > now()),
+				count(*) FILTER (WHERE state = 'dead' AND id = 3) FROM outbox`).Scan(&claimed, &dead); err != nil {
+				t.Fatal(err)
+			}
+			if claimed != 5 || dead != 1 {
+				t.Fatalf("after the claim: %d rows claimed, row 3 dead: %d; want 5 and 1 (committed)", claimed, dead)
+			}
+		})
+	}
+}
