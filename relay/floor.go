@@ -39,7 +39,23 @@ type floorRaiser struct {
 	// until then the rounds do not list again. A table becomes partitioned
 	// only by a conversion, and a Low of 0 is right for any table.
 	oneTableUntil time.Time
+
+	// claimed counts the rows the relay's claims took (the claimer adds
+	// them; nil: every round starts a proof). A round starts a proof once
+	// perProof rows were taken since the last start, or floorQuietRounds
+	// rounds passed: until a batch's worth of rows was published past the
+	// floor, a claim reads fewer entries more than the round costs. A
+	// hundred tenants' tables written ten times a second each
+	// (tenant-fairness) ran a proof every round each, two reads of pg_locks
+	// a round; this way, one every floorQuietRounds rounds.
+	claimed   *atomic.Int64
+	perProof  int64     // BatchSize
+	lastStart time.Time // of the last proof
 }
+
+// floorQuietRounds is how many rounds may pass without a proof when the
+// relay claims fewer than a batch of rows in them.
+const floorQuietRounds = 10
 
 // partitionsRelist is how long a floor round trusts a listing that found
 // one table: in a group of 100 tables, listing every round would be 50
@@ -90,6 +106,13 @@ func (f *floorRaiser) round(ctx context.Context) error {
 		}
 		f.proof = nil
 	}
+	var taken int64
+	if f.claimed != nil {
+		taken = f.claimed.Load()
+		if taken < f.perProof && time.Since(f.lastStart) < floorQuietRounds*f.interval {
+			return nil
+		}
+	}
 	var p outboxsql.ClaimFloorProof
 	if err := f.db.QueryRowContext(ctx, f.sql.floorStart).Scan(&p.MaxID, &p.XMax, &p.VXIDs, &p.Gen); err != nil {
 		return fmt.Errorf("start: %w", err)
@@ -98,6 +121,10 @@ func (f *floorRaiser) round(ctx context.Context) error {
 		return errNoFloor
 	}
 	f.proof = &p
+	if f.claimed != nil {
+		f.claimed.Add(-taken)
+		f.lastStart = time.Now()
+	}
 	return nil
 }
 

@@ -87,17 +87,18 @@ type GroupConfig struct {
 //
 // Background work per table at default settings: a heartbeat round every
 // HeartbeatInterval (2s: seven statements when nothing changes), a claim
-// floor round (two or three statements) as often, a poll of four
+// floor round as often (two or three statements, and none in most rounds
+// of a table that claims less than a batch in ten), a poll of four
 // statements every PollInterval (1s) while idle, three stats readings
 // every StatsInterval (10s) and a prune every PruneInterval (1m). At 100
-// idle tables that is about 950 short statements a second. Raise
+// idle tables that is about 800 short statements a second. Raise
 // PollInterval and HeartbeatInterval (and StaleAfter with it) for many
 // idle tenants: LISTEN still wakes a table's relay the moment rows
-// commit. A table written to claims at each NOTIFY and polls four times
+// commit. A table written to claims at each NOTIFY and polls up to twice
 // more in the 100ms after it (see Latency and polling in the package
-// documentation), a claim of four statements each: about twenty
-// statements per NOTIFY (counted from the code), so 100 tables each
-// notified ten times a second would cost some 20,000 statements a second.
+// documentation), a claim of two round trips with pgx: about six round
+// trips per NOTIFY with the mark (counted from the code), so 100 tables
+// each notified ten times a second cost some 6,000 a second.
 // Each table's statements are its own (they name its schema), prepared on
 // each pool connection that runs them; with many tables they outnumber
 // the driver's statement cache (pgx: 512 a connection), and a statement

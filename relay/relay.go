@@ -128,16 +128,17 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	r.stall = &stall{clock: r.clock, timeout: cfg.PublishTimeout}
 	r.members = newMembership(db, r.sql, &r.cfg, r.log, r.clock, r.wake)
 	r.members.stalled = r.stall.stalled
-	low := new(atomic.Int64)
+	low, claimed := new(atomic.Int64), new(atomic.Int64)
 	r.claimer = newClaimer(claimerDeps{
 		db: db, sql: r.sql, cfg: cfg, log: r.log, met: met, clock: r.clock,
-		members: r.members, stalled: r.stall.stalled, budget: r.budget, outage: r.outage, wake: r.wake, low: low,
+		members: r.members, stalled: r.stall.stalled, budget: r.budget, outage: r.outage, wake: r.wake, low: low, claimed: claimed,
 	})
 	r.listener = &listener{db: db, channel: cfg.Table.Channel(), log: r.log, disabled: cfg.DisableListen, poll: cfg.PollInterval,
 		wake: r.wake, rebalance: r.members.rebalanceNow}
 	r.pruner = &pruner{db: db, sql: r.sql, cfg: cfg, log: r.log,
 		table: partitions.Table{Names: names, Schema: cfg.Table.Schema, Name: cmp.Or(cfg.Table.Name, outboxsql.TableNameDefault)}}
-	r.floor = &floorRaiser{db: db, sql: r.sql, interval: cfg.HeartbeatInterval, timeout: cfg.StatementTimeout, log: r.log, low: low}
+	r.floor = &floorRaiser{db: db, sql: r.sql, interval: cfg.HeartbeatInterval, timeout: cfg.StatementTimeout, log: r.log, low: low,
+		claimed: claimed, perProof: int64(cfg.BatchSize)}
 	r.sampler = &sampler{db: db, sql: r.sql, cfg: cfg, log: r.log, met: met}
 	return r, nil
 }
