@@ -70,6 +70,7 @@ func (f *floorRaiser) run(ctx context.Context) {
 		if err := f.round(ctx); err != nil && ctx.Err() == nil {
 			f.log.Debug("relay: claim floor round failed", "err", err)
 			f.proof = nil
+			f.lastStart = time.Time{} // start the next proof at once
 		}
 		if err := f.findLow(ctx); err != nil && ctx.Err() == nil {
 			f.log.Debug("relay: claim bound round failed", "err", err)
