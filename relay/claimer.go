@@ -90,8 +90,7 @@ type claimerDeps struct {
 	// low is the claim's Low on a partitioned outbox (outboxsql.ClaimLow),
 	// which the floor rounds keep; 0 reads every partition.
 	low *atomic.Int64
-	// claimed counts the rows claimed, for the floor rounds (nil: not
-	// counted).
+	// claimed counts the rows claimed, for the floor rounds.
 	claimed *atomic.Int64
 }
 
@@ -243,23 +242,17 @@ func (c *claimer) claimWithin(ctx context.Context, limit int, bytes int64) ([]*c
 		low = c.low.Load()
 	}
 	q := claimQuery{
-		settings: outboxsql.TimeoutArgs{Timeout: c.cfg.StatementTimeout}.Args(),
-		claim:    outboxsql.ClaimArgs{Owner: inc.token, Limit: limit, Lease: c.cfg.LeaseDuration, Shards: shards, Bytes: bytes, Low: low}.Args(),
-		scan: func(rows rowScanner) ([]*claimedRow, []outboxsql.RowError, error) {
-			return scanClaimed(rows, seq, inc, leaseEnds)
-		},
-		undecodable: func(bad []outboxsql.RowError) (string, []any, error) {
-			args, err := outboxsql.MarkUndecodableArgs{Rows: bad, Owner: inc.token}.Args()
-			return c.sql.markUndecodable, args, err
-		},
+		settings:  outboxsql.TimeoutArgs{Timeout: c.cfg.StatementTimeout}.Args(),
+		claim:     outboxsql.ClaimArgs{Owner: inc.token, Limit: limit, Lease: c.cfg.LeaseDuration, Shards: shards, Bytes: bytes, Low: low}.Args(),
+		seq:       seq,
+		inc:       inc,
+		leaseEnds: leaseEnds,
 	}
 	out, bad, err := c.runClaim(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	if c.claimed != nil {
-		c.claimed.Add(int64(len(out)))
-	}
+	c.claimed.Add(int64(len(out)))
 	if len(bad) > 0 {
 		for _, b := range bad {
 			c.log.Error("relay: event cannot be decoded; it is dead", "row", b.ID, "err", b.Err)
@@ -277,13 +270,13 @@ func (c *claimer) claimWithin(ctx context.Context, limit int, bytes int64) ([]*c
 	return out, nil
 }
 
-// claimQuery is one claim's transaction: ClaimSettings' and Claim's
-// parameters, how its rows are read, and the statement that makes the
-// undecodable ones dead in the same transaction.
+// claimQuery is one claim: ClaimSettings' and Claim's parameters, and
+// what its rows are read with (see scanClaimed).
 type claimQuery struct {
 	settings, claim []any
-	scan            func(rowScanner) ([]*claimedRow, []outboxsql.RowError, error)
-	undecodable     func([]outboxsql.RowError) (query string, args []any, err error)
+	seq             uint64
+	inc             *incarnation
+	leaseEnds       time.Duration
 }
 
 // rowScanner is what scanClaimed reads: *sql.Rows or pgx.Rows.
@@ -291,6 +284,20 @@ type rowScanner interface {
 	Next() bool
 	Scan(dest ...any) error
 	Err() error
+}
+
+// claimTx is the claim's transaction on one connection, through pgx
+// (pgxClaim) or another database/sql driver (sqlClaim).
+type claimTx interface {
+	// begin runs BEGIN, ClaimSettings and Claim, and returns Claim's rows.
+	begin(ctx context.Context, settings string, settingsArgs []any, claim string, claimArgs []any) (rowScanner, error)
+	// endRows closes the rows begin returned.
+	endRows() error
+	exec(ctx context.Context, query string, args ...any) error
+	commit(ctx context.Context) error
+	// rollback ends the transaction after an error (a no-op once it
+	// ended).
+	rollback(ctx context.Context)
 }
 
 // runClaim runs the claim's transaction on one connection of the pool:
@@ -314,108 +321,148 @@ func (c *claimer) runClaim(ctx context.Context, q claimQuery) (out []*claimedRow
 		if !ok {
 			return errNotPgx
 		}
-		out, bad, err = c.claimPipelined(ctx, pc.Conn(), q)
+		out, bad, err = c.claimOn(ctx, &pgxClaim{conn: pc.Conn()}, q)
 		return err
 	})
 	if errors.Is(err, errNotPgx) {
-		out, bad, err = c.claimInTx(ctx, conn, q)
+		out, bad, err = c.claimOn(ctx, &sqlClaim{conn: conn}, q)
 	}
 	return out, bad, err
 }
 
-// claimPipelined is runClaim on a pgx connection. On an error the
-// transaction is rolled back; were the connection left in it, database/sql
-// would discard it rather than hand it out again (pgx's ResetSession).
-func (c *claimer) claimPipelined(ctx context.Context, pc *pgx.Conn, q claimQuery) (out []*claimedRow, bad []outboxsql.RowError, err error) {
+// claimOn runs the claim's transaction t: the claim, its rows read, the
+// undecodable ones made dead in it, and its commit.
+func (c *claimer) claimOn(ctx context.Context, t claimTx, q claimQuery) (out []*claimedRow, bad []outboxsql.RowError, err error) {
 	defer func() {
-		if err != nil && pc.PgConn().TxStatus() != 'I' && !pc.IsClosed() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			_, _ = pc.Exec(rctx, "ROLLBACK")
+		if err != nil {
+			t.rollback(ctx)
 		}
 	}()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(c.sql.claimSettings, q.settings...)
-	b.Queue(c.sql.claim, q.claim...)
-	br := pc.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return nil, nil, fmt.Errorf("claim batch: begin: %w", err)
-	}
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return nil, nil, fmt.Errorf("claim batch: settings: %w", err)
-	}
-	rows, err := br.Query()
+	rows, err := t.begin(ctx, c.sql.claimSettings, q.settings, c.sql.claim, q.claim)
 	if err != nil {
-		_ = br.Close()
 		return nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
-	out, bad, err = q.scan(rows)
-	rows.Close()
-	if cerr := br.Close(); err == nil && cerr != nil {
+	out, bad, err = scanClaimed(rows, q.seq, q.inc, q.leaseEnds)
+	if cerr := t.endRows(); err == nil && cerr != nil {
 		err = fmt.Errorf("claim batch: %w", cerr)
 	}
 	if err != nil {
 		return nil, nil, err
 	}
 	if len(bad) > 0 {
-		query, args, err := q.undecodable(bad)
+		args, err := outboxsql.MarkUndecodableArgs{Rows: bad, Owner: q.inc.token}.Args()
 		if err != nil {
 			return nil, nil, fmt.Errorf("claim batch: encode undecodable rows: %w", err)
 		}
-		if _, err := pc.Exec(ctx, query, args...); err != nil {
+		if err := t.exec(ctx, c.sql.markUndecodable, args...); err != nil {
 			return nil, nil, fmt.Errorf("claim batch: mark undecodable rows dead: %w", err)
 		}
 	}
-	tag, err := pc.Exec(ctx, "COMMIT")
-	if err == nil && tag.String() != "COMMIT" {
-		err = errors.New("the transaction was rolled back")
-	}
-	if err != nil {
+	if err := t.commit(ctx); err != nil {
 		c.unconfirmed = out
 		return nil, nil, fmt.Errorf("claim batch: commit: %w", err)
 	}
 	return out, bad, nil
 }
 
-// claimInTx is runClaim with another database/sql driver: four round
-// trips.
-func (c *claimer) claimInTx(ctx context.Context, conn *sql.Conn, q claimQuery) (out []*claimedRow, bad []outboxsql.RowError, err error) {
-	tx, err := conn.BeginTx(ctx, nil)
+// pgxClaim is the claim's transaction on a pgx connection: BEGIN and the
+// two statements in one batch. Were the connection left in the
+// transaction, database/sql would discard it rather than hand it out again
+// (pgx's ResetSession).
+type pgxClaim struct {
+	conn  *pgx.Conn
+	batch pgx.BatchResults
+	rows  pgx.Rows
+}
+
+func (p *pgxClaim) begin(ctx context.Context, settings string, settingsArgs []any, claim string, claimArgs []any) (rowScanner, error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(settings, settingsArgs...)
+	b.Queue(claim, claimArgs...)
+	p.batch = p.conn.SendBatch(ctx, b)
+	if _, err := p.batch.Exec(); err != nil {
+		_ = p.endRows()
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	if _, err := p.batch.Exec(); err != nil {
+		_ = p.endRows()
+		return nil, fmt.Errorf("settings: %w", err)
+	}
+	rows, err := p.batch.Query()
 	if err != nil {
-		return nil, nil, fmt.Errorf("claim batch: begin: %w", err)
+		_ = p.endRows()
+		return nil, err
 	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, c.sql.claimSettings, q.settings...); err != nil {
-		return nil, nil, fmt.Errorf("claim batch: settings: %w", err)
+	p.rows = rows
+	return rows, nil
+}
+
+func (p *pgxClaim) endRows() error {
+	if p.rows != nil {
+		p.rows.Close()
 	}
-	rows, err := tx.QueryContext(ctx, c.sql.claim, q.claim...)
+	return p.batch.Close()
+}
+
+func (p *pgxClaim) exec(ctx context.Context, query string, args ...any) error {
+	_, err := p.conn.Exec(ctx, query, args...)
+	return err
+}
+
+func (p *pgxClaim) commit(ctx context.Context) error {
+	tag, err := p.conn.Exec(ctx, "COMMIT")
+	if err == nil && tag.String() != "COMMIT" {
+		err = errors.New("the transaction was rolled back")
+	}
+	return err
+}
+
+func (p *pgxClaim) rollback(ctx context.Context) {
+	if p.conn.IsClosed() || p.conn.PgConn().TxStatus() == 'I' {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_, _ = p.conn.Exec(rctx, "ROLLBACK")
+}
+
+// sqlClaim is the claim's transaction through database/sql, with a
+// driver other than pgx: four round trips.
+type sqlClaim struct {
+	conn *sql.Conn
+	tx   *sql.Tx
+	rows *sql.Rows
+}
+
+func (s *sqlClaim) begin(ctx context.Context, settings string, settingsArgs []any, claim string, claimArgs []any) (rowScanner, error) {
+	tx, err := s.conn.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("claim batch: %w", err)
+		return nil, fmt.Errorf("begin: %w", err)
 	}
-	out, bad, err = q.scan(rows)
-	if cerr := rows.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("claim batch: %w", cerr)
+	s.tx = tx
+	if _, err := tx.ExecContext(ctx, settings, settingsArgs...); err != nil {
+		return nil, fmt.Errorf("settings: %w", err)
 	}
-	if err != nil {
-		return nil, nil, err
+	if s.rows, err = tx.QueryContext(ctx, claim, claimArgs...); err != nil {
+		return nil, err
 	}
-	if len(bad) > 0 {
-		query, args, err := q.undecodable(bad)
-		if err != nil {
-			return nil, nil, fmt.Errorf("claim batch: encode undecodable rows: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
-			return nil, nil, fmt.Errorf("claim batch: mark undecodable rows dead: %w", err)
-		}
+	return s.rows, nil
+}
+
+func (s *sqlClaim) endRows() error { return s.rows.Close() }
+
+func (s *sqlClaim) exec(ctx context.Context, query string, args ...any) error {
+	_, err := s.tx.ExecContext(ctx, query, args...)
+	return err
+}
+
+func (s *sqlClaim) commit(context.Context) error { return s.tx.Commit() }
+
+func (s *sqlClaim) rollback(context.Context) {
+	if s.tx != nil {
+		_ = s.tx.Rollback() // a no-op after Commit
 	}
-	if err := tx.Commit(); err != nil {
-		c.unconfirmed = out
-		return nil, nil, fmt.Errorf("claim batch: commit: %w", err)
-	}
-	return out, bad, nil
 }
 
 // releaseUnconfirmed returns to pending the rows of a claim whose commit

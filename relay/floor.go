@@ -41,7 +41,7 @@ type floorRaiser struct {
 	oneTableUntil time.Time
 
 	// claimed counts the rows the relay's claims took (the claimer adds
-	// them; nil: every round starts a proof). A round starts a proof once
+	// them). A round starts a proof once
 	// perProof rows were taken since the last start, or floorQuietRounds
 	// rounds passed: until a batch's worth of rows was published past the
 	// floor, a claim reads fewer entries more than the round costs. A
@@ -107,12 +107,9 @@ func (f *floorRaiser) round(ctx context.Context) error {
 		}
 		f.proof = nil
 	}
-	var taken int64
-	if f.claimed != nil {
-		taken = f.claimed.Load()
-		if taken < f.perProof && time.Since(f.lastStart) < floorQuietRounds*f.interval {
-			return nil
-		}
+	taken := f.claimed.Load()
+	if taken < f.perProof && time.Since(f.lastStart) < floorQuietRounds*f.interval {
+		return nil
 	}
 	var p outboxsql.ClaimFloorProof
 	if err := f.db.QueryRowContext(ctx, f.sql.floorStart).Scan(&p.MaxID, &p.XMax, &p.VXIDs, &p.Gen); err != nil {
@@ -122,10 +119,8 @@ func (f *floorRaiser) round(ctx context.Context) error {
 		return errNoFloor
 	}
 	f.proof = &p
-	if f.claimed != nil {
-		f.claimed.Add(-taken)
-		f.lastStart = time.Now()
-	}
+	f.claimed.Add(-taken)
+	f.lastStart = time.Now()
 	return nil
 }
 
