@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -336,6 +337,11 @@ func DeadPrune(dead, rate int, d, interval time.Duration) Scale {
 // BigBacklog: 3 relays started on a backlog of big rows (a fleet restart
 // after an outage) drain it at no less than 0.9× their rate on one of
 // small rows.
+//
+// The small rate is the median of smallRuns drains, each on a table
+// emptied before it: one drain of a few seconds, start-up included, swung
+// from 14,700 to 25,500 events/s between runs on the 2-core machine, more
+// than the effect measured.
 func BigBacklog(small, big int) Scale {
 	return Scale{Name: "big-backlog", Alone: true, Run: func(ctx context.Context, env *Env) (string, error) {
 		rate := func(n, first int) (float64, error) {
@@ -362,28 +368,45 @@ func BigBacklog(small, big int) Scale {
 			}
 			return float64(n) / took.Seconds(), nil
 		}
-		r1, err := rate(small, 0)
-		if err != nil {
-			return "", err
-		}
 		names, err := outboxsql.NamesFor(env.DB.Schema, "")
 		if err != nil {
 			return "", err
 		}
-		if _, err := env.DB.SQL.ExecContext(ctx, `DELETE FROM `+names.Table); err != nil {
-			return "", err
+		empty := func() error {
+			_, err := env.DB.SQL.ExecContext(ctx, `DELETE FROM `+names.Table)
+			return err
 		}
+		smalls := make([]float64, smallRuns)
+		for i := range smalls {
+			if smalls[i], err = rate(small, 0); err != nil {
+				return "", err
+			}
+			if err := empty(); err != nil {
+				return "", err
+			}
+		}
+		runs := make([]string, len(smalls))
+		for i, r := range smalls {
+			runs[i] = fmt.Sprintf("%.0f", r)
+		}
+		slices.Sort(smalls)
+		r1 := smalls[len(smalls)/2]
 		r2, err := rate(big, 0)
 		if err != nil {
 			return "", err
 		}
-		line := fmt.Sprintf("small=%d small_eps=%.0f big=%d big_eps=%.0f ratio=%.2f", small, r1, big, r2, r2/r1)
+		line := fmt.Sprintf("small=%d small_eps=%.0f small_runs=%s big=%d big_eps=%.0f ratio=%.2f",
+			small, r1, strings.Join(runs, "/"), big, r2, r2/r1)
 		if r2 < 0.9*r1 {
 			return line, fmt.Errorf("big-backlog: %d rows drain at %.2f× the rate of %d", big, r2/r1, small)
 		}
 		return line, nil
 	}}
 }
+
+// smallRuns is how many drains of the small backlog BigBacklog takes the
+// median of.
+const smallRuns = 3
 
 // WALBigTransaction: one transaction writes n events of pad bytes while
 // a WAL relay streams: it publishes them with its peak RSS under
