@@ -5,10 +5,14 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"log/slog"
+	"net/url"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // opaqueDriver is pgx's database/sql driver behind a connection that does
@@ -104,5 +108,105 @@ func TestClaimOnEitherDriver(t *testing.T) {
 				t.Fatalf("after the claim: %d rows claimed, row 3 dead: %d; want 5 and 1 (committed)", claimed, dead)
 			}
 		})
+	}
+}
+
+// A claim that fails inside its transaction claims nothing, leaves none
+// of the relay's sessions in a transaction (an aborted one included), and
+// the next claim, once the fault is gone, takes the rows, on either
+// driver. Two faults: the claim gate held by an operator past
+// StatementTimeout, so ClaimSettings' lock wait times out in the middle of
+// pgx's batch (on the server or the client: both deadlines are
+// StatementTimeout); and the claim statement itself failing on the
+// server, its connection kept.
+func TestFailedClaimRollsBackOnEitherDriver(t *testing.T) {
+	t.Parallel()
+	faults := map[string]func(t *testing.T, b *internalBundle) (end func()){
+		"gate held": func(t *testing.T, b *internalBundle) func() {
+			names, err := outboxsql.NamesFor(b.db.Table().Schema, b.db.Table().Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			op, err := b.db.SQL.BeginTx(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = op.Rollback() })
+			if _, err := op.Exec(names.Render(outboxsql.OpsClaimGate)); err != nil {
+				t.Fatal(err)
+			}
+			return func() {
+				if err := op.Rollback(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+		"claim fails": func(t *testing.T, b *internalBundle) func() {
+			b.exec(t, `ALTER TABLE outbox_relays RENAME TO outbox_relays_t`)
+			b.exec(t, `CREATE FUNCTION review_gate() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$ BEGIN RAISE EXCEPTION 'relays unreadable'; END $$`)
+			b.exec(t, `CREATE VIEW outbox_relays AS SELECT * FROM outbox_relays_t WHERE review_gate()`)
+			return func() {
+				b.exec(t, `CREATE OR REPLACE FUNCTION review_gate() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$ BEGIN RETURN true; END $$`)
+			}
+		},
+	}
+	for fault, start := range faults {
+		for _, opaque := range []bool{false, true} {
+			name := fault + "/" + map[bool]string{false: "pgx", true: "other"}[opaque]
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				b := setupInternal(t)
+				b.write(t, 2, "k")
+				// The relay's sessions, named so they can be found.
+				u, err := url.Parse(b.db.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				app := "claim-rollback-" + b.db.Table().Schema
+				q := u.Query()
+				q.Set("application_name", app)
+				u.RawQuery = q.Encode()
+				db, err := sql.Open(map[bool]string{false: "pgx", true: "txoutbox-opaque-pgx"}[opaque], u.String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = db.Close() })
+				r, err := New(db, nopPublisher{}, Config{Table: b.db.Table(), ID: "r1", StatementTimeout: 300 * time.Millisecond,
+					Logger: slog.New(slog.DiscardHandler)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ready(t, r)
+
+				end := start(t, b)
+				rows, err := r.claimer.claim(context.Background(), 100)
+				if err == nil {
+					t.Fatalf("claim: %d rows and no error, want the fault's error", len(rows))
+				}
+				var leased int
+				if err := b.db.SQL.QueryRow(`SELECT count(*) FROM outbox WHERE lease_owner IS NOT NULL`).Scan(&leased); err != nil {
+					t.Fatal(err)
+				}
+				if leased != 0 {
+					t.Fatalf("%d rows leased by the failed claim, want 0", leased)
+				}
+				var inTx int
+				if err := b.db.SQL.QueryRow(`SELECT count(*) FROM pg_stat_activity
+					WHERE application_name = $1 AND state LIKE 'idle in transaction%'`, app).Scan(&inTx); err != nil {
+					t.Fatal(err)
+				}
+				if inTx != 0 {
+					t.Fatalf("%d of the relay's sessions left in a transaction after the failed claim", inTx)
+				}
+				end()
+				rows, err = r.claimer.claim(context.Background(), 100)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := idsOf(rows); got != "1 2" {
+					t.Fatalf("claimed %q once the fault was gone, want 1 2", got)
+				}
+			})
+		}
 	}
 }
