@@ -143,6 +143,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/IBM/sarama"
+
 	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
@@ -175,6 +177,7 @@ type options struct {
 	ownCluster      bool
 	maxOpenRequests int
 	idempotent      bool
+	compression     sarama.CompressionCodec
 	broker          string
 	river1Events    int
 	claimBackoff    int
@@ -220,6 +223,7 @@ func main() {
 	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run on a PostgreSQL 15 cluster of the bench's own (created with pg_createcluster as \"bench\" on port 5440, started, and stopped at the end if it was down), so no other session's work is in the PostgreSQL CPU and WAL figures; overrides -database-url")
 	flag.IntVar(&o.maxOpenRequests, "max-open-requests", 1, "Sarama Net.MaxOpenRequests of every Kafka publisher (an experiment: above 1 a retry may reorder a partition; needs -idempotent=false)")
 	flag.BoolVar(&o.idempotent, "idempotent", true, "Sarama's idempotent producer in every Kafka publisher (kafkapub's default)")
+	flag.TextVar(&o.compression, "compression", sarama.CompressionNone, "compression of every Kafka producer, the relays' and Debezium's alike: none (kafkapub's and Kafka's default), gzip, snappy, lz4 or zstd")
 	flag.IntVar(&o.river1Events, "river1-events", 10_000, "backlog of the river scenario's one-worker drain (it runs at a few hundred events/s); the unordered drain takes -events")
 	flag.StringVar(&o.broker, "broker", "kfake", "the broker: kfake (a kfakeproc process of the bench's own) or kafka (the 3-node Apache Kafka cluster of .ci/services, or "+kafkatest.EnvClusterBrokers+"; topics of three replicas, made anew per drain)")
 	flag.Parse()

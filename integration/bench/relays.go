@@ -180,7 +180,7 @@ func (rr *relayRun) runUntil(ctx context.Context, s *schemaDB) error {
 // broker; every Kafka scenario uses it, so they differ only in what drives
 // it.
 func (e *env) kafkaPublisher() (message.Publisher, error) {
-	cfg := kafkapub.Config{ClientID: "bench"}
+	cfg := kafkapub.Config{ClientID: "bench", Compression: e.opts.compression}
 	if e.opts.maxOpenRequests > 1 || !e.opts.idempotent {
 		cfg.Configure = func(sc *sarama.Config) {
 			sc.Producer.Idempotent = e.opts.idempotent
@@ -199,6 +199,7 @@ func (e *env) kafkaPublisher() (message.Publisher, error) {
 func (e *env) producerSettings(settings map[string]any) map[string]any {
 	settings["idempotent"] = e.opts.idempotent
 	settings["max_open_requests"] = e.opts.maxOpenRequests
+	settings["compression"] = e.opts.compression.String()
 	return settings
 }
 

@@ -64,7 +64,7 @@ func runDebezium(ctx context.Context, e *env) (debeziumBench, error) {
 	}
 	defer c.stop(s)
 	res.Settings = map[string]any{"connect": "standalone 4.3.0", "connector": "debezium-connector-postgres 3.6.1.Final, pgoutput",
-		"transform": "io.debezium.transforms.outbox.EventRouter", "producer": "acks=all, idempotent (Connect's defaults otherwise)",
+		"transform": "io.debezium.transforms.outbox.EventRouter", "producer": "acks=all, idempotent, compression " + e.opts.compression.String() + " (Connect's defaults otherwise)",
 		"tx_events": walTxEvents, "rounds": e.opts.rounds, "heap": debeziumHeap}
 
 	warm, err := e.topic(ctx, "bench.debezium.warm")
@@ -256,6 +256,7 @@ func startConnect(ctx context.Context, e *env, s *schemaDB, lib string) (*connec
 			// As the relay's publisher: every in-sync replica, idempotent.
 			"producer.acks=all",
 			"producer.enable.idempotence=true",
+			"producer.compression.type=" + e.opts.compression.String(),
 		}, "\n"),
 		"connector.properties": strings.Join([]string{
 			"name=txoutbox-bench",
