@@ -133,6 +133,10 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 		if !more {
 			if wait := time.Until(hotUntil); wait > 0 {
 				hot.Reset(min(wait, hotEvery))
+			} else {
+				// Past the window: a timer armed for it and beaten by a
+				// NOTIFY or the poll would wake an empty claim later.
+				hot.Stop()
 			}
 			select {
 			case <-c.wake:
