@@ -1,0 +1,3 @@
+ALTER TABLE outbox_claim_floor RESET (autovacuum_vacuum_threshold);
+ALTER TABLE outbox_shards RESET (autovacuum_vacuum_threshold);
+ALTER TABLE outbox_relays RESET (autovacuum_vacuum_threshold);
