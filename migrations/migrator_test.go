@@ -49,7 +49,7 @@ func TestUpUpDownUp(t *testing.T) {
 	ctx := context.Background()
 	m := outboxMigrator(t, db)
 	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) {
-		t.Fatalf("first Up = %v, %v; want [1 2 3 4 5 6 7 8 9]", applied, err)
+		t.Fatalf("first Up = %v, %v; want [1 2 3 4 5 6 7 8 9 10]", applied, err)
 	}
 	if applied, err := m.Up(ctx); err != nil || len(applied) != 0 {
 		t.Fatalf("second Up = %v, %v; want a no-op", applied, err)
@@ -85,8 +85,8 @@ func TestUpUpDownUp(t *testing.T) {
 		t.Fatalf("claim floor rows after Up: %d, %v; want one at 0 (version 8)", floorRows, err)
 	}
 	var relayOpts string
-	if err := db.SQL.QueryRow(`SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = $1::regclass`, `"`+db.Schema+`".outbox_relays`).Scan(&relayOpts); err != nil || relayOpts != "autovacuum_vacuum_threshold=10000" {
-		t.Fatalf("outbox_relays options after Up = %q, %v; want autovacuum_vacuum_threshold=10000 (version 10)", relayOpts, err)
+	if err := db.SQL.QueryRow(`SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = $1::regclass`, `"`+db.Schema+`".outbox_relays`).Scan(&relayOpts); err != nil || relayOpts != "autovacuum_vacuum_threshold=1000" {
+		t.Fatalf("outbox_relays options after Up = %q, %v; want autovacuum_vacuum_threshold=1000 (version 10)", relayOpts, err)
 	}
 	down(t, m, 10) // one version at a time
 	var reset bool
@@ -262,7 +262,7 @@ func TestExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(goose) != 10 || goose[8].Name != "0009_partitions.sql" || goose[9].Name != "0010_quiet_coordination.sql" ||
-		!strings.Contains(goose[9].Body, `ALTER TABLE "events_relays" SET (autovacuum_vacuum_threshold = 10000)`) || goose[5].Name != "0006_operator_indexes.sql" || goose[6].Name != "0007_not_before.sql" || goose[7].Name != "0008_claim_floor.sql" ||
+		!strings.Contains(goose[9].Body, `ALTER TABLE "events_relays" SET (autovacuum_vacuum_threshold = 1000)`) || goose[5].Name != "0006_operator_indexes.sql" || goose[6].Name != "0007_not_before.sql" || goose[7].Name != "0008_claim_floor.sql" ||
 		!strings.Contains(goose[7].Body, `CREATE TABLE IF NOT EXISTS "events_claim_floor"`) || !strings.Contains(goose[5].Body, `CREATE INDEX IF NOT EXISTS "events_dead_topic_idx" ON "events" (topic, id)`) ||
 		goose[3].Name != "0004_lag_index.sql" || !strings.Contains(goose[3].Body, `CREATE INDEX IF NOT EXISTS "events_lag_idx" ON "events" (created_at)`) ||
 		goose[4].Name != "0005_cost_indexes.sql" || !strings.Contains(goose[4].Body, `CREATE INDEX IF NOT EXISTS "events_prune_idx" ON "events"`) ||

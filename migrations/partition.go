@@ -26,7 +26,7 @@ const partitionVersion = 9
 // place, with the table as its first partition. Relays then create the
 // partitions ahead and drop those past retention in their prune round;
 // calling Partition again from a job does the former too. It needs the
-// outbox schema at its latest version and the role owning the table, and
+// outbox schema at version 9 or later and the role owning the table, and
 // fails for a table in a publication (see docs/partitions.md, which
 // describes every step).
 func (m *Migrator) Partition(ctx context.Context, size int64) error {

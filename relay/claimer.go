@@ -133,10 +133,6 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 		if !more {
 			if wait := time.Until(hotUntil); wait > 0 {
 				hot.Reset(min(wait, hotEvery))
-			} else {
-				// Past the window: a timer armed for it and beaten by a
-				// NOTIFY or the poll would wake an empty claim later.
-				hot.Stop()
 			}
 			select {
 			case <-c.wake:
@@ -162,8 +158,11 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 		}
 		within := min(c.cfg.BatchBytes, max(freeBytes, 1)) // nothing held: one row, however large
 		rows, err := c.claimWithin(ctx, min(c.cfg.BatchSize, free), within)
-		// Any claim is a poll: the next is due PollInterval after it.
+		// Any claim is a poll: the next is due PollInterval after it, and
+		// a hot poll armed before it (beaten by a NOTIFY or room freed) is
+		// spent; the loop arms the next while the window lasts.
 		poll.Reset(c.cfg.PollInterval)
+		hot.Stop()
 		if err != nil {
 			if ctx.Err() != nil {
 				return

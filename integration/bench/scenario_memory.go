@@ -40,7 +40,8 @@ func runMemory(ctx context.Context, e *env, outboxBin string) (memory, error) {
 	if err := insertBacklog(ctx, s, topic, n, e.opts.aggregates, "pending", 0); err != nil {
 		return memory{}, err
 	}
-	args := []string{"relay", "--database-url", s.URL, "--schema", s.Schema, "--brokers", strings.Join(e.brokers, ","), "--log-level", "warn", "--retention", "-1s"}
+	args := []string{"relay", "--database-url", s.URL, "--schema", s.Schema, "--brokers", strings.Join(e.brokers, ","), "--log-level", "warn", "--retention", "-1s",
+		"--kafka-compression", e.opts.compression.String()}
 	cmd := exec.Command(outboxBin, args...)
 	cmd.Stderr = os.Stderr
 	start := time.Now()

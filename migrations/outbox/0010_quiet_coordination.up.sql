@@ -1,20 +1,22 @@
--- txoutbox schema, version 10: autovacuum leaves the relays' small
--- coordination tables to page pruning.
+-- txoutbox schema, version 10: autovacuum leaves the two small tables the
+-- claim reads mostly to page pruning.
 --
--- Relays update outbox_relays (every heartbeat), outbox_shards and
--- outbox_claim_floor all the time, in place (heap-only updates, no indexed
--- column changes), so page pruning keeps each at a page or two with no
--- VACUUM. An autovacuum of one still advances its relfrozenxid, an update
--- of pg_class that invalidates every cached plan reading the table, on
--- every connection: the claim reads outbox_relays and outbox_claim_floor,
--- and is planned again at its next run, in 3-6 ms against the 0.2 ms it
--- takes to run. At the default thresholds (50 changes) a heartbeat every
--- 2 s had each table vacuumed every minute or two; with one relay serving
--- a hundred tenants' outbox tables, planning claims again after those
--- vacuums was the largest share of PostgreSQL's time. 10,000 changes is
--- hours of heartbeats. Vacuums against transaction-id wraparound are not
--- affected, and the outbox table itself keeps the defaults: its rows come
--- and go.
-ALTER TABLE outbox_relays SET (autovacuum_vacuum_threshold = 10000);
-ALTER TABLE outbox_shards SET (autovacuum_vacuum_threshold = 10000);
-ALTER TABLE outbox_claim_floor SET (autovacuum_vacuum_threshold = 10000);
+-- Relays update outbox_relays (every heartbeat) and outbox_claim_floor
+-- (every floor round) all the time, changing no indexed column, so the
+-- updates are heap-only and page pruning keeps each table at a page or two.
+-- An autovacuum of one still advances its relfrozenxid, an update of
+-- pg_class that invalidates every cached plan reading the table, on every
+-- connection: the claim reads both, and is planned again at its next run,
+-- in 3-6 ms against the 0.2 ms it takes to run. At the default threshold
+-- (50 dead rows and a fifth of the table) a heartbeat every 2 s had each
+-- vacuumed every minute or two; with one relay serving a hundred tenants'
+-- outbox tables, planning claims again after those vacuums was a large
+-- share of PostgreSQL's time. At 1,000 dead rows (those pruning did not
+-- reclaim) autovacuum comes about every half hour per relay, still often
+-- enough to clear what a transaction holding back pruning left behind.
+-- Vacuums against transaction-id wraparound are not affected; the outbox
+-- table keeps the defaults: its rows come and go. The setting replaces
+-- any threshold set on these tables before; migrating down resets it
+-- to the default.
+ALTER TABLE outbox_relays SET (autovacuum_vacuum_threshold = 1000);
+ALTER TABLE outbox_claim_floor SET (autovacuum_vacuum_threshold = 1000);
