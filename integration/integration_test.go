@@ -605,7 +605,7 @@ func TestScaleDeadPrune(t *testing.T) {
 }
 
 func TestScaleBigBacklog(t *testing.T) {
-	runScale(t, harness.BigBacklog(10_000, 100_000))
+	runScale(t, harness.BigBacklog(10_000, 100_000, 3))
 }
 
 func TestScaleWALBigTransaction(t *testing.T) {
