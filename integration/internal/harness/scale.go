@@ -422,7 +422,7 @@ func median(rates []float64) (float64, string) {
 	}
 	sorted := slices.Clone(rates)
 	slices.Sort(sorted)
-	return sorted[len(sorted)/2], strings.Join(runs, "/")
+	return percentile(sorted, 0.5), strings.Join(runs, "/")
 }
 
 // WALBigTransaction: one transaction writes n events of pad bytes while

@@ -26,6 +26,13 @@ import (
 // rest. The backlog need not drain: the scenario fails if it drained
 // before the window ended, since nothing was then measured beside it.
 //
+// First, the same writers run for window with the first table empty (a
+// relay of their own, stopped after), and the line gives their p99
+// (baseline_p99_ms) beside the one measured with the backlog: what the
+// backlog costs the others is the difference, what the machine's capacity
+// costs them is the baseline. Not a bound: at small sizes both are tens
+// of milliseconds, and their ratio is noise.
+//
 // The time judged per event is commit-to-ack: from the moment the
 // writer's commit returned (the writer's clock) to published_at, the
 // relay's mark after the broker's ack (the database's clock; the same
@@ -67,6 +74,51 @@ func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Sca
 		if err != nil {
 			return "", fmt.Errorf("tenant-fairness: outbox migrate up --schemas: %w\n%s", err, out)
 		}
+		others := make([]outboxsql.Names, 0, tables-1)
+		var union []string
+		for _, s := range schemas[1:] {
+			n, err := outboxsql.NamesFor(s, "")
+			if err != nil {
+				return "", err
+			}
+			others = append(others, n)
+			union = append(union, "SELECT event_id, created_at, published_at, state FROM "+n.Table)
+		}
+		all := "(" + strings.Join(union, " UNION ALL ") + ") e"
+		flags := DefaultRelayFlags()
+		// Production's intervals: a hundred tables' heartbeats and polls
+		// at the crash suite's would be most of what the machine does.
+		flags.Heartbeat, flags.StaleAfter, flags.Lease = 2*time.Second, 15*time.Second, 30*time.Second
+		flags.Schemas = pattern
+		flags.Extra = []string{"--poll-interval", "1s"}
+		// An idle connection for each writer: with database/sql's default
+		// of two the pool closed the connections of the writers'
+		// overlapping transactions and opened new ones, 30 to 45 a second
+		// (pg_stat_database.sessions), each a forked backend.
+		env.DB.SQL.SetMaxIdleConns(tables)
+
+		// The baseline: the writers alone.
+		_, _, stop, err := world(ctx, env, flags, 1)
+		if err != nil {
+			return "", err
+		}
+		committed, _, err := tenantWriters(ctx, env, schemas[1:], rate, window)
+		if err == nil {
+			err = tenantDrained(ctx, env, all)
+		}
+		var baseline []float64
+		if err == nil {
+			baseline, _, err = tenantLatencies(ctx, env, all, committed)
+		}
+		stop()
+		if err != nil {
+			return "", fmt.Errorf("tenant-fairness: the baseline, without the backlog: %w", err)
+		}
+		for _, n := range others {
+			if _, err := env.DB.SQL.ExecContext(ctx, "TRUNCATE "+n.Table); err != nil {
+				return "", err
+			}
+		}
 
 		hot, err := outboxsql.NamesFor(schemas[0], "")
 		if err != nil {
@@ -81,111 +133,23 @@ func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Sca
 		if _, err := env.DB.SQL.ExecContext(ctx, "VACUUM ANALYZE "+hot.Table); err != nil {
 			return "", err
 		}
-
-		flags := DefaultRelayFlags()
-		// Production's intervals: a hundred tables' heartbeats and polls
-		// at the crash suite's would be most of what the machine does.
-		flags.Heartbeat, flags.StaleAfter, flags.Lease = 2*time.Second, 15*time.Second, 30*time.Second
-		flags.Schemas = pattern
-		flags.Extra = []string{"--poll-interval", "1s"}
-		_, _, stop, err := world(ctx, env, flags, 1)
+		_, _, stop, err = world(ctx, env, flags, 1)
 		if err != nil {
 			return "", err
 		}
 		defer stop()
-
-		// Writers: every tenant but the hot one, rate events a second each,
-		// for window.
-		wctx, stopWriters := context.WithCancel(ctx)
-		defer stopWriters()
-		var (
-			wg        sync.WaitGroup
-			mu        sync.Mutex
-			written   int
-			werr      error
-			committed = map[uuid.UUID]time.Time{} // event → when its commit returned
-		)
-		// An idle connection for each writer: with database/sql's default
-		// of two the pool closed the connections of the writers'
-		// overlapping transactions and opened new ones, 30 to 45 a second
-		// (pg_stat_database.sessions), each a forked backend.
-		env.DB.SQL.SetMaxIdleConns(tables)
-		for i, s := range schemas[1:] {
-			w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: txoutbox.Table{Schema: s}})
-			if err != nil {
-				return "", err
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				tick := time.NewTicker(time.Second / time.Duration(rate))
-				defer tick.Stop()
-				for n := 0; ; n++ {
-					select {
-					case <-wctx.Done():
-						return
-					case <-tick.C:
-					}
-					ev, err := txoutbox.NewEvent(TopicGorm, "tenant", fmt.Sprintf("t%d-%d", i, n%10), "tenant.event", map[string]int{"n": n})
-					if err == nil {
-						// Not cut short by the writers' stop: a commit cancelled
-						// on its way may have committed, and the count of the
-						// events written must be exact.
-						err = writeOne(context.WithoutCancel(wctx), env, w, ev)
-					}
-					at := time.Now()
-					mu.Lock()
-					if err != nil && werr == nil {
-						werr = err
-					}
-					if err == nil {
-						written++
-						committed[ev.ID] = at
-					}
-					mu.Unlock()
-				}
-			}()
-		}
 		start := time.Now()
-		if !sleep(ctx, window) {
-			return "", ctx.Err()
+		committed, written, err := tenantWriters(ctx, env, schemas[1:], rate, window)
+		if err != nil {
+			return "", err
 		}
-		stopWriters()
-		wg.Wait()
 		var hotLeft int
 		if err := env.DB.SQL.QueryRowContext(ctx, `SELECT count(*) FROM `+hot.Table+` WHERE state <> 'published'`).Scan(&hotLeft); err != nil {
 			return "", err
 		}
 		hotEPS := float64(backlog-hotLeft) / time.Since(start).Seconds()
-		if werr != nil {
-			return "", fmt.Errorf("tenant-fairness: a writer failed: %w", werr)
-		}
-
-		// Every tenant's events published, then their latencies.
-		var union []string
-		for _, s := range schemas[1:] {
-			n, err := outboxsql.NamesFor(s, "")
-			if err != nil {
-				return "", err
-			}
-			union = append(union, "SELECT event_id, created_at, published_at, state FROM "+n.Table)
-		}
-		all := "(" + strings.Join(union, " UNION ALL ") + ") e"
-		deadline := time.Now().Add(time.Minute)
-		for {
-			var left int
-			if err := env.DB.SQL.QueryRowContext(ctx, "SELECT count(*) FROM "+all+" WHERE state <> 'published'").Scan(&left); err != nil {
-				return "", err
-			}
-			if left == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				return "", fmt.Errorf("tenant-fairness: %d of the other tenants' events unpublished a minute after the writers stopped", left)
-			}
-			if !sleep(ctx, 200*time.Millisecond) {
-				return "", ctx.Err()
-			}
+		if err := tenantDrained(ctx, env, all); err != nil {
+			return "", err
 		}
 		fromCommit, fromCreated, err := tenantLatencies(ctx, env, all, committed)
 		if err != nil {
@@ -195,11 +159,11 @@ func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Sca
 		p99 := percentile(fromCommit, 0.99)
 		line := fmt.Sprintf("tables=%d backlog=%d rate_per_table=%d window_s=%.0f events=%d written_eps=%.0f "+
 			"commit_p50_ms=%.0f commit_p99_ms=%.0f commit_max_ms=%.0f created_p50_ms=%.0f created_p99_ms=%.0f created_max_ms=%.0f "+
-			"backlog_left=%d backlog_eps=%.0f",
+			"baseline_p50_ms=%.0f baseline_p99_ms=%.0f backlog_left=%d backlog_eps=%.0f",
 			tables, backlog, rate, window.Seconds(), events, float64(written)/window.Seconds(),
 			percentile(fromCommit, 0.5)*1000, p99*1000, percentile(fromCommit, 1)*1000,
 			percentile(fromCreated, 0.5)*1000, percentile(fromCreated, 0.99)*1000, percentile(fromCreated, 1)*1000,
-			hotLeft, hotEPS)
+			percentile(baseline, 0.5)*1000, percentile(baseline, 0.99)*1000, hotLeft, hotEPS)
 		// The measurement counts only if the others wrote beside the
 		// backlog: it is not drained yet, and every one wrote at least a
 		// second's worth.
@@ -215,6 +179,88 @@ func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Sca
 		}
 		return line, nil
 	}}
+}
+
+// tenantWriters writes rate events a second into each of schemas' outbox
+// tables for window, one writer each, and returns when each one's commit
+// returned, by event id, and how many were written.
+func tenantWriters(ctx context.Context, env *Env, schemas []string, rate int, window time.Duration) (map[uuid.UUID]time.Time, int, error) {
+	wctx, stopWriters := context.WithCancel(ctx)
+	defer stopWriters()
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		written   int
+		werr      error
+		committed = map[uuid.UUID]time.Time{} // event → when its commit returned
+	)
+	for i, s := range schemas {
+		w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: txoutbox.Table{Schema: s}})
+		if err != nil {
+			return nil, 0, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Second / time.Duration(rate))
+			defer tick.Stop()
+			for n := 0; ; n++ {
+				select {
+				case <-wctx.Done():
+					return
+				case <-tick.C:
+				}
+				ev, err := txoutbox.NewEvent(TopicGorm, "tenant", fmt.Sprintf("t%d-%d", i, n%10), "tenant.event", map[string]int{"n": n})
+				if err == nil {
+					// Not cut short by the writers' stop: a commit cancelled
+					// on its way may have committed, and the count of the
+					// events written must be exact.
+					err = writeOne(context.WithoutCancel(wctx), env, w, ev)
+				}
+				at := time.Now()
+				mu.Lock()
+				if err != nil && werr == nil {
+					werr = err
+				}
+				if err == nil {
+					written++
+					committed[ev.ID] = at
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	slept := sleep(ctx, window)
+	stopWriters()
+	wg.Wait()
+	switch {
+	case !slept:
+		return nil, 0, ctx.Err()
+	case werr != nil:
+		return nil, 0, fmt.Errorf("tenant-fairness: a writer failed: %w", werr)
+	}
+	return committed, written, nil
+}
+
+// tenantDrained waits, a minute at most, until every event of all (the
+// other tenants' tables) is published.
+func tenantDrained(ctx context.Context, env *Env, all string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var left int
+		if err := env.DB.SQL.QueryRowContext(ctx, "SELECT count(*) FROM "+all+" WHERE state <> 'published'").Scan(&left); err != nil {
+			return err
+		}
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("tenant-fairness: %d of the other tenants' events unpublished a minute after the writers stopped", left)
+		}
+		if !sleep(ctx, 200*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
 }
 
 // tenantLatencies reads the events of all (the other tenants' tables) and
