@@ -70,6 +70,14 @@ func TestClaimOnEitherDriver(t *testing.T) {
 			b.write(t, 3, "k", "m")
 			b.exec(t, `UPDATE outbox SET headers = '{"n": 1}' WHERE id = 3`)
 			db := b.db.SQL
+			if !opaque {
+				// The pgx subtest runs the batch path only if the pool's
+				// connections are *pgx.Conn, as runClaim asks; a wrapped
+				// driver would send both subtests down the other one.
+				if err := onPgxConn(context.Background(), db, func(*pgx.Conn) error { return nil }); err != nil {
+					t.Fatalf("the pgx pool's connection: %v, want a *pgx.Conn (the claim's batch)", err)
+				}
+			}
 			if opaque {
 				var err error
 				if db, err = sql.Open("txoutbox-opaque-pgx", b.db.URL); err != nil {
