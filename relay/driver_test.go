@@ -77,8 +77,7 @@ func TestClaimOnEitherDriver(t *testing.T) {
 				if err := onPgxConn(context.Background(), db, func(*pgx.Conn) error { return nil }); err != nil {
 					t.Fatalf("the pgx pool's connection: %v, want a *pgx.Conn (the claim's batch)", err)
 				}
-			}
-			if opaque {
+			} else {
 				var err error
 				if db, err = sql.Open("txoutbox-opaque-pgx", b.db.URL); err != nil {
 					t.Fatal(err)
