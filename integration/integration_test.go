@@ -604,8 +604,16 @@ func TestScaleDeadPrune(t *testing.T) {
 	runScale(t, harness.DeadPrune(50_000, 500, 40*time.Second, 10*time.Second))
 }
 
+// TestScaleBigBacklog drains 10,000 and 100,000 rows with 3 relays and
+// checks each drain whole; it reports their rates' ratio but does not
+// judge it. In CI another test package runs beside this one (go test -p
+// 2), and a drain of one second and one of ten see its load differently:
+// the ratio fell to 0.73 there with the relays' code unchanged. The bound
+// (0.9) is judged at full size (go run ./integration/chaos -scale); at
+// CI's size the claim's plan work is
+// (internal/outboxsql.TestClaimCostIsItsBatchWithAnyPendingBacklog).
 func TestScaleBigBacklog(t *testing.T) {
-	runScale(t, harness.BigBacklog(10_000, 100_000, 3))
+	runScale(t, harness.BigBacklog(10_000, 100_000, 3, 0))
 }
 
 func TestScaleWALBigTransaction(t *testing.T) {

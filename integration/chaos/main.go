@@ -131,7 +131,7 @@ func scalePlans() ([]harness.Plan, []harness.Scale) {
 		}, []harness.Scale{
 			harness.BackoffAggregates(50_000, 10_000, time.Minute),
 			harness.DeadPrune(1_000_000, 2000, 3*time.Minute, time.Minute),
-			harness.BigBacklog(100_000, 10_000_000, 1),
+			harness.BigBacklog(100_000, 10_000_000, 1, 0.9),
 			harness.WALBigTransaction(1_000_000, 1024, 512),
 			harness.WALDBA(),
 			harness.TenantFairness(100, 1_000_000, 10, 2*time.Minute, time.Second),

@@ -336,6 +336,24 @@ func TestClaimCostIsItsBatchWithAnyNumberOfRowsInBackoff(t *testing.T) {
 	testkit.AssertFlat(t, "claim", costRatio, measure(costSmall), measure(costLarge))
 }
 
+// A fleet started on a backlog (after an outage, a deploy) claims from its
+// head: a claim reads its batch and the fences of its aggregates, not the
+// rows queued behind them. The crash suite's big-backlog scenario drains
+// 100,000 and 10,000,000 rows with real relays at full size; this is its
+// proof at CI's size, where a drain's rate is a timer.
+func TestClaimCostIsItsBatchWithAnyPendingBacklog(t *testing.T) {
+	// Not parallel: see TestClaimCostIsItsBatchWithAnyNumberOfRowsInBackoff.
+	const batch = 500
+	measure := func(backlog int) map[string]testkit.Work {
+		c := newCostDB(t)
+		c.exec(t, `INSERT INTO {{relays}} (id, name) VALUES ('me', 'me')`)
+		c.insert(t, backlog, `'agg-' || (g % 1000)`, "pending", "0", "now()", "now()", "NULL")
+		c.settle(t)
+		return c.claimWork(t, batch)
+	}
+	testkit.AssertFlat(t, "claim from the head of a backlog", costRatio, measure(10*costSmall), measure(10*costLarge))
+}
+
 // A WAL relay resuming its slot reads the highest dead row and the
 // table's highest row with one index descent each, whatever the backlog of
 // pending rows above the last settled one (WALSettledMax, which walks it,
