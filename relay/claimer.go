@@ -72,7 +72,10 @@ type claimer struct {
 
 // claimerDeps is what the claimer reads and who it tells.
 type claimerDeps struct {
-	db    *sql.DB
+	db *sql.DB
+	// conns lends the claims their connections in a Group; nil: the
+	// pool's (db).
+	conns *claimConns
 	sql   *statements
 	cfg   Config
 	log   *slog.Logger
@@ -314,11 +317,11 @@ type claimTx interface {
 // connection) is rolled back, never committed with rows the relay does not
 // hold. A commit whose reply was lost leaves its rows in c.unconfirmed.
 func (c *claimer) runClaim(ctx context.Context, q claimQuery) (out []*claimedRow, bad []outboxsql.RowError, err error) {
-	conn, err := c.db.Conn(ctx)
+	conn, done, err := c.conn(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim batch: get connection: %w", err)
 	}
-	defer conn.Close()
+	defer func() { done(err != nil) }()
 	err = conn.Raw(func(dc any) error {
 		pc, ok := dc.(interface{ Conn() *pgx.Conn })
 		if !ok {
@@ -331,6 +334,24 @@ func (c *claimer) runClaim(ctx context.Context, q claimQuery) (out []*claimedRow
 		out, bad, err = c.claimOn(ctx, &sqlClaim{conn: conn}, q)
 	}
 	return out, bad, err
+}
+
+// conn lends the claim a connection, the group's (claimConns) or the
+// pool's, and the function that gives it back, told whether the claim
+// failed.
+func (c *claimer) conn(ctx context.Context) (*sql.Conn, func(failed bool), error) {
+	if c.conns == nil {
+		conn, err := c.db.Conn(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return conn, func(bool) { conn.Close() }, nil
+	}
+	cc, err := c.conns.get(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cc.conn, func(failed bool) { c.conns.put(cc, failed) }, nil
 }
 
 // claimOn runs the claim's transaction t: the claim, its rows read, the

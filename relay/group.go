@@ -54,6 +54,17 @@ type GroupConfig struct {
 	// once migrated) gets a relay, one that is gone (its schema dropped)
 	// has its relay stopped. Default 30s.
 	DiscoverInterval time.Duration
+
+	// ClaimConns is how many connections the group keeps out of the pool
+	// for its tables' claims, which take turns on them (default
+	// ClaimConnsDefault, 4). Each table's claim is prepared and planned
+	// on each connection that runs it, again after every vacuum of the
+	// table: kept to a few connections, a hundred tables' plans cost a
+	// few hundred plans a minute, not thousands (see Group). With the
+	// pool bounded (db.SetMaxOpenConns), the default is lowered to leave
+	// the rest of a relay its MinOpenConns-1 connections; a ClaimConns set
+	// that does not leave them is refused.
+	ClaimConns int
 }
 
 // Group publishes many outbox tables of one database, one per schema (a
@@ -120,12 +131,13 @@ type GroupConfig struct {
 // for tens of tables and adds up for thousands of busy ones: set the
 // schema on the writer's table to wake only its relay.
 type Group struct {
-	db   *sql.DB
-	pub  message.Publisher
-	cfg  GroupConfig // defaults set
-	log  *slog.Logger
-	find *finder
-	hub  *hub // nil with DisableListen
+	db    *sql.DB
+	pub   message.Publisher
+	cfg   GroupConfig // defaults set
+	log   *slog.Logger
+	find  *finder
+	hub   *hub        // nil with DisableListen
+	conns *claimConns // lent to every table's claims
 
 	mu       sync.Mutex
 	children map[string]*child // by schema; guarded by mu
@@ -160,6 +172,11 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 	if err := checkPool(db, cfg.Relay.DisableListen); err != nil {
 		return nil, err
 	}
+	claimConns, err := groupClaimConns(db, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ClaimConns = claimConns
 	cfg.Relay.setDefaults() // one ID for every table
 	if cfg.DiscoverInterval == 0 {
 		cfg.DiscoverInterval = DiscoverIntervalDefault
@@ -168,6 +185,7 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 		db: db, pub: pub, cfg: cfg,
 		log:      cfg.Relay.Logger.With("relay", cfg.Relay.ID),
 		find:     &finder{db: db, cfg: cfg},
+		conns:    newClaimConns(db, claimConns),
 		children: map[string]*child{},
 		skipped:  map[string]string{},
 	}
@@ -175,6 +193,31 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 		g.hub = newHub(db, g.log, cfg.Relay.PollInterval, txoutbox.Table{Name: cfg.Relay.Table.Name}.Channel())
 	}
 	return g, nil
+}
+
+// groupClaimConns is how many claim connections the group keeps: its
+// ClaimConns, or the default, lowered under a bounded pool so that a
+// relay's other statements (LISTEN, a mark, a heartbeat) still find
+// connections.
+func groupClaimConns(db *sql.DB, cfg GroupConfig) (int, error) {
+	room := 0 // no bound
+	if n := db.Stats().MaxOpenConnections; n > 0 {
+		room = n - (MinOpenConns - 1)
+		if cfg.Relay.DisableListen {
+			room++
+		}
+	}
+	switch {
+	case cfg.ClaimConns == 0 && room > 0:
+		return min(ClaimConnsDefault, room), nil
+	case cfg.ClaimConns == 0:
+		return ClaimConnsDefault, nil
+	case room > 0 && cfg.ClaimConns > room:
+		return 0, fmt.Errorf("%w: ClaimConns is %d, and the pool allows %d open connections (db.SetMaxOpenConns): "+
+			"a relay's other statements need %d beside them", ErrInvalidConfig, cfg.ClaimConns, db.Stats().MaxOpenConnections,
+			db.Stats().MaxOpenConnections-room)
+	}
+	return cfg.ClaimConns, nil
 }
 
 // Validate reports whether NewGroup accepts c, with its zero fields taken
@@ -214,6 +257,9 @@ func (c *GroupConfig) validate() error {
 	}
 	if c.DiscoverInterval < 0 {
 		return bad("DiscoverInterval is negative (%s)", c.DiscoverInterval)
+	}
+	if c.ClaimConns < 0 {
+		return bad("ClaimConns is negative (%d)", c.ClaimConns)
 	}
 	return nil
 }
@@ -304,6 +350,7 @@ func (g *Group) Run(ctx context.Context) error {
 	}
 	g.mu.Unlock()
 	g.stop(stopping...)
+	g.conns.close()
 	// The hub outlives the relays: they hand their shards over, and the
 	// peers they announce it to listen too.
 	stopHub()
@@ -398,7 +445,7 @@ func (g *Group) start(ctx context.Context, table txoutbox.Table) {
 	cfg := g.cfg.Relay
 	cfg.Table = table
 	cfg.Logger = g.cfg.Relay.Logger.With("table", publish.TableValue(table))
-	r, err := New(g.db, g.pub, cfg)
+	r, err := newRelay(g.db, g.pub, cfg, g.conns)
 	if err != nil {
 		g.skip(table, err.Error())
 		return

@@ -258,6 +258,7 @@ func TestGroupConfigErrors(t *testing.T) {
 		"relay table name bad":        {Relay: Config{Table: txoutbox.Table{Name: "x-y"}}, SchemaPattern: "*"},
 		"bad relay config":            {Relay: Config{BatchSize: -1}, SchemaPattern: "*"},
 		"negative discover interval":  {SchemaPattern: "*", DiscoverInterval: -time.Second},
+		"negative claim conns":        {SchemaPattern: "*", ClaimConns: -1},
 	} {
 		if _, err := NewGroup(db, pub, cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: NewGroup: %v, want ErrInvalidConfig", name, err)
@@ -316,6 +317,129 @@ func TestGroupAndRelayRefuseAPoolBelowMinOpenConns(t *testing.T) {
 	testkit.Run(t, g.Run)
 	f.write(t, "a", 0, 1, "k")
 	testkit.WaitFor(t, 10*time.Second, "a row published through a pool of MinOpenConns", func() bool { return f.count(t, "a", "state = 'published'") == 1 })
+}
+
+// The claim connections a group keeps leave a bounded pool the rest a
+// relay needs: the default is lowered to fit, a ClaimConns that does not
+// fit is refused at NewGroup, naming the pool's bound.
+func TestGroupClaimConnsFitThePool(t *testing.T) {
+	f := newFleet(t)
+	pub := newGroupPublisher(0, 0)
+	for _, c := range []struct {
+		max, claimConns int
+		noListen        bool
+		want            int // 0: refused
+	}{
+		{0, 0, false, ClaimConnsDefault}, {0, 9, false, 9},
+		{40, 0, false, ClaimConnsDefault}, {5, 0, false, 2}, {MinOpenConns, 0, false, 1}, {MinOpenConns - 1, 0, true, 1},
+		{5, 2, false, 2}, {5, 3, false, 0}, {5, 3, true, 3}, {5, 4, true, 0},
+	} {
+		f.db.SetMaxOpenConns(c.max)
+		cfg := f.groupConfig(false)
+		cfg.ClaimConns, cfg.Relay.DisableListen = c.claimConns, c.noListen
+		g, err := NewGroup(f.db, pub, cfg)
+		switch {
+		case c.want == 0 && (!errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "SetMaxOpenConns")):
+			t.Errorf("pool of %d, ClaimConns %d, DisableListen %v: %v, want ErrInvalidConfig naming SetMaxOpenConns", c.max, c.claimConns, c.noListen, err)
+		case c.want != 0 && err != nil:
+			t.Errorf("pool of %d, ClaimConns %d, DisableListen %v: %v", c.max, c.claimConns, c.noListen, err)
+		case c.want != 0 && (g.cfg.ClaimConns != c.want || cap(g.conns.slots) != c.want):
+			t.Errorf("pool of %d, ClaimConns %d, DisableListen %v: %d claim connections, want %d", c.max, c.claimConns, c.noListen, g.cfg.ClaimConns, c.want)
+		}
+	}
+}
+
+// Every table's claims take turns on the group's claim connections: six
+// tables are claimed from on one, each published in order, and the
+// connection goes back to the pool when the group stops.
+func TestGroupClaimsTakeTurnsOnItsClaimConns(t *testing.T) {
+	f := newFleet(t)
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	tables := map[string]*testkit.Schema{}
+	for _, n := range names {
+		tables[n] = f.add(t, n, true)
+		f.write(t, n, 0, 10, "k", "m")
+	}
+	pub := newGroupPublisher(0, 0)
+	cfg := f.groupConfig(true)
+	cfg.ClaimConns = 1
+	g := f.newGroup(t, pub, cfg)
+	stop := testkit.Run(t, g.Run)
+	f.waitServing(t, g, names...)
+	for _, n := range names {
+		f.write(t, n, 10, 10, "k", "m")
+	}
+	testkit.WaitFor(t, 20*time.Second, "every table's rows published", func() bool {
+		for _, n := range names {
+			if f.count(t, n, "state = 'published'") != 40 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, n := range names {
+		pub.checkOrder(t, tables[n].Name, 20, "k", "m")
+	}
+	if made := g.conns.made.Load(); made != 1 {
+		t.Errorf("the claims took %d connections from the pool, want 1", made)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(g.conns.slots); n != 0 {
+		t.Errorf("%d claim connections kept after the group stopped", n)
+	}
+}
+
+// A claim waits for a claim connection as it would for the pool's, under
+// its context; one whose claim failed goes back to the pool and its place
+// is taken by a new one.
+func TestClaimConnsLendUpToTheirNumber(t *testing.T) {
+	db := testkit.NewDB(t).SQL
+	c := newClaimConns(db, 2)
+	ctx := context.Background()
+	a, err := c.get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.get(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a third get with two lent: %v, want the context's deadline", err)
+	}
+	got := make(chan claimConn, 1)
+	go func() {
+		cc, err := c.get(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- cc
+	}()
+	c.put(a, false)
+	if cc := <-got; cc.conn != a.conn {
+		t.Errorf("the waiting get was lent another connection than the one given back")
+	}
+	c.put(b, true) // its claim failed: back to the pool
+	d, err := c.get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.conn == b.conn || c.made.Load() != 3 {
+		t.Errorf("after a failed claim: reused %v, %d made, want a new connection (3 made)", d.conn == b.conn, c.made.Load())
+	}
+	c.put(d, false)
+	c.put(a, false)
+	c.close()
+	if n := len(c.slots); n != 0 {
+		t.Errorf("%d claim connections kept after close", n)
+	}
+	if inUse := db.Stats().InUse; inUse != 0 {
+		t.Errorf("%d connections of the pool still in use after close", inUse)
+	}
 }
 
 // Two tables with the same aggregates are each published in order, as a

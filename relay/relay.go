@@ -83,6 +83,12 @@ type Relay struct {
 // broker acknowledged the message (watermill-kafka's does; see
 // kafkapub.NewPublisher). The relay does not close it.
 func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
+	return newRelay(db, pub, cfg, nil)
+}
+
+// newRelay is New with the connections its claims borrow: a Group's
+// claimConns, or nil for the pool's.
+func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) (*Relay, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
 	}
@@ -130,7 +136,7 @@ func New(db *sql.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	r.members.stalled = r.stall.stalled
 	low, claimed := new(atomic.Int64), new(atomic.Int64)
 	r.claimer = newClaimer(claimerDeps{
-		db: db, sql: r.sql, cfg: cfg, log: r.log, met: met, clock: r.clock,
+		db: db, conns: conns, sql: r.sql, cfg: cfg, log: r.log, met: met, clock: r.clock,
 		members: r.members, stalled: r.stall.stalled, budget: r.budget, outage: r.outage, wake: r.wake, low: low, claimed: claimed,
 	})
 	r.listener = &listener{db: db, channel: cfg.Table.Channel(), log: r.log, disabled: cfg.DisableListen, poll: cfg.PollInterval,
