@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"sync/atomic"
 	"time"
 )
@@ -10,50 +11,70 @@ import (
 // ClaimConnsDefault is GroupConfig.ClaimConns' default.
 const ClaimConnsDefault = 4
 
-// claimConnMaxAge is how long a claim connection is kept before it goes
-// back to the pool for a fresh one, so the pool's own lifetime rules
-// (db.SetConnMaxLifetime, a proxy's) are not dodged for good. Each swap
-// costs each table claimed on it one plan of its claim.
-const claimConnMaxAge = 5 * time.Minute
+const (
+	// claimConnWait is how long a claim waits for a claim connection
+	// before it takes one of the pool's. A claim runs in milliseconds; all
+	// of them held for this long are claims waiting on locks (an
+	// operator's retry or replay holding the claim gate, a tenant's
+	// migration), and the other tables' claims go on beside them.
+	claimConnWait = 500 * time.Millisecond
+	// claimConnMaxAge is how long a claim connection is kept: then it is
+	// closed and a new one opened, so the pool's own lifetime rules
+	// (db.SetConnMaxLifetime, a proxy's) are not dodged for good. Each
+	// new one costs each table claimed on it one plan of its claim.
+	claimConnMaxAge = 5 * time.Minute
+)
 
 // claimConns lends the claims of a Group's tables a few connections it
-// keeps out of the pool, so each table's claim is prepared and planned on
-// those few only. The claim is a prepared statement per table (its text
-// names the schema); a vacuum of a table invalidates its plan on every
-// connection that holds it, and each plans it again at its next run (3–6
-// ms, against 0.2 ms to run). Spread over a pool of 40 connections, a
-// hundred tables each vacuumed and analysed once a minute cost thousands
-// of plans a minute (docs/crash-suite.md, tenant-fairness).
+// keeps out of the pool, so that each table's claim is prepared and
+// planned on those few. The claim is a prepared statement per table (its
+// text names the schema); a vacuum or analyze of a table invalidates its
+// plan on every connection that holds it, and each plans it again at its
+// next run (3–6 ms, against 0.2 ms to run). Spread over a pool of 40
+// connections, a hundred tables that autovacuum visits once a minute cost
+// thousands of plans a minute (docs/crash-suite.md, tenant-fairness).
 //
-// A claim waits for one of n connections as it would for the pool's,
-// under its StatementTimeout. A connection is made when a claim needs one
-// and none is free, up to n; one whose claim failed is given back to the
-// pool (which drops it if it is broken), and so is one older than
-// claimConnMaxAge.
+// A connection is opened when a claim needs one and none is free, up to
+// n. A claim that finds all n lent for claimConnWait takes one of the
+// pool's instead, under its StatementTimeout as before. A connection whose
+// claim left it closed or inside a transaction is closed, and so is one
+// older than claimConnMaxAge; a kept one is not pinged before it is lent,
+// so after PostgreSQL restarts each fails one claim (which is retried)
+// before it is replaced.
 type claimConns struct {
-	db    *sql.DB
-	free  chan claimConn // kept, idle
-	slots chan struct{}  // one token per connection kept or lent
-	made  atomic.Int64   // connections taken from the pool, for tests
+	db     *sql.DB
+	free   chan claimConn // kept, idle
+	slots  chan struct{}  // one token per connection kept or lent
+	wait   time.Duration  // claimConnWait
+	maxAge time.Duration  // claimConnMaxAge
+
+	made     atomic.Int64 // connections opened to be kept, for tests
+	borrowed atomic.Int64 // claims that took the pool's, for tests
 }
 
+// claimConn is a connection lent to a claim: a kept one (made is when it
+// was opened) or, pooled, one of the pool's for this claim only.
 type claimConn struct {
-	conn *sql.Conn
-	made time.Time
+	conn   *sql.Conn
+	made   time.Time
+	pooled bool
 }
 
 func newClaimConns(db *sql.DB, n int) *claimConns {
-	return &claimConns{db: db, free: make(chan claimConn, n), slots: make(chan struct{}, n)}
+	return &claimConns{db: db, free: make(chan claimConn, n), slots: make(chan struct{}, n),
+		wait: claimConnWait, maxAge: claimConnMaxAge}
 }
 
 // get lends a connection: a free one, a new one while fewer than n are
-// kept, or the next one given back.
+// kept, the next one given back, or after c.wait one of the pool's.
 func (c *claimConns) get(ctx context.Context) (claimConn, error) {
 	select {
 	case cc := <-c.free:
 		return cc, nil
 	default:
 	}
+	wait := time.NewTimer(c.wait)
+	defer wait.Stop()
 	select {
 	case cc := <-c.free:
 		return cc, nil
@@ -65,30 +86,54 @@ func (c *claimConns) get(ctx context.Context) (claimConn, error) {
 		}
 		c.made.Add(1)
 		return claimConn{conn: conn, made: time.Now()}, nil
+	case <-wait.C:
+		conn, err := c.db.Conn(ctx)
+		if err != nil {
+			return claimConn{}, err
+		}
+		c.borrowed.Add(1)
+		return claimConn{conn: conn, pooled: true}, nil
 	case <-ctx.Done():
 		return claimConn{}, ctx.Err()
 	}
 }
 
-// put takes a lent connection back; failed says its claim returned an
-// error, after which its session is not trusted.
-func (c *claimConns) put(cc claimConn, failed bool) {
-	if failed || time.Since(cc.made) > claimConnMaxAge {
+// put takes a lent connection back; broken says its claim left it closed
+// or inside a transaction (or, without pgx, that the claim failed).
+func (c *claimConns) put(cc claimConn, broken bool) {
+	switch {
+	case broken:
+		discard(cc.conn)
+	case cc.pooled:
 		cc.conn.Close()
-		<-c.slots
+		return
+	case time.Since(cc.made) > c.maxAge:
+		// Closed, not given back to the pool: database/sql lends the
+		// connection freed last first, so it would come back as it was.
+		discard(cc.conn)
+	default:
+		c.free <- cc
 		return
 	}
-	c.free <- cc
+	if !cc.pooled {
+		<-c.slots
+	}
 }
 
-// close gives the free connections back to the pool. Connections lent
-// at the time are given back as they return; none is lent once the
-// relays have stopped.
+// discard closes a connection for good rather than give it back to the
+// pool: database/sql closes one whose Raw returns driver.ErrBadConn.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	conn.Close()
+}
+
+// close closes the free connections. Connections lent at the time are
+// kept when they return; none is lent once the relays have stopped.
 func (c *claimConns) close() {
 	for {
 		select {
 		case cc := <-c.free:
-			cc.conn.Close()
+			discard(cc.conn)
 			<-c.slots
 		default:
 			return

@@ -321,25 +321,31 @@ func (c *claimer) runClaim(ctx context.Context, q claimQuery) (out []*claimedRow
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim batch: get connection: %w", err)
 	}
-	defer func() { done(err != nil) }()
+	// Whether the claim left the connection unfit to be kept: known from
+	// pgx's state (a claim that failed on a lock or a timeout leaves it
+	// idle, its plans worth keeping), assumed from the error without pgx.
+	broken := true
+	defer func() { done(broken) }()
 	err = conn.Raw(func(dc any) error {
 		pc, ok := dc.(interface{ Conn() *pgx.Conn })
 		if !ok {
 			return errNotPgx
 		}
 		out, bad, err = c.claimOn(ctx, &pgxClaim{conn: pc.Conn()}, q)
+		broken = pc.Conn().IsClosed() || pc.Conn().PgConn().IsBusy() || pc.Conn().PgConn().TxStatus() != 'I'
 		return err
 	})
 	if errors.Is(err, errNotPgx) {
 		out, bad, err = c.claimOn(ctx, &sqlClaim{conn: conn}, q)
+		broken = err != nil
 	}
 	return out, bad, err
 }
 
 // conn lends the claim a connection, the group's (claimConns) or the
 // pool's, and the function that gives it back, told whether the claim
-// failed.
-func (c *claimer) conn(ctx context.Context) (*sql.Conn, func(failed bool), error) {
+// left it unfit to be kept.
+func (c *claimer) conn(ctx context.Context) (*sql.Conn, func(broken bool), error) {
 	if c.conns == nil {
 		conn, err := c.db.Conn(ctx)
 		if err != nil {
@@ -351,7 +357,7 @@ func (c *claimer) conn(ctx context.Context) (*sql.Conn, func(failed bool), error
 	if err != nil {
 		return nil, nil, err
 	}
-	return cc.conn, func(failed bool) { c.conns.put(cc, failed) }, nil
+	return cc.conn, func(broken bool) { c.conns.put(cc, broken) }, nil
 }
 
 // claimOn runs the claim's transaction t: the claim, its rows read, the

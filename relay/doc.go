@@ -254,12 +254,14 @@
 // served without a restart, a dropped one's relay is stopped. Each table
 // gets a Relay of its own from GroupConfig.Relay, with every guarantee
 // above (its shards, membership, leases, fences, ordering, claim gate and
-// floor): they share the pool, the publisher and one LISTEN connection,
-// and nothing that would let a table with a large backlog hold the
-// others back (each claims and publishes on its own, within its own
-// MaxInFlight and Lanes). A group's connections are all the pool's: one
-// held for LISTEN and up to eight per table at once; bound them with
-// db.SetMaxOpenConns, at least MinOpenConns (see Group). Writers whose
+// floor): they share the pool, the publisher, one LISTEN connection and
+// a few connections for their claims (GroupConfig.ClaimConns), and
+// nothing that would let a table with a large backlog hold the others
+// back (each claims and publishes on its own, within its own MaxInFlight
+// and Lanes). A group's connections are all the pool's: one held for
+// LISTEN, ClaimConns kept for the claims of every table, and up to seven
+// more per table at once; bound them with db.SetMaxOpenConns, at least
+// MinOpenConns (see Group). Writers whose
 // table has no schema (their search_path picks it) wake every table's
 // relay; those whose table names the schema wake only its relay.
 //

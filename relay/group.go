@@ -58,12 +58,15 @@ type GroupConfig struct {
 	// ClaimConns is how many connections the group keeps out of the pool
 	// for its tables' claims, which take turns on them (default
 	// ClaimConnsDefault, 4). Each table's claim is prepared and planned
-	// on each connection that runs it, again after every vacuum of the
-	// table: kept to a few connections, a hundred tables' plans cost a
-	// few hundred plans a minute, not thousands (see Group). With the
-	// pool bounded (db.SetMaxOpenConns), the default is lowered to leave
-	// the rest of a relay its MinOpenConns-1 connections; a ClaimConns set
-	// that does not leave them is refused.
+	// on each connection that runs it, and again after every vacuum of the
+	// table: kept to a few connections, a hundred tables' claims cost a
+	// few hundred plans a minute, not thousands (see Group). A claim that
+	// finds them all busy for half a second takes a pool connection.
+	//
+	// With the pool bounded (db.SetMaxOpenConns, set before NewGroup), the
+	// default is at most a quarter of the bound, and a ClaimConns that
+	// leaves fewer than LISTEN, a mark and a heartbeat need beside it is
+	// refused.
 	ClaimConns int
 }
 
@@ -73,18 +76,20 @@ type GroupConfig struct {
 // connection. Each table keeps every guarantee of a Relay (its shards,
 // membership, leases, fences, ordering, claim gate and floor, pruning):
 // each table's relay is exactly a Relay, and shares nothing with the
-// others that could hold it back but the pool and the publisher.
+// others that could hold it back but the pool, the claim connections and
+// the publisher.
 //
 // Fairness: every table's relay claims in its own loop, at most a batch
 // at a time and at most MaxInFlight rows held, and publishes on its own
-// lanes, so a table with a large backlog holds at most its own ~8
-// connections and Lanes publish calls; the others' claims and publishes
-// queue beside them, not behind its backlog.
+// lanes, so a table with a large backlog holds at most one claim
+// connection, its own ~7 pool connections and Lanes publish calls; the
+// others' claims and publishes queue beside them, not behind its backlog.
 //
-// Connections: one for LISTEN, whatever the number of tables, and the
-// relays' statements on the shared pool. Each table's relay uses up to
-// eight pool connections at once (claims, marks, heartbeats, the claim
-// floor, three stats readings, pruning), so N tables could use 1 + 8N,
+// Connections: one for LISTEN, whatever the number of tables, ClaimConns
+// for the claims of all tables, and the relays' other statements on the
+// shared pool. Each table's relay uses up to seven pool connections at
+// once beside its claim (marks, heartbeats, the claim floor, three stats
+// readings, pruning), so N tables could use 1 + ClaimConns + 7N,
 // each statement a connection only while it runs: bound the pool with
 // db.SetMaxOpenConns (and give it as many idle connections, with
 // db.SetMaxIdleConns, or it reconnects constantly). A relay whose
@@ -111,14 +116,22 @@ type GroupConfig struct {
 // trips per NOTIFY with the mark (counted from the code), so 100 tables
 // each notified ten times a second cost some 6,000 a second.
 // Each table's statements are its own (they name its schema), prepared on
-// each pool connection that runs them; with many tables they outnumber
-// the driver's statement cache (pgx: 512 a connection), and a statement
-// evicted is prepared and planned again, the claim's plan among them. A
-// vacuum of the table invalidates its claim's plan on every connection
-// that holds it, which plans it again at its next run (3-6 ms against
-// the 0.2 ms it takes to run): the fewer connections a group's pool has,
-// the fewer times each plan is made (docs/crash-suite.md,
-// tenant-fairness).
+// each connection that runs them. A vacuum or analyze of a table
+// invalidates its claim's plan on every connection that holds it, which
+// plans it again at its next run (3-6 ms against the 0.2 ms it takes to
+// run), and autovacuum visits each table written to about once a minute.
+// So the claims of every table take turns on a few connections the group
+// keeps out of the pool (GroupConfig.ClaimConns, default 4), each table's
+// claim planned on those few: spread over a pool of 40, 100 tables'
+// claims were planned thousands of times a minute and the quiet tables'
+// p99 from commit to mark was 2-3.5 s; on 4 kept connections it was
+// under 1 s (docs/crash-suite.md, tenant-fairness). A claim that waits
+// half a second for one (the others held by claims waiting on locks)
+// takes a pool connection. The other statements run on the pool; their
+// plans are cheap. pgx caches 512 prepared statements a connection, two
+// of them each table's claim: past about 250 tables written to, a claim
+// connection prepares and plans claims again as they fall out of its
+// cache.
 //
 // Writers: a writer whose Table names the schema (Table{Schema: "tenant_a"})
 // announces its rows on that table's channel and wakes that table's relay
@@ -209,12 +222,14 @@ func groupClaimConns(db *sql.DB, cfg GroupConfig) (int, error) {
 	}
 	switch {
 	case cfg.ClaimConns == 0 && room > 0:
-		return min(ClaimConnsDefault, room), nil
+		// A quarter of the bound at most, so the relays' other statements
+		// (heartbeats above all) keep most of the pool.
+		return min(ClaimConnsDefault, max(1, (db.Stats().MaxOpenConnections-1)/4)), nil
 	case cfg.ClaimConns == 0:
 		return ClaimConnsDefault, nil
 	case room > 0 && cfg.ClaimConns > room:
 		return 0, fmt.Errorf("%w: ClaimConns is %d, and the pool allows %d open connections (db.SetMaxOpenConns): "+
-			"a relay's other statements need %d beside them", ErrInvalidConfig, cfg.ClaimConns, db.Stats().MaxOpenConnections,
+			"a mark, a heartbeat and LISTEN (unless disabled) need %d beside them", ErrInvalidConfig, cfg.ClaimConns, db.Stats().MaxOpenConnections,
 			db.Stats().MaxOpenConnections-room)
 	}
 	return cfg.ClaimConns, nil

@@ -331,7 +331,7 @@ func TestGroupClaimConnsFitThePool(t *testing.T) {
 		want            int // 0: refused
 	}{
 		{0, 0, false, ClaimConnsDefault}, {0, 9, false, 9},
-		{40, 0, false, ClaimConnsDefault}, {5, 0, false, 2}, {MinOpenConns, 0, false, 1}, {MinOpenConns - 1, 0, true, 1},
+		{40, 0, false, ClaimConnsDefault}, {9, 0, false, 2}, {5, 0, false, 1}, {MinOpenConns, 0, false, 1}, {MinOpenConns - 1, 0, true, 1},
 		{5, 2, false, 2}, {5, 3, false, 0}, {5, 3, true, 3}, {5, 4, true, 0},
 	} {
 		f.db.SetMaxOpenConns(c.max)
@@ -389,6 +389,47 @@ func TestGroupClaimsTakeTurnsOnItsClaimConns(t *testing.T) {
 	if n := len(g.conns.slots); n != 0 {
 		t.Errorf("%d claim connections kept after the group stopped", n)
 	}
+	if inUse := f.db.Stats().InUse; inUse != 0 {
+		t.Errorf("%d connections of the pool in use after the group stopped", inUse)
+	}
+}
+
+// A claim connection whose backend is gone (PostgreSQL restarted, the
+// backend terminated) fails one claim, is closed and replaced: the rows
+// are published on the new one.
+func TestGroupReplacesABrokenClaimConn(t *testing.T) {
+	f := newFleet(t)
+	f.add(t, "a", true)
+	pub := newGroupPublisher(0, 0)
+	cfg := f.groupConfig(true)
+	cfg.ClaimConns = 1
+	g := f.newGroup(t, pub, cfg)
+	testkit.Run(t, g.Run)
+	f.waitServing(t, g, "a")
+	f.write(t, "a", 0, 5, "k")
+	testkit.WaitFor(t, 10*time.Second, "the first rows published", func() bool { return f.count(t, "a", "state = 'published'") == 5 })
+	cc, err := g.conns.get(context.Background())
+	for err == nil && cc.pooled { // the kept one busy with a claim
+		g.conns.put(cc, false)
+		cc, err = g.conns.get(context.Background())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := cc.conn.QueryRowContext(context.Background(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	g.conns.put(cc, false)
+	if _, err := f.base.SQL.Exec(`SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	f.write(t, "a", 5, 5, "k")
+	testkit.WaitFor(t, 10*time.Second, "the rows written after the claim connection's backend was terminated published",
+		func() bool { return f.count(t, "a", "state = 'published'") == 10 })
+	if made := g.conns.made.Load(); made != 2 {
+		t.Errorf("%d claim connections opened, want 2: the broken one replaced once", made)
+	}
 }
 
 // A claim waits for a claim connection as it would for the pool's, under
@@ -423,15 +464,47 @@ func TestClaimConnsLendUpToTheirNumber(t *testing.T) {
 	if cc := <-got; cc.conn != a.conn {
 		t.Errorf("the waiting get was lent another connection than the one given back")
 	}
-	c.put(b, true) // its claim failed: back to the pool
+	c.put(b, true) // its claim left it broken: closed
 	d, err := c.get(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.conn == b.conn || c.made.Load() != 3 {
-		t.Errorf("after a failed claim: reused %v, %d made, want a new connection (3 made)", d.conn == b.conn, c.made.Load())
+	if made := c.made.Load(); made != 3 {
+		t.Errorf("after a broken one: %d made, want 3 (a new one in its place)", made)
 	}
+
+	// Both lent: after the wait, the pool's.
+	c.wait = 20 * time.Millisecond
+	p, err := c.get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.pooled || c.borrowed.Load() != 1 || c.made.Load() != 3 {
+		t.Errorf("with all lent: pooled %v, %d borrowed, %d made; want the pool's (1 borrowed, 3 made)", p.pooled, c.borrowed.Load(), c.made.Load())
+	}
+	c.put(p, false)
+
+	// One past its age is closed on its return, and a new one opened.
+	c.maxAge = time.Millisecond
+	time.Sleep(2 * time.Millisecond)
+	pidOf := func(cc claimConn) (pid int) {
+		t.Helper()
+		if err := cc.conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	old := pidOf(d)
 	c.put(d, false)
+	e, err := c.get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.made.Load() != 4 || pidOf(e) == old {
+		t.Errorf("after one aged out: %d made, backend %d again: want a new connection (4 made) on a new backend", c.made.Load(), old)
+	}
+	c.maxAge = time.Hour
+	c.put(e, false)
 	c.put(a, false)
 	c.close()
 	if n := len(c.slots); n != 0 {
