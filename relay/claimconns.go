@@ -13,10 +13,13 @@ const ClaimConnsDefault = 4
 
 const (
 	// claimConnWait is how long a claim waits for a claim connection
-	// before it takes one of the pool's. A claim runs in milliseconds; all
-	// of them held for this long are claims waiting on locks (an
-	// operator's retry or replay holding the claim gate, a tenant's
-	// migration), and the other tables' claims go on beside them.
+	// while none comes back before it takes one of the pool's. A claim
+	// runs in milliseconds; when none of them is given back for this
+	// long, all are held by claims waiting on locks (an operator's retry
+	// or replay holding the claim gate, a tenant's migration), and the
+	// other tables' claims go on beside them. Connections coming back
+	// are a queue, waited out: claims on the pool's would plan the
+	// claim again on each, which is what overloads the database then.
 	claimConnWait = 500 * time.Millisecond
 	// claimConnMaxAge is how long a claim connection is kept: then it is
 	// closed and a new one opened, so the pool's own lifetime rules
@@ -35,8 +38,9 @@ const (
 // thousands of plans a minute (docs/crash-suite.md, tenant-fairness).
 //
 // A connection is opened when a claim needs one and none is free, up to
-// n. A claim that finds all n lent for claimConnWait takes one of the
-// pool's instead, under its StatementTimeout as before. A connection whose
+// n. A claim that waits claimConnWait while none of the n lent comes back
+// takes one of the pool's instead; it waits under its StatementTimeout as
+// before. A connection whose
 // claim left it closed or inside a transaction is closed, and so is one
 // older than claimConnMaxAge; a kept one is not pinged before it is lent,
 // so after PostgreSQL restarts each fails one claim (which is retried)
@@ -48,6 +52,7 @@ type claimConns struct {
 	wait   time.Duration  // claimConnWait
 	maxAge time.Duration  // claimConnMaxAge
 
+	returned atomic.Int64 // connections given back, to tell a queue from claims stuck on locks
 	made     atomic.Int64 // connections opened to be kept, for tests
 	borrowed atomic.Int64 // claims that took the pool's, for tests
 }
@@ -66,41 +71,52 @@ func newClaimConns(db *sql.DB, n int) *claimConns {
 }
 
 // get lends a connection: a free one, a new one while fewer than n are
-// kept, the next one given back, or after c.wait one of the pool's.
+// kept, the next one given back, or one of the pool's once none has been
+// given back for c.wait.
 func (c *claimConns) get(ctx context.Context) (claimConn, error) {
 	select {
 	case cc := <-c.free:
 		return cc, nil
 	default:
 	}
-	wait := time.NewTimer(c.wait)
+	wait := time.NewTicker(c.wait)
 	defer wait.Stop()
-	select {
-	case cc := <-c.free:
-		return cc, nil
-	case c.slots <- struct{}{}:
-		conn, err := c.db.Conn(ctx)
-		if err != nil {
-			<-c.slots
-			return claimConn{}, err
+	seen := c.returned.Load()
+	for {
+		select {
+		case cc := <-c.free:
+			return cc, nil
+		case c.slots <- struct{}{}:
+			conn, err := c.db.Conn(ctx)
+			if err != nil {
+				<-c.slots
+				return claimConn{}, err
+			}
+			c.made.Add(1)
+			return claimConn{conn: conn, made: time.Now()}, nil
+		case <-wait.C:
+			if now := c.returned.Load(); now != seen {
+				seen = now // a queue moving: wait on
+				continue
+			}
+			conn, err := c.db.Conn(ctx)
+			if err != nil {
+				return claimConn{}, err
+			}
+			c.borrowed.Add(1)
+			return claimConn{conn: conn, pooled: true}, nil
+		case <-ctx.Done():
+			return claimConn{}, ctx.Err()
 		}
-		c.made.Add(1)
-		return claimConn{conn: conn, made: time.Now()}, nil
-	case <-wait.C:
-		conn, err := c.db.Conn(ctx)
-		if err != nil {
-			return claimConn{}, err
-		}
-		c.borrowed.Add(1)
-		return claimConn{conn: conn, pooled: true}, nil
-	case <-ctx.Done():
-		return claimConn{}, ctx.Err()
 	}
 }
 
 // put takes a lent connection back; broken says its claim left it closed
 // or inside a transaction (or, without pgx, that the claim failed).
 func (c *claimConns) put(cc claimConn, broken bool) {
+	if !cc.pooled {
+		c.returned.Add(1)
+	}
 	switch {
 	case broken:
 		discard(cc.conn)

@@ -61,7 +61,8 @@ type GroupConfig struct {
 	// on each connection that runs it, and again after every vacuum of the
 	// table: kept to a few connections, a hundred tables' claims cost a
 	// few hundred plans a minute, not thousands (see Group). A claim that
-	// finds them all busy for half a second takes a pool connection.
+	// waits half a second while none of them comes back (all held by
+	// claims waiting on locks) takes a pool connection.
 	//
 	// With the pool bounded (db.SetMaxOpenConns, set before NewGroup), the
 	// default is at most a quarter of the bound, and a ClaimConns that
@@ -126,8 +127,8 @@ type GroupConfig struct {
 // claims were planned thousands of times a minute and the quiet tables'
 // p99 from commit to mark was 2-3.5 s; on 4 kept connections it was
 // under 1 s (docs/crash-suite.md, tenant-fairness). A claim that waits
-// half a second for one (the others held by claims waiting on locks)
-// takes a pool connection. The other statements run on the pool; their
+// half a second while none comes back (all held by claims waiting on
+// locks) takes a pool connection. The other statements run on the pool; their
 // plans are cheap. pgx caches 512 prepared statements a connection, two
 // of them each table's claim: past about 250 tables written to, a claim
 // connection prepares and plans claims again as they fall out of its
