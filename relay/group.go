@@ -126,7 +126,7 @@ type GroupConfig struct {
 // claim planned on those few: spread over a pool of 40, 100 tables'
 // claims were planned thousands of times a minute and the quiet tables'
 // p99 from commit to mark was 2-3.5 s; on 4 kept connections it was
-// under 1 s (docs/crash-suite.md, tenant-fairness). A claim that waits
+// 0.9-1.4 s (docs/crash-suite.md, tenant-fairness). A claim that waits
 // half a second while none comes back (all held by claims waiting on
 // locks) takes a pool connection. The other statements run on the pool; their
 // plans are cheap. pgx caches 512 prepared statements a connection, two
