@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 )
@@ -40,9 +41,10 @@ const (
 // A connection is opened when a claim needs one and none is free, up to
 // n. A claim that waits claimConnWait while none of the n lent comes back
 // takes one of the pool's instead; it waits under its StatementTimeout as
-// before. A connection whose
-// claim left it closed or inside a transaction is closed, and so is one
-// older than claimConnMaxAge; a kept one is not pinged before it is lent,
+// before. A connection whose claim left it closed, busy or inside a
+// transaction is closed, and so is one older than claimConnMaxAge (less a
+// random part of a quarter of it, so they do not all go at once); a kept
+// one is not pinged before it is lent,
 // so after PostgreSQL restarts each fails one claim (which is retried)
 // before it is replaced.
 type claimConns struct {
@@ -93,7 +95,8 @@ func (c *claimConns) get(ctx context.Context) (claimConn, error) {
 				return claimConn{}, err
 			}
 			c.made.Add(1)
-			return claimConn{conn: conn, made: time.Now()}, nil
+			jitter := time.Duration(rand.Int64N(int64(c.maxAge)/4 + 1))
+			return claimConn{conn: conn, made: time.Now().Add(-jitter)}, nil
 		case <-wait.C:
 			if now := c.returned.Load(); now != seen {
 				seen = now // a queue moving: wait on

@@ -306,7 +306,8 @@ type claimTx interface {
 	rollback(ctx context.Context)
 }
 
-// runClaim runs the claim's transaction on one connection of the pool:
+// runClaim runs the claim's transaction on one connection (the pool's,
+// or in a Group one of its claim connections):
 // BEGIN, ClaimSettings and Claim, then, once its rows are read and any
 // undecodable ones made dead, COMMIT. With the pgx driver the first three
 // are sent at once, so a claim costs two round trips instead of four: with
@@ -322,8 +323,10 @@ func (c *claimer) runClaim(ctx context.Context, q claimQuery) (out []*claimedRow
 		return nil, nil, fmt.Errorf("claim batch: get connection: %w", err)
 	}
 	// Whether the claim left the connection unfit to be kept: known from
-	// pgx's state (a claim that failed on a lock or a timeout leaves it
-	// idle, its plans worth keeping), assumed from the error without pgx.
+	// pgx's state (a claim the server failed, on a lock or its own
+	// timeout, leaves it idle and its plans worth keeping; one whose
+	// context ended first leaves it closed), assumed from the error
+	// without pgx.
 	broken := true
 	defer func() { done(broken) }()
 	err = conn.Raw(func(dc any) error {
@@ -398,7 +401,8 @@ func (c *claimer) claimOn(ctx context.Context, t claimTx, q claimQuery) (out []*
 // pgxClaim is the claim's transaction on a pgx connection: BEGIN and the
 // two statements in one batch. Were the connection left in the
 // transaction, database/sql would discard it rather than hand it out again
-// (pgx's ResetSession).
+// (pgx's ResetSession), and a Group's claim connections close it
+// (runClaim).
 type pgxClaim struct {
 	conn  *pgx.Conn
 	batch pgx.BatchResults

@@ -260,7 +260,8 @@
 // back (each claims and publishes on its own, within its own MaxInFlight
 // and Lanes). A group's connections are all the pool's: one held for
 // LISTEN, ClaimConns kept for the claims of every table, and up to seven
-// more per table at once; bound them with db.SetMaxOpenConns, at least
+// more per table at once (eight while claims stuck on locks hold the
+// claim connections); bound them with db.SetMaxOpenConns, at least
 // MinOpenConns (see Group). Writers whose
 // table has no schema (their search_path picks it) wake every table's
 // relay; those whose table names the schema wake only its relay.

@@ -90,7 +90,9 @@ type GroupConfig struct {
 // for the claims of all tables, and the relays' other statements on the
 // shared pool. Each table's relay uses up to seven pool connections at
 // once beside its claim (marks, heartbeats, the claim floor, three stats
-// readings, pruning), so N tables could use 1 + ClaimConns + 7N,
+// readings, pruning), so N tables could use 1 + ClaimConns + 7N (8N when
+// claims stuck on locks hold every claim connection and the others take
+// the pool's),
 // each statement a connection only while it runs: bound the pool with
 // db.SetMaxOpenConns (and give it as many idle connections, with
 // db.SetMaxIdleConns, or it reconnects constantly). A relay whose

@@ -433,7 +433,7 @@ func TestGroupReplacesABrokenClaimConn(t *testing.T) {
 }
 
 // A claim waits for a claim connection as it would for the pool's, under
-// its context; one whose claim failed goes back to the pool and its place
+// its context; one whose claim left it broken is closed and its place
 // is taken by a new one.
 func TestClaimConnsLendUpToTheirNumber(t *testing.T) {
 	db := testkit.NewDB(t).SQL

@@ -80,8 +80,8 @@ type Scale struct {
 	Name string
 	// OwnCluster: as Plan.OwnCluster.
 	OwnCluster bool
-	// Alone: it compares throughputs, so it runs with no other scenario
-	// beside it.
+	// Alone: it compares throughputs or bounds a latency, so it runs with
+	// no other scenario beside it.
 	Alone bool
 	Run   func(ctx context.Context, env *Env) (string, error)
 }

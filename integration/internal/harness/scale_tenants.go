@@ -49,7 +49,7 @@ import (
 // rate × (tables-1) asked for): a writer commits one event at a time, so
 // slow commits make it write fewer.
 func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Scale {
-	return Scale{Name: "tenant-fairness", Run: func(ctx context.Context, env *Env) (string, error) {
+	return Scale{Name: "tenant-fairness", Alone: true, Run: func(ctx context.Context, env *Env) (string, error) {
 		base := env.DB.Schema
 		schemas := make([]string, tables)
 		for i := range schemas {
