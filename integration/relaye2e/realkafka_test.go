@@ -64,7 +64,7 @@ func TestApacheKafkaContract(t *testing.T) {
 	// not yet marked, as documented. fastConfig's 3 s and 10 s are for
 	// takeover tests.
 	cfg.StaleAfter, cfg.LeaseDuration = relay.StaleAfterDefault, relay.LeaseDurationDefault
-	logs := &lockedLog{}
+	logs := &testkit.SyncBuffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	runRelay(t, b.db, b.kafkaPublisher(t, kafkapub.Config{}), cfg)
 
