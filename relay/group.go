@@ -216,24 +216,20 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 // relay's other statements (LISTEN, a mark, a heartbeat) still find
 // connections.
 func groupClaimConns(db *sql.DB, cfg GroupConfig) (int, error) {
-	room := 0 // no bound
-	if n := db.Stats().MaxOpenConnections; n > 0 {
-		room = n - (MinOpenConns - 1)
-		if cfg.Relay.DisableListen {
-			room++
-		}
-	}
+	bound := db.Stats().MaxOpenConnections // 0: no bound
+	// The claim connections replace the claim's own share of poolNeed;
+	// the rest (LISTEN, a mark, a heartbeat) must stay in the pool.
+	room := bound - (poolNeed(cfg.Relay.DisableListen) - 1)
 	switch {
-	case cfg.ClaimConns == 0 && room > 0:
+	case cfg.ClaimConns == 0 && bound > 0:
 		// A quarter of the bound at most, so the relays' other statements
 		// (heartbeats above all) keep most of the pool.
-		return min(ClaimConnsDefault, max(1, (db.Stats().MaxOpenConnections-1)/4)), nil
+		return min(ClaimConnsDefault, max(1, (bound-1)/4)), nil
 	case cfg.ClaimConns == 0:
 		return ClaimConnsDefault, nil
-	case room > 0 && cfg.ClaimConns > room:
+	case bound > 0 && cfg.ClaimConns > room:
 		return 0, fmt.Errorf("%w: ClaimConns is %d, and the pool allows %d open connections (db.SetMaxOpenConns): "+
-			"a mark, a heartbeat and LISTEN (unless disabled) need %d beside them", ErrInvalidConfig, cfg.ClaimConns, db.Stats().MaxOpenConnections,
-			db.Stats().MaxOpenConnections-room)
+			"a mark, a heartbeat and LISTEN (unless disabled) need %d beside them", ErrInvalidConfig, cfg.ClaimConns, bound, bound-room)
 	}
 	return cfg.ClaimConns, nil
 }

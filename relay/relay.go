@@ -246,13 +246,19 @@ func (r *Relay) completerDeps() completerDeps {
 // size: see New and Group for the connections a relay uses when busy.
 const MinOpenConns = 4
 
-// checkPool fails with ErrInvalidConfig when db's pool is bounded below
-// MinOpenConns (one fewer without LISTEN).
-func checkPool(db *sql.DB, noListen bool) error {
-	need := MinOpenConns
+// poolNeed is the connections a relay needs at once: MinOpenConns, one
+// fewer without LISTEN.
+func poolNeed(noListen bool) int {
 	if noListen {
-		need--
+		return MinOpenConns - 1
 	}
+	return MinOpenConns
+}
+
+// checkPool fails with ErrInvalidConfig when db's pool is bounded below
+// poolNeed.
+func checkPool(db *sql.DB, noListen bool) error {
+	need := poolNeed(noListen)
 	if n := db.Stats().MaxOpenConnections; n > 0 && n < need {
 		return fmt.Errorf("%w: the pool allows %d open connection(s) (db.SetMaxOpenConns); a relay needs at least %d at once "+
 			"(LISTEN holds one for good; a claim, a mark and a heartbeat run together)", ErrInvalidConfig, n, need)

@@ -195,6 +195,29 @@ func (n ClusterNode) signal(sig syscall.Signal) error {
 	return nil
 }
 
+// Describe is the node's state for a failure message: whether its process
+// runs, and the last lines of its log (warnings, errors and starts; the
+// log's connection-refused lines, which every restart writes by the
+// dozen, left out).
+func (n ClusterNode) Describe(lines int) string {
+	state := "not running"
+	if n.Running() {
+		state = "running"
+	}
+	b, err := os.ReadFile(filepath.Join(n.dir, "server.log"))
+	if err != nil {
+		return fmt.Sprintf("node %d: %s; no log: %v", n.ID, state, err)
+	}
+	var keep []string
+	for l := range strings.Lines(string(b)) {
+		if !strings.Contains(l, "could not be established") {
+			keep = append(keep, "  "+l)
+		}
+	}
+	keep = keep[max(0, len(keep)-lines):]
+	return fmt.Sprintf("node %d: %s; the last %d lines of %s:\n%s", n.ID, state, len(keep), filepath.Join(n.dir, "server.log"), strings.Join(keep, ""))
+}
+
 // Kill sends SIGKILL, as a host failure or an OOM kill would, and waits
 // until the process is gone: its log is recovered at the next Start.
 func (n ClusterNode) Kill() error {

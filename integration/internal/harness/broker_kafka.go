@@ -113,7 +113,14 @@ func (c *realCluster) ensureRunning(ctx context.Context) error {
 		}
 	}
 	if err := kafkatest.WaitCluster(ctx, c.brokers, len(c.nodes)); err != nil {
-		return fmt.Errorf("the Kafka cluster at %s is not serving (start it with: bash .ci/services kafka): %w", strings.Join(c.brokers, ","), err)
+		// What each node was doing, for a cluster that did not come back
+		// after a fault: the error alone (a deadline) says nothing.
+		var nodes []string
+		for _, n := range c.nodes {
+			nodes = append(nodes, n.Describe(20))
+		}
+		return fmt.Errorf("the Kafka cluster at %s is not serving (start it with: bash .ci/services kafka): %w\n%s",
+			strings.Join(c.brokers, ","), err, strings.Join(nodes, "\n"))
 	}
 	return nil
 }
@@ -132,7 +139,10 @@ func (c *realCluster) stop() error {
 				errs <- nil
 				return
 			}
-			errs <- n.Stop(time.Minute)
+			start := time.Now()
+			err := n.Stop(time.Minute)
+			c.env.Logf("kafka node %d stopped in %s (SIGTERM; killed after a minute)", n.ID, time.Since(start).Round(time.Millisecond))
+			errs <- err
 		}()
 	}
 	var all []error
@@ -146,7 +156,12 @@ func (c *realCluster) stop() error {
 func (c *realCluster) start(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return c.ensureRunning(wctx)
+	start := time.Now()
+	if err := c.ensureRunning(wctx); err != nil {
+		return err
+	}
+	c.env.Logf("kafka cluster serving again %s after its nodes were started", time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // busiest returns the node leading most partitions of the writers'
