@@ -248,7 +248,6 @@ func (c *claimer) claimWithin(ctx context.Context, limit int, bytes int64) ([]*c
 		low = c.low.Load()
 	}
 	q := claimQuery{
-		settings:  outboxsql.TimeoutArgs{Timeout: c.cfg.StatementTimeout}.Args(),
 		claim:     outboxsql.ClaimArgs{Owner: inc.token, Limit: limit, Lease: c.cfg.LeaseDuration, Shards: shards, Bytes: bytes, Low: low}.Args(),
 		seq:       seq,
 		inc:       inc,
@@ -329,6 +328,8 @@ func (c *claimer) runClaim(ctx context.Context, q claimQuery) (out []*claimedRow
 	// without pgx.
 	broken := true
 	defer func() { done(broken) }()
+	// Set once the connection is in hand, from what the wait for it left.
+	q.settings = outboxsql.TimeoutArgs{Timeout: serverTimeout(ctx, c.cfg.StatementTimeout)}.Args()
 	err = conn.Raw(func(dc any) error {
 		pc, ok := dc.(interface{ Conn() *pgx.Conn })
 		if !ok {

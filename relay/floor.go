@@ -177,7 +177,7 @@ func (f *floorRaiser) findLow(ctx context.Context) error {
 			return err
 		}
 		defer tx.Rollback() //nolint:errcheck // read-only
-		if _, err := tx.ExecContext(ctx, f.sql.walkSettings, outboxsql.TimeoutArgs{Timeout: f.timeout}.Args()...); err != nil {
+		if _, err := tx.ExecContext(ctx, f.sql.walkSettings, outboxsql.TimeoutArgs{Timeout: serverTimeout(ctx, f.timeout)}.Args()...); err != nil {
 			return err
 		}
 		var first sql.NullInt64

@@ -347,7 +347,7 @@ func (g *Group) Run(ctx context.Context) error {
 			g.hub.run(hubCtx)
 		}()
 	}
-	g.log.Info("relay group starting", "table", g.cfg.Relay.Table.Name, "schemas", g.describe(), "discover_interval", g.cfg.DiscoverInterval)
+	g.log.Info("relay group starting", "table", g.cfg.Relay.Table.Name, "schemas", g.describe(), "discover_interval", g.cfg.DiscoverInterval, "claim_conns", cap(g.conns.slots))
 	t := time.NewTicker(g.cfg.DiscoverInterval)
 	defer t.Stop()
 	for {

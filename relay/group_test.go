@@ -939,3 +939,66 @@ func TestGroupHubWakesEveryNotificationWhileChannelsChurn(t *testing.T) {
 		t.Errorf("%d of 200 NOTIFYs lost under churn", missed)
 	}
 }
+
+// A claim that waits on a lock past its time is ended by the server, not
+// abandoned by the client: the claim connection stays open with its plans
+// (serverTimeout), where an abandoned one would be closed and replaced.
+func TestGroupKeepsItsClaimConnWhenAClaimTimesOut(t *testing.T) {
+	f := newFleet(t)
+	f.add(t, "a", true)
+	pub := newGroupPublisher(0, 0)
+	cfg := f.groupConfig(false)
+	cfg.ClaimConns = 1
+	cfg.Relay.StatementTimeout = time.Second
+	g := f.newGroup(t, pub, cfg)
+	testkit.Run(t, g.Run)
+	f.waitServing(t, g, "a")
+	f.write(t, "a", 0, 5, "k")
+	testkit.WaitFor(t, 10*time.Second, "the first rows published", func() bool { return f.count(t, "a", "state = 'published'") == 5 })
+
+	// An operator holds the table's claim gate (as outbox replay does)
+	// for several of the claims' timeouts.
+	names, err := outboxsql.NamesFor(f.prefix+"_a", txoutbox.TableNameDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := f.base.SQL.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Rollback() //nolint:errcheck // after Commit below, a no-op
+	if _, err := op.Exec(names.Render(outboxsql.OpsClaimGate)); err != nil {
+		t.Fatal(err)
+	}
+	f.write(t, "a", 5, 5, "k")
+	time.Sleep(3 * cfg.Relay.StatementTimeout)
+	if err := op.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the rows written while the gate was held published",
+		func() bool { return f.count(t, "a", "state = 'published'") == 10 })
+	if made := g.conns.made.Load(); made != 1 {
+		t.Errorf("%d claim connections opened, want 1: claims that timed out on the gate closed the kept one", made)
+	}
+}
+
+func TestServerTimeoutEndsBeforeTheContext(t *testing.T) {
+	if got := serverTimeout(context.Background(), 10*time.Second); got != 10*time.Second {
+		t.Errorf("no deadline: %s, want the limit", got)
+	}
+	for _, c := range []struct {
+		left, limit, lo, hi time.Duration
+	}{
+		{time.Minute, 10 * time.Second, 10 * time.Second, 10 * time.Second},             // the limit
+		{10 * time.Second, 10 * time.Second, 8950 * time.Millisecond, 9 * time.Second},  // a second short
+		{time.Second, 10 * time.Second, 700 * time.Millisecond, 750 * time.Millisecond}, // a quarter short
+		{-time.Second, 10 * time.Second, time.Millisecond, time.Millisecond},            // none left
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), c.left)
+		got := serverTimeout(ctx, c.limit)
+		cancel()
+		if got < c.lo || got > c.hi {
+			t.Errorf("%s left, limit %s: %s, want %s to %s", c.left, c.limit, got, c.lo, c.hi)
+		}
+	}
+}

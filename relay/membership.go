@@ -379,7 +379,7 @@ func (m *membership) shardsInHandover(ctx context.Context, args outboxsql.Handov
 		return nil, err
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
-	if _, err := tx.ExecContext(ctx, m.sql.walkSettings, outboxsql.TimeoutArgs{Timeout: m.cfg.StatementTimeout}.Args()...); err != nil {
+	if _, err := tx.ExecContext(ctx, m.sql.walkSettings, outboxsql.TimeoutArgs{Timeout: serverTimeout(ctx, m.cfg.StatementTimeout)}.Args()...); err != nil {
 		return nil, err
 	}
 	return queryShards(ctx, tx, m.sql.shardsInHandover, args.Args()...)

@@ -65,6 +65,29 @@ func render(n outboxsql.Names, walSlot string) *statements {
 	}
 }
 
+// serverTimeout is the statement, lock and idle-in-transaction timeout a
+// transaction sets on the server: at most limit, and short of what is left
+// of ctx, so that the server ends a statement that waits too long before
+// the client gives up on it. A statement the server cancels leaves its
+// connection idle, with its prepared statements and plans; one whose
+// context ends first leaves it closed (pgx), and the next statement on a
+// new connection is planned again. A Group's claim connections are kept
+// for their plans (claimConns).
+func serverTimeout(ctx context.Context, limit time.Duration) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return limit
+	}
+	left := time.Until(dl)
+	// The margin is for the server's error to reach the client, a quarter
+	// of what is left up to serverTimeoutMargin.
+	return max(time.Millisecond, min(limit, left-min(left/4, serverTimeoutMargin)))
+}
+
+// serverTimeoutMargin is serverTimeout's most time between the server's
+// timeout and the client's deadline.
+const serverTimeoutMargin = time.Second
+
 // settle runs fn in a transaction with the relay's server-side timeouts
 // that commits durably (see outboxsql.SettleSettings), and returns what fn
 // returned: for what takes rows out of memory (failures, releases), a
@@ -75,7 +98,7 @@ func settle(ctx context.Context, db *sql.DB, q *statements, timeout time.Duratio
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, q.settleSettings, outboxsql.TimeoutArgs{Timeout: timeout}.Args()...); err != nil {
+	if _, err := tx.ExecContext(ctx, q.settleSettings, outboxsql.TimeoutArgs{Timeout: serverTimeout(ctx, timeout)}.Args()...); err != nil {
 		return 0, fmt.Errorf("settings: %w", err)
 	}
 	n, err := fn(tx)

@@ -39,6 +39,8 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	maxConns := fs.Int("max-conns", 0, fmt.Sprintf("most database connections open at once (0: no bound, or %d with --schemas; at least %d, %d with --no-listen: "+
 		"LISTEN holds one, a claim, a mark and a heartbeat run together); each table's relay runs up to eight statements at once",
 		groupMaxConnsDefault, relay.MinOpenConns, relay.MinOpenConns-1))
+	claimConns := fs.Int("claim-conns", 0, fmt.Sprintf("with --schemas: connections kept for the tables' claims, which take turns on them (0: %d, at most a quarter of --max-conns)",
+		relay.ClaimConnsDefault))
 	mode := fs.String("mode", "poll", "poll: claim rows from the table; wal: stream them from a logical replication slot (needs wal_level = logical)")
 	var wal walFlags
 	wal.register(fs)
@@ -95,6 +97,12 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 		return usagef("--max-conns %d: a relay needs at least %d connections at once (LISTEN holds one for good; a claim, a mark and a heartbeat run together)",
 			*maxConns, need)
 	}
+	if *claimConns < 0 {
+		return usagef("--claim-conns is negative (%d)", *claimConns)
+	}
+	if *claimConns > 0 && !schemas.set() {
+		return usagef("--claim-conns is for a relay of many tables (--schemas); one table's claims take the pool's connections")
+	}
 	var gcfg relay.GroupConfig
 	if schemas.set() {
 		if *mode != "poll" {
@@ -106,6 +114,13 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 		if *maxConns == 0 {
 			*maxConns = groupMaxConnsDefault
 		}
+		// NewGroup's rule, checked before anything is opened: the claim
+		// connections leave LISTEN, a mark and a heartbeat theirs.
+		if room := *maxConns - (relay.MinOpenConns - 1 - boolInt(cfg.DisableListen)); *claimConns > room {
+			return usagef("--claim-conns %d: with --max-conns %d at most %d (LISTEN, a mark and a heartbeat need connections beside them)",
+				*claimConns, *maxConns, room)
+		}
+		gcfg.ClaimConns = *claimConns
 	}
 	var wcfg walrelay.Config
 	switch *mode {

@@ -73,6 +73,10 @@ func TestSchemasUsageErrors(t *testing.T) {
 		{[]string{"relay", "--schemas", "tenant_*", "--max-conns", "1"}, "needs at least 4 connections"},
 		{[]string{"relay", "--max-conns", "3"}, "needs at least 4 connections"},
 		{[]string{"relay", "--max-conns", "2", "--no-listen"}, "needs at least 3 connections"},
+		{[]string{"relay", "--schemas", "tenant_*", "--claim-conns", "-1"}, "--claim-conns is negative"},
+		{[]string{"relay", "--claim-conns", "2"}, "--claim-conns is for a relay of many tables"},
+		{[]string{"relay", "--schemas", "tenant_*", "--max-conns", "8", "--claim-conns", "6"}, "at most 5"},
+		{[]string{"relay", "--schemas", "tenant_*", "--max-conns", "8", "--claim-conns", "7", "--no-listen"}, "at most 6"},
 		{[]string{"status", "--schemas", "tenant_*,other"}, "not both"},
 		{[]string{"status", "--schemas", "a;b"}, "invalid table name"},
 		{[]string{"status", "--schemas", "tenant_*", "--slot", "s"}, "--slot"},
@@ -257,8 +261,9 @@ func TestRelaySchemas(t *testing.T) {
 	e.write(t, "a")
 	e.write(t, "b")
 	b := startOutbox(t, nil, append([]string{"relay", "--dev-broker", "--discover-interval", "200ms", "--metrics-addr", "127.0.0.1:0",
-		"--poll-interval", "50ms", "--heartbeat", "100ms", "--stale-after", "1s", "--lease", "2s"}, e.flags()...)...)
+		"--poll-interval", "50ms", "--heartbeat", "100ms", "--stale-after", "1s", "--lease", "2s", "--claim-conns", "2"}, e.flags()...)...)
 	b.waitOutput(t, "serving /metrics")
+	b.waitOutput(t, "claim_conns=2")
 	base := "http://" + servingAddr.FindStringSubmatch(b.stderr.String())[1]
 	waitFor(t, 20*time.Second, "both tenants published", func() bool { return e.published(t, "a") == 1 && e.published(t, "b") == 1 })
 	e.add(t, "c", true)
