@@ -1,0 +1,9 @@
+//go:build !linux
+
+package testkit
+
+import "os/exec"
+
+// DieWithParent does nothing here: only Linux kills a child when its
+// parent exits (see proc_linux.go).
+func DieWithParent(*exec.Cmd) {}
