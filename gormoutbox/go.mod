@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261203131934-7ff32c6a69b1
+	github.com/txoutbox/txoutbox v0.0.0-20261203150717-e0f887e1f22f
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
