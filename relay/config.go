@@ -166,9 +166,10 @@ type Config struct {
 	// (statement_timeout, lock_timeout, idle_in_transaction_session_timeout
 	// set locally), so a relay frozen or cut off inside a transaction
 	// releases its locks, and no relay waits on a peer's locks for long.
-	// The server's timeouts are set short of the client's deadline (by a
-	// quarter of the time left, at most a second), so the server ends a
-	// statement that waits too long and its connection stays open.
+	// The server's statement and lock timeouts are set short of the
+	// client's deadline (by a quarter of the time left, at most a second),
+	// so the server ends a statement that waits too long and its
+	// connection stays open.
 	// Default 10s.
 	StatementTimeout time.Duration
 

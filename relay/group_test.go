@@ -949,7 +949,12 @@ func TestGroupKeepsItsClaimConnWhenAClaimTimesOut(t *testing.T) {
 	pub := newGroupPublisher(0, 0)
 	cfg := f.groupConfig(false)
 	cfg.ClaimConns = 1
-	cfg.Relay.StatementTimeout = time.Second
+	// Long enough for the whole margin (serverTimeoutMargin): the
+	// server's error has a second to reach a client slowed by -race on a
+	// busy machine.
+	cfg.Relay.StatementTimeout = 4 * time.Second
+	logs := &testkit.SyncBuffer{}
+	cfg.Relay.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	g := f.newGroup(t, pub, cfg)
 	testkit.Run(t, g.Run)
 	f.waitServing(t, g, "a")
@@ -957,7 +962,7 @@ func TestGroupKeepsItsClaimConnWhenAClaimTimesOut(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "the first rows published", func() bool { return f.count(t, "a", "state = 'published'") == 5 })
 
 	// An operator holds the table's claim gate (as outbox replay does)
-	// for several of the claims' timeouts.
+	// past a claim's timeout.
 	names, err := outboxsql.NamesFor(f.prefix+"_a", txoutbox.TableNameDefault)
 	if err != nil {
 		t.Fatal(err)
@@ -971,7 +976,9 @@ func TestGroupKeepsItsClaimConnWhenAClaimTimesOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.write(t, "a", 5, 5, "k")
-	time.Sleep(3 * cfg.Relay.StatementTimeout)
+	testkit.WaitFor(t, 3*cfg.Relay.StatementTimeout, "a claim to time out on the gate", func() bool {
+		return strings.Contains(logs.String(), "canceling statement due to lock timeout")
+	})
 	if err := op.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -990,7 +997,7 @@ func TestServerTimeoutEndsBeforeTheContext(t *testing.T) {
 		left, limit, lo, hi time.Duration
 	}{
 		{time.Minute, 10 * time.Second, 10 * time.Second, 10 * time.Second},             // the limit
-		{10 * time.Second, 10 * time.Second, 8950 * time.Millisecond, 9 * time.Second},  // a second short
+		{10 * time.Second, 10 * time.Second, 8500 * time.Millisecond, 9 * time.Second},  // a second short
 		{time.Second, 10 * time.Second, 700 * time.Millisecond, 750 * time.Millisecond}, // a quarter short
 		{-time.Second, 10 * time.Second, time.Millisecond, time.Millisecond},            // none left
 	} {

@@ -65,7 +65,7 @@ func render(n outboxsql.Names, walSlot string) *statements {
 	}
 }
 
-// serverTimeout is the statement, lock and idle-in-transaction timeout a
+// serverTimeout is the statement and lock timeout a relay
 // transaction sets on the server: at most limit, and short of what is left
 // of ctx, so that the server ends a statement that waits too long before
 // the client gives up on it. A statement the server cancels leaves its
@@ -98,7 +98,7 @@ func settle(ctx context.Context, db *sql.DB, q *statements, timeout time.Duratio
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, q.settleSettings, outboxsql.TimeoutArgs{Timeout: serverTimeout(ctx, timeout)}.Args()...); err != nil {
+	if _, err := tx.ExecContext(ctx, q.settleSettings, outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, timeout), Idle: timeout}.Args()...); err != nil {
 		return 0, fmt.Errorf("settings: %w", err)
 	}
 	n, err := fn(tx)

@@ -39,8 +39,8 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	maxConns := fs.Int("max-conns", 0, fmt.Sprintf("most database connections open at once (0: no bound, or %d with --schemas; at least %d, %d with --no-listen: "+
 		"LISTEN holds one, a claim, a mark and a heartbeat run together); each table's relay runs up to eight statements at once",
 		groupMaxConnsDefault, relay.MinOpenConns, relay.MinOpenConns-1))
-	claimConns := fs.Int("claim-conns", 0, fmt.Sprintf("with --schemas: connections kept for the tables' claims, which take turns on them (0: %d, at most a quarter of --max-conns)",
-		relay.ClaimConnsDefault))
+	claimConns := fs.Int("claim-conns", 0, fmt.Sprintf("with --schemas: connections kept for the tables' claims, which take turns on them (0: %d, fewer under a small --max-conns; at most --max-conns - %d)",
+		relay.ClaimConnsDefault, relay.MinOpenConns-1))
 	mode := fs.String("mode", "poll", "poll: claim rows from the table; wal: stream them from a logical replication slot (needs wal_level = logical)")
 	var wal walFlags
 	wal.register(fs)

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // ProcPackage is the broker command (internal/kfakeproc): kfake in an OS
@@ -50,7 +48,7 @@ type Proc struct {
 // that exits first, or does not listen within 30 seconds, is an error.
 func StartProc(ctx context.Context, bin string, args []string, stderr io.Writer) (*Proc, error) {
 	cmd := exec.Command(bin, args...)
-	testkit.DieWithParent(cmd)
+	DieWithParent(cmd)
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -240,7 +240,7 @@ func TestPruneCostIsItsBatchWithAnyNumberOfDeadRows(t *testing.T) {
 // settings renders a settings statement (WalkSettings, ClaimSettings) with
 // a statement timeout for PlanWork's setup.
 func settings(stmt string) string {
-	return strings.ReplaceAll(stmt, "$1", "'60000ms'")
+	return strings.NewReplacer("$1", "'60000ms'", "$2", "'60000ms'").Replace(stmt)
 }
 
 // The handover check reads a claim's batch of the backlog, not all of it,

@@ -66,6 +66,8 @@ func (a PartitionSettingsArgs) Args() []any {
 	return []any{millis(a.LockTimeout), millis(a.StatementTimeout)}
 }
 
+// millis is d as a setting in milliseconds, at least 1 (0 would turn a
+// timeout off).
 func millis(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) + "ms" }
 
 // Partition DDL, rendered by RenderPartition: {{table}} is the parent,

@@ -70,13 +70,13 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 
 	// Relay (relay.go).
 	add("Claim", outboxsql.Claim, count(outboxsql.ClaimArgs{}))
-	add("ClaimSettings", outboxsql.ClaimSettings, count(outboxsql.TimeoutArgs{}))
+	add("ClaimSettings", outboxsql.ClaimSettings, count(outboxsql.TxTimeoutArgs{}))
 	add("ClaimFloorStart", outboxsql.ClaimFloorStart, 0)
 	add("ClaimFloorPassed", outboxsql.ClaimFloorPassed, len(outboxsql.ClaimFloorProof{}.PassedArgs()))
 	add("ClaimFloorRaise", outboxsql.ClaimFloorRaise, len(outboxsql.ClaimFloorProof{}.RaiseArgs()))
 	add("ClaimFloorRead", outboxsql.ClaimFloorRead, 0)
 	s["ClaimLow"] = prepared{sql: outboxsql.RenderClaimLow(n, []outboxsql.PartitionVars{{Partition: n.Table, From: 1}, {Partition: n.Table, From: 2}}), params: 0}
-	add("SettleSettings", outboxsql.SettleSettings, count(outboxsql.TimeoutArgs{}))
+	add("SettleSettings", outboxsql.SettleSettings, count(outboxsql.TxTimeoutArgs{}))
 	add("MarkUndecodable", outboxsql.MarkUndecodable, 2)
 	add("ShardsInHandover", outboxsql.ShardsInHandover, count(outboxsql.HandoverArgs{}))
 	add("WalkSettings", outboxsql.WalkSettings, count(outboxsql.TimeoutArgs{}))

@@ -156,7 +156,7 @@ const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config
        set_config('synchronous_commit',
            CASE current_setting('synchronous_commit') WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true),
        set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
-       set_config('idle_in_transaction_session_timeout', $1, true),
+       set_config('idle_in_transaction_session_timeout', $2, true),
        pg_advisory_xact_lock_shared({{claimkey}})`
 
 // ClaimLow finds a Low for Claim on a partitioned outbox: the lower bound
@@ -196,17 +196,32 @@ func RenderClaimLow(n Names, parts []PartitionVars) string {
 const SettleSettings = `SELECT set_config('synchronous_commit',
            CASE current_setting('synchronous_commit') WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true),
        set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
-       set_config('idle_in_transaction_session_timeout', $1, true)`
+       set_config('idle_in_transaction_session_timeout', $2, true)`
 
-// TimeoutArgs binds ClaimSettings and SettleSettings.
-type TimeoutArgs struct {
-	Timeout time.Duration // $1: statement, lock and idle-in-transaction timeout
+// TxTimeoutArgs binds ClaimSettings and SettleSettings.
+type TxTimeoutArgs struct {
+	// Wait is the statement and lock timeout ($1), set short of the
+	// client's deadline so the server ends a statement before the client
+	// abandons its connection.
+	Wait time.Duration
+	// Idle is the idle-in-transaction timeout ($2): it frees the locks of
+	// a client frozen inside the transaction. Not shortened like Wait: a
+	// live client's own deadline bounds it, and the time between
+	// statements (the claim's rows read, then COMMIT) counts against it.
+	Idle time.Duration
 }
 
 // Args returns the settings' parameters.
-func (a TimeoutArgs) Args() []any {
-	return []any{strconv.FormatInt(max(a.Timeout.Milliseconds(), 1), 10) + "ms"}
+func (a TxTimeoutArgs) Args() []any { return []any{millis(a.Wait), millis(a.Idle)} }
+
+// TimeoutArgs binds the settings of one timeout: WalkSettings,
+// OpsTimeouts, WALTakeoverTimeout.
+type TimeoutArgs struct {
+	Timeout time.Duration // $1
 }
+
+// Args returns the settings' parameters.
+func (a TimeoutArgs) Args() []any { return []any{millis(a.Timeout)} }
 
 // MarkUndecodable makes claimed rows the relay cannot turn into a message
 // dead, with the reason, in the claim's transaction, so one bad row never

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/relay"
 )
 
@@ -232,7 +232,7 @@ func (f *Fleet) StartAs(id string) error {
 	}
 	defer logf.Close()
 	cmd := exec.Command(f.env.Bin.Outbox, args...)
-	testkit.DieWithParent(cmd)
+	kafkatest.DieWithParent(cmd)
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
 	if err != nil {

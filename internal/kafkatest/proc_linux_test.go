@@ -1,4 +1,4 @@
-package testkit
+package kafkatest
 
 import (
 	"bufio"
@@ -48,9 +48,11 @@ func TestDieWithParentKillsTheChildWhenTheParentExits(t *testing.T) {
 		t.Fatalf("parent: %v, child pid %d", err, pid)
 	}
 	// The orphan is reparented to init (or a subreaper), which reaps it.
-	if !Eventually(5*time.Second, func() bool { return syscall.Kill(pid, 0) != nil || zombie(pid) }) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		t.Fatalf("child %d still running after its parent exited", pid)
+	for deadline := time.Now().Add(5 * time.Second); syscall.Kill(pid, 0) == nil && !zombie(pid); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("child %d still running 5s after its parent exited", pid)
+		}
 	}
 }
 

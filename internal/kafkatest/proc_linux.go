@@ -1,4 +1,4 @@
-package testkit
+package kafkatest
 
 import (
 	"os/exec"

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package testkit
+package kafkatest
 
 import "os/exec"
 
