@@ -329,7 +329,10 @@ func (c *claimer) runClaim(ctx context.Context, q claimQuery) (out []*claimedRow
 	broken := true
 	defer func() { done(broken) }()
 	// Set once the connection is in hand, from what the wait for it left.
-	q.settings = outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, c.cfg.StatementTimeout), Idle: c.cfg.StatementTimeout}.Args()
+	q.settings = outboxsql.ClaimSettingsArgs{
+		TxTimeoutArgs: outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, c.cfg.StatementTimeout), Idle: c.cfg.StatementTimeout},
+		Table:         c.sql.table,
+	}.Args()
 	err = conn.Raw(func(dc any) error {
 		pc, ok := dc.(interface{ Conn() *pgx.Conn })
 		if !ok {

@@ -131,10 +131,12 @@ type GroupConfig struct {
 // 0.9-1.4 s (docs/crash-suite.md, tenant-fairness). A claim that waits
 // half a second while none comes back (all held by claims waiting on
 // locks) takes a pool connection. The other statements run on the pool; their
-// plans are cheap. pgx caches 512 prepared statements a connection, two
-// of them each table's claim: past about 250 tables written to, a claim
-// connection prepares and plans claims again as they fall out of its
-// cache.
+// plans are cheap. pgx caches 512 prepared statements a connection, one
+// of them each table's claim (the claim's settings statement is one for
+// all tables): past about 500 tables written to, a claim connection
+// prepares and plans claims again as they fall out of its cache. pgx's
+// statement_cache_capacity, in the connection string, raises the bound;
+// each statement cached holds its plan in the server's memory.
 //
 // Writers: a writer whose Table names the schema (Table{Schema: "tenant_a"})
 // announces its rows on that table's channel and wakes that table's relay

@@ -383,6 +383,27 @@ func TestGroupClaimsTakeTurnsOnItsClaimConns(t *testing.T) {
 	if made := g.conns.made.Load(); made != 1 {
 		t.Errorf("the claims took %d connections from the pool, want 1", made)
 	}
+	// The connection holds each table's claim, and one claim settings
+	// statement for all of them (the gate's table is a parameter).
+	cc, err := g.conns.get(context.Background())
+	for err == nil && cc.pooled { // the kept one busy with a claim
+		g.conns.put(cc, false)
+		cc, err = g.conns.get(context.Background())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var settings, claims int
+	err = cc.conn.QueryRowContext(context.Background(), `SELECT count(*) FILTER (WHERE statement LIKE '%pg_advisory_xact_lock_shared%'),
+		count(*) FILTER (WHERE statement LIKE '%UPDATE%' AND statement LIKE '%lease_owner%' AND statement LIKE '%RETURNING%')
+		FROM pg_prepared_statements WHERE statement NOT LIKE '%pg_prepared_statements%'`).Scan(&settings, &claims)
+	g.conns.put(cc, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if settings != 1 || claims != len(names) {
+		t.Errorf("the claim connection prepared %d claim settings statements and %d claims, want 1 and %d", settings, claims, len(names))
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ type statements struct {
 	prune, pruneLock, pruneSessionLock, pruneSessionUnlock, statsLag, statsBacklog, statsDead string
 	walGate, walSlots                                                                         string
 	floorStart, floorPassed, floorRaise, floorRead                                            string
-	table, walSlot                                                                            string          // walGate's and walSlots' arguments
+	table, walSlot                                                                            string          // arguments: the table of claimSettings, walGate and walSlots
 	names                                                                                     outboxsql.Names // for the statements rendered per partition
 }
 

@@ -53,7 +53,8 @@ func TestLocksAreTheTablesWhateverItsSpelling(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer claim.Rollback() //nolint:errcheck
-	_, err = claim.ExecContext(ctx, bare.Render(outboxsql.ClaimSettings), outboxsql.TxTimeoutArgs{Wait: 300 * time.Millisecond, Idle: 300 * time.Millisecond}.Args()...)
+	_, err = claim.ExecContext(ctx, bare.Render(outboxsql.ClaimSettings), outboxsql.ClaimSettingsArgs{
+		TxTimeoutArgs: outboxsql.TxTimeoutArgs{Wait: 300 * time.Millisecond, Idle: 300 * time.Millisecond}, Table: bare.Table}.Args()...)
 	if err == nil || !strings.Contains(err.Error(), "lock timeout") {
 		t.Fatalf("the relay's claim settings with the operator's gate held = %v, want a lock timeout", err)
 	}

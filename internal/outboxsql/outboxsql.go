@@ -23,7 +23,9 @@ type Names struct {
 // Render substitutes the placeholders {{table}}, {{relays}}, {{shards}},
 // {{floor}}, {{channel}} (the latter as a SQL string literal), and
 // {{claimkey}} and {{prunekey}} (the claim gate's and prune lock's
-// two-part advisory lock keys) in a statement template.
+// two-part advisory lock keys) in a statement template; {{claimkey $3}} is
+// the claim gate's key of the table named by parameter $3, the same
+// lock as {{claimkey}} for that table.
 func (n Names) Render(tmpl string) string {
 	return strings.NewReplacer(
 		"{{table}}", n.Table,
@@ -31,18 +33,20 @@ func (n Names) Render(tmpl string) string {
 		"{{shards}}", n.Shards,
 		"{{floor}}", n.Floor,
 		"{{channel}}", quoteLiteral(n.Channel),
-		"{{claimkey}}", lockKey("txoutbox.claim", n.Table),
-		"{{prunekey}}", lockKey("txoutbox.prune", n.Table),
+		"{{claimkey $3}}", lockKey("txoutbox.claim", "$3::text"),
+		"{{claimkey}}", lockKey("txoutbox.claim", quoteLiteral(n.Table)),
+		"{{prunekey}}", lockKey("txoutbox.prune", quoteLiteral(n.Table)),
 	).Replace(tmpl)
 }
 
-// lockKey is a two-part advisory lock key: a class, and the table's OID
-// shifted into int4's range (a bijection). Keyed by the OID, every
-// spelling of the table (with its schema, or through search_path) takes
-// the same lock, and no two tables share one: a relay configured with
-// Table{} and an operator naming the schema serialize as they must.
+// lockKey is a two-part advisory lock key: a class, and the OID of the
+// table that the SQL text expression table names, shifted into int4's
+// range (a bijection). Keyed by the OID, every spelling of the table (with
+// its schema, or through search_path) takes the same lock, and no two
+// tables share one: a relay configured with Table{} and an operator naming
+// the schema serialize as they must.
 func lockKey(class, table string) string {
-	return "hashtext(" + quoteLiteral(class) + "), (" + quoteLiteral(table) + "::regclass::oid::bigint - 2147483648)::int"
+	return "hashtext(" + quoteLiteral(class) + "), (" + table + "::regclass::oid::bigint - 2147483648)::int"
 }
 
 func quoteLiteral(s string) string {

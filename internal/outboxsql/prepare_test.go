@@ -70,7 +70,7 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 
 	// Relay (relay.go).
 	add("Claim", outboxsql.Claim, count(outboxsql.ClaimArgs{}))
-	add("ClaimSettings", outboxsql.ClaimSettings, count(outboxsql.TxTimeoutArgs{}))
+	add("ClaimSettings", outboxsql.ClaimSettings, count(outboxsql.ClaimSettingsArgs{}))
 	add("ClaimFloorStart", outboxsql.ClaimFloorStart, 0)
 	add("ClaimFloorPassed", outboxsql.ClaimFloorPassed, len(outboxsql.ClaimFloorProof{}.PassedArgs()))
 	add("ClaimFloorRaise", outboxsql.ClaimFloorRaise, len(outboxsql.ClaimFloorProof{}.RaiseArgs()))

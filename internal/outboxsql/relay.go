@@ -149,7 +149,10 @@ func (a ClaimArgs) Args() []any {
 // published before its row's commit is durable; bounds the transaction on
 // the server (the timeouts); and takes the claim gate shared (OpsClaimGate),
 // so no operator's retry or replay commits while a claim runs. See
-// claim.md for why each is needed.
+// claim.md for why each is needed. The gate's key is OpsClaimGate's, of
+// the table named by a parameter ({{claimkey $3}}): one statement for
+// every table, so a connection that claims for many tables (a Group's
+// claim connections) keeps one prepared statement for it, not one each.
 const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('jit', 'off', true),
@@ -157,7 +160,7 @@ const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config
            CASE current_setting('synchronous_commit') WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true),
        set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
        set_config('idle_in_transaction_session_timeout', $2, true),
-       pg_advisory_xact_lock_shared({{claimkey}})`
+       pg_advisory_xact_lock_shared({{claimkey $3}})`
 
 // ClaimLow finds a Low for Claim on a partitioned outbox: the lower bound
 // of the first range partition that may hold an unpublished row, one that
@@ -198,7 +201,16 @@ const SettleSettings = `SELECT set_config('synchronous_commit',
        set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
        set_config('idle_in_transaction_session_timeout', $2, true)`
 
-// TxTimeoutArgs binds ClaimSettings and SettleSettings.
+// ClaimSettingsArgs binds ClaimSettings.
+type ClaimSettingsArgs struct {
+	TxTimeoutArgs        // $1, $2
+	Table         string // $3: the table, as Names.Table spells it
+}
+
+// Args returns the settings' parameters.
+func (a ClaimSettingsArgs) Args() []any { return append(a.TxTimeoutArgs.Args(), a.Table) }
+
+// TxTimeoutArgs binds SettleSettings, and ClaimSettings' timeouts.
 type TxTimeoutArgs struct {
 	// Wait is the statement and lock timeout ($1), set short of the
 	// client's deadline so the server ends a statement before the client
