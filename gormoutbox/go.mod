@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261203151447-ba23d4482d1b
+	github.com/txoutbox/txoutbox v0.0.0-20261203154208-fc11a4a65130
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
