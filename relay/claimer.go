@@ -143,10 +143,6 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 				hotEvery = hotPollInterval
 			case <-hot.C:
 			case <-poll.C:
-			case <-c.budget.freed:
-				if c.budget.held() != 0 {
-					continue // not a reason to look for new rows yet
-				}
 			case <-ctx.Done():
 				return
 			}
