@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261203154208-fc11a4a65130
+	github.com/txoutbox/txoutbox v0.0.0-20261203161041-33b59dddd004
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
