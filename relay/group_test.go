@@ -384,18 +384,12 @@ func TestGroupClaimsTakeTurnsOnItsClaimConns(t *testing.T) {
 		t.Errorf("the claims took %d connections from the pool, want 1", made)
 	}
 	// The connection holds each table's claim, and one claim settings
-	// statement for all of them (the gate's table is a parameter).
-	cc, err := g.conns.get(context.Background())
-	for err == nil && cc.pooled { // the kept one busy with a claim
-		g.conns.put(cc, false)
-		cc, err = g.conns.get(context.Background())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	// statement for all of them (the gate's table is a parameter). It came
+	// from the pool, and may hold statements the pool ran on it before.
+	cc := keptConn(t, g)
 	var settings, claims int
-	err = cc.conn.QueryRowContext(context.Background(), `SELECT count(*) FILTER (WHERE statement LIKE '%pg_advisory_xact_lock_shared%'),
-		count(*) FILTER (WHERE statement LIKE '%UPDATE%' AND statement LIKE '%lease_owner%' AND statement LIKE '%RETURNING%')
+	err := cc.conn.QueryRowContext(context.Background(), `SELECT count(*) FILTER (WHERE statement LIKE '%hashtext(''txoutbox.claim'')%'),
+		count(*) FILTER (WHERE statement LIKE '%took AS MATERIALIZED%')
 		FROM pg_prepared_statements WHERE statement NOT LIKE '%pg_prepared_statements%'`).Scan(&settings, &claims)
 	g.conns.put(cc, false)
 	if err != nil {
@@ -415,6 +409,21 @@ func TestGroupClaimsTakeTurnsOnItsClaimConns(t *testing.T) {
 	}
 }
 
+// keptConn borrows one of g's kept claim connections (not a pool
+// connection lent while the kept ones are busy); the caller gives it back.
+func keptConn(t *testing.T, g *Group) claimConn {
+	t.Helper()
+	cc, err := g.conns.get(context.Background())
+	for err == nil && cc.pooled { // the kept one busy with a claim
+		g.conns.put(cc, false)
+		cc, err = g.conns.get(context.Background())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cc
+}
+
 // A claim connection whose backend is gone (PostgreSQL restarted, the
 // backend terminated) fails one claim, is closed and replaced: the rows
 // are published on the new one.
@@ -429,14 +438,7 @@ func TestGroupReplacesABrokenClaimConn(t *testing.T) {
 	f.waitServing(t, g, "a")
 	f.write(t, "a", 0, 5, "k")
 	testkit.WaitFor(t, 10*time.Second, "the first rows published", func() bool { return f.count(t, "a", "state = 'published'") == 5 })
-	cc, err := g.conns.get(context.Background())
-	for err == nil && cc.pooled { // the kept one busy with a claim
-		g.conns.put(cc, false)
-		cc, err = g.conns.get(context.Background())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	cc := keptConn(t, g)
 	var pid int
 	if err := cc.conn.QueryRowContext(context.Background(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 		t.Fatal(err)
