@@ -219,9 +219,7 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 // connections.
 func groupClaimConns(db *sql.DB, cfg GroupConfig) (int, error) {
 	bound := db.Stats().MaxOpenConnections // 0: no bound
-	// The claim connections replace the claim's own share of poolNeed;
-	// the rest (LISTEN, a mark, a heartbeat) must stay in the pool.
-	room := bound - (poolNeed(cfg.Relay.DisableListen) - 1)
+	room := cfg.MaxClaimConns(bound)
 	switch {
 	case cfg.ClaimConns == 0 && bound > 0:
 		// A quarter of the bound at most, so the relays' other statements
@@ -234,6 +232,14 @@ func groupClaimConns(db *sql.DB, cfg GroupConfig) (int, error) {
 			"a mark, a heartbeat and LISTEN (unless disabled) need %d beside them", ErrInvalidConfig, cfg.ClaimConns, bound, bound-room)
 	}
 	return cfg.ClaimConns, nil
+}
+
+// MaxClaimConns is the most ClaimConns NewGroup accepts for a pool that
+// allows maxOpenConns open connections (db.SetMaxOpenConns, above 0): the
+// claim connections replace a claim's own share of MinOpenConns, and the
+// rest (LISTEN unless disabled, a mark, a heartbeat) stays in the pool.
+func (c GroupConfig) MaxClaimConns(maxOpenConns int) int {
+	return maxOpenConns - (poolNeed(c.Relay.DisableListen) - 1)
 }
 
 // Validate reports whether NewGroup accepts c, with its zero fields taken

@@ -114,9 +114,8 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 		if *maxConns == 0 {
 			*maxConns = groupMaxConnsDefault
 		}
-		// NewGroup's rule, checked before anything is opened: the claim
-		// connections leave LISTEN, a mark and a heartbeat theirs.
-		if room := *maxConns - (relay.MinOpenConns - 1 - boolInt(cfg.DisableListen)); *claimConns > room {
+		// NewGroup's rule, checked before anything is opened.
+		if room := gcfg.MaxClaimConns(*maxConns); *claimConns > room {
 			return usagef("--claim-conns %d: with --max-conns %d at most %d (LISTEN, a mark and a heartbeat need connections beside them)",
 				*claimConns, *maxConns, room)
 		}
