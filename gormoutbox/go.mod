@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261203161041-33b59dddd004
+	github.com/txoutbox/txoutbox v0.0.0-20261203171714-c7c3d2f681ce
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
