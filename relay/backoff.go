@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"math/rand/v2"
 	"time"
 
 	"github.com/txoutbox/txoutbox/relay/internal/publish"
@@ -30,6 +31,48 @@ func tick(ctx context.Context, c <-chan time.Time) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// spreadTicker is a time.Ticker of period d whose first tick comes at a
+// random point of its first period, so that the rounds of a Group's tables
+// (and of relays started together) fall at different moments of each
+// period. Started together and aligned, a hundred tables' heartbeats, floor
+// rounds and prunes ran in the same instant every period, a burst of
+// statements the claims queued behind. Receive with tick, or call ticked
+// after each receive from C.
+type spreadTicker struct {
+	*time.Ticker
+	d      time.Duration
+	phased bool
+}
+
+func newSpreadTicker(d time.Duration) *spreadTicker {
+	return &spreadTicker{Ticker: time.NewTicker(randomPhase(d)), d: d}
+}
+
+// ticked sets the ticker's period to d after its first tick.
+func (s *spreadTicker) ticked() {
+	if !s.phased {
+		s.phased = true
+		s.Reset(s.d)
+	}
+}
+
+// tick is the package's tick on s.C.
+func (s *spreadTicker) tick(ctx context.Context) bool {
+	if !tick(ctx, s.C) {
+		return false
+	}
+	s.ticked()
+	return true
+}
+
+// randomPhase is a random duration in (0, d]; d itself when d < 2ns.
+func randomPhase(d time.Duration) time.Duration {
+	if d < 2 {
+		return max(d, 1)
+	}
+	return time.Duration(rand.Int64N(int64(d))) + 1
 }
 
 // randomSuffix makes default relay ids unique across restarts of one process.

@@ -132,7 +132,10 @@ type Config struct {
 	OutageBackoffMax time.Duration
 
 	// HeartbeatInterval is how often the relay refreshes its liveness and
-	// rebalances shards. Default 2s.
+	// rebalances shards. Default 2s. The first round runs at start, the
+	// second at a random point of the first interval; the prunes and the
+	// stats readings are spread the same way, so relays started together
+	// (a Group's tables) do not run them all at once.
 	HeartbeatInterval time.Duration
 
 	// StaleAfter is how old a relay's heartbeat may get before peers

@@ -64,9 +64,9 @@ const partitionsRelist = time.Minute
 
 // run raises the floor every interval until ctx ends.
 func (f *floorRaiser) run(ctx context.Context) {
-	t := time.NewTicker(f.interval)
+	t := newSpreadTicker(f.interval)
 	defer t.Stop()
-	for tick(ctx, t.C) {
+	for t.tick(ctx) {
 		if err := f.round(ctx); err != nil && ctx.Err() == nil {
 			f.log.Debug("relay: claim floor round failed", "err", err)
 			f.proof = nil

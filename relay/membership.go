@@ -99,7 +99,7 @@ func (m *membership) setShards(shards []int16) {
 // converged, every convergeInterval, so relays that join or leave take
 // effect in a fraction of a heartbeat.
 func (m *membership) run(ctx context.Context) {
-	t := time.NewTicker(m.cfg.HeartbeatInterval)
+	t := newSpreadTicker(m.cfg.HeartbeatInterval) // the first round runs at once
 	defer t.Stop()
 	converge := time.NewTimer(time.Hour)
 	defer converge.Stop()
@@ -126,6 +126,7 @@ func (m *membership) run(ctx context.Context) {
 		}
 		select {
 		case <-t.C:
+			t.ticked()
 		case <-converge.C:
 		case <-m.rebalanceNow:
 		case <-ctx.Done():

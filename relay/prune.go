@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/partitions"
@@ -30,9 +29,9 @@ func (p *pruner) run(ctx context.Context) {
 	if p.cfg.Retention < 0 {
 		return
 	}
-	t := time.NewTicker(p.cfg.PruneInterval)
+	t := newSpreadTicker(p.cfg.PruneInterval)
 	defer t.Stop()
-	for tick(ctx, t.C) {
+	for t.tick(ctx) {
 		n, err := p.prune(ctx)
 		if err != nil && ctx.Err() == nil {
 			p.log.Warn("relay: prune failed", "err", err)

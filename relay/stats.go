@@ -90,16 +90,23 @@ const statsSpacing = 100
 // StatsInterval only statements over 100 ms are spaced out anyway.
 const statsQuick = 25 * time.Millisecond
 
-// paced runs read until ctx ends: every interval, or, after a run whose
-// statement took d (read's result) of statsQuick or more, statsSpacing × d
-// after that run started, if that is later.
+// paced runs read until ctx ends: at once, then every interval (the
+// second time at a random point of the first interval), or, after a run
+// whose statement took d (read's result) of statsQuick or more,
+// statsSpacing × d after that run started, if that is later.
 func paced(ctx context.Context, interval time.Duration, read func(context.Context) time.Duration) {
 	t := time.NewTimer(0)
 	defer t.Stop()
-	for tick(ctx, t.C) {
+	for first := true; tick(ctx, t.C); first = false {
 		start := time.Now()
 		took := read(ctx)
-		t.Reset(time.Until(start.Add(spacing(interval, took))))
+		next := spacing(interval, took)
+		if first && took < statsQuick {
+			// The second reading at a random point of the interval: see
+			// spreadTicker.
+			next = randomPhase(interval)
+		}
+		t.Reset(time.Until(start.Add(next)))
 	}
 }
 
