@@ -26,6 +26,13 @@ import (
 // rest. The backlog need not drain: the scenario fails if it drained
 // before the window ended, since nothing was then measured beside it.
 //
+// The writers start once the relay serves every table: it has published
+// one warm-up event written to each (then deleted). A relay starting on a
+// hundred tables takes seconds to register and take its shards on each,
+// and events written meanwhile wait for that, not for the backlog: that
+// start is its own figure, warmup_ms (the relay's start to the last
+// warm-up event published).
+//
 // First, the same writers run for window with the first table empty (a
 // relay of their own, stopped after), and the line gives their p99
 // (baseline_p99_ms) beside the one measured with the backlog: what the
@@ -102,6 +109,10 @@ func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Sca
 		if err != nil {
 			return "", err
 		}
+		if _, err := tenantWarmUp(ctx, env, schemas[1:], others); err != nil {
+			stop()
+			return "", fmt.Errorf("tenant-fairness: the baseline: %w", err)
+		}
 		committed, _, err := tenantWriters(ctx, env, schemas[1:], rate, window)
 		if err == nil {
 			err = tenantDrained(ctx, env, all)
@@ -131,11 +142,17 @@ func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Sca
 		if _, err := env.DB.SQL.ExecContext(ctx, "VACUUM ANALYZE "+hot.Table); err != nil {
 			return "", err
 		}
+		relayStart := time.Now()
 		_, _, stop, err = world(ctx, env, flags, 1)
 		if err != nil {
 			return "", err
 		}
 		defer stop()
+		served, err := tenantWarmUp(ctx, env, schemas[1:], others)
+		if err != nil {
+			return "", err
+		}
+		warm := served.Sub(relayStart)
 		start := time.Now()
 		committed, written, err := tenantWriters(ctx, env, schemas[1:], rate, window)
 		if err != nil {
@@ -157,11 +174,11 @@ func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Sca
 		p99 := percentile(fromCommit, 0.99)
 		line := fmt.Sprintf("tables=%d backlog=%d rate_per_table=%d window_s=%.0f events=%d written_eps=%.0f "+
 			"commit_p50_ms=%.0f commit_p99_ms=%.0f commit_max_ms=%.0f created_p50_ms=%.0f created_p99_ms=%.0f created_max_ms=%.0f "+
-			"baseline_p50_ms=%.0f baseline_p99_ms=%.0f backlog_left=%d backlog_eps=%.0f",
+			"baseline_p50_ms=%.0f baseline_p99_ms=%.0f backlog_left=%d backlog_eps=%.0f warmup_ms=%.0f",
 			tables, backlog, rate, window.Seconds(), events, float64(written)/window.Seconds(),
 			percentile(fromCommit, 0.5)*1000, p99*1000, percentile(fromCommit, 1)*1000,
 			percentile(fromCreated, 0.5)*1000, percentile(fromCreated, 0.99)*1000, percentile(fromCreated, 1)*1000,
-			percentile(baseline, 0.5)*1000, percentile(baseline, 0.99)*1000, hotLeft, hotEPS)
+			percentile(baseline, 0.5)*1000, percentile(baseline, 0.99)*1000, hotLeft, hotEPS, float64(warm.Milliseconds()))
 		// The measurement counts only if the others wrote beside the
 		// backlog: it is not drained yet, and every one wrote at least a
 		// second's worth.
@@ -177,6 +194,53 @@ func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Sca
 		}
 		return line, nil
 	}}
+}
+
+// tenantWarmUp writes one event into each of schemas' outbox tables
+// (tables, the same ones by their names), waits until the relay has
+// published all of them, deletes them, and returns when it saw them all
+// published.
+func tenantWarmUp(ctx context.Context, env *Env, schemas, tables []string) (time.Time, error) {
+	for _, s := range schemas {
+		w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: txoutbox.Table{Schema: s}})
+		if err != nil {
+			return time.Time{}, err
+		}
+		ev, err := txoutbox.NewEvent(TopicGorm, "warmup", "warmup", "tenant.warmup", map[string]int{})
+		if err != nil {
+			return time.Time{}, err
+		}
+		if err := writeOne(ctx, env, w, ev); err != nil {
+			return time.Time{}, err
+		}
+	}
+	var union []string
+	for _, t := range tables {
+		union = append(union, "SELECT state FROM "+t+" WHERE aggregate_type = 'warmup'")
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var left int
+		if err := env.DB.SQL.QueryRowContext(ctx, "SELECT count(*) FROM ("+strings.Join(union, " UNION ALL ")+") w WHERE state <> 'published'").Scan(&left); err != nil {
+			return time.Time{}, err
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("the relay had not published %d of the %d tables' warm-up events 2 minutes after they were written", left, len(tables))
+		}
+		if !sleep(ctx, 50*time.Millisecond) {
+			return time.Time{}, ctx.Err()
+		}
+	}
+	served := time.Now()
+	for _, t := range tables {
+		if _, err := env.DB.SQL.ExecContext(ctx, "DELETE FROM "+t+" WHERE aggregate_type = 'warmup'"); err != nil {
+			return time.Time{}, err
+		}
+	}
+	return served, nil
 }
 
 // tenantWriters writes rate events a second into each of schemas' outbox
