@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -26,12 +27,16 @@ import (
 // rest. The backlog need not drain: the scenario fails if it drained
 // before the window ended, since nothing was then measured beside it.
 //
-// The writers start once the relay serves every table: it has published
-// one warm-up event written to each (then deleted). A relay starting on a
-// hundred tables takes seconds to register and take its shards on each,
-// and events written meanwhile wait for that, not for the backlog: that
-// start is its own figure, warmup_ms (the relay's start to the last
-// warm-up event published).
+// The window measures the steady state. Each writer has a connection of
+// its own, opened before the relay starts, and the writers start once the
+// relay serves every table: it has published one warm-up event written
+// to each through its writer's connection (then deleted). A relay
+// starting on a hundred tables takes seconds to register and take its
+// shards on each, and events written meanwhile wait for that, not for the
+// backlog: that start is its own figure, warmup_ms (the relay's start to
+// the last warm-up event published; 2.6–4.5 s at full size on 2 cores).
+// Without the warm-up, a full-size window's first 5 seconds alone held
+// over 1% of its events past a second.
 //
 // First, the same writers run for window with the first table empty (a
 // relay of their own, stopped after), and the line gives their p99
@@ -98,22 +103,28 @@ func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Sca
 		flags.Heartbeat, flags.StaleAfter, flags.Lease = 2*time.Second, 15*time.Second, 30*time.Second
 		flags.Schemas = pattern
 		flags.Extra = []string{"--poll-interval", "1s"}
-		// An idle connection for each writer: with database/sql's default
-		// of two the pool closed the connections of the writers'
-		// overlapping transactions and opened new ones, 30 to 45 a second
-		// (pg_stat_database.sessions), each a forked backend.
-		env.DB.SQL.SetMaxIdleConns(tables)
+		// A connection of its own for each writer, as a service's warm pool
+		// has. Through the shared pool, the writers opened their
+		// connections in the window's first seconds (a forked backend
+		// each), and every backend then read the catalog of each of the
+		// tables it came to write: the baseline's first 15 seconds had a
+		// p99 over a second, the same writers' later ones under half of it.
+		conns, err := tenantConns(ctx, env, len(schemas)-1)
+		if err != nil {
+			return "", err
+		}
+		defer closeAll(conns)
 
 		// The baseline: the writers alone.
 		_, _, stop, err := world(ctx, env, flags, 1)
 		if err != nil {
 			return "", err
 		}
-		if _, err := tenantWarmUp(ctx, env, schemas[1:], others); err != nil {
+		if _, err := tenantWarmUp(ctx, env, conns, schemas[1:], others); err != nil {
 			stop()
 			return "", fmt.Errorf("tenant-fairness: the baseline: %w", err)
 		}
-		committed, _, err := tenantWriters(ctx, env, schemas[1:], rate, window)
+		committed, _, err := tenantWriters(ctx, conns, schemas[1:], rate, window)
 		if err == nil {
 			err = tenantDrained(ctx, env, all)
 		}
@@ -148,13 +159,13 @@ func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Sca
 			return "", err
 		}
 		defer stop()
-		served, err := tenantWarmUp(ctx, env, schemas[1:], others)
+		served, err := tenantWarmUp(ctx, env, conns, schemas[1:], others)
 		if err != nil {
 			return "", err
 		}
 		warm := served.Sub(relayStart)
 		start := time.Now()
-		committed, written, err := tenantWriters(ctx, env, schemas[1:], rate, window)
+		committed, written, err := tenantWriters(ctx, conns, schemas[1:], rate, window)
 		if err != nil {
 			return "", err
 		}
@@ -196,12 +207,35 @@ func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Sca
 	}}
 }
 
+// tenantConns opens n connections, each its own backend.
+func tenantConns(ctx context.Context, env *Env, n int) ([]*sql.Conn, error) {
+	conns := make([]*sql.Conn, 0, n)
+	for range n {
+		c, err := env.DB.SQL.Conn(ctx)
+		if err == nil {
+			err = c.PingContext(ctx)
+		}
+		if err != nil {
+			closeAll(conns)
+			return nil, err
+		}
+		conns = append(conns, c)
+	}
+	return conns, nil
+}
+
+func closeAll(conns []*sql.Conn) {
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
 // tenantWarmUp writes one event into each of schemas' outbox tables
-// (tables, the same ones by their names), waits until the relay has
-// published all of them, deletes them, and returns when it saw them all
-// published.
-func tenantWarmUp(ctx context.Context, env *Env, schemas, tables []string) (time.Time, error) {
-	for _, s := range schemas {
+// (tables, the same ones by their names), on the connection of the
+// table's writer (conns), waits until the relay has published all of
+// them, deletes them, and returns when it saw them all published.
+func tenantWarmUp(ctx context.Context, env *Env, conns []*sql.Conn, schemas, tables []string) (time.Time, error) {
+	for i, s := range schemas {
 		w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: txoutbox.Table{Schema: s}})
 		if err != nil {
 			return time.Time{}, err
@@ -210,7 +244,7 @@ func tenantWarmUp(ctx context.Context, env *Env, schemas, tables []string) (time
 		if err != nil {
 			return time.Time{}, err
 		}
-		if err := writeOne(ctx, env, w, ev); err != nil {
+		if err := writeOne(ctx, conns[i], w, ev); err != nil {
 			return time.Time{}, err
 		}
 	}
@@ -244,9 +278,10 @@ func tenantWarmUp(ctx context.Context, env *Env, schemas, tables []string) (time
 }
 
 // tenantWriters writes rate events a second into each of schemas' outbox
-// tables for window, one writer each, and returns when each one's commit
-// returned, by event id, and how many were written.
-func tenantWriters(ctx context.Context, env *Env, schemas []string, rate int, window time.Duration) (map[uuid.UUID]time.Time, int, error) {
+// tables for window, one writer each on its connection of conns, and
+// returns when each one's commit returned, by event id, and how many were
+// written.
+func tenantWriters(ctx context.Context, conns []*sql.Conn, schemas []string, rate int, window time.Duration) (map[uuid.UUID]time.Time, int, error) {
 	wctx, stopWriters := context.WithCancel(ctx)
 	defer stopWriters()
 	var (
@@ -277,7 +312,7 @@ func tenantWriters(ctx context.Context, env *Env, schemas []string, rate int, wi
 					// Not cut short by the writers' stop: a commit cancelled
 					// on its way may have committed, and the count of the
 					// events written must be exact.
-					err = writeOne(context.WithoutCancel(wctx), env, w, ev)
+					err = writeOne(context.WithoutCancel(wctx), conns[i], w, ev)
 				}
 				at := time.Now()
 				mu.Lock()
@@ -372,9 +407,9 @@ func percentile(sorted []float64, p float64) float64 {
 	return sorted[lo] + (pos-float64(lo))*(sorted[lo+1]-sorted[lo])
 }
 
-// writeOne writes ev in a transaction of its own.
-func writeOne(ctx context.Context, env *Env, w *txoutbox.Writer, ev txoutbox.Event) error {
-	tx, err := env.DB.SQL.BeginTx(ctx, nil)
+// writeOne writes ev in a transaction of its own on conn.
+func writeOne(ctx context.Context, conn *sql.Conn, w *txoutbox.Writer, ev txoutbox.Event) error {
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
