@@ -133,9 +133,10 @@ type Config struct {
 
 	// HeartbeatInterval is how often the relay refreshes its liveness and
 	// rebalances shards. Default 2s. The first round runs at start, the
-	// second at a random point of the first interval; the prunes and the
-	// stats readings are spread the same way, so relays started together
-	// (a Group's tables) do not run them all at once.
+	// second at a random point of the interval after it, and so do the
+	// claim floor's rounds and the stats readings' second; the first prune
+	// comes between one and two PruneIntervals after the start. Relays
+	// started together (a Group's tables) then do not run them all at once.
 	HeartbeatInterval time.Duration
 
 	// StaleAfter is how old a relay's heartbeat may get before peers

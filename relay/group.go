@@ -100,7 +100,7 @@ type GroupConfig struct {
 // statement runs under StatementTimeout, which includes that wait. The
 // LISTEN connection is one of the pool's, counted by SetMaxOpenConns.
 // Measured on 20 idle tables at default intervals: 27 connections in use
-// at the peak with no bound (their rounds coincide), and with
+// at the peak with no bound (when their rounds still coincided), and with
 // SetMaxOpenConns(10) every relay stayed heartbeating and an event was
 // published 26ms after its commit. Size the pool from the busy tables.
 //

@@ -99,8 +99,12 @@ func (m *membership) setShards(shards []int16) {
 // converged, every convergeInterval, so relays that join or leave take
 // effect in a fraction of a heartbeat.
 func (m *membership) run(ctx context.Context) {
-	t := newSpreadTicker(m.cfg.HeartbeatInterval) // the first round runs at once
-	defer t.Stop()
+	var t *spreadTicker // from the end of the first round, which runs at once
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	converge := time.NewTimer(time.Hour)
 	defer converge.Stop()
 	failures := 0
@@ -123,6 +127,9 @@ func (m *membership) run(ctx context.Context) {
 		}
 		if err == nil && !converged {
 			converge.Reset(convergeInterval)
+		}
+		if t == nil {
+			t = newSpreadTicker(m.cfg.HeartbeatInterval)
 		}
 		select {
 		case <-t.C:

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/partitions"
@@ -29,9 +30,16 @@ func (p *pruner) run(ctx context.Context) {
 	if p.cfg.Retention < 0 {
 		return
 	}
-	t := newSpreadTicker(p.cfg.PruneInterval)
+	// The first prune comes between one and two intervals after the
+	// start: spread like the other rounds (see spreadTicker), and never
+	// sooner than PruneInterval, which a long one keeps out of the way of
+	// a maintenance job calling Prune.
+	if !sleep(ctx, randomPhase(p.cfg.PruneInterval)) {
+		return
+	}
+	t := time.NewTicker(p.cfg.PruneInterval)
 	defer t.Stop()
-	for t.tick(ctx) {
+	for tick(ctx, t.C) {
 		n, err := p.prune(ctx)
 		if err != nil && ctx.Err() == nil {
 			p.log.Warn("relay: prune failed", "err", err)

@@ -91,9 +91,9 @@ const statsSpacing = 100
 const statsQuick = 25 * time.Millisecond
 
 // paced runs read until ctx ends: at once, then every interval (the
-// second time at a random point of the first interval), or, after a run
-// whose statement took d (read's result) of statsQuick or more,
-// statsSpacing × d after that run started, if that is later.
+// second time at a random point of the first interval), and after a run
+// whose statement took d (read's result) of statsQuick or more no sooner
+// than statsSpacing × d after that run started.
 func paced(ctx context.Context, interval time.Duration, read func(context.Context) time.Duration) {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -101,10 +101,13 @@ func paced(ctx context.Context, interval time.Duration, read func(context.Contex
 		start := time.Now()
 		took := read(ctx)
 		next := spacing(interval, took)
-		if first && took < statsQuick {
-			// The second reading at a random point of the interval: see
-			// spreadTicker.
+		if first {
+			// The second reading at a random point of the interval (see
+			// spreadTicker), no sooner than a slow first one allows.
 			next = randomPhase(interval)
+			if took >= statsQuick {
+				next = max(next, statsSpacing*took)
+			}
 		}
 		t.Reset(time.Until(start.Add(next)))
 	}
