@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261203171714-c7c3d2f681ce
+	github.com/txoutbox/txoutbox v0.0.0-20261203185053-abca313142b7
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
