@@ -89,13 +89,19 @@ func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Sca
 			return "", fmt.Errorf("tenant-fairness: outbox migrate up --schemas: %w\n%s", err, out)
 		}
 		others := make([]string, 0, tables-1) // the other tenants' tables
+		writers := make([]*txoutbox.Writer, 0, tables-1)
 		var union []string
 		for _, s := range schemas[1:] {
 			n, err := outboxsql.NamesFor(s, "")
 			if err != nil {
 				return "", err
 			}
+			w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: txoutbox.Table{Schema: s}})
+			if err != nil {
+				return "", err
+			}
 			others = append(others, n.Table)
+			writers = append(writers, w)
 			union = append(union, "SELECT event_id, created_at, published_at, state FROM "+n.Table)
 		}
 		all := "(" + strings.Join(union, " UNION ALL ") + ") e"
@@ -123,13 +129,13 @@ func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Sca
 		if err != nil {
 			return "", err
 		}
-		baseServed, err := tenantWarmUp(ctx, env, conns, schemas[1:], others)
+		baseServed, err := tenantWarmUp(ctx, env, conns, writers, others, all)
 		if err != nil {
 			stop()
 			return "", fmt.Errorf("tenant-fairness: the baseline: %w", err)
 		}
 		baseWarm := baseServed.Sub(baseStart)
-		committed, _, err := tenantWriters(ctx, conns, schemas[1:], rate, window)
+		committed, _, err := tenantWriters(ctx, conns, writers, rate, window)
 		if err == nil {
 			err = tenantDrained(ctx, env, all)
 		}
@@ -164,12 +170,12 @@ func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Sca
 			return "", err
 		}
 		defer stop()
-		served, err := tenantWarmUp(ctx, env, conns, schemas[1:], others)
+		served, err := tenantWarmUp(ctx, env, conns, writers, others, all)
 		if err != nil {
 			return "", err
 		}
 		warm := served.Sub(relayStart)
-		committed, written, err := tenantWriters(ctx, conns, schemas[1:], rate, window)
+		committed, written, err := tenantWriters(ctx, conns, writers, rate, window)
 		if err != nil {
 			return "", err
 		}
@@ -234,16 +240,12 @@ func closeAll(conns []*sql.Conn) {
 	}
 }
 
-// tenantWarmUp writes one event into each of schemas' outbox tables
-// (tables, the same ones by their names), on the connection of the
-// table's writer (conns), waits until the relay has published all of
-// them, deletes them, and returns when it saw them all published.
-func tenantWarmUp(ctx context.Context, env *Env, conns []*sql.Conn, schemas, tables []string) (time.Time, error) {
-	for i, s := range schemas {
-		w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: txoutbox.Table{Schema: s}})
-		if err != nil {
-			return time.Time{}, err
-		}
+// tenantWarmUp writes one event with each of writers, on its connection
+// of conns, into the other tenants' tables (tables, their union all),
+// empty until then; waits until the relay has published all of them,
+// deletes them, and returns when it saw them all published.
+func tenantWarmUp(ctx context.Context, env *Env, conns []*sql.Conn, writers []*txoutbox.Writer, tables []string, all string) (time.Time, error) {
+	for i, w := range writers {
 		ev, err := txoutbox.NewEvent(TopicGorm, "warmup", "warmup", "tenant.warmup", map[string]int{})
 		if err != nil {
 			return time.Time{}, err
@@ -252,25 +254,8 @@ func tenantWarmUp(ctx context.Context, env *Env, conns []*sql.Conn, schemas, tab
 			return time.Time{}, err
 		}
 	}
-	var union []string
-	for _, t := range tables {
-		union = append(union, "SELECT state FROM "+t+" WHERE aggregate_type = 'warmup'")
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		var left int
-		if err := env.DB.SQL.QueryRowContext(ctx, "SELECT count(*) FROM ("+strings.Join(union, " UNION ALL ")+") w WHERE state <> 'published'").Scan(&left); err != nil {
-			return time.Time{}, err
-		}
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return time.Time{}, fmt.Errorf("the relay had not published %d of the %d tables' warm-up events 2 minutes after they were written", left, len(tables))
-		}
-		if !sleep(ctx, 50*time.Millisecond) {
-			return time.Time{}, ctx.Err()
-		}
+	if err := tenantDrained(ctx, env, all); err != nil {
+		return time.Time{}, fmt.Errorf("warm-up: %w", err)
 	}
 	served := time.Now()
 	for _, t := range tables {
@@ -281,11 +266,10 @@ func tenantWarmUp(ctx context.Context, env *Env, conns []*sql.Conn, schemas, tab
 	return served, nil
 }
 
-// tenantWriters writes rate events a second into each of schemas' outbox
-// tables for window, one writer each on its connection of conns, and
-// returns when each one's commit returned, by event id, and how many were
-// written.
-func tenantWriters(ctx context.Context, conns []*sql.Conn, schemas []string, rate int, window time.Duration) (map[uuid.UUID]time.Time, int, error) {
+// tenantWriters writes rate events a second with each of writers for
+// window, each on its connection of conns, and returns when each one's
+// commit returned, by event id, and how many were written.
+func tenantWriters(ctx context.Context, conns []*sql.Conn, writers []*txoutbox.Writer, rate int, window time.Duration) (map[uuid.UUID]time.Time, int, error) {
 	wctx, stopWriters := context.WithCancel(ctx)
 	defer stopWriters()
 	var (
@@ -295,11 +279,7 @@ func tenantWriters(ctx context.Context, conns []*sql.Conn, schemas []string, rat
 		werr      error
 		committed = map[uuid.UUID]time.Time{} // event → when its commit returned
 	)
-	for i, s := range schemas {
-		w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: txoutbox.Table{Schema: s}})
-		if err != nil {
-			return nil, 0, err
-		}
+	for i, w := range writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -344,7 +324,8 @@ func tenantWriters(ctx context.Context, conns []*sql.Conn, schemas []string, rat
 }
 
 // tenantDrained waits, a minute at most, until every event of all (the
-// other tenants' tables) is published.
+// other tenants' tables) is published; it looks every 50ms, which is the
+// resolution of the warm-up's time.
 func tenantDrained(ctx context.Context, env *Env, all string) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -356,9 +337,9 @@ func tenantDrained(ctx context.Context, env *Env, all string) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("tenant-fairness: %d of the other tenants' events unpublished a minute after the writers stopped", left)
+			return fmt.Errorf("tenant-fairness: %d of the other tenants' events still unpublished after a minute", left)
 		}
-		if !sleep(ctx, 200*time.Millisecond) {
+		if !sleep(ctx, 50*time.Millisecond) {
 			return ctx.Err()
 		}
 	}
