@@ -346,12 +346,12 @@ const walGateKey = `hashtext('txoutbox.wal.gate'), ($1::regclass::oid::bigint - 
 // relay's publication does not carry: the relay would never publish them,
 // and its cleanup (or outbox wal takeover) would take them for rows it
 // had. Other logical replication (a subscription, a CDC tool's slot and
-// FOR ALL TABLES publication) does not match. pg_get_publication_tables
-// compares table OIDs, which needs no privilege on other tables' schemas.
-const OpsWALSlots = `SELECT coalesce(string_agg(s.slot_name, ', ' ORDER BY s.slot_name), '')
+// FOR ALL TABLES publication) does not match. The catalogs are compared
+// by OID, which needs no privilege on other tables' schemas.
+var OpsWALSlots = `SELECT coalesce(string_agg(s.slot_name, ', ' ORDER BY s.slot_name), '')
 FROM pg_replication_slots s
 WHERE s.slot_type = 'logical' AND s.plugin = 'pgoutput' AND s.database = current_database()
-  AND (s.slot_name = $2 OR ` + walRelayStreamsPrefix + `$1::regclass` + walRelayStreamsSuffix + `)`
+  AND (s.slot_name = $2 OR ` + walRelayStreams(`$1::regclass`) + `)`
 
 // RelayWALSlots is OpsWALSlots for the polling relay (relay.ErrWALStreams),
 // which stops claiming on a match: only a slot named $2 (the WAL relay's
@@ -359,11 +359,11 @@ WHERE s.slot_type = 'logical' AND s.plugin = 'pgoutput' AND s.database = current
 // publication of the table counts. A slot merely named as a publication
 // of the table (a native subscription's, whose slot takes the
 // subscription's name) does not halt delivery.
-const RelayWALSlots = `SELECT coalesce(string_agg(s.slot_name, ', ' ORDER BY s.slot_name), '')
+var RelayWALSlots = `SELECT coalesce(string_agg(s.slot_name, ', ' ORDER BY s.slot_name), '')
 FROM pg_replication_slots s
 WHERE s.slot_type = 'logical' AND s.plugin = 'pgoutput' AND s.database = current_database()
-  AND (s.slot_name = $2 OR EXISTS (SELECT 1 FROM pg_publication p, LATERAL pg_get_publication_tables(p.pubname::text) t
-      WHERE t.relid = $1::regclass
+  AND (s.slot_name = $2 OR EXISTS (SELECT 1 FROM pg_publication p
+      WHERE ` + publicationCarries("$1::regclass") + `
         AND substring(obj_description(p.oid, 'pg_publication') FROM '^txoutbox: (?:initialising )?slot (\S+)') = s.slot_name))`
 
 // WALSlotsArgs binds OpsWALSlots and RelayWALSlots.
@@ -380,15 +380,31 @@ func (a WALSlotsArgs) Args() []any { return []any{a.Table, a.Slot} }
 // a publication that carries the table, or in the marker a WAL relay keeps
 // in such a publication's comment.
 func walRelayStreams(table string) string {
-	return walRelayStreamsPrefix + table + walRelayStreamsSuffix
+	return `EXISTS (SELECT 1 FROM pg_publication p WHERE ` + publicationCarries(table) + ` AND (p.pubname = s.slot_name
+        OR substring(obj_description(p.oid, 'pg_publication') FROM '^txoutbox: (?:initialising )?slot (\S+)') = s.slot_name))`
 }
 
-const (
-	walRelayStreamsPrefix = `EXISTS (SELECT 1 FROM pg_publication p, LATERAL pg_get_publication_tables(p.pubname::text) t
-      WHERE t.relid = `
-	walRelayStreamsSuffix = ` AND (p.pubname = s.slot_name
-        OR substring(obj_description(p.oid, 'pg_publication') FROM '^txoutbox: (?:initialising )?slot (\S+)') = s.slot_name))`
-)
+// publicationCarries is true when publication p (a row of pg_publication)
+// carries the changes of table rel (an expression of its oid): it is FOR
+// ALL TABLES, or it lists the table or one of its partition ancestors, or
+// the schema of one of them (FOR TABLES IN SCHEMA, PostgreSQL 15; read
+// through pg_depend, as pg_publication_namespace does not exist on 14). It
+// reads only catalog rows under the statement's snapshot, as
+// pg_get_publication_tables does not: that looks the publication up by
+// name in the current catalog, so a publication dropped after the
+// statement's snapshot was taken (any DROP PUBLICATION running alongside,
+// or since a REPEATABLE READ writer's transaction began) failed the
+// writer's or the operator's statement. Schema version 11's trigger has
+// the same test.
+func publicationCarries(rel string) string {
+	self := `(SELECT ` + rel + ` UNION ALL SELECT relid FROM pg_partition_ancestors(` + rel + `))`
+	return `(p.puballtables
+        OR EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid IN ` + self + `)
+        OR EXISTS (SELECT 1 FROM pg_depend d JOIN pg_depend dn ON dn.classid = d.classid AND dn.objid = d.objid
+          WHERE d.classid = to_regclass('pg_catalog.pg_publication_namespace') AND d.refclassid = 'pg_catalog.pg_publication'::regclass
+            AND d.refobjid = p.oid AND dn.refclassid = 'pg_catalog.pg_namespace'::regclass
+            AND dn.refobjid IN (SELECT c.relnamespace FROM pg_class c WHERE c.oid IN ` + self + `)))`
+}
 
 // OpsTimeouts runs first in every operator transaction: a statement or a
 // lock wait longer than $1 fails instead of stalling the operator, and a
