@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/xdg-go/scram"
@@ -23,6 +24,7 @@ type kafkaFlags struct {
 	clientID    string
 	version     string
 	compression string
+	linger      time.Duration
 
 	tls, tlsSkipVerify     bool
 	tlsCA, tlsCert, tlsKey string
@@ -36,6 +38,7 @@ func (k *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.clientID, "kafka-client-id", "txoutbox", "client id reported to the brokers (quotas, broker logs)")
 	fs.StringVar(&k.version, "kafka-version", "2.8.0", "Kafka protocol version to speak, at most the cluster's")
 	fs.StringVar(&k.compression, "kafka-compression", "none", "compress record batches: none, gzip, snappy, lz4 or zstd")
+	fs.DurationVar(&k.linger, "kafka-linger", kafkapub.LingerDefault, "how long the producer waits for more records to send in the same request (linger.ms); 0 sends at once")
 	fs.BoolVar(&k.tls, "tls", false, "connect to the brokers with TLS (implied by the other --tls-* flags), verifying them against the system's CAs")
 	fs.StringVar(&k.tlsCA, "tls-ca", "", "PEM file of the CA certificates that sign the brokers' certificates, instead of the system's")
 	fs.StringVar(&k.tlsCert, "tls-cert", "", "PEM file of the client certificate, for brokers that require one (with --tls-key)")
@@ -64,6 +67,14 @@ func (k *kafkaFlags) config(logger *slog.Logger) (kafkapub.Config, error) {
 	}
 	if cfg.Compression == sarama.CompressionZSTD && !v.IsAtLeast(sarama.V2_1_0_0) {
 		return cfg, usagef("--kafka-compression zstd needs --kafka-version 2.1.0 or later")
+	}
+	switch {
+	case k.linger < 0:
+		return cfg, usagef("--kafka-linger is negative: %v", k.linger)
+	case k.linger == 0:
+		cfg.Linger = -1 // kafkapub's "none"
+	default:
+		cfg.Linger = k.linger
 	}
 	if cfg.TLS, err = k.tlsConfig(); err != nil {
 		return cfg, err

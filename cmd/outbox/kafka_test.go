@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"flag"
 	"math/big"
 	"net"
 	"os"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/kafkatest"
+	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
 // testPKI is a CA, a broker certificate for 127.0.0.1 and a client
@@ -204,6 +206,7 @@ func TestKafkaFlagErrors(t *testing.T) {
 		{[]string{"--kafka-version", "banana"}, nil, "--kafka-version"},
 		{[]string{"--kafka-compression", "brotli"}, nil, "--kafka-compression"},
 		{[]string{"--kafka-compression", "zstd", "--kafka-version", "1.0.0"}, nil, "zstd needs"},
+		{[]string{"--kafka-linger", "-1ms"}, nil, "--kafka-linger is negative"},
 		{nil, map[string]string{"OUTBOX_TLS_INSECURE_SKIP_VERIFY": "yes please"}, "OUTBOX_TLS_INSECURE_SKIP_VERIFY"},
 		{nil, map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, "otlp only"},
 		{nil, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "http/protobuf only"},
@@ -212,6 +215,27 @@ func TestKafkaFlagErrors(t *testing.T) {
 		code, _, errOut := outboxEnv(t, tc.env, append(base, tc.args...)...)
 		if code != exitUsage || !strings.Contains(errOut, tc.msg) {
 			t.Errorf("%v %v: exit %d, stderr %q; want %d mentioning %q", tc.args, tc.env, code, errOut, exitUsage, tc.msg)
+		}
+	}
+}
+
+// --kafka-linger is kafkapub's Linger: its default unless given, and 0
+// (no linger) as kafkapub's negative.
+func TestKafkaLingerFlag(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want time.Duration
+	}{{nil, kafkapub.LingerDefault}, {[]string{"--kafka-linger", "20ms"}, 20 * time.Millisecond}, {[]string{"--kafka-linger", "0"}, -1}} {
+		var k kafkaFlags
+		fs := flag.NewFlagSet("relay", flag.ContinueOnError)
+		k.register(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := k.config(nil)
+		if err != nil || cfg.Linger != c.want {
+			t.Errorf("%v: Linger %v, %v; want %v", c.args, cfg.Linger, err, c.want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package kafkapub
 
 import (
 	"testing"
+	"time"
 
 	"github.com/IBM/sarama"
 )
@@ -20,5 +21,22 @@ func TestSaramaConfigIsIdempotentAndOrdered(t *testing.T) {
 	sc, err = Config{Configure: func(sc *sarama.Config) { sc.Producer.Idempotent = false }}.sarama()
 	if err != nil || sc.Producer.Idempotent {
 		t.Errorf("Configure turning idempotence off: idempotent=%v, err=%v", sc != nil && sc.Producer.Idempotent, err)
+	}
+}
+
+// Linger is Sarama's flush frequency: LingerDefault unless set, none when
+// negative (every buffer sent as soon as it can be).
+func TestSaramaConfigLingers(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		linger, want time.Duration
+	}{{0, LingerDefault}, {20 * time.Millisecond, 20 * time.Millisecond}, {-1, 0}} {
+		sc, err := Config{Linger: c.linger}.sarama()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc.Producer.Flush.Frequency != c.want {
+			t.Errorf("Linger %v: Flush.Frequency %v, want %v", c.linger, sc.Producer.Flush.Frequency, c.want)
+		}
 	}
 }
