@@ -178,6 +178,8 @@ type options struct {
 	maxOpenRequests int
 	idempotent      bool
 	compression     sarama.CompressionCodec
+	linger          time.Duration
+	brokerWarmup    int
 	broker          string
 	river1Events    int
 	claimBackoff    int
@@ -222,6 +224,8 @@ func main() {
 	flag.BoolVar(&o.sqlStats, "sql-stats", false, "record the relay's claim and mark statements (count, rows, time) in relay, relay3 and dblimit; the relays then poll instead of LISTENing")
 	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run on a PostgreSQL 15 cluster of the bench's own (created with pg_createcluster as \"bench\" on port 5440, started, and stopped at the end if it was down), so no other session's work is in the PostgreSQL CPU and WAL figures; overrides -database-url")
 	flag.IntVar(&o.maxOpenRequests, "max-open-requests", 1, "Sarama Net.MaxOpenRequests of every Kafka publisher (an experiment: above 1 a retry may reorder a partition; needs -idempotent=false)")
+	flag.IntVar(&o.brokerWarmup, "broker-warmup", 16, "with -broker kafka, publish up to this many steps of 50,000 records before the scenarios, until the brokers' CPU per record settles (their JIT compiled); 0: none")
+	flag.DurationVar(&o.linger, "linger", 0, "kafkapub.Config.Linger of every Kafka publisher (0: kafkapub's default, 5ms; negative: none, each request sent as soon as the one before is answered)")
 	flag.BoolVar(&o.idempotent, "idempotent", true, "Sarama's idempotent producer in every Kafka publisher (kafkapub's default)")
 	flag.TextVar(&o.compression, "compression", sarama.CompressionNone, "compression of every Kafka producer, the relays' and Debezium's alike: none (kafkapub's and Kafka's default), gzip, snappy, lz4 or zstd")
 	flag.IntVar(&o.river1Events, "river1-events", 10_000, "backlog of the river scenario's one-worker drain (it runs at a few hundred events/s); the unordered drain takes -events")
@@ -348,6 +352,9 @@ func run(ctx context.Context, o options) error {
 			e.brokerPids = nil
 		}
 		logf("broker: the Apache Kafka cluster at %s (pids %v)", strings.Join(e.brokers, ","), e.brokerPids)
+		if err := warmBrokers(ctx, e, o.brokerWarmup); err != nil {
+			return err
+		}
 	case "kfake":
 		// The broker runs in a process of its own, so its CPU is not in
 		// the profile or the scheduler of the process under test.

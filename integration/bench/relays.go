@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -180,7 +181,7 @@ func (rr *relayRun) runUntil(ctx context.Context, s *schemaDB) error {
 // broker; every Kafka scenario uses it, so they differ only in what drives
 // it.
 func (e *env) kafkaPublisher() (message.Publisher, error) {
-	cfg := kafkapub.Config{ClientID: "bench", Compression: e.opts.compression}
+	cfg := kafkapub.Config{ClientID: "bench", Compression: e.opts.compression, Linger: e.opts.linger}
 	if e.opts.maxOpenRequests > 1 || !e.opts.idempotent {
 		cfg.Configure = func(sc *sarama.Config) {
 			sc.Producer.Idempotent = e.opts.idempotent
@@ -200,6 +201,7 @@ func (e *env) producerSettings(settings map[string]any) map[string]any {
 	settings["idempotent"] = e.opts.idempotent
 	settings["max_open_requests"] = e.opts.maxOpenRequests
 	settings["compression"] = e.opts.compression.String()
+	settings["linger"] = cmp.Or(e.opts.linger, kafkapub.LingerDefault).String()
 	return settings
 }
 
