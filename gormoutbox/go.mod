@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261203214120-d9b31af27f4f
+	github.com/txoutbox/txoutbox v0.0.0-20261203220621-fd68d9eafb6b
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
