@@ -96,8 +96,15 @@
 // Every Kafka scenario publishes through kafkapub.NewPublisher (Sarama with
 // watermill-kafka's message format, acks=all), so they differ only in what
 // drives the publisher: the relays through PublishBatch (see -lane-batch),
-// the other loops one message per Publish, as watermill-kafka's publisher
-// sends them.
+// with kafkapub's linger (-linger), the other loops one message per
+// Publish, as watermill-kafka's publisher sends them, without a linger,
+// which would only delay each of their requests.
+//
+// With -broker kafka the brokers are warmed first: records are published
+// until the brokers' CPU per record settles (-broker-warmup), so the JIT's
+// compilation of their hot code is in no scenario's figures. On a cluster
+// just started the first drains cost the brokers two to three times the
+// CPU per event of later ones.
 //
 // The drains compared in the goals' ratios run -rounds times (6 by
 // default), interleaved: relay and plain (relay first in even rounds, plain

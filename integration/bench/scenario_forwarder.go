@@ -55,7 +55,7 @@ func runForwarder(ctx context.Context, e *env, batch int) (throughput, error) {
 		return throughput{}, fmt.Errorf("%s: %w", name, err)
 	}
 
-	kafka, err := e.kafkaPublisher()
+	kafka, err := e.loopPublisher()
 	if err != nil {
 		return throughput{}, err
 	}

@@ -29,7 +29,7 @@ func runKafkaLimit(ctx context.Context, e *env) (throughput, error) {
 	for i := range msgs {
 		msgs[i] = relay.Message(benchEvent(topic, i, e.opts.aggregates))
 	}
-	pub, err := e.kafkaPublisher()
+	pub, err := e.loopPublisher()
 	if err != nil {
 		return throughput{}, err
 	}

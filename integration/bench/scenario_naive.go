@@ -52,7 +52,7 @@ func runNaive(ctx context.Context, e *env) (throughput, error) {
 	if err := insertBacklog(ctx, s, topic, n, e.opts.aggregates, "pending", 0); err != nil {
 		return throughput{}, err
 	}
-	pub, err := e.kafkaPublisher()
+	pub, err := e.loopPublisher()
 	if err != nil {
 		return throughput{}, err
 	}

@@ -94,7 +94,7 @@ func runPlain(ctx context.Context, e *env, round int) (throughput, error) {
 
 	m := e.startMeter(ctx, s.SQL)
 	start := time.Now()
-	pub, err := e.kafkaPublisher()
+	pub, err := e.loopPublisher()
 	if err != nil {
 		return throughput{}, err
 	}

@@ -94,7 +94,7 @@ func runRiver(ctx context.Context, e *env, workers int) (throughput, error) {
 	if err := insertRiverBacklog(ctx, pool, s, topic, n, e.opts.aggregates); err != nil {
 		return throughput{}, err
 	}
-	kafka, err := e.kafkaPublisher()
+	kafka, err := e.loopPublisher()
 	if err != nil {
 		return throughput{}, err
 	}
