@@ -96,9 +96,10 @@
 // Every Kafka scenario publishes through kafkapub.NewPublisher (Sarama with
 // watermill-kafka's message format, acks=all), so they differ only in what
 // drives the publisher: the relays through PublishBatch (see -lane-batch),
-// with kafkapub's linger (-linger), the other loops one message per
-// Publish, as watermill-kafka's publisher sends them, without a linger,
-// which would only delay each of their requests.
+// with kafkapub's linger on the real cluster (-linger; none on kfake,
+// which answers at once), the other loops one message per Publish, as
+// watermill-kafka's publisher sends them, without a linger, which would
+// only delay each of their requests.
 //
 // With -broker kafka the brokers are warmed first: records are published
 // until the brokers' CPU per record settles (-broker-warmup), so the JIT's
@@ -232,7 +233,7 @@ func main() {
 	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run on a PostgreSQL 15 cluster of the bench's own (created with pg_createcluster as \"bench\" on port 5440, started, and stopped at the end if it was down), so no other session's work is in the PostgreSQL CPU and WAL figures; overrides -database-url")
 	flag.IntVar(&o.maxOpenRequests, "max-open-requests", 1, "Sarama Net.MaxOpenRequests of every Kafka publisher (an experiment: above 1 a retry may reorder a partition; needs -idempotent=false)")
 	flag.IntVar(&o.brokerWarmup, "broker-warmup", 16, "with -broker kafka, publish up to this many steps of 50,000 records before the scenarios, until the brokers' CPU per record settles (their JIT compiled); 0: none")
-	flag.DurationVar(&o.linger, "linger", 0, "kafkapub.Config.Linger of every Kafka publisher (0: kafkapub's default, 5ms; negative: none, each request sent as soon as the one before is answered)")
+	flag.DurationVar(&o.linger, "linger", 0, "kafkapub.Config.Linger of the relays' Kafka publishers (0: kafkapub's default, 5ms, on the real cluster and none on kfake; negative: none, each request sent as soon as the one before is answered)")
 	flag.BoolVar(&o.idempotent, "idempotent", true, "Sarama's idempotent producer in every Kafka publisher (kafkapub's default)")
 	flag.TextVar(&o.compression, "compression", sarama.CompressionNone, "compression of every Kafka producer, the relays' and Debezium's alike: none (kafkapub's and Kafka's default), gzip, snappy, lz4 or zstd")
 	flag.IntVar(&o.river1Events, "river1-events", 10_000, "backlog of the river scenario's one-worker drain (it runs at a few hundred events/s); the unordered drain takes -events")
