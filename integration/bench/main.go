@@ -19,7 +19,7 @@
 //
 // It prints one JSON object per scenario on stdout, then the summary line
 //
-//	bench: relay_eps=… relay3_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_naive=… relay_vs_forwarder=… relay_vs_ceiling=… order_violations=… p50_ms=… p99_ms=… gorm_overhead=… ent_overhead=… claim_flatness=… relay_rss_mib=… plain_eps=… relay_vs_plain=… relay3_vs_plain=… pg_us_per_event=… plain_pg_us_per_event=… cpu_us_per_event=… plain_cpu_us_per_event=… wal_bytes_per_event=… plain_wal_bytes_per_event=… wal_eps=… wal_vs_relay=… wal_pg_us_per_event=… wal_wal_bytes_per_event=… wal_p99_ms=… pg_vs_plain=… cpu_vs_plain=… broker=… debezium_eps=… wal_vs_debezium=… wal_cpu_vs_debezium=… wal_p99_vs_debezium=… river_eps=… river1_eps=… relay_vs_river1=… relay_vs_river=… relay_pg_vs_river=… river_order_violations=…
+//	bench: relay_eps=… relay3_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_naive=… relay_vs_forwarder=… relay_vs_ceiling=… order_violations=… p50_ms=… p99_ms=… gorm_overhead=… ent_overhead=… claim_flatness=… relay_rss_mib=… plain_eps=… relay_vs_plain=… relay3_vs_plain=… pg_us_per_event=… plain_pg_us_per_event=… cpu_us_per_event=… plain_cpu_us_per_event=… wal_bytes_per_event=… plain_wal_bytes_per_event=… wal_eps=… wal_vs_relay=… wal_pg_us_per_event=… wal_wal_bytes_per_event=… wal_p99_ms=… pg_vs_plain=… cpu_vs_plain=… broker=… debezium_eps=… wal_vs_debezium=… wal_cpu_vs_debezium=… wal_p99_vs_debezium=… river_eps=… river1_eps=… relay_vs_river1=… relay_vs_river=… relay_pg_vs_river=… river_order_violations=… scheduled_vs_relay=… scheduled_pg_vs_relay=… kafkabatch_eps=… relay_vs_kafkabatch=…
 //
 // where pg_us_per_event, cpu_us_per_event (relay, PostgreSQL and broker
 // together) and wal_bytes_per_event are the one-replica relay's drains, the
@@ -52,7 +52,10 @@
 //   - dblimit: the relay with a publisher that acknowledges at once, batch
 //     1000: the claim/mark cycle alone.
 //   - kafkalimit: the watermill-kafka publisher alone, 64 concurrent
-//     publishers.
+//     publishers; then the relays' publisher alone with their batches (64
+//     goroutines, PublishBatch of relay.LaneBatchDefault messages), the
+//     bare publisher a relay is held against (summary: kafkabatch_eps,
+//     relay_vs_kafkabatch).
 //   - latency: events committed at a steady rate through the GORM plugin;
 //     commit-to-ack p50/p99 with LISTEN/NOTIFY, and polling only.
 //   - write: GORM and ent Create with the outbox against without, and the
@@ -505,6 +508,13 @@ func run(ctx context.Context, o options) error {
 				return err
 			}
 			sum.KafkaLimitEPS = r.EPS
+			if err := emit(r); err != nil {
+				return err
+			}
+			if r, err = runKafkaBatch(ctx, e); err != nil {
+				return err
+			}
+			sum.KafkaBatchEPS = r.EPS
 			return emit(r)
 		}},
 		{"latency", func() error {

@@ -71,3 +71,41 @@ func runKafkaLimit(ctx context.Context, e *env) (throughput, error) {
 	}
 	return newThroughput("kafkalimit", n, took, map[string]any{"publishers": kafkaLimitPublishers, "publisher": "kafkapub.Publisher.Publish (one message per call, as watermill-kafka's Publish)"}), nil
 }
+
+// runKafkaBatch is runKafkaLimit with the relays' batches: the backlog's
+// events from kafkaLimitPublishers goroutines, each handing the relays'
+// publisher (kafkaPublisher, with their linger) relay.LaneBatchDefault
+// messages at a time through PublishBatch, as a relay's lanes do. It is
+// the bare publisher to hold a relay against: the one-message publisher
+// waits a round trip per message, which on a replicated cluster makes it
+// slower than the relay it should bound.
+func runKafkaBatch(ctx context.Context, e *env) (throughput, error) {
+	n := e.opts.events
+	topic, err := e.topic(ctx, "bench.kafkabatch")
+	if err != nil {
+		return throughput{}, err
+	}
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		msgs[i] = relay.Message(benchEvent(topic, i, e.opts.aggregates))
+	}
+	topics := make([]string, relay.LaneBatchDefault)
+	for i := range topics {
+		topics[i] = topic
+	}
+	pub, err := e.kafkaPublisher()
+	if err != nil {
+		return throughput{}, err
+	}
+	defer pub.Close()
+	if err := pub.Publish(topic, relay.Message(benchEvent(topic, 0, 1))); err != nil {
+		return throughput{}, fmt.Errorf("kafkabatch: warm-up: %w", err)
+	}
+	start := time.Now()
+	if err := publishBatches(ctx, pub, topics, msgs, kafkaLimitPublishers); err != nil {
+		return throughput{}, fmt.Errorf("kafkabatch: publish: %w", err)
+	}
+	took := time.Since(start)
+	return newThroughput("kafkabatch", n, took, e.producerSettings(map[string]any{"publishers": kafkaLimitPublishers,
+		"batch": relay.LaneBatchDefault, "publisher": "kafkapub.Publisher.PublishBatch, as the relays' lanes"})), nil
+}

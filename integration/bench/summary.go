@@ -13,12 +13,15 @@ import (
 type summary struct {
 	RelayEPS, Relay3EPS, NaiveEPS, ForwarderEPS float64
 	DBLimitEPS, KafkaLimitEPS                   float64
-	OrderViolations                             float64
-	P50MS, P99MS                                float64
-	GormOverhead, EntOverhead                   float64
-	ClaimFlatness                               float64
-	RelayRSSMiB                                 float64
-	PlainEPS                                    float64
+	// KafkaBatchEPS is the bare publisher with the relays' batches
+	// (runKafkaBatch).
+	KafkaBatchEPS             float64
+	OrderViolations           float64
+	P50MS, P99MS              float64
+	GormOverhead, EntOverhead float64
+	ClaimFlatness             float64
+	RelayRSSMiB               float64
+	PlainEPS                  float64
 	// Relay and Plain are the costs of the one-replica relay's and the
 	// plain loop's drains; nil when they did not run.
 	Relay, Plain *cost
@@ -72,7 +75,7 @@ func (s *summary) addDebezium(r debeziumBench) {
 
 func newSummary() summary {
 	nan := math.NaN()
-	return summary{RelayEPS: nan, Relay3EPS: nan, NaiveEPS: nan, ForwarderEPS: nan, DBLimitEPS: nan, KafkaLimitEPS: nan,
+	return summary{RelayEPS: nan, Relay3EPS: nan, NaiveEPS: nan, ForwarderEPS: nan, DBLimitEPS: nan, KafkaLimitEPS: nan, KafkaBatchEPS: nan,
 		OrderViolations: nan, P50MS: nan, P99MS: nan, GormOverhead: nan, EntOverhead: nan, ClaimFlatness: nan, RelayRSSMiB: nan,
 		PlainEPS: nan, PGVsPlain: nan, CPUVsPlain: nan, ScheduledVsRelay: nan, ScheduledPGVsRelay: nan,
 		walSummary:      walSummary{nan, nan, nan, nan, nan, nan},
@@ -159,6 +162,8 @@ func (s summary) String() string {
 		{"river_order_violations", eps(s.RiverOrderViolations)},
 		{"scheduled_vs_relay", ratio(s.ScheduledVsRelay)},
 		{"scheduled_pg_vs_relay", ratio(s.ScheduledPGVsRelay)},
+		{"kafkabatch_eps", eps(s.KafkaBatchEPS)},
+		{"relay_vs_kafkabatch", ratio(s.RelayEPS / s.KafkaBatchEPS)},
 	}
 	var b strings.Builder
 	b.WriteString("bench:")

@@ -64,7 +64,7 @@ func warmBrokers(ctx context.Context, e *env, maxChunks int) error {
 			return err
 		}
 		start := time.Now()
-		if err := warmPublish(ctx, pub, topics, msgs); err != nil {
+		if err := publishBatches(ctx, pub, topics, msgs, warmLanes); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 		took := time.Since(start)
@@ -83,25 +83,26 @@ func warmBrokers(ctx context.Context, e *env, maxChunks int) error {
 	return nil
 }
 
-// warmPublish publishes msgs in batches of warmBatch from warmLanes
-// goroutines.
-func warmPublish(ctx context.Context, pub message.Publisher, topics []string, msgs []*message.Message) error {
+// publishBatches publishes msgs in batches of len(topics) (each batch's
+// topics) from goroutines publishers.
+func publishBatches(ctx context.Context, pub message.Publisher, topics []string, msgs []*message.Message, publishers int) error {
 	var (
 		next  atomic.Int64
 		wg    sync.WaitGroup
 		once  sync.Once
 		first error
 	)
-	for range warmLanes {
+	size := len(topics)
+	for range publishers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				i := int(next.Add(warmBatch)) - warmBatch
+				i := int(next.Add(int64(size))) - size
 				if i >= len(msgs) {
 					return
 				}
-				batch := msgs[i:min(i+warmBatch, len(msgs))]
+				batch := msgs[i:min(i+size, len(msgs))]
 				for _, err := range publishBatch(pub, topics[:len(batch)], batch) {
 					if err != nil {
 						once.Do(func() { first = err })
