@@ -388,7 +388,11 @@ func walRelayStreams(table string) string {
 // carries the changes of table rel (an expression of its oid): it is FOR
 // ALL TABLES, or it lists the table or one of its partition ancestors, or
 // the schema of one of them (FOR TABLES IN SCHEMA, PostgreSQL 15; read
-// through pg_depend, as pg_publication_namespace does not exist on 14). It
+// through pg_depend, as pg_publication_namespace does not exist on 14).
+// A partitioned table is carried by a publication that lists it even
+// without publish_via_partition_root, whose slot streams its rows as its
+// partitions' (pg_get_publication_tables then listed the partitions only,
+// and a check of the root found nothing). It
 // reads only catalog rows under the statement's snapshot, as
 // pg_get_publication_tables does not: that looks the publication up by
 // name in the current catalog, so a publication dropped after the

@@ -1,6 +1,7 @@
 package kafkapub
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,15 @@ func TestSaramaConfigLingers(t *testing.T) {
 		}
 		if sc.Producer.Flush.Frequency != c.want {
 			t.Errorf("Linger %v: Flush.Frequency %v, want %v", c.linger, sc.Producer.Flush.Frequency, c.want)
+		}
+	}
+}
+
+func TestSaramaConfigRefusesALingerAsLongAsTheTimeout(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []Config{{Linger: 10 * time.Second}, {Linger: time.Second, Timeout: time.Second}} {
+		if _, err := cfg.sarama(); err == nil || !strings.Contains(err.Error(), "not below Timeout") {
+			t.Errorf("Linger %v, Timeout %v: %v; want refused", cfg.Linger, cfg.Timeout, err)
 		}
 	}
 }
