@@ -78,8 +78,8 @@ func runKafkaLimit(ctx context.Context, e *env) (throughput, error) {
 // messages at a time through PublishBatch, as a relay's lanes do. It is
 // the bare publisher to hold a relay against: the one-message publisher
 // waits a round trip per message, which on a replicated cluster makes it
-// slower than the relay it should bound.
-func runKafkaBatch(ctx context.Context, e *env) (throughput, error) {
+// slower than the relay it should bound. round numbers the drain.
+func runKafkaBatch(ctx context.Context, e *env, round int) (throughput, error) {
 	n := e.opts.events
 	topic, err := e.topic(ctx, "bench.kafkabatch")
 	if err != nil {
@@ -106,6 +106,8 @@ func runKafkaBatch(ctx context.Context, e *env) (throughput, error) {
 		return throughput{}, fmt.Errorf("kafkabatch: publish: %w", err)
 	}
 	took := time.Since(start)
-	return newThroughput("kafkabatch", n, took, e.producerSettings(map[string]any{"publishers": kafkaLimitPublishers,
-		"batch": relay.LaneBatchDefault, "publisher": "kafkapub.Publisher.PublishBatch, as the relays' lanes"})), nil
+	r := newThroughput("kafkabatch", n, took, e.producerSettings(map[string]any{"publishers": kafkaLimitPublishers,
+		"batch": relay.LaneBatchDefault, "publisher": "kafkapub.Publisher.PublishBatch, as the relays' lanes"}))
+	r.Round = round
+	return r, nil
 }
