@@ -56,7 +56,11 @@ func (m *jitMeter) since() (time.Duration, error) {
 				return 0, err
 			}
 			key := strconv.Itoa(pid) + "/" + task.Name()
-			sum += cpu - m.seen[key]
+			if last, ok := m.seen[key]; ok && cpu >= last {
+				sum += cpu - last
+			} else { // new, or a thread id the kernel gave out again
+				sum += cpu
+			}
 			m.seen[key] = cpu
 		}
 	}

@@ -64,6 +64,10 @@ func TestJITMeter(t *testing.T) {
 
 	want(0)
 
+	end(20, 21)                              // retired, and its id given to a new
+	thread(20, 21, "C2 CompilerThre", 30, 0) // compiler thread with less time
+	want(30 * clockTick)
+
 	m.pids = append(m.pids, 99) // a JVM that is gone
 	if _, err := m.since(); err == nil {
 		t.Fatal("since() with a pid that has no /proc entry: no error")

@@ -233,13 +233,13 @@ func main() {
 	flag.Int64Var(&o.partitionSize, "partition-size", 0, "make every scenario's outbox a partitioned one (outbox migrate partition) with partitions of this many ids (0: unpartitioned)")
 	flag.BoolVar(&o.partitionsAhead, "partitions-ahead", false, "with -partition-size, create the partitions for the backlog before it is written, as relays' rounds would while writers write (without it, the ids past two partitions go to the default partition)")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest a single drain may take")
-	flag.IntVar(&o.rounds, "rounds", 6, "rounds of the drains compared with each other (relay with plain, and in the wal scenario the WAL relay with the polling relay), interleaved; the summary takes each figure's median")
+	flag.IntVar(&o.rounds, "rounds", 6, "rounds of the drains compared with each other (relay with plain, and in the wal scenario the WAL relay with the polling relay), interleaved, and of the bare publisher's bursts (kafkabatch); the summary takes each figure's median")
 	flag.StringVar(&o.skip, "skip", "", "comma-separated scenarios to skip: "+strings.Join(scenarioNames, ","))
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process while the one-replica relay drains")
 	flag.BoolVar(&o.sqlStats, "sql-stats", false, "record the relay's claim and mark statements (count, rows, time) in relay, relay3 and dblimit; the relays then poll instead of LISTENing")
 	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run on a PostgreSQL 15 cluster of the bench's own (created with pg_createcluster as \"bench\" on port 5440, started, and stopped at the end if it was down), so no other session's work is in the PostgreSQL CPU and WAL figures; overrides -database-url")
 	flag.IntVar(&o.maxOpenRequests, "max-open-requests", 1, "Sarama Net.MaxOpenRequests of every Kafka publisher (an experiment: above 1 a retry may reorder a partition; needs -idempotent=false)")
-	flag.IntVar(&o.brokerWarmup, "broker-warmup", 200, "with -broker kafka, publish up to this many steps of 50,000 records before the scenarios, doing what the scenarios do, until the brokers' JIT compiler threads are quiet and their CPU per record settles; 0: none")
+	flag.IntVar(&o.brokerWarmup, "broker-warmup", 200, "with -broker kafka, run up to this many warm-up steps (52,000 records published and read back) before the scenarios, doing what the scenarios do, until the brokers' JIT compiler threads are quiet and their CPU per record settles; 0: none")
 	flag.DurationVar(&o.linger, "linger", 0, "kafkapub.Config.Linger of the relays' Kafka publishers (0: kafkapub's default, 5ms, on the real cluster and none on kfake; negative: none, each request sent as soon as the one before is answered)")
 	flag.BoolVar(&o.idempotent, "idempotent", true, "Sarama's idempotent producer in every Kafka publisher (kafkapub's default)")
 	flag.TextVar(&o.compression, "compression", sarama.CompressionNone, "compression of every Kafka producer, the relays' and Debezium's alike: none (kafkapub's and Kafka's default), gzip, snappy, lz4 or zstd")
@@ -522,8 +522,9 @@ func run(ctx context.Context, o options) error {
 				return err
 			}
 			// As many rounds as the relay's, and their median: one 50,000-
-			// record burst takes a second on the real cluster, short enough
-			// for a compile or a GC pause in the brokers to move it by half.
+			// record burst takes under half a second on the warm real
+			// cluster, short enough for a GC pause or a compile in the
+			// brokers to move it by half.
 			var batches []float64
 			for round := range o.rounds {
 				if r, err = runKafkaBatch(ctx, e, round); err != nil {

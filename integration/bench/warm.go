@@ -26,7 +26,8 @@ const (
 	// have used at most warmJITQuiet of the brokers' CPU, taken together.
 	warmWindow, warmJITQuiet = 3, 0.03
 	// warmBatch messages go to PublishBatch at once, from warmLanes
-	// goroutines, as the relays' lanes send them.
+	// goroutines, as the relays' lanes send theirs (relay.LaneBatchDefault,
+	// 64, at most; the warm-up's figures were measured with 100).
 	warmBatch, warmLanes = 100, 64
 )
 
@@ -38,10 +39,10 @@ const (
 // A JVM compiles its hot code with C2 only after thousands of calls, in
 // compiler threads whose CPU counts as the brokers' and that compete with
 // them for the cores. On this 2-core machine a cluster just started keeps
-// compiling through millions of records (a fifth to a half of the brokers'
-// CPU per step), and its CPU per record falls from about 40 µs to under 10
-// meanwhile; CPU per record alone looked settled after 5 steps, with the
-// compiler still at a third. And C2 compiles for what it has seen: a
+// compiling through millions of records (30-60% of the brokers' CPU in the
+// first steps), and its CPU per record published and read back falls from
+// about 200 µs to about 20 meanwhile; CPU per record alone had looked
+// settled after 5 steps, with the compiler still at a third. And C2 compiles for what it has seen: a
 // branch the warm-up never took (a consumer's fetch where only followers
 // had fetched, FetchRequest.isFromFollower) throws the compiled method
 // away when a scenario takes it, and it is compiled again. So each step
@@ -110,7 +111,7 @@ func warmBrokers(ctx context.Context, e *env, maxChunks int) error {
 			return fmt.Errorf("warm-up: %d of %d records published to %s were not read back", d.Missing, len(msgs), topic)
 		}
 		if !measured {
-			logf("brokers' warm-up %d: %d records at %.0f/s", step+1, warmChunk, warmChunk/took.Seconds())
+			logf("brokers' warm-up %d: %d records at %.0f/s in batches, %d one per Publish, all read back", step+1, warmChunk, warmChunk/took.Seconds(), warmLoop)
 			continue
 		}
 		cpu1, err := processesCPU(e.brokerPids)
@@ -128,7 +129,7 @@ func warmBrokers(ctx context.Context, e *env, maxChunks int) error {
 			wCPU, wJIT = wCPU+w.cpu, wJIT+w.jit
 		}
 		us := float64(cpu.Microseconds()) / float64(len(msgs))
-		logf("brokers' warm-up %d: %d records at %.0f/s, %.1f µs of broker CPU per record published and read, %.0f%% of it compiling", step+1, warmChunk, warmChunk/took.Seconds(), us, 100*compiled.Seconds()/cpu.Seconds())
+		logf("brokers' warm-up %d: %d records at %.0f/s in batches, %d one per Publish, %.1f µs of broker CPU per record published and read back, %.0f%% of it compiling", step+1, warmChunk, warmChunk/took.Seconds(), warmLoop, us, 100*compiled.Seconds()/cpu.Seconds())
 		if step+1 >= max(warmMinChunks, warmWindow) && wJIT.Seconds() <= warmJITQuiet*wCPU.Seconds() && math.Abs(us-prev) <= warmSettled*prev {
 			logf("brokers' warm-up: warm after %d steps in %s", step+1, time.Since(warmStart).Round(time.Second))
 			return nil
