@@ -28,38 +28,48 @@ type cost struct {
 	WALBytes *float64 `json:"wal_bytes_per_event,omitempty"`
 }
 
-// procStat is the part of /proc/<pid>/stat the meter reads.
+// procStat is the part of /proc/<pid>/stat (or a thread's
+// /proc/<pid>/task/<tid>/stat) the meters read.
 type procStat struct {
-	state                       byte // R, S, Z (exited, not reaped), X (being reaped), ...
+	comm                        string // the command name, 15 bytes at most
+	state                       byte   // R, S, Z (exited, not reaped), X (being reaped), ...
 	ppid                        int
 	utime, stime, cutime, cstim time.Duration
 }
 
-// readProcStat parses /proc/<pid>/stat. The command name (field 2) is in
-// parentheses and may hold spaces, so the fields are counted from the last
-// closing parenthesis: state (3), ppid, ..., utime (14), stime, cutime,
-// cstime.
+// readProcStat reads /proc/<pid>/stat.
 func readProcStat(pid int) (procStat, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	name := "/proc/" + strconv.Itoa(pid) + "/stat"
+	b, err := os.ReadFile(name)
 	if err != nil {
 		return procStat{}, err
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	return parseProcStat(name, b)
+}
+
+// parseProcStat parses a stat line read from the file name. The command
+// name (field 2) is in parentheses and may hold spaces and parentheses, so
+// the fields are counted from the last closing parenthesis: state (3),
+// ppid, ..., utime (14), stime, cutime, cstime.
+func parseProcStat(name string, b []byte) (procStat, error) {
+	i, j := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if i < 0 || j < i {
+		return procStat{}, fmt.Errorf("%s: no command name", name)
 	}
-	f := strings.Fields(string(b[i+1:]))
+	f := strings.Fields(string(b[j+1:]))
 	if len(f) < 15 {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: %d fields after the command name", pid, len(f))
+		return procStat{}, fmt.Errorf("%s: %d fields after the command name", name, len(f))
 	}
 	var v [5]int64
 	for k, idx := range []int{1, 11, 12, 13, 14} {
+		var err error
 		if v[k], err = strconv.ParseInt(f[idx], 10, 64); err != nil {
-			return procStat{}, fmt.Errorf("/proc/%d/stat field %d: %w", pid, idx+3, err)
+			return procStat{}, fmt.Errorf("%s field %d: %w", name, idx+3, err)
 		}
 	}
 	t := func(ticks int64) time.Duration { return time.Duration(ticks) * clockTick }
-	return procStat{state: f[0][0], ppid: int(v[0]), utime: t(v[1]), stime: t(v[2]), cutime: t(v[3]), cstim: t(v[4])}, nil
+	return procStat{comm: string(b[i+1 : j]), state: f[0][0], ppid: int(v[0]),
+		utime: t(v[1]), stime: t(v[2]), cutime: t(v[3]), cstim: t(v[4])}, nil
 }
 
 // processCPU is the CPU time pid has used so far.

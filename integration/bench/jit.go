@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -41,20 +40,22 @@ func (m *jitMeter) since() (time.Duration, error) {
 			return 0, err
 		}
 		for _, task := range tasks {
-			b, err := os.ReadFile(dir + "/" + task.Name() + "/stat")
+			name := dir + "/" + task.Name() + "/stat"
+			b, err := os.ReadFile(name)
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 				continue // the thread ended since the listing
 			}
 			if err != nil {
 				return 0, err
 			}
-			if !isCompilerThread(b) {
-				continue
-			}
-			cpu, err := statCPU(b)
+			st, err := parseProcStat(name, b)
 			if err != nil {
 				return 0, err
 			}
+			if !strings.HasPrefix(st.comm, "C1 CompilerThre") && !strings.HasPrefix(st.comm, "C2 CompilerThre") {
+				continue
+			}
+			cpu := st.utime + st.stime
 			key := strconv.Itoa(pid) + "/" + task.Name()
 			if last, ok := m.seen[key]; ok && cpu >= last {
 				sum += cpu - last
@@ -65,34 +66,4 @@ func (m *jitMeter) since() (time.Duration, error) {
 		}
 	}
 	return sum, nil
-}
-
-// isCompilerThread reports whether a /proc/<pid>/task/<tid>/stat line is
-// that of a HotSpot JIT compiler thread.
-func isCompilerThread(stat []byte) bool {
-	i, j := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
-	if i < 0 || j < i {
-		return false
-	}
-	comm := string(stat[i+1 : j])
-	return strings.HasPrefix(comm, "C1 CompilerThre") || strings.HasPrefix(comm, "C2 CompilerThre")
-}
-
-// statCPU is utime + stime of a /proc stat line, fields 14 and 15 counted
-// from the last closing parenthesis, as readProcStat counts them.
-func statCPU(stat []byte) (time.Duration, error) {
-	i := bytes.LastIndexByte(stat, ')')
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 13 {
-		return 0, errors.New("short /proc stat line")
-	}
-	var ticks int64
-	for _, idx := range []int{11, 12} {
-		v, err := strconv.ParseInt(f[idx], 10, 64)
-		if err != nil {
-			return 0, err
-		}
-		ticks += v
-	}
-	return time.Duration(ticks) * clockTick, nil
 }
