@@ -351,6 +351,7 @@ func run(ctx context.Context, o options) error {
 		}
 		defer unlock()
 		e.brokers, e.real = kafkatest.ClusterBrokers(), true
+		defer e.dropTopics() // before unlock
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		err = kafkatest.WaitCluster(wctx, e.brokers, len(e.brokers))
 		cancel()

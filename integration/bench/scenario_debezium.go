@@ -129,10 +129,7 @@ func debeziumDrain(ctx context.Context, e *env, s *schemaDB, c *connect, round i
 func debeziumLatency(ctx context.Context, e *env, s *schemaDB) (p50, p99 float64, err error) {
 	topic := "bench.debezium.latency"
 	if e.real {
-		tctx, cancel := context.WithTimeout(ctx, time.Minute)
-		err = kafkatest.RecreateTopic(tctx, e.brokers, topic, int32(e.opts.partitions), 3, map[string]string{"message.timestamp.type": "LogAppendTime"})
-		cancel()
-		if err != nil {
+		if err = e.recreateTopic(ctx, topic, map[string]string{"message.timestamp.type": "LogAppendTime"}); err != nil {
 			return 0, 0, err
 		}
 	} else {
