@@ -124,7 +124,7 @@ func (e *env) dropTopics() {
 		logf("delete the run's topics: %v", err)
 		return
 	}
-	logf("deleted the run's %d topics", len(e.topics))
+	logf("deleted the topics the run made (%d)", len(e.topics))
 	e.topics = nil
 }
 
