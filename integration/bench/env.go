@@ -110,10 +110,9 @@ func (e *env) recreateTopic(ctx context.Context, name string, configs map[string
 }
 
 // dropTopics deletes the topics the run made on the real cluster, so that
-// it leaves none of its records there. A cluster keeps them, and a broker
-// restarted after a crash recovers every partition it holds: after a run
-// had left its 26 topics (most of 500 MB a node), a node the test suite
-// killed took two minutes to listen again.
+// it leaves none of its records there: a cluster keeps them, and a broker
+// restarted after a crash recovers every partition it holds, so a run's
+// leftovers would slow every later restart of a node (the fault tests').
 func (e *env) dropTopics() {
 	if len(e.topics) == 0 {
 		return

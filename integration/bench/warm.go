@@ -40,18 +40,16 @@ const (
 // compiler threads whose CPU counts as the brokers' and that compete with
 // them for the cores. On this 2-core machine a cluster just started keeps
 // compiling through millions of records (30-60% of the brokers' CPU in the
-// first steps), and its CPU per record published and read back falls from
-// about 200 µs to about 20 meanwhile; CPU per record alone had looked
-// settled after 5 steps, with the compiler still at a third. And C2
-// compiles for what it has seen: a branch the warm-up never took (a
-// consumer's fetch where only followers had fetched,
-// FetchRequest.isFromFollower) throws the compiled method away when a
-// scenario takes it, and it is compiled again. So each step
-// does what the scenarios do to the brokers: it recreates its topic, as
-// each scenario's round does, publishes through the relays' publisher and
-// the loops' one-message publisher, and reads the records back with
-// franz-go, as each drain's check does. A production cluster has long
-// been warm.
+// first steps), and its CPU per record published and read back falls
+// several times over meanwhile, in steps that can look settled while the
+// compiler still works. And C2 compiles for what it has seen: a branch
+// the warm-up never took (a consumer's fetch where only followers had
+// fetched, FetchRequest.isFromFollower) throws the compiled method away
+// when a scenario takes it, and it is compiled again. So each step does
+// what the scenarios do to the brokers: it recreates its topic, as each
+// scenario's round does, publishes through the relays' publisher and the
+// loops' one-message publisher, and reads the records back with franz-go,
+// as each drain's check does. A production cluster has long been warm.
 func warmBrokers(ctx context.Context, e *env, maxChunks int) error {
 	if maxChunks <= 0 {
 		return nil
