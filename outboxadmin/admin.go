@@ -56,11 +56,14 @@ type Config struct {
 	Table txoutbox.Table
 
 	// Slot is the WAL relay's replication slot, which Status reports when
-	// it exists, and while which Retry and Replay refuse (ErrWALStreamed).
-	// Default: the WAL relay's default slot name for Table
-	// (txoutbox_<schema>_<table>). A WAL relay's slot is found through
-	// the table whatever its name; set it for a slot of another name made
-	// by a relay of a version before the marker.
+	// it exists in the database, and while which Retry and Replay refuse
+	// (ErrWALStreamed). Default: the WAL relay's slot of Table in this
+	// database, found through the table: of the WAL relay's default name
+	// (walrelay.SlotDefault), of an earlier version's
+	// (txoutbox_<schema>_<table>), or named in the marker a WAL relay
+	// keeps on a publication of the table, whatever its name. Set it for a
+	// slot of another name made by a relay of a version before the
+	// marker. A slot of another database is never this one's.
 	Slot string
 
 	// StaleAfter is how old a relay's heartbeat may be for Status to count
@@ -104,9 +107,6 @@ func New(db *sql.DB, cfg Config) (*Admin, error) {
 	}
 	if cfg.ReplayBatch < 0 {
 		return nil, fmt.Errorf("%w: ReplayBatch is negative (%d)", ErrInvalidConfig, cfg.ReplayBatch)
-	}
-	if cfg.Slot == "" {
-		cfg.Slot = outboxsql.WALName(cfg.Table.Schema, cfg.Table.Name)
 	}
 	if cfg.StaleAfter == 0 {
 		cfg.StaleAfter = StaleAfterDefault

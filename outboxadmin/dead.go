@@ -219,7 +219,7 @@ func (a *Admin) refuseWhileStreamed(ctx context.Context, q querier) error {
 		}
 	}
 	var slots string
-	if err := q.QueryRowContext(ctx, a.sql.walSlots, outboxsql.WALSlotsArgs{Table: a.sql.table, Slot: a.cfg.Slot}.Args()...).Scan(&slots); err != nil {
+	if err := q.QueryRowContext(ctx, a.sql.walSlots, outboxsql.WALSlotsArgs{Table: a.sql.table, Slot: a.slotName()}.Args()...).Scan(&slots); err != nil {
 		return fmt.Errorf("look for WAL relays' slots: %w", err)
 	}
 	if slots != "" {

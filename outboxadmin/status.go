@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/txoutbox/txoutbox"
@@ -27,7 +28,7 @@ type Status struct {
 	// are done; a shard that stays here points at a stuck relay.
 	Handovers []int
 	// Slot is the WAL relay's replication slot (Config.Slot), nil when it
-	// does not exist (the polling relay publishes).
+	// does not exist in the database (the polling relay publishes).
 	Slot *SlotStatus
 }
 
@@ -246,13 +247,38 @@ func (a *Admin) relays(ctx context.Context) ([]RelayStatus, error) {
 	return out, nil
 }
 
-// slot reads the WAL relay's slot, nil when there is none.
+// slotName is the slot name OpsWALSlots looks for besides those it finds
+// through the table: Config.Slot, or the WAL relay's default name of
+// before the names were keyed by the database (OpsWALSlots computes
+// today's).
+func (a *Admin) slotName() string {
+	if a.cfg.Slot != "" {
+		return a.cfg.Slot
+	}
+	return outboxsql.WALLegacyName(a.cfg.Table.Schema, a.cfg.Table.Name)
+}
+
+// slot reads the WAL relay's slot in this database, nil when there is
+// none: Config.Slot, or the first slot found through the table.
 func (a *Admin) slot(ctx context.Context) (*SlotStatus, error) {
 	s := SlotStatus{Name: a.cfg.Slot}
-	var confirmed, plugin, database string
-	err := a.db.QueryRowContext(ctx, a.sql.walSlot, s.Name).Scan(&s.Active, &s.WALStatus, &confirmed, &plugin, &database, &s.LagBytes)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
+	if s.Name == "" {
+		var found string
+		if err := a.db.QueryRowContext(ctx, a.sql.walSlots, outboxsql.WALSlotsArgs{Table: a.sql.table, Slot: a.slotName()}.Args()...).Scan(&found); err != nil {
+			return nil, fmt.Errorf("look for the WAL relay's slot: %w", err)
+		}
+		if found == "" {
+			return nil, nil
+		}
+		s.Name, _, _ = strings.Cut(found, ", ")
+	}
+	var (
+		confirmed, plugin, database string
+		here                        bool
+	)
+	err := a.db.QueryRowContext(ctx, a.sql.walSlot, s.Name).Scan(&s.Active, &s.WALStatus, &confirmed, &plugin, &database, &s.LagBytes, &here)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !here {
+		return nil, nil // a slot of another database streams another outbox
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read replication slot %s: %w", s.Name, err)

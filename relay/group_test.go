@@ -787,7 +787,7 @@ func TestGroupSkipsAWALStreamedTableAndStaysReady(t *testing.T) {
 	f := newFleet(t)
 	f.add(t, "a", true)
 	b := f.add(t, "b", true)
-	slot := outboxsql.WALName(b.Name, "")
+	slot := outboxsql.WALName(f.base.Database(), b.Name, "")
 	if _, err := f.base.SQL.Exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil {
 		t.Fatal(err)
 	}

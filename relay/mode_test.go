@@ -13,7 +13,7 @@ import (
 // the bundle's table, as a WAL relay leaves it, and drops it at cleanup.
 func (b *internalBundle) slotByHand(t *testing.T) (drop func()) {
 	t.Helper()
-	slot := outboxsql.WALName(b.db.Schema, "")
+	slot := outboxsql.WALName(b.db.Database(), b.db.Schema, "")
 	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
 	drop = func() {
 		_, _ = b.db.SQL.Exec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)

@@ -122,7 +122,7 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 		db:    db,
 		pub:   pub,
 		cfg:   cfg,
-		sql:   render(names, outboxsql.WALName(cfg.Table.Schema, cfg.Table.Name)),
+		sql:   render(names, outboxsql.WALLegacyName(cfg.Table.Schema, cfg.Table.Name)),
 		log:   cfg.Logger.With("relay", cfg.ID),
 		met:   met,
 		core:  core,

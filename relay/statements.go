@@ -23,7 +23,8 @@ type statements struct {
 }
 
 // render renders the statements for the table of n; walSlot is the WAL
-// relay's default slot name for it.
+// relay's default slot name for it of before the names were keyed by the
+// database (RelayWALSlots computes today's itself).
 func render(n outboxsql.Names, walSlot string) *statements {
 	return &statements{
 		claim:               n.Render(outboxsql.Claim),

@@ -31,8 +31,8 @@ type walFlags struct {
 }
 
 func (w *walFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&w.slot, "slot", "", "wal mode: replication slot (default txoutbox_<schema>_<table>)")
-	fs.StringVar(&w.publication, "publication", "", "wal mode: publication of the table's inserts (default txoutbox_<schema>_<table>)")
+	fs.StringVar(&w.slot, "slot", "", "wal mode: replication slot, unique on the server (default txoutbox_<database>_<schema>_<table>_<hash>, see docs/wal.md)")
+	fs.StringVar(&w.publication, "publication", "", "wal mode: publication of the table's inserts (default: the slot's default name)")
 	fs.BoolVar(&w.failover, "failover", false, "wal mode: create the slot with failover => true (PostgreSQL 17+), so a promoted standby keeps it")
 	fs.IntVar(&w.maxInFlight, "max-in-flight", 0, "events held unconfirmed at most, the bound on duplicates after a crash (default 2 × --batch)")
 	fs.DurationVar(&w.senderTimeout, "sender-timeout", walrelay.SenderTimeoutDefault, "wal mode: the server frees the slot of a relay silent this long; standbys take over after it")
@@ -113,15 +113,16 @@ func runWALRelay(ctx context.Context, stdout io.Writer, databaseURL string, cfg 
 		metricsSrv.serveWAL(r, logger)
 		plain.Info("serving /metrics, /healthz and /readyz", "addr", metricsSrv.ln.Addr().String())
 	}
-	fmt.Fprintf(stdout, "relay %s publishing %s to %s from slot %s\n", id, cfg.Table, strings.Join(addrs, ","), r.Slot())
 	start := time.Now()
-	// Say on stdout when this relay starts and stops streaming, for
-	// supervisors and the crash suite: one of several relays streams.
+	// Say on stdout which slot the relay uses, once Run has resolved its
+	// name on connecting (a default name depends on the database), and
+	// when this relay starts and stops streaming, for supervisors and the
+	// crash suite: one of several relays streams.
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		active := false
+		active, started := false, false
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -129,6 +130,14 @@ func runWALRelay(ctx context.Context, stdout io.Writer, databaseURL string, cfg 
 			case <-watchCtx.Done():
 				return
 			case <-t.C:
+			}
+			if !started {
+				slot := r.Slot()
+				if slot == "" {
+					continue
+				}
+				fmt.Fprintf(stdout, "relay %s publishing %s to %s from slot %s\n", id, cfg.Table, strings.Join(addrs, ","), slot)
+				started = true
 			}
 			if now := r.Active(); now != active {
 				active = now

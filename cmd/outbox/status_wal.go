@@ -23,21 +23,34 @@ type walSlot struct {
 	LagBytes  int64  `json:"lag_bytes"`
 }
 
-// readWALSlot reads slot if it exists; by default the slot a WAL relay
-// streams the table from, found through the table (outboxsql.OpsWALSlots),
-// or of the table's default name.
+// readWALSlot reads slot if it exists in the database; by default the
+// slot a WAL relay streams the table from, found through the table
+// (outboxsql.OpsWALSlots: of the default name, an earlier version's, or
+// named in a relay's marker). A slot of another database is another
+// database's outbox's, and not shown.
 func readWALSlot(ctx context.Context, db *sql.DB, table txoutbox.Table, slot string) (*walSlot, error) {
 	if slot == "" {
-		slot = outboxsql.WALName(table.Schema, table.Name)
-		var found string
-		if err := db.QueryRowContext(ctx, outboxsql.OpsWALSlots, table.String(), slot).Scan(&found); err == nil && found != "" {
-			slot, _, _ = strings.Cut(found, ", ")
+		names, err := outboxsql.NamesFor(table.Schema, table.Name)
+		if err != nil {
+			return nil, err
 		}
+		var found string
+		args := outboxsql.WALSlotsArgs{Table: names.Table, Slot: outboxsql.WALLegacyName(table.Schema, table.Name)}
+		if err := db.QueryRowContext(ctx, outboxsql.OpsWALSlots, args.Args()...).Scan(&found); err != nil {
+			return nil, fmt.Errorf("look for the WAL relay's slot: %w", err)
+		}
+		if found == "" {
+			return nil, nil
+		}
+		slot, _, _ = strings.Cut(found, ", ")
 	}
 	s := walSlot{Name: slot}
-	var confirmed, plugin, database string
-	err := db.QueryRowContext(ctx, outboxsql.WALSlot, slot).Scan(&s.Active, &s.WALStatus, &confirmed, &plugin, &database, &s.LagBytes)
-	if errors.Is(err, sql.ErrNoRows) {
+	var (
+		confirmed, plugin, database string
+		here                        bool
+	)
+	err := db.QueryRowContext(ctx, outboxsql.WALSlot, slot).Scan(&s.Active, &s.WALStatus, &confirmed, &plugin, &database, &s.LagBytes, &here)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !here {
 		return nil, nil
 	}
 	if err != nil {

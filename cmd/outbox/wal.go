@@ -16,8 +16,8 @@ func runWALTakeover(ctx context.Context, proc *process, fs *flag.FlagSet, args [
 	stdout := proc.stdout
 	var (
 		common commonFlags
-		slot   = fs.String("slot", "", "replication slot (default txoutbox_<schema>_<table>)")
-		pub    = fs.String("publication", "", "publication (default txoutbox_<schema>_<table>)")
+		slot   = fs.String("slot", "", "replication slot, of this database (default: the WAL relay's, see outbox relay --slot)")
+		pub    = fs.String("publication", "", "publication (default: the WAL relay's)")
 		force  = fs.Bool("force", false, "drop the slot even if it holds table-less events not yet published (they are lost)")
 	)
 	common.register(fs)
@@ -40,7 +40,7 @@ func runWALTakeover(ctx context.Context, proc *process, fs *flag.FlagSet, args [
 		return err
 	}
 	if common.json {
-		return printJSON(stdout, map[string]any{"confirmed": res.Confirmed, "unconfirmed": res.Unconfirmed,
+		return printJSON(stdout, map[string]any{"slot": res.Slot, "confirmed": res.Confirmed, "unconfirmed": res.Unconfirmed,
 			"table_less_lost": res.TableLess, "slot_lost": res.Lost})
 	}
 	if res.Lost {
@@ -51,6 +51,6 @@ func runWALTakeover(ctx context.Context, proc *process, fs *flag.FlagSet, args [
 	if res.TableLess > 0 {
 		fmt.Fprintf(stdout, "%d table-less events the slot had not confirmed are lost (--force)\n", res.TableLess)
 	}
-	fmt.Fprintln(stdout, "slot dropped: start the polling relays (outbox relay)")
+	fmt.Fprintf(stdout, "slot %s dropped: start the polling relays (outbox relay)\n", res.Slot)
 	return nil
 }

@@ -21,7 +21,7 @@ func TestWALModeRelayStatusAndTakeover(t *testing.T) {
 	testkit.RequireLogical(t)
 	t.Parallel()
 	e := newOps(t)
-	slot := outboxsql.WALName(e.db.Schema, "")
+	slot := outboxsql.WALName(e.db.Database(), e.db.Schema, "")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -69,7 +69,7 @@ func TestWALModeRelayStatusAndTakeover(t *testing.T) {
 		t.Fatalf("relay exit %d; stderr:\n%s", code, b.stderr)
 	}
 	code, out, errOut := e.run(t, "wal", "takeover")
-	if code != 0 || !strings.Contains(out, "slot dropped") {
+	if code != 0 || !strings.Contains(out, "slot "+slot+" dropped") {
 		t.Fatalf("takeover: exit %d, %q %q", code, out, errOut)
 	}
 	if code, out, errOut := e.run(t, "replay", "--since", "1h"); code != 0 {
@@ -79,6 +79,65 @@ func TestWALModeRelayStatusAndTakeover(t *testing.T) {
 	if st.WALSlot != nil {
 		t.Errorf("slot still reported after takeover: %+v", st.WALSlot)
 	}
+}
+
+// Two services on one server, each with its own database and an outbox
+// of one schema and table name, each with `outbox relay --mode wal`: each
+// relay streams a slot of its own, named on its start line, and `outbox
+// wal takeover --force` pointed at one database never drops the other's
+// slot, streamed or not; the other's relay goes on from its slot and
+// publishes what was written meanwhile.
+func TestWALRelaysOfTwoDatabasesKeepToTheirOwnSlots(t *testing.T) {
+	testkit.RequireLogical(t)
+	t.Parallel()
+	a := newOps(t)
+	s := testkit.NewSchema(t, testkit.NewDatabase(t), a.db.Schema, true)
+	b := &opsEnv{db: &testkit.DB{SQL: s.SQL, URL: s.URL, Schema: s.Name}, flags: []string{"--database-url", s.URL, "--schema", s.Name},
+		writer: testkit.NewWriter(t, s.Table())}
+	slotA := outboxsql.WALName(a.db.Database(), a.db.Schema, "")
+	slotB := outboxsql.WALName(b.db.Database(), b.db.Schema, "")
+	relayArgs := []string{"relay", "--mode", "wal", "--dev-broker", "--cleanup-interval", "100ms", "--standby-retry", "100ms"}
+	ra := startOutbox(t, nil, append(append(relayArgs, "--id", "a"), a.flags...)...)
+	ra.waitOutput(t, "from slot "+slotA)
+	ra.waitOutput(t, "relay a streaming")
+	rb := startOutbox(t, nil, append(append(relayArgs, "--id", "b"), b.flags...)...)
+	rb.waitOutput(t, "from slot "+slotB)
+	rb.waitOutput(t, "relay b streaming")
+	published := func(e *opsEnv, id int64) func() bool {
+		return func() bool { st, _ := e.state(t, id); return st == "published" || st == "gone" }
+	}
+	for _, e := range []*opsEnv{a, b} {
+		id, _ := e.write(t, "orders", "o-1", "order.placed")
+		waitFor(t, 20*time.Second, "the event of "+e.db.Database()+" published", published(e, id))
+	}
+
+	slotOfA := func() (exists, active bool) {
+		err := a.db.SQL.QueryRow(`SELECT active FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, slotA).Scan(&active)
+		return err == nil, active
+	}
+	if code, _, errOut := b.run(t, "wal", "takeover", "--force", "--slot", slotA); code == 0 || !strings.Contains(errOut, "belongs to another database") {
+		t.Errorf("takeover --force of the other database's streamed slot: exit %d, %q", code, errOut)
+	}
+	if code := ra.stop(t); code != 0 {
+		t.Fatalf("relay a: exit %d; stderr:\n%s", code, ra.stderr)
+	}
+	waitFor(t, 10*time.Second, "relay a's walsender gone", func() bool { exists, active := slotOfA(); return exists && !active })
+	meanwhile, _ := a.write(t, "orders", "o-1", "order.shipped")
+	if code, _, errOut := b.run(t, "wal", "takeover", "--force", "--slot", slotA); code == 0 || !strings.Contains(errOut, "belongs to another database") {
+		t.Errorf("takeover --force of the other database's idle slot: exit %d, %q", code, errOut)
+	}
+	if code := rb.stop(t); code != 0 {
+		t.Fatalf("relay b: exit %d; stderr:\n%s", code, rb.stderr)
+	}
+	if code, out, errOut := b.run(t, "wal", "takeover", "--force"); code != 0 || !strings.Contains(out, "slot "+slotB+" dropped") {
+		t.Errorf("takeover --force of its own slot: exit %d, %q %q", code, out, errOut)
+	}
+	if exists, _ := slotOfA(); !exists {
+		t.Fatalf("slot %s of database %s is gone", slotA, a.db.Database())
+	}
+	ra = startOutbox(t, nil, append(append(relayArgs, "--id", "a2"), a.flags...)...)
+	ra.waitOutput(t, "relay a2 streaming")
+	waitFor(t, 20*time.Second, "the event written while relay a was stopped published", published(a, meanwhile))
 }
 
 func TestWALModeUsageErrors(t *testing.T) {
@@ -177,7 +236,7 @@ func TestWALSenderTimeoutSetsThePingInterval(t *testing.T) {
 func TestPollingRelayRefusesATableTheWALRelayStreams(t *testing.T) {
 	t.Parallel()
 	e := newOps(t)
-	slot := outboxsql.WALName(e.db.Schema, "")
+	slot := outboxsql.WALName(e.db.Database(), e.db.Schema, "")
 	if _, err := e.db.SQL.Exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil {
 		t.Fatal(err)
 	}

@@ -337,7 +337,9 @@ const walGateKey = `hashtext('txoutbox.wal.gate'), ($1::regclass::oid::bigint - 
 // OpsWALSlots names the WAL relay slots that may be streaming the outbox
 // table $1 (its quoted name), "" for none: a pgoutput slot of this
 // database named $2 (the operator's setting, by default the WAL relay's
-// default slot name), or found through the table's OID: named as a
+// default slot name of before the names were keyed by the database) or
+// the table's default slot name (WALName, computed here), or found
+// through the table's OID: named as a
 // publication that includes the table (a WAL relay names its slot and
 // publication alike by default), or named in the marker a WAL relay keeps
 // in the comment of its publication (walrelay's marker), whatever the
@@ -351,18 +353,20 @@ const walGateKey = `hashtext('txoutbox.wal.gate'), ($1::regclass::oid::bigint - 
 var OpsWALSlots = `SELECT coalesce(string_agg(s.slot_name, ', ' ORDER BY s.slot_name), '')
 FROM pg_replication_slots s
 WHERE s.slot_type = 'logical' AND s.plugin = 'pgoutput' AND s.database = current_database()
-  AND (s.slot_name = $2 OR ` + walRelayStreams(`$1::regclass`) + `)`
+  AND (s.slot_name = $2 OR s.slot_name = ` + walNameSQL(`$1::regclass`) + ` OR ` + walRelayStreams(`$1::regclass`) + `)`
 
 // RelayWALSlots is OpsWALSlots for the polling relay (relay.ErrWALStreams),
 // which stops claiming on a match: only a slot named $2 (the WAL relay's
-// default name for table $1) or named in a WAL relay's marker on a
+// default name for table $1 of before the names were keyed by the
+// database), or the table's default name (WALName), or named in a WAL
+// relay's marker on a
 // publication of the table counts. A slot merely named as a publication
 // of the table (a native subscription's, whose slot takes the
 // subscription's name) does not halt delivery.
 var RelayWALSlots = `SELECT coalesce(string_agg(s.slot_name, ', ' ORDER BY s.slot_name), '')
 FROM pg_replication_slots s
 WHERE s.slot_type = 'logical' AND s.plugin = 'pgoutput' AND s.database = current_database()
-  AND (s.slot_name = $2 OR EXISTS (SELECT 1 FROM pg_publication p
+  AND (s.slot_name = $2 OR s.slot_name = ` + walNameSQL(`$1::regclass`) + ` OR EXISTS (SELECT 1 FROM pg_publication p
       WHERE ` + publicationCarries("$1::regclass") + `
         AND substring(obj_description(p.oid, 'pg_publication') FROM '^txoutbox: (?:initialising )?slot (\S+)') = s.slot_name))`
 

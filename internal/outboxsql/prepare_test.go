@@ -36,7 +36,7 @@ var notStatements = map[string]bool{
 	"ErrInvalidTable": true, "TableNameDefault": true, "NamesFor": true, "Channel": true,
 	"InsertParamsPerRow": true, "Interval": true, "Int64Array": true, "Int16Array": true, "TextArray": true,
 	"Shards": true, "ShardMask": true, "RebalancePayload": true, "CountCap": true, "CountsOf": true,
-	"TopicCountCap": true, "OpsHandoverWindow": true, "WALName": true, "Literal": true, "NotBeforeStreamedCode": true,
+	"TopicCountCap": true, "OpsHandoverWindow": true, "WALName": true, "WALLegacyName": true, "Literal": true, "NotBeforeStreamedCode": true,
 	"DeadIDs": true, "DeadTopic": true, "DeadAggregate": true, "DeadType": true, "DeadSince": true, "DeadUntil": true,
 	"DeadForms": true, "ParseBound": true, "RenderPartition": true, "RenderClaimLow": true,
 }
@@ -205,7 +205,9 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	add("WALPublicationCheck/lists", outboxsql.WALPublicationCheck(true), count(outboxsql.PublicationCheckArgs{}))
 	add("WALPublicationCheck/nolists", outboxsql.WALPublicationCheck(false), count(outboxsql.PublicationCheckArgs{}))
 	add("WALCeiling", outboxsql.WALCeiling, count(outboxsql.CeilingArgs{}))
-	add("WALTableSchema", outboxsql.WALTableSchema, count(outboxsql.TableSchemaArgs{}))
+	add("WALTable", outboxsql.WALTable, 1)
+	add("WALNames", outboxsql.WALNames, count(outboxsql.NamesArgs{}))
+	add("WALNameOf", outboxsql.WALNameOf, 1)
 	add("WALPollingRelays", outboxsql.WALPollingRelays, 1)
 	add("WALScheduled", outboxsql.WALScheduled, 0)
 	exec("WALTakeoverLock", n.Render(outboxsql.WALTakeoverLock))

@@ -1,6 +1,8 @@
 package outboxsql
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,10 +14,74 @@ import (
 // logical replication slot and touches the table only to clean it up.
 
 // WALName is the default name of the publication and of the replication
-// slot of an outbox table: "txoutbox_<schema>_<name>" in lower case (slot
-// names allow only lower-case letters, digits and underscores), hashed to
-// fit 63 bytes.
-func WALName(schema, name string) string {
+// slot of outbox table name (empty: TableNameDefault) in schema of
+// database: "txoutbox_<database>_<schema>_<name>" made of lower-case
+// letters, digits and underscores (a slot's alphabet; every other
+// character becomes an underscore) and cut to 41 bytes, then "_" and 12
+// hex digits of a SHA-256 of the three names. A slot is the server's, not
+// the database's: the database in the name keeps two databases' relays of
+// tables of one name off each other's slot, and the hash keeps names
+// apart that read alike once made lower-case, cut or stripped of other
+// characters. walNameSQL computes the same name in SQL.
+func WALName(database, schema, name string) string {
+	if name == "" {
+		name = TableNameDefault
+	}
+	const readable = ident.MaxLen - len("txoutbox_") - len("_") - walNameHash
+	var b strings.Builder
+	b.WriteString("txoutbox_")
+	for _, r := range database + "_" + schema + "_" + name {
+		if b.Len() == len("txoutbox_")+readable {
+			break
+		}
+		switch {
+		case r >= 'A' && r <= 'Z':
+			b.WriteRune(r + 'a' - 'A')
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	sum := sha256.Sum256([]byte(database + "\x00" + schema + "\x00" + name))
+	b.WriteByte('_')
+	b.WriteString(hex.EncodeToString(sum[:])[:walNameHash])
+	return b.String()
+}
+
+// walNameHash is how many hex digits of the hash end a WALName.
+const walNameHash = 12
+
+// walNameSQL is WALName in SQL for the table rel (an expression of its
+// oid), in the current database and the table's own schema. The character
+// class and the alphabet are spelled out, as ranges and lower() may follow
+// the database's locale; sha256 rather than md5, which a server in FIPS
+// mode refuses.
+func walNameSQL(rel string) string {
+	const (
+		upper   = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+		lower   = "abcdefghijklmnopqrstuvwxyz"
+		allowed = lower + "0123456789_"
+	)
+	return `(SELECT 'txoutbox_' || left(regexp_replace(translate(current_database() || '_' || wn.nspname || '_' || wc.relname, '` + upper + `', '` + lower + `'),
+            '[^` + allowed + `]', '_', 'g'), ` + strconv.Itoa(ident.MaxLen-len("txoutbox_")-1-walNameHash) + `) || '_' ||
+        left(encode(sha256(convert_to(current_database(), 'UTF8') || decode('00', 'hex') || convert_to(wn.nspname, 'UTF8') || decode('00', 'hex') || convert_to(wc.relname, 'UTF8')), 'hex'), ` + strconv.Itoa(walNameHash) + `)
+    FROM pg_class wc JOIN pg_namespace wn ON wn.oid = wc.relnamespace WHERE wc.oid = ` + rel + `)`
+}
+
+// WALNameOf is WALName of table $1 (its quoted name, found on the
+// search_path when unqualified) in the current database, computed by the
+// server: the default slot name of a table, where no relay has said what
+// its schema and database are.
+var WALNameOf = `SELECT ` + walNameSQL(`$1::regclass`)
+
+// WALLegacyName is the default name of the publication and slot of an
+// outbox table before the names were keyed by the database:
+// "txoutbox_<schema>_<name>" in lower case, hashed to fit 63 bytes
+// ("txoutbox_<name>" without the schema, older still). A relay adopts a
+// slot of this name in its own database (see walrelay's resolveNames) and
+// never creates one.
+func WALLegacyName(schema, name string) string {
 	n := strings.ToLower(prefixed("txoutbox_", "_", schema, name))
 	if len(n) > ident.MaxLen {
 		n = fmt.Sprintf("%s_%016x", n[:ident.MaxLen-17], hash64(n))
@@ -100,14 +166,19 @@ func WALSetMarker(pub, marker string) string {
 }
 
 // WALSlot reports replication slot $1: whether a walsender holds it, its
-// wal_status, its confirmed position, its output plugin and database, and
-// how many bytes of WAL it holds back behind the current position.
+// wal_status, its confirmed position, its output plugin and database,
+// how many bytes of WAL it holds back behind the current position, and
+// whether its database is the current one. Slots are the server's: one
+// of another database is never this database's outbox's.
 const WALSlot = `SELECT active, coalesce(wal_status, ''), coalesce(confirmed_flush_lsn::text, '0/0'), coalesce(plugin, ''),
-    coalesce(database, ''), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
+    coalesce(database, ''), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
+    coalesce(database = current_database(), false)
     FROM pg_replication_slots WHERE slot_name = $1`
 
-// WALDropSlot drops slot $1.
-const WALDropSlot = `SELECT pg_drop_replication_slot($1)`
+// WALDropSlot drops slot $1 if it is a slot of the current database, and
+// returns a row only then: a slot name is the server's, and the slot of
+// another database's outbox must never be dropped for this one's.
+const WALDropSlot = `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`
 
 // WALInitLock is the session advisory lock held while a relay creates the
 // slot and publishes the rows written before it: one initialiser at a time.
@@ -347,21 +418,32 @@ type CeilingArgs struct {
 // Args returns the parameters in order.
 func (a CeilingArgs) Args() []any { return []any{a.Slot, int64(a.PID)} }
 
-// WALTableSchema returns the schema of table $1 (its quoted name, found
-// on the search_path when unqualified), and whether publication $2 exists
-// and carries it.
-const WALTableSchema = `SELECT n.nspname, EXISTS (SELECT 1 FROM pg_publication p, LATERAL pg_get_publication_tables(p.pubname::text) t
-    WHERE p.pubname = $2 AND t.relid = c.oid)
+// WALTable returns the schema and name of table $1 (its quoted name,
+// found on the search_path when unqualified) and the current database:
+// what the default names of its publication and slot are made of
+// (WALName).
+const WALTable = `SELECT n.nspname, c.relname, current_database()
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass`
 
-// TableSchemaArgs binds WALTableSchema.
-type TableSchemaArgs struct {
-	Table       string // $1: the table's quoted name (Names.Table)
-	Publication string // $2
+// WALNames reports, for each name of $2 in order, what exists of that
+// name for table $1 (its quoted name): whether a publication of the name
+// exists, whether it carries the table, and whether a replication slot of
+// the name exists in the current database. A relay picks its default
+// names from them (see walrelay's resolveNames).
+var WALNames = `SELECT c.name, p.oid IS NOT NULL, coalesce(` + publicationCarries("$1::regclass") + `, false),
+    EXISTS (SELECT 1 FROM pg_replication_slots s WHERE s.slot_name = c.name AND s.database = current_database())
+FROM unnest($2::text[]) WITH ORDINALITY AS c(name, n)
+LEFT JOIN pg_publication p ON p.pubname = c.name
+ORDER BY c.n`
+
+// NamesArgs binds WALNames.
+type NamesArgs struct {
+	Table string   // $1: the table's quoted name (Names.Table)
+	Names []string // $2: the names to look up
 }
 
 // Args returns the parameters in order.
-func (a TableSchemaArgs) Args() []any { return []any{a.Table, a.Publication} }
+func (a NamesArgs) Args() []any { return []any{a.Table, a.Names} }
 
 // WALPollingRelays counts the polling relays of the table that heartbeat
 // within the last $1 seconds.

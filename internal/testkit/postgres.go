@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/ident"
 )
 
 // EnvDatabaseURL overrides the server the tests use. Default:
@@ -113,6 +116,19 @@ func NewOutboxAt(t testing.TB, serverURL string) *DB {
 // Table is the outbox table of this test's schema, schema-qualified.
 func (d *DB) Table() txoutbox.Table { return txoutbox.Table{Schema: d.Schema} }
 
+// Database is the name of the database the test's schema is in: what the
+// WAL relay's default slot name is made of, with the table.
+func (d *DB) Database() string { return databaseOf(d.URL) }
+
+// databaseOf is the database a URL names, "" if it cannot be parsed.
+func databaseOf(dbURL string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimPrefix(u.Path, "/")
+}
+
 // ExampleOutbox is NewOutbox for a runnable Example, which has no
 // testing.TB: a fresh schema with the outbox migrated, and a function that
 // drops it. An Example calls it and stops (log.Fatal) on an error.
@@ -132,4 +148,53 @@ func ExampleOutbox(name string) (*Schema, func(), error) {
 		defer cancel()
 		_ = s.Drop(ctx)
 	}, nil
+}
+
+// NewDatabase creates a database of the test's own on the test server,
+// for what differs between databases (replication slots are the
+// server's), and returns its URL. When the test ends it ends the
+// database's walsenders, drops its replication slots (a database that has
+// one cannot be dropped), then the database.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := SchemaName("d_" + t.Name())
+	dbURL, err := EnsureDatabase(ctx, ServerURL(), name)
+	if err != nil {
+		t.Fatalf("testkit: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := dropDatabase(ctx, name); err != nil {
+			t.Errorf("testkit: drop database %s: %v", name, err)
+		}
+	})
+	return dbURL
+}
+
+// dropDatabase drops database name with its replication slots.
+func dropDatabase(ctx context.Context, name string) error {
+	admin, err := sql.Open("pgx", ServerURL())
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	for {
+		_, err = admin.ExecContext(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = $1 AND active_pid IS NOT NULL`, name)
+		if err == nil {
+			_, err = admin.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1`, name)
+		}
+		if err == nil {
+			break
+		}
+		select { // a walsender ended a moment ago still holds its slot
+		case <-ctx.Done():
+			return fmt.Errorf("drop its replication slots: %w", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	_, err = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+ident.Quote(name)+" WITH (FORCE)")
+	return err
 }

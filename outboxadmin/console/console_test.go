@@ -445,7 +445,7 @@ func TestOverviewShowsTheWALSlot(t *testing.T) {
 	if code, body := b.get(t, "api/overview"); code != http.StatusOK || strings.Contains(body, "wal_slot") {
 		t.Fatalf("GET api/overview without a slot = %d: %s", code, body)
 	}
-	slot := outboxsql.WALName(b.db.Table().Schema, b.db.Table().Name)
+	slot := outboxsql.WALName(b.db.Database(), b.db.Table().Schema, b.db.Table().Name)
 	exec(t, b.db, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
 	t.Cleanup(func() { _, _ = b.db.SQL.Exec(`SELECT pg_drop_replication_slot($1)`, slot) })
 	exec(t, b.db, `SELECT pg_logical_emit_message(true, 'test', 'move the server past the slot')`)

@@ -60,12 +60,15 @@ func (b *bundle) config() relayConfig {
 	}}
 }
 
+// defaultName is the default name of the test's slot and publication.
+func (b *bundle) defaultName() string { return SlotDefault(b.db.Database(), b.db.Table()) }
+
 // slotByHand creates the relay's default publication (of every column, as
 // relays made it before the column list) and slot, as a relay that set
 // them up, or half did, leaves them.
 func (b *bundle) slotByHand(t *testing.T) (slot, pub string) {
 	t.Helper()
-	slot, pub = SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
+	slot, pub = b.defaultName(), b.defaultName()
 	b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
 	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
 	return slot, pub
@@ -77,9 +80,10 @@ func (b *bundle) dropSlot(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	slot := SlotDefault(b.db.Table())
+	slot := b.defaultName()
 	for {
-		_, err := b.db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		_, err := b.db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+			WHERE slot_name = $1 AND database = current_database()`, slot)
 		if err == nil {
 			break
 		}
@@ -89,7 +93,7 @@ func (b *bundle) dropSlot(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond) // still active: its walsender is exiting
 	}
-	if _, err := b.db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+PublicationDefault(b.db.Table())); err != nil {
+	if _, err := b.db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+b.defaultName()); err != nil {
 		t.Errorf("drop publication: %v", err)
 	}
 }
@@ -245,6 +249,15 @@ func (b *bundle) waitConfirmed(t *testing.T, r *Relay) {
 	})
 }
 
+// waitConfirmedSlot waits until slot is confirmed past the events so far.
+func (b *bundle) waitConfirmedSlot(t *testing.T, slot string) {
+	t.Helper()
+	end := b.walLSN(t)
+	testkit.WaitFor(t, 10*time.Second, "slot confirmed past the events so far", func() bool {
+		return b.confirmedPast(t, slot, end)
+	})
+}
+
 // confirmedPast reports whether slot's confirmed_flush_lsn is at lsn or
 // past it.
 func (b *bundle) confirmedPast(t *testing.T, slot, lsn string) bool {
@@ -257,7 +270,7 @@ func (b *bundle) confirmedLSN(t *testing.T) string {
 	t.Helper()
 	var lsn sql.NullString
 	err := b.db.SQL.QueryRowContext(context.Background(),
-		`SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, SlotDefault(b.db.Table())).Scan(&lsn)
+		`SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, b.defaultName()).Scan(&lsn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,8 +47,19 @@ type Config struct {
 	// and later with a column list of the columns an event is built from
 	// (id, event_id, topic, aggregate_type, aggregate_id, event_type,
 	// content_type, payload, headers, created_at), so the server does not
-	// encode and send the others; a publication of every column works too. Default for both: PublicationDefault(Table) and
-	// SlotDefault(Table), the same name.
+	// encode and send the others; a publication of every column works too.
+	//
+	// A slot name is the server's, not the database's: an explicit Slot
+	// must be unique on the server, and the relay refuses a slot of
+	// another database (ErrSlotOtherDatabase). Empty, both take one default
+	// name, which Run resolves on connecting (Relay.Slot reports it):
+	// SlotDefault of the current database and of the table in the schema
+	// it is found in, unique per database and table. A slot of the default
+	// name of earlier versions ("txoutbox_<schema>_<table>", or
+	// "txoutbox_<table>" for a table given without its schema) that exists
+	// in this relay's database is kept, with its publication, so an
+	// upgrade loses nothing; the relay logs that it kept it. One of that
+	// name in another database is never used.
 	Publication string
 	Slot        string
 
@@ -166,32 +177,38 @@ type Config struct {
 	StatsInterval time.Duration
 }
 
-// PublicationDefault is the default publication name of table:
-// "txoutbox_<schema>_<name>" in lower case. For a table given without its
-// schema Run uses the schema the search_path finds the table in, unless a
-// publication "txoutbox_<name>" carrying the table exists (made by a
-// relay before names were keyed by schema).
-func PublicationDefault(table txoutbox.Table) string {
-	return outboxsql.WALName(table.Schema, table.Name)
+// SlotDefault is the default replication slot name of table in database:
+// "txoutbox_<database>_<schema>_<table>" made of lower-case letters,
+// digits and underscores (every other character becomes an underscore),
+// cut to 41 bytes, then "_" and 12 hex digits of a SHA-256 of the three
+// names, so it is unique on the server to the database and the table and
+// fits PostgreSQL's 63 bytes whatever the names. An empty table.Schema
+// stands for "public": for a table given without its schema, Run uses the
+// schema the search_path finds it in, and Relay.Slot reports the name
+// once Run has started. Slots of an earlier version's default name are
+// kept (see Config.Slot).
+func SlotDefault(database string, table txoutbox.Table) string {
+	schema := table.Schema
+	if schema == "" {
+		schema = "public"
+	}
+	return outboxsql.WALName(database, schema, table.Name)
 }
 
-// SlotDefault is the default replication slot name of table, the same as
-// PublicationDefault (and keyed by the schema in the same way).
-func SlotDefault(table txoutbox.Table) string {
-	return outboxsql.WALName(table.Schema, table.Name)
+// PublicationDefault is the default publication name of table in
+// database, the same as SlotDefault: a publication is the database's, but
+// one name for both lets operators and the relay's checks pair them.
+func PublicationDefault(database string, table txoutbox.Table) string {
+	return SlotDefault(database, table)
 }
 
 // ErrInvalidConfig is matched by every error New returns for a bad
 // connection string, a nil publisher or a bad Config.
 var ErrInvalidConfig = errors.New("walrelay: invalid config")
 
+// setDefaults sets every zero field to its default but Publication and
+// Slot, whose defaults depend on the database (see resolveNames).
 func (c *Config) setDefaults() {
-	if c.Publication == "" {
-		c.Publication = PublicationDefault(c.Table)
-	}
-	if c.Slot == "" {
-		c.Slot = SlotDefault(c.Table)
-	}
 	setDefault(&c.Lanes, LanesDefault)
 	setDefault(&c.LaneBatch, LaneBatchDefault)
 	setDefault(&c.MaxInFlight, MaxInFlightDefault)
@@ -233,11 +250,15 @@ func (c *Config) validate() error {
 	if err := c.Table.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if err := ident.Validate(c.Publication); err != nil {
-		return bad("Publication: %v", err)
+	if c.Publication != "" {
+		if err := ident.Validate(c.Publication); err != nil {
+			return bad("Publication: %v", err)
+		}
 	}
-	if err := validSlotName(c.Slot); err != nil {
-		return bad("Slot: %v", err)
+	if c.Slot != "" {
+		if err := validSlotName(c.Slot); err != nil {
+			return bad("Slot: %v", err)
+		}
 	}
 	for _, f := range []struct {
 		name string

@@ -54,8 +54,14 @@ func newMetrics(mp metric.MeterProvider, r *Relay) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	slot := attribute.String("txoutbox.wal.slot", r.cfg.Slot)
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		// The slot's name is known once Run has resolved it (see Slot):
+		// nothing is observed under a name that is not the slot's.
+		name := r.Slot()
+		if name == "" {
+			return nil
+		}
+		slot := attribute.String("txoutbox.wal.slot", name)
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		var a int64

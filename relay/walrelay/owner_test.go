@@ -13,7 +13,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/txoutbox/txoutbox"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/relay"
 )
@@ -238,7 +237,7 @@ func TestSlotMadeAgainByHandPublishesWhatTheOldOneHadNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	unconfirmed := b.write(t, "a", "b")
-	slot := SlotDefault(b.db.Table())
+	slot := b.defaultName()
 	testkit.WaitFor(t, 10*time.Second, "the walsender gone", func() bool {
 		return b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, slot) == 0
 	})
@@ -414,39 +413,12 @@ func TestDefaultNamesAreKeyedByTheSchema(t *testing.T) {
 	}
 	for i, r := range relays {
 		testkit.WaitFor(t, 20*time.Second, "both relays stream", r.Active)
-		if want := SlotDefault(bundles[i].db.Table()); r.Slot() != want || r.Publication() != want {
+		if want := bundles[i].defaultName(); r.Slot() != want || r.Publication() != want {
 			t.Errorf("relay %d: slot %s, publication %s; want %s", i, r.Slot(), r.Publication(), want)
 		}
 	}
 	for _, b := range bundles {
 		b.pub.waitFor(t, b.write(t, "a")...)
-	}
-}
-
-// A relay from before the names were keyed by schema made "txoutbox_outbox"
-// for the table: a relay now keeps those names.
-func TestDefaultNamesKeepARelaysOldPublication(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	// A table name of this test's own: the old names are not per schema.
-	name := "legacy_" + b.db.Schema[len(b.db.Schema)-8:]
-	b.exec(t, `ALTER TABLE outbox RENAME TO `+name)
-	old := outboxsql.WALName("", name)
-	b.exec(t, `CREATE PUBLICATION `+old+` FOR TABLE `+name+` WITH (publish = 'insert')`)
-	t.Cleanup(func() { b.exec(t, `DROP PUBLICATION IF EXISTS `+old) })
-	cfg := b.config()
-	cfg.Table = txoutbox.Table{Name: name}
-	r := b.newRelay(t, cfg)
-	pool, err := r.openPool(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := r.resolveNames(context.Background(), pool); err != nil {
-		t.Fatal(err)
-	}
-	if r.Slot() != old || r.Publication() != old {
-		t.Fatalf("slot %s, publication %s; want the old %s", r.Slot(), r.Publication(), old)
 	}
 }
 
@@ -460,7 +432,7 @@ func TestNoSlotWhilePollingRelaysRun(t *testing.T) {
 	pending := b.write(t, "a")
 	done := runErr(t, b.newRelay(t, b.config()))
 	wantRunError(t, done, ErrPollingRelays, 10*time.Second)
-	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, SlotDefault(b.db.Table())); n != 0 {
+	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, b.defaultName()); n != 0 {
 		t.Fatal("a slot was made")
 	}
 	if len(b.pub.ids()) != 0 {
@@ -606,7 +578,7 @@ func (b *bundle) markerOf(t *testing.T) marker {
 	t.Helper()
 	var s string
 	if err := b.db.SQL.QueryRow(`SELECT coalesce(obj_description(oid, 'pg_publication'), '') FROM pg_publication WHERE pubname = $1`,
-		PublicationDefault(b.db.Table())).Scan(&s); err != nil {
+		b.defaultName()).Scan(&s); err != nil {
 		t.Fatal(err)
 	}
 	return parseMarker(s)
@@ -657,7 +629,7 @@ func TestResumeReadsTheSettledRowFromTheMarker(t *testing.T) {
 
 	m := b.markerOf(t)
 	m.settled = -1
-	b.exec(t, `COMMENT ON PUBLICATION `+PublicationDefault(b.db.Table())+` IS '`+m.String()+`'`)
+	b.exec(t, `COMMENT ON PUBLICATION `+b.defaultName()+` IS '`+m.String()+`'`)
 	r3 := b.newRelay(t, cfg)
 	if rs, err = r3.resumeFrom(ctx, pool); err != nil {
 		t.Fatal(err)
@@ -693,7 +665,7 @@ func TestNoSlotWhileScheduledEventsWait(t *testing.T) {
 	b.commit(t, ev...)
 	done := runErr(t, b.newRelay(t, b.config()))
 	wantRunError(t, done, ErrScheduled, 10*time.Second)
-	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, SlotDefault(b.db.Table())); n != 0 {
+	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, b.defaultName()); n != 0 {
 		t.Fatal("a slot was made")
 	}
 	if len(b.pub.ids()) != 0 {

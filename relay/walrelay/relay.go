@@ -51,6 +51,14 @@ var (
 	// such events (txoutbox.ErrNotBeforeStreamed).
 	ErrScheduled = errors.New("walrelay: events scheduled for later wait in the outbox table")
 
+	// ErrSlotOtherDatabase is returned by Run and Takeover when the slot
+	// they are given exists in another database than the one they
+	// connect to: a slot name is the server's, and such a slot streams
+	// another database's outbox. Neither ever streams, drops or takes
+	// over such a slot; give each database's relay a slot name of its own,
+	// or leave Config.Slot empty for the default, unique per database.
+	ErrSlotOtherDatabase = errors.New("walrelay: the replication slot belongs to another database")
+
 	// errSlotBusy: another relay streams from the slot, or initialises it.
 	errSlotBusy = errors.New("replication slot is held by another relay")
 )
@@ -94,10 +102,13 @@ type Relay struct {
 	settledHigh atomic.Int64
 
 	// defaultPub and defaultSlot: the names were left to their defaults,
-	// which Run keys by the table's schema (see resolveNames). slotName
-	// and pubName are the names for Slot and Publication.
+	// which Run resolves for the database (see resolveNames). slotName
+	// and pubName are the names for Slot and Publication, "" until then.
 	defaultPub, defaultSlot bool
 	slotName, pubName       atomic.Pointer[string]
+	// database is the current database of the relay's connections, read
+	// by resolveNames: the only database whose slot it streams or drops.
+	database string
 }
 
 // New validates its arguments and returns a relay publishing through pub
@@ -154,7 +165,11 @@ func newRelay(connString string, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	r := &Relay{cfg: cfg, connString: connString, log: cfg.Logger.With("slot", cfg.Slot), names: names, sql: render(names),
+	log := cfg.Logger
+	if !defaultSlot {
+		log = log.With("slot", cfg.Slot)
+	}
+	r := &Relay{cfg: cfg, connString: connString, log: log, names: names, sql: render(names),
 		defaultPub: defaultPub, defaultSlot: defaultSlot}
 	r.settledHigh.Store(-1)
 	r.slotName.Store(&r.cfg.Slot)
@@ -162,9 +177,9 @@ func newRelay(connString string, cfg Config) (*Relay, error) {
 	return r, nil
 }
 
-// Slot is the replication slot the relay streams from: once Run has
-// started, with a default name keyed by the table's schema (see
-// SlotDefault).
+// Slot is the replication slot the relay streams from: Config.Slot, or
+// with Config.Slot empty the default name Run resolves once it has
+// connected (see SlotDefault and Config.Slot), "" until then.
 func (r *Relay) Slot() string { return *r.slotName.Load() }
 
 // Publication is the publication the slot decodes, as Slot.
@@ -192,8 +207,8 @@ func (r *Relay) Active() bool { return r.active.Load() }
 // One relay streams from a slot at a time: others wait and try again every
 // StandbyRetry. Connection failures are retried. Run returns an error only
 // for what retrying cannot fix: ErrUnsupported, ErrSlotLost,
-// ErrPublication, ErrPollingRelays, a table or publication it cannot
-// create.
+// ErrPublication, ErrPollingRelays, ErrScheduled, ErrSlotOtherDatabase, a
+// table or publication it cannot create.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
@@ -237,7 +252,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		switch {
 		case errors.Is(err, ErrSlotLost), errors.Is(err, ErrUnsupported), errors.Is(err, ErrPublication), errors.Is(err, ErrPollingRelays),
-			errors.Is(err, ErrScheduled), errors.Is(err, errPermanent):
+			errors.Is(err, ErrScheduled), errors.Is(err, ErrSlotOtherDatabase), errors.Is(err, errPermanent):
 			r.log.Error("WAL relay stopped", "err", err)
 			return err
 		case errors.Is(err, errSlotBusy):
@@ -261,39 +276,110 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-// resolveNames keys the default names of a table named without its schema
-// by the schema the search_path finds it in, so relays of two schemas'
-// tables of one name do not share a slot: "txoutbox_<schema>_<name>". A
-// publication of the old default name ("txoutbox_<name>") that carries
-// the table is a relay's from before, and its names stay.
+// resolveNames reads the relay's database and the table's schema and
+// name, and sets the names left to their defaults: SlotDefault of the
+// database and table, for the publication and the slot alike, unless that
+// name exists neither as a publication nor as a slot of this database and
+// an earlier version's default name does (WALLegacyName: with the
+// table's schema, or without it for a table given without), as the
+// publication carrying the table and a slot of this database. Those are
+// kept, so a relay upgraded in place goes on from its slot; a slot of
+// that name in another database, once shared by every database's relays,
+// is never taken. Only explicit names are ever looked up in other
+// databases, to refuse them (ErrSlotOtherDatabase).
 func (r *Relay) resolveNames(ctx context.Context, q pgxQuerier) error {
-	if r.cfg.Table.Schema != "" || !r.defaultPub && !r.defaultSlot {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
-	var (
-		schema string
-		legacy bool
-	)
-	old := outboxsql.WALName("", r.cfg.Table.Name)
-	if err := q.QueryRow(ctx, r.sql.tableSchema, outboxsql.TableSchemaArgs{Table: r.sql.table, Publication: old}.Args()...).Scan(&schema, &legacy); err != nil {
+	var schema, name, database string
+	if err := q.QueryRow(ctx, r.sql.tableNames, r.sql.table).Scan(&schema, &name, &database); err != nil {
 		return fmt.Errorf("walrelay: resolve the table %s: %w", r.names.Table, err)
 	}
-	if legacy {
+	r.database = database
+	if !r.defaultPub && !r.defaultSlot {
 		return nil
 	}
-	keyed := outboxsql.WALName(schema, r.cfg.Table.Name)
-	if r.defaultPub {
-		r.cfg.Publication = keyed
-		r.pubName.Store(&keyed)
+	keyed := outboxsql.WALName(database, schema, name)
+	legacy := []string{outboxsql.WALLegacyName(schema, name)}
+	if r.cfg.Table.Schema == "" {
+		legacy = append(legacy, outboxsql.WALLegacyName("", name))
 	}
-	if r.defaultSlot {
-		r.cfg.Slot = keyed
-		r.slotName.Store(&keyed)
-		r.log = r.cfg.Logger.With("slot", keyed)
+	found, err := r.namesFound(ctx, q, append([]string{keyed}, legacy...))
+	if err != nil {
+		return err
+	}
+	pub, slot := r.cfg.Publication, r.cfg.Slot
+	switch {
+	case r.defaultPub && r.defaultSlot:
+		pub, slot = keyed, keyed
+		if f := found[keyed]; !f.publication && !f.slot {
+			for _, old := range legacy {
+				if f := found[old]; f.carries && f.slot {
+					pub, slot = old, old
+					break
+				}
+			}
+		}
+	case r.defaultPub:
+		pub = keyed
+		if !found[keyed].publication {
+			for _, old := range legacy {
+				if found[old].carries {
+					pub = old
+					break
+				}
+			}
+		}
+	default:
+		slot = keyed
+		if !found[keyed].slot {
+			for _, old := range legacy {
+				if found[old].slot {
+					slot = old
+					break
+				}
+			}
+		}
+	}
+	r.cfg.Publication, r.cfg.Slot = pub, slot
+	r.pubName.Store(&pub)
+	r.slotName.Store(&slot)
+	r.log = r.cfg.Logger.With("slot", slot)
+	if r.defaultSlot && slot != keyed {
+		r.log.Info("kept the slot of an earlier version's default name, which exists in this database; the default now is another",
+			"database", database, "default", keyed)
 	}
 	return nil
+}
+
+// nameFound is what exists of a name (see outboxsql.WALNames).
+type nameFound struct {
+	publication bool // a publication of the name exists
+	carries     bool // and carries the table
+	slot        bool // a slot of the name exists in this database
+}
+
+// namesFound looks names up.
+func (r *Relay) namesFound(ctx context.Context, q pgxQuerier, names []string) (map[string]nameFound, error) {
+	rows, err := q.Query(ctx, r.sql.names, outboxsql.NamesArgs{Table: r.sql.table, Names: names}.Args()...)
+	if err != nil {
+		return nil, fmt.Errorf("walrelay: look up the default names: %w", err)
+	}
+	out := map[string]nameFound{}
+	for rows.Next() {
+		var (
+			n string
+			f nameFound
+		)
+		if err := rows.Scan(&n, &f.publication, &f.carries, &f.slot); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("walrelay: look up the default names: %w", err)
+		}
+		out[n] = f
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("walrelay: look up the default names: %w", err)
+	}
+	return out, nil
 }
 
 // errPermanent marks errors retrying does not fix.

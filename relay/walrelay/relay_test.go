@@ -608,7 +608,7 @@ func TestTableLessEventsOfTheSameTableNamedOtherwise(t *testing.T) {
 	b := setup(t)
 	cfg := b.config()
 	cfg.Table = txoutbox.Table{} // "outbox" on the search_path: the test's schema
-	cfg.Slot, cfg.Publication = SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
+	cfg.Slot, cfg.Publication = b.defaultName(), b.defaultName()
 	runActive(t, b.newRelay(t, cfg))
 	tableLess := b.writeTableLess(t, "k")
 	row := b.write(t, "k")

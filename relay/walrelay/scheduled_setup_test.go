@@ -27,7 +27,7 @@ func TestScheduledEventCommittedWhileTheSlotIsMadeIsNotPublished(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	testkit.WaitFor(t, 20*time.Second, "the slot appears", func() bool {
-		return b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, SlotDefault(b.db.Table())) == 1
+		return b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, b.defaultName()) == 1
 	})
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
@@ -43,7 +43,7 @@ func TestScheduledEventCommittedWhileTheSlotIsMadeIsNotPublished(t *testing.T) {
 	if ids := b.pub.ids(); len(ids) != 0 {
 		t.Fatalf("event scheduled for an hour from now published at once: %v", ids)
 	}
-	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, SlotDefault(b.db.Table())); n != 0 {
+	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, b.defaultName()); n != 0 {
 		t.Fatal("the slot is still there: the polling relay could not publish the scheduled event")
 	}
 }

@@ -28,6 +28,7 @@ type slotState struct {
 	plugin    string
 	database  string
 	lagBytes  int64
+	here      bool // database is the current database
 }
 
 // pgxExecer is a pgx pool, connection or transaction.
@@ -38,6 +39,7 @@ type pgxExecer interface {
 // pgxQuerier is a pgx pool, connection or transaction.
 type pgxQuerier interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
+	Query(context.Context, string, ...any) (pgx.Rows, error)
 }
 
 func (r *Relay) slotState(ctx context.Context, q pgxQuerier) (slotState, error) {
@@ -45,7 +47,7 @@ func (r *Relay) slotState(ctx context.Context, q pgxQuerier) (slotState, error) 
 		s   slotState
 		lsn string
 	)
-	err := q.QueryRow(ctx, r.sql.slot, r.cfg.Slot).Scan(&s.active, &s.walStatus, &lsn, &s.plugin, &s.database, &s.lagBytes)
+	err := q.QueryRow(ctx, r.sql.slot, r.cfg.Slot).Scan(&s.active, &s.walStatus, &lsn, &s.plugin, &s.database, &s.lagBytes, &s.here)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, nil
 	}
@@ -63,6 +65,9 @@ func (r *Relay) slotState(ctx context.Context, q pgxQuerier) (slotState, error) 
 
 // usable rejects a slot the relay cannot stream from.
 func (r *Relay) usable(s slotState) error {
+	if !s.here {
+		return r.otherDatabase(s)
+	}
 	if s.walStatus == "lost" {
 		return fmt.Errorf("%w: slot %s has wal_status lost: PostgreSQL removed WAL it still needed (max_slot_wal_keep_size), "+
 			"so committed events may be missing from the stream; switch to the polling relay with `outbox wal takeover`, which republishes every row the slot did not confirm", ErrSlotLost, r.cfg.Slot)
@@ -71,6 +76,14 @@ func (r *Relay) usable(s slotState) error {
 		return fmt.Errorf("%w: slot %s decodes with %q, not pgoutput", errPermanent, r.cfg.Slot, s.plugin)
 	}
 	return nil
+}
+
+// otherDatabase is the error of slot s, of another database than the
+// relay's.
+func (r *Relay) otherDatabase(s slotState) error {
+	return fmt.Errorf("%w: slot %s is database %s's, and this relay's database is %s: slot names are the server's; "+
+		"give this relay a slot of its own (leave the slot's name to its default, which is unique per database, or pick another)",
+		ErrSlotOtherDatabase, r.cfg.Slot, s.database, r.database)
 }
 
 // marker returns the publication's comment, the relay's marker ("" when

@@ -53,6 +53,9 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	if err != nil {
 		return err
 	}
+	if st.exists && !st.here {
+		return r.otherDatabase(st) // made in another database since session looked
+	}
 	mark, _, err := r.readMarker(ctx, conn)
 	if err != nil {
 		return err

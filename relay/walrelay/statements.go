@@ -7,12 +7,12 @@ import "github.com/txoutbox/txoutbox/internal/outboxsql"
 // identifiers (WALCreatePublication, WALSetMarker) are built where they
 // run: Run may key those names by the table's schema (resolveNames).
 type statements struct {
-	horizon, horizonPassed, cleanupFloor, deleteConfirmed, markConfirmed, prune string
-	settled, markDead, rowExists, deadMax, settledMax, settledMaxSettings       string
-	pollingRelays, scheduled, backlog, markPublished, highestRow                string
-	takeoverLock, takeoverTimeout, markAllBut, unpublished, peek                string
-	server, tableSchema, messagePrefix, slot, publication, ceiling, position    string
-	initLock, initUnlock, slotGate, slotUngate, dropSlot                        string
+	horizon, horizonPassed, cleanupFloor, deleteConfirmed, markConfirmed, prune    string
+	settled, markDead, rowExists, deadMax, settledMax, settledMaxSettings          string
+	pollingRelays, scheduled, backlog, markPublished, highestRow                   string
+	takeoverLock, takeoverTimeout, markAllBut, unpublished, peek                   string
+	server, tableNames, names, messagePrefix, slot, publication, ceiling, position string
+	initLock, initUnlock, slotGate, slotUngate, dropSlot                           string
 	// publicationCheck is in one form per server: with column lists and row
 	// filters (PostgreSQL 15 and later), and without.
 	publicationCheck, publicationCheckOld string
@@ -45,7 +45,8 @@ func render(n outboxsql.Names) *statements {
 		unpublished:         n.Render(outboxsql.WALUnpublished),
 		peek:                outboxsql.WALPeek,
 		server:              outboxsql.WALServer,
-		tableSchema:         outboxsql.WALTableSchema,
+		tableNames:          outboxsql.WALTable,
+		names:               outboxsql.WALNames,
 		messagePrefix:       outboxsql.WALMessagePrefix,
 		slot:                outboxsql.WALSlot,
 		publication:         outboxsql.WALPublication,

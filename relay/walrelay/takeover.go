@@ -32,6 +32,9 @@ type TakeoverConfig struct {
 
 // TakeoverResult is what Takeover did.
 type TakeoverResult struct {
+	// Slot is the slot Takeover dropped, or would have: its name resolves
+	// as Run's (see Config.Slot).
+	Slot string
 	// Confirmed rows were marked published: the slot had confirmed them.
 	Confirmed int64
 	// Unconfirmed rows stay pending, for the polling relay to publish.
@@ -68,7 +71,9 @@ var ErrTableLessPending = errors.New("walrelay: the slot holds table-less events
 // replay` work again (see outboxadmin.ErrWALStreamed). Table-less events
 // (txoutbox.WriterConfig.WALMessages) take no table lock: one committed
 // while Takeover runs may be missed and is lost with the slot, so stop
-// writers of table-less events first.
+// writers of table-less events first. The slot's name resolves as Run's
+// (see Config.Slot); a slot of that name in another database is refused
+// with ErrSlotOtherDatabase, forced or not, and left alone.
 func Takeover(ctx context.Context, connString string, cfg TakeoverConfig) (TakeoverResult, error) {
 	var res TakeoverResult
 	r, err := newRelay(connString, Config{Table: cfg.Table, Publication: cfg.Publication, Slot: cfg.Slot})
@@ -88,6 +93,7 @@ func Takeover(ctx context.Context, connString string, cfg TakeoverConfig) (Takeo
 	if err := r.resolveNames(ctx, conn); err != nil {
 		return res, err
 	}
+	res.Slot = r.cfg.Slot
 	if err := r.awaitSlotRelease(ctx, conn); err != nil {
 		return res, err
 	}
@@ -111,7 +117,12 @@ func Takeover(ctx context.Context, connString string, cfg TakeoverConfig) (Takeo
 		return res, err
 	}
 	if !st.exists {
-		return res, fmt.Errorf("walrelay: takeover: no replication slot %s", r.cfg.Slot)
+		return res, fmt.Errorf("walrelay: takeover: no replication slot %s (database %s)", r.cfg.Slot, r.database)
+	}
+	if !st.here {
+		// Checked before anything else: the slot streams another
+		// database's outbox, whatever this one's state.
+		return res, fmt.Errorf("walrelay: takeover: %w", r.otherDatabase(st))
 	}
 	if st.active {
 		return res, fmt.Errorf("%w: %s: stop the WAL relays first", ErrSlotActive, r.cfg.Slot)
@@ -167,8 +178,10 @@ func Takeover(ctx context.Context, connString string, cfg TakeoverConfig) (Takeo
 			return res, fmt.Errorf("walrelay: takeover: %w", err)
 		}
 	}
-	if _, err := tx.Exec(ctx, r.sql.dropSlot, r.cfg.Slot); err != nil {
+	if tag, err := tx.Exec(ctx, r.sql.dropSlot, r.cfg.Slot); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: drop slot: %w", err)
+	} else if tag.RowsAffected() != 1 {
+		return res, fmt.Errorf("walrelay: takeover: drop slot %s: it is no longer a slot of database %s", r.cfg.Slot, r.database)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: commit: %w", err)
@@ -191,7 +204,7 @@ func (r *Relay) awaitSlotRelease(ctx context.Context, conn *pgx.Conn) error {
 		if err != nil {
 			return fmt.Errorf("walrelay: takeover: %w", err)
 		}
-		if !st.active || time.Now().After(deadline) {
+		if !st.active || !st.here || time.Now().After(deadline) {
 			return nil
 		}
 		if !sleep(ctx, 100*time.Millisecond) {

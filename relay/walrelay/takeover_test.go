@@ -137,7 +137,7 @@ func TestTakeoverSeesAsynchronousCommits(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	slot, pub := SlotDefault(b.db.Table()), PublicationDefault(b.db.Table())
+	slot, pub := b.defaultName(), b.defaultName()
 	b.exec(t, `CREATE PUBLICATION `+pub+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
 	for i := range 5 {
 		b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)

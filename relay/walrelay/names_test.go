@@ -1,0 +1,190 @@
+package walrelay
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+// inOtherDatabase is an outbox in a database of the test's own on the
+// same server, in a schema of the same name as b's: the outbox of another
+// service that names its schema and table alike. The database, and every
+// slot in it, is dropped when the test ends.
+func (b *bundle) inOtherDatabase(t *testing.T) *bundle {
+	t.Helper()
+	s := testkit.NewSchema(t, testkit.NewDatabase(t), b.db.Schema, true)
+	db := &testkit.DB{SQL: s.SQL, URL: s.URL, Schema: s.Name}
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table(), DisableNotify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{db: db, w: w, pub: newRecorder()}
+}
+
+// slotOf reads slot: whether it exists, its database and whether a
+// walsender holds it.
+func (b *bundle) slotOf(t *testing.T, slot string) (exists bool, database string, active bool) {
+	t.Helper()
+	err := b.db.SQL.QueryRowContext(context.Background(), `SELECT database, active FROM pg_replication_slots WHERE slot_name = $1`, slot).
+		Scan(&database, &active)
+	return err == nil, database, active
+}
+
+// Two services on one server, each with its own database and an outbox
+// of one schema and table name, each with a WAL relay of the default
+// names: each gets a slot of its own, and neither stands by for the other.
+func TestDefaultNamesAreKeyedByTheDatabase(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	b := a.inOtherDatabase(t)
+	ra, _ := a.startRelay(t)
+	rb := b.newRelay(t, b.config())
+	run(t, rb)
+	testkit.WaitFor(t, 20*time.Second, "the other database's relay streams", rb.Active)
+	if ra.Slot() == rb.Slot() {
+		t.Fatalf("both relays stream slot %s", ra.Slot())
+	}
+	for _, x := range []struct {
+		bu *bundle
+		r  *Relay
+	}{{a, ra}, {b, rb}} {
+		if want := x.bu.defaultName(); x.r.Slot() != want || x.r.Publication() != want {
+			t.Errorf("slot %s, publication %s; want %s", x.r.Slot(), x.r.Publication(), want)
+		}
+		if _, database, _ := a.slotOf(t, x.r.Slot()); database != x.bu.db.Database() {
+			t.Errorf("slot %s is database %q's, want %q's", x.r.Slot(), database, x.bu.db.Database())
+		}
+		x.bu.pub.waitFor(t, x.bu.write(t, "k")...)
+	}
+}
+
+// A slot of an earlier version's default name ("txoutbox_<schema>_<table>")
+// is kept by an upgraded relay of the default names in its database, which
+// goes on from it: the events written while no relay ran are published,
+// and no other slot is made. A relay of the other database, whose schema
+// and table are named alike, never takes it: it makes a slot of its own.
+func TestDefaultNamesKeepAnEarlierVersionsSlotOfTheirDatabaseOnly(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	old := outboxsql.WALLegacyName(a.db.Schema, "")
+	t.Cleanup(func() {
+		a.exec(t, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, old)
+		a.exec(t, `DROP PUBLICATION IF EXISTS `+old)
+	})
+	// The earlier version's relay: its default names were these.
+	earlier := a.config()
+	earlier.Slot, earlier.Publication = old, old
+	stop := runActive(t, a.newRelay(t, earlier))
+	a.pub.waitFor(t, a.write(t, "k")...)
+	a.waitConfirmedSlot(t, old)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	meanwhile := a.write(t, "k", "j")
+
+	b := a.inOtherDatabase(t)
+	rb := b.newRelay(t, b.config())
+	run(t, rb)
+	testkit.WaitFor(t, 20*time.Second, "the other database's relay streams", rb.Active)
+	if rb.Slot() == old {
+		t.Fatalf("the other database's relay took slot %s", old)
+	}
+	b.pub.waitFor(t, b.write(t, "k")...)
+
+	var kept atomic.Int64
+	cfg := a.config()
+	cfg.Logger = slog.New(countingHandler{Handler: slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}), n: &kept,
+		msg: "kept the slot of an earlier version's default name, which exists in this database; the default now is another"})
+	upgraded := newRecorder()
+	cfg.Publisher = upgraded
+	r := a.newRelay(t, cfg)
+	runActive(t, r)
+	if r.Slot() != old || r.Publication() != old {
+		t.Fatalf("slot %s, publication %s; want the earlier %s", r.Slot(), r.Publication(), old)
+	}
+	upgraded.waitFor(t, meanwhile...)
+	if n := len(upgraded.ids()); n != len(meanwhile) {
+		t.Errorf("published %d events, want the %d written while no relay ran", n, len(meanwhile))
+	}
+	if kept.Load() != 1 {
+		t.Errorf("logged %d times that it kept the slot, want once", kept.Load())
+	}
+	if exists, _, _ := a.slotOf(t, a.defaultName()); exists {
+		t.Errorf("slot %s was made beside the kept one", a.defaultName())
+	}
+	if _, database, _ := a.slotOf(t, old); database != a.db.Database() {
+		t.Errorf("slot %s is database %q's", old, database)
+	}
+}
+
+// A table given without its schema had the default names "txoutbox_<table>"
+// before they were keyed by the schema: a relay keeps a slot of that name
+// in its database, with its publication.
+func TestDefaultNamesKeepTheUnqualifiedNamesOfARelayFromBefore(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A table name of this test's own: the old names are not per schema.
+	name := "legacy_" + b.db.Schema[len(b.db.Schema)-8:]
+	b.exec(t, `ALTER TABLE outbox RENAME TO `+name)
+	old := outboxsql.WALLegacyName("", name)
+	b.exec(t, `CREATE PUBLICATION `+old+` FOR TABLE `+name+` WITH (publish = 'insert')`)
+	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, old)
+	t.Cleanup(func() {
+		b.exec(t, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, old)
+		b.exec(t, `DROP PUBLICATION IF EXISTS `+old)
+	})
+	cfg := b.config()
+	cfg.Table = txoutbox.Table{Name: name}
+	r := b.newRelay(t, cfg)
+	pool, err := r.openPool(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := r.resolveNames(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	if r.Slot() != old || r.Publication() != old {
+		t.Fatalf("slot %s, publication %s; want the old %s", r.Slot(), r.Publication(), old)
+	}
+}
+
+// A relay given the name of another database's slot refuses it, whether
+// that database's relay streams from it or not, and Takeover, forced,
+// neither drops nor touches it: it streams the other database's outbox.
+func TestSlotOfAnotherDatabaseIsNeverUsedNorDropped(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	b := a.inOtherDatabase(t)
+	rb, stopB := b.startRelay(t)
+	theirs := rb.Slot()
+	cfg := a.config()
+	cfg.Slot = theirs
+	wantRunError(t, runErr(t, a.newRelay(t, cfg)), ErrSlotOtherDatabase, 10*time.Second)
+	ctx := context.Background()
+	tc := TakeoverConfig{Table: a.db.Table(), Slot: theirs, Force: true}
+	if _, err := Takeover(ctx, a.db.URL, tc); !errors.Is(err, ErrSlotOtherDatabase) {
+		t.Fatalf("Takeover of the streamed slot: %v, want ErrSlotOtherDatabase", err)
+	}
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	written := b.write(t, "k")
+	if _, err := Takeover(ctx, a.db.URL, tc); !errors.Is(err, ErrSlotOtherDatabase) {
+		t.Fatalf("Takeover of the idle slot: %v, want ErrSlotOtherDatabase", err)
+	}
+	if exists, database, _ := a.slotOf(t, theirs); !exists || database != b.db.Database() {
+		t.Fatalf("slot %s: exists %v, database %q; want it left to %q", theirs, exists, database, b.db.Database())
+	}
+	b.pub = newRecorder()
+	b.startRelay(t)
+	b.pub.waitFor(t, written...)
+}
