@@ -416,6 +416,17 @@ func TestCommitOrderNoLocksWAL(t *testing.T) {
 	run(t, harness.CommitOrderNoLocks(harness.Size{Events: 2000, Over: 10 * time.Second}))
 }
 
+// TestTwoDatabasesWAL: two databases on one server, an outbox of one
+// schema and table name in each with WAL relays and writers, operators
+// running `outbox wal takeover --force` against one: 0 lost, 0 reordered
+// in both.
+func TestTwoDatabasesWAL(t *testing.T) {
+	res := run(t, harness.TwoDatabases(harness.Size{Events: 2000, Over: 12 * time.Second}, 6))
+	if res.AdminOps < 6 {
+		t.Fatalf("only %d takeovers run, want at least 6", res.AdminOps)
+	}
+}
+
 // TestWALStandbyTakesOverAfterSIGKILL: two WAL relays on one slot; the
 // streaming one is SIGKILLed three times, and a standby must stream within
 // 3 s each time (its StandbyRetry is 200 ms: the killed process's
@@ -466,8 +477,9 @@ func TestWALSlotLost(t *testing.T) {
 	}
 	cfg := walrelay.Config{Table: db.Table(), StandbyRetry: 100 * time.Millisecond}
 	t.Cleanup(func() {
-		_, _ = db.SQL.Exec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, walrelay.SlotDefault(db.Table()))
-		_, _ = db.SQL.Exec(`DROP PUBLICATION IF EXISTS ` + walrelay.PublicationDefault(db.Table()))
+		_, _ = db.SQL.Exec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`,
+			walrelay.SlotDefault(db.Database(), db.Table()))
+		_, _ = db.SQL.Exec(`DROP PUBLICATION IF EXISTS ` + walrelay.PublicationDefault(db.Database(), db.Table()))
 	})
 	r, err := walrelay.New(db.URL, kafkatest.NopPublisher{}, cfg)
 	if err != nil {

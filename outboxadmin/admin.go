@@ -59,7 +59,7 @@ type Config struct {
 	// it exists in the database, and while which Retry and Replay refuse
 	// (ErrWALStreamed). Default: the WAL relay's slot of Table in this
 	// database, found through the table: of the WAL relay's default name
-	// (walrelay.SlotDefault), of an earlier version's
+	// (walrelay.SlotDefault), of an earlier version's default name
 	// (txoutbox_<schema>_<table>), or named in the marker a WAL relay
 	// keeps on a publication of the table, whatever its name. Set it for a
 	// slot of another name made by a relay of a version before the

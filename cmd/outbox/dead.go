@@ -186,7 +186,7 @@ var selectionFlags = []string{"all", "yes", "topic", "aggregate", "type", "since
 
 // walSlotHelp is the --slot flag of the commands that return rows to
 // pending, which refuse while the WAL relay's slot exists.
-const walSlotHelp = "the WAL relay's replication slot (its --slot): retry and replay refuse while it exists (default txoutbox_<schema>_<table>; a slot named as a publication of the table is found anyway)"
+const walSlotHelp = "the WAL relay's replication slot (its --slot): retry and replay refuse while it exists in this database (default: the relay's default name; a slot named as a publication of the table is found anyway)"
 
 // maxListed bounds the events retry and drop list for humans.
 const maxListed = 50

@@ -26,7 +26,7 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 		maxLag     = fs.Duration("max-lag", 0, fmt.Sprintf("exit with code %d if the lag exceeds this (0: never); with --schemas, the worst table's, "+
 			"exit %d even if a table could not be read (else exit 1 for that; a schema a pattern selects without a migrated outbox table is shown and fails nothing)",
 			exitLagExceeded, exitLagExceeded))
-		slot = fs.String("slot", "", "WAL mode's replication slot to report (default txoutbox_<schema>_<table>; shown if it exists)")
+		slot = fs.String("slot", "", "WAL mode's replication slot to report, of this database (default: the WAL relay's slot of the table; shown if it exists)")
 	)
 	var schemas schemasFlag
 	common.register(fs)

@@ -326,14 +326,15 @@ func insertBacklogTx(ctx context.Context, s *schemaDB, topic string, n, aggregat
 func dropWALSlot(s *schemaDB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	name := walrelay.SlotDefault(s.Table)
+	name := walrelay.SlotDefault(s.ts.Database(), s.Table)
 	for ctx.Err() == nil {
-		if _, err := s.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, name); err == nil {
+		if _, err := s.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+			WHERE slot_name = $1 AND database = current_database()`, name); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if _, err := s.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+walrelay.PublicationDefault(s.Table)); err != nil {
+	if _, err := s.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+walrelay.PublicationDefault(s.ts.Database(), s.Table)); err != nil {
 		logf("drop publication: %v", err)
 	}
 }

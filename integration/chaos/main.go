@@ -49,7 +49,7 @@ func main() {
 		seed  = flag.Uint64("seed", 0, "random seed (default: the clock)")
 		only  = flag.String("run", "", "run only the scenarios whose name contains this")
 		keep  = flag.Bool("keep", false, "keep the scenario directories (logs, broker data) and schemas")
-		mode  = flag.String("mode", "poll", "relay mode: poll, or wal (the WAL relay's scenarios: kills, same-id restarts, database crashes, partitions, broker outage, slow broker, commit order without row locks)")
+		mode  = flag.String("mode", "poll", "relay mode: poll, or wal (the WAL relay's scenarios: kills, same-id restarts, database crashes, partitions, broker outage, slow broker, commit order without row locks, two databases with takeovers)")
 		cport = flag.Int("cluster-port", testkit.ChaosCluster.Port, "port of the PostgreSQL cluster \"chaos\" the database-crash scenarios run on (created if missing)")
 		brk   = flag.String("broker", harness.BrokerKfake, "the broker: kfake (a kfakeproc child per scenario) or kafka (the real 3-node Apache Kafka cluster of .ci/services, or "+kafkatest.EnvClusterBrokers+"; its nodes are killed, paused and partitioned)")
 	)
@@ -149,6 +149,7 @@ func walPlans() []harness.Plan {
 		harness.WAL(harness.Partition(harness.Size{Events: 2000, Over: 14 * time.Second}, 2)),
 		harness.WAL(harness.DBCrash(harness.Size{Events: 2000, Over: 12 * time.Second}, 2, 4*time.Second)),
 		harness.CommitOrderNoLocks(harness.Size{Events: 2000, Over: 10 * time.Second}),
+		harness.TwoDatabases(harness.Size{Events: 2000, Over: 12 * time.Second}, 6),
 	}
 }
 

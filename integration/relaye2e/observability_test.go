@@ -150,13 +150,14 @@ func TestWALRelayRecordsPublishSpansAndMetrics(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		for { // the slot stays active until its walsender has exited
-			_, err := db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, walrelay.SlotDefault(db.Table()))
+			_, err := db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`,
+				walrelay.SlotDefault(db.Database(), db.Table()))
 			if err == nil || ctx.Err() != nil {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		_, _ = db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+walrelay.PublicationDefault(db.Table()))
+		_, _ = db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+walrelay.PublicationDefault(db.Database(), db.Table()))
 	})
 	spans, tp := recordSpans(t)
 	reader, mp := recordMetrics(t)

@@ -131,6 +131,9 @@ func CreateSchema(ctx context.Context, dbURL, schema string, migrate bool) (*Sch
 // Table is the outbox table of the schema, schema-qualified.
 func (s *Schema) Table() txoutbox.Table { return txoutbox.Table{Schema: s.Name} }
 
+// Database is the name of the database the schema is in.
+func (s *Schema) Database() string { return databaseOf(s.URL) }
+
 // Drop drops the schema with everything in it, if a test did not first,
 // and closes the pool.
 func (s *Schema) Drop(ctx context.Context) error {

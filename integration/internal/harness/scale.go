@@ -588,7 +588,7 @@ func walNames(env *Env) (table, slot, pub string, err error) {
 	if err != nil {
 		return "", "", "", err
 	}
-	name := outboxsql.WALName(env.DB.Schema, "") // the default slot and publication (see dropWALSlot)
+	name := walDefaultName(env) // the default slot and publication (see dropWALSlot)
 	return names.Table, name, name, nil
 }
 

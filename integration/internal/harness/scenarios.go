@@ -156,7 +156,7 @@ func DBConnLoss(s Size, rounds int) Plan {
 				}
 				var n int
 				err := w.Env.DB.SQL.QueryRowContext(ctx,
-					`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`,
+					`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database() AND pid <> pg_backend_pid()`,
 					w.Fleet.AppName()).Scan(&n)
 				if err != nil {
 					return 0, fmt.Errorf("terminate relay connections: %w", err)

@@ -2,6 +2,8 @@ package harness
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -31,7 +33,12 @@ type commitOrder struct {
 }
 
 func newCommitOrder(ctx context.Context, env *Env) (*commitOrder, error) {
-	slot := strings.ToLower("chaos_order_" + env.DB.Schema)
+	// Slot names are the server's: the scenario's database and schema in
+	// a hash first, as a scenario in another database may have a schema
+	// of the same name (see TwoDatabases), then the schema as far as it
+	// fits.
+	sum := sha256.Sum256([]byte(env.DB.Database() + "\x00" + env.DB.Schema))
+	slot := strings.ToLower("chaos_order_" + hex.EncodeToString(sum[:4]) + "_" + env.DB.Schema)
 	if len(slot) > 63 {
 		slot = slot[:63]
 	}
@@ -65,16 +72,25 @@ func (c *commitOrder) ranks(ctx context.Context) (map[int64]int64, error) {
 }
 
 func (c *commitOrder) drop(ctx context.Context) {
-	_, _ = c.env.DB.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot($1)`, c.slot)
+	_, _ = c.env.DB.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+		WHERE slot_name = $1 AND database = current_database()`, c.slot)
+}
+
+// walDefaultName is the default name of the scenario's WAL relays' slot
+// and publication.
+func walDefaultName(env *Env) string {
+	return outboxsql.WALName(env.DB.Database(), env.DB.Schema, "")
 }
 
 // dropWALSlot drops the WAL relays' slot and publication once their
 // walsenders are gone: a slot left behind holds the server's WAL forever.
+// Only a slot of the scenario's database: a slot name is the server's.
 func dropWALSlot(ctx context.Context, env *Env) {
-	name := outboxsql.WALName(env.DB.Schema, "")
+	name := walDefaultName(env)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		_, err := env.DB.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, name)
+		_, err := env.DB.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+			WHERE slot_name = $1 AND database = current_database()`, name)
 		if err == nil {
 			break
 		}
