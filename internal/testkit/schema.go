@@ -58,14 +58,16 @@ func DatabaseURL(serverURL, name string) (string, error) {
 	return u.String(), nil
 }
 
-// SearchPathURL is dbURL with its connections' search_path set to schema.
+// SearchPathURL is dbURL with its connections' search_path set to schema,
+// quoted, so that any schema name works (a search_path is a list of
+// identifiers, where a space or a comma would split one).
 func SearchPathURL(dbURL, schema string) (string, error) {
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		return "", fmt.Errorf("parse database URL: %w", err)
 	}
 	q := u.Query()
-	q.Set("search_path", schema)
+	q.Set("search_path", ident.Quote(schema))
 	u.RawQuery = q.Encode()
 	return u.String(), nil
 }

@@ -234,6 +234,11 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if err := ident.Validate(c.Publication); err != nil {
+		if c.Publication == PublicationDefault(c.Table) {
+			// Derived from a schema's name that is not plain: name the
+			// publication and the slot instead.
+			return bad("Publication: the default for the table %s, %v: set Publication and Slot", c.Table, err)
+		}
 		return bad("Publication: %v", err)
 	}
 	if err := validSlotName(c.Slot); err != nil {
