@@ -89,7 +89,7 @@ const (
 	// retention and prune it directly. Two statements rather than a DO
 	// block: the names would go into a dollar-quoted body and a format
 	// string, where a schema's name holding $$, ' or % would change them.
-	PartitionOwner = `ALTER TABLE {{partition}} OWNER TO {{object}}`
+	PartitionOwner         = `ALTER TABLE {{partition}} OWNER TO {{object}}`
 	PartitionAttach        = `ALTER TABLE {{table}} ATTACH PARTITION {{partition}} FOR VALUES FROM ({{from}}) TO ({{to}})`
 	PartitionAttachDefault = `ALTER TABLE {{table}} ATTACH PARTITION {{partition}} DEFAULT`
 	// PartitionLock holds the partition while its rows are checked again
