@@ -23,8 +23,9 @@ type Names struct {
 // Render substitutes the placeholders {{table}}, {{relays}}, {{shards}},
 // {{floor}}, {{channel}} (the latter as a SQL string literal),
 // {{tableliteral}} (the table's quoted name as a SQL string literal, for
-// '::regclass' and the functions that take a table's name as text: never
-// '{{table}}', which a quote in the schema's name would end), and
+// ::regclass and the functions that take a table's name as text, where
+// {{table}} between quotes would be ended by a quote in the schema's
+// name), and
 // {{claimkey}} and {{prunekey}} (the claim gate's and prune lock's
 // two-part advisory lock keys) in a statement template; {{claimkey $3}} is
 // the claim gate's key of the table named by parameter $3, the same
