@@ -68,7 +68,9 @@ func SearchPathURL(dbURL, schema string) (string, error) {
 	}
 	q := u.Query()
 	q.Set("search_path", ident.Quote(schema))
-	u.RawQuery = q.Encode()
+	// pgx reads "+" in a query as itself, not a space: spaces as %20
+	// (Encode writes a "+" of the value as %2B).
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	return u.String(), nil
 }
 
