@@ -8,8 +8,9 @@ import (
 // TableNameDefault is the outbox table's name when Table.Name is empty.
 const TableNameDefault = outboxsql.TableNameDefault
 
-// ErrInvalidTable is matched by errors from Table.Validate: a schema or table
-// name that is not a plain SQL identifier.
+// ErrInvalidTable is matched by errors from Table.Validate: a schema name
+// PostgreSQL cannot hold, or a table name that is not a plain SQL
+// identifier.
 var ErrInvalidTable = outboxsql.ErrInvalidTable
 
 // Table names the outbox table. The relay, the writers and the migrator of
@@ -18,11 +19,21 @@ var ErrInvalidTable = outboxsql.ErrInvalidTable
 // Besides the events table itself, an outbox has companion tables named
 // after it: <name>_relays (relay heartbeats), <name>_shards (shard
 // ownership) and <name>_schema_migrations (applied migration versions).
+//
+// The schema may be any name PostgreSQL allows: 1 to 63 bytes, any but
+// NUL (spaces, quotes, dots, non-ASCII letters, upper case), exactly as the
+// catalog stores it ("Tenant A", not the folded tenant_a of an unquoted
+// name). It only ever goes into SQL quoted, or as a bound parameter. The
+// table's name is narrower, ASCII letters, digits and underscores, not
+// starting with a digit, because the names of its companions, indexes,
+// constraints and partitions are derived from it.
 type Table struct {
-	// Schema is the PostgreSQL schema. Empty means unqualified: the
-	// connection's search_path decides (normally "public").
+	// Schema is the PostgreSQL schema, any name PostgreSQL allows. Empty
+	// means unqualified: the connection's search_path decides (normally
+	// "public").
 	Schema string
-	// Name is the events table. Empty means TableNameDefault.
+	// Name is the events table: a plain identifier of at most 45 bytes.
+	// Empty means TableNameDefault.
 	Name string
 }
 
@@ -34,10 +45,12 @@ func (t Table) name() string {
 	return t.Name
 }
 
-// Validate reports whether the schema and name are plain SQL identifiers
-// (ASCII letters, digits, underscores; not starting with a digit) short
-// enough for the companion tables' names to fit PostgreSQL's 63-byte limit.
-// Names such as `x; drop table y` are refused, never interpolated.
+// Validate reports whether the schema is a name PostgreSQL can hold (1 to
+// 63 bytes, no NUL) and the name a plain SQL identifier (ASCII letters,
+// digits, underscores; not starting with a digit) short enough for the
+// companion tables' names to fit PostgreSQL's 63-byte limit. A table named
+// `x; drop table y` is refused; a schema of that name is a schema like any
+// other, always quoted, never interpolated.
 func (t Table) Validate() error {
 	_, err := outboxsql.NamesFor(t.Schema, t.Name)
 	return err

@@ -120,7 +120,15 @@ func TestTableValidate(t *testing.T) {
 		{Table{}, true},
 		{Table{Schema: "app", Name: "events"}, true},
 		{Table{Name: "x; drop table y"}, false},
-		{Table{Schema: "x; drop table y"}, false},
+		// Any schema PostgreSQL allows, used only quoted.
+		{Table{Schema: `x"; drop table y; --`}, true},
+		{Table{Schema: "tenant_sp ace"}, true},
+		{Table{Schema: `tenant_q"x`}, true},
+		{Table{Schema: "tenant_ü"}, true},
+		{Table{Schema: strings.Repeat("a", 63)}, true},
+		{Table{Schema: strings.Repeat("a", 64)}, false},
+		{Table{Schema: "nul\x00"}, false},
+		{Table{Name: "tenant_ü"}, false},
 		{Table{Name: `out"box`}, false},
 		{Table{Name: strings.Repeat("a", 46)}, false}, // + "_schema_migrations" > 63
 		{Table{Name: strings.Repeat("a", 45)}, true},

@@ -18,7 +18,9 @@ type Config struct {
 	Set Set
 	// Table names the tables to create; the set's base name is replaced by
 	// Table.Name, and the tables are created in Table.Schema (which is
-	// created if missing). Default: the set's own names, unqualified.
+	// created if missing). Default: the set's own names, unqualified. The
+	// schema may be any name txoutbox.Table allows but "$user", which a
+	// search_path takes for the current role's schema.
 	Table txoutbox.Table
 }
 
@@ -51,6 +53,13 @@ func New(db *sql.DB, cfg Config) (*Migrator, error) {
 	if err := cfg.Table.Validate(); err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
+	if cfg.Table.Schema == searchPathUser {
+		// The migrations run with the schema as the search_path, where
+		// PostgreSQL reads "$user", quoted or not, as the current role's
+		// schema: they would land there, or fail.
+		return nil, fmt.Errorf("migrations: %w: schema: %q in a search_path means the current role's schema, so migrations cannot be run into a schema of that name; run them by hand, naming each table",
+			txoutbox.ErrInvalidTable, cfg.Table.Schema)
+	}
 	migs, err := cfg.Set.load()
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
@@ -65,6 +74,10 @@ func New(db *sql.DB, cfg Config) (*Migrator, error) {
 		lockKey:    "txoutbox.migrate." + cfg.Table.Schema + "." + cfg.Table.Name,
 	}, nil
 }
+
+// searchPathUser is the search_path entry that names the current role's
+// schema.
+const searchPathUser = "$user"
 
 // Status is the state of one migration version.
 type Status struct {

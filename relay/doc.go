@@ -249,8 +249,8 @@
 //
 // A Group serves the outbox tables of many schemas of one database (a
 // schema per tenant), a list (GroupConfig.Schemas) or every schema whose
-// name matches a pattern (GroupConfig.SchemaPattern, "tenant_*"), found
-// again every DiscoverInterval: a new tenant's table, once migrated, is
+// name matches a pattern (GroupConfig.SchemaPattern, "tenant_*"), whatever
+// the name (any PostgreSQL allows), found again every DiscoverInterval: a new tenant's table, once migrated, is
 // served without a restart, a dropped one's relay is stopped. Each table
 // gets a Relay of its own from GroupConfig.Relay, with every guarantee
 // above (its shards, membership, leases, fences, ordering, claim gate and

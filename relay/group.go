@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/ident"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
@@ -37,16 +38,19 @@ type GroupConfig struct {
 	Relay Config
 
 	// Schemas lists the schemas whose outbox tables the group serves.
+	// A schema's name may be any PostgreSQL allows (see txoutbox.Table).
 	Schemas []string
 
-	// SchemaPattern selects the schemas by name instead, as path.Match
-	// does: "*" matches any run of characters, "?" one, "[a-k]" one of a
+	// SchemaPattern selects the schemas by name instead, in path.Match's
+	// syntax: "*" matches any run of characters, "?" one, "[a-k]" one of a
 	// class; "tenant_*" selects every schema whose name starts tenant_.
-	// A class is negated with "^" ("[^x]"), not "!" as in a shell: path.Match
-	// takes "[!x]" as a class of "!" and "x". Names match exactly as the
-	// catalog stores them, case-sensitively: an unquoted Tenant_A is stored
-	// tenant_a. It is matched in Go against the catalog's schema names,
-	// never put into SQL.
+	// Unlike path.Match's, "*" and "?" match "/" too: any name PostgreSQL
+	// allows is matched, spaces, quotes, dots and non-ASCII letters
+	// included. A class is negated with "^" ("[^x]"), not "!" as in a shell:
+	// "[!x]" is a class of "!" and "x"; "\" quotes the character after it
+	// ("\*" matches a "*"). Names match exactly as the catalog stores them,
+	// case-sensitively: an unquoted Tenant_A is stored tenant_a. It is
+	// matched in Go against the catalog's schema names, never put into SQL.
 	SchemaPattern string
 
 	// DiscoverInterval is how often the group looks for the tables to
@@ -199,10 +203,14 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 	if cfg.DiscoverInterval == 0 {
 		cfg.DiscoverInterval = DiscoverIntervalDefault
 	}
+	find, err := newFinder(db, cfg)
+	if err != nil {
+		return nil, err
+	}
 	g := &Group{
 		db: db, pub: pub, cfg: cfg,
 		log:      cfg.Relay.Logger.With("relay", cfg.Relay.ID),
-		find:     &finder{db: db, cfg: cfg},
+		find:     find,
 		conns:    newClaimConns(db, claimConns),
 		children: map[string]*child{},
 		skipped:  map[string]string{},
@@ -273,8 +281,8 @@ func (c *GroupConfig) validate() error {
 		seen[s] = true
 	}
 	if c.SchemaPattern != "" {
-		if _, err := path.Match(c.SchemaPattern, ""); err != nil {
-			return bad("SchemaPattern %q: %v", c.SchemaPattern, err)
+		if _, err := compilePattern(c.SchemaPattern); err != nil {
+			return bad("SchemaPattern %v", err)
 		}
 	}
 	if c.DiscoverInterval < 0 {
@@ -381,12 +389,17 @@ func (g *Group) Run(ctx context.Context) error {
 	return nil
 }
 
-// describe names what the group selects, for the log.
+// describe names what the group selects, for the log: the pattern, or
+// the schemas listed, each as ident.Readable shows it.
 func (g *Group) describe() string {
 	if g.cfg.SchemaPattern != "" {
 		return g.cfg.SchemaPattern
 	}
-	return fmt.Sprint(g.cfg.Schemas)
+	names := make([]string, len(g.cfg.Schemas))
+	for i, s := range g.cfg.Schemas {
+		names[i] = ident.Readable(s)
+	}
+	return strings.Join(names, ", ")
 }
 
 // discover finds the tables to serve, starts a relay for each new one and
@@ -541,10 +554,10 @@ type FoundTable struct {
 // FindTables lists the schemas cfg selects (Schemas, SchemaPattern), in
 // schema order, with their outbox table's state: what a Group would serve,
 // and what `outbox migrate up --schemas` migrates. A schema listed in
-// Schemas is in the list whether it exists or not; one SchemaPattern
-// selects is there once it exists, if its name is a plain identifier (see
-// txoutbox.Table.Validate; others are left out). The statement reads the catalogs only
-// and runs under cfg.Relay.StatementTimeout.
+// Schemas is in the list whether it exists or not; every one SchemaPattern
+// selects is there once it exists, whatever its name (PostgreSQL's names
+// are all valid schemas of a txoutbox.Table). The statement reads the
+// catalogs only and runs under cfg.Relay.StatementTimeout.
 func FindTables(ctx context.Context, db *sql.DB, cfg GroupConfig) ([]FoundTable, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
@@ -553,14 +566,31 @@ func FindTables(ctx context.Context, db *sql.DB, cfg GroupConfig) ([]FoundTable,
 		return nil, err
 	}
 	cfg.Relay.setDefaults()
-	return (&finder{db: db, cfg: cfg}).tables(ctx)
+	f, err := newFinder(db, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return f.tables(ctx)
 }
 
 // finder reads which of the schemas a GroupConfig selects hold an outbox
 // table, and in which state.
 type finder struct {
-	db  *sql.DB
-	cfg GroupConfig // validated, with defaults
+	db      *sql.DB
+	cfg     GroupConfig    // validated, with defaults
+	pattern *regexp.Regexp // cfg.SchemaPattern's; nil without one
+}
+
+// newFinder is the finder of cfg, validated.
+func newFinder(db *sql.DB, cfg GroupConfig) (*finder, error) {
+	f := &finder{db: db, cfg: cfg}
+	if cfg.SchemaPattern != "" {
+		var err error
+		if f.pattern, err = compilePattern(cfg.SchemaPattern); err != nil {
+			return nil, fmt.Errorf("%w: SchemaPattern %w", ErrInvalidConfig, err)
+		}
+	}
+	return f, nil
 }
 
 func (f *finder) tables(ctx context.Context) ([]FoundTable, error) {
@@ -584,8 +614,8 @@ func (f *finder) tables(ctx context.Context) ([]FoundTable, error) {
 		}
 		ft.Table.Name = f.cfg.Relay.Table.Name
 		ft.Migrated = ft.Exists && ft.Migrated
-		if f.cfg.SchemaPattern != "" {
-			if ok, _ := path.Match(f.cfg.SchemaPattern, ft.Table.Schema); ok && ft.Table.Validate() == nil {
+		if f.pattern != nil {
+			if f.pattern.MatchString(ft.Table.Schema) {
 				out = append(out, ft)
 			}
 			continue

@@ -249,16 +249,16 @@ func (p *groupPublisher) checkOrder(t *testing.T, topic string, n int, aggs ...s
 func TestGroupConfigErrors(t *testing.T) {
 	db, pub := &sql.DB{}, nopPublisher{}
 	for name, cfg := range map[string]GroupConfig{
-		"neither schemas nor pattern": {},
-		"both schemas and pattern":    {Schemas: []string{"a"}, SchemaPattern: "tenant_*"},
-		"bad pattern":                 {SchemaPattern: "tenant_["},
-		"schema not an identifier":    {Schemas: []string{"a; drop table x"}},
-		"schema listed twice":         {Schemas: []string{"a", "b", "a"}},
-		"relay table has a schema":    {Relay: Config{Table: txoutbox.Table{Schema: "public"}}, SchemaPattern: "*"},
-		"relay table name bad":        {Relay: Config{Table: txoutbox.Table{Name: "x-y"}}, SchemaPattern: "*"},
-		"bad relay config":            {Relay: Config{BatchSize: -1}, SchemaPattern: "*"},
-		"negative discover interval":  {SchemaPattern: "*", DiscoverInterval: -time.Second},
-		"negative claim conns":        {SchemaPattern: "*", ClaimConns: -1},
+		"neither schemas nor pattern":   {},
+		"both schemas and pattern":      {Schemas: []string{"a"}, SchemaPattern: "tenant_*"},
+		"bad pattern":                   {SchemaPattern: "tenant_["},
+		"schema PostgreSQL cannot hold": {Schemas: []string{strings.Repeat("a", 64)}},
+		"schema listed twice":           {Schemas: []string{"a", "b", "a"}},
+		"relay table has a schema":      {Relay: Config{Table: txoutbox.Table{Schema: "public"}}, SchemaPattern: "*"},
+		"relay table name bad":          {Relay: Config{Table: txoutbox.Table{Name: "x-y"}}, SchemaPattern: "*"},
+		"bad relay config":              {Relay: Config{BatchSize: -1}, SchemaPattern: "*"},
+		"negative discover interval":    {SchemaPattern: "*", DiscoverInterval: -time.Second},
+		"negative claim conns":          {SchemaPattern: "*", ClaimConns: -1},
 	} {
 		if _, err := NewGroup(db, pub, cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: NewGroup: %v, want ErrInvalidConfig", name, err)

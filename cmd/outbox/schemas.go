@@ -13,6 +13,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/human"
+	"github.com/txoutbox/txoutbox/internal/ident"
 	"github.com/txoutbox/txoutbox/migrations"
 	"github.com/txoutbox/txoutbox/relay"
 )
@@ -26,9 +27,9 @@ type schemasFlag struct {
 }
 
 func (s *schemasFlag) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.value, "schemas", "", "the outbox table of every schema matching this pattern (* any run, ? one character, [a-k] a class, [^x] not x, not [!x]: 'tenant_*'), "+
-		"or of each schema of a comma-separated list; names match exactly as stored in the catalog, case-sensitive (unquoted names are lower case); "+
-		"the table is --table in each (excludes --schema)")
+	fs.StringVar(&s.value, "schemas", "", "the outbox table of every schema matching this pattern (* any run, ? one character, [a-k] a class, [^x] not x, not [!x], \\ quotes: 'tenant_*'), "+
+		"or of each schema of a comma-separated list; names match exactly as stored in the catalog, case-sensitive (unquoted names are lower case), any name PostgreSQL allows "+
+		"(one with a comma, *, ?, [ or spaces at its ends is selected by a pattern); the table is --table in each (excludes --schema)")
 }
 
 // registerDiscover registers --discover-interval, for the commands that
@@ -96,13 +97,12 @@ func findTables(ctx context.Context, db *sql.DB, cfg relay.GroupConfig, flagValu
 	return found, nil
 }
 
-// tableName is a table as the per-table lines show it: schema.name.
+// tableName is a table as the per-table lines and the logs show it:
+// schema.name, a schema whose name is not plain quoted as in SQL
+// ("tenant a".outbox, see ident.Readable). Text output escapes it
+// further (human.Escape): a name may hold control characters.
 func tableName(t txoutbox.Table) string {
-	name := t.Name
-	if name == "" {
-		name = txoutbox.TableNameDefault
-	}
-	return t.Schema + "." + name
+	return ident.ReadableQualified(t.Schema, cmp.Or(t.Name, txoutbox.TableNameDefault))
 }
 
 // migrateTables is `outbox migrate up --schemas`: every selected schema's
@@ -134,13 +134,13 @@ func migrateTables(ctx context.Context, stdout io.Writer, db *sql.DB, set migrat
 		if asJSON {
 			continue
 		}
-		switch {
+		switch name := human.Escape(r.Table); {
 		case r.Error != "":
-			fmt.Fprintf(stdout, "%s: failed: %s\n", r.Table, oneLine(r.Error, 500))
+			fmt.Fprintf(stdout, "%s: failed: %s\n", name, oneLine(r.Error, 500))
 		case len(applied) == 0:
-			fmt.Fprintf(stdout, "%s: schema is up to date\n", r.Table)
+			fmt.Fprintf(stdout, "%s: schema is up to date\n", name)
 		default:
-			fmt.Fprintf(stdout, "%s: applied version(s) %s\n", r.Table, joinInts(applied))
+			fmt.Fprintf(stdout, "%s: applied version(s) %s\n", name, joinInts(applied))
 		}
 	}
 	if asJSON {
@@ -233,11 +233,12 @@ func statusTables(ctx context.Context, stdout io.Writer, db *sql.DB, found []rel
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "TABLE\tBACKLOG\tLAG\tDEAD")
 		for _, r := range rows {
+			name := human.Escape(r.Table)
 			if why := cmp.Or(r.Error, r.Skipped); why != "" {
-				fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\n", r.Table, oneLine(why, 200))
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\n", name, oneLine(why, 200))
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Table, count(r.Backlog, r.BacklogEstimated, "~"), human.Duration(r.lag), count(r.Dead, r.DeadEstimated, "~"))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, count(r.Backlog, r.BacklogEstimated, "~"), human.Duration(r.lag), count(r.Dead, r.DeadEstimated, "~"))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -246,7 +247,7 @@ func statusTables(ctx context.Context, stdout io.Writer, db *sql.DB, found []rel
 	// The lag first: a table that cannot be read must not hide one that
 	// is late from the alert.
 	if exceeded {
-		msg := fmt.Sprintf("%s: lag %s exceeds --max-lag %s", worst.Table, human.Duration(worst.lag), maxLag)
+		msg := fmt.Sprintf("%s: lag %s exceeds --max-lag %s", human.Escape(worst.Table), human.Duration(worst.lag), maxLag)
 		if failed > 0 {
 			msg += fmt.Sprintf(" (and %d of %d tables could not be read)", failed, len(found))
 		}

@@ -127,7 +127,7 @@ func pruneArm(ctx context.Context, e *env, s *schemaDB, perDay int, partitioned 
 	side.Left = left
 	var table, indexes int64
 	err = s.SQL.QueryRowContext(ctx, s.Names.Render(`SELECT sum(pg_table_size(r)), sum(pg_indexes_size(r))
-		FROM (SELECT '{{table}}'::regclass AS r UNION ALL SELECT relid FROM pg_partition_tree('{{table}}') WHERE isleaf) t`)).Scan(&table, &indexes)
+		FROM (SELECT {{tableliteral}}::regclass AS r UNION ALL SELECT relid FROM pg_partition_tree({{tableliteral}}) WHERE isleaf) t`)).Scan(&table, &indexes)
 	if err != nil {
 		return pruneSide{}, err
 	}

@@ -8,8 +8,9 @@ import (
 	"github.com/txoutbox/txoutbox/internal/ident"
 )
 
-// ErrInvalidTable is txoutbox.ErrInvalidTable: a schema or table name that
-// is not a plain SQL identifier.
+// ErrInvalidTable is txoutbox.ErrInvalidTable: a schema name PostgreSQL
+// cannot hold (empty, longer than 63 bytes, a NUL), or a table name that is
+// not a plain SQL identifier.
 var ErrInvalidTable = errors.New("txoutbox: invalid table name")
 
 // TableNameDefault is the outbox table's name when none is given
@@ -22,14 +23,17 @@ const longestSuffix = len("_schema_migrations")
 
 // NamesFor validates an outbox table's schema and name (empty: unqualified,
 // and TableNameDefault) and returns the quoted names of the table, its
-// companions and its channel. Names such as `x; drop table y` are refused,
-// never interpolated.
+// companions and its channel. The schema may be any name PostgreSQL allows
+// (ident.ValidateQuoted): it only ever goes into SQL quoted. The table's
+// name must be plain (ident.Validate), because the companions', indexes',
+// constraints' and partitions' names are derived from it: a name such as
+// `x; drop table y` is refused.
 func NamesFor(schema, name string) (Names, error) {
 	if name == "" {
 		name = TableNameDefault
 	}
 	if schema != "" {
-		if err := ident.Validate(schema); err != nil {
+		if err := ident.ValidateQuoted(schema); err != nil {
 			return Names{}, fmt.Errorf("%w: schema: %w", ErrInvalidTable, err)
 		}
 	}
@@ -51,7 +55,9 @@ func NamesFor(schema, name string) (Names, error) {
 
 // Channel is the LISTEN/NOTIFY channel of an outbox table (name empty:
 // TableNameDefault). Channel names are limited to 63 bytes; a longer
-// qualified name is replaced by a hash of it.
+// qualified name is replaced by a hash of it. It may hold any character
+// of the schema's name: statements pass it as a string (pg_notify), LISTEN
+// quoted.
 func Channel(schema, name string) string {
 	ch := prefixed("txoutbox.", ".", schema, name)
 	if len(ch) > ident.MaxLen {

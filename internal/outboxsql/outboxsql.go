@@ -21,7 +21,11 @@ type Names struct {
 }
 
 // Render substitutes the placeholders {{table}}, {{relays}}, {{shards}},
-// {{floor}}, {{channel}} (the latter as a SQL string literal), and
+// {{floor}}, {{channel}} (the latter as a SQL string literal),
+// {{tableliteral}} (the table's quoted name as a SQL string literal, for
+// ::regclass and the functions that take a table's name as text, where
+// {{table}} between quotes would be ended by a quote in the schema's
+// name), and
 // {{claimkey}} and {{prunekey}} (the claim gate's and prune lock's
 // two-part advisory lock keys) in a statement template; {{claimkey $3}} is
 // the claim gate's key of the table named by parameter $3, the same
@@ -29,6 +33,7 @@ type Names struct {
 func (n Names) Render(tmpl string) string {
 	return strings.NewReplacer(
 		"{{table}}", n.Table,
+		"{{tableliteral}}", quoteLiteral(n.Table),
 		"{{relays}}", n.Relays,
 		"{{shards}}", n.Shards,
 		"{{floor}}", n.Floor,

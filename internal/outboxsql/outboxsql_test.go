@@ -1,6 +1,9 @@
 package outboxsql
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -75,5 +78,63 @@ func TestWALNameIsAUniqueSlotNameOfAnyNames(t *testing.T) {
 	}
 	if WALName("orders", "public", "") != WALName("orders", "public", TableNameDefault) {
 		t.Error("an empty table name is not the default table's")
+	}
+}
+
+// A schema may be any name PostgreSQL allows: NamesFor quotes it in every
+// name and keeps it whole in the channel, and statements take the table
+// as a literal where they need its name as text. A table's name stays
+// plain: the names of its companions are derived from it.
+func TestNamesForAnySchema(t *testing.T) {
+	t.Parallel()
+	n, err := NamesFor(`x"; drop table y; --`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"x""; drop table y; --"."outbox"`; n.Table != want {
+		t.Errorf("Table = %s, want %s", n.Table, want)
+	}
+	if want := `"x""; drop table y; --"."outbox_relays"`; n.Relays != want {
+		t.Errorf("Relays = %s, want %s", n.Relays, want)
+	}
+	if want := `txoutbox.x"; drop table y; --.outbox`; n.Channel != want {
+		t.Errorf("Channel = %s, want %s", n.Channel, want)
+	}
+	if got, want := n.Render(`{{tableliteral}}::regclass {{channel}}`), `'"x""; drop table y; --"."outbox"'::regclass 'txoutbox.x"; drop table y; --.outbox'`; got != want {
+		t.Errorf("Render = %s, want %s", got, want)
+	}
+	q, err := NamesFor(`it's`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := q.Render(`{{tableliteral}}`), `'"it''s"."outbox"'`; got != want {
+		t.Errorf("Render of a quote = %s, want %s", got, want)
+	}
+	for _, schema := range []string{"tenant_sp ace", `tenant_q"x`, "tenant_ü", "a.b", "1a", strings.Repeat("ü", 31)} {
+		if _, err := NamesFor(schema, ""); err != nil {
+			t.Errorf("NamesFor(%q): %v", schema, err)
+		}
+	}
+	for _, tc := range []struct{ schema, name string }{
+		{strings.Repeat("a", 64), ""}, {"nul\x00", ""}, {"", "x; drop table y"}, {"s", `a"b`}, {"s", "tenant_ü"},
+	} {
+		if _, err := NamesFor(tc.schema, tc.name); !errors.Is(err, ErrInvalidTable) {
+			t.Errorf("NamesFor(%q, %q) = %v, want ErrInvalidTable", tc.schema, tc.name, err)
+		}
+	}
+	// Statements name the table through Render only: none quotes a
+	// placeholder itself, which a quote in a name would end.
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(f, "_test.go") && strings.Contains(string(src), "'{{") {
+			t.Errorf("%s quotes a placeholder ('{{...}}'): use {{tableliteral}}", f)
+		}
 	}
 }

@@ -22,7 +22,7 @@ import (
 const PartitionState = `SELECT c.relkind = 'p', pg_has_role(c.relowner, 'USAGE'),
        coalesce((SELECT max(id) FROM {{table}}), 0),
        coalesce((SELECT max(floor) FROM {{floor}}), 0)
-FROM pg_class c WHERE c.oid = '{{table}}'::regclass`
+FROM pg_class c WHERE c.oid = {{tableliteral}}::regclass`
 
 // PartitionList lists the partitions of the table: each one's quoted,
 // qualified name (always quoted, as ident.Qualified quotes) and its bound as PostgreSQL prints it ("FOR VALUES FROM
@@ -30,7 +30,7 @@ FROM pg_class c WHERE c.oid = '{{table}}'::regclass`
 const PartitionList = `SELECT '"' || replace(n.nspname, '"', '""') || '"."' || replace(c.relname, '"', '""') || '"',
        pg_get_expr(c.relpartbound, c.oid)
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE i.inhparent = '{{table}}'::regclass`
+WHERE i.inhparent = {{tableliteral}}::regclass`
 
 // PartitionRows, rendered for one partition (its name as {{table}}),
 // reads whether it holds unpublished rows, dead rows, and published rows
@@ -80,11 +80,16 @@ func millis(d time.Duration) string { return strconv.FormatInt(max(d.Millisecond
 const (
 	PartitionCreate = `CREATE TABLE {{partition}} (LIKE {{table}} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED
     INCLUDING STORAGE INCLUDING COMPRESSION) WITH (fillfactor = 50)`
-	// PartitionOwner gives a new partition the parent's owner, whichever
-	// role created it (a superuser, a member of the owner): the owner's
-	// roles drop it past retention and prune it directly.
-	PartitionOwner = `DO $$ BEGIN EXECUTE format('ALTER TABLE {{partition}} OWNER TO %I',
-    (SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = '{{table}}'::regclass)); END $$`
+	// PartitionTableOwner reads the parent's owner, quoted, for
+	// PartitionOwner.
+	PartitionTableOwner = `SELECT quote_ident(pg_get_userbyid(relowner)) FROM pg_class WHERE oid = {{tableliteral}}::regclass`
+	// PartitionOwner gives a new partition the parent's owner ({{object}},
+	// as PartitionTableOwner reads it), whichever role created it (a
+	// superuser, a member of the owner): the owner's roles drop it past
+	// retention and prune it directly. Two statements rather than a DO
+	// block: the names would go into a dollar-quoted body and a format
+	// string, where a schema's name holding $$, ' or % would change them.
+	PartitionOwner         = `ALTER TABLE {{partition}} OWNER TO {{object}}`
 	PartitionAttach        = `ALTER TABLE {{table}} ATTACH PARTITION {{partition}} FOR VALUES FROM ({{from}}) TO ({{to}})`
 	PartitionAttachDefault = `ALTER TABLE {{table}} ATTACH PARTITION {{partition}} DEFAULT`
 	// PartitionLock holds the partition while its rows are checked again
@@ -189,13 +194,13 @@ const (
 	// a publication names it (either refuses the conversion), and the
 	// upper bound of the constraint named $1 if it is validated (0 if not).
 	ConvertState = `SELECT c.relkind::text, quote_ident(pg_get_userbyid(c.relowner)),
-       coalesce(pg_get_serial_sequence('{{table}}', 'id'), ''),
+       coalesce(pg_get_serial_sequence({{tableliteral}}, 'id'), ''),
        coalesce((SELECT a.attidentity::text FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'id'), ''),
        EXISTS (SELECT 1 FROM pg_constraint k WHERE k.confrelid = c.oid),
        EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prrelid = c.oid),
        coalesce((SELECT substring(pg_get_constraintdef(k.oid) FROM '< \(?''?(\d+)')::bigint FROM pg_constraint k
                  WHERE k.conrelid = c.oid AND k.conname = $1 AND k.convalidated), 0)
-FROM pg_class c WHERE c.oid = '{{table}}'::regclass`
+FROM pg_class c WHERE c.oid = {{tableliteral}}::regclass`
 	// ConvertSequence is the last value the sequence $1 handed out, 0 if
 	// none.
 	ConvertSequence = `SELECT coalesce(pg_sequence_last_value($1::regclass), 0)`
@@ -206,17 +211,17 @@ FROM pg_class c WHERE c.oid = '{{table}}'::regclass`
        coalesce(pg_get_constraintdef(k.oid), '')
 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 LEFT JOIN pg_constraint k ON k.conindid = i.indexrelid AND k.conrelid = i.indrelid
-WHERE i.indrelid = '{{table}}'::regclass ORDER BY c.relname`
+WHERE i.indrelid = {{tableliteral}}::regclass ORDER BY c.relname`
 	// ConvertTriggers lists the table's own triggers: name (quoted) and
 	// definition.
 	ConvertTriggers = `SELECT quote_ident(tgname), pg_get_triggerdef(oid) FROM pg_trigger
-WHERE tgrelid = '{{table}}'::regclass AND NOT tgisinternal ORDER BY tgname`
+WHERE tgrelid = {{tableliteral}}::regclass AND NOT tgisinternal ORDER BY tgname`
 	// ConvertGrants lists the GRANT statements that give the parent the
 	// table's privileges (its owner's aside), one a row.
-	ConvertGrants = `SELECT format('GRANT %s ON {{table}} TO %s%s', a.privilege_type,
+	ConvertGrants = `SELECT format('GRANT %s ON %s TO %s%s', a.privilege_type, {{tableliteral}},
        CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END,
        CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
-FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = '{{table}}'::regclass AND a.grantee <> c.relowner`
+FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = {{tableliteral}}::regclass AND a.grantee <> c.relowner`
 	ConvertRename           = `ALTER TABLE {{table}} RENAME TO {{partition}}`
 	ConvertRenameIndex      = `ALTER INDEX {{def}} RENAME TO {{object}}`
 	ConvertRenameConstraint = `ALTER TABLE {{partition}} RENAME CONSTRAINT {{def}} TO {{object}}`

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/ident"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/migrations"
@@ -116,6 +117,7 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	// TestPartitionStatementsRun, which converts an outbox and drops a
 	// partition.
 	add("PartitionState", outboxsql.PartitionState, 0)
+	add("PartitionTableOwner", outboxsql.PartitionTableOwner, 0)
 	add("PartitionList", outboxsql.PartitionList, 0)
 	add("PartitionRows", outboxsql.PartitionRows, count(outboxsql.RetentionArgs{}))
 	add("PartitionSettings", outboxsql.PartitionSettings, count(outboxsql.PartitionSettingsArgs{}))
@@ -223,23 +225,30 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 // column or an Args type that binds a different number of parameters than
 // its statement takes fails here rather than in a relay. It also fails
 // when an exported name of the package is neither listed here nor known
-// as no SQL.
+// as no SQL. The schema's name holds what an identifier, a string literal,
+// a dollar-quoted body and a format() string would each take for their
+// own syntax: every statement must quote it as an identifier, or pass it
+// as a literal, whatever it holds.
 func TestEveryStatementPrepares(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := testkit.NewOutbox(t)
-	m, err := migrations.New(d.SQL, migrations.Config{Set: migrations.Inbox, Table: txoutbox.Table{Schema: d.Schema}})
+	d := testkit.NewDB(t)
+	schema := d.Schema + `_q"x'$$%s; --`
+	t.Cleanup(func() { d.SQL.Exec(`DROP SCHEMA IF EXISTS ` + ident.Quote(schema) + ` CASCADE`) }) //nolint:errcheck // best effort
+	for _, set := range []migrations.Set{migrations.Outbox, migrations.Inbox} {
+		m, err := migrations.New(d.SQL, migrations.Config{Set: set, Table: txoutbox.Table{Schema: schema}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Up(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := outboxsql.NamesFor(schema, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	n, err := outboxsql.NamesFor(d.Schema, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := outboxsql.NamesFor(d.Schema, "inbox")
+	in, err := outboxsql.NamesFor(schema, "inbox")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -704,7 +704,7 @@ const BacklogCount = `(SELECT CASE WHEN h.n < $1 THEN h.n
 // ids cannot tell them apart from the published rows written among them.
 const DeadCount = `(SELECT CASE WHEN h.n < $1 THEN h.n
         ELSE greatest(h.n, (SELECT sum(m)::bigint FROM (SELECT max(c.reltuples) AS m FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-            WHERE i.indrelid IN (SELECT '{{table}}'::regclass UNION ALL SELECT relid FROM pg_partition_tree('{{table}}') WHERE isleaf)
+            WHERE i.indrelid IN (SELECT {{tableliteral}}::regclass UNION ALL SELECT relid FROM pg_partition_tree({{tableliteral}}) WHERE isleaf)
               AND c.relkind = 'i' AND pg_get_expr(i.indpred, i.indrelid) = '(state = ''dead''::text)' GROUP BY i.indrelid) p)) END
     FROM (SELECT count(*) AS n FROM (SELECT 1 FROM {{table}} WHERE state = 'dead' LIMIT $1) s) h)`
 
@@ -730,7 +730,7 @@ const OldestUnpublished = `(SELECT min(greatest(created_at, not_before)) FROM {{
 // as a column beside the counts they run.
 const ScheduledCount = `(SELECT CASE WHEN h.n < $1 THEN h.n
         ELSE greatest(h.n, (SELECT sum(m)::bigint FROM (SELECT max(c.reltuples) AS m FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-            WHERE i.indrelid IN (SELECT '{{table}}'::regclass UNION ALL SELECT relid FROM pg_partition_tree('{{table}}') WHERE isleaf)
+            WHERE i.indrelid IN (SELECT {{tableliteral}}::regclass UNION ALL SELECT relid FROM pg_partition_tree({{tableliteral}}) WHERE isleaf)
               AND c.relkind = 'i' AND pg_get_expr(i.indpred, i.indrelid) LIKE '%not_before IS NOT NULL%' GROUP BY i.indrelid) p)) END
     FROM (SELECT count(*) AS n FROM (SELECT 1 FROM {{table}} WHERE state IN ('pending', 'claimed') AND not_before > now() LIMIT $1) s) h)`
 

@@ -250,11 +250,11 @@ func swap(ctx context.Context, tx *sql.Tx, t Table, size, bound int64, check str
 	stmts = append(stmts, outboxsql.RenderPartition(outboxsql.Names{Table: leaf}, outboxsql.ConvertDropCheck, outboxsql.PartitionVars{Object: check}))
 	deflt := ident.Qualified(t.Schema, t.Name+"_default")
 	v(outboxsql.PartitionCreate, outboxsql.PartitionVars{Partition: deflt})
-	v(outboxsql.PartitionOwner, outboxsql.PartitionVars{Partition: deflt})
+	v(outboxsql.PartitionOwner, outboxsql.PartitionVars{Partition: deflt, Object: st.owner})
 	v(outboxsql.PartitionAttachDefault, outboxsql.PartitionVars{Partition: deflt})
 	next := leafName(t.Schema, t.Name, bound)
 	v(outboxsql.PartitionCreate, outboxsql.PartitionVars{Partition: next})
-	v(outboxsql.PartitionOwner, outboxsql.PartitionVars{Partition: next})
+	v(outboxsql.PartitionOwner, outboxsql.PartitionVars{Partition: next, Object: st.owner})
 	v(outboxsql.PartitionAttach, outboxsql.PartitionVars{Partition: next, From: bound, To: bound + size})
 	for _, s := range stmts {
 		if _, err := tx.ExecContext(ctx, s); err != nil {

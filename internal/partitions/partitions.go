@@ -162,6 +162,9 @@ func CreateAhead(ctx context.Context, db DB, t Table, leaves []Leaf, maxID int64
 		name := leafName(t.Schema, t.Name, from)
 		err := inTx(ctx, db, to, func(tx *sql.Tx) error {
 			v := outboxsql.PartitionVars{Partition: name, From: from, To: from + size}
+			if err := tx.QueryRowContext(ctx, t.Names.Render(outboxsql.PartitionTableOwner)).Scan(&v.Object); err != nil {
+				return fmt.Errorf("read the table's owner: %w", err)
+			}
 			for _, tmpl := range []string{outboxsql.PartitionCreate, outboxsql.PartitionOwner} {
 				if _, err := tx.ExecContext(ctx, outboxsql.RenderPartition(t.Names, tmpl, v)); err != nil {
 					return err

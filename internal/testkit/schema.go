@@ -58,15 +58,19 @@ func DatabaseURL(serverURL, name string) (string, error) {
 	return u.String(), nil
 }
 
-// SearchPathURL is dbURL with its connections' search_path set to schema.
+// SearchPathURL is dbURL with its connections' search_path set to schema,
+// quoted, so that any schema name works (a search_path is a list of
+// identifiers, where a space or a comma would split one).
 func SearchPathURL(dbURL, schema string) (string, error) {
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		return "", fmt.Errorf("parse database URL: %w", err)
 	}
 	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
+	q.Set("search_path", ident.Quote(schema))
+	// pgx reads "+" in a query as itself, not a space: spaces as %20
+	// (Encode writes a "+" of the value as %2B).
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	return u.String(), nil
 }
 

@@ -18,11 +18,12 @@
 // Multi is the console of many outbox tables of one database, a schema
 // per tenant say: an index lists every table with its backlog, lag and
 // dead count, and each table has its own console, every page and action of
-// a Console, under tables/<schema>.<table>/. It lists its tables with a
-// function of yours (relay.FindTables in `outbox ui --schemas`) at the
-// first request, then again once Options.DiscoverInterval has passed: a
-// new tenant's table appears without a restart, and a dropped one's URLs
-// answer 404.
+// a Console, under tables/<schema>.<table>/ (a schema whose name is not
+// plain quoted as in SQL, and the whole escaped for a URL). It lists its
+// tables with a function of yours (relay.FindTables in `outbox ui
+// --schemas`) at the first request, then again once
+// Options.DiscoverInterval has passed: a new tenant's table appears
+// without a restart, and a dropped one's URLs answer 404.
 //
 //	m, err := console.NewMulti(db, outboxadmin.Config{}, listTenantTables, console.Options{})
 //	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", m))

@@ -16,13 +16,16 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/ident"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
 // Multi is the web console of many outbox tables of one database (a
 // schema per tenant, say), an http.Handler: an index of every table with
 // its backlog, lag and dead count, and under /tables/<schema>.<table>/ each
-// table's own console, the pages and actions of a Console. Mount it as a
+// table's own console, the pages and actions of a Console. A schema whose
+// name is not plain is quoted as in SQL ("tenant a".outbox), and the name
+// is escaped in the URL (/tables/%22tenant%20a%22.outbox/). Mount it as a
 // Console. It is safe for concurrent use.
 //
 // It lists its tables with the function NewMulti takes, at the first
@@ -104,15 +107,15 @@ func (m *Multi) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // errNoTable answers the URL of a table the Multi does not serve.
 var errNoTable = errors.New("no such outbox table: it is not one the console serves, or it was dropped")
 
-// tableName is a table as a Multi names it, in its index and its URLs:
-// schema.table.
+// tableName is a table as a Multi names it, in its index and (escaped)
+// its URLs: schema.table, a schema whose name is not plain quoted
+// (ident.Readable), so that every table has a name of its own.
 func tableName(t txoutbox.Table) string {
-	name := cmp.Or(t.Name, txoutbox.TableNameDefault)
-	if t.Schema == "" {
-		return name
-	}
-	return t.Schema + "." + name
+	return ident.ReadableQualified(t.Schema, cmp.Or(t.Name, txoutbox.TableNameDefault))
 }
+
+// tableHref is the path of table name's console, relative to the index.
+func tableHref(name string) string { return "tables/" + url.PathEscape(name) + "/" }
 
 // retryListAfter is how soon after a listing a failed page has the tables
 // listed again.
@@ -242,7 +245,24 @@ func (m *Multi) table(w http.ResponseWriter, r *http.Request) {
 		m.sh.fail(w, r, errNoTable)
 		return
 	}
-	http.StripPrefix("/tables/"+name, con.handler).ServeHTTP(w, r)
+	con.handler.ServeHTTP(w, underTable(r))
+}
+
+// underTable is r for the console of the table its path names: the path
+// after /tables/<name>, as http.StripPrefix would give it, but cut in the
+// escaped path, where a "/" of the name is still %2F.
+func underTable(r *http.Request) *http.Request {
+	_, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.EscapedPath(), "/tables/"), "/")
+	rest = "/" + rest
+	r2 := new(http.Request)
+	*r2 = *r
+	r2.URL = new(url.URL)
+	*r2.URL = *r.URL
+	r2.URL.RawPath = rest
+	if p, err := url.PathUnescape(rest); err == nil {
+		r2.URL.Path = p
+	}
+	return r2
 }
 
 // toTable sends /tables/<name> to /tables/<name>/, where the table's
@@ -353,7 +373,7 @@ func (m *Multi) readRows(ctx context.Context, names []string, cons []*Console) [
 	sem := make(chan struct{}, indexReaders)
 	var wg sync.WaitGroup
 	for i, name := range names {
-		rows[i] = indexRow{Name: name, Href: "tables/" + name + "/"}
+		rows[i] = indexRow{Name: name, Href: tableHref(name)}
 		if cons[i] == nil { // let go since the listing
 			rows[i].Failed = true
 			continue

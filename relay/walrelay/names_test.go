@@ -20,13 +20,39 @@ import (
 // slot in it, is dropped when the test ends.
 func (b *bundle) inOtherDatabase(t *testing.T) *bundle {
 	t.Helper()
-	s := testkit.NewSchema(t, testkit.NewDatabase(t), b.db.Schema, true)
+	return bundleOf(t, testkit.NewSchema(t, testkit.NewDatabase(t), b.db.Schema, true))
+}
+
+// bundleOf is a bundle of the outbox migrated into s.
+func bundleOf(t *testing.T, s *testkit.Schema) *bundle {
+	t.Helper()
 	db := &testkit.DB{SQL: s.SQL, URL: s.URL, Schema: s.Name}
 	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table(), DisableNotify: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &bundle{db: db, w: w, pub: newRecorder()}
+}
+
+// A table in a schema of any name PostgreSQL allows streams under the
+// default names, which hold only a slot name's characters whatever the
+// schema's; names set by hand work too.
+func TestDefaultNamesOfASchemaOfAnyName(t *testing.T) {
+	t.Parallel()
+	table := txoutbox.Table{Schema: `tenant_q"x; drop table y; --`}
+	for _, cfg := range []Config{{Table: table}, {Table: table, Publication: "txoutbox_tenant_qx", Slot: "txoutbox_tenant_qx"}} {
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("%+v: %v", cfg, err)
+		}
+	}
+	base := setup(t)
+	b := bundleOf(t, testkit.NewSchema(t, base.db.URL, `tenant "q" x; `+base.db.Schema[len(base.db.Schema)-8:], true))
+	t.Cleanup(func() { b.dropSlot(t) })
+	r, _ := b.startRelay(t)
+	if want := b.defaultName(); r.Slot() != want || r.Publication() != want || validSlotName(want) != nil {
+		t.Fatalf("slot %s, publication %s; want %s, a slot name", r.Slot(), r.Publication(), want)
+	}
+	b.pub.waitFor(t, b.write(t, "k")...)
 }
 
 // slotOf reads slot: whether it exists, its database and whether a

@@ -1,11 +1,13 @@
 package publish
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/ident"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -31,18 +33,13 @@ func durationBuckets() []float64 {
 // publish metrics.
 const TableAttribute = "txoutbox.table"
 
-// TableValue is the TableAttribute value of t: "schema.name", or the name
-// alone when the table is unqualified. Names are plain identifiers
-// (txoutbox.Table.Validate), so they need no quoting.
+// TableValue is the TableAttribute value of t, also the table's name in
+// the logs: "schema.name", or the name alone when the table is
+// unqualified. A schema whose name is not plain (a space, a quote, a dot,
+// a non-ASCII letter) is quoted as in SQL (ident.Readable), so that each
+// table has a value of its own: "\"tenant a\".outbox".
 func TableValue(t txoutbox.Table) string {
-	name := t.Name
-	if name == "" {
-		name = txoutbox.TableNameDefault
-	}
-	if t.Schema == "" {
-		return name
-	}
-	return t.Schema + "." + name
+	return ident.ReadableQualified(t.Schema, cmp.Or(t.Name, txoutbox.TableNameDefault))
 }
 
 // instruments are the publish core's: the duration and the count of
