@@ -22,17 +22,7 @@ func TestWALModeRelayStatusAndTakeover(t *testing.T) {
 	t.Parallel()
 	e := newOps(t)
 	slot := outboxsql.WALName(e.db.Database(), e.db.Schema, "")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		for ctx.Err() == nil {
-			if _, err := e.db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot); err == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		_, _ = e.db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+slot)
-	})
+	t.Cleanup(func() { dropWALSlot(t, e.db, slot) })
 	before, _ := e.write(t, "orders", "o-1", "order.placed")
 	b := startOutbox(t, nil, append([]string{"relay", "--mode", "wal", "--dev-broker", "--cleanup-interval", "100ms", "--metrics-addr", "127.0.0.1:0"}, e.flags...)...)
 	b.waitOutput(t, "from slot "+slot)
@@ -96,6 +86,7 @@ func TestWALRelaysOfTwoDatabasesKeepToTheirOwnSlots(t *testing.T) {
 		writer: testkit.NewWriter(t, s.Table())}
 	slotA := outboxsql.WALName(a.db.Database(), a.db.Schema, "")
 	slotB := outboxsql.WALName(b.db.Database(), b.db.Schema, "")
+	t.Cleanup(func() { dropWALSlot(t, a.db, slotA) }) // slotB goes with its database
 	relayArgs := []string{"relay", "--mode", "wal", "--dev-broker", "--cleanup-interval", "100ms", "--standby-retry", "100ms"}
 	ra := startOutbox(t, nil, append(append(relayArgs, "--id", "a"), a.flags...)...)
 	ra.waitOutput(t, "from slot "+slotA)
@@ -138,6 +129,23 @@ func TestWALRelaysOfTwoDatabasesKeepToTheirOwnSlots(t *testing.T) {
 	ra = startOutbox(t, nil, append(append(relayArgs, "--id", "a2"), a.flags...)...)
 	ra.waitOutput(t, "relay a2 streaming")
 	waitFor(t, 20*time.Second, "the event written while relay a was stopped published", published(a, meanwhile))
+}
+
+// dropWALSlot drops slot, of db's database, and the publication of its
+// name, once its walsender is gone: a slot left behind holds the shared
+// server's WAL forever.
+func dropWALSlot(t *testing.T, db *testkit.DB, slot string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		if _, err := db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+			WHERE slot_name = $1 AND database = current_database()`, slot); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, _ = db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+slot)
 }
 
 func TestWALModeUsageErrors(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/ident"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
@@ -76,11 +77,14 @@ func (b *bundle) slotByHand(t *testing.T) (slot, pub string) {
 
 // dropSlot drops the test's slot and publication: a slot left behind
 // holds the shared server's WAL forever.
-func (b *bundle) dropSlot(t *testing.T) {
+func (b *bundle) dropSlot(t *testing.T) { b.dropSlotNamed(t, b.defaultName()) }
+
+// dropSlotNamed drops slot, of the bundle's database, once its walsender
+// is gone, and the publication of its name.
+func (b *bundle) dropSlotNamed(t *testing.T, slot string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	slot := b.defaultName()
 	for {
 		_, err := b.db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
 			WHERE slot_name = $1 AND database = current_database()`, slot)
@@ -93,7 +97,7 @@ func (b *bundle) dropSlot(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond) // still active: its walsender is exiting
 	}
-	if _, err := b.db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+b.defaultName()); err != nil {
+	if _, err := b.db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+ident.Quote(slot)); err != nil {
 		t.Errorf("drop publication: %v", err)
 	}
 }

@@ -70,6 +70,17 @@
 // Takeover drops the slot after marking published exactly the rows the
 // slot confirmed (`outbox wal takeover`).
 //
+// # Names
+//
+// A slot belongs to one database, but its name is the server's. The
+// default names of the slot and the publication (SlotDefault) are made of
+// the database, the schema and the table, so two databases' relays of
+// tables named alike never meet on one slot; Run resolves them when it
+// connects (Relay.Slot), keeping a slot of an earlier version's default
+// name that exists in its own database (see Config.Slot). Neither Run nor
+// Takeover streams, drops or takes over a slot of another database
+// (ErrSlotOtherDatabase).
+//
 // # Availability
 //
 // A slot streams to one connection at a time: a second relay's

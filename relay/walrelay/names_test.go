@@ -12,6 +12,7 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/migrations"
 )
 
 // inOtherDatabase is an outbox in a database of the test's own on the
@@ -101,10 +102,7 @@ func TestDefaultNamesKeepAnEarlierVersionsSlotOfTheirDatabaseOnly(t *testing.T) 
 	t.Parallel()
 	a := setup(t)
 	old := outboxsql.WALLegacyName(a.db.Schema, "")
-	t.Cleanup(func() {
-		a.exec(t, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, old)
-		a.exec(t, `DROP PUBLICATION IF EXISTS `+old)
-	})
+	t.Cleanup(func() { a.dropSlotNamed(t, old) })
 	// The earlier version's relay: its default names were these.
 	earlier := a.config()
 	earlier.Slot, earlier.Publication = old, old
@@ -163,10 +161,7 @@ func TestDefaultNamesKeepTheUnqualifiedNamesOfARelayFromBefore(t *testing.T) {
 	old := outboxsql.WALLegacyName("", name)
 	b.exec(t, `CREATE PUBLICATION `+old+` FOR TABLE `+name+` WITH (publish = 'insert')`)
 	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, old)
-	t.Cleanup(func() {
-		b.exec(t, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, old)
-		b.exec(t, `DROP PUBLICATION IF EXISTS `+old)
-	})
+	t.Cleanup(func() { b.dropSlotNamed(t, old) })
 	cfg := b.config()
 	cfg.Table = txoutbox.Table{Name: name}
 	r := b.newRelay(t, cfg)
@@ -213,4 +208,62 @@ func TestSlotOfAnotherDatabaseIsNeverUsedNorDropped(t *testing.T) {
 	b.pub = newRecorder()
 	b.startRelay(t)
 	b.pub.waitFor(t, written...)
+}
+
+// Two schemas' outboxes in one database whose names read alike once made
+// lower-case or joined with "_" (schema "<p>_x" with the table "outbox"
+// and schema "<p>" with the table "x_outbox"; schemas "<p>_Up" and
+// "<p>_up") get default names of their own: every relay streams its own
+// table through its own publication and slot.
+func TestDefaultNamesOfTwoSchemasOfOneDatabaseDiffer(t *testing.T) {
+	t.Parallel()
+	base := setup(t)
+	p := base.db.Schema
+	type outbox struct {
+		b     *bundle
+		table txoutbox.Table
+	}
+	var outboxes []outbox
+	for _, table := range []txoutbox.Table{{Schema: p + "_x"}, {Schema: p, Name: "x_outbox"}, {Schema: p + "_Up"}, {Schema: p + "_up"}} {
+		var s *testkit.Schema
+		if table.Schema == p {
+			s = &testkit.Schema{SQL: base.db.SQL, URL: base.db.URL, Name: p}
+			m, err := migrations.New(base.db.SQL, migrations.Config{Table: table})
+			if err == nil {
+				_, err = m.Up(context.Background())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			s = testkit.NewSchema(t, base.db.URL, table.Schema, true)
+		}
+		b := bundleOf(t, s)
+		w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: table, DisableNotify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.w = w
+		t.Cleanup(func() { b.dropSlotNamed(t, SlotDefault(base.db.Database(), table)) })
+		outboxes = append(outboxes, outbox{b, table})
+	}
+	var relays []*Relay
+	for _, o := range outboxes {
+		cfg := o.b.config()
+		cfg.Table = o.table
+		r := o.b.newRelay(t, cfg)
+		run(t, r)
+		relays = append(relays, r)
+	}
+	seen := map[string]bool{}
+	for i, r := range relays {
+		testkit.WaitFor(t, 20*time.Second, "every relay streams", r.Active)
+		if seen[r.Slot()] || seen[r.Publication()] {
+			t.Errorf("relay of %s: slot %s, publication %s, taken by another table", outboxes[i].table, r.Slot(), r.Publication())
+		}
+		seen[r.Slot()], seen[r.Publication()] = true, true
+	}
+	for _, o := range outboxes {
+		o.b.pub.waitFor(t, o.b.write(t, "k")...)
+	}
 }

@@ -618,6 +618,9 @@ func TestResumeReadsTheSettledRowFromTheMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
+	if err := r2.resolveNames(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
 	settled := b.markerOf(t).settled
 	rs, err := r2.resumeFrom(ctx, pool)
 	if err != nil {
@@ -631,6 +634,9 @@ func TestResumeReadsTheSettledRowFromTheMarker(t *testing.T) {
 	m.settled = -1
 	b.exec(t, `COMMENT ON PUBLICATION `+b.defaultName()+` IS '`+m.String()+`'`)
 	r3 := b.newRelay(t, cfg)
+	if err := r3.resolveNames(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
 	if rs, err = r3.resumeFrom(ctx, pool); err != nil {
 		t.Fatal(err)
 	}

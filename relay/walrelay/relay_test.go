@@ -362,9 +362,12 @@ func TestServerChecks(t *testing.T) {
 			t.Errorf("%+v: %v, want ErrUnsupported", f, err)
 		}
 	}
-	r := &Relay{cfg: Config{Slot: "s"}}
-	if err := r.usable(slotState{exists: true, walStatus: "lost", plugin: "pgoutput"}); !errors.Is(err, ErrSlotLost) {
+	r := &Relay{cfg: Config{Slot: "s"}, database: "d"}
+	if err := r.usable(slotState{exists: true, walStatus: "lost", plugin: "pgoutput", here: true}); !errors.Is(err, ErrSlotLost) {
 		t.Errorf("lost slot: %v, want ErrSlotLost", err)
+	}
+	if err := r.usable(slotState{exists: true, walStatus: "reserved", plugin: "pgoutput", database: "e"}); !errors.Is(err, ErrSlotOtherDatabase) {
+		t.Errorf("slot of another database: %v, want ErrSlotOtherDatabase", err)
 	}
 }
 
