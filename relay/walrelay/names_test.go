@@ -96,8 +96,9 @@ func TestDefaultNamesAreKeyedByTheDatabase(t *testing.T) {
 // A slot of an earlier version's default name ("txoutbox_<schema>_<table>")
 // is kept by an upgraded relay of the default names in its database, which
 // goes on from it: the events written while no relay ran are published,
-// and no other slot is made. A relay of the other database, whose schema
-// and table are named alike, never takes it: it makes a slot of its own.
+// and no other slot is made. The other database, whose schema and table
+// are named alike, never takes it: its Takeover does not drop it, and its
+// relay makes a slot of its own.
 func TestDefaultNamesKeepAnEarlierVersionsSlotOfTheirDatabaseOnly(t *testing.T) {
 	t.Parallel()
 	a := setup(t)
@@ -114,7 +115,15 @@ func TestDefaultNamesKeepAnEarlierVersionsSlotOfTheirDatabaseOnly(t *testing.T) 
 	}
 	meanwhile := a.write(t, "k", "j")
 
+	// The other database's operator, as the refusal below used to advise:
+	// its takeover, forced, finds no slot of its own and drops none.
 	b := a.inOtherDatabase(t)
+	if _, err := Takeover(context.Background(), b.db.URL, TakeoverConfig{Table: b.db.Table(), Force: true}); err == nil {
+		t.Fatal("Takeover in the other database, which has no slot, succeeded")
+	}
+	if exists, _, _ := a.slotOf(t, old); !exists {
+		t.Fatalf("slot %s is gone", old)
+	}
 	rb := b.newRelay(t, b.config())
 	run(t, rb)
 	testkit.WaitFor(t, 20*time.Second, "the other database's relay streams", rb.Active)

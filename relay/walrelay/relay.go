@@ -172,8 +172,11 @@ func newRelay(connString string, cfg Config) (*Relay, error) {
 	r := &Relay{cfg: cfg, connString: connString, log: log, names: names, sql: render(names),
 		defaultPub: defaultPub, defaultSlot: defaultSlot}
 	r.settledHigh.Store(-1)
-	r.slotName.Store(&r.cfg.Slot)
-	r.pubName.Store(&r.cfg.Publication)
+	// Copies: Slot and Publication read them from other goroutines while
+	// Run sets r.cfg's.
+	slot, pub := cfg.Slot, cfg.Publication
+	r.slotName.Store(&slot)
+	r.pubName.Store(&pub)
 	return r, nil
 }
 
@@ -285,8 +288,9 @@ func (r *Relay) Run(ctx context.Context) error {
 // publication carrying the table and a slot of this database. Those are
 // kept, so a relay upgraded in place goes on from its slot; a slot of
 // that name in another database, once shared by every database's relays,
-// is never taken. Only explicit names are ever looked up in other
-// databases, to refuse them (ErrSlotOtherDatabase).
+// is never taken. An explicit name is kept as it is: a slot of that name
+// in another database is refused where the slot is read (usable,
+// ErrSlotOtherDatabase).
 func (r *Relay) resolveNames(ctx context.Context, q pgxQuerier) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
@@ -364,6 +368,7 @@ func (r *Relay) namesFound(ctx context.Context, q pgxQuerier, names []string) (m
 	if err != nil {
 		return nil, fmt.Errorf("walrelay: look up the default names: %w", err)
 	}
+	defer rows.Close()
 	out := map[string]nameFound{}
 	for rows.Next() {
 		var (
@@ -371,7 +376,6 @@ func (r *Relay) namesFound(ctx context.Context, q pgxQuerier, names []string) (m
 			f nameFound
 		)
 		if err := rows.Scan(&n, &f.publication, &f.carries, &f.slot); err != nil {
-			rows.Close()
 			return nil, fmt.Errorf("walrelay: look up the default names: %w", err)
 		}
 		out[n] = f

@@ -66,7 +66,7 @@ func (r *Relay) slotState(ctx context.Context, q pgxQuerier) (slotState, error) 
 // usable rejects a slot the relay cannot stream from.
 func (r *Relay) usable(s slotState) error {
 	if !s.here {
-		return r.otherDatabase(s)
+		return r.otherDatabase(s, ownSlot)
 	}
 	if s.walStatus == "lost" {
 		return fmt.Errorf("%w: slot %s has wal_status lost: PostgreSQL removed WAL it still needed (max_slot_wal_keep_size), "+
@@ -79,12 +79,14 @@ func (r *Relay) usable(s slotState) error {
 }
 
 // otherDatabase is the error of slot s, of another database than the
-// relay's.
-func (r *Relay) otherDatabase(s slotState) error {
-	return fmt.Errorf("%w: slot %s is database %s's, and this relay's database is %s: slot names are the server's; "+
-		"give this relay a slot of its own (leave the slot's name to its default, which is unique per database, or pick another)",
-		ErrSlotOtherDatabase, r.cfg.Slot, s.database, r.database)
+// relay's, ending with what to do.
+func (r *Relay) otherDatabase(s slotState, todo string) error {
+	return fmt.Errorf("%w: slot %s is database %s's, not %s's (a slot's name is the server's, the slot one database's): %s",
+		ErrSlotOtherDatabase, r.cfg.Slot, s.database, r.database, todo)
 }
+
+// ownSlot says what to do about a slot of another database.
+const ownSlot = "give this relay a slot of its own: leave the slot's name to its default (unique per database) or name another"
 
 // marker returns the publication's comment, the relay's marker ("" when
 // none), and whether the publication exists.

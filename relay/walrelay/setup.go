@@ -54,7 +54,7 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 		return err
 	}
 	if st.exists && !st.here {
-		return r.otherDatabase(st) // made in another database since session looked
+		return r.otherDatabase(st, ownSlot) // made in another database since session looked
 	}
 	mark, _, err := r.readMarker(ctx, conn)
 	if err != nil {

@@ -122,7 +122,8 @@ func Takeover(ctx context.Context, connString string, cfg TakeoverConfig) (Takeo
 	if !st.here {
 		// Checked before anything else: the slot streams another
 		// database's outbox, whatever this one's state.
-		return res, fmt.Errorf("walrelay: takeover: %w", r.otherDatabase(st))
+		return res, fmt.Errorf("walrelay: takeover: %w", r.otherDatabase(st,
+			"it streams that database's outbox and is left alone; name this database's slot, or none for the WAL relay's default"))
 	}
 	if st.active {
 		return res, fmt.Errorf("%w: %s: stop the WAL relays first", ErrSlotActive, r.cfg.Slot)
