@@ -301,11 +301,14 @@ type HandoverArgs struct {
 func (a HandoverArgs) Args() []any { return []any{a.Owner, ShardMask(a.Shards), a.Window} }
 
 // WalkSettings runs first in the transaction of a statement that walks an
-// index in order up to a limit (ShardsInHandover): with stale statistics
-// the planner would rather read and sort every row the index holds. See
-// ClaimSettings. $1 is the statement timeout.
+// index in order up to a limit (ShardsInHandover, RepairRetryAt, ClaimLow):
+// with stale statistics the planner would rather read and sort every row
+// the index holds. JIT is off, as for the claim: a scan the settings price
+// out (the claim floor's one row, read whole) puts the plan's cost far
+// above jit_above_cost, and compiling RepairRetryAt took half a second,
+// a hundred times its run. See ClaimSettings. $1 is the statement timeout.
 const WalkSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
-       set_config('enable_seqscan', 'off', true), set_config('statement_timeout', $1, true)`
+       set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true), set_config('statement_timeout', $1, true)`
 
 // ShardsArgs binds ReleaseShards and AcquireShards.
 type ShardsArgs struct {
@@ -393,7 +396,7 @@ func (p ClaimFloorProof) RaiseArgs() []any { return []any{p.MaxID, p.Gen} }
 // floor on in id order, and the first $1 due retries no relay holds in
 // retry_at order, in each passing over the rows held back behind a retry
 // in backoff, as Claim does (one probe each). It reads what a claim reads,
-// whatever the backlog, and locks only the rows it repairs, passing over
+// whatever the backlog (run it after WalkSettings), and locks only the rows it repairs, passing over
 // those another transaction holds. A row is tested against the clock when
 // it is read, not the transaction's start: a release or a write committed
 // since then set next_attempt_at to its own now(), which would be later.
