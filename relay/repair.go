@@ -17,13 +17,15 @@ import (
 // and cannot take, so that a batch of them held back every aggregate of
 // the shards behind them (outboxsql.RepairRetryAt says which rows, and
 // why the repair changes nothing they wait for). It reads what one claim
-// reads, in a round of its own: the first round the relay has shards,
-// each round its shards changed, and every repairRounds rounds, so a
-// table written to by a relay of schema version 3 or 4 (during an
-// upgrade) or restored from an older dump while the relay runs is
-// repaired within repairRounds heartbeats. It names what it repaired once
-// per episode (the rounds in a row that repair rows), with the rows never
-// due apart: those hold back their aggregates until an operator acts.
+// reads, in a round of its own after the claim floor's (floorRaiser.run,
+// so the relay's loops hold no more connections at once): the first round
+// the relay has shards, each round its shards changed, and every
+// repairRounds rounds, so a table written to by a relay of schema version
+// 3 or 4 (during an upgrade) or restored from an older dump while the
+// relay runs is repaired within repairRounds heartbeats. It names what it
+// repaired once per episode (the rounds in a row that repair rows), with
+// the rows never due apart: those hold back their aggregates until an
+// operator acts.
 type repairer struct {
 	db  *sql.DB
 	sql *statements
@@ -31,11 +33,10 @@ type repairer struct {
 	members interface {
 		claimable() (*incarnation, []int16)
 	}
-	window   int           // BatchSize: the rows a claim reads of each kind
-	interval time.Duration // HeartbeatInterval
-	timeout  time.Duration // StatementTimeout
-	log      *slog.Logger
-	met      *metrics
+	window  int           // BatchSize: the rows a claim reads of each kind
+	timeout time.Duration // StatementTimeout
+	log     *slog.Logger
+	met     *metrics
 	// table names the table in the logs; empty where the logger names it
 	// (a Group's relays).
 	table string
@@ -55,15 +56,10 @@ const repairRounds = 10
 // repairNamed is how many row ids a log line names at most.
 const repairNamed = 20
 
-// run repairs every repairRounds rounds of interval, and in a round whose
-// shards are new, until ctx ends.
-func (r *repairer) run(ctx context.Context) {
-	t := newSpreadTicker(r.interval)
-	defer t.Stop()
-	for t.tick(ctx) {
-		if err := r.round(ctx); err != nil && ctx.Err() == nil {
-			r.log.Debug("relay: repair round failed", "err", err)
-		}
+// tick runs a round, logging its failure.
+func (r *repairer) tick(ctx context.Context) {
+	if err := r.round(ctx); err != nil && ctx.Err() == nil {
+		r.log.Debug("relay: repair round failed", "err", err)
 	}
 }
 

@@ -54,7 +54,8 @@ func TestForeignRowsDoNotStallTheClaims(t *testing.T) {
 	b.foreign(t, 2000, "restored-", "now() + interval '1 hour'", "")
 	b.write(t, 1, aggregates("fresh-", 500)...)
 	logs := &testkit.SyncBuffer{}
-	r := b.newRelayWith(t, nopPublisher{}, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	mp := newMeterRecorder()
+	r := b.newRelayWith(t, nopPublisher{}, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.NewTextHandler(logs, nil)), MeterProvider: mp})
 	start(t, r)
 	b.waitPublished(t, 15*time.Second, 500)
 	if n := b.count(t, `SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'restored-%' AND state = 'pending'
@@ -75,6 +76,15 @@ func TestForeignRowsDoNotStallTheClaims(t *testing.T) {
 	if len(warned) != 1 || !strings.Contains(warned[0], "rows=2000") || !strings.Contains(warned[0], "table="+b.db.Schema+".outbox") ||
 		!strings.Contains(warned[0], `ids="[1 2 3 `) {
 		t.Fatalf("want one warning naming the table, the 2,000 rows and their first ids; logged:\n%s", logs.String())
+	}
+	var repaired float64
+	for _, p := range mp.recorded() {
+		if p.name == "txoutbox.relay.repaired" && p.table() == b.db.Schema+".outbox" {
+			repaired += p.value
+		}
+	}
+	if repaired != 2000 {
+		t.Fatalf("txoutbox.relay.repaired counted %v rows, want 2000", repaired)
 	}
 }
 
