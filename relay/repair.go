@@ -153,7 +153,8 @@ func (r *repairer) repair(ctx context.Context, shards []int16) ([]repairedRow, e
 func (r *repairer) report(ctx context.Context, rows []repairedRow) {
 	if len(rows) == 0 {
 		if r.episode > r.named {
-			r.log.Info("relay: repaired more rows no relay writes since the first", r.attrs("rows", r.episode-r.named, "in_all", r.episode)...)
+			r.log.Info("relay: repaired rows no relay writes: no more found; more were repaired after the warning",
+				r.attrs("rows", r.episode-r.named, "in_all", r.episode)...)
 		}
 		r.episode, r.named = 0, 0
 		return
@@ -184,8 +185,9 @@ func (r *repairer) report(ctx context.Context, rows []repairedRow) {
 			kv = append(kv, "due_until", until)
 		}
 		r.log.Warn("relay: repaired rows no relay writes: in backoff by next_attempt_at alone (restored from a dump older than schema version 5, "+
-			"inserted by hand, or failed by a relay of version 3 or 4), they filled the claims and held back other aggregates; "+
-			"retry_at is now their next_attempt_at: each still waits until then, and holds back its own aggregate's later events",
+			"inserted by hand, or failed by a relay of version 3 or 4), the claims read them and could not take them, and enough of them "+
+			"held back every other aggregate; retry_at is now their next_attempt_at: each still waits until then, "+
+			"holding back its own aggregate's later events only",
 			r.attrs(kv...)...)
 	}
 	if len(never) > 0 {

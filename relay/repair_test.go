@@ -174,10 +174,12 @@ func TestRepairKeepsTheOrderAndLeavesWhatRelaysWrite(t *testing.T) {
 	}
 }
 
-// A row never due (next_attempt_at 'infinity') is repaired like the rest,
-// so it holds back only its own aggregate, and named apart: it holds it
-// back until an operator acts.
-func TestRepairNamesRowsNeverDue(t *testing.T) {
+// The rows repaired are named once per episode (the rounds in a row that
+// repair some), with how many more came after at its end, and a row never
+// due (next_attempt_at 'infinity') is repaired like the rest, so it holds
+// back only its own aggregate, and named apart: it holds it back until an
+// operator acts.
+func TestRepairNamesTheRowsOncePerEpisode(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
 	b.foreign(t, 1, "stuck", "'infinity'", "")                           // 1
@@ -185,9 +187,14 @@ func TestRepairNamesRowsNeverDue(t *testing.T) {
 	logs := &testkit.SyncBuffer{}
 	r := b.newRelayWith(t, nopPublisher{}, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	ready(t, r)
-	if err := r.repairer.round(context.Background()); err != nil {
-		t.Fatal(err)
+	round := func() {
+		t.Helper()
+		r.repairer.rounds = repairRounds
+		if err := r.repairer.round(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
+	round()
 	out := logs.String()
 	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, `rows=2 ids="[1 2]"`) {
 		t.Fatalf("want a warning naming rows 1 and 2; logged:\n%s", out)
@@ -195,15 +202,16 @@ func TestRepairNamesRowsNeverDue(t *testing.T) {
 	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "never due") || !strings.Contains(out, "rows=1 ids=[1]") {
 		t.Fatalf("want an error naming row 1, never due; logged:\n%s", out)
 	}
-	// A second repair finds nothing and ends the episode quietly.
-	r.repairer.rounds = repairRounds
-	if err := r.repairer.round(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Count(logs.String(), "level=WARN") != 1 {
-		t.Fatalf("want the rows named once; logged:\n%s", logs.String())
-	}
-	if b.count(t, `SELECT count(*) FROM outbox WHERE retry_at = 'infinity'`) != 1 {
+	if b.count(t, `SELECT count(*) FROM outbox WHERE id = 1 AND retry_at = 'infinity'`) != 1 {
 		t.Fatal("row 1's retry_at is not 'infinity'")
+	}
+	b.foreign(t, 1, "again", "now() + interval '1 hour'", "") // 3: the episode goes on
+	round()
+	round()
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
+		t.Fatalf("%d warnings, want the rows named once; logged:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "no more found") || !strings.Contains(logs.String(), "rows=1 in_all=3") {
+		t.Fatalf("want the episode's end to say 1 more row was repaired, 3 in all; logged:\n%s", logs.String())
 	}
 }
