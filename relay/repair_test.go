@@ -130,10 +130,23 @@ func repairOnce(t *testing.T, r *Relay) string {
 // aggregate's rows, none of which it could take. Repaired, the row holds
 // back its own aggregate's later rows and nothing else, until it is due,
 // and then goes first. The rows relays and writers write in every state
-// are left as they are.
+// are left as they are. The same on an outbox partitioned by ranges of
+// ids, the rows spread over several partitions.
 func TestRepairKeepsTheOrderAndLeavesWhatRelaysWrite(t *testing.T) {
 	t.Parallel()
+	for _, partitioned := range []bool{false, true} {
+		t.Run(map[bool]string{false: "table", true: "partitions"}[partitioned], func(t *testing.T) {
+			t.Parallel()
+			testRepairKeepsTheOrder(t, partitioned)
+		})
+	}
+}
+
+func testRepairKeepsTheOrder(t *testing.T, partitioned bool) {
 	b := setupInternal(t)
+	if partitioned {
+		b.partition(t, 4)
+	}
 	b.foreign(t, 1, "k", "now() + interval '1 hour'", "") // 1: k0
 	b.write(t, 5, "k0")                                   // 2..6
 	b.write(t, 1, "m")                                    // 7
