@@ -396,13 +396,13 @@ func (p ClaimFloorProof) RaiseArgs() []any { return []any{p.MaxID, p.Gen} }
 // floor on in id order, and the first $1 due retries no relay holds in
 // retry_at order, in each passing over the rows held back behind a retry
 // in backoff, as Claim does (one probe each). It reads what a claim reads,
-// whatever the backlog (run it after WalkSettings), and locks only the rows it repairs, passing over
-// those another transaction holds. A row is tested against the clock when
-// it is read, not the transaction's start: a release or a write committed
-// since then set next_attempt_at to its own now(), which would be later.
-// It returns each row's id and the time
-// it is due, NULL for one never due (next_attempt_at 'infinity'), which
-// holds back its aggregate until an operator acts.
+// whatever the backlog (run it after WalkSettings), and locks only the
+// rows it repairs, passing over those another transaction holds. A row is
+// tested against the clock when it is read, not the transaction's start: a
+// release or a write committed since then set next_attempt_at to its own
+// now(), which would be later. It returns each row's id and the time it is
+// due, NULL for one never due (next_attempt_at 'infinity'), which holds
+// back its aggregate until an operator acts.
 const RepairRetryAt = `
 WITH fresh AS MATERIALIZED (
     SELECT o.ctid AS tid, o.id
