@@ -225,6 +225,18 @@
 // an unknown topic Sarama's circuit breaker answers "circuit breaker is
 // open" for a while, an outage error that does not count towards dead.
 //
+// Nor does a row no relay wrote. A row in backoff by next_attempt_at alone,
+// with no retry_at (a dump older than schema version 5 restored into
+// today's schema, an insert by hand, a relay of version 3 or 4 failing a
+// publish), is read by the claim and cannot be taken, and a batch of them
+// held back every other aggregate. The relay repairs the ones its claims
+// would read, at start and every ten heartbeats after the claim floor's
+// round: their retry_at becomes their next_attempt_at, so each still
+// waits until then and holds back its own aggregate's later events only. It
+// names them in one warning per episode, with the table and the first ids,
+// counts them in txoutbox.relay.repaired, and names apart, as an error, the
+// rows never due, which hold back their aggregate until an operator acts.
+//
 // # Cost
 //
 // No statement costs more than its batch or an index look-up, whatever the

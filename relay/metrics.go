@@ -38,6 +38,7 @@ type metrics struct {
 	published metric.Int64Counter
 	retried   metric.Int64Counter
 	dead      metric.Int64Counter
+	repaired  metric.Int64Counter
 	batchSize metric.Int64Histogram
 	lag       metric.Float64ObservableGauge
 	backlog   metric.Int64ObservableGauge
@@ -76,6 +77,10 @@ func newMetrics(mp metric.MeterProvider, table string) (*metrics, error) {
 	}
 	if m.dead, err = m.meter.Int64Counter("txoutbox.relay.dead_lettered",
 		metric.WithDescription("Events that became dead: refused by the broker (their own fault, see relay.Permanent) after MaxAttempts failed publishes, or undecodable."), metric.WithUnit("{event}")); err != nil {
+		return nil, err
+	}
+	if m.repaired, err = m.meter.Int64Counter("txoutbox.relay.repaired",
+		metric.WithDescription("Rows no relay writes (in backoff by next_attempt_at alone: restored from an older dump, inserted by hand) that the relay gave the retry_at a relay writes, so they no longer fill its claims; each is named in its log."), metric.WithUnit("{row}")); err != nil {
 		return nil, err
 	}
 	if m.batchSize, err = m.meter.Int64Histogram("txoutbox.relay.claim.batch_size",

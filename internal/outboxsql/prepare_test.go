@@ -76,6 +76,7 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	add("ClaimFloorPassed", outboxsql.ClaimFloorPassed, len(outboxsql.ClaimFloorProof{}.PassedArgs()))
 	add("ClaimFloorRaise", outboxsql.ClaimFloorRaise, len(outboxsql.ClaimFloorProof{}.RaiseArgs()))
 	add("ClaimFloorRead", outboxsql.ClaimFloorRead, 0)
+	add("RepairRetryAt", outboxsql.RepairRetryAt, count(outboxsql.RepairArgs{}))
 	s["ClaimLow"] = prepared{sql: outboxsql.RenderClaimLow(n, []outboxsql.PartitionVars{{Partition: n.Table, From: 1}, {Partition: n.Table, From: 2}}), params: 0}
 	add("SettleSettings", outboxsql.SettleSettings, count(outboxsql.TxTimeoutArgs{}))
 	add("MarkUndecodable", outboxsql.MarkUndecodable, 2)

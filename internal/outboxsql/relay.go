@@ -301,11 +301,14 @@ type HandoverArgs struct {
 func (a HandoverArgs) Args() []any { return []any{a.Owner, ShardMask(a.Shards), a.Window} }
 
 // WalkSettings runs first in the transaction of a statement that walks an
-// index in order up to a limit (ShardsInHandover): with stale statistics
-// the planner would rather read and sort every row the index holds. See
-// ClaimSettings. $1 is the statement timeout.
+// index in order up to a limit (ShardsInHandover, RepairRetryAt, ClaimLow):
+// with stale statistics the planner would rather read and sort every row
+// the index holds. JIT is off, as for the claim: a scan the settings price
+// out (the claim floor's one row, read whole) puts the plan's cost far
+// above jit_above_cost, and compiling RepairRetryAt took half a second,
+// a hundred times its run. See ClaimSettings. $1 is the statement timeout.
 const WalkSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
-       set_config('enable_seqscan', 'off', true), set_config('statement_timeout', $1, true)`
+       set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true), set_config('statement_timeout', $1, true)`
 
 // ShardsArgs binds ReleaseShards and AcquireShards.
 type ShardsArgs struct {
@@ -369,6 +372,83 @@ func (p ClaimFloorProof) PassedArgs() []any { return []any{p.XMax, p.VXIDs} }
 
 // RaiseArgs binds ClaimFloorRaise.
 func (p ClaimFloorProof) RaiseArgs() []any { return []any{p.MaxID, p.Gen} }
+
+// RepairRetryAt gives the rows at the head of a claim's window that no
+// relay wrote so the retry_at a relay writes. An unpublished row no relay
+// holds is due by next_attempt_at and read by the claim by retry_at (see
+// Claim); every writer keeps the two together: a failure (Fail) or an
+// event written for later (Insert) sets both to the same time, anything
+// else sets next_attempt_at to now. A row in backoff by next_attempt_at
+// alone (later than now and than its retry_at) was written otherwise: a
+// dump older than schema version 5 restored into this one (retry_at at its
+// default), an insert by hand, a relay of version 3 or 4 failing it. The
+// claim reads such a row as due, a first attempt or a due retry, and keeps
+// it in its window as a row it cannot take: enough of them (a batch) hold
+// back every aggregate of the shards behind them, and one of them every
+// later row of its own aggregate, however many.
+//
+// Setting retry_at to next_attempt_at changes nothing the row waits for:
+// it is still due at the same time and still holds back its aggregate's
+// later rows until then (as a retry in backoff, on the retries' index),
+// but the claim no longer reads it before then. That is what the
+// statement does, to such rows among the window a claim of the shards $2
+// reads first: the first $1 first attempts no relay holds from the claim
+// floor on in id order, and the first $1 due retries no relay holds in
+// retry_at order, in each passing over the rows held back behind a retry
+// in backoff, as Claim does (one probe each). It reads what a claim reads,
+// whatever the backlog (run it after WalkSettings), and locks only the
+// rows it repairs, passing over those another transaction holds. A row is
+// tested against the clock when it is read, not the transaction's start: a
+// release or a write committed since then set next_attempt_at to its own
+// now(), which would be later. It returns each row's id and the time it is
+// due, NULL for one never due (next_attempt_at 'infinity'), which holds
+// back its aggregate until an operator acts.
+const RepairRetryAt = `
+WITH fresh AS MATERIALIZED (
+    SELECT o.ctid AS tid, o.id
+    FROM {{table}} o
+    WHERE o.state IN ('pending', 'claimed') AND o.retry_at = '-infinity'
+      AND o.id >= (` + ClaimFloorRead + `)
+      AND get_bit($2::varbit, o.shard) = 1 AND o.lease_owner IS NULL
+      AND (SELECT true FROM {{table}} b
+           WHERE b.aggregate_id = o.aggregate_id AND b.id < o.id
+             AND b.state IN ('pending', 'claimed') AND b.retry_at > '-infinity' AND b.retry_at > now()
+           LIMIT 1) IS NULL
+    ORDER BY o.id
+    LIMIT $1
+), retry AS MATERIALIZED (
+    SELECT o.ctid AS tid, o.id
+    FROM {{table}} o
+    WHERE o.state IN ('pending', 'claimed') AND o.retry_at > '-infinity' AND o.retry_at <= now()
+      AND get_bit($2::varbit, o.shard) = 1 AND o.lease_owner IS NULL
+      AND (SELECT true FROM {{table}} h
+           WHERE h.aggregate_id = o.aggregate_id AND h.id < o.id
+             AND h.state IN ('pending', 'claimed') AND h.retry_at > '-infinity' AND h.retry_at > now()
+           LIMIT 1) IS NULL
+    ORDER BY o.retry_at
+    LIMIT $1
+), stray AS MATERIALIZED (
+    SELECT o.id
+    FROM (SELECT tid, id FROM fresh UNION ALL SELECT tid, id FROM retry) w
+    JOIN {{table}} o ON o.ctid = w.tid AND o.id = w.id
+    WHERE o.state NOT IN ('published', 'dead') AND o.lease_owner IS NULL
+      AND o.next_attempt_at > clock_timestamp() AND o.next_attempt_at > o.retry_at
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {{table}} o
+SET retry_at = o.next_attempt_at
+FROM stray s
+WHERE o.id = s.id
+RETURNING o.id, CASE WHEN isfinite(o.next_attempt_at) THEN o.next_attempt_at END`
+
+// RepairArgs binds RepairRetryAt.
+type RepairArgs struct {
+	Window int     // $1: how many rows of each kind to read, a claim's batch
+	Shards []int16 // $2: the shards a claim reads, passed as a ShardMask
+}
+
+// Args returns the parameters in order.
+func (a RepairArgs) Args() []any { return []any{a.Window, ShardMask(a.Shards)} }
 
 // MarkPublished records broker acknowledgements for the rows IDs that Owner
 // still holds under the claim Version. A row taken over by another
