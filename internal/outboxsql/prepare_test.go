@@ -140,6 +140,8 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	}
 	add("InsertColumns", `SELECT `+outboxsql.InsertColumns+` FROM {{table}}`, 0)
 	add("TestEvents", outboxsql.TestEvents, 0)
+	add("TestDrainable", outboxsql.TestDrainable, count(outboxsql.TestDrainArgs{}))
+	add("TestAdvance", outboxsql.TestAdvance, count(outboxsql.TestDrainArgs{}))
 	s["InboxClaim"] = prepared{sql: in.Render(outboxsql.InboxClaim), params: 2}
 	s["InboxPrune"] = prepared{sql: in.Render(outboxsql.InboxPrune), params: 2}
 
