@@ -118,7 +118,9 @@
 // # Delivery not before a time
 //
 // An event written with txoutbox.Event.NotBefore in the future is
-// published no earlier than that time by the database clock. The writer
+// published no earlier than that time by the database clock; one already
+// past when the insert runs (by its statement's clock, however long its
+// transaction has been open) is an ordinary event, due at once. The writer
 // stores the time in the row's retry_at (schema version 7), so the claim
 // reads the row as it reads a retry in backoff: not at all until it is due,
 // then on the retries' index in retry_at order. It is a first attempt all
@@ -150,9 +152,10 @@
 // cost claims, where scheduled events alone cost nothing (see Cost).
 //
 // The WAL relay (package walrelay) publishes at commit and cannot delay an
-// event: the database refuses a scheduled row on a table its slot streams
+// event: the database refuses a row scheduled more than
+// txoutbox.MaxNotBeforeSkew ahead on a table its slot streams
 // (txoutbox.ErrNotBeforeStreamed), and it does not set its slot up while
-// scheduled rows wait.
+// scheduled rows wait. A NotBefore already past publishes at commit.
 //
 // # Latency and polling
 //
