@@ -274,10 +274,12 @@
 // Published rows older than Retention are deleted in batches by one relay at
 // a time (an advisory lock). Dead rows stay until handled. Relay.Stats (and
 // txoutbox.ReadStats, without a relay) returns
-// backlog, lag (how long the oldest due unpublished event has waited), dead
-// count and the events scheduled for later, which are neither backlog nor
-// lag, for health checks; the same figures are OpenTelemetry gauges
-// (txoutbox.outbox.scheduled for the last), with counters
+// backlog, lag (how long the oldest due unpublished event has waited), due
+// lag (the same, leaving out the events held behind a scheduled event of
+// their aggregate: the one to alert on), dead count and the events
+// scheduled for later, which are neither backlog nor lag, for health
+// checks; the same figures are OpenTelemetry gauges (txoutbox.outbox.lag,
+// txoutbox.outbox.due_lag, txoutbox.outbox.scheduled, ...), with counters
 // of published, retried and dead-lettered events, a publish latency
 // histogram, claim batch sizes, owned shards and the outage gauge. Every
 // measurement and publish span carries the table (TableAttribute,
