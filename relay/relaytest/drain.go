@@ -127,7 +127,7 @@ func Drain(ctx context.Context, db *sql.DB, pub message.Publisher, cfg relay.Con
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
 	go func() { done <- r.Run(runCtx) }()
-	end, waitErr := w.wait(ctx, done)
+	ended, waitErr := w.wait(ctx, done)
 	stop()
 	if runErr := <-done; runErr != nil && waitErr == nil {
 		waitErr = runErr
@@ -143,9 +143,9 @@ func Drain(ctx context.Context, db *sql.DB, pub message.Publisher, cfg relay.Con
 	if err != nil {
 		return err
 	}
-	if end != drained {
+	if ended != drained {
 		cause := ctx.Err()
-		if end == scheduledOnly {
+		if ended == scheduledOnly {
 			cause = fmt.Errorf("all scheduled after the deadline %s, or held behind such an event", deadline.UTC().Format(time.RFC3339Nano))
 		}
 		return w.notDrained(readCtx, q, cause, dead)
@@ -181,27 +181,28 @@ type waiter struct {
 	clock    func() time.Time // WithClock's, or nil
 }
 
-// end is how a wait ended.
-type end int
+// outcome is what a look at the outbox found, and how a wait ended.
+type outcome int
 
 const (
-	timedOut      end = iota // ctx ended
-	drained                  // no unpublished row is left
-	scheduledOnly            // what is left cannot be published before the deadline
+	waiting       outcome = iota // rows are left that may be published before the deadline
+	timedOut                     // ctx ended
+	drained                      // no unpublished row is left
+	scheduledOnly                // what is left cannot be published before the deadline
 )
 
 // wait reports when the outbox holds no unpublished row, or only rows
 // that cannot be published before the deadline, or ctx ends first. It
 // checks before the relay claimed anything too: an outbox drained already
 // returns at once.
-func (w waiter) wait(ctx context.Context, done <-chan error) (end, error) {
+func (w waiter) wait(ctx context.Context, done <-chan error) (outcome, error) {
 	t := time.NewTicker(drainCheckInterval)
 	defer t.Stop()
 	for {
-		e, err := w.check(ctx)
+		o, err := w.check(ctx)
 		switch {
-		case err == nil && e != timedOut:
-			return e, nil
+		case err == nil && o != waiting:
+			return o, nil
 		case ctx.Err() != nil:
 			return timedOut, nil
 		case err != nil:
@@ -217,29 +218,29 @@ func (w waiter) wait(ctx context.Context, done <-chan error) (end, error) {
 	}
 }
 
-// check looks at the outbox once: drained, scheduledOnly, or timedOut to
-// say neither yet. Only while events are scheduled does it make those the
-// clock has reached due (WithClock) and look for a row that may still be
-// published before the deadline.
-func (w waiter) check(ctx context.Context) (end, error) {
+// check looks at the outbox once: waiting, drained or scheduledOnly. Only
+// while events are scheduled does it make those the clock has reached due
+// (WithClock) and look for a row that may still be published before the
+// deadline.
+func (w waiter) check(ctx context.Context) (outcome, error) {
 	s, err := txoutbox.ReadStats(ctx, w.db, w.table)
 	switch {
 	case err != nil:
-		return timedOut, err
+		return waiting, err
 	case s.Backlog == 0 && s.Scheduled == 0:
 		return drained, nil
 	case s.Scheduled == 0:
-		return timedOut, nil
+		return waiting, nil
 	}
 	if w.clock != nil {
 		if _, err := w.db.ExecContext(ctx, w.names.Render(outboxsql.TestAdvance), outboxsql.TestDrainArgs{Time: w.clock()}.Args()...); err != nil {
-			return timedOut, fmt.Errorf("make the events due by the clock: %w", err)
+			return waiting, fmt.Errorf("make the events due by the clock: %w", err)
 		}
 	}
 	left, err := w.left(ctx)
 	switch {
 	case err != nil || left.drainable:
-		return timedOut, err
+		return waiting, err
 	case !left.any: // published since the stats were read
 		return drained, nil
 	}
