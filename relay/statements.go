@@ -50,7 +50,7 @@ func render(n outboxsql.Names, walSlot string) *statements {
 		pruneLock:           n.Render(outboxsql.PruneLock),
 		pruneSessionLock:    n.Render(outboxsql.PruneSessionLock),
 		pruneSessionUnlock:  n.Render(outboxsql.PruneSessionUnlock),
-		statsLag:            n.Render(outboxsql.StatsLag),
+		statsLag:            n.Render(outboxsql.StatsLags),
 		statsBacklog:        n.Render(outboxsql.StatsBacklogScheduled),
 		statsDead:           n.Render(outboxsql.StatsDead),
 		walGate:             outboxsql.OpsWALGate,

@@ -101,6 +101,7 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	add("PruneLock", outboxsql.PruneLock, 0)
 	add("Stats", outboxsql.Stats, count(outboxsql.CountArgs{}))
 	add("StatsLag", outboxsql.StatsLag, 0)
+	add("StatsLags", outboxsql.StatsLags, count(outboxsql.CountArgs{}))
 	add("StatsBacklog", outboxsql.StatsBacklog, count(outboxsql.CountArgs{}))
 	add("StatsDead", outboxsql.StatsDead, count(outboxsql.CountArgs{}))
 	add("StatsScheduled", outboxsql.StatsScheduled, count(outboxsql.CountArgs{}))
@@ -110,6 +111,7 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	add("DeadCount", `SELECT `+outboxsql.DeadCount, count(outboxsql.CountArgs{}))
 	add("ScheduledCount", `SELECT `+outboxsql.ScheduledCount, count(outboxsql.CountArgs{}))
 	add("OldestUnpublished", `SELECT `+outboxsql.OldestUnpublished, 0)
+	add("OldestDue", `SELECT `+outboxsql.OldestDue, count(outboxsql.CountArgs{}))
 	add("NextScheduled", `SELECT `+outboxsql.NextScheduled, 0)
 	add("PruneSessionLock", outboxsql.PruneSessionLock, 0)
 	add("PruneSessionUnlock", outboxsql.PruneSessionUnlock, 0)
@@ -141,6 +143,8 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	}
 	add("InsertColumns", `SELECT `+outboxsql.InsertColumns+` FROM {{table}}`, 0)
 	add("TestEvents", outboxsql.TestEvents, 0)
+	add("TestDrainable", outboxsql.TestDrainable, count(outboxsql.TestDrainArgs{}))
+	add("TestAdvance", outboxsql.TestAdvance, count(outboxsql.TestDrainArgs{}))
 	s["InboxClaim"] = prepared{sql: in.Render(outboxsql.InboxClaim), params: 2}
 	s["InboxPrune"] = prepared{sql: in.Render(outboxsql.InboxPrune), params: 2}
 

@@ -800,6 +800,40 @@ const DeadCount = `(SELECT CASE WHEN h.n < $1 THEN h.n
 // without it, it reads the claim index whole.
 const OldestUnpublished = `(SELECT min(greatest(created_at, not_before)) FROM {{table}} WHERE state IN ('pending', 'claimed'))`
 
+// OldestDue is OldestUnpublished for the rows the relay may publish now:
+// it leaves out a row held behind an earlier unpublished row of its
+// aggregate that is scheduled for later (a not_before still to come),
+// which waits by design, not for a relay, and whose lag would grow until
+// the delayed row's time. A row behind a delayed row that has come due,
+// and is not published yet, counts from that row's not_before rather than
+// from its own creation, so it does not show as late the moment it is
+// let go. Rows held behind a failed row in backoff still count: a failure
+// is what the lag is to show. It walks the due index from its first entry
+// (OldestUnpublished's), probing each row's aggregate on the backoff
+// rows' aggregate index (schema version 5) for earlier rows with a
+// not_before, and stops at the first row not held: one entry and one
+// probe while nothing is held. The probe is a LATERAL subquery, which
+// PostgreSQL keeps a probe per row: as NOT EXISTS it may become an
+// anti-join that reads every row in backoff or scheduled. It walks $1
+// entries at most (CountArgs): when all of them are held, the time of the
+// last one read, which no row not held came due before, so the lag shown
+// may be too high, never too low. NULL when no due row is left but held
+// ones.
+const OldestDue = `(SELECT coalesce(
+    (SELECT greatest(w.due, x.nb) FROM (` + dueWalk + `) w,
+         LATERAL (SELECT max(h.not_before) AS nb FROM {{table}} h
+                  WHERE h.aggregate_id = w.aggregate_id AND h.id < w.id
+                    AND h.state IN ('pending', 'claimed') AND h.retry_at > '-infinity') x
+     WHERE x.nb IS NULL OR x.nb <= now()
+     ORDER BY w.due LIMIT 1),
+    (SELECT max(w.due) FROM (` + dueWalk + `) w HAVING count(*) >= $1)))`
+
+// dueWalk is the first $1 due unpublished rows by the time they became
+// due, on the due index.
+const dueWalk = `SELECT greatest(o.created_at, o.not_before) AS due, o.id, o.aggregate_id FROM {{table}} o
+        WHERE o.state IN ('pending', 'claimed') AND greatest(o.created_at, o.not_before) <= now()
+        ORDER BY greatest(o.created_at, o.not_before) LIMIT $1`
+
 // ScheduledCount counts the scheduled rows: unpublished, with a not_before
 // still to come (Event.NotBefore), exactly up to $1 (CountArgs), and from
 // $1 on from the planner's statistics of the scheduled index (as
@@ -835,8 +869,14 @@ const StatsDead = `SELECT ` + DeadCount
 
 // StatsScheduled is Stats with the scheduled rows (ScheduledCount) and the
 // next one's due time (NextScheduled) beside it, in one snapshot, so the
-// backlog they are taken out of is the one they were counted in.
-const StatsScheduled = `SELECT s.*, ` + ScheduledCount + `, ` + NextScheduled + ` FROM (` + Stats + `) s`
+// backlog they are taken out of is the one they were counted in, and the
+// oldest due row not held behind a scheduled one (OldestDue).
+const StatsScheduled = `SELECT s.*, ` + ScheduledCount + `, ` + NextScheduled + `, ` + OldestDue + ` FROM (` + Stats + `) s`
+
+// StatsLags is StatsLag with OldestDue beside it, walking at most $1
+// (CountArgs) entries: the relay's lag gauges.
+const StatsLags = `
+SELECT ` + OldestUnpublished + `, ` + OldestDue + `, now()`
 
 // StatsBacklogScheduled is StatsBacklog and ScheduledCount in one
 // statement, for the relay's backlog and scheduled gauges.

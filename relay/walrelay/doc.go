@@ -58,7 +58,10 @@
 // slot is found in the slot's snapshot, and it drops the slot again), and
 // once its slot streams the table the database refuses such events at
 // write time (schema version 7's trigger; txoutbox.ErrNotBeforeStreamed),
-// as a WALMessages writer does.
+// as a WALMessages writer does: those more than txoutbox.MaxNotBeforeSkew
+// ahead of the statement's clock. A NotBefore already past, or within that
+// slack (clock skew between the writer's host and the database's), is
+// published at commit, in its aggregate's order.
 // Delayed events need the polling relay.
 //
 // # Cleanup and takeover
