@@ -59,7 +59,8 @@
 // once its slot streams the table the database refuses such events at
 // write time (schema version 7's trigger; txoutbox.ErrNotBeforeStreamed),
 // as a WALMessages writer does.
-// Delayed events need the polling relay.
+// Delayed events need the polling relay. A relay that refuses to set its
+// slot up, for either reason, drops the publication it created.
 //
 // # Cleanup and takeover
 //
