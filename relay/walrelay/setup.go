@@ -63,9 +63,9 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	if st.exists && st.active {
 		return errSlotBusy
 	}
-	// refuse is err, why the relay sets no slot up, once the publication
-	// this Run created is dropped: unless a slot was found, which decodes
-	// through it.
+	// refuse returns err, why the relay sets no slot up, after dropping
+	// the publication this Run created; not when a slot was found, which
+	// decodes through it.
 	refuse := func(err error) error {
 		if st.exists {
 			return err
@@ -76,11 +76,12 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	if err := r.gated(ctx, conn, func() error {
 		// A relay that set no slot up may have dropped the publication
 		// since the session found it (dropMadePublication).
-		if _, ok, err := r.marker(ctx, conn); err != nil {
+		switch _, ok, err := r.marker(ctx, conn); {
+		case err != nil:
 			return err
-		} else if !ok && st.exists {
+		case !ok && st.exists:
 			return r.publicationGone()
-		} else if !ok {
+		case !ok:
 			return fmt.Errorf("initialise slot: publication %s was dropped meanwhile; trying again", r.cfg.Publication)
 		}
 		var polling int
