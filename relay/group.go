@@ -480,7 +480,6 @@ func (g *Group) skip(t txoutbox.Table, why string) {
 func (g *Group) start(ctx context.Context, table txoutbox.Table) {
 	cfg := g.cfg.Relay
 	cfg.Table = table
-	cfg.Logger = g.cfg.Relay.Logger.With("table", publish.TableValue(table))
 	r, err := newRelay(g.db, g.pub, cfg, g.conns)
 	if err != nil {
 		g.skip(table, err.Error())

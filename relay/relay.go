@@ -125,7 +125,7 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 		pub:   pub,
 		cfg:   cfg,
 		sql:   render(names, outboxsql.WALName(cfg.Table.Schema, cfg.Table.Name)),
-		log:   cfg.Logger.With("relay", cfg.ID),
+		log:   cfg.Logger.With("relay", cfg.ID, "table", publish.TableValue(cfg.Table)),
 		met:   met,
 		core:  core,
 		clock: &clock{base: time.Now()},
@@ -186,7 +186,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	_, batching := r.pub.(BatchPublisher)
-	r.log.Info("relay starting", "table", r.cfg.Table.String(), "lanes", r.cfg.Lanes, "batch", r.cfg.BatchSize,
+	r.log.Info("relay starting", "lanes", r.cfg.Lanes, "batch", r.cfg.BatchSize,
 		"lane_batch", r.cfg.LaneBatch, "batch_publisher", batching)
 
 	unregister, err := r.met.observe(r.members.owned.Load, r.outage.lasted)

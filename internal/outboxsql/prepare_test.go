@@ -220,6 +220,7 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	exec("WALCreatePublication/all", outboxsql.WALCreatePublication(n, pub, false))
 	exec("WALSetMarker/set", outboxsql.WALSetMarker(pub, "txoutbox: slot s"))
 	exec("WALSetMarker/clear", outboxsql.WALSetMarker(pub, ""))
+	exec("WALDropPublication", outboxsql.WALDropPublication(pub))
 	return s
 }
 
@@ -297,8 +298,8 @@ func TestEveryStatementPrepares(t *testing.T) {
 			}
 		}
 	}
-	if _, err := tx.Exec(ctx, "DROP PUBLICATION "+pub); err != nil {
-		t.Fatal(err)
+	if _, err := tx.Exec(ctx, stmts["WALDropPublication"].sql); err != nil {
+		t.Fatalf("WALDropPublication: %v", err)
 	}
 	if _, err := tx.Exec(ctx, stmts["WALCreatePublication/all"].sql); err != nil {
 		t.Errorf("WALCreatePublication/all: %v", err)

@@ -62,7 +62,8 @@
 // ahead of the statement's clock. A NotBefore already past, or within that
 // slack (clock skew between the writer's host and the database's), is
 // published at commit, in its aggregate's order.
-// Delayed events need the polling relay.
+// Delayed events need the polling relay. A relay that refuses to set its
+// slot up, for either reason, drops the publication it created.
 //
 // # Cleanup and takeover
 //
