@@ -17,10 +17,12 @@ var ErrNoTransaction = errors.New("txoutbox: not in a transaction")
 var ErrNoWALSlot = errors.New("txoutbox: no WAL relay slot streams the outbox table (or wal_level is not logical): table-less events would be lost")
 
 // ErrNotBeforeStreamed is returned for an event with a NotBefore in the
-// future that would be published early: by a Writer with WALMessages
-// (nothing written, the transaction stays usable), or by the database for a
-// table the WAL relay streams (relay/walrelay publishes every event at
-// commit, and its setup installs a trigger that refuses such rows; the
-// transaction is then aborted, as by any database error). Delayed events
-// need the polling relay.
+// future, more than MaxNotBeforeSkew ahead, that would be published early:
+// by a Writer with WALMessages (judged by the writer's clock; nothing
+// written, the transaction stays usable), or by the database for a table
+// the WAL relay streams (judged by the statement's clock: relay/walrelay
+// publishes every event at commit, and the outbox schema's trigger refuses
+// such rows while a WAL relay's slot streams the table; the transaction is
+// then aborted, as by any database error). A NotBefore already past is
+// never refused. Delayed events need the polling relay.
 var ErrNotBeforeStreamed = errors.New("txoutbox: the outbox is streamed by the WAL relay, which publishes at commit: an event with a future NotBefore would go out early")

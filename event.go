@@ -58,14 +58,16 @@ type Event struct {
 	// NotBefore delays the event: the relay publishes it no earlier than
 	// this time by the database clock, within its PollInterval (1s by
 	// default), e.g. a reminder 24 hours after the order it is written
-	// with. Zero, or a time already past when the event is written, means
-	// at once. It must lie within MaxNotBeforeAge before and
-	// MaxNotBeforeDelay after the writer's clock. The events of an
-	// aggregate are still published in the order they were written: a
-	// delayed event holds back the later events of its aggregate until it
-	// is published (give it an aggregate id of its own to let them pass).
-	// The polling relay honours it; a Writer with WALMessages and a table
-	// streamed by the WAL relay refuse such events (see ErrNotBeforeStreamed).
+	// with. Zero, or a time already past when the event is written (by
+	// the database's clock when the insert runs, however long its
+	// transaction has been open), means at once, in every mode. It must
+	// lie within MaxNotBeforeAge before and MaxNotBeforeDelay after the
+	// writer's clock. The events of an aggregate are still published in
+	// the order they were written: a delayed event holds back the later
+	// events of its aggregate until it is published (give it an aggregate
+	// id of its own to let them pass). The polling relay honours it; a
+	// Writer with WALMessages and a table streamed by the WAL relay refuse
+	// one more than MaxNotBeforeSkew ahead (see ErrNotBeforeStreamed).
 	NotBefore time.Time
 }
 

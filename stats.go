@@ -29,10 +29,19 @@ type Stats struct {
 	// Lag is how long the oldest due unpublished event has been due: since
 	// its created_at (which need not follow id order), or its NotBefore if
 	// later. Zero when there is none: an event scheduled for later is not
-	// lag. Alert on it: a relay that is up but stuck shows a growing lag,
-	// whereas the backlog alone looks the same whether its events are two
-	// seconds or two hours old.
+	// lag. An event held behind a scheduled event of its aggregate (one
+	// written after a delayed event, with the same aggregate id) is due,
+	// and counts here, though it waits by design: see DueLag.
 	Lag time.Duration `json:"lag"`
+	// DueLag is Lag for the events the relay may publish now: it leaves
+	// out the events held behind a scheduled event of their aggregate,
+	// whose Lag grows until the scheduled event's time on a healthy
+	// outbox. Alert on it: a relay that is up but stuck shows a growing
+	// DueLag, whereas the backlog alone looks the same whether its events
+	// are two seconds or two hours old. It is Lag when nothing is held.
+	// Reading it walks past the held events ahead of the first one not
+	// held, StatsExactMax at most; past that many, it is an upper bound.
+	DueLag time.Duration `json:"due_lag"`
 	// Dead counts dead events waiting for an operator.
 	Dead int64 `json:"dead"`
 	// DeadEstimated is set when the dead events reached StatsExactMax and
@@ -80,9 +89,11 @@ type TopicStats struct {
 
 // ReadStats reads backlog, lag, dead and scheduled counts of the outbox in
 // table with one query. It reads at most StatsExactMax entries of the
-// claim index, of a dead-letter index and of the scheduled index, and one
-// entry of the due index, whatever the backlog and the dead letters (see
-// Stats). Lag is measured with the database clock.
+// claim index, of a dead-letter index and of the scheduled index, one
+// entry of the due index for Lag and, for DueLag, one more and one probe
+// for each event held behind a scheduled one ahead of it (StatsExactMax at
+// most), whatever the backlog and the dead letters (see Stats). Lag is
+// measured with the database clock.
 func ReadStats(ctx context.Context, db *sql.DB, table Table) (Stats, error) {
 	names, err := outboxsql.NamesFor(table.Schema, table.Name)
 	if err != nil {
@@ -96,15 +107,19 @@ func readStats(ctx context.Context, db *sql.DB, names outboxsql.Names) (Stats, e
 		s      Stats
 		oldest sql.NullTime
 		next   sql.NullTime
+		due    sql.NullTime
 		now    time.Time
 	)
 	args := outboxsql.CountArgs{Cap: StatsExactMax}.Args()
-	if err := db.QueryRowContext(ctx, names.Render(outboxsql.StatsScheduled), args...).Scan(&s.Backlog, &oldest, &s.Dead, &now, &s.Scheduled, &next); err != nil {
+	if err := db.QueryRowContext(ctx, names.Render(outboxsql.StatsScheduled), args...).Scan(&s.Backlog, &oldest, &s.Dead, &now, &s.Scheduled, &next, &due); err != nil {
 		return Stats{}, fmt.Errorf("read outbox stats: %w", err)
 	}
 	s.setCounts(outboxsql.CountsOf(s.Backlog, s.Dead, s.Scheduled))
 	if oldest.Valid {
 		s.Lag = max(now.Sub(oldest.Time), 0)
+	}
+	if due.Valid {
+		s.DueLag = max(now.Sub(due.Time), 0)
 	}
 	if next.Valid {
 		s.NextScheduled = next.Time

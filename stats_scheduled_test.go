@@ -3,6 +3,7 @@ package txoutbox_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/testkit"
@@ -69,5 +70,64 @@ func TestBacklogEstimateBesideManyScheduledRows(t *testing.T) {
 	if s.Backlog > 1000 || !s.BacklogEstimated || !s.ScheduledEstimated || s.Scheduled < 140_000 || s.Scheduled > 160_000 {
 		t.Errorf("backlog %d (estimated %v), scheduled %d (estimated %v); want about 10 and 150,000, both estimated",
 			s.Backlog, s.BacklogEstimated, s.Scheduled, s.ScheduledEstimated)
+	}
+}
+
+// An event held behind a scheduled event of its aggregate is lag, and not
+// due lag: it waits by design, and once let go counts from the scheduled
+// event's time until that one is published. A failed event in backoff is
+// both.
+func TestDueLagLeavesOutEventsHeldBehindAScheduledOne(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	tbl := db.Table().String()
+	ctx := context.Background()
+	exec := func(q string) {
+		t.Helper()
+		if _, err := db.SQL.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() txoutbox.Stats {
+		t.Helper()
+		s, err := txoutbox.ReadStats(ctx, db.SQL, db.Table())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// A reminder an hour ahead, and an event of its aggregate written an
+	// hour ago behind it.
+	exec(`INSERT INTO ` + tbl + ` (event_id, topic, aggregate_id, event_type, payload, created_at, not_before, retry_at, next_attempt_at)
+		VALUES (gen_random_uuid(), 'orders', 'o-1', 'reminder', '\x', now() - interval '2 hours', now() + interval '1 hour', now() + interval '1 hour', now() + interval '1 hour')`)
+	exec(`INSERT INTO ` + tbl + ` (event_id, topic, aggregate_id, event_type, payload, created_at)
+		VALUES (gen_random_uuid(), 'orders', 'o-1', 'paid', '\x', now() - interval '1 hour')`)
+	if s := read(); s.Lag < 59*time.Minute || s.DueLag != 0 || s.Backlog != 1 || s.Scheduled != 1 {
+		t.Fatalf("lag %s, due lag %s, backlog %d, scheduled %d; want about 1h, 0, 1, 1", s.Lag, s.DueLag, s.Backlog, s.Scheduled)
+	}
+	// An event free to publish, written ten minutes ago: due lag.
+	exec(`INSERT INTO ` + tbl + ` (event_id, topic, aggregate_id, event_type, payload, created_at)
+		VALUES (gen_random_uuid(), 'orders', 'o-2', 'placed', '\x', now() - interval '10 minutes')`)
+	if s := read(); s.Lag < 59*time.Minute || s.DueLag < 9*time.Minute || s.DueLag > 11*time.Minute {
+		t.Fatalf("lag %s, due lag %s; want about 1h and 10m", s.Lag, s.DueLag)
+	}
+	// A failed event in backoff, written half an hour ago: a failure is
+	// due lag.
+	exec(`INSERT INTO ` + tbl + ` (event_id, topic, aggregate_id, event_type, payload, created_at, attempts, retry_at, next_attempt_at)
+		VALUES (gen_random_uuid(), 'orders', 'o-3', 'placed', '\x', now() - interval '30 minutes', 3, now() + interval '1 minute', now() + interval '1 minute')`)
+	if s := read(); s.DueLag < 29*time.Minute || s.DueLag > 31*time.Minute {
+		t.Fatalf("due lag %s with a failed event 30m old; want about 30m", s.DueLag)
+	}
+	// The others published, the reminder came due a minute ago: the event
+	// behind it is let go, and counts from the reminder's time, not from
+	// its own creation; once the reminder is published, from its own.
+	exec(`UPDATE ` + tbl + ` SET state = 'published', published_at = now() WHERE aggregate_id IN ('o-2', 'o-3')`)
+	exec(`UPDATE ` + tbl + ` SET not_before = now() - interval '1 minute', retry_at = now() - interval '1 minute' WHERE event_type = 'reminder'`)
+	if s := read(); s.Lag < 59*time.Minute || s.DueLag < 50*time.Second || s.DueLag > 2*time.Minute {
+		t.Fatalf("lag %s, due lag %s once the reminder is due; want about 1h and 1m", s.Lag, s.DueLag)
+	}
+	exec(`UPDATE ` + tbl + ` SET state = 'published', published_at = now() WHERE event_type = 'reminder'`)
+	if s := read(); s.DueLag < 59*time.Minute {
+		t.Fatalf("due lag %s once the reminder is published; want the event's hour", s.DueLag)
 	}
 }

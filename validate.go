@@ -44,6 +44,18 @@ const MaxNotBeforeDelay = 366 * 24 * time.Hour
 // Unix time or a date parsed wrongly, and refused.
 const MaxNotBeforeAge = 7 * 24 * time.Hour
 
+// MaxNotBeforeSkew is how far ahead of the clock that judges it an event's
+// NotBefore may lie on an outbox the WAL relay streams, which publishes at
+// commit, and still be written (and published at commit, up to this much
+// early) rather than refused with ErrNotBeforeStreamed. It absorbs the
+// skew between the writer's clock and the database's: a NotBefore of
+// time.Now() from a host whose clock runs a little ahead of the
+// database's is due, not delayed. The clock is the database's statement
+// clock for a row (schema version 12's trigger), the writer's for a
+// Writer with WALMessages, which writes no row. The polling relay needs no
+// slack: it publishes no earlier than NotBefore by the database clock.
+const MaxNotBeforeSkew = time.Second
+
 // ValidationError says which field of which event was rejected and why.
 type ValidationError struct {
 	Index  int    // position of the event in the written batch

@@ -142,11 +142,15 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 //
 // If any event is invalid, Write returns an error matching ErrInvalidEvent
 // and writes nothing; the transaction stays usable and its fate is the
-// caller's. So does an event with a future NotBefore on a Writer with
-// WALMessages (ErrNotBeforeStreamed). On a table the WAL relay streams, the
-// database refuses such an event (ErrNotBeforeStreamed too), which aborts
-// the transaction like any database error. A database error is returned wrapped; PostgreSQL then aborts the
-// transaction, which the caller must roll back.
+// caller's. So does an event with a NotBefore more than MaxNotBeforeSkew
+// ahead of the writer's clock on a Writer with WALMessages
+// (ErrNotBeforeStreamed). On a table the WAL relay streams, the database
+// refuses an event with a NotBefore more than MaxNotBeforeSkew ahead of
+// its statement's clock (ErrNotBeforeStreamed too), which aborts the
+// transaction like any database error. A NotBefore already past, by the
+// statement's clock however long the transaction has been open, is due at
+// once in every mode. A database error is returned wrapped; PostgreSQL
+// then aborts the transaction, which the caller must roll back.
 //
 // tx must be a transaction. Write cannot tell a transaction from a pool
 // (*sql.DB has ExecContext too); on a pool the events would commit on their
@@ -187,9 +191,9 @@ func (w *Writer) write(ctx context.Context, events []Event, exec func(string, []
 		if err := events[i].validate(i, w.maxPayload, now); err != nil {
 			return err
 		}
-		if w.walMessages && events[i].NotBefore.After(now) {
-			return fmt.Errorf("%w: event %d (%s) has NotBefore %s, and WALMessages events are published at commit",
-				ErrNotBeforeStreamed, i, events[i].Type, events[i].NotBefore.Format(time.RFC3339))
+		if w.walMessages && events[i].NotBefore.After(now.Add(MaxNotBeforeSkew)) {
+			return fmt.Errorf("%w: event %d (%s) has NotBefore %s, %s ahead of the writer's clock, and WALMessages events are published at commit",
+				ErrNotBeforeStreamed, i, events[i].Type, events[i].NotBefore.Format(time.RFC3339), events[i].NotBefore.Sub(now).Round(time.Millisecond))
 		}
 	}
 	for i := range events {

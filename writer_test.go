@@ -402,6 +402,106 @@ func TestWriterRefusesNotBeforeOutOfBounds(t *testing.T) {
 	}
 }
 
+// streamBy makes a logical slot that streams db's outbox through a
+// publication of its name, as a WAL relay's does, and drops both when the
+// test ends: the name.
+func streamBy(t *testing.T, ctx context.Context, db *testkit.DB) string {
+	t.Helper()
+	slot := "s_" + db.Schema
+	for _, q := range []string{
+		`CREATE PUBLICATION ` + slot + ` FOR TABLE ` + db.Table().String() + ` WITH (publish = 'insert')`,
+		`SELECT pg_create_logical_replication_slot('` + slot + `', 'pgoutput')`,
+	} {
+		if _, err := db.SQL.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = db.SQL.Exec(`SELECT pg_drop_replication_slot($1)`, slot)
+		_, _ = db.SQL.Exec(`DROP PUBLICATION IF EXISTS ` + slot)
+	})
+	return slot
+}
+
+// openFor waits until tx has been open for d by the database's clock: its
+// statements' clock is then d past its now().
+func openFor(t *testing.T, tx *sql.Tx, d time.Duration) {
+	t.Helper()
+	testkit.WaitFor(t, d+10*time.Second, "the transaction is open for "+d.String(), func() bool {
+		var open bool
+		if err := tx.QueryRow(`SELECT clock_timestamp() > now() + make_interval(secs => $1)`, d.Seconds()).Scan(&open); err != nil {
+			t.Fatal(err)
+		}
+		return open
+	})
+}
+
+// A NotBefore already past is due at once where the WAL relay streams,
+// judged by the statement's clock rather than by the start of the
+// transaction: in a transaction open for longer than MaxNotBeforeSkew, an
+// event whose NotBefore came after the transaction began goes in as due
+// (no not_before), and one less than MaxNotBeforeSkew ahead (a writer's
+// clock a little ahead of the database's) goes in too; one further ahead
+// is refused, saying by how much. A WALMessages writer judges by its own
+// clock, with the same slack.
+func TestPastNotBeforeIsDueWhereTheWALRelayStreams(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	ctx := context.Background()
+	wal, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: db.Table(), WALMessages: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	soon := event("k", 0)
+	soon.NotBefore = time.Now().Add(txoutbox.MaxNotBeforeSkew / 2)
+	tx, err := db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	// No slot yet: past the NotBefore check, nothing decodes the events.
+	if err := wal.Write(ctx, tx, soon); !errors.Is(err, txoutbox.ErrNoWALSlot) {
+		t.Fatalf("WALMessages Write with NotBefore %s ahead = %v; want it past the NotBefore check, to ErrNoWALSlot",
+			txoutbox.MaxNotBeforeSkew/2, err)
+	}
+
+	streamBy(t, ctx, db)
+	rows := testkit.NewWriter(t, db.Table())
+	long, err := db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Rollback()
+	if err := rows.Write(ctx, long, event("k", 1)); err != nil {
+		t.Fatal(err)
+	}
+	openFor(t, long, 2*txoutbox.MaxNotBeforeSkew)
+	past, soon := event("k", 2), event("k", 3)
+	past.NotBefore = time.Now().Add(-100 * time.Millisecond) // after the transaction's now()
+	soon.NotBefore = time.Now().Add(txoutbox.MaxNotBeforeSkew / 2)
+	if err := rows.Write(ctx, long, past, soon); err != nil {
+		t.Fatalf("a past NotBefore and one %s ahead, in a transaction open for %s, on a streamed table: %v",
+			txoutbox.MaxNotBeforeSkew/2, 2*txoutbox.MaxNotBeforeSkew, err)
+	}
+	if err := long.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, db.SQL, "SELECT count(*) FROM outbox WHERE not_before IS NOT NULL"); n != 1 {
+		t.Fatalf("%d rows with a not_before, want only the one still ahead when written", n)
+	}
+
+	late := event("k", 4)
+	late.NotBefore = time.Now().Add(5 * time.Second)
+	tx2, err := db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx2.Rollback()
+	if err := rows.Write(ctx, tx2, late); !errors.Is(err, txoutbox.ErrNotBeforeStreamed) || !strings.Contains(err.Error(), "ahead of the database's clock") {
+		t.Fatalf("a NotBefore 5s ahead on a streamed table = %v; want ErrNotBeforeStreamed saying how far ahead", err)
+	}
+}
+
 // The WAL relay publishes at commit: a WALMessages writer refuses a
 // delayed event before emitting anything, and the database refuses a
 // delayed row on a table a WAL relay's slot streams (the trigger of schema
@@ -443,19 +543,7 @@ func TestNotBeforeRefusedWhereTheWALRelayStreams(t *testing.T) {
 	if err := write(delayed); err != nil {
 		t.Fatalf("a delayed row with no WAL relay's slot: %v", err)
 	}
-	slot := "s_" + db.Schema
-	for _, q := range []string{
-		`CREATE PUBLICATION ` + slot + ` FOR TABLE ` + db.Table().String() + ` WITH (publish = 'insert')`,
-		`SELECT pg_create_logical_replication_slot('` + slot + `', 'pgoutput')`,
-	} {
-		if _, err := db.SQL.ExecContext(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = db.SQL.Exec(`SELECT pg_drop_replication_slot($1)`, slot)
-		_, _ = db.SQL.Exec(`DROP PUBLICATION IF EXISTS ` + slot)
-	})
+	slot := streamBy(t, ctx, db)
 	delayed.ID = uuid.Nil
 	err = write(delayed)
 	if !errors.Is(err, txoutbox.ErrNotBeforeStreamed) || !strings.Contains(err.Error(), slot) {

@@ -36,6 +36,20 @@ func notBeforeCallsGetPublicationTables(t *testing.T, db *testkit.DB) bool {
 	return strings.Contains(src, "pg_get_publication_tables")
 }
 
+// notBeforeTriggerJudgesTheClock reports whether the schema's
+// outbox_not_before trigger fires only for a not_before ahead of the
+// statement's clock (version 12), rather than for every one (versions 7
+// to 11).
+func notBeforeTriggerJudgesTheClock(t *testing.T, db *testkit.DB) bool {
+	t.Helper()
+	var def string
+	if err := db.SQL.QueryRow(`SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = 'outbox_not_before'`,
+		`"`+db.Schema+`".outbox`).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(def, "statement_timestamp()")
+}
+
 // down reverts the latest applied migration, and stops the test unless
 // Down reports want: that migration's version, or 0 when none was applied.
 func down(t *testing.T, m *migrations.Migrator, want int) {
@@ -60,14 +74,14 @@ func TestUpUpDownUp(t *testing.T) {
 	db := testkit.NewDB(t)
 	ctx := context.Background()
 	m := outboxMigrator(t, db)
-	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) {
-		t.Fatalf("first Up = %v, %v; want [1 2 3 4 5 6 7 8 9 10 11]", applied, err)
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) {
+		t.Fatalf("first Up = %v, %v; want [1 2 3 4 5 6 7 8 9 10 11 12]", applied, err)
 	}
 	if applied, err := m.Up(ctx); err != nil || len(applied) != 0 {
 		t.Fatalf("second Up = %v, %v; want a no-op", applied, err)
 	}
 	st, err := m.Status(ctx)
-	if err != nil || len(st) != 11 || st[0].AppliedAt == nil || st[0].Name != "outbox" || st[1].AppliedAt == nil || st[1].Name != "fencing" ||
+	if err != nil || len(st) != 12 || st[0].AppliedAt == nil || st[0].Name != "outbox" || st[1].AppliedAt == nil || st[1].Name != "fencing" ||
 		st[2].AppliedAt == nil || st[2].Name != "hot_claims" || st[3].AppliedAt == nil || st[3].Name != "lag_index" ||
 		st[4].AppliedAt == nil || st[4].Version != 5 || st[4].Name != "cost_indexes" ||
 		st[5].AppliedAt == nil || st[5].Version != 6 || st[5].Name != "operator_indexes" ||
@@ -75,7 +89,8 @@ func TestUpUpDownUp(t *testing.T) {
 		st[7].AppliedAt == nil || st[7].Version != 8 || st[7].Name != "claim_floor" ||
 		st[8].AppliedAt == nil || st[8].Version != 9 || st[8].Name != "partitions" ||
 		st[9].AppliedAt == nil || st[9].Version != 10 || st[9].Name != "quiet_coordination" ||
-		st[10].AppliedAt == nil || st[10].Version != 11 || st[10].Name != "catalog_publications" {
+		st[10].AppliedAt == nil || st[10].Version != 11 || st[10].Name != "catalog_publications" ||
+		st[11].AppliedAt == nil || st[11].Version != 12 || st[11].Name != "not_before_clock" {
 		t.Fatalf("Status = %+v, %v", st, err)
 	}
 	for _, tbl := range []string{"outbox", "outbox_relays", "outbox_shards", "outbox_claim_floor"} {
@@ -104,7 +119,14 @@ func TestUpUpDownUp(t *testing.T) {
 	if notBeforeCallsGetPublicationTables(t, db) {
 		t.Fatal("outbox_not_before calls pg_get_publication_tables after Up; want the catalogs read (version 11)")
 	}
-	down(t, m, 11) // one version at a time
+	if !notBeforeTriggerJudgesTheClock(t, db) {
+		t.Fatal("outbox_not_before fires for every not_before after Up; want only one ahead of the statement's clock (version 12)")
+	}
+	down(t, m, 12) // one version at a time
+	if notBeforeTriggerJudgesTheClock(t, db) {
+		t.Fatal("outbox_not_before after Down to 11 still judges the clock; want version 11's trigger back")
+	}
+	down(t, m, 11)
 	if !notBeforeCallsGetPublicationTables(t, db) {
 		t.Fatal("outbox_not_before after Down to 10 does not call pg_get_publication_tables; want version 9's check back")
 	}
@@ -149,7 +171,7 @@ func TestUpUpDownUp(t *testing.T) {
 	if st, _ := m.Status(ctx); st[0].AppliedAt != nil {
 		t.Fatalf("Status after Down = %+v", st)
 	}
-	if applied, err := m.Up(ctx); err != nil || len(applied) != 11 {
+	if applied, err := m.Up(ctx); err != nil || len(applied) != 12 {
 		t.Fatalf("Up after Down = %v, %v", applied, err)
 	}
 	if !relationExists(t, db, db.Schema, "outbox") {
@@ -191,11 +213,11 @@ func TestConcurrentUpAppliesOnce(t *testing.T) {
 		t.Fatalf("concurrent Up failed: %v", errs)
 	}
 	slices.Sort(total)
-	if !slices.Equal(total, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) {
-		t.Fatalf("versions applied across 4 goroutines = %v, want [1 2 3 4 5 6 7 8 9 10 11] exactly once", total)
+	if !slices.Equal(total, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) {
+		t.Fatalf("versions applied across 4 goroutines = %v, want [1 2 3 4 5 6 7 8 9 10 11 12] exactly once", total)
 	}
 	var n int
-	if err := db.SQL.QueryRow(`SELECT count(*) FROM outbox_schema_migrations`).Scan(&n); err != nil || n != 11 {
+	if err := db.SQL.QueryRow(`SELECT count(*) FROM outbox_schema_migrations`).Scan(&n); err != nil || n != 12 {
 		t.Fatalf("recorded versions = %d, %v", n, err)
 	}
 }
@@ -260,7 +282,7 @@ func TestFilesArePlainSQL(t *testing.T) {
 		"0005_cost_indexes.down.sql", "0005_cost_indexes.up.sql", "0006_operator_indexes.down.sql", "0006_operator_indexes.up.sql",
 		"0007_not_before.down.sql", "0007_not_before.up.sql", "0008_claim_floor.down.sql", "0008_claim_floor.up.sql",
 		"0009_partitions.down.sql", "0009_partitions.up.sql", "0010_quiet_coordination.down.sql", "0010_quiet_coordination.up.sql",
-		"0011_catalog_publications.down.sql", "0011_catalog_publications.up.sql"}
+		"0011_catalog_publications.down.sql", "0011_catalog_publications.up.sql", "0012_not_before_clock.down.sql", "0012_not_before_clock.up.sql"}
 	if len(entries) != len(want) {
 		t.Fatalf("files = %v, want %v", entries, want)
 	}
@@ -282,7 +304,7 @@ func TestExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(goose) != 11 || goose[8].Name != "0009_partitions.sql" || goose[9].Name != "0010_quiet_coordination.sql" ||
+	if len(goose) != 12 || goose[11].Name != "0012_not_before_clock.sql" || !strings.Contains(goose[11].Body, `CREATE OR REPLACE TRIGGER "events_not_before" BEFORE INSERT ON "events"`) || goose[8].Name != "0009_partitions.sql" || goose[9].Name != "0010_quiet_coordination.sql" ||
 		goose[10].Name != "0011_catalog_publications.sql" || !strings.Contains(goose[10].Body, `CREATE OR REPLACE FUNCTION "events_not_before"()`) ||
 		!strings.Contains(goose[9].Body, `ALTER TABLE "events_relays" SET (autovacuum_vacuum_threshold = 1000)`) || goose[5].Name != "0006_operator_indexes.sql" || goose[6].Name != "0007_not_before.sql" || goose[7].Name != "0008_claim_floor.sql" ||
 		!strings.Contains(goose[7].Body, `CREATE TABLE IF NOT EXISTS "events_claim_floor"`) || !strings.Contains(goose[5].Body, `CREATE INDEX IF NOT EXISTS "events_dead_topic_idx" ON "events" (topic, id)`) ||
@@ -295,7 +317,7 @@ func TestExport(t *testing.T) {
 		t.Fatalf("goose export = %+v", goose)
 	}
 	gm, err := m.Export(migrations.FormatGolangMigrate)
-	if err != nil || len(gm) != 22 || gm[0].Name != "0001_outbox.up.sql" || gm[1].Name != "0001_outbox.down.sql" ||
+	if err != nil || len(gm) != 24 || gm[0].Name != "0001_outbox.up.sql" || gm[1].Name != "0001_outbox.down.sql" ||
 		gm[2].Name != "0002_fencing.up.sql" || gm[3].Name != "0002_fencing.down.sql" {
 		t.Fatalf("golang-migrate export = %+v, %v", gm, err)
 	}
@@ -329,13 +351,13 @@ func TestLagIndexBuiltConcurrentlyBeforehand(t *testing.T) {
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []int{11, 10, 9, 8, 7, 6, 5, 4} {
+	for _, want := range []int{12, 11, 10, 9, 8, 7, 6, 5, 4} {
 		down(t, m, want)
 	}
 	if _, err := db.SQL.Exec(`CREATE INDEX CONCURRENTLY outbox_lag_idx ON "` + db.Schema + `".outbox (created_at) WHERE state IN ('pending', 'claimed')`); err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{4, 5, 6, 7, 8, 9, 10, 11}) {
-		t.Fatalf("Up over the index built beforehand = %v, %v; want [4 5 6 7 8 9 10 11]", applied, err)
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{4, 5, 6, 7, 8, 9, 10, 11, 12}) {
+		t.Fatalf("Up over the index built beforehand = %v, %v; want [4 5 6 7 8 9 10 11 12]", applied, err)
 	}
 }

@@ -82,7 +82,7 @@ func TestAnySchemaName(t *testing.T) {
 			if err := db.SQL.QueryRow(`SELECT count(*) FROM ` + table.String()).Scan(&rows); err != nil || rows != 2 {
 				t.Fatalf("rows = %d, %v; want 2", rows, err)
 			}
-			for v := 11; v > 0; v-- {
+			for v := 12; v > 0; v-- {
 				down(t, m, v)
 			}
 		})

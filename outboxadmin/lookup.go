@@ -60,8 +60,8 @@ func (a *Admin) FindEvents(ctx context.Context, q Lookup) ([]Row, error) {
 // Snapshot is the outbox's totals at one moment, cheap enough to sample
 // every few seconds.
 type Snapshot struct {
-	// Backlog, Lag, Dead and Scheduled are the totals (Stats.Topics is
-	// empty but in TopicSnapshot's).
+	// Backlog, Lag, DueLag, Dead and Scheduled are the totals
+	// (Stats.Topics is empty but in TopicSnapshot's).
 	txoutbox.Stats
 	// LastID is the highest row id: it grows by one per event written, so
 	// two snapshots tell the write rate, and with Backlog and Dead the
@@ -79,11 +79,11 @@ func (a *Admin) Snapshot(ctx context.Context) (Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
 	var (
-		s            Snapshot
-		oldest, next sql.NullTime
+		s                 Snapshot
+		oldest, next, due sql.NullTime
 	)
 	args := outboxsql.CountArgs{Cap: txoutbox.StatsExactMax}.Args()
-	if err := a.db.QueryRowContext(ctx, a.sql.snapshot, args...).Scan(&s.Backlog, &oldest, &s.Dead, &s.LastID, &s.At, &s.Scheduled, &next); err != nil {
+	if err := a.db.QueryRowContext(ctx, a.sql.snapshot, args...).Scan(&s.Backlog, &oldest, &s.Dead, &s.LastID, &s.At, &s.Scheduled, &next, &due); err != nil {
 		return Snapshot{}, fmt.Errorf("outboxadmin: snapshot: %w", err)
 	}
 	c := outboxsql.CountsOf(s.Backlog, s.Dead, s.Scheduled)
@@ -91,6 +91,9 @@ func (a *Admin) Snapshot(ctx context.Context) (Snapshot, error) {
 	s.BacklogEstimated, s.DeadEstimated, s.ScheduledEstimated = c.BacklogEstimated, c.DeadEstimated, c.ScheduledEstimated
 	if oldest.Valid {
 		s.Lag = max(s.At.Sub(oldest.Time), 0)
+	}
+	if due.Valid {
+		s.DueLag = max(s.At.Sub(due.Time), 0)
 	}
 	if next.Valid {
 		s.NextScheduled = next.Time

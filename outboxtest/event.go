@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -21,8 +22,9 @@ const (
 	StateDead      = "dead"
 )
 
-// Event is an outbox row: the event as written, and where the relay is
-// with it.
+// Event is an outbox row: the event as written (NotBefore is zero when the
+// row is due at once: the writer stores no NotBefore already past when it
+// is written), and where the relay is with it.
 type Event struct {
 	txoutbox.Event
 
@@ -58,6 +60,9 @@ func (e *Event) decode(id, headers string) error {
 func (e Event) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "#%d %s %s %s/%s %s", e.Seq, e.Topic, e.Type, e.AggregateType, e.AggregateID, e.State)
+	if !e.NotBefore.IsZero() {
+		fmt.Fprintf(&b, " not-before=%s", e.NotBefore.UTC().Format(time.RFC3339Nano))
+	}
 	if e.Attempts > 0 {
 		fmt.Fprintf(&b, " attempts=%d", e.Attempts)
 	}

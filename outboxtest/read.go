@@ -78,7 +78,8 @@ var ErrNotQuerier = errors.New("outboxtest: not a Querier")
 // ReadEvents returns every event of the outbox in the order they were
 // written, whatever their state, as q sees them: a transaction sees its
 // own uncommitted events, a pool what committed. It is what the
-// assertions read, for checks of your own.
+// assertions read, for checks of your own. A nil q, or a nil handle such
+// as a (*sql.DB)(nil), is an error matching ErrNotQuerier.
 func ReadEvents(ctx context.Context, q Querier) ([]Event, error) {
 	table := txoutbox.Table{}
 	if tq, ok := q.(tableQuerier); ok {
@@ -87,6 +88,9 @@ func ReadEvents(ctx context.Context, q Querier) ([]Event, error) {
 	names, err := outboxsql.NamesFor(table.Schema, table.Name)
 	if err != nil {
 		return nil, fmt.Errorf("outboxtest: %w", err)
+	}
+	if isNil(q) {
+		return nil, fmt.Errorf("%w: %s", ErrNotQuerier, notQuerierHint(q))
 	}
 	ctx, cancel := context.WithTimeout(ctx, ReadTimeout)
 	defer cancel()
@@ -148,13 +152,32 @@ func gormConnPool(q any) (SQLQuerier, bool) {
 	return sq, ok
 }
 
+// isNil reports whether q is nil or a nil pointer, map or func of a
+// Querier's type, such as a (*sql.DB)(nil): its methods would panic.
+func isNil(q any) bool {
+	if q == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(q); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
+
 // notQuerierHint says what to pass instead of q.
 func notQuerierHint(q any) string {
 	switch fmt.Sprintf("%T", q) {
 	case "*gorm.DB":
+		if isNil(q) {
+			return "the *gorm.DB is nil: pass the db of gorm.Open or the tx of db.Transaction"
+		}
 		return "a *gorm.DB with no connection: pass the db of gorm.Open or the tx of db.Transaction"
 	case "<nil>":
 		return "the Querier is nil"
+	}
+	if isNil(q) {
+		return fmt.Sprintf("the Querier is a nil %T: pass an open handle (a *sql.DB from sql.Open, a transaction from Begin, a pgxpool.Pool...)", q)
 	}
 	return fmt.Sprintf("a %T has neither QueryContext (database/sql) nor Query (pgx): pass a *sql.Tx, *sql.DB, pgx.Tx, "+
 		"*pgxpool.Pool, a *gorm.DB, or an ent *Tx or *Client generated with entoutboxext", q)
@@ -179,13 +202,17 @@ func scan(r rows) ([]Event, error) {
 	var events []Event
 	for r.Next() {
 		var (
-			e       Event
-			id      string
-			headers string
+			e         Event
+			id        string
+			headers   string
+			notBefore *time.Time
 		)
 		if err := r.Scan(&e.Seq, &id, &e.Topic, &e.AggregateType, &e.AggregateID, &e.Type, &e.ContentType,
-			&e.Payload, &headers, &e.CreatedAt, &e.State, &e.Attempts, &e.LastError); err != nil {
+			&e.Payload, &headers, &e.CreatedAt, &notBefore, &e.State, &e.Attempts, &e.LastError); err != nil {
 			return nil, err
+		}
+		if notBefore != nil {
+			e.NotBefore = *notBefore
 		}
 		if err := e.decode(id, headers); err != nil {
 			return nil, err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -331,4 +332,47 @@ func TestWantStringShowsItsSetFields(t *testing.T) {
 			t.Errorf("got %s, want %s", got, tc.want)
 		}
 	}
+}
+
+// A nil handle of a Querier's type fails the assertion, saying so, rather
+// than panicking in its query method.
+func TestANilHandleIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		q    outboxtest.Querier
+		want string
+	}{
+		{(*sql.DB)(nil), "a nil *sql.DB"},
+		{(*sql.Tx)(nil), "a nil *sql.Tx"},
+		{(*pgxpool.Pool)(nil), "a nil *pgxpool.Pool"},
+		{outboxtest.InTable((*sql.DB)(nil), txoutbox.Table{Name: "events"}), "a nil *sql.DB"},
+	} {
+		if _, err := outboxtest.ReadEvents(ctx, tc.q); !errors.Is(err, outboxtest.ErrNotQuerier) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ReadEvents(%s): %v, want ErrNotQuerier saying %q", tc.want, err, tc.want)
+		}
+		var ftb fakeTB
+		outboxtest.RequireEvent(ctx, &ftb, tc.q, outboxtest.Want{Type: "order.placed"})
+		ftb.failed(t, "outboxtest: not a Querier", tc.want)
+	}
+}
+
+// ReadEvents shows a delayed event's NotBefore, and a failure lists it.
+func TestReadEventsShowsNotBefore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testkit.NewOutbox(t)
+	delayed := event(t, "42", "order.reminder", map[string]int{"n": 1})
+	delayed.NotBefore = time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	write(t, db.SQL, event(t, "42", "order.placed", map[string]int{"n": 0}), delayed)
+	e := outboxtest.RequireEvent(ctx, t, db.SQL, outboxtest.Want{Type: "order.reminder"})
+	if !e.NotBefore.Equal(delayed.NotBefore) {
+		t.Fatalf("NotBefore %v, want %v", e.NotBefore, delayed.NotBefore)
+	}
+	if p := outboxtest.RequireEvent(ctx, t, db.SQL, outboxtest.Want{Type: "order.placed"}); !p.NotBefore.IsZero() {
+		t.Fatalf("an event due at once has NotBefore %v, want zero", p.NotBefore)
+	}
+	var ftb fakeTB
+	outboxtest.RequireNoEvent(ctx, &ftb, db.SQL, outboxtest.Want{Type: "order.reminder"})
+	ftb.failed(t, "not-before="+delayed.NotBefore.UTC().Format(time.RFC3339Nano))
 }

@@ -197,7 +197,9 @@ type Config struct {
 	// a slow server is not loaded further. Default 10s.
 	StatsInterval time.Duration
 
-	// Logger receives the relay's logs. Default: slog.Default().
+	// Logger receives the relay's logs, each record with the attributes
+	// relay (ID) and table ("schema.name", as the txoutbox.table metric
+	// attribute), in a Group too. Default: slog.Default().
 	Logger *slog.Logger
 
 	// MeterProvider provides the relay's metrics. Default: the global

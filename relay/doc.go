@@ -118,7 +118,9 @@
 // # Delivery not before a time
 //
 // An event written with txoutbox.Event.NotBefore in the future is
-// published no earlier than that time by the database clock. The writer
+// published no earlier than that time by the database clock; one already
+// past when the insert runs (by its statement's clock, however long its
+// transaction has been open) is an ordinary event, due at once. The writer
 // stores the time in the row's retry_at (schema version 7), so the claim
 // reads the row as it reads a retry in backoff: not at all until it is due,
 // then on the retries' index in retry_at order. It is a first attempt all
@@ -150,9 +152,10 @@
 // cost claims, where scheduled events alone cost nothing (see Cost).
 //
 // The WAL relay (package walrelay) publishes at commit and cannot delay an
-// event: the database refuses a scheduled row on a table its slot streams
+// event: the database refuses a row scheduled more than
+// txoutbox.MaxNotBeforeSkew ahead on a table its slot streams
 // (txoutbox.ErrNotBeforeStreamed), and it does not set its slot up while
-// scheduled rows wait.
+// scheduled rows wait. A NotBefore already past publishes at commit.
 //
 // # Latency and polling
 //
@@ -225,6 +228,18 @@
 // an unknown topic Sarama's circuit breaker answers "circuit breaker is
 // open" for a while, an outage error that does not count towards dead.
 //
+// Nor does a row no relay wrote. A row in backoff by next_attempt_at alone,
+// with no retry_at (a dump older than schema version 5 restored into
+// today's schema, an insert by hand, a relay of version 3 or 4 failing a
+// publish), is read by the claim and cannot be taken, and a batch of them
+// held back every other aggregate. The relay repairs the ones its claims
+// would read, at start and every ten heartbeats after the claim floor's
+// round: their retry_at becomes their next_attempt_at, so each still
+// waits until then and holds back its own aggregate's later events only. It
+// names them in one warning per episode, with the table and the first ids,
+// counts them in txoutbox.relay.repaired, and names apart, as an error, the
+// rows never due, which hold back their aggregate until an operator acts.
+//
 // # Cost
 //
 // No statement costs more than its batch or an index look-up, whatever the
@@ -271,10 +286,12 @@
 // Published rows older than Retention are deleted in batches by one relay at
 // a time (an advisory lock). Dead rows stay until handled. Relay.Stats (and
 // txoutbox.ReadStats, without a relay) returns
-// backlog, lag (how long the oldest due unpublished event has waited), dead
-// count and the events scheduled for later, which are neither backlog nor
-// lag, for health checks; the same figures are OpenTelemetry gauges
-// (txoutbox.outbox.scheduled for the last), with counters
+// backlog, lag (how long the oldest due unpublished event has waited), due
+// lag (the same, leaving out the events held behind a scheduled event of
+// their aggregate: the one to alert on), dead count and the events
+// scheduled for later, which are neither backlog nor lag, for health
+// checks; the same figures are OpenTelemetry gauges (txoutbox.outbox.lag,
+// txoutbox.outbox.due_lag, txoutbox.outbox.scheduled, ...), with counters
 // of published, retried and dead-lettered events, a publish latency
 // histogram, claim batch sizes, owned shards and the outage gauge. Every
 // measurement and publish span carries the table (TableAttribute,

@@ -51,6 +51,11 @@ type floorRaiser struct {
 	claimed   *atomic.Int64
 	perProof  int64     // BatchSize
 	lastStart time.Time // of the last proof
+
+	// repair runs its round after each of the floor's: both keep what
+	// the claims read small and clear, and taking turns they hold one
+	// connection at a time. Nil: none.
+	repair *repairer
 }
 
 // floorQuietRounds is how many rounds may pass without a proof when the
@@ -62,7 +67,8 @@ const floorQuietRounds = 10
 // catalog queries a second for an answer that changes once, if ever.
 const partitionsRelist = time.Minute
 
-// run raises the floor every interval until ctx ends.
+// run raises the floor every interval until ctx ends, and runs the
+// repair's round after each.
 func (f *floorRaiser) run(ctx context.Context) {
 	t := newSpreadTicker(f.interval)
 	defer t.Stop()
@@ -74,6 +80,9 @@ func (f *floorRaiser) run(ctx context.Context) {
 		}
 		if err := f.findLow(ctx); err != nil && ctx.Err() == nil {
 			f.log.Debug("relay: claim bound round failed", "err", err)
+		}
+		if f.repair != nil {
+			f.repair.tick(ctx)
 		}
 	}
 }

@@ -111,7 +111,8 @@ type GroupConfig struct {
 // Background work per table at default settings: a heartbeat round every
 // HeartbeatInterval (2s: seven statements when nothing changes), a claim
 // floor round as often (two or three statements, and none in most rounds
-// of a table that claims less than a batch in ten), a poll of four
+// of a table that claims less than a batch in ten), a repair round of
+// four every ten HeartbeatIntervals, a poll of four
 // statements every PollInterval (1s) while idle, three stats readings
 // every StatsInterval (10s) and a prune every PruneInterval (1m). At 100
 // idle tables that is about 800 short statements a second. Raise
@@ -479,7 +480,6 @@ func (g *Group) skip(t txoutbox.Table, why string) {
 func (g *Group) start(ctx context.Context, table txoutbox.Table) {
 	cfg := g.cfg.Relay
 	cfg.Table = table
-	cfg.Logger = g.cfg.Relay.Logger.With("table", publish.TableValue(table))
 	r, err := newRelay(g.db, g.pub, cfg, g.conns)
 	if err != nil {
 		g.skip(table, err.Error())

@@ -779,6 +779,37 @@ func (l logRecorder) count(level slog.Level, msg string) int {
 	return n
 }
 
+// Every line a group's relay logs names its table once, as the relay of
+// one table does: the group's attribute and the relay's own "table" made
+// "relay starting" carry it twice.
+func TestGroupRelayLogsNameTheTableOnce(t *testing.T) {
+	f := newFleet(t)
+	f.add(t, "a", true)
+	logs := &testkit.SyncBuffer{}
+	cfg := f.groupConfig(false)
+	cfg.Relay.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	g := f.newGroup(t, newGroupPublisher(0, 0), cfg)
+	testkit.Run(t, g.Run)
+	f.waitServing(t, g, "a")
+	testkit.WaitFor(t, 5*time.Second, "the relay's start and registration logged", func() bool {
+		s := logs.String()
+		return strings.Contains(s, `msg="relay starting"`) && strings.Contains(s, `msg="relay: registered"`)
+	})
+	want := "table=" + f.prefix + "_a.outbox"
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var tables []string
+		for _, field := range strings.Fields(line) {
+			if strings.HasPrefix(field, "table=") {
+				tables = append(tables, field)
+			}
+		}
+		relays := strings.Contains(line, `msg="relay starting"`) || strings.Contains(line, `msg="relay: registered"`)
+		if len(tables) > 1 || relays && (len(tables) != 1 || tables[0] != want) {
+			t.Errorf("a log line names the table as %q, want %s once: %s", tables, want, line)
+		}
+	}
+}
+
 // A table a WAL relay's slot streams is skipped as an unmigrated one is:
 // out of Tables and Health, so the other tables' group stays ready, logged
 // at Warn once however many discoveries find it still streamed, and

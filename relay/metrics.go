@@ -38,8 +38,10 @@ type metrics struct {
 	published metric.Int64Counter
 	retried   metric.Int64Counter
 	dead      metric.Int64Counter
+	repaired  metric.Int64Counter
 	batchSize metric.Int64Histogram
 	lag       metric.Float64ObservableGauge
+	dueLag    metric.Float64ObservableGauge
 	backlog   metric.Int64ObservableGauge
 	deadRows  metric.Int64ObservableGauge
 	scheduled metric.Int64ObservableGauge
@@ -50,7 +52,7 @@ type metrics struct {
 	table  metric.MeasurementOption // the table's attribute alone, for the rest
 
 	mu                      sync.Mutex
-	lagSample               *time.Duration // nil until first read
+	lagSample, dueLagSample *time.Duration // nil until first read
 	backlogCount, deadCount *int64         // nil until first counted
 	scheduledCount          *int64         // nil until first counted
 }
@@ -78,12 +80,22 @@ func newMetrics(mp metric.MeterProvider, table string) (*metrics, error) {
 		metric.WithDescription("Events that became dead: refused by the broker (their own fault, see relay.Permanent) after MaxAttempts failed publishes, or undecodable."), metric.WithUnit("{event}")); err != nil {
 		return nil, err
 	}
+	if m.repaired, err = m.meter.Int64Counter("txoutbox.relay.repaired",
+		metric.WithDescription("Rows no relay writes (in backoff by next_attempt_at alone: restored from an older dump, inserted by hand) that the relay gave the retry_at a relay writes, so they no longer fill its claims; each is named in its log."), metric.WithUnit("{row}")); err != nil {
+		return nil, err
+	}
 	if m.batchSize, err = m.meter.Int64Histogram("txoutbox.relay.claim.batch_size",
 		metric.WithDescription("Rows taken by one claim."), metric.WithUnit("{event}")); err != nil {
 		return nil, err
 	}
 	if m.lag, err = m.meter.Float64ObservableGauge("txoutbox.outbox.lag",
-		metric.WithDescription("How long the oldest due unpublished event has waited (since its creation, or its NotBefore if later; a scheduled event is not lag). Alert on this, not on relay liveness."), metric.WithUnit("s")); err != nil {
+		metric.WithDescription("How long the oldest due unpublished event has waited (since its creation, or its NotBefore if later; a scheduled event is not lag), "+
+			"events held behind a scheduled event of their aggregate included: see txoutbox.outbox.due_lag."), metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
+	if m.dueLag, err = m.meter.Float64ObservableGauge("txoutbox.outbox.due_lag",
+		metric.WithDescription("The lag of the events the relay may publish now: txoutbox.outbox.lag leaving out the events held behind a scheduled event "+
+			"of their aggregate, which wait by design. Alert on this, not on relay liveness."), metric.WithUnit("s")); err != nil {
 		return nil, err
 	}
 	if m.backlog, err = m.meter.Int64ObservableGauge("txoutbox.outbox.backlog",
@@ -121,13 +133,16 @@ func (m *metrics) observe(shards func() int64, outage func() time.Duration) (fun
 		o.ObserveInt64(m.shards, shards(), m.table)
 		o.ObserveFloat64(m.outage, outage().Seconds(), m.table)
 		m.mu.Lock()
-		lag, backlog, dead, scheduled := m.lagSample, m.backlogCount, m.deadCount, m.scheduledCount
+		lag, dueLag, backlog, dead, scheduled := m.lagSample, m.dueLagSample, m.backlogCount, m.deadCount, m.scheduledCount
 		m.mu.Unlock()
 		if scheduled != nil {
 			o.ObserveInt64(m.scheduled, *scheduled, m.table)
 		}
 		if lag != nil {
 			o.ObserveFloat64(m.lag, lag.Seconds(), m.table)
+		}
+		if dueLag != nil {
+			o.ObserveFloat64(m.dueLag, dueLag.Seconds(), m.table)
 		}
 		if backlog != nil {
 			o.ObserveInt64(m.backlog, *backlog, m.table)
@@ -136,17 +151,17 @@ func (m *metrics) observe(shards func() int64, outage func() time.Duration) (fun
 			o.ObserveInt64(m.deadRows, *dead, m.table)
 		}
 		return nil
-	}, m.shards, m.outage, m.lag, m.backlog, m.deadRows, m.scheduled)
+	}, m.shards, m.outage, m.lag, m.dueLag, m.backlog, m.deadRows, m.scheduled)
 	if err != nil {
 		return nil, err
 	}
 	return reg.Unregister, nil
 }
 
-// setLag sets the lag gauge's figure.
-func (m *metrics) setLag(lag time.Duration) {
+// setLags sets the lag gauges' figures.
+func (m *metrics) setLags(lag, dueLag time.Duration) {
 	m.mu.Lock()
-	m.lagSample = &lag
+	m.lagSample, m.dueLagSample = &lag, &dueLag
 	m.mu.Unlock()
 }
 

@@ -195,7 +195,7 @@ func TestMetricsCarryTheTable(t *testing.T) {
 		for _, p := range mp.collect(t) {
 			names[p.name] = true
 		}
-		return names["txoutbox.outbox.backlog"] && names["txoutbox.outbox.lag"] && names["txoutbox.outbox.dead"]
+		return names["txoutbox.outbox.backlog"] && names["txoutbox.outbox.lag"] && names["txoutbox.outbox.due_lag"] && names["txoutbox.outbox.dead"]
 	})
 	seen := map[string]bool{}
 	for _, p := range append(mp.recorded(), mp.collect(t)...) {

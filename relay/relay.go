@@ -40,7 +40,8 @@ var ErrPublishTimeout = errors.New("relay: publish outlived PublishTimeout; outc
 // rows to the lanes), the budget (what is held in flight), the lanes
 // (publishing in aggregate order, fences), the completer (recording
 // outcomes), the outage and stall trackers the lanes feed, and the
-// listener, pruner, claim floor and sampler (stats) loops.
+// listener, pruner, claim floor (with the repairer) and sampler (stats)
+// loops.
 type Relay struct {
 	db    *sql.DB
 	pub   message.Publisher
@@ -60,6 +61,7 @@ type Relay struct {
 	listener *listener
 	pruner   *pruner
 	floor    *floorRaiser
+	repairer *repairer
 	sampler  *sampler
 
 	running atomic.Bool
@@ -123,7 +125,7 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 		pub:   pub,
 		cfg:   cfg,
 		sql:   render(names, outboxsql.WALLegacyName(cfg.Table.Schema, cfg.Table.Name)),
-		log:   cfg.Logger.With("relay", cfg.ID),
+		log:   cfg.Logger.With("relay", cfg.ID, "table", publish.TableValue(cfg.Table)),
 		met:   met,
 		core:  core,
 		clock: &clock{base: time.Now()},
@@ -143,8 +145,12 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 		wake: r.wake, rebalance: r.members.rebalanceNow}
 	r.pruner = &pruner{db: db, sql: r.sql, cfg: cfg, log: r.log,
 		table: partitions.Table{Names: names, Schema: cfg.Table.Schema, Name: cmp.Or(cfg.Table.Name, outboxsql.TableNameDefault)}}
+	r.repairer = &repairer{db: db, sql: r.sql, members: r.members, window: cfg.BatchSize, timeout: cfg.StatementTimeout, log: r.log, met: met}
+	if conns == nil { // a Group's relays log with their table already
+		r.repairer.table = publish.TableValue(cfg.Table)
+	}
 	r.floor = &floorRaiser{db: db, sql: r.sql, interval: cfg.HeartbeatInterval, timeout: cfg.StatementTimeout, log: r.log, low: low,
-		claimed: claimed, perProof: int64(cfg.BatchSize)}
+		claimed: claimed, perProof: int64(cfg.BatchSize), repair: r.repairer}
 	r.sampler = &sampler{db: db, sql: r.sql, cfg: cfg, log: r.log, met: met}
 	return r, nil
 }
@@ -180,7 +186,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	_, batching := r.pub.(BatchPublisher)
-	r.log.Info("relay starting", "table", r.cfg.Table.String(), "lanes", r.cfg.Lanes, "batch", r.cfg.BatchSize,
+	r.log.Info("relay starting", "lanes", r.cfg.Lanes, "batch", r.cfg.BatchSize,
 		"lane_batch", r.cfg.LaneBatch, "batch_publisher", batching)
 
 	unregister, err := r.met.observe(r.members.owned.Load, r.outage.lasted)

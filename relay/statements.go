@@ -17,7 +17,7 @@ type statements struct {
 	liveRelays, releaseShards, acquireShards, leaveShards, leaveRelay                         string
 	prune, pruneLock, pruneSessionLock, pruneSessionUnlock, statsLag, statsBacklog, statsDead string
 	walGate, walSlots                                                                         string
-	floorStart, floorPassed, floorRaise, floorRead                                            string
+	floorStart, floorPassed, floorRaise, floorRead, repair                                    string
 	table, walSlot                                                                            string          // arguments: the table of claimSettings, walGate and walSlots
 	names                                                                                     outboxsql.Names // for the statements rendered per partition
 }
@@ -51,7 +51,7 @@ func render(n outboxsql.Names, walSlot string) *statements {
 		pruneLock:           n.Render(outboxsql.PruneLock),
 		pruneSessionLock:    n.Render(outboxsql.PruneSessionLock),
 		pruneSessionUnlock:  n.Render(outboxsql.PruneSessionUnlock),
-		statsLag:            n.Render(outboxsql.StatsLag),
+		statsLag:            n.Render(outboxsql.StatsLags),
 		statsBacklog:        n.Render(outboxsql.StatsBacklogScheduled),
 		statsDead:           n.Render(outboxsql.StatsDead),
 		walGate:             outboxsql.OpsWALGate,
@@ -59,6 +59,7 @@ func render(n outboxsql.Names, walSlot string) *statements {
 		floorPassed:         outboxsql.ClaimFloorPassed,
 		floorRaise:          n.Render(outboxsql.ClaimFloorRaise),
 		floorRead:           n.Render(outboxsql.ClaimFloorRead),
+		repair:              n.Render(outboxsql.RepairRetryAt),
 		walSlots:            outboxsql.RelayWALSlots,
 		table:               n.Table,
 		walSlot:             walSlot,

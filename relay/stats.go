@@ -17,7 +17,7 @@ func (r *Relay) Stats(ctx context.Context) (txoutbox.Stats, error) {
 	return txoutbox.ReadStats(ctx, r.db, r.cfg.Table)
 }
 
-// sampler reads the figures of the outbox gauges: the lag, the backlog
+// sampler reads the figures of the outbox gauges: the lags, the backlog
 // with the scheduled count and the dead count.
 type sampler struct {
 	db  *sql.DB
@@ -122,25 +122,33 @@ func spacing(interval, took time.Duration) time.Duration {
 	return max(interval, statsSpacing*took)
 }
 
-// readLag sets the lag gauge: how long the oldest due unpublished row has
-// been due, by the database clock (see outboxsql.OldestUnpublished). With no
-// unpublished row it also sets the backlog and scheduled gauges to 0, which a count that is slow to come round again would otherwise
-// leave as it was.
+// readLag sets the lag gauges: how long the oldest due unpublished row has
+// been due, by the database clock (see outboxsql.OldestUnpublished), and
+// the oldest of those not held behind a scheduled row (outboxsql.OldestDue,
+// which walks txoutbox.StatsExactMax held rows at most). With no
+// unpublished row it also sets the backlog and scheduled gauges to 0,
+// which a count that is slow to come round again would otherwise leave as
+// it was.
 func (s *sampler) readLag(ctx context.Context, conn *sql.Conn) error {
 	var (
-		oldest sql.NullTime
-		now    time.Time
+		oldest, due sql.NullTime
+		now         time.Time
 	)
-	if err := conn.QueryRowContext(ctx, s.sql.statsLag).Scan(&oldest, &now); err != nil {
+	args := outboxsql.CountArgs{Cap: txoutbox.StatsExactMax}.Args()
+	if err := conn.QueryRowContext(ctx, s.sql.statsLag, args...).Scan(&oldest, &due, &now); err != nil {
 		return fmt.Errorf("read the lag: %w", err)
 	}
 	if !oldest.Valid {
-		s.met.setLag(0)
+		s.met.setLags(0, 0)
 		s.met.setBacklog(0)
 		s.met.setScheduled(0)
 		return nil
 	}
-	s.met.setLag(max(now.Sub(oldest.Time), 0))
+	var dueLag time.Duration
+	if due.Valid {
+		dueLag = max(now.Sub(due.Time), 0)
+	}
+	s.met.setLags(max(now.Sub(oldest.Time), 0), dueLag)
 	return nil
 }
 

@@ -115,7 +115,7 @@ func TestStatsCountLessOftenWhenSlow(t *testing.T) {
 	// $1 is the counts' cap (outboxsql.CountArgs).
 	r.sql.statsBacklog = `SELECT nextval('counts'), 0::bigint FROM pg_sleep(0.05) WHERE $1::int > 0`
 	r.sql.statsDead = `SELECT 0::bigint FROM pg_sleep(1) WHERE $1::int > 0`
-	r.sql.statsLag = `SELECT now() - make_interval(secs => nextval('lags')), now()`
+	r.sql.statsLag = `SELECT l, l, now() FROM (SELECT now() - make_interval(secs => nextval('lags')) AS l) s WHERE $1::int > 0`
 	start()
 	time.Sleep(900 * time.Millisecond)
 	lag, counts, dead := r.met.sample()
@@ -140,7 +140,7 @@ func TestStatsEmptyTableClearsASlowBacklogCount(t *testing.T) {
 	b.exec(t, `CREATE SEQUENCE counts`)
 	r, start := statsRelay(t, b)
 	r.sql.statsBacklog = `SELECT 6 + nextval('counts'), 0::bigint FROM pg_sleep(0.05) WHERE $1::int > 0`
-	r.sql.statsLag = `SELECT CASE WHEN is_called THEN NULL ELSE now() - interval '1 hour' END, now() FROM counts`
+	r.sql.statsLag = `SELECT l, l, now() FROM (SELECT CASE WHEN is_called THEN NULL ELSE now() - interval '1 hour' END AS l FROM counts) s WHERE $1::int > 0`
 	start()
 	waitGauges(t, r, "backlog 0 once the table is empty", func(lag time.Duration, backlog, _ int64) bool {
 		return lag == 0 && backlog == 0
@@ -189,4 +189,35 @@ func (m *metrics) scheduledSample() int64 {
 		return -1
 	}
 	return *m.scheduledCount
+}
+
+// dueLagNow is the due lag gauge's figure, -1 before it is set.
+func (m *metrics) dueLagNow() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dueLagSample == nil {
+		return -1
+	}
+	return *m.dueLagSample
+}
+
+// TestStatsDueLagLeavesOutRowsHeldBehindAScheduledOne: a row held behind
+// a scheduled row of its aggregate is lag, not due lag; a row free to
+// publish is both.
+func TestStatsDueLagLeavesOutRowsHeldBehindAScheduledOne(t *testing.T) {
+	b := setupInternal(t)
+	b.writeAt(t, time.Now().Add(time.Hour), "a")
+	b.write(t, 1, "a")
+	b.exec(t, `UPDATE outbox SET created_at = now() - interval '1 hour' WHERE not_before IS NULL`)
+	r, start := statsRelay(t, b)
+	start()
+	waitGauges(t, r, "lag about an hour", func(lag time.Duration, _, _ int64) bool { return lag > 59*time.Minute })
+	if d := r.met.dueLagNow(); d != 0 {
+		t.Fatalf("due lag gauge %s with only a held row late, want 0", d)
+	}
+	b.write(t, 1, "b")
+	b.exec(t, `UPDATE outbox SET created_at = now() - interval '10 minutes' WHERE aggregate_id = 'b'`)
+	if !testkit.Eventually(5*time.Second, func() bool { return r.met.dueLagNow() > 9*time.Minute }) {
+		t.Fatalf("due lag gauge %s with a row free to publish 10m late, want about 10m", r.met.dueLagNow())
+	}
 }

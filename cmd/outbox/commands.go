@@ -42,7 +42,7 @@ func withAction(action string, run func(context.Context, *process, *flag.FlagSet
 var commands = []*command{
 	{name: "dead", summary: "list, show, retry or drop dead events", subcommands: []*command{
 		{name: "list", usage: "[--topic T] [--aggregate A] [--type E] [--since 24h] [--limit N] [--after ID]", run: runDeadList},
-		{name: "show", usage: "ID", run: runDeadShow},
+		{name: "show", usage: "ID [--full]", run: runDeadShow},
 		{name: "retry", usage: "ID... | --topic T ... | --all [--dry-run]", run: withAction("retry", runDeadChange)},
 		{name: "drop", usage: "ID... | --topic T ... | --all --yes|--dry-run", run: withAction("drop", runDeadChange)},
 	}},

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -82,7 +82,8 @@ func runDeadShow(ctx context.Context, proc *process, fs *flag.FlagSet, args []st
 	stdout := proc.stdout
 	var common commonFlags
 	common.register(fs)
-	full := fs.Bool("full", false, fmt.Sprintf("show every value whole (default: values past %d characters are cut)", shownMax))
+	full := fs.Bool("full", false, fmt.Sprintf("show every value and the payload whole (default: values past %d characters and payloads past %d bytes are cut)",
+		shownMax, human.PayloadHead))
 	positional, err := proc.parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -109,21 +110,19 @@ func runDeadShow(ctx context.Context, proc *process, fs *flag.FlagSet, args []st
 	return printRow(stdout, r, *full)
 }
 
-// shownMax is the most characters of a value dead show prints without
-// --full; prettyMax the most bytes of an indented payload, past which it
-// is printed compact (indentation grows with the square of the depth).
-const (
-	shownMax  = 1000
-	prettyMax = 1 << 20
-)
+// shownMax is the most characters of a value (a header, the last error)
+// dead show prints without --full: a dozen lines of a terminal. The
+// payload, the value read most, gets more: its first human.PayloadHead
+// bytes, as the console shows a payload too large for its page.
+const shownMax = 1000
 
 // timeUTC is how times are printed for humans: UTC, saying so, as the
 // console does.
 const timeUTC = "2006-01-02 15:04:05Z"
 
 // printRow writes r for humans. Every value from the database is escaped
-// (human.Escape), so none can drive the terminal, and cut at shownMax
-// characters unless full.
+// (human.Escape), so none can drive the terminal, and cut unless full: at
+// shownMax characters, the payload at human.PayloadHead bytes.
 func printRow(w io.Writer, r outboxadmin.Row, full bool) error {
 	cut := 0
 	show := func(s string) string {
@@ -172,8 +171,24 @@ func printRow(w io.Writer, r outboxadmin.Row, full bool) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	payload, how := payloadText(r.Payload)
-	fmt.Fprintf(w, "payload (%s, %d bytes%s):\n%s\n", show(r.ContentType), r.PayloadBytes, how, payload)
+	whole := human.PayloadHead
+	if full {
+		whole = math.MaxInt
+	}
+	p := human.ShowPayload(r.Payload, whole)
+	// The form is said when it is not what the content type leads one to
+	// expect: a hex dump, JSON printed compact.
+	how := ""
+	if p.Kind != "json" && p.Kind != "text" {
+		how = ", " + strings.TrimPrefix(p.Kind, "json, ")
+	}
+	if p.Cut > 0 {
+		how += fmt.Sprintf(", the first %d shown", len(r.Payload)-p.Cut)
+	}
+	fmt.Fprintf(w, "payload (%s, %d bytes%s):\n%s\n", show(r.ContentType), r.PayloadBytes, how, human.EscapeLines(p.Text))
+	if p.Cut > 0 {
+		fmt.Fprintf(w, "(payload cut: %d of %d bytes not shown; --full prints it whole, --json as JSON or base64)\n", p.Cut, len(r.Payload))
+	}
 	if cut > 0 {
 		fmt.Fprintf(w, "(%d value(s) cut at %d characters: --full shows them whole)\n", cut, shownMax)
 	}
@@ -347,26 +362,6 @@ func rowJSON(r outboxadmin.Row) rowOutput {
 		}
 	}
 	return out
-}
-
-// payloadText renders a payload for humans: indented if JSON (compact if
-// indented it would pass prettyMax bytes: the whole payload either way),
-// as is if UTF-8 text, else a hex dump; escaped either way
-// (human.EscapeLines). how says which form past the plain one.
-func payloadText(p []byte) (text, how string) {
-	if json.Valid(p) {
-		if out, ok := human.IndentJSON(p, prettyMax); ok {
-			return human.EscapeLines(string(out)), ""
-		}
-		var b bytes.Buffer
-		if json.Compact(&b, p) == nil {
-			return human.EscapeLines(b.String()), fmt.Sprintf(", compact: indented it would pass %d bytes", prettyMax)
-		}
-	}
-	if utf8.Valid(p) {
-		return human.EscapeLines(string(p)), ""
-	}
-	return fmt.Sprintf("% x", p), ", binary"
 }
 
 func joinIDs(ids []int64) string {

@@ -234,3 +234,62 @@ func TestDeadRetryKeepsAggregateOrder(t *testing.T) {
 		t.Fatalf("broker received %v, want %v", got, want)
 	}
 }
+
+// dead show prints a large payload's first 4 KiB, with its size and how
+// many bytes it cut, and --full the whole; a binary one as a hex dump of
+// its start. A 10 MB payload printed whole (a binary one as 30 MB of hex)
+// buried the rest of the event off the screen.
+func TestDeadShowCutsLargePayloads(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	var big strings.Builder
+	big.WriteString(`{"order":"o-1","lines":[`)
+	for i := 0; big.Len() < 10<<20; i++ {
+		fmt.Fprintf(&big, `{"sku":"s-%07d","qty":1},`, i)
+	}
+	big.WriteString(`{"sku":"last","qty":1}]}`)
+	binary := make([]byte, 1<<20)
+	for i := range binary {
+		binary[i] = byte(i)
+	}
+	jsonID := e.writeDead(t, "orders", "o-1", "order.placed")
+	binID := e.writeDead(t, "orders", "o-2", "order.placed")
+	e.exec(t, `UPDATE outbox SET payload = $2 WHERE id = $1`, jsonID, []byte(big.String()))
+	e.exec(t, `UPDATE outbox SET payload = $2, content_type = 'application/octet-stream' WHERE id = $1`, binID, binary)
+
+	const bound = 64 << 10 // the event and 4 KiB of payload, indented or dumped
+	for _, tc := range []struct {
+		name        string
+		id          int64
+		size        int
+		start, last string // the payload's start as shown, and its end as --full shows it
+	}{
+		{"json", jsonID, big.Len(), "{\n  \"order\": \"o-1\",\n  \"lines\": [\n    {\n      \"sku\": \"s-0000000\",",
+			`{"sku":"last","qty":1}]}`}, // compact: indented it would pass 1 MiB
+		{"binary", binID, len(binary), "00000000  00 01 02 03 04 05 06 07  08 09 0a 0b 0c 0d 0e 0f  |................|",
+			fmt.Sprintf("%08x  f0 f1 f2", len(binary)-16)},
+	} {
+		code, out, errOut := e.run(t, "dead", "show", fmt.Sprint(tc.id))
+		if code != 0 {
+			t.Fatalf("%s: dead show: exit %d, %s", tc.name, code, errOut)
+		}
+		if len(out) > bound {
+			t.Errorf("%s: dead show printed %d bytes of a %d-byte payload, over %d", tc.name, len(out), tc.size, bound)
+		}
+		for _, want := range []string{
+			fmt.Sprintf("%d bytes", tc.size), tc.start,
+			fmt.Sprintf("(payload cut: %d of %d bytes not shown; --full prints it whole, --json as JSON or base64)", tc.size-4096, tc.size),
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: dead show lacks %q:\n%.2000s", tc.name, want, out)
+			}
+		}
+		if tc.name == "binary" && !strings.Contains(out, "binary, the first 4096 shown") {
+			t.Errorf("binary: dead show does not say the payload is dumped and cut:\n%.500s", out)
+		}
+		code, out, errOut = e.run(t, "dead", "show", "--full", fmt.Sprint(tc.id))
+		if code != 0 || !strings.Contains(out, tc.last) || strings.Contains(out, "payload cut") {
+			t.Errorf("%s: dead show --full: exit %d, %s; want the whole payload, to %q (%d bytes of output)", tc.name, code, errOut, tc.last, len(out))
+		}
+	}
+}

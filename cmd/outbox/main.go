@@ -9,7 +9,7 @@
 //	outbox relay --brokers B | --dev-broker [--schemas PATTERN] [--tls-ca F] [--sasl-mechanism M] [--metrics-addr :9464]
 //	outbox status [--schemas PATTERN] [--max-lag 1m] [--stale-after 15s]
 //	outbox dead list [--topic T] [--aggregate A] [--type E] [--since 24h] [--limit N] [--after ID]
-//	outbox dead show ID
+//	outbox dead show ID [--full]
 //	outbox dead retry ID... | --topic T ... | --all [--dry-run]
 //	outbox dead drop ID... | --topic T ... | --all --yes|--dry-run
 //	outbox replay --since 2h [--topic T] [--aggregate A] [--dry-run]

@@ -33,7 +33,7 @@ func TestMigrateCommands(t *testing.T) {
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "status", "--json"}, flags...)...)
 	var st []map[string]any
-	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st) != 11 || st[0]["applied_at"] == nil || st[1]["applied_at"] == nil {
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st) != 12 || st[0]["applied_at"] == nil || st[1]["applied_at"] == nil {
 		t.Fatalf("migrate status --json: %d %q", code, out)
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "status"}, flags...)...)
@@ -54,7 +54,7 @@ func TestMigrateCommands(t *testing.T) {
 		t.Fatalf("migrate partition --set inbox: exit %d, want 2", code)
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "down"}, flags...)...)
-	if code != 0 || !strings.Contains(out, "reverted version 11") {
+	if code != 0 || !strings.Contains(out, "reverted version 12") {
 		t.Fatalf("migrate down: %d %q", code, out)
 	}
 	code, out, _ = outbox(t, append([]string{"migrate", "status"}, flags...)...)

@@ -14,8 +14,8 @@ import (
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
-// exitLagExceeded is status's exit code when the lag exceeds --max-lag, so a
-// health check can tell "too far behind" (3) from "could not look" (1).
+// exitLagExceeded is status's exit code when the due lag exceeds --max-lag,
+// so a health check can tell "too far behind" (3) from "could not look" (1).
 const exitLagExceeded = 3
 
 func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) error {
@@ -23,7 +23,8 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 	var (
 		common     commonFlags
 		staleAfter = fs.Duration("stale-after", outboxadmin.StaleAfterDefault, "count a relay alive if its heartbeat is younger (the relays' --stale-after)")
-		maxLag     = fs.Duration("max-lag", 0, fmt.Sprintf("exit with code %d if the lag exceeds this (0: never); with --schemas, the worst table's, "+
+		maxLag     = fs.Duration("max-lag", 0, fmt.Sprintf("exit with code %d if the due lag exceeds this (0: never): the lag of the events the relay may publish now, "+
+			"leaving out events held behind a delayed event (NotBefore) of their aggregate, which wait by design; with --schemas, the worst table's, "+
 			"exit %d even if a table could not be read (else exit 1 for that; a schema a pattern selects without a migrated outbox table is shown and fails nothing)",
 			exitLagExceeded, exitLagExceeded))
 		slot = fs.String("slot", "", "WAL mode's replication slot to report, of this database (default: the WAL relay's slot of the table; shown if it exists)")
@@ -65,7 +66,7 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 	if err != nil {
 		return err
 	}
-	exceeded := *maxLag > 0 && st.Lag > *maxLag
+	exceeded := *maxLag > 0 && st.DueLag > *maxLag
 	if common.json {
 		out := statusJSON(st, *maxLag, exceeded)
 		out.WALSlot = ws
@@ -80,7 +81,7 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 		return err
 	}
 	if exceeded {
-		return exitError{code: exitLagExceeded, msg: fmt.Sprintf("lag %s exceeds --max-lag %s", human.Duration(st.Lag), *maxLag)}
+		return exitError{code: exitLagExceeded, msg: fmt.Sprintf("due lag %s exceeds --max-lag %s", human.Duration(st.DueLag), *maxLag)}
 	}
 	return nil
 }
@@ -89,6 +90,11 @@ func printStatus(w io.Writer, st outboxadmin.Status, staleAfter time.Duration) e
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "backlog\t%s\n", count(st.Backlog, st.BacklogEstimated, "~"))
 	fmt.Fprintf(tw, "lag\t%s\n", human.Duration(st.Lag))
+	if st.DueLag != st.Lag {
+		fmt.Fprintf(tw, "due lag\t%s (leaves out events held behind delayed ones; --max-lag checks it)\n", human.Duration(st.DueLag))
+	} else {
+		fmt.Fprintf(tw, "due lag\t%s\n", human.Duration(st.DueLag))
+	}
 	fmt.Fprintf(tw, "dead\t%s\n", count(st.Dead, st.DeadEstimated, "~"))
 	scheduled := count(st.Scheduled, st.ScheduledEstimated, "~")
 	if st.NextScheduled.IsZero() {
@@ -171,8 +177,11 @@ type statusOutput struct {
 	Backlog int64 `json:"backlog"`
 	// BacklogEstimated and DeadEstimated: beyond txoutbox.StatsExactMax
 	// the counts are estimates (see txoutbox.Stats).
-	BacklogEstimated   bool        `json:"backlog_estimated"`
-	LagSeconds         float64     `json:"lag_seconds"`
+	BacklogEstimated bool    `json:"backlog_estimated"`
+	LagSeconds       float64 `json:"lag_seconds"`
+	// DueLagSeconds leaves out the events held behind a delayed event of
+	// their aggregate (txoutbox.Stats.DueLag): what --max-lag checks.
+	DueLagSeconds      float64     `json:"due_lag_seconds"`
 	Dead               int64       `json:"dead"`
 	DeadEstimated      bool        `json:"dead_estimated"`
 	Scheduled          int64       `json:"scheduled"`
@@ -189,7 +198,8 @@ type statusOutput struct {
 
 func statusJSON(st outboxadmin.Status, maxLag time.Duration, exceeded bool) statusOutput {
 	out := statusOutput{
-		Backlog: st.Backlog, BacklogEstimated: st.BacklogEstimated, LagSeconds: st.Lag.Seconds(), Dead: st.Dead, DeadEstimated: st.DeadEstimated,
+		Backlog: st.Backlog, BacklogEstimated: st.BacklogEstimated, LagSeconds: st.Lag.Seconds(), DueLagSeconds: st.DueLag.Seconds(),
+		Dead: st.Dead, DeadEstimated: st.DeadEstimated,
 		Scheduled: st.Scheduled, ScheduledEstimated: st.ScheduledEstimated,
 		Topics: []topicJSON{}, Relays: []relayJSON{}, UnownedShards: []int{}, HandoverShards: []int{},
 		MaxLagSeconds: maxLag.Seconds(), MaxLagExceeded: exceeded,

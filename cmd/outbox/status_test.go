@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/testkit"
@@ -155,5 +157,49 @@ func TestStatusShowsScheduledEvents(t *testing.T) {
 	if code != 0 || !strings.Contains(flat, "backlog 1 ") || !strings.Contains(flat, "scheduled 1 (next due 2999-01-01T00:00:00Z)") ||
 		!strings.Contains(flat, "reminders 0 0s 0 1") {
 		t.Errorf("status: exit %d, %s%s", code, out, errOut)
+	}
+}
+
+// Events held behind a delayed event of their aggregate wait by design:
+// status shows their lag, and apart from it the due lag, which leaves
+// them out and is what --max-lag checks, for one table and with
+// --schemas; an event the relay may publish now counts again.
+func TestStatusMaxLagLeavesOutEventsHeldBehindADelayedOne(t *testing.T) {
+	t.Parallel()
+	e := newOps(t)
+	ev, err := txoutbox.NewEvent("reminders", "order", "o-1", "order.reminder", map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.NotBefore = time.Now().Add(time.Hour)
+	testkit.Commit(t, context.Background(), e.db.SQL, e.writer, ev)
+	e.write(t, "orders", "o-1", "order.paid") // held behind the reminder
+	e.exec(t, `UPDATE outbox SET created_at = now() - interval '10 minutes' WHERE not_before IS NULL`)
+
+	var st statusOutput
+	e.runJSON(t, &st, "status", "--max-lag", "1m")
+	if st.Backlog != 1 || st.Scheduled != 1 || st.LagSeconds < 590 || st.DueLagSeconds != 0 || st.MaxLagExceeded {
+		t.Errorf("status = backlog %d scheduled %d lag %.0fs due lag %.0fs exceeded %v; want 1, 1, ~600s, 0s, false",
+			st.Backlog, st.Scheduled, st.LagSeconds, st.DueLagSeconds, st.MaxLagExceeded)
+	}
+	code, out, errOut := e.run(t, "status", "--max-lag", "1m")
+	flat := strings.Join(strings.Fields(out), " ")
+	if code != 0 || !strings.Contains(flat, "lag 10m") || !strings.Contains(flat, "due lag 0s (leaves out events held behind delayed ones; --max-lag checks it)") {
+		t.Errorf("status --max-lag 1m with only a held event late: exit %d, stderr %q, output:\n%s", code, errOut, out)
+	}
+	tables := []string{"status", "--database-url", e.db.URL, "--schemas", e.db.Schema, "--max-lag", "1m"}
+	if code, out, errOut := outbox(t, tables...); code != 0 {
+		t.Errorf("status --schemas --max-lag 1m with only a held event late: exit %d, stderr %q, output:\n%s", code, errOut, out)
+	}
+
+	e.write(t, "orders", "o-2", "order.placed")
+	e.exec(t, `UPDATE outbox SET created_at = now() - interval '5 minutes' WHERE aggregate_id = 'o-2'`)
+	code, _, errOut = e.run(t, "status", "--max-lag", "1m")
+	if code != exitLagExceeded || !strings.Contains(errOut, "due lag 5m") {
+		t.Errorf("status --max-lag 1m with an event free to publish 5m late: exit %d, stderr %q; want %d", code, errOut, exitLagExceeded)
+	}
+	code, out, errOut = outbox(t, append(tables, "--json")...)
+	if code != exitLagExceeded || !strings.Contains(out, `"due_lag_seconds": 3`) || !strings.Contains(errOut, "due lag 5m") {
+		t.Errorf("status --schemas --max-lag 1m --json with an event free to publish 5m late: exit %d, stderr %q, output:\n%s", code, errOut, out)
 	}
 }

@@ -141,6 +141,7 @@ func EscapeJSON(b []byte) []byte {
 // then it returns false. Indentation grows with the square of the depth
 // (9,999 nested arrays, 20 KB, indent to 200 MB), so a page or a terminal
 // shows the compact form instead (json.Compact, never longer than src).
+// The start of a document, cut anywhere, is indented as far as it goes.
 func IndentJSON(src []byte, limit int) ([]byte, bool) {
 	out := make([]byte, 0, min(2*len(src), limit)+64)
 	depth := 0

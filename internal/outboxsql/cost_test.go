@@ -406,9 +406,10 @@ func TestClaimCostIsItsBatchWithAnyNumberOfScheduledRows(t *testing.T) {
 	testkit.AssertFlat(t, "claim, none scheduled against 20,000", costRatio, measure(0), large)
 }
 
-// The statements that read the scheduled rows apart (the lag, the next
-// one due) read an entry or two whatever their number and the backlog's;
-// the count reads the scheduled rows and nothing of the rest of the backlog.
+// The statements that read the scheduled rows apart (the lag, the due
+// lag, the next one due) read an entry or two whatever their number and
+// the backlog's; the count reads the scheduled rows and nothing of the
+// rest of the backlog.
 func TestScheduledReadsCostNothingOfTheBacklog(t *testing.T) {
 	measure := func(backlog, scheduled int) (lag, next, count map[string]testkit.Work) {
 		c := newCostDB(t)
@@ -418,7 +419,7 @@ func TestScheduledReadsCostNothingOfTheBacklog(t *testing.T) {
 		c.settle(t)
 		// One process: a parallel worker's buffers are not the top node's.
 		serial := []string{`SELECT set_config('max_parallel_workers_per_gather', '0', true)`}
-		return c.work(t, nil, outboxsql.StatsLag), c.work(t, nil, `SELECT `+outboxsql.NextScheduled),
+		return c.work(t, nil, outboxsql.StatsLags, outboxsql.CountArgs{Cap: outboxsql.CountCap}.Args()...), c.work(t, nil, `SELECT `+outboxsql.NextScheduled),
 			c.work(t, serial, `SELECT `+outboxsql.ScheduledCount, outboxsql.CountArgs{Cap: 500}.Args()...)
 	}
 	smallLag, smallNext, _ := measure(costSmall, costSmall)

@@ -471,8 +471,9 @@ SELECT
 // OpsSnapshotScheduled is OpsSnapshot with the scheduled rows
 // (ScheduledCount) and the next one's due time (NextScheduled) beside it,
 // in one snapshot, so the backlog they are taken out of is the one they
-// were counted in.
-const OpsSnapshotScheduled = `SELECT s.*, ` + ScheduledCount + `, ` + NextScheduled + ` FROM (` + OpsSnapshot + `) s`
+// were counted in, and the oldest due row not held behind a scheduled one
+// (OldestDue).
+const OpsSnapshotScheduled = `SELECT s.*, ` + ScheduledCount + `, ` + NextScheduled + `, ` + OldestDue + ` FROM (` + OpsSnapshot + `) s`
 
 // lookup finds the rows whose column col equals $1, newest first, at most
 // $3, on indexes only: the unpublished ones on the aggregate index (by

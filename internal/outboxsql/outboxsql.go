@@ -73,11 +73,13 @@ const InsertParamsPerRow = 10
 // commit, and only if the transaction commits. One statement means one round
 // trip for any number of rows.
 //
-// A NotBefore later than the database's now() is written to not_before and
-// to retry_at (schema version 7), so the claim reads the row as a retry in
-// backoff until then (see Claim), and to next_attempt_at, which relays of
-// earlier versions wait for; an earlier one, or NULL, leaves the row a
-// first attempt, due at once, as if it had none.
+// A NotBefore later than the statement's clock (statement_timestamp(),
+// not now(): the writer's transaction may have been open for a while) is
+// written to not_before and to retry_at (schema version 7), so the claim
+// reads the row as a retry in backoff until then (see Claim), and to
+// next_attempt_at, which relays of earlier versions wait for; an earlier
+// one, or NULL, leaves the row a first attempt, due at once, as if it had
+// none (and schema version 12's trigger lets it into a streamed table).
 func Insert(n Names, rows int, notify bool) string {
 	var b strings.Builder
 	b.Grow(400 + rows*80)
@@ -124,7 +126,7 @@ func Insert(n Names, rows int, notify bool) string {
 const (
 	insertParams = "event_id, topic, aggregate_type, aggregate_id, event_type, content_type, payload, headers, created_at, nb"
 	insertValues = "v.event_id, v.topic, v.aggregate_type, v.aggregate_id, v.event_type, v.content_type, v.payload, v.headers, v.created_at, " +
-		"CASE WHEN v.nb > now() THEN v.nb END, CASE WHEN v.nb > now() THEN v.nb ELSE '-infinity' END, greatest(now(), v.nb)"
+		"CASE WHEN v.nb > statement_timestamp() THEN v.nb END, CASE WHEN v.nb > statement_timestamp() THEN v.nb ELSE '-infinity' END, greatest(now(), v.nb)"
 )
 
 // Interval renders d for a $n::interval parameter.

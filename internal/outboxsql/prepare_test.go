@@ -76,6 +76,7 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	add("ClaimFloorPassed", outboxsql.ClaimFloorPassed, len(outboxsql.ClaimFloorProof{}.PassedArgs()))
 	add("ClaimFloorRaise", outboxsql.ClaimFloorRaise, len(outboxsql.ClaimFloorProof{}.RaiseArgs()))
 	add("ClaimFloorRead", outboxsql.ClaimFloorRead, 0)
+	add("RepairRetryAt", outboxsql.RepairRetryAt, count(outboxsql.RepairArgs{}))
 	s["ClaimLow"] = prepared{sql: outboxsql.RenderClaimLow(n, []outboxsql.PartitionVars{{Partition: n.Table, From: 1}, {Partition: n.Table, From: 2}}), params: 0}
 	add("SettleSettings", outboxsql.SettleSettings, count(outboxsql.TxTimeoutArgs{}))
 	add("MarkUndecodable", outboxsql.MarkUndecodable, 2)
@@ -100,6 +101,7 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	add("PruneLock", outboxsql.PruneLock, 0)
 	add("Stats", outboxsql.Stats, count(outboxsql.CountArgs{}))
 	add("StatsLag", outboxsql.StatsLag, 0)
+	add("StatsLags", outboxsql.StatsLags, count(outboxsql.CountArgs{}))
 	add("StatsBacklog", outboxsql.StatsBacklog, count(outboxsql.CountArgs{}))
 	add("StatsDead", outboxsql.StatsDead, count(outboxsql.CountArgs{}))
 	add("StatsScheduled", outboxsql.StatsScheduled, count(outboxsql.CountArgs{}))
@@ -109,6 +111,7 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	add("DeadCount", `SELECT `+outboxsql.DeadCount, count(outboxsql.CountArgs{}))
 	add("ScheduledCount", `SELECT `+outboxsql.ScheduledCount, count(outboxsql.CountArgs{}))
 	add("OldestUnpublished", `SELECT `+outboxsql.OldestUnpublished, 0)
+	add("OldestDue", `SELECT `+outboxsql.OldestDue, count(outboxsql.CountArgs{}))
 	add("NextScheduled", `SELECT `+outboxsql.NextScheduled, 0)
 	add("PruneSessionLock", outboxsql.PruneSessionLock, 0)
 	add("PruneSessionUnlock", outboxsql.PruneSessionUnlock, 0)
@@ -140,6 +143,8 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	}
 	add("InsertColumns", `SELECT `+outboxsql.InsertColumns+` FROM {{table}}`, 0)
 	add("TestEvents", outboxsql.TestEvents, 0)
+	add("TestDrainable", outboxsql.TestDrainable, count(outboxsql.TestDrainArgs{}))
+	add("TestAdvance", outboxsql.TestAdvance, count(outboxsql.TestDrainArgs{}))
 	s["InboxClaim"] = prepared{sql: in.Render(outboxsql.InboxClaim), params: 2}
 	s["InboxPrune"] = prepared{sql: in.Render(outboxsql.InboxPrune), params: 2}
 
@@ -217,6 +222,7 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	exec("WALCreatePublication/all", outboxsql.WALCreatePublication(n, pub, false))
 	exec("WALSetMarker/set", outboxsql.WALSetMarker(pub, "txoutbox: slot s"))
 	exec("WALSetMarker/clear", outboxsql.WALSetMarker(pub, ""))
+	exec("WALDropPublication", outboxsql.WALDropPublication(pub))
 	return s
 }
 
@@ -294,8 +300,8 @@ func TestEveryStatementPrepares(t *testing.T) {
 			}
 		}
 	}
-	if _, err := tx.Exec(ctx, "DROP PUBLICATION "+pub); err != nil {
-		t.Fatal(err)
+	if _, err := tx.Exec(ctx, stmts["WALDropPublication"].sql); err != nil {
+		t.Fatalf("WALDropPublication: %v", err)
 	}
 	if _, err := tx.Exec(ctx, stmts["WALCreatePublication/all"].sql); err != nil {
 		t.Errorf("WALCreatePublication/all: %v", err)

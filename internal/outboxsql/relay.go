@@ -301,11 +301,14 @@ type HandoverArgs struct {
 func (a HandoverArgs) Args() []any { return []any{a.Owner, ShardMask(a.Shards), a.Window} }
 
 // WalkSettings runs first in the transaction of a statement that walks an
-// index in order up to a limit (ShardsInHandover): with stale statistics
-// the planner would rather read and sort every row the index holds. See
-// ClaimSettings. $1 is the statement timeout.
+// index in order up to a limit (ShardsInHandover, RepairRetryAt, ClaimLow):
+// with stale statistics the planner would rather read and sort every row
+// the index holds. JIT is off, as for the claim: a scan the settings price
+// out (the claim floor's one row, read whole) puts the plan's cost far
+// above jit_above_cost, and compiling RepairRetryAt took half a second,
+// a hundred times its run. See ClaimSettings. $1 is the statement timeout.
 const WalkSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
-       set_config('enable_seqscan', 'off', true), set_config('statement_timeout', $1, true)`
+       set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true), set_config('statement_timeout', $1, true)`
 
 // ShardsArgs binds ReleaseShards and AcquireShards.
 type ShardsArgs struct {
@@ -369,6 +372,83 @@ func (p ClaimFloorProof) PassedArgs() []any { return []any{p.XMax, p.VXIDs} }
 
 // RaiseArgs binds ClaimFloorRaise.
 func (p ClaimFloorProof) RaiseArgs() []any { return []any{p.MaxID, p.Gen} }
+
+// RepairRetryAt gives the rows at the head of a claim's window that no
+// relay wrote so the retry_at a relay writes. An unpublished row no relay
+// holds is due by next_attempt_at and read by the claim by retry_at (see
+// Claim); every writer keeps the two together: a failure (Fail) or an
+// event written for later (Insert) sets both to the same time, anything
+// else sets next_attempt_at to now. A row in backoff by next_attempt_at
+// alone (later than now and than its retry_at) was written otherwise: a
+// dump older than schema version 5 restored into this one (retry_at at its
+// default), an insert by hand, a relay of version 3 or 4 failing it. The
+// claim reads such a row as due, a first attempt or a due retry, and keeps
+// it in its window as a row it cannot take: enough of them (a batch) hold
+// back every aggregate of the shards behind them, and one of them every
+// later row of its own aggregate, however many.
+//
+// Setting retry_at to next_attempt_at changes nothing the row waits for:
+// it is still due at the same time and still holds back its aggregate's
+// later rows until then (as a retry in backoff, on the retries' index),
+// but the claim no longer reads it before then. That is what the
+// statement does, to such rows among the window a claim of the shards $2
+// reads first: the first $1 first attempts no relay holds from the claim
+// floor on in id order, and the first $1 due retries no relay holds in
+// retry_at order, in each passing over the rows held back behind a retry
+// in backoff, as Claim does (one probe each). It reads what a claim reads,
+// whatever the backlog (run it after WalkSettings), and locks only the
+// rows it repairs, passing over those another transaction holds. A row is
+// tested against the clock when it is read, not the transaction's start: a
+// release or a write committed since then set next_attempt_at to its own
+// now(), which would be later. It returns each row's id and the time it is
+// due, NULL for one never due (next_attempt_at 'infinity'), which holds
+// back its aggregate until an operator acts.
+const RepairRetryAt = `
+WITH fresh AS MATERIALIZED (
+    SELECT o.ctid AS tid, o.id
+    FROM {{table}} o
+    WHERE o.state IN ('pending', 'claimed') AND o.retry_at = '-infinity'
+      AND o.id >= (` + ClaimFloorRead + `)
+      AND get_bit($2::varbit, o.shard) = 1 AND o.lease_owner IS NULL
+      AND (SELECT true FROM {{table}} b
+           WHERE b.aggregate_id = o.aggregate_id AND b.id < o.id
+             AND b.state IN ('pending', 'claimed') AND b.retry_at > '-infinity' AND b.retry_at > now()
+           LIMIT 1) IS NULL
+    ORDER BY o.id
+    LIMIT $1
+), retry AS MATERIALIZED (
+    SELECT o.ctid AS tid, o.id
+    FROM {{table}} o
+    WHERE o.state IN ('pending', 'claimed') AND o.retry_at > '-infinity' AND o.retry_at <= now()
+      AND get_bit($2::varbit, o.shard) = 1 AND o.lease_owner IS NULL
+      AND (SELECT true FROM {{table}} h
+           WHERE h.aggregate_id = o.aggregate_id AND h.id < o.id
+             AND h.state IN ('pending', 'claimed') AND h.retry_at > '-infinity' AND h.retry_at > now()
+           LIMIT 1) IS NULL
+    ORDER BY o.retry_at
+    LIMIT $1
+), stray AS MATERIALIZED (
+    SELECT o.id
+    FROM (SELECT tid, id FROM fresh UNION ALL SELECT tid, id FROM retry) w
+    JOIN {{table}} o ON o.ctid = w.tid AND o.id = w.id
+    WHERE o.state NOT IN ('published', 'dead') AND o.lease_owner IS NULL
+      AND o.next_attempt_at > clock_timestamp() AND o.next_attempt_at > o.retry_at
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {{table}} o
+SET retry_at = o.next_attempt_at
+FROM stray s
+WHERE o.id = s.id
+RETURNING o.id, CASE WHEN isfinite(o.next_attempt_at) THEN o.next_attempt_at END`
+
+// RepairArgs binds RepairRetryAt.
+type RepairArgs struct {
+	Window int     // $1: how many rows of each kind to read, a claim's batch
+	Shards []int16 // $2: the shards a claim reads, passed as a ShardMask
+}
+
+// Args returns the parameters in order.
+func (a RepairArgs) Args() []any { return []any{a.Window, ShardMask(a.Shards)} }
 
 // MarkPublished records broker acknowledgements for the rows IDs that Owner
 // still holds under the claim Version. A row taken over by another
@@ -720,6 +800,40 @@ const DeadCount = `(SELECT CASE WHEN h.n < $1 THEN h.n
 // without it, it reads the claim index whole.
 const OldestUnpublished = `(SELECT min(greatest(created_at, not_before)) FROM {{table}} WHERE state IN ('pending', 'claimed'))`
 
+// OldestDue is OldestUnpublished for the rows the relay may publish now:
+// it leaves out a row held behind an earlier unpublished row of its
+// aggregate that is scheduled for later (a not_before still to come),
+// which waits by design, not for a relay, and whose lag would grow until
+// the delayed row's time. A row behind a delayed row that has come due,
+// and is not published yet, counts from that row's not_before rather than
+// from its own creation, so it does not show as late the moment it is
+// let go. Rows held behind a failed row in backoff still count: a failure
+// is what the lag is to show. It walks the due index from its first entry
+// (OldestUnpublished's), probing each row's aggregate on the backoff
+// rows' aggregate index (schema version 5) for earlier rows with a
+// not_before, and stops at the first row not held: one entry and one
+// probe while nothing is held. The probe is a LATERAL subquery, which
+// PostgreSQL keeps a probe per row: as NOT EXISTS it may become an
+// anti-join that reads every row in backoff or scheduled. It walks $1
+// entries at most (CountArgs): when all of them are held, the time of the
+// last one read, which no row not held came due before, so the lag shown
+// may be too high, never too low. NULL when no due row is left but held
+// ones.
+const OldestDue = `(SELECT coalesce(
+    (SELECT greatest(w.due, x.nb) FROM (` + dueWalk + `) w,
+         LATERAL (SELECT max(h.not_before) AS nb FROM {{table}} h
+                  WHERE h.aggregate_id = w.aggregate_id AND h.id < w.id
+                    AND h.state IN ('pending', 'claimed') AND h.retry_at > '-infinity') x
+     WHERE x.nb IS NULL OR x.nb <= now()
+     ORDER BY w.due LIMIT 1),
+    (SELECT max(w.due) FROM (` + dueWalk + `) w HAVING count(*) >= $1)))`
+
+// dueWalk is the first $1 due unpublished rows by the time they became
+// due, on the due index.
+const dueWalk = `SELECT greatest(o.created_at, o.not_before) AS due, o.id, o.aggregate_id FROM {{table}} o
+        WHERE o.state IN ('pending', 'claimed') AND greatest(o.created_at, o.not_before) <= now()
+        ORDER BY greatest(o.created_at, o.not_before) LIMIT $1`
+
 // ScheduledCount counts the scheduled rows: unpublished, with a not_before
 // still to come (Event.NotBefore), exactly up to $1 (CountArgs), and from
 // $1 on from the planner's statistics of the scheduled index (as
@@ -755,8 +869,14 @@ const StatsDead = `SELECT ` + DeadCount
 
 // StatsScheduled is Stats with the scheduled rows (ScheduledCount) and the
 // next one's due time (NextScheduled) beside it, in one snapshot, so the
-// backlog they are taken out of is the one they were counted in.
-const StatsScheduled = `SELECT s.*, ` + ScheduledCount + `, ` + NextScheduled + ` FROM (` + Stats + `) s`
+// backlog they are taken out of is the one they were counted in, and the
+// oldest due row not held behind a scheduled one (OldestDue).
+const StatsScheduled = `SELECT s.*, ` + ScheduledCount + `, ` + NextScheduled + `, ` + OldestDue + ` FROM (` + Stats + `) s`
+
+// StatsLags is StatsLag with OldestDue beside it, walking at most $1
+// (CountArgs) entries: the relay's lag gauges.
+const StatsLags = `
+SELECT ` + OldestUnpublished + `, ` + OldestDue + `, now()`
 
 // StatsBacklogScheduled is StatsBacklog and ScheduledCount in one
 // statement, for the relay's backlog and scheduled gauges.

@@ -165,6 +165,12 @@ func WALSetMarker(pub, marker string) string {
 	return "COMMENT ON PUBLICATION " + ident.Quote(pub) + " IS " + quoteLiteral(marker)
 }
 
+// WALDropPublication drops the publication pub, a validated identifier:
+// one the relay created and set no slot up for.
+func WALDropPublication(pub string) string {
+	return "DROP PUBLICATION " + ident.Quote(pub)
+}
+
 // WALSlot reports replication slot $1: whether a walsender holds it, its
 // wal_status, its confirmed position, its output plugin and database,
 // how many bytes of WAL it holds back behind the current position, and

@@ -83,7 +83,8 @@
 // shows them whole up to 64 KiB each (`outbox dead show --full` prints the
 // rest). A JSON payload is indented unless that would pass
 // 1 MiB (indentation grows with the square of the nesting), then shown
-// compact; one over 256 KiB is shown as the hex dump of its start.
+// compact; of one over 256 KiB the page shows the first 4 KiB (as
+// `outbox dead show` does past 4 KiB) and how many bytes were cut.
 //
 // # Cost
 //

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -61,6 +62,11 @@ func TestHostileDeadRows(t *testing.T) {
 				}
 				if r.Kind == "payload-deep" && !strings.Contains(body, "json, compact") {
 					t.Errorf("%s: the deep payload is not shown compact", r.Kind)
+				}
+				// Past 256 KiB, the first 4 KiB: the string's start.
+				if cut := fmt.Sprintf("the first 4096 of %d bytes, %d cut", len(r.Payload), len(r.Payload)-4096); r.Kind == "payload-large" &&
+					(!strings.Contains(body, cut) || !strings.Contains(body, "&#34;yyyy")) {
+					t.Errorf("%s: the event page does not show the payload's start and say %q", r.Kind, cut)
 				}
 				if strings.Contains(body, "Next attempt") {
 					t.Errorf("%s: a dead event shows a next attempt", r.Kind)

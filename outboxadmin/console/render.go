@@ -3,7 +3,6 @@ package console
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -237,35 +236,22 @@ func clipValue(s string) string {
 
 // payloadView is a payload as the detail page shows it.
 type payloadView struct {
-	Kind string // "json", "json, compact", "text" or "binary"
+	Kind string // its form (human.Payload), and what was cut
 	Text string
 }
 
-// payloadShownMax is the most payload bytes the detail page renders;
-// prettyMax the most its indented JSON may take, past which it is shown
-// compact (indentation grows with the square of the nesting depth).
-const (
-	payloadShownMax = 256 << 10
-	prettyMax       = 1 << 20
-)
+// payloadShownMax is the most payload bytes the detail page shows whole;
+// of a larger payload it shows the first human.PayloadHead, as outbox dead
+// show does past its own bound.
+const payloadShownMax = 256 << 10
 
-// viewPayload pretty-prints JSON, within prettyMax, shows other UTF-8 as
-// it is and binary as a hex dump.
+// viewPayload renders b as human.ShowPayload does, saying how much was
+// cut and where to see it whole.
 func viewPayload(b []byte) payloadView {
-	if len(b) > payloadShownMax {
-		return payloadView{Kind: "binary", Text: fmt.Sprintf("(%d bytes, too large to show; the first %d)\n", len(b), 4096) + hex.Dump(b[:4096])}
+	p := human.ShowPayload(b, payloadShownMax)
+	v := payloadView{Kind: p.Kind, Text: p.Text}
+	if p.Cut > 0 {
+		v.Kind += fmt.Sprintf("; the first %d of %d bytes, %d cut: outbox dead show --full prints it whole", len(b)-p.Cut, len(b), p.Cut)
 	}
-	if json.Valid(b) {
-		if out, ok := human.IndentJSON(b, prettyMax); ok {
-			return payloadView{Kind: "json", Text: string(out)}
-		}
-		var out bytes.Buffer
-		if json.Compact(&out, b) == nil {
-			return payloadView{Kind: "json, compact: indented it would pass 1 MiB", Text: out.String()}
-		}
-	}
-	if utf8.Valid(b) {
-		return payloadView{Kind: "text", Text: string(b)}
-	}
-	return payloadView{Kind: "binary", Text: hex.Dump(b)}
+	return v
 }

@@ -16,6 +16,11 @@
 // dead after the relay's MaxAttempts and Drain return an error matching
 // ErrDead.
 //
+// Delayed events (txoutbox.Event.NotBefore) are waited for when they come
+// due before Drain's deadline; WithClock publishes those delayed up to a
+// test's own clock at once, and an error matching ErrScheduled lists
+// those left for later.
+//
 // Package outboxtest asserts on the outbox's rows themselves, before or
 // after a drain. relaytest is in the relay module, with Watermill; the
 // assertions are in the root module, so that they bring nothing to a

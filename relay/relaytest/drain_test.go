@@ -179,3 +179,89 @@ func TestDrainRefusesABadConfig(t *testing.T) {
 		t.Errorf("Drain(nil db): %v", err)
 	}
 }
+
+// delayed is event with NotBefore d from now.
+func delayed(t *testing.T, topic, aggregateID, typ string, d time.Duration) txoutbox.Event {
+	t.Helper()
+	ev := event(t, topic, aggregateID, typ)
+	ev.NotBefore = time.Now().Add(d)
+	return ev
+}
+
+// types is the event types of what pub published, in order.
+func types(pub *relaytest.Publisher) string {
+	var out []string
+	for _, m := range pub.Messages() {
+		out = append(out, m.EventType())
+	}
+	return strings.Join(out, ",")
+}
+
+// An event delayed to a time before Drain's deadline is waited for and
+// published, though nothing else is left.
+func TestDrainWaitsForAnEventDueBeforeItsDeadline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testkit.NewOutbox(t)
+	write(t, db.SQL, delayed(t, "orders", "1", "order.reminder", 300*time.Millisecond))
+	pub := relaytest.NewPublisher()
+	if err := drain(t, ctx, db.SQL, pub, relay.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := types(pub); got != "order.reminder" {
+		t.Fatalf("published %q, want the reminder", got)
+	}
+	outboxtest.RequireNoEvent(ctx, t, db.SQL, outboxtest.Want{State: outboxtest.StatePending})
+}
+
+// When all that is left is an event delayed past Drain's deadline and the
+// event of its aggregate held behind it, Drain returns at once, with
+// ErrScheduled, saying why each is not published.
+func TestDrainSaysWhatIsScheduledAfterItsDeadline(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	write(t, db.SQL, delayed(t, "orders", "1", "order.reminder", time.Hour), event(t, "orders", "1", "order.paid"),
+		event(t, "orders", "2", "order.placed"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pub := relaytest.NewPublisher()
+	err := drain(t, ctx, db.SQL, pub, relay.Config{})
+	if !errors.Is(err, relaytest.ErrNotDrained) || !errors.Is(err, relaytest.ErrScheduled) || errors.Is(err, relaytest.ErrDead) {
+		t.Fatalf("Drain: %v, want ErrNotDrained and ErrScheduled", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("Drain waited for its deadline, though nothing left could be published before it")
+	}
+	for _, want := range []string{"2 events unpublished (all scheduled after the deadline",
+		"#1 orders order.reminder order/1 pending not-before=", "← scheduled for ", " (in ", ", after the deadline)",
+		"#2 orders order.paid order/1 pending payload={\"order\":\"1\"}  ← held behind #1, scheduled for "} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q:\n%v", want, err)
+		}
+	}
+	if got := types(pub); got != "order.placed" {
+		t.Fatalf("published %q, want the other aggregate's event only", got)
+	}
+}
+
+// WithClock publishes the events delayed up to its time at once, those
+// held behind them after them, and leaves their NotBefore as written.
+func TestDrainWithClockPublishesEventsDelayedUpToIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testkit.NewOutbox(t)
+	reminder := delayed(t, "orders", "1", "order.reminder", 24*time.Hour)
+	write(t, db.SQL, reminder, event(t, "orders", "1", "order.paid"))
+	pub := relaytest.NewPublisher()
+	tomorrow := func() time.Time { return time.Now().Add(25 * time.Hour) }
+	if err := relaytest.Drain(ctx, db.SQL, pub, relay.Config{}, relaytest.WithClock(tomorrow)); err != nil {
+		t.Fatal(err)
+	}
+	if got := types(pub); got != "order.reminder,order.paid" {
+		t.Fatalf("published %q, want the reminder, then the event held behind it", got)
+	}
+	e := outboxtest.RequireEvent(ctx, t, db.SQL, outboxtest.Want{Type: "order.reminder", State: outboxtest.StatePublished})
+	if !e.NotBefore.Equal(reminder.NotBefore.Truncate(time.Microsecond)) {
+		t.Fatalf("NotBefore %v after the drain, want %v as written", e.NotBefore, reminder.NotBefore)
+	}
+}

@@ -58,8 +58,12 @@
 // slot is found in the slot's snapshot, and it drops the slot again), and
 // once its slot streams the table the database refuses such events at
 // write time (schema version 7's trigger; txoutbox.ErrNotBeforeStreamed),
-// as a WALMessages writer does.
-// Delayed events need the polling relay.
+// as a WALMessages writer does: those more than txoutbox.MaxNotBeforeSkew
+// ahead of the statement's clock. A NotBefore already past, or within that
+// slack (clock skew between the writer's host and the database's), is
+// published at commit, in its aggregate's order.
+// Delayed events need the polling relay. A relay that refuses to set its
+// slot up, for either reason, drops the publication it created.
 //
 // # Cleanup and takeover
 //

@@ -101,6 +101,12 @@ type Relay struct {
 	// than walking the table again (see resume).
 	settledHigh atomic.Int64
 
+	// madePublication: this Run created the publication and has set no
+	// slot up through it yet. A Run that refuses to set its slot up drops
+	// it (see dropMadePublication). Run's goroutine alone reads and writes
+	// it.
+	madePublication bool
+
 	// defaultPub and defaultSlot: the names were left to their defaults,
 	// which Run resolves for the database (see resolveNames). slotName
 	// and pubName are the names for Slot and Publication, "" until then.
@@ -218,6 +224,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	defer r.running.Store(false)
 	r.settledHigh.Store(-1)
+	r.madePublication = false
 	pool, err := r.openPool(ctx)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -46,4 +46,50 @@ func TestScheduledEventCommittedWhileTheSlotIsMadeIsNotPublished(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, b.defaultName()); n != 0 {
 		t.Fatal("the slot is still there: the polling relay could not publish the scheduled event")
 	}
+	if b.publicationExists(t, r.Publication()) {
+		t.Errorf("the publication the relay created is still there")
+	}
+}
+
+// A relay that refuses to set its slot up (events scheduled for later,
+// polling relays still running) leaves nothing behind: it drops the
+// publication it created. One it found, an operator's, stays.
+func TestRefusedSetupLeavesNoPublication(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		prepare func(*testing.T, *bundle)
+		want    error
+	}{
+		{"scheduled", func(t *testing.T, b *bundle) {
+			ev := b.events(t, "a")
+			ev[0].NotBefore = time.Now().Add(time.Hour)
+			b.commit(t, ev...)
+		}, ErrScheduled},
+		{"polling", func(t *testing.T, b *bundle) {
+			b.exec(t, `INSERT INTO outbox_relays (id, host) VALUES ('poller', 'host')`)
+		}, ErrPollingRelays},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			for _, found := range []bool{false, true} {
+				b := setup(t)
+				tc.prepare(t, b)
+				r := b.newRelay(t, b.config())
+				if found {
+					b.exec(t, `CREATE PUBLICATION `+PublicationDefault(b.db.Table())+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
+				}
+				wantRunError(t, runErr(t, r), tc.want, 20*time.Second)
+				if got := b.publicationExists(t, r.Publication()); got != found {
+					t.Errorf("publication found before the relay: %v; there after it refused: %v", found, got)
+				}
+			}
+		})
+	}
+}
+
+// publicationExists reports whether publication name exists.
+func (b *bundle) publicationExists(t *testing.T, name string) bool {
+	t.Helper()
+	return b.count(t, `SELECT count(*) FROM pg_publication WHERE pubname = $1`, name) == 1
 }

@@ -105,7 +105,9 @@ func (r *Relay) marker(ctx context.Context, q pgxQuerier) (string, bool, error) 
 // ensurePublication creates the publication if it does not exist, on
 // PostgreSQL 15 and later with a column list (see
 // outboxsql.WALCreatePublication). One that exists is left as it is: the
-// decoder finds its columns by name in whatever the stream sends.
+// decoder finds its columns by name in whatever the stream sends. One it
+// creates is the Run's to drop if the Run sets no slot up (see
+// dropMadePublication).
 func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts) error {
 	if _, ok, err := r.marker(ctx, pool); err != nil || ok {
 		return err
@@ -114,6 +116,7 @@ func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv S
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
+		r.madePublication = true
 		r.log.Info("created publication", "publication", r.cfg.Publication, "table", r.names.Table)
 		return nil
 	case errors.As(err, &pgErr) && pgErr.Code == "42710": // duplicate_object: another relay created it

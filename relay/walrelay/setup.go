@@ -66,15 +66,34 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	if st.exists && st.active {
 		return errSlotBusy
 	}
+	// refuse returns err, why the relay sets no slot up, after dropping
+	// the publication this Run created; not when a slot was found, which
+	// decodes through it.
+	refuse := func(err error) error {
+		if st.exists {
+			return err
+		}
+		return errors.Join(err, r.dropMadePublication(ctx, conn))
+	}
 	snapshot := ""
 	if err := r.gated(ctx, conn, func() error {
+		// A relay that set no slot up may have dropped the publication
+		// since the session found it (dropMadePublication).
+		switch _, ok, err := r.marker(ctx, conn); {
+		case err != nil:
+			return err
+		case !ok && st.exists:
+			return r.publicationGone()
+		case !ok:
+			return fmt.Errorf("initialise slot: publication %s was dropped meanwhile; trying again", r.cfg.Publication)
+		}
 		var polling int
 		if err := conn.QueryRow(ctx, r.sql.pollingRelays, relay.StaleAfterDefault.Seconds()).Scan(&polling); err != nil {
 			return fmt.Errorf("initialise slot: look for polling relays: %w", err)
 		}
 		if polling > 0 {
-			return fmt.Errorf("%w: %d polling relays heartbeat on %s; stop them before the WAL relay sets its slot up, or both publish every event",
-				ErrPollingRelays, polling, r.names.Table)
+			return refuse(fmt.Errorf("%w: %d polling relays heartbeat on %s; stop them before the WAL relay sets its slot up, or both publish every event",
+				ErrPollingRelays, polling, r.names.Table))
 		}
 		// The WAL relay cannot delay an event: while scheduled rows wait,
 		// the backlog it publishes first would publish them early. Once the
@@ -86,8 +105,8 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 			return fmt.Errorf("initialise slot: look for scheduled events (is the outbox at schema version 7?): %w", err)
 		}
 		if scheduled {
-			return fmt.Errorf("%w: %s holds unpublished events with a NotBefore still to come, which the WAL relay would publish at once; "+
-				"wait until the polling relay has published them", ErrScheduled, r.names.Table)
+			return refuse(fmt.Errorf("%w: %s holds unpublished events with a NotBefore still to come, which the WAL relay would publish at once; "+
+				"wait until the polling relay has published them", ErrScheduled, r.names.Table))
 		}
 		if _, err := conn.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, marker{initialising: true, slot: r.cfg.Slot}.String())); err != nil {
 			return fmt.Errorf("%w: mark publication %s (the relay's role must own it): %w", errPermanent, r.cfg.Publication, err)
@@ -120,8 +139,12 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 		defer cancel()
 		_, derr := conn.Exec(uctx, r.sql.dropSlot, r.cfg.Slot)
 		_, merr := conn.Exec(uctx, outboxsql.WALSetMarker(r.cfg.Publication, ""))
+		var perr error
+		if derr == nil {
+			perr = r.gated(uctx, conn, func() error { return r.dropMadePublication(uctx, conn) })
+		}
 		return errors.Join(fmt.Errorf("%w: a transaction committed while the slot was made wrote events with a NotBefore still to come to %s; "+
-			"the slot was dropped: wait until the polling relay has published them", ErrScheduled, r.names.Table), derr, merr)
+			"the slot was dropped: wait until the polling relay has published them", ErrScheduled, r.names.Table), derr, merr, perr)
 	}
 	if err != nil {
 		return err
@@ -139,6 +162,7 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	if _, err := conn.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, m.String())); err != nil {
 		return fmt.Errorf("mark the publication: %w", err)
 	}
+	r.madePublication = false // the slot's now
 	r.log.Info("slot set up", "created", !st.exists, "backlog", n)
 	return nil
 }
@@ -165,6 +189,30 @@ func (r *Relay) gated(ctx context.Context, conn *pgxpool.Conn, fn func() error) 
 		}
 	}()
 	return fn()
+}
+
+// dropMadePublication drops the publication if this Run created it
+// (ensurePublication), when the relay sets no slot up after all: a relay
+// that refuses to start leaves nothing behind. The caller holds the WAL
+// gate and has no slot of the publication. Relays mark the publication
+// under the gate before they make a slot through it, so one marked for
+// another slot is left alone.
+func (r *Relay) dropMadePublication(ctx context.Context, conn *pgxpool.Conn) error {
+	if !r.madePublication {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StatementTimeout)
+	defer cancel()
+	m, ok, err := r.readMarker(ctx, conn)
+	if err != nil || !ok || m.slot != "" && m.slot != r.cfg.Slot {
+		return err
+	}
+	if _, err := conn.Exec(ctx, outboxsql.WALDropPublication(r.cfg.Publication)); err != nil {
+		return fmt.Errorf("drop publication %s, which this relay created: %w", r.cfg.Publication, err)
+	}
+	r.madePublication = false
+	r.log.Info("dropped the publication this relay created, as it sets no slot up", "publication", r.cfg.Publication)
+	return nil
 }
 
 // errScheduledInSnapshot: the backlog of a slot just made holds scheduled
