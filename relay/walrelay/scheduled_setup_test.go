@@ -77,7 +77,7 @@ func TestRefusedSetupLeavesNoPublication(t *testing.T) {
 				tc.prepare(t, b)
 				r := b.newRelay(t, b.config())
 				if found {
-					b.exec(t, `CREATE PUBLICATION `+PublicationDefault(b.db.Table())+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
+					b.exec(t, `CREATE PUBLICATION `+b.defaultName()+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
 				}
 				wantRunError(t, runErr(t, r), tc.want, 20*time.Second)
 				if got := b.publicationExists(t, r.Publication()); got != found {
