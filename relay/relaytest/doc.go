@@ -16,6 +16,10 @@
 // dead after the relay's MaxAttempts and Drain return an error matching
 // ErrDead.
 //
+// pub.OnPublish(fn) has the publisher call fn with each message before it
+// keeps or refuses it, outside its lock: fn blocks to hold a publish in
+// flight (until the test closes a channel), or notes what comes when.
+//
 // Delayed events (txoutbox.Event.NotBefore) are waited for when they come
 // due before Drain's deadline; WithClock publishes those delayed up to a
 // test's own clock at once, and an error matching ErrScheduled lists

@@ -90,13 +90,16 @@ func (f *failure) err(topic string, msg *message.Message) error {
 
 // Publisher is a Watermill publisher that keeps what it is given instead
 // of sending it anywhere, acknowledging at once, and refuses what it is
-// told to (Fail). It is a relay.BatchPublisher, like kafkapub's, so the
-// relay hands it batches as it would Kafka. It is safe for concurrent use.
+// told to (Fail). A test holds or slows its publishes, or watches them
+// come, with OnPublish. It is a relay.BatchPublisher, like kafkapub's, so
+// the relay hands it batches as it would Kafka. It is safe for concurrent
+// use.
 type Publisher struct {
 	mu        sync.Mutex
 	published []Published
 	refused   []Published
 	failures  []*failure
+	hooks     []func(topic string, msg *message.Message)
 	closed    bool
 }
 
@@ -124,9 +127,36 @@ func (p *Publisher) Heal() {
 	p.failures = nil
 }
 
+// OnPublish adds fn, which the publisher calls with every message of a
+// Publish or PublishBatch call before it keeps or refuses any of them, as
+// a broker answers a request whole. It runs on the caller's goroutine,
+// without the publisher's lock, so a test can block in it to hold the
+// call (a broker that has not answered: until a channel of the test's is
+// closed, or msg.Context(), the relay's publish context, ends), or note
+// what comes when. msg is the relay's own: fn must not change it. The
+// functions added run in order, for the publisher's life.
+func (p *Publisher) OnPublish(fn func(topic string, msg *message.Message)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hooks = append(p.hooks, fn)
+}
+
+// called runs the OnPublish functions for msg, without p.mu.
+func (p *Publisher) called(topic string, msg *message.Message) {
+	p.mu.Lock()
+	hooks := p.hooks
+	p.mu.Unlock()
+	for _, fn := range hooks {
+		fn(topic, msg)
+	}
+}
+
 // Publish keeps msgs, or refuses the first a Failure matches, and those
 // after it, with its error.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	for _, msg := range msgs {
+		p.called(topic, msg)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, msg := range msgs {
@@ -142,6 +172,9 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 
 // PublishBatch is Publish per message, with each one's outcome.
 func (p *Publisher) PublishBatch(topics []string, msgs []*message.Message) []error {
+	for i, msg := range msgs {
+		p.called(topics[i], msg)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
@@ -221,7 +254,8 @@ func (p *Publisher) Refused() []Published {
 	return clone(p.refused)
 }
 
-// Reset forgets the messages acknowledged and refused; Failures stay.
+// Reset forgets the messages acknowledged and refused; Failures and
+// OnPublish functions stay.
 func (p *Publisher) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

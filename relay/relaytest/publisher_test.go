@@ -122,3 +122,56 @@ func TestPublisherIsSafeForConcurrentUse(t *testing.T) {
 		t.Fatalf("%d acknowledged and %d refused, want 390 and 10", n, r)
 	}
 }
+
+func TestPublisherCallsOnPublishBeforeItAnswers(t *testing.T) {
+	t.Parallel()
+	p := relaytest.NewPublisher()
+	type seen struct{ topic, id string }
+	var mu sync.Mutex
+	var got []seen
+	p.OnPublish(func(topic string, m *message.Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, seen{topic, m.UUID})
+	})
+	held := msg(t, "1", "order.placed")
+	gate, holding := make(chan struct{}), make(chan struct{})
+	p.OnPublish(func(_ string, m *message.Message) {
+		if m.UUID == held.UUID {
+			close(holding)
+			<-gate
+		}
+	})
+
+	// A call with a held message answers nothing of it until released,
+	// and holds up no other call.
+	first := msg(t, "2", "order.placed")
+	done := make(chan error, 1)
+	go func() { done <- p.Publish("orders", first, held) }()
+	<-holding
+	other := msg(t, "3", "order.placed")
+	if errs := p.PublishBatch([]string{"payments"}, []*message.Message{other}); errs != nil {
+		t.Fatal(errs)
+	}
+	if got := p.Messages(); len(got) != 1 || got[0].UUID != other.UUID {
+		t.Fatalf("kept %+v while a call was held, want only the other call's message", got)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the held call returned %v before its release", err)
+	default:
+	}
+	close(gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Messages(); len(got) != 3 || got[1].UUID != first.UUID || got[2].UUID != held.UUID {
+		t.Fatalf("kept %+v after the release", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []seen{{"orders", first.UUID}, {"orders", held.UUID}, {"payments", other.UUID}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("OnPublish saw %v, want %v", got, want)
+	}
+}
