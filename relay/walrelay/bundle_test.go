@@ -15,6 +15,7 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/ident"
 	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/relay/relaytest"
 )
 
 // bundle is one test's outbox, writer and recording publisher.
@@ -85,20 +86,26 @@ func (b *bundle) dropSlotNamed(t *testing.T, slot string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for {
-		_, err := b.db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+	var err error
+	if !testkit.Eventually(20*time.Second, func() bool { // an error while the slot is active: its walsender is exiting
+		_, err = b.db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
 			WHERE slot_name = $1 AND database = current_database()`, slot)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Errorf("drop slot %s: %v", slot, err)
-			break
-		}
-		time.Sleep(100 * time.Millisecond) // still active: its walsender is exiting
+		return err == nil || ctx.Err() != nil
+	}) || err != nil {
+		t.Errorf("drop slot %s: %v", slot, err)
 	}
 	if _, err := b.db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+ident.Quote(slot)); err != nil {
 		t.Errorf("drop publication: %v", err)
+	}
+}
+
+// waitClosed waits until ch is closed, or fails the test after 20s.
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timed out after 20s waiting for %s", what)
 	}
 }
 
@@ -193,14 +200,14 @@ func (b *bundle) commitFailing(t *testing.T, agg string, err error) []txoutbox.E
 }
 
 // commitHeld commits an event of aggregate agg whose publish waits until
-// release is called or the test ends.
-func (b *bundle) commitHeld(t *testing.T, agg string) (held []txoutbox.Event, release func()) {
+// release is called or the test ends; holding is closed once it waits.
+func (b *bundle) commitHeld(t *testing.T, agg string) (held []txoutbox.Event, holding <-chan struct{}, release func()) {
 	t.Helper()
 	held = b.events(t, agg)
-	release = b.pub.holdEvent(held[0].ID.String())
+	holding, release = b.pub.holdEvent(held[0].ID.String())
 	t.Cleanup(release)
 	b.commit(t, held...)
-	return held, release
+	return held, holding, release
 }
 
 func (b *bundle) events(t *testing.T, aggs ...string) []txoutbox.Event {
@@ -262,6 +269,30 @@ func (b *bundle) waitConfirmedSlot(t *testing.T, slot string) {
 	})
 }
 
+// waitStatusUpdates waits until the relay streaming slot has sent the
+// server n status updates from now (one at least every PingInterval),
+// each with the position it confirms: pg_stat_replication's reply_time
+// moved n times.
+func (b *bundle) waitStatusUpdates(t *testing.T, slot string, n int) {
+	t.Helper()
+	replied := func() time.Time {
+		var at sql.NullTime
+		err := b.db.SQL.QueryRowContext(context.Background(), `SELECT max(r.reply_time) FROM pg_stat_replication r
+			JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = $1`, slot).Scan(&at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return at.Time
+	}
+	last, seen := replied(), 0
+	testkit.WaitFor(t, 20*time.Second, fmt.Sprintf("%d status updates of slot %s", n, slot), func() bool {
+		if at := replied(); at.After(last) {
+			last, seen = at, seen+1
+		}
+		return seen >= n
+	})
+}
+
 // confirmedPast reports whether slot's confirmed_flush_lsn is at lsn or
 // past it.
 func (b *bundle) confirmedPast(t *testing.T, slot, lsn string) bool {
@@ -281,98 +312,56 @@ func (b *bundle) confirmedLSN(t *testing.T) string {
 	return lsn.String
 }
 
-// recorder is a publisher that records what it published, and can hold
-// or fail the publishes of chosen events.
-type recorder struct {
-	mu    sync.Mutex
-	msgs  []*message.Message
-	topic []string
-	hold  map[string]chan struct{} // event id -> closed to let it through
-	fail  map[string]error         // event id -> the error its publishes return
-	tries map[string]int           // event id -> publishes that failed
-	got   chan struct{}
-}
+// recorder is relaytest's Publisher, with what these tests wait for and
+// the events whose publishes they fail or hold.
+type recorder struct{ *relaytest.Publisher }
 
-func newRecorder() *recorder {
-	return &recorder{hold: map[string]chan struct{}{}, fail: map[string]error{}, tries: map[string]int{}, got: make(chan struct{}, 1)}
-}
+func newRecorder() *recorder { return &recorder{relaytest.NewPublisher()} }
 
-func (p *recorder) Publish(topic string, msgs ...*message.Message) error {
-	for _, m := range msgs {
-		p.mu.Lock()
-		h := p.hold[m.UUID]
-		err := p.fail[m.UUID]
-		p.mu.Unlock()
-		if h != nil {
-			<-h
-		}
-		if err != nil {
-			p.mu.Lock()
-			p.tries[m.UUID]++
-			p.mu.Unlock()
-			return err
-		}
-		p.mu.Lock()
-		p.msgs = append(p.msgs, m)
-		p.topic = append(p.topic, topic)
-		p.mu.Unlock()
-		select {
-		case p.got <- struct{}{}:
-		default:
-		}
-	}
-	return nil
-}
-
-func (*recorder) Close() error { return nil }
-
-// failEvent makes the publishes of event id fail with err, or, with a nil
-// err, go through again.
+// failEvent makes the publishes of event id fail with err, until Heal.
 func (p *recorder) failEvent(id string, err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err == nil {
-		delete(p.fail, id)
-		return
-	}
-	p.fail[id] = err
+	p.Fail(relaytest.Failure{EventID: id, Err: err})
 }
 
 // failedTries is how many publishes of event id failed.
 func (p *recorder) failedTries(id string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.tries[id]
+	n := 0
+	for _, m := range p.Refused() {
+		if m.UUID == id {
+			n++
+		}
+	}
+	return n
 }
 
-// holdEvent makes the publish of event id wait until the returned
-// function is called.
-func (p *recorder) holdEvent(id string) (release func()) {
-	ch := make(chan struct{})
-	p.mu.Lock()
-	p.hold[id] = ch
-	p.mu.Unlock()
-	var once sync.Once
-	return func() { once.Do(func() { close(ch) }) }
+// holdEvent makes the publish of event id wait until release is called;
+// holding is closed once a publish of it waits.
+func (p *recorder) holdEvent(id string) (holding <-chan struct{}, release func()) {
+	gate, reached := make(chan struct{}), make(chan struct{})
+	var reachedOnce, releaseOnce sync.Once
+	p.OnPublish(func(_ string, m *message.Message) {
+		if m.UUID == id {
+			reachedOnce.Do(func() { close(reached) })
+			<-gate
+		}
+	})
+	return reached, func() { releaseOnce.Do(func() { close(gate) }) }
 }
 
 // ids returns the published message UUIDs, in publish order.
 func (p *recorder) ids() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]string, len(p.msgs))
-	for i, m := range p.msgs {
-		out[i] = m.UUID
+	var out []string
+	for _, m := range p.Messages() {
+		out = append(out, m.UUID)
 	}
 	return out
 }
 
+// message is the published message of event id, or nil.
 func (p *recorder) message(id string) *message.Message {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, m := range p.msgs {
+	for _, m := range p.Messages() {
 		if m.UUID == id {
-			return m
+			return m.Message
 		}
 	}
 	return nil

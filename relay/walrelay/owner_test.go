@@ -173,7 +173,7 @@ func TestChangedPublicationDeletesNothingUnpublished(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Error("the relay went on streaming through the changed publication")
 			}
-			time.Sleep(3 * cfg.CleanupInterval)
+			time.Sleep(3 * cfg.CleanupInterval) // about time: no cleanup round after the refusal deletes them
 			if lost := b.lost(t, b.pub, written); len(lost) > 0 {
 				t.Fatalf("%d of %d events neither published nor in the table: %v", len(lost), len(written), lost)
 			}
@@ -197,7 +197,7 @@ func TestPublicationChangedAndRestoredRepublishesTheGap(t *testing.T) {
 	b.exec(t, `ALTER PUBLICATION `+r.Publication()+` DROP TABLE `+table)
 	gap := b.rawEvents(t, 3)
 	b.exec(t, `ALTER PUBLICATION `+r.Publication()+` ADD TABLE `+table)
-	time.Sleep(time.Second) // keepalives move the slot past the gap
+	b.waitConfirmed(t, r) // keepalives move the slot past the gap
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -332,13 +332,17 @@ func TestStoppingRelayHoldsTheSlotUntilItsLanesStop(t *testing.T) {
 	b := setup(t)
 	cfg := b.config()
 	cfg.SenderTimeout = 4 * time.Second // the stop's drain gives up after 2s; the server frees the slot 4s after the last status update
+	gaveUp := countLogs(&cfg, drainGaveUp)
 	r := b.newRelay(t, cfg)
 	stop := runActive(t, r)
-	_, release := b.commitHeld(t, "h")
-	time.Sleep(300 * time.Millisecond) // the lane is in Publish
+	_, holding, release := b.commitHeld(t, "h")
+	waitClosed(t, holding, "the held event's publish")
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
-	time.Sleep(2500 * time.Millisecond) // past the drain's limit
+	testkit.WaitFor(t, 20*time.Second, "the stop's drain to give up", func() bool { return gaveUp.Load() > 0 })
+	// About time: a relay that let the slot go now, its walsender exits
+	// within this.
+	time.Sleep(500 * time.Millisecond)
 	active := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, r.Slot())
 	release()
 	if err := <-stopped; err != nil {
@@ -349,36 +353,23 @@ func TestStoppingRelayHoldsTheSlotUntilItsLanesStop(t *testing.T) {
 	}
 }
 
-// watching is a recorder that notes the most events the relay held read
-// and unconfirmed at any publish.
-type watching struct {
-	*recorder
-	r   atomic.Pointer[Relay]
-	max atomic.Int64
-}
-
-func (p *watching) Publish(topic string, msgs ...*message.Message) error {
-	if r := p.r.Load(); r != nil {
-		n := r.inflight.Load()
-		for m := p.max.Load(); n > m && !p.max.CompareAndSwap(m, n); m = p.max.Load() {
-		}
-	}
-	time.Sleep(100 * time.Microsecond) // a broker slower than the stream
-	return p.recorder.Publish(topic, msgs...)
-}
-
 // One transaction of many events goes to the lanes as it arrives, held to
 // MaxInFlight (and one part) like any others, instead of whole at its
 // commit; all of it is published and the slot confirmed past it.
 func TestLargeTransactionIsStreamedInBoundedMemory(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	p := &watching{recorder: b.pub}
 	cfg := b.config()
-	cfg.Publisher = p
 	cfg.MaxInFlight = 100
 	r := b.newRelay(t, cfg)
-	p.r.Store(r)
+	// The most events the relay held read and unconfirmed at any publish.
+	var most atomic.Int64
+	b.pub.OnPublish(func(string, *message.Message) {
+		n := r.inflight.Load()
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(100 * time.Microsecond) // about time: a broker slower than the stream
+	})
 	runActive(t, r)
 	aggs := make([]string, 3000)
 	for i := range aggs {
@@ -390,10 +381,10 @@ func TestLargeTransactionIsStreamedInBoundedMemory(t *testing.T) {
 	testkit.WaitFor(t, 20*time.Second, "the slot confirmed past the transaction", func() bool {
 		return b.confirmedPast(t, r.Slot(), end)
 	})
-	if limit := int64(cfg.MaxInFlight + cfg.MaxInFlight/2); p.max.Load() > limit {
-		t.Fatalf("held %d events of the transaction at once, want at most %d", p.max.Load(), limit)
+	if limit := int64(cfg.MaxInFlight + cfg.MaxInFlight/2); most.Load() > limit {
+		t.Fatalf("held %d events of the transaction at once, want at most %d", most.Load(), limit)
 	}
-	t.Logf("held at most %d events", p.max.Load())
+	t.Logf("held at most %d events", most.Load())
 }
 
 // Relays of two schemas' tables of one name, each named without its schema
@@ -443,12 +434,15 @@ func TestNoSlotWhilePollingRelaysRun(t *testing.T) {
 	b.pub.waitFor(t, pending...)
 }
 
-// countingHandler counts the records logged with a message.
+// countingHandler counts the records logged with a message, whatever
+// the level its Handler passes on.
 type countingHandler struct {
 	slog.Handler
 	msg string
 	n   *atomic.Int64
 }
+
+func (countingHandler) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	h.Handler = h.Handler.WithAttrs(as)
@@ -464,7 +458,31 @@ func (h countingHandler) Handle(ctx context.Context, rec slog.Record) error {
 	if rec.Message == h.msg {
 		h.n.Add(1)
 	}
+	if !h.Handler.Enabled(ctx, rec.Level) {
+		return nil
+	}
 	return h.Handler.Handle(ctx, rec)
+}
+
+// countLogs has the relays of cfg count the records they log with message
+// msg.
+func countLogs(cfg *relayConfig, msg string) *atomic.Int64 {
+	n := new(atomic.Int64)
+	cfg.Logger = slog.New(countingHandler{Handler: cfg.Logger.Handler(), msg: msg, n: n})
+	return n
+}
+
+// drainGaveUp is what a stopping relay logs when its drain gives up on
+// the events still in flight.
+const drainGaveUp = "stopping with events in flight; they are published again by the next relay"
+
+// releaseOnceLogged calls release once n counts a record, or after 20s:
+// a held publish let go once the relay logged what the test waits for.
+func releaseOnceLogged(n *atomic.Int64, release func()) {
+	go func() {
+		testkit.Eventually(20*time.Second, func() bool { return n.Load() > 0 })
+		release()
+	}()
 }
 
 // A restart whose setup reads are slow (here the table locked for longer
@@ -480,7 +498,10 @@ func TestSlowSetupDoesNotLoseTheStream(t *testing.T) {
 	unlock := b.lockTable(t)
 	r := b.newRelay(t, cfg)
 	run(t, r)
-	time.Sleep(cfg.SenderTimeout + time.Second)
+	testkit.WaitFor(t, 20*time.Second, "the relay's setup to wait for the table", func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_locks WHERE relation = 'outbox'::regclass AND NOT granted`) > 0
+	})
+	time.Sleep(cfg.SenderTimeout + time.Second) // about time: the setup reads wait past SenderTimeout
 	unlock()
 	testkit.WaitFor(t, 20*time.Second, "the relay streams", r.Active)
 	b.pub.waitFor(t, b.write(t, "a")...)

@@ -158,14 +158,14 @@ func TestConfirmedStopsAtTheFirstUnacknowledgedTransaction(t *testing.T) {
 	r, _ := b.startRelay(t)
 	first := b.write(t, "warmup")
 	b.pub.waitFor(t, first...)
-	held, release := b.commitHeld(t, "held")
+	held, _, release := b.commitHeld(t, "held")
 	heldEnd := b.walLSN(t)
 	var later []txoutbox.Event
 	for range 20 {
 		later = append(later, b.write(t, "other")...)
 	}
 	b.pub.waitFor(t, later...)
-	time.Sleep(3 * r.cfg.PingInterval) // keepalives come and go
+	b.waitStatusUpdates(t, r.cfg.Slot, 3) // keepalives come and go
 	if b.confirmedPast(t, r.cfg.Slot, heldEnd) {
 		t.Fatalf("slot confirmed at %s, past the held transaction (ends before %s)", b.confirmedLSN(t), heldEnd)
 	}
@@ -184,15 +184,16 @@ func TestRestartResumesFromTheConfirmedPosition(t *testing.T) {
 	b := setup(t)
 	cfg := b.config()
 	cfg.SenderTimeout = time.Second // the stop's drain gives up after 0.5s
+	gaveUp := countLogs(&cfg, drainGaveUp)
 	r1 := b.newRelay(t, cfg)
 	stop1 := runActive(t, r1)
 	before := b.write(t, "a", "b", "c")
 	b.pub.waitFor(t, before...)
 	b.waitConfirmed(t, r1)
-	held, release := b.commitHeld(t, "h")
+	held, holding, release := b.commitHeld(t, "h")
 	after := b.write(t, "x", "y")
-	time.Sleep(300 * time.Millisecond)
-	go func() { time.Sleep(2 * time.Second); release() }() // let the stuck lane end
+	waitClosed(t, holding, "the held event's publish")
+	releaseOnceLogged(gaveUp, release) // let the stuck lane end once the drain gave up on it
 	if err := stop1(); err != nil {
 		t.Fatal(err)
 	}
@@ -223,9 +224,11 @@ func TestStandbyTakesOver(t *testing.T) {
 	r1 := b.newRelay(t, b.config())
 	stop1 := runActive(t, r1)
 	b.pub.waitFor(t, b.write(t, "a")...)
-	r2 := b.newRelay(t, b.config())
+	cfg2 := b.config()
+	standing := countLogs(&cfg2, "standing by: the slot is held by another relay")
+	r2 := b.newRelay(t, cfg2)
 	run(t, r2)
-	time.Sleep(500 * time.Millisecond)
+	testkit.WaitFor(t, 10*time.Second, "the second relay to find the slot held", func() bool { return standing.Load() > 0 })
 	if !r1.Active() || r2.Active() {
 		t.Fatalf("active: r1 %v r2 %v, want only r1", r1.Active(), r2.Active())
 	}
@@ -336,7 +339,7 @@ func TestOutageMakesNothingDead(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM outbox WHERE state = 'dead'`); n != 0 {
 		t.Fatalf("%d events dead in an outage", n)
 	}
-	b.pub.failEvent(first[0].ID.String(), nil)
+	b.pub.Heal()
 	b.pub.waitFor(t, append(first, later...)...)
 	pos := map[string]int{}
 	for i, id := range b.pub.ids() {
@@ -616,8 +619,7 @@ func TestTableLessEventsOfTheSameTableNamedOtherwise(t *testing.T) {
 	tableLess := b.writeTableLess(t, "k")
 	row := b.write(t, "k")
 	b.pub.waitFor(t, row...)
-	time.Sleep(500 * time.Millisecond)
-	if !slices.Contains(b.pub.ids(), tableLess[0].ID.String()) {
+	if !testkit.Eventually(5*time.Second, func() bool { return slices.Contains(b.pub.ids(), tableLess[0].ID.String()) }) {
 		t.Fatalf("the row event went out, the table-less event written before it did not: published %v", b.pub.ids())
 	}
 }

@@ -26,6 +26,7 @@ func TestTakeoverHandsTheRestToThePollingRelay(t *testing.T) {
 	cfg.SenderTimeout = time.Second
 	cfg.CleanupInterval = time.Hour // confirmed rows stay pending: takeover must tell them apart
 	cfg.Lanes = 1                   // "held" blocks everything after it
+	gaveUp := countLogs(&cfg, drainGaveUp)
 	w := b.newRelay(t, cfg)
 	stop := runActive(t, w)
 	var confirmed []txoutbox.Event
@@ -34,10 +35,10 @@ func TestTakeoverHandsTheRestToThePollingRelay(t *testing.T) {
 	}
 	b.pub.waitFor(t, confirmed...)
 	b.waitConfirmed(t, w)
-	held, release := b.commitHeld(t, "h")
+	held, holding, release := b.commitHeld(t, "h")
 	rest := b.write(t, "a", "c")
-	time.Sleep(200 * time.Millisecond)
-	go func() { time.Sleep(time.Second); release() }()
+	waitClosed(t, holding, "the held event's publish")
+	releaseOnceLogged(gaveUp, release) // once the stop's drain gave up on it
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -95,12 +96,19 @@ func TestTakeoverWaitsForAStoppingRelaysSlot(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, stop := b.startRelay(t)
+	app := "takeover_" + b.db.Schema // the takeover's connection, to tell its statements
 	stopped := make(chan error, 1)
 	go func() {
-		time.Sleep(time.Second)
+		// Once the takeover has read the slot, active.
+		testkit.Eventually(20*time.Second, func() bool {
+			var n int
+			err := b.db.SQL.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query = $2`,
+				app, outboxsql.WALSlot).Scan(&n)
+			return err == nil && n > 0
+		})
 		stopped <- stop()
 	}()
-	if _, err := Takeover(context.Background(), b.db.URL, TakeoverConfig{Table: b.db.Table()}); err != nil {
+	if _, err := Takeover(context.Background(), b.db.URL+"&application_name="+app, TakeoverConfig{Table: b.db.Table()}); err != nil {
 		t.Fatalf("Takeover while the relay stops: %v", err)
 	}
 	if err := <-stopped; err != nil {
@@ -257,7 +265,7 @@ func TestSlotCreationWaitsForARetryInProgress(t *testing.T) {
 			AND objid::bigint = ($1::regclass::oid::bigint - 2147483648) & 4294967295`, b.db.Table().String()) == 1 ||
 			b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot) == 1
 	})
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // about time: the relay keeps waiting while the gate is held
 	if n := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot); n != 0 {
 		t.Fatal("the slot was created while a retry held the WAL gate")
 	}
