@@ -85,7 +85,7 @@ func TestInFlightStaysWithinItsByteBudget(t *testing.T) {
 	// A claim of 3000 bytes leaves 1000 of room, less than the half batch
 	// the relay waits for: it claims no more, however long it polls (every
 	// 10ms here) and however many rows MaxInFlight would allow.
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // about time: nothing more is claimed meanwhile
 	if n := b.count(t, `SELECT count(*) FROM outbox WHERE lease_owner IS NOT NULL`); n != 3 {
 		t.Fatalf("%d rows of 1000 bytes claimed at once with BatchBytes 3000 and MaxInFlightBytes 4000, want 3", n)
 	}

@@ -60,7 +60,14 @@ func TestClaimHoldsBackBehindARowChangedAfterItsSnapshot(t *testing.T) {
 		}
 		done <- idsOf(rows)
 	}()
-	time.Sleep(100 * time.Millisecond)
+	testkit.WaitFor(t, 10*time.Second, "the claim slowed down after its snapshot", func() bool {
+		var n int
+		if err := b.db.SQL.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'
+			AND position('claim_test_nap' in query) > 0 AND position($1 in query) > 0`, b.db.Schema).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
 	b.exec(t, `UPDATE outbox SET payload = payload WHERE id = 3`)
 	switch got := <-done; got {
 	case "1 2 3 4 5 6", "1 2 4 6":

@@ -135,20 +135,15 @@ func TestRetryHoldsClaimsBackWhileItCommits(t *testing.T) {
 // lock of locktype.
 func waitForLockWaits(t *testing.T, b *internalBundle, locktype string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var waiting int
+	var waiting int
+	if !testkit.Eventually(10*time.Second, func() bool {
 		if err := b.db.SQL.QueryRow(`SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
 			WHERE l.locktype = $1 AND NOT l.granted AND d.datname = current_database()`, locktype).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
-		if waiting >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions wait for a %s lock, want %d", waiting, locktype, n)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return waiting >= n
+	}) {
+		t.Fatalf("%d sessions wait for a %s lock, want %d", waiting, locktype, n)
 	}
 }
 

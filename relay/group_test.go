@@ -154,6 +154,48 @@ func (f *fleet) newGroup(t *testing.T, pub message.Publisher, cfg GroupConfig) *
 	return g
 }
 
+// tracedGroup is newGroup on a pool of its own whose statements are
+// recorded, for a test to wait for what the group ran.
+func (f *fleet) tracedGroup(t *testing.T, pub message.Publisher, cfg GroupConfig) (*Group, *testkit.Statements) {
+	t.Helper()
+	db, st := f.base.Traced(t)
+	db.SetMaxIdleConns(20)
+	g, err := NewGroup(db, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, st
+}
+
+// waitClaimsSettled waits until the claims that follow the group's last
+// LISTEN are over for the tables of names: each table claimed after it,
+// and none for a hot-poll window since. A row written then is found only
+// through a NOTIFY or the next PollInterval.
+func (f *fleet) waitClaimsSettled(t *testing.T, st *testkit.Statements, names ...string) {
+	t.Helper()
+	var claims []string
+	for _, n := range names {
+		ns, err := outboxsql.NamesFor(f.tables[n].Name, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims = append(claims, ns.Render(outboxsql.Claim))
+	}
+	testkit.WaitFor(t, 15*time.Second, "the claims that follow LISTEN over", func() bool {
+		listens := st.Matching("LISTEN ", time.Time{})
+		if len(listens) == 0 {
+			return false
+		}
+		listened, quiet := listens[len(listens)-1].End, time.Now().Add(-hotPollWindow-200*time.Millisecond)
+		for _, claim := range claims {
+			if len(st.Matching(claim, listened)) == 0 || len(st.Matching(claim, quiet)) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // waitServing waits until the group serves exactly the tables of names,
 // each relay heartbeating and claiming from its shards.
 func (f *fleet) waitServing(t *testing.T, g *Group, names ...string) {
@@ -201,7 +243,7 @@ func newGroupPublisher(slots int, delay time.Duration) *groupPublisher {
 func (p *groupPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.sem != nil {
 		p.sem <- struct{}{}
-		time.Sleep(p.delay)
+		time.Sleep(p.delay) // about time: a broker of bounded throughput
 		<-p.sem
 	}
 	now := time.Now()
@@ -509,7 +551,7 @@ func TestClaimConnsLendUpToTheirNumber(t *testing.T) {
 
 	// One past its age is closed on its return, and a new one opened.
 	c.maxAge = time.Millisecond
-	time.Sleep(2 * time.Millisecond)
+	d.made = d.made.Add(-2 * c.maxAge)
 	pidOf := func(cc claimConn) (pid int) {
 		t.Helper()
 		if err := cc.conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
@@ -706,10 +748,10 @@ func TestGroupPublishesRowsOfAWriterWithoutSchemaThroughNotify(t *testing.T) {
 	f := newFleet(t)
 	a := f.add(t, "a", true)
 	f.add(t, "b", true)
-	g := f.newGroup(t, newGroupPublisher(0, 0), f.groupConfig(true)) // PollInterval 1h: NOTIFY only
+	g, st := f.tracedGroup(t, newGroupPublisher(0, 0), f.groupConfig(true)) // PollInterval 1h: NOTIFY only
 	testkit.Run(t, g.Run)
 	f.waitServing(t, g, "a", "b")
-	time.Sleep(300 * time.Millisecond) // past the claim that follows each LISTEN
+	f.waitClaimsSettled(t, st, "a", "b")
 
 	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{}) // Table{}: a's table through a.SQL's search_path
 	if err != nil {
@@ -835,14 +877,15 @@ func TestGroupSkipsAWALStreamedTableAndStaysReady(t *testing.T) {
 	logs := newLogRecorder()
 	cfg := f.groupConfig(false)
 	cfg.Relay.Logger = slog.New(logs)
-	g := f.newGroup(t, newGroupPublisher(0, 0), cfg)
+	g, st := f.tracedGroup(t, newGroupPublisher(0, 0), cfg)
 	testkit.Run(t, g.Run)
 	f.waitServing(t, g, "a")
 
 	// Over 15 discoveries (every 100ms), the group is ready as /readyz
 	// computes it, serving a alone.
 	var samples, ready int
-	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	from := time.Now()
+	testkit.WaitFor(t, 30*time.Second, "15 discoveries", func() bool {
 		hs := g.Health()
 		ok := len(hs) == 1 && hs[0].Table.Schema == f.prefix+"_a"
 		for _, h := range hs {
@@ -852,7 +895,8 @@ func TestGroupSkipsAWALStreamedTableAndStaysReady(t *testing.T) {
 		if ok {
 			ready++
 		}
-	}
+		return len(st.Matching(outboxsql.Schemas, from)) >= 15
+	})
 	if ready != samples {
 		t.Errorf("ready in %d of %d samples while b is WAL-streamed; health %+v", ready, samples, g.Health())
 	}
@@ -906,7 +950,7 @@ func TestGroupKeepsSmallTablesFlowingBesideABigBacklog(t *testing.T) {
 		for _, n := range small {
 			events = append(events, written{n, i, f.write(t, n, i, 1, "k")})
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // about time: a trickle over a second of the drain
 	}
 	testkit.WaitFor(t, 30*time.Second, "every small table's events published", func() bool {
 		for _, n := range small {
@@ -966,8 +1010,13 @@ func TestGroupHubWakesEveryNotificationWhileChannelsChurn(t *testing.T) {
 			default:
 			}
 			ch := fmt.Sprintf("txoutbox_test.churn.%d", i%7)
-			h.add(ch, subscriber{wake: make(chan struct{}, 1), rebalance: make(chan struct{}, 1)})
-			time.Sleep(time.Millisecond)
+			churned := subscriber{wake: make(chan struct{}, 1), rebalance: make(chan struct{}, 1)}
+			h.add(ch, churned)
+			select {
+			case <-churned.wake: // the hub listens on it
+			case <-stop:
+				return
+			}
 			h.remove(ch)
 		}
 	}()
@@ -1081,7 +1130,7 @@ func TestGroupSpreadsItsTablesHeartbeats(t *testing.T) {
 	g := f.newGroup(t, newGroupPublisher(0, 0), cfg)
 	testkit.Run(t, g.Run)
 	f.waitServing(t, g, names...)
-	time.Sleep(cfg.Relay.HeartbeatInterval + 500*time.Millisecond) // every table past its first period
+	time.Sleep(cfg.Relay.HeartbeatInterval + 500*time.Millisecond) // about time: every table past its first period, on its own tick
 	var union []string
 	for _, n := range names {
 		names, err := outboxsql.NamesFor(f.tables[n].Name, "")

@@ -20,7 +20,7 @@ func TestRowsPastTheirLeaseAreGivenBackNotPublished(t *testing.T) {
 	b.write(t, 6, "k")
 	var once sync.Once
 	pub := newOutagePublisher(func(string) error {
-		once.Do(func() { time.Sleep(1500 * time.Millisecond) }) // the first publish outlives the lease
+		once.Do(func() { time.Sleep(1500 * time.Millisecond) }) // about time: the first publish outlives the lease
 		return nil
 	})
 	cfg := fastConfig(b)

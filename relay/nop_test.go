@@ -17,7 +17,7 @@ func (nopPublisher) Close() error                              { return nil }
 type slowPublisher time.Duration
 
 func (p slowPublisher) Publish(string, ...*message.Message) error {
-	time.Sleep(time.Duration(p))
+	time.Sleep(time.Duration(p)) // about time: the round trip
 	return nil
 }
 func (slowPublisher) Close() error { return nil }

@@ -183,9 +183,9 @@ func TestRelayPublishesNotBeforeItsTime(t *testing.T) {
 	later, _ := txoutbox.NewEvent("orders", "order", "k", "order.shipped", 2)
 	other, _ := txoutbox.NewEvent("orders", "order", "m", "order.placed", 3)
 	b.commit(t, reminder, later, other)
-	time.Sleep(500 * time.Millisecond)
+	testkit.WaitFor(t, 10*time.Second, "the other aggregate's event published", func() bool { return len(pub.published()) > 0 })
 	if got := pub.published(); len(got) != 1 || got[0].id != other.ID.String() {
-		t.Fatalf("published %v half a second in, want only the other aggregate's event", got)
+		t.Fatalf("published %v before the reminder's time, want only the other aggregate's event", got)
 	}
 	stop()
 	run("r1") // a new run, a new incarnation, while the reminder waits

@@ -75,21 +75,29 @@ func TestConversionWhileRelaysAndWritersRun(t *testing.T) {
 	var written atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
+	converting := make(chan struct{}) // the writers write the rest while the table is converted
 	for _, agg := range aggs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; i < perWriter; i += 10 {
+				if i == perWriter/3 {
+					select {
+					case <-converting:
+					case <-t.Context().Done():
+						return
+					}
+				}
 				if err := b.writeSeq(context.Background(), agg, i, 10); err != nil {
 					errs <- err
 					return
 				}
 				written.Add(10)
-				time.Sleep(time.Millisecond)
 			}
 		}()
 	}
 	testkit.WaitFor(t, time.Minute, "a third of the events written", func() bool { return written.Load() >= writers*perWriter/3 })
+	close(converting)
 	b.partition(t, 200)
 	wg.Wait()
 	close(errs)

@@ -44,7 +44,7 @@ func TestNotifyCostsAFewPollsThenNone(t *testing.T) {
 		from := time.Now()
 		b.write(t, 1, "k")
 		b.waitPublished(t, 10*time.Second, i+1)
-		time.Sleep(hotPollWindow + time.Second)
+		time.Sleep(hotPollWindow + time.Second) // about time: the claims in the second after the NOTIFY
 		claims := st.Matching(claim, from)
 		if len(claims) < 2 || len(claims) > 3 {
 			t.Fatalf("NOTIFY %d: %d claims in the second after it, want the one that took the row and one or two empty polls", i+1, len(claims))
