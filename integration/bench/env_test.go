@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/txoutbox/txoutbox/internal/kafkatest"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // A run on the real cluster deletes the topics it made, each once however
@@ -42,15 +43,12 @@ func TestRunDropsItsTopics(t *testing.T) {
 
 	e.dropTopics()
 	for _, name := range names {
-		for {
-			_, err := kafkatest.PartitionLeaders(ctx, brokers, name)
-			if errors.Is(err, kerr.UnknownTopicOrPartition) {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("topic %s is still on the cluster after dropTopics: %v", name, err)
-			}
-			time.Sleep(100 * time.Millisecond)
+		var err error
+		if !testkit.Eventually(time.Minute, func() bool {
+			_, err = kafkatest.PartitionLeaders(ctx, brokers, name)
+			return errors.Is(err, kerr.UnknownTopicOrPartition)
+		}) {
+			t.Fatalf("topic %s is still on the cluster after dropTopics: %v", name, err)
 		}
 	}
 	if len(e.topics) != 0 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/inbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -296,16 +297,12 @@ func TestConcurrentDuplicateWaitsForTheFirst(t *testing.T) {
 // waitForLockWait returns once a statement on schema waits for a lock.
 func waitForLockWait(t *testing.T, db *sql.DB, schema string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		n := count(t, db, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND state = 'active' AND position($1 in query) > 0`, `"`+schema+`"`)
-		if n > 0 {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testkit.Eventually(30*time.Second, func() bool {
+		return count(t, db, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND state = 'active' AND position($1 in query) > 0`, `"`+schema+`"`) > 0
+	}) {
+		t.Fatal("the duplicate never waited for the first transaction's row lock")
 	}
-	t.Fatal("the duplicate never waited for the first transaction's row lock")
 }
 
 func TestConcurrentDuplicatesRunOnce(t *testing.T) {

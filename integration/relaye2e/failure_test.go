@@ -15,24 +15,20 @@ import (
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/relay"
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
+	"github.com/txoutbox/txoutbox/relay/relaytest"
 )
 
 // flakyPublisher fails the first failures publishes of chosen aggregates and
-// records what it was asked to publish, in order, before passing it on.
+// records what it was asked to publish, in order, before passing it on to
+// the broker.
 type flakyPublisher struct {
 	next     message.Publisher
 	mu       sync.Mutex
 	failLeft map[string]int // aggregate id → failures left
 	attempts []string       // aggregate:seq of every attempt
-	delay    time.Duration
-	calls    atomic.Int64
 }
 
 func (p *flakyPublisher) Publish(topic string, msgs ...*message.Message) error {
-	p.calls.Add(1)
-	if p.delay > 0 {
-		time.Sleep(p.delay)
-	}
 	for _, m := range msgs {
 		agg := m.Metadata.Get(txoutbox.HeaderAggregateID)
 		p.mu.Lock()
@@ -45,9 +41,6 @@ func (p *flakyPublisher) Publish(topic string, msgs ...*message.Message) error {
 		if fail {
 			return errors.New("broker said no")
 		}
-	}
-	if p.next == nil {
-		return nil
 	}
 	return p.next.Publish(topic, msgs...)
 }
@@ -127,57 +120,62 @@ func TestPoisonEventGoesDeadOthersFlow(t *testing.T) {
 func TestNoTransactionOpenWhilePublishing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	pub := &flakyPublisher{delay: 2 * time.Second, failLeft: map[string]int{}}
+	pub := relaytest.NewPublisher()
+	var calls atomic.Int64
+	pub.OnPublish(func(string, *message.Message) {
+		calls.Add(1)
+		time.Sleep(2 * time.Second) // about time: a publish that lasts
+	})
 	b.write(t, "orders", 20, 20)
 	// Tag the relay's connections so other tests' backends do not count.
 	appName := "relay_" + b.db.Schema
 	relayDB := testkitReopen(t, b.db.URL+"&application_name="+appName)
 	runRelay(t, &testkit.DB{SQL: relayDB, URL: b.db.URL, Schema: b.db.Schema}, pub, b.fastConfig())
-	waitFor(t, 10*time.Second, "publishing to start", func() bool { return pub.calls.Load() > 0 })
-	// While publishes sleep (2s each), no backend of the relay may hold a
-	// transaction open for as long as a publish: one begun before the
-	// publish started is over a second old within its second half. The
-	// bound leaves a claim or mark on a loaded machine its time.
-	for range 15 {
+	waitFor(t, 10*time.Second, "publishing to start", func() bool { return calls.Load() > 0 })
+	// While the first publishes sleep (2s each), no backend of the relay
+	// may hold a transaction open for as long as a publish: one begun
+	// before the publish started is over a second old within its second
+	// half. The bound leaves a claim or mark on a loaded machine its time.
+	waitFor(t, 20*time.Second, "the first publishes marked", func() bool {
 		n := count(t, b.db, `SELECT count(*) FROM pg_stat_activity
 			WHERE application_name = $1
 			  AND xact_start < now() - interval '1 second'`, appName)
 		if n != 0 {
 			t.Fatalf("%d backends hold a transaction while events publish", n)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return count(t, b.db, "SELECT count(*) FROM outbox WHERE state = 'published'") > 0
+	})
 	waitFor(t, 20*time.Second, "all published", func() bool {
 		return count(t, b.db, "SELECT count(*) FROM outbox WHERE state = 'published'") == 20
 	})
 }
 
-// blockingPublisher never acknowledges until released.
-type blockingPublisher struct {
-	started chan struct{}
-	release chan struct{}
-	once    sync.Once
+// hangingPublisher answers no publish until the relay's context for it
+// ends, then refuses it, as a broker that never answers before the
+// connection resets; started is closed at the first publish.
+func hangingPublisher() (pub *relaytest.Publisher, started <-chan struct{}) {
+	pub = relaytest.NewPublisher()
+	pub.Fail(relaytest.Failure{Err: errors.New("connection reset before the broker answered")})
+	s := make(chan struct{})
+	var once sync.Once
+	pub.OnPublish(func(_ string, m *message.Message) {
+		once.Do(func() { close(s) })
+		<-m.Context().Done()
+	})
+	return pub, s
 }
-
-func (p *blockingPublisher) Publish(string, ...*message.Message) error {
-	p.once.Do(func() { close(p.started) })
-	<-p.release
-	return errors.New("connection reset before the broker answered")
-}
-func (p *blockingPublisher) Close() error { return nil }
 
 func TestUnacknowledgedEventsAreNeverMarked(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.write(t, "orders", 50, 5)
-	pub := &blockingPublisher{started: make(chan struct{}), release: make(chan struct{})}
+	pub, started := hangingPublisher()
 	_, stop := runRelay(t, b.db, pub, b.fastConfig())
-	<-pub.started
+	<-started
 	if n := count(t, b.db, "SELECT count(*) FROM outbox WHERE lease_owner IS NOT NULL"); n == 0 {
 		t.Fatal("nothing claimed while publishing")
 	}
-	// Shut down while publishes hang, then let them fail.
-	go func() { time.Sleep(200 * time.Millisecond); close(pub.release) }()
+	// Shut down while publishes hang: they fail once the relay stops.
 	stop()
 	requireNone(t, b.db, "SELECT count(*) FROM outbox WHERE state = 'published'", "unacknowledged events marked published")
 	requireNone(t, b.db, "SELECT count(*) FROM outbox WHERE lease_owner IS NOT NULL", "rows left claimed after a clean shutdown; they should be released or failed")
@@ -191,7 +189,7 @@ func TestFailoverAfterRelayDiesWithoutCleanup(t *testing.T) {
 	// Relay A claims rows and then loses its database for good: its
 	// claims and shards stay behind, as after kill -9.
 	deadDB := testkitReopen(t, b.db.URL)
-	hang := &blockingPublisher{started: make(chan struct{}), release: make(chan struct{})}
+	hang, started := hangingPublisher()
 	cfgA := b.fastConfig()
 	cfgA.ID = "relay-a"
 	a, err := relay.New(deadDB, hang, cfgA)
@@ -201,9 +199,9 @@ func TestFailoverAfterRelayDiesWithoutCleanup(t *testing.T) {
 	ctxA, cancelA := context.WithCancel(context.Background())
 	doneA := make(chan struct{})
 	go func() { a.Run(ctxA); close(doneA) }()
-	<-hang.started
+	<-started
 	deadDB.Close() // every later query of A fails: no cleanup is possible
-	t.Cleanup(func() { close(hang.release); cancelA(); <-doneA })
+	t.Cleanup(func() { cancelA(); <-doneA })
 	claimedByA := count(t, b.db, "SELECT count(*) FROM outbox WHERE lease_owner LIKE 'relay-a#%'")
 	if claimedByA == 0 {
 		t.Fatal("relay A claimed nothing")

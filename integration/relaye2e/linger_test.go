@@ -54,7 +54,7 @@ func TestKafkaPublisherLingersToFillItsRequests(t *testing.T) {
 		for i := range records {
 			wg.Add(1)
 			go func() { defer wg.Done(); errs[i] = publish(i) }()
-			time.Sleep(gap)
+			time.Sleep(gap) // about time: records that many milliseconds apart
 		}
 		wg.Wait()
 		_ = pub.Close()

@@ -74,7 +74,7 @@ type pacedPublisher struct {
 
 func (p *pacedPublisher) Publish(topic string, msgs ...*message.Message) error {
 	i := p.n.Add(1)
-	time.Sleep(p.delays[int(i)%len(p.delays)])
+	time.Sleep(p.delays[int(i)%len(p.delays)]) // about time: the durations measured
 	if topic == "refused" {
 		return relay.Permanent(relay.ErrInvalidConfig) // any error: its type is what is recorded
 	}
@@ -149,14 +149,11 @@ func TestWALRelayRecordsPublishSpansAndMetrics(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		for { // the slot stays active until its walsender has exited
+		testkit.Eventually(20*time.Second, func() bool { // the slot stays active until its walsender has exited
 			_, err := db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`,
 				walrelay.SlotDefault(db.Database(), db.Table()))
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return err == nil || ctx.Err() != nil
+		})
 		_, _ = db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+walrelay.PublicationDefault(db.Database(), db.Table()))
 	})
 	spans, tp := recordSpans(t)

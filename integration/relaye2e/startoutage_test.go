@@ -43,7 +43,9 @@ func TestPublisherMadeInAnOutageConnectsLater(t *testing.T) {
 	written := b.write(t, "orders", 20, 4)
 	_, stop := runRelay(t, b.db, pub, cfg)
 	defer stop()
-	time.Sleep(500 * time.Millisecond) // publishes fail meanwhile
+	waitFor(t, 20*time.Second, "publishes failing in the outage, MaxAttempts times at least", func() bool {
+		return count(t, b.db, `SELECT count(*) FROM outbox WHERE attempts >= $1`, cfg.MaxAttempts) > 0
+	})
 	kafkatest.New(t, kfake.Ports(port))
 	got := consume(t, []string{addr}, "orders", len(written), 30*time.Second)
 	check(t, written, got)
