@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 func TestReplay(t *testing.T) {
@@ -17,19 +19,14 @@ func TestReplay(t *testing.T) {
 	readTopic(t, brokers, "orders", 3)
 	waitPublished := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			var c int
+		var c int
+		if !testkit.Eventually(20*time.Second, func() bool {
 			if err := e.db.SQL.QueryRow(`SELECT count(*) FROM outbox WHERE state = 'published'`).Scan(&c); err != nil {
 				t.Fatal(err)
 			}
-			if c == n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d rows published after 20s, want %d", c, n)
-			}
-			time.Sleep(20 * time.Millisecond)
+			return c == n
+		}) {
+			t.Fatalf("%d rows published after 20s, want %d", c, n)
 		}
 	}
 	waitPublished(3)

@@ -237,7 +237,7 @@ func TestRelaySchemasFailsAtStartForAPatternSelectingNothing(t *testing.T) {
 		t.Errorf("no warning that nothing is served:\n%s", b.stderr.String())
 	}
 	base := "http://" + servingAddr.FindStringSubmatch(b.stderr.String())[1]
-	time.Sleep(500 * time.Millisecond)
+	b.waitOutput(t, "not serving a selected schema's table") // a discovery found the tenant without a table
 	if code, body := get(t, base+"/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz serving no table: %d %s, want 503", code, body)
 	}

@@ -138,13 +138,11 @@ func dropWALSlot(t *testing.T, db *testkit.DB, slot string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for ctx.Err() == nil {
-		if _, err := db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-			WHERE slot_name = $1 AND database = current_database()`, slot); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(20*time.Second, func() bool { // an error while the slot is active: its walsender is exiting
+		_, err := db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+			WHERE slot_name = $1 AND database = current_database()`, slot)
+		return err == nil || ctx.Err() != nil
+	})
 	_, _ = db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+slot)
 }
 

@@ -174,17 +174,13 @@ func (c Cluster) wait(ctx context.Context, limit time.Duration) error {
 		return err
 	}
 	defer db.Close()
-	deadline := time.Now().Add(limit)
-	for {
+	if Eventually(limit, func() bool {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err = db.PingContext(pctx)
 		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("cluster %s/%s on port %d not answering after %s: %w", c.Version, c.Name, c.Port, limit, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return err == nil || ctx.Err() != nil
+	}) && err == nil {
+		return nil
 	}
+	return fmt.Errorf("cluster %s/%s on port %d not answering after %s: %w", c.Version, c.Name, c.Port, limit, err)
 }

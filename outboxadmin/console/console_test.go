@@ -449,8 +449,12 @@ func TestOverviewShowsTheWALSlot(t *testing.T) {
 	exec(t, b.db, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
 	t.Cleanup(func() { _, _ = b.db.SQL.Exec(`SELECT pg_drop_replication_slot($1)`, slot) })
 	exec(t, b.db, `SELECT pg_logical_emit_message(true, 'test', 'move the server past the slot')`)
-	time.Sleep(2 * time.Millisecond)
-	code, body := b.get(t, "api/overview")
+	var code int
+	var body string
+	testkit.WaitFor(t, 10*time.Second, "the overview read after the slot's creation", func() bool {
+		code, body = b.get(t, "api/overview")
+		return code != http.StatusOK || strings.Contains(body, "wal_slot")
+	})
 	if code != http.StatusOK {
 		t.Fatalf("GET api/overview = %d: %s", code, body)
 	}
