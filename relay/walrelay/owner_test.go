@@ -340,9 +340,7 @@ func TestStoppingRelayHoldsTheSlotUntilItsLanesStop(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
 	testkit.WaitFor(t, 20*time.Second, "the stop's drain to give up", func() bool { return gaveUp.Load() > 0 })
-	// About time: a relay that let the slot go now, its walsender exits
-	// within this.
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // about time: a walsender let go would exit meanwhile
 	active := b.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, r.Slot())
 	release()
 	if err := <-stopped; err != nil {
