@@ -176,12 +176,6 @@ func TestStandByEndsWhenTheOtherIncarnationIsStale(t *testing.T) {
 		"with no peer to forget it, nothing is ever published", b.relayIDs(t))
 }
 
-// failingPublisher fails every publish with err.
-type failingPublisher struct{ err error }
-
-func (p failingPublisher) Publish(string, ...*message.Message) error { return p.err }
-func (failingPublisher) Close() error                                { return nil }
-
 // A publisher's error text with a NUL byte (or invalid UTF-8, or a long text
 // cut inside a character) cannot be stored as it is; recorded as it came,
 // it would fail every flush after it and stop all bookkeeping.
@@ -328,7 +322,7 @@ func TestFrozenRegistrationDoesNotStopPeers(t *testing.T) {
 	// A round that waited on the frozen row would wait until the
 	// statement timeout, every round; the timeout only has to be long
 	// enough for a round on a loaded CI machine (500ms was not).
-	peer := b.newRelayWith(t, failingPublisher{}, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler),
+	peer := b.newRelayWith(t, nopPublisher{}, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler),
 		StatementTimeout: 2 * time.Second})
 	frozen, err := b.db.SQL.Begin() // r9 restarting: register's transaction, frozen before COMMIT
 	if err != nil {
