@@ -108,7 +108,7 @@ func (r *Relay) marker(ctx context.Context, q pgxQuerier) (string, bool, error) 
 // decoder finds its columns by name in whatever the stream sends. One it
 // creates is the Run's to drop if the Run sets no slot up (see
 // dropMadePublication).
-func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts) error {
+func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv serverFacts) error {
 	if _, ok, err := r.marker(ctx, pool); err != nil || ok {
 		return err
 	}
@@ -129,7 +129,7 @@ func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv S
 
 // session runs one attempt: check the publication, take the slot over
 // if the relay does not own it (see marker), stream.
-func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts) error {
+func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts) error {
 	st, err := r.slotState(ctx, pool)
 	if err != nil {
 		return err
@@ -364,7 +364,7 @@ type inMsg struct {
 // commit order. With nothing in flight and no transaction half read, it
 // moves to the end of WAL the server says it has sent (a keepalive), so an
 // idle outbox does not hold WAL back; never while anything is in flight.
-func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts, repl *pgconn.PgConn, ls *lanes, confirmed uint64, rs resume, prefix string) error {
+func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv serverFacts, repl *pgconn.PgConn, ls *lanes, confirmed uint64, rs resume, prefix string) error {
 	rctx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
 	var (
 		msgs    = make(chan inMsg, 256)
