@@ -32,7 +32,7 @@ type Config struct {
 type Migrator struct {
 	db         *sql.DB
 	set        Set
-	migrations []Migration
+	migrations []migration
 	schema     string // unquoted, may be empty
 	table      string // unquoted base name of the tables
 	versions   string // quoted, qualified version table

@@ -10,9 +10,9 @@ import (
 	"github.com/txoutbox/txoutbox/internal/partitions"
 )
 
-// PartitionSizeDefault is the partition size, in ids, that `outbox migrate
-// partition` uses when none is given: at 10 million events a day, a
-// partition every two to three hours.
+// PartitionSizeDefault is a size to give Partition, in ids, and the one
+// `outbox migrate partition` uses when none is given: at 10 million events
+// a day, a partition every two to three hours.
 const PartitionSizeDefault = 1_000_000
 
 // partitionVersion is the schema version Partition needs.
