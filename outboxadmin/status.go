@@ -189,9 +189,9 @@ func (a *Admin) TopicStats(ctx context.Context) ([]txoutbox.TopicStats, error) {
 }
 
 // Handovers reads the shards in handover (Status.Handovers) among the
-// oldest outboxsql.OpsHandoverWindow unpublished events, where a claim
-// looks first: it reads that many claim index entries at most, whatever
-// the backlog.
+// oldest 10,000 unpublished events (ten default claim batches), where a
+// claim looks first: it reads that many claim index entries at most,
+// whatever the backlog.
 func (a *Admin) Handovers(ctx context.Context) ([]int, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
