@@ -193,3 +193,17 @@ func TextArray(values []string) string {
 	b.WriteByte('}')
 	return b.String()
 }
+
+// SchemaTables reads whether a migration set's table and its version
+// table (<table>_schema_migrations) exist, from the catalogs only, so a
+// component can check the schema's version without creating anything.
+const SchemaTables = `SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL`
+
+// SchemaTablesArgs binds SchemaTables.
+type SchemaTablesArgs struct {
+	Table    string // the table, quoted and qualified as NamesFor quotes it
+	Versions string // its version table, the same way
+}
+
+// Args returns the statement's arguments.
+func (a SchemaTablesArgs) Args() []any { return []any{a.Table, a.Versions} }
