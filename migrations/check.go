@@ -46,17 +46,24 @@ func (s Set) Latest() int {
 // command check the outbox at start, so that they refuse a table they
 // would misread.
 //
-// A table without its version table (<table>_schema_migrations) was
-// migrated by another tool from the set's files (see Set.FS): Check cannot
-// tell its version, and returns nil.
+// The role needs SELECT on the version table (<table>_schema_migrations).
+// A table without one was migrated by another tool from the set's files
+// (see Set.FS): Check cannot tell its version, and returns nil.
 func (m *Migrator) Check(ctx context.Context, need int) error {
 	if latest := m.latest(); need < 0 || need > latest {
 		return fmt.Errorf("migrations: check: version %d is needed; the %s set has versions 1 to %d", need, m.set.name, latest)
 	}
-	var tableExists, versioned bool
+	var (
+		tableExists, versioned, readable bool
+		role                             string
+	)
 	args := outboxsql.SchemaTablesArgs{Table: m.tableName, Versions: m.versions}
-	if err := m.db.QueryRowContext(ctx, outboxsql.SchemaTables, args.Args()...).Scan(&tableExists, &versioned); err != nil {
+	if err := m.db.QueryRowContext(ctx, outboxsql.SchemaTables, args.Args()...).Scan(&tableExists, &versioned, &readable, &role); err != nil {
 		return fmt.Errorf("migrations: check: %w", err)
+	}
+	if !readable {
+		return fmt.Errorf("migrations: check: role %q lacks SELECT on %s, which records the applied versions: GRANT SELECT ON %s TO %q",
+			role, m.versions, m.versions, role)
 	}
 	if !versioned {
 		if tableExists {

@@ -341,10 +341,11 @@ func (g *Group) Health() []TableHealth {
 // as Relay.Run does and returns nil, or ErrAlreadyRunning. It finds the
 // tables at start and every DiscoverInterval; a failed look (the database
 // away) keeps serving the tables found before. A table without the outbox
-// schema (not migrated yet, or older than version 8) is logged (at Warn,
-// once per reason) and left alone until it is; so is a table a WAL relay
-// streams (its relay's Run returned ErrWALStreams), looked at again at
-// every discovery. Neither is in Tables or Health, so neither holds back
+// schema (not migrated yet), or whose schema its relay refuses (older than
+// this release's, or with a version it does not know: see Relay.Run), is
+// logged (at Warn, once per reason) and left alone until it is migrated;
+// so is a table a WAL relay streams (its relay's Run returned
+// ErrWALStreams). Both are looked at again at every discovery. Neither is in Tables or Health, so neither holds back
 // the readiness of the tables served.
 //
 // A table's relay whose Run returned any other error on its own (none
@@ -435,6 +436,10 @@ func (g *Group) discover(ctx context.Context) {
 			g.skip(c.relay.cfg.Table, walStreamsReason+c.err.Error())
 			continue
 		}
+		if schemaErr(c.err) {
+			g.skip(c.relay.cfg.Table, c.err.Error())
+			continue
+		}
 		g.log.Error("relay: a table's relay stopped; starting it again", "table", publish.TableValue(c.relay.cfg.Table), "err", c.err)
 	}
 	g.mu.Lock()
@@ -482,6 +487,13 @@ func (g *Group) start(ctx context.Context, table txoutbox.Table) {
 	cfg.Table = table
 	r, err := newRelay(g.db, g.pub, cfg, g.conns)
 	if err != nil {
+		g.skip(table, err.Error())
+		return
+	}
+	// A table whose schema the relay would refuse is not served, nor
+	// shown in Health for the moment its Run would take to refuse it. A
+	// check that fails otherwise is Run's to try again.
+	if err := r.checkSchema(ctx); schemaErr(err) {
 		g.skip(table, err.Error())
 		return
 	}

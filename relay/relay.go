@@ -15,6 +15,7 @@ import (
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/partitions"
+	"github.com/txoutbox/txoutbox/migrations"
 	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
@@ -63,6 +64,7 @@ type Relay struct {
 	floor    *floorRaiser
 	repairer *repairer
 	sampler  *sampler
+	schema   *migrations.Migrator // checks the table's schema version
 
 	running atomic.Bool
 }
@@ -108,6 +110,10 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	schema, err := migrations.New(db, migrations.Config{Table: cfg.Table})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	met, err := newMetrics(cfg.MeterProvider, publish.TableValue(cfg.Table))
 	if err != nil {
 		return nil, fmt.Errorf("relay: metrics: %w", err)
@@ -121,15 +127,16 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 		return nil, fmt.Errorf("relay: metrics: %w", err)
 	}
 	r := &Relay{
-		db:    db,
-		pub:   pub,
-		cfg:   cfg,
-		sql:   render(names, outboxsql.WALLegacyName(cfg.Table.Schema, cfg.Table.Name)),
-		log:   cfg.Logger.With("relay", cfg.ID, "table", publish.TableValue(cfg.Table)),
-		met:   met,
-		core:  core,
-		clock: &clock{base: time.Now()},
-		wake:  make(chan struct{}, 1),
+		db:     db,
+		pub:    pub,
+		cfg:    cfg,
+		sql:    render(names, outboxsql.WALLegacyName(cfg.Table.Schema, cfg.Table.Name)),
+		log:    cfg.Logger.With("relay", cfg.ID, "table", publish.TableValue(cfg.Table)),
+		met:    met,
+		core:   core,
+		clock:  &clock{base: time.Now()},
+		wake:   make(chan struct{}, 1),
+		schema: schema,
 	}
 	r.budget = newBudget(cfg.MaxInFlight, cfg.MaxInFlightBytes)
 	r.outage = &outage{clock: r.clock, log: r.log}
@@ -167,14 +174,24 @@ func (r *Relay) ID() string { return r.cfg.ID }
 // up its shards so peers take over at once. It never marks an event the
 // broker did not acknowledge.
 //
+// Before anything else it checks the table's schema: it returns an error
+// matching migrations.ErrSchemaTooOld when a version of this release's
+// outbox schema is not applied (run `outbox migrate up`), and one matching
+// migrations.ErrSchemaTooNew, naming the version, when a version this
+// release does not know is (see migrations.Migrator.Check).
+//
 // Run does not return on database or broker errors: it logs them, backs off
-// and resumes when they heal. It returns nil after a clean shutdown, or
-// ErrAlreadyRunning.
+// and resumes when they heal (at start, it waits to read the schema's
+// version). It returns nil after a clean shutdown, ErrAlreadyRunning,
+// ErrWALStreams, or the schema check's error.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
 	defer r.running.Store(false)
+	if ok, err := r.awaitSchema(ctx); !ok {
+		return err
+	}
 	// A Run before this one may have given up recording outcomes at
 	// shutdown (the database gone): those rows are its incarnation's, to be
 	// taken over, not this run's.

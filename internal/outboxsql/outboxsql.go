@@ -13,11 +13,14 @@ import (
 // Names are the quoted, schema-qualified names of the outbox tables and the
 // NOTIFY channel. Build them with NamesFor.
 type Names struct {
-	Table   string // the events table, e.g. "public"."outbox"
-	Relays  string // live relays and their heartbeats
-	Shards  string // which relay owns which shard
-	Floor   string // the claim floor (schema version 8, see ClaimFloor)
-	Channel string // the LISTEN/NOTIFY channel, a plain string (not an identifier)
+	Table  string // the events table, e.g. "public"."outbox"
+	Relays string // live relays and their heartbeats
+	Shards string // which relay owns which shard
+	Floor  string // the claim floor (schema version 8, see ClaimFloor)
+	// Versions is the migrator's record of the applied schema versions
+	// (migrations.Migrator).
+	Versions string
+	Channel  string // the LISTEN/NOTIFY channel, a plain string (not an identifier)
 }
 
 // Render substitutes the placeholders {{table}}, {{relays}}, {{shards}},
@@ -195,9 +198,12 @@ func TextArray(values []string) string {
 }
 
 // SchemaTables reads whether a migration set's table and its version
-// table (<table>_schema_migrations) exist, from the catalogs only, so a
-// component can check the schema's version without creating anything.
-const SchemaTables = `SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL`
+// table (<table>_schema_migrations) exist, and whether the current role
+// may read the latter (true when it does not exist), from the catalogs
+// only, so a component can check the schema's version without creating
+// anything, and say which grant it lacks.
+const SchemaTables = `SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL,
+       coalesce(has_table_privilege(to_regclass($2::text), 'SELECT'), true), current_user`
 
 // SchemaTablesArgs binds SchemaTables.
 type SchemaTablesArgs struct {
