@@ -213,11 +213,18 @@ func (r *Relay) Active() bool { return r.active.Load() }
 // did not make it publishes the table's unpublished rows first (see the
 // package doc).
 //
+// Before it creates anything, Run checks the server and the table's
+// schema, as the polling relay does: it returns an error matching
+// migrations.ErrSchemaTooOld for a table older than this release's schema
+// (run `outbox migrate up`) and one matching migrations.ErrSchemaTooNew,
+// naming the version, for a table with a version this release does not
+// know.
+//
 // One relay streams from a slot at a time: others wait and try again every
 // StandbyRetry. Connection failures are retried. Run returns an error only
 // for what retrying cannot fix: ErrUnsupported, ErrSlotLost,
-// ErrPublication, ErrPollingRelays, ErrScheduled, ErrSlotOtherDatabase, a
-// table or publication it cannot create.
+// ErrPublication, ErrPollingRelays, ErrScheduled, ErrSlotOtherDatabase,
+// the schema check's, a table or publication it cannot create.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
@@ -234,6 +241,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	defer pool.Close()
 	srv, err := r.checkServer(ctx, pool)
+	if err == nil {
+		err = r.checkSchema(ctx, pool)
+	}
 	if err == nil {
 		err = r.resolveNames(ctx, pool)
 	}
