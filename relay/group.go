@@ -25,6 +25,11 @@ import (
 // DiscoverIntervalDefault is GroupConfig.DiscoverInterval's default.
 const DiscoverIntervalDefault = 30 * time.Second
 
+// DiscoverIntervalFloor is GroupConfig.DiscoverInterval's floor: a
+// discovery reads the catalog of every schema, and one more often than
+// that would keep a connection of a group of many tenants busy.
+const DiscoverIntervalFloor = 100 * time.Millisecond
+
 // GroupConfig configures a Group: the relay of every table, and which
 // schemas' tables it serves. One of Schemas and SchemaPattern is required.
 type GroupConfig struct {
@@ -56,17 +61,18 @@ type GroupConfig struct {
 	// DiscoverInterval is how often the group looks for the tables to
 	// serve again, besides at start: a table that appeared (a new tenant's,
 	// once migrated) gets a relay, one that is gone (its schema dropped)
-	// has its relay stopped. Default 30s.
+	// has its relay stopped. Default 30s; at least DiscoverIntervalFloor
+	// (100ms).
 	DiscoverInterval time.Duration
 
 	// ClaimConns is how many connections the group keeps out of the pool
 	// for its tables' claims, which take turns on them (default
-	// ClaimConnsDefault, 4). Each table's claim is prepared and planned
-	// on each connection that runs it, and again after every vacuum of the
-	// table: kept to a few connections, a hundred tables' claims cost a
-	// few hundred plans a minute, not thousands (see Group). A claim that
-	// waits half a second while none of them comes back (all held by
-	// claims waiting on locks) takes a pool connection.
+	// ClaimConnsDefault, 4; at least 1). Each table's claim is prepared
+	// and planned on each connection that runs it, and again after every
+	// vacuum of the table: kept to a few connections, a hundred tables'
+	// claims cost a few hundred plans a minute, not thousands (see
+	// Group). A claim that waits half a second while none of them comes
+	// back (all held by claims waiting on locks) takes a pool connection.
 	//
 	// With the pool bounded (db.SetMaxOpenConns, set before NewGroup), the
 	// default is at most a quarter of the bound, and a ClaimConns that
@@ -286,11 +292,11 @@ func (c *GroupConfig) validate() error {
 			return bad("SchemaPattern %v", err)
 		}
 	}
-	if c.DiscoverInterval < 0 {
-		return bad("DiscoverInterval is negative (%s)", c.DiscoverInterval)
+	if c.DiscoverInterval != 0 && c.DiscoverInterval < DiscoverIntervalFloor {
+		return bad("DiscoverInterval %s is below its floor %s", c.DiscoverInterval, DiscoverIntervalFloor)
 	}
 	if c.ClaimConns < 0 {
-		return bad("ClaimConns is negative (%d)", c.ClaimConns)
+		return bad("ClaimConns %d is below its floor 1", c.ClaimConns)
 	}
 	return nil
 }
