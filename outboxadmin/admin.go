@@ -1,13 +1,16 @@
 package outboxadmin
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/migrations"
 )
 
 // StaleAfterDefault is Config.StaleAfter's default, the relays' own
@@ -86,11 +89,18 @@ type Config struct {
 	StatementTimeout time.Duration
 }
 
+// schemaVersion is the outbox schema version an Admin needs: Status reads
+// version 7's not_before, and Retry and Replay lower version 8's claim
+// floor.
+const schemaVersion = 8
+
 // Admin runs operator tasks on one outbox. It is safe for concurrent use.
 type Admin struct {
-	db  *sql.DB
-	cfg Config
-	sql statements
+	db       *sql.DB
+	cfg      Config
+	sql      statements
+	schema   *migrations.Migrator // checks the table's schema version
+	schemaOK atomic.Bool          // a check passed
 }
 
 // New validates cfg and returns an Admin working on db.
@@ -126,7 +136,31 @@ func New(db *sql.DB, cfg Config) (*Admin, error) {
 	if cfg.StatementTimeout == 0 {
 		cfg.StatementTimeout = StatementTimeoutDefault
 	}
-	return &Admin{db: db, cfg: cfg, sql: render(names)}, nil
+	schema, err := migrations.New(db, migrations.Config{Table: cfg.Table})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return &Admin{db: db, cfg: cfg, sql: render(names), schema: schema}, nil
+}
+
+// CheckSchema checks, until a check passes, the table's schema: it
+// returns an error matching migrations.ErrSchemaTooOld when a version up
+// to 8 is not applied (run `outbox migrate up`), and one matching
+// migrations.ErrSchemaTooNew, naming the version, when a version this
+// release does not know is (see migrations.Migrator.Check). Every other
+// method calls it first and returns its error, before it reads or changes
+// anything; call it at start to fail there.
+func (a *Admin) CheckSchema(ctx context.Context) error {
+	if a.schemaOK.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
+	defer cancel()
+	if err := a.schema.Check(ctx, schemaVersion); err != nil {
+		return fmt.Errorf("outboxadmin: %w", err)
+	}
+	a.schemaOK.Store(true)
+	return nil
 }
 
 // statements are the operator statements rendered for one table.

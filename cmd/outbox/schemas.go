@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/txoutbox/txoutbox/internal/human"
 	"github.com/txoutbox/txoutbox/internal/ident"
 	"github.com/txoutbox/txoutbox/migrations"
+	"github.com/txoutbox/txoutbox/outboxadmin"
 	"github.com/txoutbox/txoutbox/relay"
 )
 
@@ -166,6 +168,16 @@ func unserved(f relay.FoundTable) string {
 	return ""
 }
 
+// checkSchema checks table's schema as the operator commands do for one
+// table (outboxadmin.Admin.CheckSchema).
+func checkSchema(ctx context.Context, db *sql.DB, table txoutbox.Table) error {
+	adm, err := outboxadmin.New(db, outboxadmin.Config{Table: table})
+	if err != nil {
+		return err
+	}
+	return adm.CheckSchema(ctx)
+}
+
 // tableStatus is one table's line of `outbox status --schemas`.
 type tableStatus struct {
 	Table            string  `json:"table"`
@@ -177,8 +189,8 @@ type tableStatus struct {
 	Dead          int64   `json:"dead"`
 	DeadEstimated bool    `json:"dead_estimated"`
 	// Skipped says why a schema a pattern selects has nothing to read: no
-	// outbox table, or not migrated. A relay group skips those tables too;
-	// they fail nothing.
+	// outbox table, not migrated, or a schema version the command does not
+	// match. A relay group skips those tables too; they fail nothing.
 	Skipped string `json:"skipped,omitempty"`
 	// Error is why a table could not be read: it fails the command.
 	Error string `json:"error,omitempty"`
@@ -191,9 +203,9 @@ type tableStatus struct {
 // as for one table, whatever else failed. Otherwise a table that cannot be
 // read (no privileges, the database gone) shows its error and fails the
 // command (exit 1) after the others, and so does, when the schemas are
-// listed by name (not pattern), one without the outbox table or not
-// migrated; one a pattern selects shows "no outbox table" or "not
-// migrated" and fails nothing, as a relay group skips it.
+// listed by name (not pattern), one without the outbox table, not
+// migrated, or of a schema version the command does not match; one a
+// pattern selects shows why and fails nothing, as a relay group skips it.
 func statusTables(ctx context.Context, stdout io.Writer, db *sql.DB, found []relay.FoundTable, pattern bool, maxLag time.Duration, asJSON bool) error {
 	rows := make([]tableStatus, 0, len(found))
 	var failed int
@@ -209,6 +221,10 @@ func statusTables(ctx context.Context, stdout io.Writer, db *sql.DB, found []rel
 		}
 		if why := unserved(f); why != "" {
 			notServed(why)
+		} else if err := checkSchema(ctx, db, f.Table); errors.Is(err, migrations.ErrSchemaTooOld) || errors.Is(err, migrations.ErrSchemaTooNew) {
+			notServed(err.Error())
+		} else if err != nil {
+			row.Error = err.Error()
 		} else {
 			st, err := txoutbox.ReadStats(ctx, db, f.Table)
 			if err != nil {
