@@ -143,13 +143,13 @@ func New(db *sql.DB, cfg Config) (*Admin, error) {
 	return &Admin{db: db, cfg: cfg, sql: render(names), schema: schema}, nil
 }
 
-// CheckSchema checks, until a check passes, the table's schema: it
-// returns an error matching migrations.ErrSchemaTooOld when a version up
-// to 8 is not applied (run `outbox migrate up`), and one matching
-// migrations.ErrSchemaTooNew, naming the version, when a version this
-// release does not know is (see migrations.Migrator.Check). Every other
-// method calls it first and returns its error, before it reads or changes
-// anything; call it at start to fail there.
+// CheckSchema checks the table's schema: it returns an error matching
+// migrations.ErrSchemaTooOld when a version up to 8 is not applied (run
+// `outbox migrate up`), and one matching migrations.ErrSchemaTooNew,
+// naming the version, when a version this release does not know is (see
+// migrations.Migrator.Check). Every other method calls it first and
+// returns its error, before it reads or changes anything; once a check has
+// passed, it returns nil at once. Call it at start to fail there.
 func (a *Admin) CheckSchema(ctx context.Context) error {
 	if a.schemaOK.Load() {
 		return nil
