@@ -93,6 +93,7 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	add("ForgetStaleRelays", outboxsql.ForgetStaleRelays, 1)
 	add("LiveRelays", outboxsql.LiveRelays, 0)
 	add("Schemas", outboxsql.Schemas, count(outboxsql.SchemasArgs{}))
+	add("SchemaTables", outboxsql.SchemaTables, count(outboxsql.SchemaTablesArgs{}))
 	add("ReleaseShards", outboxsql.ReleaseShards, count(outboxsql.ShardsArgs{}))
 	add("AcquireShards", outboxsql.AcquireShards, count(outboxsql.ShardsArgs{}))
 	add("LeaveShards", outboxsql.LeaveShards, 1)
