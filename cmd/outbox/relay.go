@@ -116,7 +116,7 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 			return usagef("--schemas: WAL mode serves one table; run a relay group with --mode poll")
 		}
 		if gcfg, err = schemas.groupConfig(&common, cfg); err != nil {
-			return flagUsage(err)
+			return err
 		}
 		if *maxConns == 0 {
 			*maxConns = groupMaxConnsDefault

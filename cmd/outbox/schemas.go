@@ -61,7 +61,7 @@ func (s *schemasFlag) groupConfig(common *commonFlags, rcfg relay.Config) (relay
 		cfg.Schemas = splitList(s.value)
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, usagef("--schemas: %v", err)
+		return cfg, flagUsage(fmt.Errorf("--schemas: %w", err))
 	}
 	return cfg, nil
 }
