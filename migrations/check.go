@@ -66,7 +66,7 @@ func (m *Migrator) Check(ctx context.Context, need int) error {
 			role, m.versions, m.versions, role)
 	}
 	if !versioned {
-		if tableExists {
+		if tableExists || need == 0 {
 			return nil
 		}
 		return fmt.Errorf("%w: %s does not exist (version %d is needed): run %s", ErrSchemaTooOld, m.tableName, need, m.upCommand())

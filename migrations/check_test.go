@@ -2,8 +2,10 @@ package migrations_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"io/fs"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -116,5 +118,46 @@ func TestCheckTrustsATableOfAnotherTool(t *testing.T) {
 	}
 	if err := outboxMigrator(t, db).Check(context.Background(), migrations.Outbox.Latest()); err != nil {
 		t.Fatalf("Check = %v; want nil", err)
+	}
+}
+
+// A role that may not read the version table is told the GRANT it lacks.
+func TestCheckNamesTheGrantItLacks(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewDB(t)
+	ctx := context.Background()
+	if _, err := outboxMigrator(t, db).Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	role := "txo_reader_" + db.Schema[len(db.Schema)-8:]
+	for _, q := range []string{`CREATE ROLE ` + role + ` LOGIN`, `GRANT USAGE ON SCHEMA "` + db.Schema + `" TO ` + role} {
+		if _, err := db.SQL.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{`DROP OWNED BY ` + role + ` CASCADE`, `DROP ROLE ` + role} {
+			if _, err := db.SQL.Exec(q); err != nil {
+				t.Logf("%s: %v", q, err)
+			}
+		}
+	})
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	as, err := sql.Open("pgx", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer as.Close()
+	m, err := migrations.New(as, migrations.Config{Table: db.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.Check(ctx, migrations.Outbox.Latest())
+	if err == nil || !strings.Contains(err.Error(), "GRANT SELECT ON") || !strings.Contains(err.Error(), "outbox_schema_migrations") {
+		t.Fatalf("Check as a role without SELECT on the version table = %v; want the GRANT", err)
 	}
 }
