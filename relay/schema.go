@@ -10,9 +10,8 @@ import (
 )
 
 // schemaVersion is the outbox schema version a relay needs: the newest of
-// this release. Its statements need version 8 (the claim floor); the
-// versions after it change the writers' trigger and the tables' settings,
-// which a relay of this release was tested with.
+// its release, the schema it is tested with and the one its release's
+// `outbox migrate up` leaves, whichever of them its own statements read.
 var schemaVersion = migrations.Outbox.Latest()
 
 // schemaErr reports whether err is the schema check's refusal: a table

@@ -152,7 +152,7 @@ func runMigrate(ctx context.Context, proc *process, fs *flag.FlagSet, action str
 			return err
 		}
 		if len(unknown) > 0 {
-			fmt.Fprintf(stdout, "version(s) %s were applied by a newer txoutbox: this outbox's migrate up and down refuse the table, and its relays and tools too; run the release that knows them\n",
+			fmt.Fprintf(stdout, "version(s) %s were applied by a newer txoutbox: this binary's migrate up and down, relays and tools refuse the table; run the release that knows them\n",
 				joinInts(unknown))
 		}
 	}

@@ -11,8 +11,7 @@ import (
 )
 
 // schemaVersion is the outbox schema version a WAL relay needs: the newest
-// of this release, as the polling relay's (version 7's trigger keeps
-// scheduled events off a streamed table).
+// of its release, as the polling relay's.
 var schemaVersion = migrations.Outbox.Latest()
 
 // checkSchema checks the table's schema version through pool, under
