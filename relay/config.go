@@ -34,8 +34,16 @@ const (
 	StatsIntervalDefault     = 10 * time.Second
 	FlushIntervalDefault     = 5 * time.Millisecond
 	StatementTimeoutDefault  = 10 * time.Second
+	LockTimeoutDefault       = time.Second
 	PublishTimeoutDefault    = time.Minute
 )
+
+// LockTimeoutMin is the shortest Config.LockTimeout Validate accepts
+// (shorter only with a StatementTimeout as short): below it, locks held
+// for moments in the ordinary course (autovacuum truncating the table
+// gives way to a waiter within 20ms, a partition created ahead, a peer's
+// shard update) would lock tables out for nothing.
+const LockTimeoutMin = 100 * time.Millisecond
 
 // Config configures a Relay. The zero value is valid: every zero field
 // takes its documented default.
@@ -177,6 +185,26 @@ type Config struct {
 	// Default 10s.
 	StatementTimeout time.Duration
 
+	// LockTimeout is how long a statement of the relay waits for a lock
+	// another session holds on its table or the table's companions (a
+	// DBA's ALTER TABLE, a VACUUM FULL, CREATE INDEX, a stuck migration,
+	// an operator's retry holding the claim gate) before the server ends
+	// it (lock_timeout, set in each of the relay's transactions, the
+	// statement's own parse included). The table is then locked out: the
+	// relay runs nothing on it but a probe that takes those locks without
+	// waiting, every backoff step up to HeartbeatInterval, and resumes at
+	// once when the probe passes. Meanwhile it logs the lock once (at
+	// Warn, with the table, and at Info when it is gone), counts it
+	// (txoutbox.relay.lock_timeouts, txoutbox.relay.locked.duration) and
+	// reports it in Health.Locked. In a Group, a locked table so holds a
+	// connection for LockTimeout at its start, then for a moment each
+	// step, and the pool and claim connections stay the other tables'.
+	// Its heartbeats stop with the rest, so after StaleAfter it registers
+	// anew once the lock is gone (events it held are published again, at
+	// least once, in order). At least LockTimeoutMin, at most
+	// StatementTimeout. Default 1s (StatementTimeout if shorter).
+	LockTimeout time.Duration
+
 	// PublishTimeout bounds one publish call: one that has not returned
 	// after it counts as failed with an unknown outcome (ErrPublishTimeout,
 	// an outage: the event is retried, its aggregate fenced meanwhile, and
@@ -255,6 +283,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.StatsInterval, StatsIntervalDefault)
 	setDefault(&c.FlushInterval, FlushIntervalDefault)
 	setDefault(&c.StatementTimeout, StatementTimeoutDefault)
+	setDefault(&c.LockTimeout, min(LockTimeoutDefault, max(c.StatementTimeout, 0)))
 	setDefault(&c.PublishTimeout, PublishTimeoutDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -298,7 +327,7 @@ func (c *Config) validate() error {
 		name string
 		v    time.Duration
 	}{{"PollInterval", c.PollInterval}, {"LeaseDuration", c.LeaseDuration}, {"BackoffMin", c.BackoffMin}, {"BackoffMax", c.BackoffMax}, {"OutageBackoffMax", c.OutageBackoffMax},
-		{"HeartbeatInterval", c.HeartbeatInterval}, {"StaleAfter", c.StaleAfter}, {"PruneInterval", c.PruneInterval}, {"StatsInterval", c.StatsInterval}, {"FlushInterval", c.FlushInterval}, {"StatementTimeout", c.StatementTimeout}, {"PublishTimeout", c.PublishTimeout}} {
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"StaleAfter", c.StaleAfter}, {"PruneInterval", c.PruneInterval}, {"StatsInterval", c.StatsInterval}, {"FlushInterval", c.FlushInterval}, {"StatementTimeout", c.StatementTimeout}, {"LockTimeout", c.LockTimeout}, {"PublishTimeout", c.PublishTimeout}} {
 		if f.v < 0 {
 			return bad("%s is negative (%s)", f.name, f.v)
 		}
@@ -322,6 +351,12 @@ func (c *Config) validate() error {
 	}
 	if c.StaleAfter < 2*c.HeartbeatInterval {
 		return bad("StaleAfter (%s) must be at least twice HeartbeatInterval (%s), or live relays are declared dead", c.StaleAfter, c.HeartbeatInterval)
+	}
+	if c.LockTimeout > c.StatementTimeout {
+		return bad("LockTimeout (%s) is longer than StatementTimeout (%s), which ends every statement first", c.LockTimeout, c.StatementTimeout)
+	}
+	if c.LockTimeout < min(LockTimeoutMin, c.StatementTimeout) {
+		return bad("LockTimeout (%s) is shorter than %s: locks held for moments in the ordinary course would lock the table out", c.LockTimeout, LockTimeoutMin)
 	}
 	if c.LeaseDuration < c.HeartbeatInterval {
 		return bad("LeaseDuration (%s) is shorter than HeartbeatInterval (%s)", c.LeaseDuration, c.HeartbeatInterval)

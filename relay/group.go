@@ -203,7 +203,7 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 		db: db, pub: pub, cfg: cfg,
 		log:      cfg.Relay.Logger.With("relay", cfg.Relay.ID),
 		find:     &finder{db: db, cfg: cfg},
-		conns:    newClaimConns(db, claimConns),
+		conns:    newClaimConns(db, claimConns, cfg.Relay.LockTimeout),
 		children: map[string]*child{},
 		skipped:  map[string]string{},
 	}
