@@ -34,7 +34,7 @@ const (
 	StatsIntervalDefault     = 10 * time.Second
 	FlushIntervalDefault     = 5 * time.Millisecond
 	StatementTimeoutDefault  = 10 * time.Second
-	LockTimeoutDefault       = time.Second
+	LockTimeoutDefault       = 200 * time.Millisecond
 	PublishTimeoutDefault    = time.Minute
 )
 
@@ -202,7 +202,11 @@ type Config struct {
 	// Its heartbeats stop with the rest, so after StaleAfter it registers
 	// anew once the lock is gone (events it held are published again, at
 	// least once, in order). At least LockTimeoutMin, at most
-	// StatementTimeout. Default 1s (StatementTimeout if shorter).
+	// StatementTimeout. Default 200ms (StatementTimeout if shorter): the
+	// relay's statements take milliseconds, and those of a Group's locked
+	// tables that meet a lock first hold the shared connections (the
+	// pool's, the claim connections every table's claims take turns on)
+	// for as long as they wait.
 	LockTimeout time.Duration
 
 	// PublishTimeout bounds one publish call: one that has not returned

@@ -13,8 +13,11 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/human"
 	"github.com/txoutbox/txoutbox/outboxadmin"
-	"github.com/txoutbox/txoutbox/relay"
 )
+
+// statusLockTimeoutDefault is status's --lock-timeout: how long it waits
+// for a lock on a table before it reports the table locked.
+const statusLockTimeoutDefault = time.Second
 
 // exitLagExceeded is status's exit code when the lag exceeds --max-lag, so a
 // health check can tell "too far behind" (3) from "could not look" (1).
@@ -30,7 +33,7 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 			exitLagExceeded, exitLagExceeded))
 		slot = fs.String("slot", "", "WAL mode's replication slot to report (default txoutbox_<schema>_<table>; shown if it exists)")
 	)
-	fs.DurationVar(&common.lockTimeout, "lock-timeout", relay.LockTimeoutDefault,
+	fs.DurationVar(&common.lockTimeout, "lock-timeout", statusLockTimeoutDefault,
 		"a table another session holds locked (ALTER TABLE, VACUUM FULL, a migration) longer than this is reported locked, with who holds the lock, and fails status (exit 1), instead of waited for")
 	var schemas schemasFlag
 	common.register(fs)

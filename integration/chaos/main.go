@@ -135,7 +135,7 @@ func scalePlans() ([]harness.Plan, []harness.Scale) {
 			harness.WALBigTransaction(1_000_000, 1024, 512),
 			harness.WALDBA(),
 			harness.TenantFairness(100, 1_000_000, 10, 2*time.Minute, time.Second),
-			harness.TenantLocks(200, 15, 2, 100*time.Second, 15*time.Second, time.Minute, time.Second),
+			harness.TenantLocks(200, 15, 2, 0, 100*time.Second, 15*time.Second, time.Minute, time.Second),
 		}
 }
 

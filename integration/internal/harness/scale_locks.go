@@ -24,8 +24,8 @@ import (
 // locks out (relay.Config.LockTimeout).
 const lockoutLog = "relay: a statement on the table gave up on a lock"
 
-// TenantLocks: one `outbox relay --schemas` process, at its default
-// --max-conns, serves the outbox tables of tables schemas, each written
+// TenantLocks: one `outbox relay --schemas` process, with --max-conns
+// maxConns (0: its default), serves the outbox tables of tables schemas, each written
 // rate events a second by a writer of its own for window. From lockAt into
 // the window, another session holds the last locked of them, each with
 // its companions (relays, shards, claim floor), ACCESS EXCLUSIVE for
@@ -43,7 +43,7 @@ const lockoutLog = "relay: a statement on the table gave up on a lock"
 //
 // The relay runs with production's intervals, and the window starts once
 // it serves every table, as in TenantFairness.
-func TenantLocks(tables, locked, rate int, window, lockAt, lockFor, maxP99 time.Duration) Scale {
+func TenantLocks(tables, locked, rate, maxConns int, window, lockAt, lockFor, maxP99 time.Duration) Scale {
 	return Scale{Name: "tenant-locks", Alone: true, Run: func(ctx context.Context, env *Env) (string, error) {
 		fail := func(format string, args ...any) error { return fmt.Errorf("tenant-locks: "+format, args...) }
 		if lockAt+lockFor >= window || locked >= tables {
@@ -96,6 +96,9 @@ func TenantLocks(tables, locked, rate int, window, lockAt, lockFor, maxP99 time.
 		flags.Heartbeat, flags.StaleAfter, flags.Lease = 2*time.Second, 15*time.Second, 30*time.Second
 		flags.Schemas = pattern
 		flags.Extra = []string{"--poll-interval", "1s"}
+		if maxConns > 0 {
+			flags.Extra = append(flags.Extra, "--max-conns", fmt.Sprint(maxConns))
+		}
 		conns, err := tenantConns(ctx, env, tables)
 		if err != nil {
 			return "", err
@@ -200,10 +203,10 @@ func TenantLocks(tables, locked, rate int, window, lockAt, lockFor, maxP99 time.
 		slices.Sort(want)
 
 		p99 := percentile(lat.others, 0.99)
-		line := fmt.Sprintf("tables=%d locked=%d lock_s=%.0f rate_per_table=%d window_s=%.0f events=%d written_eps=%.0f "+
+		line := fmt.Sprintf("tables=%d locked=%d lock_s=%.0f rate_per_table=%d max_conns=%d window_s=%.0f events=%d written_eps=%.0f "+
 			"commit_p50_ms=%.0f commit_p99_ms=%.0f commit_max_ms=%.0f during_locks_p99_ms=%.0f during_locks_events=%d "+
 			"locked_p99_ms=%.0f locked_max_ms=%.0f locked_events=%d logged_lockouts=%d status_locked=%d lost=%d",
-			tables, locked, lr.to.Sub(lr.from).Seconds(), rate, window.Seconds(), lat.events, float64(written)/window.Seconds(),
+			tables, locked, lr.to.Sub(lr.from).Seconds(), rate, maxConns, window.Seconds(), lat.events, float64(written)/window.Seconds(),
 			percentile(lat.others, 0.5)*1000, p99*1000, percentile(lat.others, 1)*1000,
 			percentile(lat.during, 0.99)*1000, len(lat.during),
 			percentile(lat.locked, 0.99)*1000, percentile(lat.locked, 1)*1000, len(lat.locked),
