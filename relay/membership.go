@@ -177,33 +177,34 @@ func (m *membership) round(ctx context.Context) (converged bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	if err := m.refuseWhileWALStreams(ctx); err != nil {
+		return false, err
+	}
+	// The stale relays are forgotten, and the live ones listed, in one
+	// transaction, so the list leaves the forgotten out.
 	var forgotten []string
-	err = m.tx.query(ctx, scanInto(&forgotten), m.sql.forgetStale, outboxsql.Interval(m.cfg.StaleAfter))
+	names, err := m.liveNames(ctx, step{query: m.sql.forgetStale, args: []any{outboxsql.Interval(m.cfg.StaleAfter)}, scan: scanInto(&forgotten)})
 	if err != nil {
-		return false, fmt.Errorf("forget stale relays: %w", err)
+		return false, fmt.Errorf("forget stale relays and list the live ones: %w", err)
 	}
 	for _, id := range forgotten {
 		m.log.Warn("relay: declared a relay dead after its heartbeat went stale; taking over its work", "dead_relay", id)
 	}
-	if err := m.refuseWhileWALStreams(ctx); err != nil {
-		return false, err
-	}
-	names, err := m.liveNames(ctx)
-	if err != nil {
-		return false, fmt.Errorf("list relays: %w", err)
-	}
 	mine := assignShards(m.cfg.ID, names)
 	want := outboxsql.ShardsArgs{Owner: inc.token, Shards: mine}
-	released, err := m.tx.exec(ctx, m.sql.releaseShards, want.Args()...)
+	// The shards given up and those taken, in one transaction: each
+	// statement of it costs a round trip, the transaction one more.
+	var (
+		released int64
+		owned    []int16
+	)
+	err = m.tx.steps(ctx, step{query: m.sql.releaseShards, args: want.Args(), affected: &released},
+		step{query: m.sql.acquireShards, args: want.Args(), scan: scanInto(&owned)})
 	if err != nil {
-		return false, fmt.Errorf("release shards: %w", err)
+		return false, fmt.Errorf("release and acquire shards: %w", err)
 	}
 	if released > 0 {
 		m.announce(ctx) // the shards' new owners can take them now
-	}
-	var owned []int16
-	if err := m.tx.query(ctx, scanInto(&owned), m.sql.acquireShards, want.Args()...); err != nil {
-		return false, fmt.Errorf("acquire shards: %w", err)
 	}
 	slices.Sort(owned)
 	ready := m.outOfHandover(ctx, inc, owned)
@@ -269,23 +270,10 @@ func (m *membership) heartbeat(ctx context.Context, start time.Duration) (*incar
 // relay sets its slot up, and a round that waits out its timeout on it
 // claims nothing; one that waits LockTimeout on it is locked out.
 func (m *membership) refuseWhileWALStreams(ctx context.Context) error {
-	if m.lockout.locked() {
-		return errLockedOut
-	}
-	tx, err := m.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return fmt.Errorf("look for WAL relay slots: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // read-only
 	var slots string
-	timeouts := outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, m.cfg.StatementTimeout), Idle: m.cfg.StatementTimeout, Lock: m.cfg.LockTimeout}
-	if _, err := tx.ExecContext(ctx, m.sql.txTimeouts, timeouts.Args()...); err != nil {
-		return fmt.Errorf("look for WAL relay slots: settings: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, m.sql.walGate, m.sql.table); err != nil {
-		return fmt.Errorf("look for WAL relay slots: take the WAL gate: %w", err)
-	}
-	if err := tx.QueryRowContext(ctx, m.sql.walSlots, outboxsql.WALSlotsArgs{Table: m.sql.table, Slot: m.sql.walSlot}.Args()...).Scan(&slots); err != nil {
+	err := m.tx.catalog(ctx, step{query: m.sql.walGate, args: []any{m.sql.table}},
+		step{query: m.sql.walSlots, args: outboxsql.WALSlotsArgs{Table: m.sql.table, Slot: m.sql.walSlot}.Args(), scan: scanRow(&slots)})
+	if err != nil {
 		return fmt.Errorf("look for WAL relay slots: %w", err)
 	}
 	if slots != "" {
@@ -443,10 +431,11 @@ func (m *membership) leave() {
 	m.cur.Store(nil)
 }
 
-// liveNames lists the names of the live incarnations.
-func (m *membership) liveNames(ctx context.Context) ([]string, error) {
+// liveNames lists the names of the live incarnations, after the steps
+// before, in their transaction.
+func (m *membership) liveNames(ctx context.Context, before ...step) ([]string, error) {
 	var names []string
-	err := m.tx.query(ctx, func(rows rowScanner) error {
+	err := m.tx.steps(ctx, append(before, step{query: m.sql.liveRelays, scan: func(rows rowScanner) error {
 		for rows.Next() {
 			var id, name string
 			if err := rows.Scan(&id, &name); err != nil {
@@ -455,7 +444,7 @@ func (m *membership) liveNames(ctx context.Context) ([]string, error) {
 			names = append(names, name)
 		}
 		return rows.Err()
-	}, m.sql.liveRelays)
+	}})...)
 	return names, err
 }
 

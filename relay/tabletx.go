@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
@@ -24,10 +25,11 @@ import (
 // the connection, and its backend goes on waiting until the lock is
 // released: a locked table filled the pool, and the server, with them.
 //
-// With pgx it costs one round trip more than the statement alone
-// (BEGIN and the settings, then the statement and COMMIT): the
-// statement is prepared in the transaction, so its plan is kept as
-// before. With another driver, four.
+// With pgx it costs one round trip more than the statements alone (BEGIN
+// and the settings, then the statements and COMMIT): they are prepared in
+// the transaction, so their plans are kept as before. Statements that
+// name no table go in one round trip (catalog). With another driver, a
+// round trip each, and three more.
 //
 // While the table is locked out (see lockout), a statement does not run:
 // it fails with errLockedOut, so that a round begun before the lock ends
@@ -40,24 +42,48 @@ type tableTx struct {
 	out      *lockout
 }
 
+// step is one statement of a tableTx transaction: its query and
+// arguments; scan, when not nil, reads its rows, and affected, when not
+// nil, gets how many rows it affected (with pgx; 0 for a query through
+// another driver).
+type step struct {
+	query    string
+	args     []any
+	scan     func(rowScanner) error
+	affected *int64
+}
+
 // exec runs query and returns how many rows it affected.
 func (t *tableTx) exec(ctx context.Context, query string, args ...any) (int64, error) {
-	return t.run(ctx, nil, nil, query, args...)
+	var n int64
+	err := t.run(ctx, nil, false, step{query: query, args: args, affected: &n})
+	return n, err
 }
 
 // query runs query and reads its rows with scan.
 func (t *tableTx) query(ctx context.Context, scan func(rowScanner) error, query string, args ...any) error {
-	_, err := t.run(ctx, nil, scan, query, args...)
-	return err
+	return t.run(ctx, nil, false, step{query: query, args: args, scan: scan})
 }
 
 // queryOn is query on conn, a connection the caller holds.
 func (t *tableTx) queryOn(ctx context.Context, conn *sql.Conn, scan func(rowScanner) error, query string, args ...any) error {
-	_, err := t.run(ctx, conn, scan, query, args...)
-	return err
+	return t.run(ctx, conn, false, step{query: query, args: args, scan: scan})
 }
 
-// scanRow returns a scan for query that reads its one row into dest, and
+// steps runs the statements of steps, in order, in one transaction.
+func (t *tableTx) steps(ctx context.Context, steps ...step) error {
+	return t.run(ctx, nil, false, steps...)
+}
+
+// catalog runs steps, in one transaction, whose statements name no table
+// (they read catalogs, take advisory locks): parsing them waits for no
+// lock, so with pgx BEGIN, the settings, they and COMMIT go in one round
+// trip.
+func (t *tableTx) catalog(ctx context.Context, steps ...step) error {
+	return t.run(ctx, nil, true, steps...)
+}
+
+// scanRow returns a scan that reads a query's one row into dest, and
 // fails with sql.ErrNoRows when there is none.
 func scanRow(dest ...any) func(rowScanner) error {
 	return func(rows rowScanner) error {
@@ -71,45 +97,41 @@ func scanRow(dest ...any) func(rowScanner) error {
 	}
 }
 
-// run runs query in its transaction on conn, or on one of the pool's when
-// conn is nil; scan, when not nil, reads its rows. It returns the rows
-// query affected (with pgx; 0 for a query through another driver).
-func (t *tableTx) run(ctx context.Context, conn *sql.Conn, scan func(rowScanner) error, query string, args ...any) (int64, error) {
+// run runs steps in their transaction on conn, or on one of the pool's
+// when conn is nil; with oneBatch, in a single batch (see catalog).
+func (t *tableTx) run(ctx context.Context, conn *sql.Conn, oneBatch bool, steps ...step) error {
 	if t.out.locked() {
-		return 0, errLockedOut
+		return errLockedOut
 	}
 	if conn == nil {
 		c, err := t.db.Conn(ctx)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		defer c.Close()
 		conn = c
 	}
 	settings := outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, t.timeout), Idle: t.timeout, Lock: t.lock}.Args()
-	var n int64
 	err := conn.Raw(func(dc any) error {
 		pc, ok := dc.(interface{ Conn() *pgx.Conn })
 		if !ok {
 			return errNotPgx
 		}
-		var err error
-		n, err = pgxTableTx(ctx, pc.Conn(), t.settings, settings, scan, query, args)
-		return err
+		return pgxTableTx(ctx, pc.Conn(), t.settings, settings, oneBatch, steps)
 	})
 	if errors.Is(err, errNotPgx) {
-		n, err = sqlTableTx(ctx, conn, t.settings, settings, scan, query, args)
+		err = sqlTableTx(ctx, conn, t.settings, settings, steps)
 	}
-	return n, err
+	return err
 }
 
 // pgxTableTx is run's transaction on a pgx connection: BEGIN and the
-// settings in one batch, then the statement and COMMIT in another. The
-// second batch prepares the statement, when the connection has not yet,
-// inside the transaction, under the settings' lock timeout. A
-// transaction that failed is rolled back, so the connection goes back to
-// the pool idle.
-func pgxTableTx(ctx context.Context, c *pgx.Conn, settingsSQL string, settings []any, scan func(rowScanner) error, query string, args []any) (n int64, err error) {
+// settings in one batch, then the statements and COMMIT in another,
+// which prepares a statement the connection has not prepared yet inside
+// the transaction, under the settings' lock timeout; with oneBatch, all
+// in one. A transaction that failed is rolled back, so the connection
+// goes back to the pool idle.
+func pgxTableTx(ctx context.Context, c *pgx.Conn, settingsSQL string, settings []any, oneBatch bool, steps []step) (err error) {
 	defer func() {
 		if err != nil {
 			rollbackPgx(ctx, c)
@@ -118,11 +140,15 @@ func pgxTableTx(ctx context.Context, c *pgx.Conn, settingsSQL string, settings [
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(settingsSQL, settings...)
-	if err := c.SendBatch(ctx, b).Close(); err != nil {
-		return 0, fmt.Errorf("settings: %w", err)
+	if !oneBatch {
+		if err := c.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("settings: %w", err)
+		}
+		b = &pgx.Batch{}
 	}
-	b = &pgx.Batch{}
-	b.Queue(query, args...)
+	for _, s := range steps {
+		b.Queue(s.query, s.args...)
+	}
 	b.Queue("COMMIT")
 	br := c.SendBatch(ctx, b)
 	defer func() {
@@ -130,35 +156,55 @@ func pgxTableTx(ctx context.Context, c *pgx.Conn, settingsSQL string, settings [
 			err = cerr
 		}
 	}()
-	if scan != nil {
-		rows, err := br.Query()
-		if err != nil {
-			return 0, err
+	if oneBatch {
+		for _, what := range []string{"begin", "settings"} {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
 		}
-		err = scan(rows)
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
+	}
+	for _, s := range steps {
+		if err := pgxStep(br, s); err != nil {
+			return err
 		}
-		if err != nil {
-			return 0, err
-		}
-		n = rows.CommandTag().RowsAffected()
-	} else {
-		tag, err := br.Exec()
-		if err != nil {
-			return 0, err
-		}
-		n = tag.RowsAffected()
 	}
 	tag, err := br.Exec()
 	if err == nil && tag.String() != "COMMIT" {
 		err = errors.New("the transaction was rolled back")
 	}
 	if err != nil {
-		return 0, fmt.Errorf("commit: %w", err)
+		return fmt.Errorf("commit: %w", err)
 	}
-	return n, nil
+	return nil
+}
+
+// pgxStep reads the result of s from br.
+func pgxStep(br pgx.BatchResults, s step) error {
+	var tag pgconn.CommandTag
+	if s.scan != nil {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		err = s.scan(rows)
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+		if err != nil {
+			return err
+		}
+		tag = rows.CommandTag()
+	} else {
+		var err error
+		if tag, err = br.Exec(); err != nil {
+			return err
+		}
+	}
+	if s.affected != nil {
+		*s.affected = tag.RowsAffected()
+	}
+	return nil
 }
 
 // rollbackPgx ends the transaction a failed statement left open on c, if
@@ -174,22 +220,31 @@ func rollbackPgx(ctx context.Context, c *pgx.Conn) {
 
 // sqlTableTx is run's transaction through database/sql, with a driver
 // other than pgx.
-func sqlTableTx(ctx context.Context, conn *sql.Conn, settingsSQL string, settings []any, scan func(rowScanner) error, query string, args []any) (int64, error) {
+func sqlTableTx(ctx context.Context, conn *sql.Conn, settingsSQL string, settings []any, steps []step) error {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("begin: %w", err)
+		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	if _, err := tx.ExecContext(ctx, settingsSQL, settings...); err != nil {
-		return 0, fmt.Errorf("settings: %w", err)
+		return fmt.Errorf("settings: %w", err)
 	}
-	var n int64
-	if scan != nil {
-		rows, err := tx.QueryContext(ctx, query, args...)
-		if err != nil {
-			return 0, err
+	for _, s := range steps {
+		if s.scan == nil {
+			res, err := tx.ExecContext(ctx, s.query, s.args...)
+			if err != nil {
+				return err
+			}
+			if s.affected != nil {
+				*s.affected, _ = res.RowsAffected()
+			}
+			continue
 		}
-		err = scan(rows)
+		rows, err := tx.QueryContext(ctx, s.query, s.args...)
+		if err != nil {
+			return err
+		}
+		err = s.scan(rows)
 		if cerr := rows.Close(); err == nil {
 			err = cerr
 		}
@@ -197,17 +252,11 @@ func sqlTableTx(ctx context.Context, conn *sql.Conn, settingsSQL string, setting
 			err = rows.Err()
 		}
 		if err != nil {
-			return 0, err
+			return err
 		}
-	} else {
-		res, err := tx.ExecContext(ctx, query, args...)
-		if err != nil {
-			return 0, err
-		}
-		n, _ = res.RowsAffected()
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("commit: %w", err)
+		return fmt.Errorf("commit: %w", err)
 	}
-	return n, nil
+	return nil
 }

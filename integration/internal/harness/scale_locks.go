@@ -204,11 +204,11 @@ func TenantLocks(tables, locked, rate, maxConns int, window, lockAt, lockFor, ma
 
 		p99 := percentile(lat.others, 0.99)
 		line := fmt.Sprintf("tables=%d locked=%d lock_s=%.0f rate_per_table=%d max_conns=%d window_s=%.0f events=%d written_eps=%.0f "+
-			"commit_p50_ms=%.0f commit_p99_ms=%.0f commit_max_ms=%.0f during_locks_p99_ms=%.0f during_locks_events=%d "+
+			"commit_p50_ms=%.0f commit_p99_ms=%.0f commit_max_ms=%.0f during_locks_p99_ms=%.0f during_locks_events=%d outside_locks_p99_ms=%.0f "+
 			"locked_p99_ms=%.0f locked_max_ms=%.0f locked_events=%d logged_lockouts=%d status_locked=%d lost=%d",
 			tables, locked, lr.to.Sub(lr.from).Seconds(), rate, maxConns, window.Seconds(), lat.events, float64(written)/window.Seconds(),
 			percentile(lat.others, 0.5)*1000, p99*1000, percentile(lat.others, 1)*1000,
-			percentile(lat.during, 0.99)*1000, len(lat.during),
+			percentile(lat.during, 0.99)*1000, len(lat.during), percentile(lat.outside, 0.99)*1000,
 			percentile(lat.locked, 0.99)*1000, percentile(lat.locked, 1)*1000, len(lat.locked),
 			len(logged), len(statusLocked), written-lat.events)
 		switch {
@@ -259,10 +259,11 @@ func tenantStatus(ctx context.Context, env *Env, pattern string) (map[string]str
 
 // lockLatencies are TenantLocks' times from commit to mark, in seconds and
 // sorted: the other tenants' (others), those of them committed while the
-// locks were held (during), and the locked tenants' (locked).
+// locks were held (during) and the rest (outside), and the locked
+// tenants' (locked).
 type lockLatencies struct {
-	others, during, locked []float64
-	events                 int
+	others, during, outside, locked []float64
+	events                          int
 }
 
 // tenantLockLatencies reads every table's events and sorts their times
@@ -299,6 +300,8 @@ func tenantLockLatencies(ctx context.Context, env *Env, names []outboxsql.Names,
 				l.others = append(l.others, d)
 				if !at.Before(from) && at.Before(to) {
 					l.during = append(l.during, d)
+				} else {
+					l.outside = append(l.outside, d)
 				}
 			}
 		}
@@ -310,6 +313,7 @@ func tenantLockLatencies(ctx context.Context, env *Env, names []outboxsql.Names,
 	}
 	slices.Sort(l.others)
 	slices.Sort(l.during)
+	slices.Sort(l.outside)
 	slices.Sort(l.locked)
 	return l, nil
 }
