@@ -11,23 +11,23 @@ import (
 )
 
 // lockTables holds tables locked ACCESS EXCLUSIVE, as an ALTER TABLE or a
-// VACUUM FULL does, in a transaction on db rolled back when the test
-// ends, and returns its backend's pid.
-func lockTables(t *testing.T, db *sql.DB, tables ...string) int {
+// VACUUM FULL does, in a transaction on db rolled back by release or when
+// the test ends, and returns its backend's pid.
+func lockTables(t *testing.T, db *sql.DB, tables ...string) (pid int, release func()) {
 	t.Helper()
 	tx, err := db.BeginTx(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = tx.Rollback() })
+	release = func() { _ = tx.Rollback() }
+	t.Cleanup(release)
 	if _, err := tx.Exec(`LOCK TABLE ` + strings.Join(tables, ", ") + ` IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
-	var pid int
 	if err := tx.QueryRow(`SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
-	return pid
+	return pid, release
 }
 
 // statusWithin runs outbox status with args and wants it to end within
@@ -52,7 +52,7 @@ func TestStatusShowsWhoLocksTheTable(t *testing.T) {
 	t.Parallel()
 	e := newOps(t)
 	e.write(t, "orders", "o-1", "order.placed")
-	pid := lockTables(t, e.db.SQL, "outbox")
+	pid, _ := lockTables(t, e.db.SQL, "outbox")
 
 	code, out, errOut := statusWithin(t, 15*time.Second, e.flags...)
 	flat := strings.Join(strings.Fields(out), " ")
@@ -83,7 +83,7 @@ func TestStatusSchemasShowsALockedTenant(t *testing.T) {
 	t.Parallel()
 	e := newTenants(t, "a", "b")
 	e.write(t, "a")
-	pid := lockTables(t, e.base.SQL, e.prefix+"_b.outbox", e.prefix+"_b.outbox_relays")
+	pid, _ := lockTables(t, e.base.SQL, e.prefix+"_b.outbox", e.prefix+"_b.outbox_relays")
 
 	code, out, errOut := statusWithin(t, 15*time.Second, e.flags()...)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -108,4 +108,68 @@ func TestStatusSchemasShowsALockedTenant(t *testing.T) {
 		len(got.Tables[1].Locks) != 2 || got.Tables[1].Locks[0].PID != pid || !strings.Contains(got.Tables[1].Error, "locked by another session") {
 		t.Errorf("status --schemas --json with a locked tenant: exit %d, %s", code, out)
 	}
+}
+
+// relay --schemas beside a tenant another session holds locked: /readyz
+// lists the table as locked and stays ready (the other tenant is served;
+// the lock is not the relay's to end), the log names it once, the metrics
+// count it, and once the lock is gone the tenant's events go out.
+func TestRelaySchemasStaysReadyBesideALockedTenant(t *testing.T) {
+	t.Parallel()
+	e := newTenants(t, "a", "b")
+	b := startOutbox(t, nil, append([]string{"relay", "--dev-broker", "--metrics-addr", "127.0.0.1:0",
+		"--poll-interval", "50ms", "--heartbeat", "100ms", "--stale-after", "1s", "--lease", "2s"}, e.flags()...)...)
+	b.waitOutput(t, "serving /metrics")
+	base := "http://" + servingAddr.FindStringSubmatch(b.stderr.String())[1]
+	locked := e.prefix + "_b.outbox"
+	type table struct {
+		Table        string `json:"table"`
+		Heartbeating bool   `json:"heartbeating"`
+		Locked       bool   `json:"locked"`
+	}
+	ready := func() (int, map[string]table) {
+		code, body := get(t, base+"/readyz")
+		var r struct {
+			Tables []table `json:"tables"`
+		}
+		_ = json.Unmarshal([]byte(body), &r)
+		tables := map[string]table{}
+		for _, tb := range r.Tables {
+			tables[tb.Table] = tb
+		}
+		return code, tables
+	}
+	waitFor(t, 20*time.Second, "both tenants served", func() bool { code, tables := ready(); return code == 200 && len(tables) == 2 })
+
+	_, release := lockTables(t, e.base.SQL, locked, e.prefix+"_b.outbox_relays", e.prefix+"_b.outbox_shards", e.prefix+"_b.outbox_claim_floor")
+	e.write(t, "a")
+	waitFor(t, 20*time.Second, "the unlocked tenant published, the locked one reported", func() bool {
+		_, tables := ready()
+		return e.published(t, "a") == 1 && tables[locked].Locked
+	})
+	// Past --stale-after the locked table's relay no longer heartbeats; the
+	// relay stays ready.
+	waitFor(t, 10*time.Second, "the locked table's relay no longer heartbeating", func() bool {
+		_, tables := ready()
+		return !tables[locked].Heartbeating
+	})
+	code, tables := ready()
+	if code != 200 || !tables[locked].Locked || !tables[e.prefix+"_a.outbox"].Heartbeating {
+		t.Errorf("/readyz with a locked tenant past --stale-after: %d %+v, want 200, %s locked and the other heartbeating", code, tables, locked)
+	}
+	_, metrics := get(t, base+"/metrics")
+	if !strings.Contains(metrics, `txoutbox_relay_lock_timeouts_total{`) || !strings.Contains(metrics, `txoutbox_relay_locked_duration_seconds{`) {
+		t.Errorf("no lockout metrics:\n%s", metrics)
+	}
+	if n := strings.Count(b.stderr.String(), "gave up on a lock another session holds"); n != 1 {
+		t.Errorf("the lockout logged %d times, want once:\n%s", n, b.stderr)
+	}
+
+	release()
+	e.write(t, "b")
+	waitFor(t, 20*time.Second, "the tenant published once the lock went, and ready again", func() bool {
+		_, tables := ready()
+		return e.published(t, "b") == 1 && !tables[locked].Locked && tables[locked].Heartbeating
+	})
+	b.wantCleanStop(t)
 }
