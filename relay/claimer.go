@@ -445,10 +445,12 @@ func (p *pgxClaim) begin(ctx context.Context, settings string, settingsArgs []an
 	}
 	b.Queue(claim, claimArgs...)
 	p.batch = p.conn.SendBatch(ctx, b)
-	for _, step := range []string{"begin", "settings"}[:len(b.QueuedQueries)-1] {
-		if _, err := p.batch.Exec(); err != nil {
-			_ = p.endRows()
-			return nil, fmt.Errorf("%s: %w", step, err)
+	if p.prepared {
+		for _, step := range []string{"begin", "settings"} {
+			if _, err := p.batch.Exec(); err != nil {
+				_ = p.endRows()
+				return nil, fmt.Errorf("%s: %w", step, err)
+			}
 		}
 	}
 	rows, err := p.batch.Query()

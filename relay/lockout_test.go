@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -209,5 +210,37 @@ func TestGroupGoesOnBesideLockedTables(t *testing.T) {
 	}
 	for _, n := range free {
 		pub.checkOrder(t, f.tables[n].Name, 21, "k")
+	}
+}
+
+// LockTimeout defaults to 200ms, or StatementTimeout when shorter, and is
+// refused below LockTimeoutMin or above StatementTimeout.
+func TestLockTimeoutBounds(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want time.Duration // 0: refused
+	}{
+		{Config{}, LockTimeoutDefault},
+		{Config{StatementTimeout: 150 * time.Millisecond}, 150 * time.Millisecond},
+		{Config{StatementTimeout: 50 * time.Millisecond}, 50 * time.Millisecond},
+		{Config{LockTimeout: 3 * time.Second}, 3 * time.Second},
+		{Config{LockTimeout: -time.Second}, 0},
+		{Config{LockTimeout: 10 * time.Millisecond}, 0},
+		{Config{LockTimeout: 20 * time.Second}, 0},
+		{Config{LockTimeout: time.Second, StatementTimeout: 500 * time.Millisecond}, 0},
+	} {
+		err := c.cfg.Validate()
+		if c.want == 0 {
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "LockTimeout") {
+				t.Errorf("%+v: Validate = %v, want ErrInvalidConfig naming LockTimeout", c.cfg, err)
+			}
+			continue
+		}
+		cfg := c.cfg
+		cfg.setDefaults()
+		if err != nil || cfg.LockTimeout != c.want {
+			t.Errorf("StatementTimeout %s, LockTimeout %s: Validate = %v, LockTimeout %s; want accepted, %s",
+				c.cfg.StatementTimeout, c.cfg.LockTimeout, err, cfg.LockTimeout, c.want)
+		}
 	}
 }

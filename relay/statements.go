@@ -18,7 +18,7 @@ type statements struct {
 	prune, pruneLock, pruneSessionLock, pruneSessionUnlock, statsLag, statsBacklog, statsDead string
 	walGate, walSlots                                                                         string
 	floorStart, floorPassed, floorRaise, floorRead                                            string
-	txTimeouts, lockProbe, lockProbeGates, sessionLockTimeout                                 string
+	txTimeouts, lockProbe, lockProbeGates                                                     string
 	table, walSlot                                                                            string          // arguments: the table of claimSettings, walGate and walSlots
 	names                                                                                     outboxsql.Names // for the statements rendered per partition
 }
@@ -63,7 +63,6 @@ func render(n outboxsql.Names, walSlot string) *statements {
 		txTimeouts:          outboxsql.TxTimeouts,
 		lockProbe:           n.Render(outboxsql.LockProbe),
 		lockProbeGates:      n.Render(outboxsql.LockProbeGates),
-		sessionLockTimeout:  outboxsql.SessionLockTimeout,
 		table:               n.Table,
 		walSlot:             walSlot,
 		names:               n,
