@@ -349,7 +349,7 @@ func (c *claimer) runClaim(ctx context.Context, q claimQuery) (out []*claimedRow
 		if !ok {
 			return errNotPgx
 		}
-		out, bad, err = c.claimOn(ctx, &pgxClaim{conn: pc.Conn(), prepared: kept}, q)
+		out, bad, err = c.claimOn(ctx, &pgxClaim{conn: pc.Conn(), sessionLock: kept}, q)
 		broken = pc.Conn().IsClosed() || pc.Conn().PgConn().IsBusy() || pc.Conn().PgConn().TxStatus() != 'I'
 		return err
 	})
@@ -423,21 +423,21 @@ func (c *claimer) claimOn(ctx context.Context, t claimTx, q claimQuery) (out []*
 // pgx prepares a statement it has not prepared on the connection before
 // it sends the batch, outside the transaction and its lock timeout, and
 // preparing the claim locks the table. So the batch is one only on a
-// claim connection a Group keeps (prepared), whose session has the lock
-// timeout (SessionLockTimeout); on another, BEGIN and the settings go
+// claim connection a Group keeps, whose session has the lock timeout
+// (sessionLock: see claimConns); on another, BEGIN and the settings go
 // first, in a round trip of their own.
 type pgxClaim struct {
-	conn     *pgx.Conn
-	prepared bool
-	batch    pgx.BatchResults
-	rows     pgx.Rows
+	conn        *pgx.Conn
+	sessionLock bool
+	batch       pgx.BatchResults
+	rows        pgx.Rows
 }
 
 func (p *pgxClaim) begin(ctx context.Context, settings string, settingsArgs []any, claim string, claimArgs []any) (rowScanner, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(settings, settingsArgs...)
-	if !p.prepared {
+	if !p.sessionLock {
 		if err := p.conn.SendBatch(ctx, b).Close(); err != nil {
 			return nil, fmt.Errorf("settings: %w", err)
 		}
@@ -445,7 +445,7 @@ func (p *pgxClaim) begin(ctx context.Context, settings string, settingsArgs []an
 	}
 	b.Queue(claim, claimArgs...)
 	p.batch = p.conn.SendBatch(ctx, b)
-	if p.prepared {
+	if p.sessionLock {
 		for _, step := range []string{"begin", "settings"} {
 			if _, err := p.batch.Exec(); err != nil {
 				_ = p.endRows()
