@@ -9,8 +9,8 @@ import (
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
-// Locks names the session that holds the outbox's companion locked, and
-// the one queued behind it for the table, while a statement that waits
+// Locks names the session that holds a companion of the outbox locked,
+// and the one queued behind it, while a statement that waits
 // for them gives up with an error IsLockTimeout recognises.
 func TestLocksNameTheSessionsInTheRelaysWay(t *testing.T) {
 	t.Parallel()
