@@ -645,6 +645,17 @@ func TestScaleTenantFairness(t *testing.T) {
 	runScale(t, harness.TenantFairness(10, 300_000, 10, 15*time.Second, time.Second))
 }
 
+// TestScaleTenantLocks: one relay for 20 tenants' outboxes, 3 of them
+// held ACCESS EXCLUSIVE by another session for 10 s while every tenant
+// writes 5 events a second: the others' go out within a second at p99,
+// the locked ones are reported (the relay's log, outbox status) and drain
+// once the locks go (full size: 200 tenants, 15 locked for a minute, at
+// the default --max-conns of 40). Its pool of 16 is what 15 locked tables
+// of 200 leave the others of 40.
+func TestScaleTenantLocks(t *testing.T) {
+	runScale(t, harness.TenantLocks(20, 3, 5, 16, 20*time.Second, 5*time.Second, 10*time.Second, time.Second))
+}
+
 func TestAsyncCrash(t *testing.T) {
 	run(t, harness.AsyncCrash(harness.Size{Events: 3000, Over: 15 * time.Second}, 3, 4*time.Second))
 }

@@ -34,6 +34,7 @@ const (
 	StatsIntervalDefault     = 10 * time.Second
 	FlushIntervalDefault     = 5 * time.Millisecond
 	StatementTimeoutDefault  = 10 * time.Second
+	LockTimeoutDefault       = 200 * time.Millisecond
 	PublishTimeoutDefault    = time.Minute
 )
 
@@ -75,6 +76,11 @@ const (
 	// PublishTimeoutFloor leaves a publish a round trip to the broker and
 	// its replication; below it every publish counts as failed.
 	PublishTimeoutFloor = 100 * time.Millisecond
+	// LockTimeoutFloor: below it, locks held for moments in the ordinary
+	// course (autovacuum truncating the table gives way to a waiter within
+	// 20ms, a partition created ahead, a peer's shard update) would lock
+	// tables out for nothing. LockTimeout is at most StatementTimeout.
+	LockTimeoutFloor = 100 * time.Millisecond
 )
 
 // Config configures a Relay. The zero value is valid: every zero field
@@ -227,6 +233,30 @@ type Config struct {
 	// Default 10s; at least StatementTimeoutFloor (100ms).
 	StatementTimeout time.Duration
 
+	// LockTimeout is how long a statement of the relay waits for a lock
+	// another session holds on its table or the table's companions (a
+	// DBA's ALTER TABLE, a VACUUM FULL, CREATE INDEX, a stuck migration,
+	// an operator's retry holding the claim gate) before the server ends
+	// it (lock_timeout, set in each of the relay's transactions, the
+	// statement's own parse included). The table is then locked out: the
+	// relay runs nothing on it but a probe that takes those locks without
+	// waiting, every backoff step up to HeartbeatInterval, and resumes at
+	// once when the probe passes. Meanwhile it logs the lock once (at
+	// Warn, with the table, and at Info when it is gone), counts it
+	// (txoutbox.relay.lock_timeouts, txoutbox.relay.locked.duration) and
+	// reports it in Health.Locked. In a Group, a locked table so holds a
+	// connection for LockTimeout at its start, then for a moment each
+	// step, and the pool and claim connections stay the other tables'.
+	// Its heartbeats stop with the rest, so after StaleAfter it registers
+	// anew once the lock is gone (events it held are published again, at
+	// least once, in order). At least LockTimeoutFloor (100ms), at most
+	// StatementTimeout. Default 200ms (StatementTimeout if shorter): the
+	// relay's statements take milliseconds, and those of a Group's locked
+	// tables that meet a lock first hold the shared connections (the
+	// pool's, the claim connections every table's claims take turns on)
+	// for as long as they wait.
+	LockTimeout time.Duration
+
 	// PublishTimeout bounds one publish call: one that has not returned
 	// after it counts as failed with an unknown outcome (ErrPublishTimeout,
 	// an outage: the event is retried, its aggregate fenced meanwhile, and
@@ -309,6 +339,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.StatsInterval, StatsIntervalDefault)
 	setDefault(&c.FlushInterval, FlushIntervalDefault)
 	setDefault(&c.StatementTimeout, StatementTimeoutDefault)
+	setDefault(&c.LockTimeout, min(LockTimeoutDefault, max(c.StatementTimeout, 0)))
 	setDefault(&c.PublishTimeout, PublishTimeoutDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -355,7 +386,7 @@ func (c *Config) validate() error {
 	}{{"PollInterval", c.PollInterval, PollIntervalFloor}, {"HeartbeatInterval", c.HeartbeatInterval, HeartbeatIntervalFloor},
 		{"StaleAfter", c.StaleAfter, StaleAfterFloor}, {"BackoffMin", c.BackoffMin, BackoffMinFloor}, {"OutageBackoffMax", c.OutageBackoffMax, OutageBackoffMaxFloor},
 		{"PruneInterval", c.PruneInterval, PruneIntervalFloor}, {"StatsInterval", c.StatsInterval, StatsIntervalFloor}, {"FlushInterval", c.FlushInterval, FlushIntervalFloor},
-		{"StatementTimeout", c.StatementTimeout, StatementTimeoutFloor}, {"PublishTimeout", c.PublishTimeout, PublishTimeoutFloor}} {
+		{"StatementTimeout", c.StatementTimeout, StatementTimeoutFloor}, {"LockTimeout", c.LockTimeout, LockTimeoutFloor}, {"PublishTimeout", c.PublishTimeout, PublishTimeoutFloor}} {
 		if f.v < f.floor {
 			return bad("%s %s is below its floor %s", f.name, f.v, f.floor)
 		}
@@ -377,6 +408,9 @@ func (c *Config) validate() error {
 		if f.v < f.floor {
 			return bad("%s %s is below its floor, %s (%s)", f.name, f.v, f.of, f.floor)
 		}
+	}
+	if c.LockTimeout > c.StatementTimeout {
+		return bad("LockTimeout %s is longer than StatementTimeout (%s), which ends every statement first", c.LockTimeout, c.StatementTimeout)
 	}
 	return nil
 }
