@@ -187,6 +187,7 @@ type options struct {
 	timeout         time.Duration
 	rounds          int
 	skip            string
+	profile         profile // -profile
 	cpuprofile      string
 	sqlStats        bool
 	ownCluster      bool
@@ -234,7 +235,8 @@ func main() {
 	flag.BoolVar(&o.partitionsAhead, "partitions-ahead", false, "with -partition-size, create the partitions for the backlog before it is written, as relays' rounds would while writers write (without it, the ids past two partitions go to the default partition)")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest a single drain may take")
 	flag.IntVar(&o.rounds, "rounds", 6, "rounds of the drains compared with each other (relay with plain, and in the wal scenario the WAL relay with the polling relay), interleaved, and of the bare publisher's bursts (kafkabatch); the summary takes each figure's median")
-	flag.StringVar(&o.skip, "skip", "", "comma-separated scenarios to skip: "+strings.Join(scenarioNames, ","))
+	flag.StringVar(&o.skip, "skip", "", "comma-separated scenarios of the profile to skip: "+strings.Join(scenarioNames, ","))
+	profileName := flag.String("profile", "default", profileUsage())
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process while the one-replica relay drains")
 	flag.BoolVar(&o.sqlStats, "sql-stats", false, "record the relay's claim and mark statements (count, rows, time) in relay, relay3 and dblimit; the relays then poll instead of LISTENing")
 	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run on a PostgreSQL 15 cluster of the bench's own (created with pg_createcluster as \"bench\" on port 5440, started, and stopped at the end if it was down), so no other session's work is in the PostgreSQL CPU and WAL figures; overrides -database-url")
@@ -246,7 +248,14 @@ func main() {
 	flag.IntVar(&o.river1Events, "river1-events", 10_000, "backlog of the river scenario's one-worker drain (it runs at a few hundred events/s); the unordered drain takes -events")
 	flag.StringVar(&o.broker, "broker", "kfake", "the broker: kfake (a kfakeproc process of the bench's own) or kafka (the 3-node Apache Kafka cluster of .ci/services, or "+kafkatest.EnvClusterBrokers+"; topics of three replicas, made anew per drain)")
 	flag.Parse()
-	if err := o.validate(); err != nil {
+	var err error
+	if o.profile, err = profileNamed(*profileName); err == nil {
+		err = o.profile.apply(flag.CommandLine)
+	}
+	if err == nil {
+		err = o.validate()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
@@ -301,7 +310,12 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// skipped reports whether the scenario is left out of the run: not in the
+// profile, or named in -skip.
 func (o options) skipped(name string) bool {
+	if !o.profile.runs(name) {
+		return true
+	}
 	for _, s := range strings.Split(o.skip, ",") {
 		if strings.TrimSpace(s) == name {
 			return true
@@ -323,6 +337,15 @@ func run(ctx context.Context, o options) error {
 		defer stop()
 		o.databaseURL = url
 	}
+	var runs, leftOut []string
+	for _, name := range scenarioNames {
+		if o.skipped(name) {
+			leftOut = append(leftOut, name)
+		} else {
+			runs = append(runs, name)
+		}
+	}
+	logf("profile %s: %s (left out: %s)", o.profile.name, strings.Join(runs, ","), strings.Join(leftOut, ","))
 	dbURL, err := testkit.EnsureDatabase(ctx, o.databaseURL, benchDatabase)
 	if err != nil {
 		return err
@@ -416,28 +439,13 @@ func run(ctx context.Context, o options) error {
 	} else {
 		logf("PostgreSQL is not on this host: its CPU is not measured")
 	}
-	step := func(name string, fn func() error) error {
-		if o.skipped(name) {
-			return nil
-		}
-		logf("scenario %s", name)
-		start := time.Now()
-		if err := fn(); err != nil {
-			return fmt.Errorf("scenario %s: %w", name, err)
-		}
-		logf("scenario %s done in %s", name, time.Since(start).Round(100*time.Millisecond))
-		return nil
-	}
-	profile := ""
+	cpuprofile := ""
 	if o.cpuprofile != "" {
-		profile, _ = filepath.Abs(o.cpuprofile)
+		cpuprofile, _ = filepath.Abs(o.cpuprofile)
 	}
-	steps := []struct {
-		name string
-		fn   func() error
-	}{
+	all := []scenario{
 		{"relay", func() error {
-			relays, plains, scheds, err := runRelayRounds(ctx, e, profile, !o.skipped("plain"), emit)
+			relays, plains, scheds, err := runRelayRounds(ctx, e, cpuprofile, !o.skipped("plain"), emit)
 			if err != nil {
 				return err
 			}
@@ -658,14 +666,20 @@ func run(ctx context.Context, o options) error {
 			return emit(r)
 		}},
 	}
-	for _, s := range steps {
-		if s.name == "plain" && !o.skipped("relay") {
-			continue // drained in the relay's rounds
+	var scenarios []scenario
+	for _, s := range all {
+		if o.skipped(s.name) || s.name == "plain" && !o.skipped("relay") { // plain drains in the relay's rounds
+			continue
 		}
-		if err := step(s.name, s.fn); err != nil {
-			return err
-		}
+		scenarios = append(scenarios, s)
 	}
+	failed := runScenarios(ctx, scenarios, &sum, emit)
 	fmt.Println(sum.String())
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("interrupted: %w", err)
+	}
+	if len(failed) > 0 {
+		return failedError(failed)
+	}
 	return nil
 }
