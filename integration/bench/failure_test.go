@@ -189,18 +189,10 @@ func TestProfiles(t *testing.T) {
 		o.profile = p
 		return *o
 	}
-	running := func(o options) string {
-		var names []string
-		for _, n := range scenarioNames {
-			if !o.skipped(n) {
-				names = append(names, n)
-			}
-		}
-		return strings.Join(names, ",")
-	}
+	running := func(o options) string { return strings.Join(o.runs(), ",") }
 
 	o := apply()
-	if o.events != 100_000 || o.rounds != 6 || running(o) != "relay,relay3,plain,naive,forwarder,dblimit,kafkalimit,latency,write,claim,memory,wal,prune" {
+	if o.events != 100_000 || o.rounds != 6 || running(o) != "relay,relay3,plain,naive,forwarder,dblimit,kafkalimit,latency,write,claim,memory,wal" {
 		t.Errorf("default: -events %d -rounds %d, scenarios %s", o.events, o.rounds, running(o))
 	}
 	o = apply("-profile", "peers", "-rounds", "2", "-skip", "relay3")
@@ -210,6 +202,12 @@ func TestProfiles(t *testing.T) {
 	o = apply("-profile", "all")
 	if o.events != 100_000 || running(o) != strings.Join(scenarioNames, ",") {
 		t.Errorf("all: -events %d, scenarios %s", o.events, running(o))
+	}
+	if o = apply("-skip", "relay,relay3,naive,forwarder,dblimit,kafkalimit,latency,write,claim,memory,wal"); running(o) != "plain" {
+		t.Errorf("default with every scenario but plain skipped: scenarios %s", running(o))
+	}
+	if o = apply("-skip", "plain,relay,relay3,naive,forwarder,dblimit,kafkalimit,latency,write,claim,memory,wal"); running(o) != "" {
+		t.Errorf("default with every scenario skipped: scenarios %s, want none", running(o))
 	}
 	if _, err := profileNamed("quick"); err == nil || !strings.Contains(err.Error(), `"quick"`) {
 		t.Errorf("unknown profile: %v, want an error naming it", err)
