@@ -374,7 +374,7 @@ func run(ctx context.Context, o options) error {
 		defer stop()
 		o.databaseURL = url
 	}
-	logf("profile %s: %s (-profile all has every scenario)", o.profile.name, strings.Join(o.runs(), ","))
+	logf("profile %s: %s", o.profile.name, strings.Join(o.runs(), ","))
 	dbURL, err := testkit.EnsureDatabase(ctx, o.databaseURL, benchDatabase)
 	if err != nil {
 		return err
