@@ -720,8 +720,7 @@ SELECT
 
 // CountCap is how many rows the stats count one by one (CountArgs.Cap):
 // a count reads an index entry of each row it counts, and the row too
-// where its page changed since the last vacuum, 0.4–0.8 µs of server CPU
-// a row. Up to it the counts are exact; beyond it they are estimates
+// where its page changed since the last vacuum. Up to it the counts are exact; beyond it they are estimates
 // (BacklogCount, DeadCount), so no stats reading costs more than CountCap
 // index entries however large the backlog or the dead letters grow.
 const CountCap = 100_000
