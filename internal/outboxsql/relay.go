@@ -30,8 +30,8 @@ import (
 // ClaimLow) lets PostgreSQL leave the drained partitions out when the
 // statement starts, instead of locking, opening and closing each of them in
 // every part of the claim; a Low that no longer holds in the claim's
-// snapshot makes the claim take nothing. The reasoning behind each CTE, and
-// the measurements that chose this shape, are in claim.md beside this file.
+// snapshot makes the claim take nothing. The reasoning behind each CTE is
+// in claim.md beside this file.
 const Claim = `
 WITH live AS MATERIALIZED (
     SELECT id FROM {{relays}}
