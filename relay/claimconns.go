@@ -33,12 +33,7 @@ const (
 
 // claimConns lends the claims of a Group's tables a few connections it
 // keeps out of the pool, so that each table's claim is prepared and
-// planned on those few. The claim is a prepared statement per table (its
-// text names the schema); a vacuum or analyze of a table invalidates its
-// plan on every connection that holds it, and each plans it again at its
-// next run (3–6 ms, against 0.2 ms to run). Spread over a pool of 40
-// connections, a hundred tables that autovacuum visits once a minute cost
-// thousands of plans a minute (docs/crash-suite.md, tenant-fairness).
+// planned on those few (see Group for why).
 //
 // A connection is opened when a claim needs one and none is free, up to
 // n. A claim that waits claimConnWait while none of the n lent comes back

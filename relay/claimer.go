@@ -215,10 +215,8 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 // claimer waits for before it claims. With room for a batch beside a
 // batch in flight, as by default, it is a full batch: every claim reads
 // the rows the incarnation holds to pass over them (see outboxsql.Claim),
-// so claiming fewer, fuller batches reads fewer of them per row taken
-// (measured on the bench, when the claim still carried them through all
-// its steps: 7% less PostgreSQL CPU per event than claiming from half a
-// batch of room). With less, it is half a batch, so that a few rows slow
+// so claiming fewer, fuller batches reads fewer of them per row taken.
+// With less, it is half a batch, so that a few rows slow
 // to settle cannot stop the relay from claiming. It is at least one row: a
 // claim with no room would take nothing and, looking full, run again at
 // once.

@@ -30,8 +30,8 @@ import (
 // ClaimLow) lets PostgreSQL leave the drained partitions out when the
 // statement starts, instead of locking, opening and closing each of them in
 // every part of the claim; a Low that no longer holds in the claim's
-// snapshot makes the claim take nothing. The reasoning behind each CTE, and
-// the measurements that chose this shape, are in claim.md beside this file.
+// snapshot makes the claim take nothing. The reasoning behind each CTE is
+// in claim.md beside this file.
 const Claim = `
 WITH live AS MATERIALIZED (
     SELECT id FROM {{relays}}
@@ -766,8 +766,7 @@ SELECT
 
 // CountCap is how many rows the stats count one by one (CountArgs.Cap):
 // a count reads an index entry of each row it counts, and the row too
-// where its page changed since the last vacuum, 0.4–0.8 µs of server CPU
-// a row. Up to it the counts are exact; beyond it they are estimates
+// where its page changed since the last vacuum. Up to it the counts are exact; beyond it they are estimates
 // (BacklogCount, DeadCount), so no stats reading costs more than CountCap
 // index entries however large the backlog or the dead letters grow.
 const CountCap = 100_000
