@@ -60,13 +60,13 @@ type Stats struct {
 	Topics []TopicStats `json:"topics,omitempty"`
 }
 
-// StatsExactMax is how many unpublished, and how many dead, events Stats
-// counts one by one; beyond it the counts are estimates.
+// StatsExactMax (100,000) is how many unpublished, and how many dead,
+// events Stats counts one by one; beyond it the counts are estimates.
 const StatsExactMax = outboxsql.CountCap
 
-// TopicStatsMax is how many unpublished, and how many dead, events of
-// each topic TopicStats counts: a topic with more shows TopicStatsMax and
-// BacklogAtLeast or DeadAtLeast.
+// TopicStatsMax (10,000) is how many unpublished, and how many dead,
+// events of each topic TopicStats counts: a topic with more shows
+// TopicStatsMax and BacklogAtLeast or DeadAtLeast.
 const TopicStatsMax = outboxsql.TopicCountCap
 
 // TopicStats is Stats for one topic.

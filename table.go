@@ -5,7 +5,8 @@ import (
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
-// TableNameDefault is the outbox table's name when Table.Name is empty.
+// TableNameDefault ("outbox") is the outbox table's name when Table.Name
+// is empty.
 const TableNameDefault = outboxsql.TableNameDefault
 
 // ErrInvalidTable is matched by errors from Table.Validate: a schema name

@@ -13,5 +13,9 @@
 //
 // The migrator records applied versions in <table>_schema_migrations and
 // runs each Up, Down or Status in one transaction under an advisory lock, so
-// concurrent deploys apply every version exactly once.
+// concurrent deploys apply every version exactly once. Check reads them
+// without changing anything: the relays, outboxadmin and the outbox command
+// refuse a table older than they need (ErrSchemaTooOld: run `outbox migrate
+// up`) or with a version this release does not know (ErrSchemaTooNew, which
+// Up and Down refuse too).
 package migrations

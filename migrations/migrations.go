@@ -44,8 +44,8 @@ func (s Set) FS() fs.FS {
 	return sub
 }
 
-// Migration is one version of a set.
-type Migration struct {
+// migration is one version of a set, as its files hold it.
+type migration struct {
 	Version int
 	Name    string
 	up      string
@@ -55,12 +55,12 @@ type Migration struct {
 var fileName = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.(up|down)\.sql$`)
 
 // load reads the set's migrations in version order.
-func (s Set) load() ([]Migration, error) {
+func (s Set) load() ([]migration, error) {
 	entries, err := fs.ReadDir(files, s.name)
 	if err != nil {
 		return nil, fmt.Errorf("read %s migrations: %w", s.name, err)
 	}
-	byVersion := map[int]*Migration{}
+	byVersion := map[int]*migration{}
 	for _, e := range entries {
 		m := fileName.FindStringSubmatch(e.Name())
 		if m == nil {
@@ -73,7 +73,7 @@ func (s Set) load() ([]Migration, error) {
 		}
 		mig := byVersion[v]
 		if mig == nil {
-			mig = &Migration{Version: v, Name: m[2]}
+			mig = &migration{Version: v, Name: m[2]}
 			byVersion[v] = mig
 		}
 		if m[3] == "up" {
@@ -82,7 +82,7 @@ func (s Set) load() ([]Migration, error) {
 			mig.down = string(body)
 		}
 	}
-	out := make([]Migration, 0, len(byVersion))
+	out := make([]migration, 0, len(byVersion))
 	for _, m := range byVersion {
 		if m.up == "" || m.down == "" {
 			return nil, fmt.Errorf("migration %04d_%s lacks its up or down file", m.Version, m.Name)

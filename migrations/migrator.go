@@ -1,10 +1,12 @@
 package migrations
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/txoutbox/txoutbox"
@@ -32,9 +34,10 @@ type Config struct {
 type Migrator struct {
 	db         *sql.DB
 	set        Set
-	migrations []Migration
+	migrations []migration
 	schema     string // unquoted, may be empty
 	table      string // unquoted base name of the tables
+	tableName  string // quoted, qualified main table
 	versions   string // quoted, qualified version table
 	lockKey    string
 }
@@ -70,6 +73,7 @@ func New(db *sql.DB, cfg Config) (*Migrator, error) {
 		migrations: migs,
 		schema:     cfg.Table.Schema,
 		table:      cfg.Table.Name,
+		tableName:  ident.Qualified(cfg.Table.Schema, cfg.Table.Name),
 		versions:   ident.Qualified(cfg.Table.Schema, cfg.Table.Name+"_schema_migrations"),
 		lockKey:    "txoutbox.migrate." + cfg.Table.Schema + "." + cfg.Table.Name,
 	}, nil
@@ -84,13 +88,22 @@ type Status struct {
 	Version   int        `json:"version"`
 	Name      string     `json:"name"`
 	AppliedAt *time.Time `json:"applied_at,omitempty"` // nil: not applied
+	// Unknown: the version is applied but the set does not have it (a
+	// newer txoutbox applied it; Name is the one it recorded). Up, Down
+	// and Check refuse the table while it has one (ErrSchemaTooNew).
+	Unknown bool `json:"unknown,omitempty"`
 }
 
 // Up applies every migration not yet applied, in version order, and returns
-// the versions it applied (none when the schema is current).
+// the versions it applied (none when the schema is current). It applies
+// none to a table that has a version the set does not have
+// (ErrSchemaTooNew).
 func (m *Migrator) Up(ctx context.Context) ([]int, error) {
 	var applied []int
-	err := m.inLockedTx(ctx, func(tx *sql.Tx, current map[int]time.Time) error {
+	err := m.inLockedTx(ctx, func(tx *sql.Tx, current map[int]appliedVersion) error {
+		if err := m.refuseUnknown(current); err != nil {
+			return err
+		}
 		for _, mig := range m.migrations {
 			if _, ok := current[mig.Version]; ok {
 				continue
@@ -112,10 +125,15 @@ func (m *Migrator) Up(ctx context.Context) ([]int, error) {
 }
 
 // Down reverts the latest applied migration and returns its version, or 0
-// when none is applied.
+// when none is applied. It reverts none while the table has a version the
+// set does not have (ErrSchemaTooNew): that version's own release must
+// revert it first, or it would be left applied over what it built on.
 func (m *Migrator) Down(ctx context.Context) (int, error) {
 	reverted := 0
-	err := m.inLockedTx(ctx, func(tx *sql.Tx, current map[int]time.Time) error {
+	err := m.inLockedTx(ctx, func(tx *sql.Tx, current map[int]appliedVersion) error {
+		if err := m.refuseUnknown(current); err != nil {
+			return err
+		}
 		for i := len(m.migrations) - 1; i >= 0; i-- {
 			mig := m.migrations[i]
 			if _, ok := current[mig.Version]; !ok {
@@ -138,17 +156,25 @@ func (m *Migrator) Down(ctx context.Context) (int, error) {
 	return reverted, nil
 }
 
-// Status lists every migration of the set with when it was applied.
+// Status lists every migration of the set with when it was applied, and
+// every version applied that the set does not have (Unknown), in version
+// order.
 func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	var out []Status
-	err := m.inLockedTx(ctx, func(_ *sql.Tx, current map[int]time.Time) error {
+	err := m.inLockedTx(ctx, func(_ *sql.Tx, current map[int]appliedVersion) error {
 		for _, mig := range m.migrations {
 			s := Status{Version: mig.Version, Name: mig.Name}
-			if at, ok := current[mig.Version]; ok {
-				s.AppliedAt = &at
+			if a, ok := current[mig.Version]; ok {
+				s.AppliedAt = &a.at
 			}
 			out = append(out, s)
 		}
+		for v, a := range current {
+			if !m.knows(v) {
+				out = append(out, Status{Version: v, Name: a.name, AppliedAt: &a.at, Unknown: true})
+			}
+		}
+		slices.SortFunc(out, func(a, b Status) int { return cmp.Compare(a.Version, b.Version) })
 		return nil
 	})
 	if err != nil {
@@ -160,7 +186,7 @@ func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 // inLockedTx runs fn in a transaction holding the set's advisory lock, with
 // the search_path set to the configured schema and the version table in
 // place, and commits if fn succeeds.
-func (m *Migrator) inLockedTx(ctx context.Context, fn func(*sql.Tx, map[int]time.Time) error) (err error) {
+func (m *Migrator) inLockedTx(ctx context.Context, fn func(*sql.Tx, map[int]appliedVersion) error) (err error) {
 	tx, err := m.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -199,20 +225,30 @@ func (m *Migrator) inLockedTx(ctx context.Context, fn func(*sql.Tx, map[int]time
 	return nil
 }
 
-func (m *Migrator) applied(ctx context.Context, tx *sql.Tx) (map[int]time.Time, error) {
-	rows, err := tx.QueryContext(ctx, "SELECT version, applied_at FROM "+m.versions)
+// appliedVersion is one version recorded in the version table.
+type appliedVersion struct {
+	name string
+	at   time.Time
+}
+
+// applied reads the version table through q (the migration's transaction,
+// or the pool for Check).
+func (m *Migrator) applied(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}) (map[int]appliedVersion, error) {
+	rows, err := q.QueryContext(ctx, "SELECT version, name, applied_at FROM "+m.versions)
 	if err != nil {
 		return nil, fmt.Errorf("read applied versions: %w", err)
 	}
 	defer rows.Close()
-	out := map[int]time.Time{}
+	out := map[int]appliedVersion{}
 	for rows.Next() {
 		var v int
-		var at time.Time
-		if err := rows.Scan(&v, &at); err != nil {
+		var a appliedVersion
+		if err := rows.Scan(&v, &a.name, &a.at); err != nil {
 			return nil, fmt.Errorf("read applied versions: %w", err)
 		}
-		out[v] = at
+		out[v] = a
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read applied versions: %w", err)

@@ -10,9 +10,9 @@ import (
 	"github.com/txoutbox/txoutbox/internal/partitions"
 )
 
-// PartitionSizeDefault is the partition size, in ids, that `outbox migrate
-// partition` uses when none is given: at 10 million events a day, a
-// partition every two to three hours.
+// PartitionSizeDefault is a size to give Partition, in ids, and the one
+// `outbox migrate partition` uses when none is given: at 10 million events
+// a day, a partition every two to three hours.
 const PartitionSizeDefault = 1_000_000
 
 // partitionVersion is the schema version Partition needs.
@@ -26,9 +26,9 @@ const partitionVersion = 9
 // place, with the table as its first partition. Relays then create the
 // partitions ahead and drop those past retention in their prune round;
 // calling Partition again from a job does the former too. It needs the
-// outbox schema at version 9 or later and the role owning the table, and
-// fails for a table in a publication (see docs/partitions.md, which
-// describes every step).
+// outbox schema at version 9 or later, with no version it does not know
+// (ErrSchemaTooNew), and the role owning the table, and fails for a table
+// in a publication (see docs/partitions.md, which describes every step).
 func (m *Migrator) Partition(ctx context.Context, size int64) error {
 	if m.set != Outbox {
 		return errors.New("migrations: partition: only the outbox set is partitioned")
@@ -41,6 +41,10 @@ func (m *Migrator) Partition(ctx context.Context, size int64) error {
 		return fmt.Errorf("migrations: partition: %w", err)
 	}
 	for _, s := range st {
+		if s.Unknown {
+			return fmt.Errorf("migrations: partition: %w: version %d (%s) is applied; this txoutbox knows the outbox schema up to version %d",
+				ErrSchemaTooNew, s.Version, s.Name, m.latest())
+		}
 		if s.AppliedAt == nil && s.Version <= partitionVersion {
 			return fmt.Errorf("migrations: partition: schema version %d is not applied; run migrate up first", s.Version)
 		}

@@ -1,13 +1,16 @@
 package outboxadmin
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/migrations"
 )
 
 // StaleAfterDefault is Config.StaleAfter's default, the relays' own
@@ -86,11 +89,18 @@ type Config struct {
 	StatementTimeout time.Duration
 }
 
+// schemaVersion is the outbox schema version an Admin needs: Status reads
+// version 7's not_before, and Retry and Replay lower version 8's claim
+// floor.
+const schemaVersion = 8
+
 // Admin runs operator tasks on one outbox. It is safe for concurrent use.
 type Admin struct {
-	db  *sql.DB
-	cfg Config
-	sql statements
+	db       *sql.DB
+	cfg      Config
+	sql      statements
+	schema   *migrations.Migrator // checks the table's schema version
+	schemaOK atomic.Bool          // a check passed
 }
 
 // New validates cfg and returns an Admin working on db.
@@ -126,7 +136,31 @@ func New(db *sql.DB, cfg Config) (*Admin, error) {
 	if cfg.StatementTimeout == 0 {
 		cfg.StatementTimeout = StatementTimeoutDefault
 	}
-	return &Admin{db: db, cfg: cfg, sql: render(names)}, nil
+	schema, err := migrations.New(db, migrations.Config{Table: cfg.Table})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return &Admin{db: db, cfg: cfg, sql: render(names), schema: schema}, nil
+}
+
+// CheckSchema checks the table's schema: it returns an error matching
+// migrations.ErrSchemaTooOld when a version up to 8 is not applied (run
+// `outbox migrate up`), and one matching migrations.ErrSchemaTooNew,
+// naming the version, when a version this release does not know is (see
+// migrations.Migrator.Check). Every other method calls it first and
+// returns its error, before it reads or changes anything; once a check has
+// passed, it returns nil at once. Call it at start to fail there.
+func (a *Admin) CheckSchema(ctx context.Context) error {
+	if a.schemaOK.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
+	defer cancel()
+	if err := a.schema.Check(ctx, schemaVersion); err != nil {
+		return fmt.Errorf("outboxadmin: %w", err)
+	}
+	a.schemaOK.Store(true)
+	return nil
 }
 
 // statements are the operator statements rendered for one table.
@@ -135,6 +169,7 @@ type statements struct {
 	replaySelect, replay, timeouts, claimGate, relays, shards      string
 	handovers, snapshot, lookupAggregate, lookupEventID            string
 	walGate, walSlots, walSlot, table, lag, topicStats             string
+	locks                                                          string
 	// deadList, deadLock and deadCount are in one form per set of
 	// filters (outboxsql.DeadFilters), each naming only those.
 	deadList, deadLock, deadCount [outboxsql.DeadForms]string
@@ -167,6 +202,7 @@ func render(n outboxsql.Names) statements {
 		table:           n.Table,
 		lag:             n.Render(outboxsql.StatsLag),
 		topicStats:      n.Render(outboxsql.TopicStats),
+		locks:           n.Render(outboxsql.OpsLocks),
 	}
 	for f := range st.deadList {
 		st.deadList[f] = n.Render(outboxsql.OpsDeadList(outboxsql.DeadFilters(f)))

@@ -59,6 +59,9 @@ const (
 // or, led by ids, a type or a time window, the rows that filter selects,
 // however many dead events are kept.
 func (a *Admin) ListDead(ctx context.Context, f Filter, after int64, limit int) ([]Row, error) {
+	if err := a.CheckSchema(ctx); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
 	if limit == 0 {
@@ -83,6 +86,9 @@ const CountDeadMax = 100_000
 // many. It reads at most CountDeadMax entries of the leading filter's
 // index, however many dead events are kept.
 func (a *Admin) CountDead(ctx context.Context, f Filter) (int64, error) {
+	if err := a.CheckSchema(ctx); err != nil {
+		return 0, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
 	var n int64
@@ -96,6 +102,9 @@ func (a *Admin) CountDead(ctx context.Context, f Filter) (int64, error) {
 // Event reads the row id in any state, with its payload. It returns
 // ErrNotFound when there is none.
 func (a *Admin) Event(ctx context.Context, id int64) (Row, error) {
+	if err := a.CheckSchema(ctx); err != nil {
+		return Row{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
 	var payload []byte
@@ -139,6 +148,9 @@ type Retried struct {
 func (a *Admin) Retry(ctx context.Context, f Filter, dryRun bool) ([]Retried, error) {
 	if f.empty() && !f.All {
 		return nil, ErrNoSelection
+	}
+	if err := a.CheckSchema(ctx); err != nil {
+		return nil, err
 	}
 	var out []Retried
 	err := a.inTx(ctx, dryRun, func(tx *sql.Tx) error {
@@ -233,6 +245,9 @@ func (a *Admin) refuseWhileStreamed(ctx context.Context, q querier) error {
 func (a *Admin) Drop(ctx context.Context, f Filter, dryRun bool) ([]Row, error) {
 	if f.empty() && !f.All {
 		return nil, ErrNoSelection
+	}
+	if err := a.CheckSchema(ctx); err != nil {
+		return nil, err
 	}
 	var out []Row
 	err := a.inTx(ctx, dryRun, func(tx *sql.Tx) error {

@@ -33,6 +33,9 @@ const LookupLimitDefault = 100
 // aggregate id (one would cost every insert, claim and publish another
 // index write). Read an older published event by its row id with Event.
 func (a *Admin) FindEvents(ctx context.Context, q Lookup) ([]Row, error) {
+	if err := a.CheckSchema(ctx); err != nil {
+		return nil, err
+	}
 	limit := q.Limit
 	if limit == 0 {
 		limit = LookupLimitDefault
@@ -76,6 +79,9 @@ type Snapshot struct {
 // txoutbox.StatsExactMax entries of each count, estimated beyond (see
 // txoutbox.Stats), whatever the backlog and the dead letters.
 func (a *Admin) Snapshot(ctx context.Context) (Snapshot, error) {
+	if err := a.CheckSchema(ctx); err != nil {
+		return Snapshot{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
 	var (
@@ -105,6 +111,9 @@ func (a *Admin) Snapshot(ctx context.Context) (Snapshot, error) {
 // Stats.Topics. The totals are Snapshot's, not the topics' sum: a topic's
 // figures stop at txoutbox.TopicStatsMax.
 func (a *Admin) TopicSnapshot(ctx context.Context) (Snapshot, error) {
+	if err := a.CheckSchema(ctx); err != nil {
+		return Snapshot{}, err
+	}
 	topics, err := a.TopicStats(ctx)
 	if err != nil {
 		return Snapshot{}, err

@@ -67,6 +67,9 @@ func (a *Admin) Replay(ctx context.Context, f ReplayFilter, dryRun bool) (Replay
 	if f.Since.IsZero() {
 		return ReplayResult{}, ErrNoSince
 	}
+	if err := a.CheckSchema(ctx); err != nil {
+		return ReplayResult{}, err
+	}
 	sctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	err := a.refuseWhileStreamed(sctx, a.db)
 	var groups []replayGroup

@@ -68,6 +68,9 @@ type RelayStatus struct {
 // txoutbox.TopicStatsMax per topic); a dashboard that polls reads Lag and
 // Fleet often and the others less often, as the console does.
 func (a *Admin) Status(ctx context.Context) (Status, error) {
+	if err := a.CheckSchema(ctx); err != nil {
+		return Status{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
 	stats, err := txoutbox.ReadTopicStats(ctx, a.db, a.cfg.Table)
@@ -89,6 +92,9 @@ func (a *Admin) Status(ctx context.Context) (Status, error) {
 // the WAL relay's slot: Status without Stats and Handovers. It reads the
 // small coordination tables only.
 func (a *Admin) Fleet(ctx context.Context) (Status, error) {
+	if err := a.CheckSchema(ctx); err != nil {
+		return Status{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
 	var (
@@ -140,6 +146,9 @@ func (a *Admin) Fleet(ctx context.Context) (Status, error) {
 // Status, Snapshot, the relays' metrics and txoutbox.ReadStats, from one
 // entry of the due index (schema version 7).
 func (a *Admin) Lag(ctx context.Context) (time.Duration, error) {
+	if err := a.CheckSchema(ctx); err != nil {
+		return 0, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
 	var (
@@ -160,6 +169,9 @@ func (a *Admin) Lag(ctx context.Context) (time.Duration, error) {
 // txoutbox.ReadTopicStats); the backlog does not count the scheduled
 // events. Its cost grows with the number of topics, not of events.
 func (a *Admin) TopicStats(ctx context.Context) ([]txoutbox.TopicStats, error) {
+	if err := a.CheckSchema(ctx); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
 	rows, err := a.db.QueryContext(ctx, a.sql.topicStats, outboxsql.CountArgs{Cap: txoutbox.TopicStatsMax}.Args()...)
@@ -189,10 +201,13 @@ func (a *Admin) TopicStats(ctx context.Context) ([]txoutbox.TopicStats, error) {
 }
 
 // Handovers reads the shards in handover (Status.Handovers) among the
-// oldest outboxsql.OpsHandoverWindow unpublished events, where a claim
-// looks first: it reads that many claim index entries at most, whatever
-// the backlog.
+// oldest 10,000 unpublished events (ten default claim batches), where a
+// claim looks first: it reads that many claim index entries at most,
+// whatever the backlog.
 func (a *Admin) Handovers(ctx context.Context) ([]int, error) {
+	if err := a.CheckSchema(ctx); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
 	out, err := a.handovers(ctx)

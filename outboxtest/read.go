@@ -14,9 +14,9 @@ import (
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
-// ReadTimeout bounds each read of the outbox: a test whose transaction
+// readTimeout bounds each read of the outbox: a test whose transaction
 // waits on a lock fails with a clear error instead of hanging.
-const ReadTimeout = 10 * time.Second
+const readTimeout = 10 * time.Second
 
 // Querier is where the assertions read the outbox: a value with either of
 // the two query methods below. Anything else fails the test at once with a
@@ -79,7 +79,9 @@ var ErrNotQuerier = errors.New("outboxtest: not a Querier")
 // written, whatever their state, as q sees them: a transaction sees its
 // own uncommitted events, a pool what committed. It is what the
 // assertions read, for checks of your own. A nil q, or a nil handle such
-// as a (*sql.DB)(nil), is an error matching ErrNotQuerier.
+// as a (*sql.DB)(nil), is an error matching ErrNotQuerier. The read gives
+// up after 10 seconds, so a test whose transaction waits on a lock fails
+// with an error instead of hanging.
 func ReadEvents(ctx context.Context, q Querier) ([]Event, error) {
 	table := txoutbox.Table{}
 	if tq, ok := q.(tableQuerier); ok {
@@ -92,7 +94,7 @@ func ReadEvents(ctx context.Context, q Querier) ([]Event, error) {
 	if isNil(q) {
 		return nil, fmt.Errorf("%w: %s", ErrNotQuerier, notQuerierHint(q))
 	}
-	ctx, cancel := context.WithTimeout(ctx, ReadTimeout)
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	query := names.Render(outboxsql.TestEvents)
 	if pool, ok := gormConnPool(q); ok {

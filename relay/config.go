@@ -34,11 +34,58 @@ const (
 	StatsIntervalDefault     = 10 * time.Second
 	FlushIntervalDefault     = 5 * time.Millisecond
 	StatementTimeoutDefault  = 10 * time.Second
+	LockTimeoutDefault       = 200 * time.Millisecond
 	PublishTimeoutDefault    = time.Minute
 )
 
+// Floors of Config: the least value of a field that Validate and New
+// accept (zero takes the default). Every count's floor is 1, and a field
+// bounded by another is at least that one: MaxInFlight BatchSize,
+// MaxInFlightBytes BatchBytes, BackoffMax BackoffMin, LeaseDuration
+// HeartbeatInterval, StaleAfter twice HeartbeatInterval. Retention has no
+// floor. The floors refuse values no relay works with (a unit slip: 1ms
+// for 1s), not values that are merely unwise.
+const (
+	// PollIntervalFloor is the pace the relay polls at by itself while
+	// rows keep coming: a fallback poll more often finds nothing sooner.
+	PollIntervalFloor = 10 * time.Millisecond
+	// HeartbeatIntervalFloor: a heartbeat round is up to seven statements,
+	// and a claim floor round runs as often; more often, they run back to
+	// back.
+	HeartbeatIntervalFloor = 50 * time.Millisecond
+	// StaleAfterFloor: a relay whose heartbeat is late by StaleAfter (a GC
+	// pause, a statement queued on a busy server) is declared dead and
+	// loses its shards; under a second, live relays would.
+	StaleAfterFloor = time.Second
+	// BackoffMinFloor and OutageBackoffMaxFloor: a shorter delay retries
+	// no sooner, since the next claim comes after a round trip anyway.
+	BackoffMinFloor       = time.Millisecond
+	OutageBackoffMaxFloor = time.Millisecond
+	// PruneIntervalFloor and StatsIntervalFloor, as PollIntervalFloor: a
+	// round of statements more often than that serves nothing.
+	PruneIntervalFloor = 10 * time.Millisecond
+	StatsIntervalFloor = 10 * time.Millisecond
+	// FlushIntervalFloor: acknowledgements that arrive together need
+	// that long to be marked by one statement.
+	FlushIntervalFloor = time.Millisecond
+	// StatementTimeoutFloor leaves a statement a round trip to a loaded
+	// server, and the server its own timeouts set a quarter shorter; at a
+	// few milliseconds no heartbeat completes and the relay never
+	// registers.
+	StatementTimeoutFloor = 100 * time.Millisecond
+	// PublishTimeoutFloor leaves a publish a round trip to the broker and
+	// its replication; below it every publish counts as failed.
+	PublishTimeoutFloor = 100 * time.Millisecond
+	// LockTimeoutFloor: below it, locks held for moments in the ordinary
+	// course (autovacuum truncating the table gives way to a waiter within
+	// 20ms, a partition created ahead, a peer's shard update) would lock
+	// tables out for nothing. LockTimeout is at most StatementTimeout.
+	LockTimeoutFloor = 100 * time.Millisecond
+)
+
 // Config configures a Relay. The zero value is valid: every zero field
-// takes its documented default.
+// takes its documented default. A field below its floor (see the Floor
+// constants) is refused.
 type Config struct {
 	// Table is the outbox table. Default: "outbox" on the search_path.
 	Table txoutbox.Table
@@ -52,12 +99,13 @@ type Config struct {
 	// every New.
 	ID string
 
-	// BatchSize is the most rows one claim takes. Default 1000.
+	// BatchSize is the most rows one claim takes. Default 1000; at least
+	// 1.
 	BatchSize int
 
 	// BatchBytes is the most payload bytes one claim takes: a claim stops
 	// before the row that would pass it, but always takes at least one
-	// row. Default 32 MiB.
+	// row. Default 32 MiB; at least 1.
 	BatchBytes int64
 
 	// MaxInFlightBytes bounds the payload bytes of the claimed rows held
@@ -65,20 +113,21 @@ type Config struct {
 	// the room left is claimed alone once nothing else is held. The relay
 	// holds about three times the payloads it has in flight (the rows,
 	// the messages, the publisher's requests): the defaults keep a relay
-	// with events of up to a MiB under 512 MiB. Default 2 × BatchBytes.
+	// with events of up to a MiB under 512 MiB. Default 2 × BatchBytes;
+	// at least BatchBytes.
 	MaxInFlightBytes int64
 
 	// Lanes is how many events are published concurrently. Events are
 	// spread over lanes by aggregate id, so one aggregate's events are
 	// published one after another, in order, while the broker sees up to
-	// Lanes requests in flight. Default 64.
+	// Lanes requests in flight. Default 64; at least 1.
 	Lanes int
 
 	// LaneBatch is the most events a lane hands its publisher at once, when
 	// the publisher is a BatchPublisher (kafkapub's is): the events queued
 	// in the lane, of distinct aggregates, go out together, so the broker
 	// sees up to Lanes × LaneBatch events in flight. 1 sends one event at
-	// a time. Default 64.
+	// a time. Default 64; at least 1.
 	LaneBatch int
 
 	// MaxInFlight bounds the claimed rows held in memory: the relay claims
@@ -86,13 +135,14 @@ type Config struct {
 	// is also the most events one crash can publish twice. Default
 	// 2 × BatchSize, so the next batch is claimed while one publishes:
 	// the relay then claims a full batch once one's worth of room frees
-	// up (half a batch's worth below 2 × BatchSize).
+	// up (half a batch's worth below 2 × BatchSize). At least BatchSize.
 	MaxInFlight int
 
 	// PollInterval is how often the relay looks for due rows when nothing
 	// woke it: the fallback behind LISTEN/NOTIFY, and the only way rows in
 	// retry backoff and events scheduled for later (txoutbox.Event.NotBefore)
-	// are found once due, so it is the precision of their timing. Default 1s.
+	// are found once due, so it is the precision of their timing. Default
+	// 1s; at least PollIntervalFloor (10ms).
 	PollInterval time.Duration
 
 	// DisableListen turns off LISTEN/NOTIFY wake-ups, for connections
@@ -109,7 +159,7 @@ type Config struct {
 	// of the aggregate that another relay holds. Rows still waiting in a
 	// lane when their lease is within a HeartbeatInterval of its end are
 	// not published: they are given back, with their aggregate's later
-	// rows, for a new claim. Default 30s.
+	// rows, for a new claim. Default 30s; at least HeartbeatInterval.
 	LeaseDuration time.Duration
 
 	// MaxAttempts is how many failed publishes make an event dead, when
@@ -117,22 +167,24 @@ type Config struct {
 	// message (see Permanent; kafkapub marks Kafka's refusals). A failure
 	// for an outage (the broker, the network or the publisher away: any
 	// error not marked permanent) counts as an attempt but never makes an
-	// event dead, however long the outage lasts. Default 10.
+	// event dead, however long the outage lasts. Default 10; at least 1.
 	MaxAttempts int
 
 	// BackoffMin and BackoffMax bound the delay before a failed event is
 	// retried: BackoffMin × 2^(attempts-1), capped at BackoffMax, with
-	// jitter. Defaults 1s and 5m.
+	// jitter. Defaults 1s and 5m; BackoffMin at least BackoffMinFloor
+	// (1ms), BackoffMax at least BackoffMin.
 	BackoffMin, BackoffMax time.Duration
 
 	// OutageBackoffMax caps the delay instead of BackoffMax after a
 	// failure for an outage, so events resume soon after the broker is
 	// back. Meanwhile the relay also backs off between claims. Default
-	// 30s.
+	// 30s; at least OutageBackoffMaxFloor (1ms).
 	OutageBackoffMax time.Duration
 
 	// HeartbeatInterval is how often the relay refreshes its liveness and
-	// rebalances shards. Default 2s. The first round runs at start, the
+	// rebalances shards. Default 2s; at least HeartbeatIntervalFloor
+	// (50ms). The first round runs at start, the
 	// second at a random point of the interval after it, and so do the
 	// claim floor's rounds and the stats readings' second; the first prune
 	// comes between one and two PruneIntervals after the start. Relays
@@ -145,24 +197,28 @@ type Config struct {
 	// StaleAfter less one HeartbeatInterval (cut off from the database,
 	// paused) stops publishing and drops the events it holds, before its
 	// peers may take them over; it registers anew once it reaches the
-	// database again. Default 15s.
+	// database again. Default 15s; at least StaleAfterFloor (1s) and twice
+	// HeartbeatInterval.
 	StaleAfter time.Duration
 
 	// Retention is how long published rows are kept before they are
 	// pruned. Dead rows are never pruned. Default 7 days. Negative
 	// disables pruning. Pruning assumes an event's CreatedAt is not in the
 	// future: it stops at the first row created inside the window, so a
-	// row stamped far ahead holds back pruning of the rows after it.
+	// row stamped far ahead holds back pruning of the rows after it. Any
+	// value is accepted.
 	Retention time.Duration
 
 	// PruneInterval is how often pruning runs; PruneBatch how many rows
-	// one delete removes. Defaults 1m and 1000.
+	// one delete removes. Defaults 1m and 1000; at least
+	// PruneIntervalFloor (10ms) and 1.
 	PruneInterval time.Duration
 	PruneBatch    int
 
 	// FlushInterval is how long acknowledged events may wait to be marked
 	// published together, so one statement marks many. It delays only the
-	// bookkeeping, not the publishing. Default 5ms.
+	// bookkeeping, not the publishing. Default 5ms; at least
+	// FlushIntervalFloor (1ms).
 	FlushInterval time.Duration
 
 	// StatementTimeout bounds every statement the relay runs, and on the
@@ -174,8 +230,32 @@ type Config struct {
 	// client's deadline (by a quarter of the time left, at most a second),
 	// so the server ends a statement that waits too long and its
 	// connection stays open.
-	// Default 10s.
+	// Default 10s; at least StatementTimeoutFloor (100ms).
 	StatementTimeout time.Duration
+
+	// LockTimeout is how long a statement of the relay waits for a lock
+	// another session holds on its table or the table's companions (a
+	// DBA's ALTER TABLE, a VACUUM FULL, CREATE INDEX, a stuck migration,
+	// an operator's retry holding the claim gate) before the server ends
+	// it (lock_timeout, set in each of the relay's transactions, the
+	// statement's own parse included). The table is then locked out: the
+	// relay runs nothing on it but a probe that takes those locks without
+	// waiting, every backoff step up to HeartbeatInterval, and resumes at
+	// once when the probe passes. Meanwhile it logs the lock once (at
+	// Warn, with the table, and at Info when it is gone), counts it
+	// (txoutbox.relay.lock_timeouts, txoutbox.relay.locked.duration) and
+	// reports it in Health.Locked. In a Group, a locked table so holds a
+	// connection for LockTimeout at its start, then for a moment each
+	// step, and the pool and claim connections stay the other tables'.
+	// Its heartbeats stop with the rest, so after StaleAfter it registers
+	// anew once the lock is gone (events it held are published again, at
+	// least once, in order). At least LockTimeoutFloor (100ms), at most
+	// StatementTimeout. Default 200ms (StatementTimeout if shorter): the
+	// relay's statements take milliseconds, and those of a Group's locked
+	// tables that meet a lock first hold the shared connections (the
+	// pool's, the claim connections every table's claims take turns on)
+	// for as long as they wait.
+	LockTimeout time.Duration
 
 	// PublishTimeout bounds one publish call: one that has not returned
 	// after it counts as failed with an unknown outcome (ErrPublishTimeout,
@@ -186,7 +266,8 @@ type Config struct {
 	// it reports Health.Stalled (outbox relay's /readyz fails), gives up its
 	// shards and claims so its peers take them over, and joins again once
 	// the call returns. It must exceed the publisher's own timeouts (with
-	// kafkapub, Config.Timeout and Sarama's retries). Default 1m.
+	// kafkapub, Config.Timeout and Sarama's retries). Default 1m; at least
+	// PublishTimeoutFloor (100ms).
 	PublishTimeout time.Duration
 
 	// StatsInterval is how often the lag gauge is refreshed from the
@@ -194,7 +275,8 @@ type Config struct {
 	// quick: a count reads up to txoutbox.StatsExactMax index entries and
 	// estimates beyond, and one whose statement took d (of 25 ms or more)
 	// runs again no sooner than a hundred times d after it started, so that
-	// a slow server is not loaded further. Default 10s.
+	// a slow server is not loaded further. Default 10s; at least
+	// StatsIntervalFloor (10ms).
 	StatsInterval time.Duration
 
 	// Logger receives the relay's logs, each record with the attributes
@@ -257,6 +339,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.StatsInterval, StatsIntervalDefault)
 	setDefault(&c.FlushInterval, FlushIntervalDefault)
 	setDefault(&c.StatementTimeout, StatementTimeoutDefault)
+	setDefault(&c.LockTimeout, min(LockTimeoutDefault, max(c.StatementTimeout, 0)))
 	setDefault(&c.PublishTimeout, PublishTimeoutDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -290,43 +373,44 @@ func (c *Config) validate() error {
 	}
 	for _, f := range []struct {
 		name string
-		v    int
-	}{{"BatchSize", c.BatchSize}, {"Lanes", c.Lanes}, {"LaneBatch", c.LaneBatch}, {"MaxInFlight", c.MaxInFlight}, {"MaxAttempts", c.MaxAttempts}, {"PruneBatch", c.PruneBatch}} {
-		if f.v < 0 {
-			return bad("%s is negative (%d)", f.name, f.v)
-		}
-	}
-	for _, f := range []struct {
-		name string
-		v    time.Duration
-	}{{"PollInterval", c.PollInterval}, {"LeaseDuration", c.LeaseDuration}, {"BackoffMin", c.BackoffMin}, {"BackoffMax", c.BackoffMax}, {"OutageBackoffMax", c.OutageBackoffMax},
-		{"HeartbeatInterval", c.HeartbeatInterval}, {"StaleAfter", c.StaleAfter}, {"PruneInterval", c.PruneInterval}, {"StatsInterval", c.StatsInterval}, {"FlushInterval", c.FlushInterval}, {"StatementTimeout", c.StatementTimeout}, {"PublishTimeout", c.PublishTimeout}} {
-		if f.v < 0 {
-			return bad("%s is negative (%s)", f.name, f.v)
-		}
-	}
-	for _, f := range []struct {
-		name string
 		v    int64
-	}{{"BatchBytes", c.BatchBytes}, {"MaxInFlightBytes", c.MaxInFlightBytes}} {
-		if f.v < 0 {
-			return bad("%s is negative (%d)", f.name, f.v)
+	}{{"BatchSize", int64(c.BatchSize)}, {"BatchBytes", c.BatchBytes}, {"Lanes", int64(c.Lanes)}, {"LaneBatch", int64(c.LaneBatch)},
+		{"MaxInFlight", int64(c.MaxInFlight)}, {"MaxInFlightBytes", c.MaxInFlightBytes}, {"MaxAttempts", int64(c.MaxAttempts)}, {"PruneBatch", int64(c.PruneBatch)}} {
+		if f.v < 1 {
+			return bad("%s %d is below its floor 1", f.name, f.v)
 		}
 	}
-	if c.MaxInFlightBytes < c.BatchBytes {
-		return bad("MaxInFlightBytes (%d) is smaller than BatchBytes (%d)", c.MaxInFlightBytes, c.BatchBytes)
+	for _, f := range []struct {
+		name     string
+		v, floor time.Duration
+	}{{"PollInterval", c.PollInterval, PollIntervalFloor}, {"HeartbeatInterval", c.HeartbeatInterval, HeartbeatIntervalFloor},
+		{"StaleAfter", c.StaleAfter, StaleAfterFloor}, {"BackoffMin", c.BackoffMin, BackoffMinFloor}, {"OutageBackoffMax", c.OutageBackoffMax, OutageBackoffMaxFloor},
+		{"PruneInterval", c.PruneInterval, PruneIntervalFloor}, {"StatsInterval", c.StatsInterval, StatsIntervalFloor}, {"FlushInterval", c.FlushInterval, FlushIntervalFloor},
+		{"StatementTimeout", c.StatementTimeout, StatementTimeoutFloor}, {"LockTimeout", c.LockTimeout, LockTimeoutFloor}, {"PublishTimeout", c.PublishTimeout, PublishTimeoutFloor}} {
+		if f.v < f.floor {
+			return bad("%s %s is below its floor %s", f.name, f.v, f.floor)
+		}
 	}
-	if c.MaxInFlight < c.BatchSize {
-		return bad("MaxInFlight (%d) is smaller than BatchSize (%d)", c.MaxInFlight, c.BatchSize)
+	// The floors set by other fields.
+	for _, f := range []struct {
+		name, of string
+		v, floor int64
+	}{{"MaxInFlight", "BatchSize", int64(c.MaxInFlight), int64(c.BatchSize)}, {"MaxInFlightBytes", "BatchBytes", c.MaxInFlightBytes, c.BatchBytes}} {
+		if f.v < f.floor {
+			return bad("%s %d is below its floor, %s (%d)", f.name, f.v, f.of, f.floor)
+		}
 	}
-	if c.BackoffMax < c.BackoffMin {
-		return bad("BackoffMax (%s) is smaller than BackoffMin (%s)", c.BackoffMax, c.BackoffMin)
+	for _, f := range []struct {
+		name, of string
+		v, floor time.Duration
+	}{{"BackoffMax", "BackoffMin", c.BackoffMax, c.BackoffMin}, {"LeaseDuration", "HeartbeatInterval", c.LeaseDuration, c.HeartbeatInterval},
+		{"StaleAfter", "twice HeartbeatInterval", c.StaleAfter, 2 * c.HeartbeatInterval}} {
+		if f.v < f.floor {
+			return bad("%s %s is below its floor, %s (%s)", f.name, f.v, f.of, f.floor)
+		}
 	}
-	if c.StaleAfter < 2*c.HeartbeatInterval {
-		return bad("StaleAfter (%s) must be at least twice HeartbeatInterval (%s), or live relays are declared dead", c.StaleAfter, c.HeartbeatInterval)
-	}
-	if c.LeaseDuration < c.HeartbeatInterval {
-		return bad("LeaseDuration (%s) is shorter than HeartbeatInterval (%s)", c.LeaseDuration, c.HeartbeatInterval)
+	if c.LockTimeout > c.StatementTimeout {
+		return bad("LockTimeout %s is longer than StatementTimeout (%s), which ends every statement first", c.LockTimeout, c.StatementTimeout)
 	}
 	return nil
 }

@@ -13,7 +13,8 @@ import (
 // start-up rather than with "permission denied" in a loop. A relay needs
 // SELECT, UPDATE and DELETE on the outbox table, SELECT, INSERT, UPDATE and
 // DELETE on its relays table, SELECT and UPDATE on its shards and claim
-// floor tables, and USAGE on their schema.
+// floor tables, SELECT on the version table (<table>_schema_migrations,
+// which Run reads at start, when it exists), and USAGE on their schema.
 func (r *Relay) CheckGrants(ctx context.Context) error {
 	names, err := outboxsql.NamesFor(r.cfg.Table.Schema, r.cfg.Table.Name)
 	if err != nil {

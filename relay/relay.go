@@ -15,6 +15,7 @@ import (
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/partitions"
+	"github.com/txoutbox/txoutbox/migrations"
 	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
@@ -39,7 +40,8 @@ var ErrPublishTimeout = errors.New("relay: publish outlived PublishTimeout; outc
 // membership (incarnation, heartbeat, shards), the claimer (claims, handing
 // rows to the lanes), the budget (what is held in flight), the lanes
 // (publishing in aggregate order, fences), the completer (recording
-// outcomes), the outage and stall trackers the lanes feed, and the
+// outcomes), the outage and stall trackers the lanes feed, the lockout
+// (the table locked by another session) every loop heeds, and the
 // listener, pruner, claim floor (with the repairer) and sampler (stats)
 // loops.
 type Relay struct {
@@ -63,6 +65,8 @@ type Relay struct {
 	floor    *floorRaiser
 	repairer *repairer
 	sampler  *sampler
+	schema   *migrations.Migrator // checks the table's schema version
+	lockout  *lockout
 
 	running atomic.Bool
 }
@@ -108,6 +112,10 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	schema, err := migrations.New(db, migrations.Config{Table: cfg.Table})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	met, err := newMetrics(cfg.MeterProvider, publish.TableValue(cfg.Table))
 	if err != nil {
 		return nil, fmt.Errorf("relay: metrics: %w", err)
@@ -121,37 +129,40 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 		return nil, fmt.Errorf("relay: metrics: %w", err)
 	}
 	r := &Relay{
-		db:    db,
-		pub:   pub,
-		cfg:   cfg,
-		sql:   render(names, outboxsql.WALLegacyName(cfg.Table.Schema, cfg.Table.Name)),
-		log:   cfg.Logger.With("relay", cfg.ID, "table", publish.TableValue(cfg.Table)),
-		met:   met,
-		core:  core,
-		clock: &clock{base: time.Now()},
-		wake:  make(chan struct{}, 1),
+		db:     db,
+		pub:    pub,
+		cfg:    cfg,
+		sql:    render(names, outboxsql.WALLegacyName(cfg.Table.Schema, cfg.Table.Name)),
+		log:    cfg.Logger.With("relay", cfg.ID, "table", publish.TableValue(cfg.Table)),
+		met:    met,
+		core:   core,
+		clock:  &clock{base: time.Now()},
+		wake:   make(chan struct{}, 1),
+		schema: schema,
 	}
 	r.budget = newBudget(cfg.MaxInFlight, cfg.MaxInFlightBytes)
 	r.outage = &outage{clock: r.clock, log: r.log}
 	r.stall = &stall{clock: r.clock, timeout: cfg.PublishTimeout}
-	r.members = newMembership(db, r.sql, &r.cfg, r.log, r.clock, r.wake)
+	r.lockout = newLockout(db, r.sql, r.clock, r.log, met, cfg)
+	tx := &tableTx{db: db, settings: r.sql.txTimeouts, timeout: cfg.StatementTimeout, lock: cfg.LockTimeout, out: r.lockout}
+	r.members = newMembership(db, tx, r.sql, &r.cfg, r.log, r.clock, r.wake)
 	r.members.stalled = r.stall.stalled
+	r.members.lockout = r.lockout
 	low, claimed := new(atomic.Int64), new(atomic.Int64)
 	r.claimer = newClaimer(claimerDeps{
 		db: db, conns: conns, sql: r.sql, cfg: cfg, log: r.log, met: met, clock: r.clock,
 		members: r.members, stalled: r.stall.stalled, budget: r.budget, outage: r.outage, wake: r.wake, low: low, claimed: claimed,
+		lockout: r.lockout,
 	})
 	r.listener = &listener{db: db, channel: cfg.Table.Channel(), log: r.log, disabled: cfg.DisableListen, poll: cfg.PollInterval,
 		wake: r.wake, rebalance: r.members.rebalanceNow}
-	r.pruner = &pruner{db: db, sql: r.sql, cfg: cfg, log: r.log,
+	r.pruner = &pruner{db: db, tx: tx, sql: r.sql, cfg: cfg, log: r.log, lockout: r.lockout,
 		table: partitions.Table{Names: names, Schema: cfg.Table.Schema, Name: cmp.Or(cfg.Table.Name, outboxsql.TableNameDefault)}}
-	r.repairer = &repairer{db: db, sql: r.sql, members: r.members, window: cfg.BatchSize, timeout: cfg.StatementTimeout, log: r.log, met: met}
-	if conns == nil { // a Group's relays log with their table already
-		r.repairer.table = publish.TableValue(cfg.Table)
-	}
-	r.floor = &floorRaiser{db: db, sql: r.sql, interval: cfg.HeartbeatInterval, timeout: cfg.StatementTimeout, log: r.log, low: low,
-		claimed: claimed, perProof: int64(cfg.BatchSize), repair: r.repairer}
-	r.sampler = &sampler{db: db, sql: r.sql, cfg: cfg, log: r.log, met: met}
+	r.repairer = &repairer{db: db, sql: r.sql, members: r.members, window: cfg.BatchSize, timeout: cfg.StatementTimeout, lockTimeout: cfg.LockTimeout,
+		log: r.log, met: met, lockout: r.lockout}
+	r.floor = &floorRaiser{db: db, tx: tx, sql: r.sql, interval: cfg.HeartbeatInterval, timeout: cfg.StatementTimeout, lockTimeout: cfg.LockTimeout,
+		log: r.log, lockout: r.lockout, low: low, claimed: claimed, perProof: int64(cfg.BatchSize), repair: r.repairer}
+	r.sampler = &sampler{tx: tx, db: db, sql: r.sql, cfg: cfg, log: r.log, met: met, lockout: r.lockout}
 	return r, nil
 }
 
@@ -167,20 +178,31 @@ func (r *Relay) ID() string { return r.cfg.ID }
 // up its shards so peers take over at once. It never marks an event the
 // broker did not acknowledge.
 //
+// Before anything else it checks the table's schema: it returns an error
+// matching migrations.ErrSchemaTooOld when a version of this release's
+// outbox schema is not applied (run `outbox migrate up`), and one matching
+// migrations.ErrSchemaTooNew, naming the version, when a version this
+// release does not know is (see migrations.Migrator.Check).
+//
 // Run does not return on database or broker errors: it logs them, backs off
-// and resumes when they heal. It returns nil after a clean shutdown, or
-// ErrAlreadyRunning.
+// and resumes when they heal (at start, it waits to read the schema's
+// version). It returns nil after a clean shutdown, ErrAlreadyRunning,
+// ErrWALStreams, or the schema check's error.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
 	defer r.running.Store(false)
+	if ok, err := r.awaitSchema(ctx); !ok {
+		return err
+	}
 	// A Run before this one may have given up recording outcomes at
 	// shutdown (the database gone): those rows are its incarnation's, to be
 	// taken over, not this run's.
 	r.budget.reset()
 	r.outage.reset()
 	r.stall.reset()
+	r.lockout.reset()
 	r.claimer.reset()
 	if err := r.members.checkMode(ctx); err != nil {
 		return err
@@ -189,7 +211,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.log.Info("relay starting", "lanes", r.cfg.Lanes, "batch", r.cfg.BatchSize,
 		"lane_batch", r.cfg.LaneBatch, "batch_publisher", batching)
 
-	unregister, err := r.met.observe(r.members.owned.Load, r.outage.lasted)
+	unregister, err := r.met.observe(r.members.owned.Load, r.outage.lasted, r.lockout.lasted)
 	if err != nil {
 		r.log.Warn("relay: metrics callback not registered", "err", err)
 	}
@@ -214,7 +236,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 
 	var background sync.WaitGroup
-	for _, loop := range []func(context.Context){r.members.run, r.listener.run, r.pruner.run, r.sampler.run, r.floor.run} {
+	for _, loop := range []func(context.Context){r.members.run, r.listener.run, r.pruner.run, r.sampler.run, r.floor.run, r.lockout.run} {
 		background.Add(1)
 		go func() {
 			defer background.Done()
@@ -242,7 +264,8 @@ func (r *Relay) Run(ctx context.Context) error {
 // completerDeps is the completer's wiring: a Run builds a completer of its
 // own from it.
 func (r *Relay) completerDeps() completerDeps {
-	return completerDeps{db: r.db, sql: r.sql, cfg: r.cfg, log: r.log, met: r.met, budget: r.budget, lastClaim: r.claimer.lastSeq}
+	return completerDeps{db: r.db, tx: r.members.tx, sql: r.sql, cfg: r.cfg, log: r.log, met: r.met, budget: r.budget, lastClaim: r.claimer.lastSeq,
+		lockout: r.lockout}
 }
 
 // MinOpenConns is the fewest connections a relay, or a Group, needs its

@@ -67,7 +67,7 @@ func TestBadEnvironmentIsAUsageError(t *testing.T) {
 		{with("OUTBOX_POLL_INTERVAL", "soon"), []string{"relay"}, []string{"OUTBOX_POLL_INTERVAL"}},
 		// A value the flag parses but the relay refuses: the message names the
 		// field, and the variables used are listed.
-		{with("OUTBOX_BATCH", "-1"), []string{"relay"}, []string{"BatchSize is negative", "OUTBOX_BATCH"}},
+		{with("OUTBOX_BATCH", "-1"), []string{"relay"}, []string{"--batch -1 is below its floor 1", "OUTBOX_BATCH"}},
 		{with("OUTBOX_TABLE", "x; drop table y"), []string{"status"}, []string{"invalid table name", "OUTBOX_TABLE"}},
 		// What retry, drop and replay change is chosen on the command line only.
 		{with("OUTBOX_ALL", "true"), []string{"dead", "retry"}, []string{"say which events"}},

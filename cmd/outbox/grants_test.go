@@ -56,9 +56,10 @@ func (k roleKit) role(t *testing.T, kind string, grants ...string) ([]string, *s
 // The grants of docs/operating.md, as the tests run them.
 var (
 	appGrants      = []string{"INSERT ON outbox"}
-	relayGrants    = []string{"SELECT, UPDATE, DELETE ON outbox", "SELECT, INSERT, UPDATE, DELETE ON outbox_relays", "SELECT, UPDATE ON outbox_shards, outbox_claim_floor"}
-	readerGrantSQL = []string{"SELECT ON outbox, outbox_relays, outbox_shards"}
-	operatorSQL    = []string{"SELECT, UPDATE, DELETE ON outbox", "SELECT ON outbox_relays, outbox_shards", "SELECT, UPDATE ON outbox_claim_floor"}
+	relayGrants    = []string{"SELECT, UPDATE, DELETE ON outbox", "SELECT, INSERT, UPDATE, DELETE ON outbox_relays", "SELECT, UPDATE ON outbox_shards, outbox_claim_floor", versionsGrant}
+	readerGrantSQL = []string{"SELECT ON outbox, outbox_relays, outbox_shards", versionsGrant}
+	operatorSQL    = []string{"SELECT, UPDATE, DELETE ON outbox", "SELECT ON outbox_relays, outbox_shards", "SELECT, UPDATE ON outbox_claim_floor", versionsGrant}
+	versionsGrant  = "SELECT ON outbox_schema_migrations"
 )
 
 // The application's role needs INSERT on the outbox alone: the writer's

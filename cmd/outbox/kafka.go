@@ -38,7 +38,7 @@ func (k *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.clientID, "kafka-client-id", "txoutbox", "client id reported to the brokers (quotas, broker logs)")
 	fs.StringVar(&k.version, "kafka-version", "2.8.0", "Kafka protocol version to speak, at most the cluster's")
 	fs.StringVar(&k.compression, "kafka-compression", "none", "compress record batches: none, gzip, snappy, lz4 or zstd")
-	fs.DurationVar(&k.linger, "kafka-linger", kafkapub.LingerDefault, "how long the producer waits for more records to send in the same request (linger.ms); 0 sends at once")
+	fs.DurationVar(&k.linger, "kafka-linger", kafkapub.LingerDefault, "how long the producer waits for more records to send in the same request (linger.ms); 0 sends at once; below the producer's 10s timeout")
 	fs.BoolVar(&k.tls, "tls", false, "connect to the brokers with TLS (implied by the other --tls-* flags), verifying them against the system's CAs")
 	fs.StringVar(&k.tlsCA, "tls-ca", "", "PEM file of the CA certificates that sign the brokers' certificates, instead of the system's")
 	fs.StringVar(&k.tlsCert, "tls-cert", "", "PEM file of the client certificate, for brokers that require one (with --tls-key)")
@@ -70,7 +70,9 @@ func (k *kafkaFlags) config(logger *slog.Logger) (kafkapub.Config, error) {
 	}
 	switch {
 	case k.linger < 0:
-		return cfg, usagef("--kafka-linger is negative: %v", k.linger)
+		return cfg, usagef("--kafka-linger %v is below its floor 0", k.linger)
+	case k.linger >= kafkapub.TimeoutDefault:
+		return cfg, usagef("--kafka-linger %v is not below the producer's timeout, %v: every publish would time out", k.linger, kafkapub.TimeoutDefault)
 	case k.linger == 0:
 		cfg.Linger = -1 // kafkapub's "none"
 	default:
@@ -81,6 +83,9 @@ func (k *kafkaFlags) config(logger *slog.Logger) (kafkapub.Config, error) {
 	}
 	if err := k.sasl(&cfg); err != nil {
 		return cfg, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, flagUsage(err)
 	}
 	return cfg, nil
 }

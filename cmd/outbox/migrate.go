@@ -136,14 +136,25 @@ func runMigrate(ctx context.Context, proc *process, fs *flag.FlagSet, action str
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "VERSION\tNAME\tAPPLIED")
+		var unknown []int
 		for _, s := range st {
 			applied := "pending"
 			if s.AppliedAt != nil {
 				applied = s.AppliedAt.Format("2006-01-02 15:04:05 MST")
 			}
-			fmt.Fprintf(tw, "%04d\t%s\t%s\n", s.Version, s.Name, applied)
+			if s.Unknown {
+				applied += "  unknown to this outbox"
+				unknown = append(unknown, s.Version)
+			}
+			fmt.Fprintf(tw, "%04d\t%s\t%s\n", s.Version, oneLine(s.Name, 80), applied)
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if len(unknown) > 0 {
+			fmt.Fprintf(stdout, "version(s) %s were applied by a newer txoutbox: this binary's migrate up and down, relays and tools refuse the table; run the release that knows them\n",
+				joinInts(unknown))
+		}
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/grants"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/migrations"
 	"github.com/txoutbox/txoutbox/relay"
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
 	"github.com/txoutbox/txoutbox/relay/walrelay"
@@ -62,6 +63,9 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	fs.DurationVar(&cfg.Retention, "retention", relay.RetentionDefault, "keep published rows this long (negative: never prune)")
 	fs.DurationVar(&cfg.PruneInterval, "prune-interval", relay.PruneIntervalDefault, "prune published rows past --retention this often (polling mode)")
 	fs.DurationVar(&cfg.StatementTimeout, "statement-timeout", relay.StatementTimeoutDefault, "bound every statement, lock wait and idle transaction of the relay")
+	fs.DurationVar(&cfg.LockTimeout, "lock-timeout", 0, fmt.Sprintf("a statement waiting longer for a lock another session holds on a table (ALTER TABLE, VACUUM FULL, a migration) gives up, "+
+		"and the relay runs nothing on that table until the lock is gone; with --schemas the other tables go on (0: %s, or --statement-timeout if shorter; at least %s)",
+		relay.LockTimeoutDefault, relay.LockTimeoutFloor))
 	fs.DurationVar(&cfg.PublishTimeout, "publish-timeout", relay.PublishTimeoutDefault, "a publish not answered after this counts as failed; a relay whose publishes all hang gives its shards up (/readyz fails)")
 	fs.BoolVar(&cfg.CloudEvents.Enabled, "cloudevents", false, "add CloudEvents binary-mode headers (ce_specversion, ce_id, ce_type, ce_source, ce_time, content-type)")
 	fs.StringVar(&cfg.CloudEvents.Source, "cloudevents-source", "", "ce_source of the CloudEvents headers (default /txoutbox/<table>)")
@@ -86,9 +90,15 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	if err != nil {
 		return err
 	}
-	// Validate everything before touching the database or a broker.
+	if *mode != "wal" {
+		// The WAL relay's bound on events in flight bounds the polling
+		// relay's claimed rows too.
+		cfg.MaxInFlight = wal.maxInFlight
+	}
+	// Validate everything before anything starts: the database and a
+	// broker are touched only once every flag is good.
 	if err := cfg.Validate(); err != nil {
-		return usagef("%v", err)
+		return flagUsage(err)
 	}
 	if *maxConns < 0 {
 		return usagef("--max-conns is negative (%d)", *maxConns)
@@ -140,6 +150,9 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 		// mark them published and lose them: never the default.
 		return usagef("no Kafka brokers: set --brokers or %s (or KAFKA_BROKERS) to publish to a cluster, or pass --dev-broker to publish into an embedded in-memory broker that loses everything on exit (development only)", envName("brokers"))
 	}
+	if common.databaseURL == "" {
+		return usagef("no database: pass --database-url or set DATABASE_URL")
+	}
 	tp, stopTracing, err := tracing(ctx, proc.lookupEnv)
 	if err != nil {
 		return err
@@ -153,6 +166,37 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 		}
 		defer metricsSrv.shutdown()
 		cfg.MeterProvider = metricsSrv.mp
+	}
+
+	// The database, its grants and its schema, before any broker.
+	db, err := common.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var found []relay.FoundTable
+	switch {
+	case schemas.set():
+		// Each table's schema is checked as the group finds it.
+		if found, err = findTables(ctx, db, gcfg, schemas.value); err != nil {
+			return err
+		}
+	case *mode == "wal":
+		if err := checkRelaySchema(ctx, db, table, cfg.StatementTimeout); err != nil {
+			return err
+		}
+		db.Close() // the WAL relay opens connections of its own
+	default:
+		names, err := outboxsql.NamesFor(table.Schema, table.Name)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		if err := grants.Check(ctx, db, "the relay", grants.Relay(names)); err != nil {
+			return err
+		}
+		if err := checkRelaySchema(ctx, db, table, cfg.StatementTimeout); err != nil {
+			return err
+		}
 	}
 
 	if kafka.devBroker {
@@ -171,30 +215,31 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 		return runWALRelay(ctx, stdout, common.databaseURL, wcfg, cfg.ID, addrs, kcfg, logger, metricsSrv)
 	}
 	out := publishing{stdout: stdout, addrs: addrs, kafka: kafka, kcfg: kcfg, logger: logger, metrics: metricsSrv}
-	db, err := common.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
 	db.SetMaxIdleConns(max(10, *maxConns)) // a relay's loops use up to nine connections at once
 	db.SetMaxOpenConns(*maxConns)
 	if schemas.set() {
 		logger.Info("connected to the database", "database", redactDatabaseURL(common.databaseURL), "schemas", schemas.value, "max_conns", *maxConns)
 		// Set after the group's configuration was checked.
 		gcfg.Relay.MeterProvider, gcfg.Relay.TracerProvider = cfg.MeterProvider, cfg.TracerProvider
-		return runGroup(ctx, out, db, gcfg, schemas.value)
+		return runGroup(ctx, out, db, gcfg, schemas.value, found)
 	}
 	logger.Info("connected to the database", "database", redactDatabaseURL(common.databaseURL), "table", table.String())
-	names, err := outboxsql.NamesFor(table.Schema, table.Name)
-	if err != nil {
-		return usagef("%v", err)
-	}
-	if err := grants.Check(ctx, db, "the relay", grants.Relay(names)); err != nil {
-		return err
-	}
 	return publish(ctx, out, table.String(),
 		func(pub *kafkapub.Publisher) (*relay.Relay, error) { return relay.New(db, pub, cfg) },
 		func(r *relay.Relay) { metricsSrv.serve(r, db, logger) })
+}
+
+// checkRelaySchema refuses, before any broker is touched, a table whose
+// schema the relays refuse: they need this release's newest version, and
+// Run checks it again.
+func checkRelaySchema(ctx context.Context, db *sql.DB, table txoutbox.Table, timeout time.Duration) error {
+	m, err := migrations.New(db, migrations.Config{Table: table})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return m.Check(ctx, migrations.Outbox.Latest())
 }
 
 // publishing is what a relay and a group of relays share to run: where
@@ -245,17 +290,13 @@ func publish[R interface {
 const groupMaxConnsDefault = 40
 
 // runGroup is `outbox relay --schemas`: a relay.Group over the tables
-// cfg selects, found again every DiscoverInterval. A pattern that selects
-// no schema at all at start fails it (exit 1, as status and migrate up
-// do): a typo should fail the deployment, not page someone later. One that
-// selects schemas none of which has a migrated outbox table yet (tenants
-// to come) starts, with a warning, and is not ready (/readyz) while it
-// serves no table.
-func runGroup(ctx context.Context, out publishing, db *sql.DB, cfg relay.GroupConfig, selected string) error {
-	found, err := findTables(ctx, db, cfg, selected)
-	if err != nil {
-		return err
-	}
+// cfg selects, found at start (found: a pattern that selects no schema at
+// all fails the start, exit 1, as status and migrate up do: a typo should
+// fail the deployment, not page someone later) and again every
+// DiscoverInterval. One that selects schemas none of which has a migrated
+// outbox table yet (tenants to come) starts, with a warning, and is not
+// ready (/readyz) while it serves no table.
+func runGroup(ctx context.Context, out publishing, db *sql.DB, cfg relay.GroupConfig, selected string, found []relay.FoundTable) error {
 	servable := 0
 	for _, f := range found {
 		if f.Migrated {

@@ -18,9 +18,10 @@ import (
 )
 
 // walFlags are the flags of `outbox relay --mode wal` beside the ones both
-// modes share (--lanes, --lane-batch, --max-attempts, --backoff-*, --retention,
-// --cloudevents*); the polling relay's own (--batch aside, which sets the
-// in-flight bound as in poll mode) are accepted and ignored.
+// modes share (--lanes, --lane-batch, --max-in-flight, --max-attempts,
+// --backoff-*, --retention, --statement-timeout, --cloudevents*); the
+// polling relay's own (--batch aside, which sets the in-flight bound as in
+// poll mode) are checked and ignored, and these are ignored in poll mode.
 type walFlags struct {
 	slot, publication string
 	failover          bool
@@ -34,7 +35,7 @@ func (w *walFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.slot, "slot", "", "wal mode: replication slot, unique on the server (default txoutbox_<database>_<schema>_<table>_<hash>, see docs/wal.md)")
 	fs.StringVar(&w.publication, "publication", "", "wal mode: publication of the table's inserts (default: the slot's default name)")
 	fs.BoolVar(&w.failover, "failover", false, "wal mode: create the slot with failover => true (PostgreSQL 17+), so a promoted standby keeps it")
-	fs.IntVar(&w.maxInFlight, "max-in-flight", 0, "events held unconfirmed at most, the bound on duplicates after a crash (default 2 × --batch)")
+	fs.IntVar(&w.maxInFlight, "max-in-flight", 0, "events held in flight at most (claimed, or read from the slot and not confirmed), the bound on duplicates after a crash (default 2 × --batch; at least --batch in poll mode)")
 	fs.DurationVar(&w.senderTimeout, "sender-timeout", walrelay.SenderTimeoutDefault, "wal mode: the server frees the slot of a relay silent this long; standbys take over after it")
 	fs.DurationVar(&w.standbyRetry, "standby-retry", walrelay.StandbyRetryDefault, "wal mode: how often a standby tries to take the slot")
 	fs.DurationVar(&w.cleanupInterval, "cleanup-interval", walrelay.CleanupIntervalDefault, "wal mode: how often rows the slot confirmed are deleted (or marked published, with --retention)")
@@ -82,7 +83,7 @@ func (w *walFlags) config(fs *flag.FlagSet, poll relay.Config, databaseURL strin
 		return cfg, usagef("%v", fmt.Errorf("%w: connection string: %v", walrelay.ErrInvalidConfig, err))
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, usagef("%v", err)
+		return cfg, flagUsage(err)
 	}
 	return cfg, nil
 }

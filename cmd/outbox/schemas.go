@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/txoutbox/txoutbox/internal/human"
 	"github.com/txoutbox/txoutbox/internal/ident"
 	"github.com/txoutbox/txoutbox/migrations"
+	"github.com/txoutbox/txoutbox/outboxadmin"
 	"github.com/txoutbox/txoutbox/relay"
 )
 
@@ -59,7 +61,7 @@ func (s *schemasFlag) groupConfig(common *commonFlags, rcfg relay.Config) (relay
 		cfg.Schemas = splitList(s.value)
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, usagef("--schemas: %v", err)
+		return cfg, flagUsage(fmt.Errorf("--schemas: %w", err))
 	}
 	return cfg, nil
 }
@@ -166,6 +168,16 @@ func unserved(f relay.FoundTable) string {
 	return ""
 }
 
+// checkSchema checks table's schema as the operator commands do for one
+// table (outboxadmin.Admin.CheckSchema).
+func checkSchema(ctx context.Context, db *sql.DB, table txoutbox.Table) error {
+	adm, err := outboxadmin.New(db, outboxadmin.Config{Table: table})
+	if err != nil {
+		return err
+	}
+	return adm.CheckSchema(ctx)
+}
+
 // tableStatus is one table's line of `outbox status --schemas`.
 type tableStatus struct {
 	Table            string  `json:"table"`
@@ -177,23 +189,47 @@ type tableStatus struct {
 	Dead          int64   `json:"dead"`
 	DeadEstimated bool    `json:"dead_estimated"`
 	// Skipped says why a schema a pattern selects has nothing to read: no
-	// outbox table, or not migrated. A relay group skips those tables too;
-	// they fail nothing.
+	// outbox table, not migrated, or a schema version the command does not
+	// match. A relay group skips those tables too; they fail nothing.
 	Skipped string `json:"skipped,omitempty"`
 	// Error is why a table could not be read: it fails the command.
 	Error string `json:"error,omitempty"`
+	// Locks, for a table another session held locked past --lock-timeout
+	// (Error says so), are the locks in the way (outboxadmin.Locks).
+	Locks []lockJSON `json:"locks,omitempty"`
 
 	lag, dueLag time.Duration
+}
+
+// lockedRow is the error and locks of a status row for a table locked by
+// another session.
+func lockedRow(ctx context.Context, db *sql.DB, table txoutbox.Table) (string, []lockJSON) {
+	const why = "locked by another session: the relays publish none of its events until the lock is gone"
+	adm, err := outboxadmin.New(db, outboxadmin.Config{Table: table})
+	if err != nil {
+		return why, nil
+	}
+	locks, err := adm.Locks(ctx)
+	if err != nil || len(locks) == 0 {
+		return why, nil
+	}
+	l := locks[0]
+	verb := "holds"
+	if !l.Granted {
+		verb = "waits for"
+	}
+	return fmt.Sprintf("%s (pid %d %s %s on %s for %s: %s)", why, l.PID, verb, l.Mode, l.Relation, human.Duration(l.For), l.Query), locksJSON(locks)
 }
 
 // statusTables is `outbox status --schemas`: the backlog, lags and dead
 // count of each selected table, one row each. A due lag past maxLag exits 3
 // as for one table, whatever else failed. Otherwise a table that cannot be
-// read (no privileges, the database gone) shows its error and fails the
+// read (no privileges, the database gone, or locked by another session
+// past --lock-timeout: its row says by whom) shows its error and fails the
 // command (exit 1) after the others, and so does, when the schemas are
-// listed by name (not pattern), one without the outbox table or not
-// migrated; one a pattern selects shows "no outbox table" or "not
-// migrated" and fails nothing, as a relay group skips it.
+// listed by name (not pattern), one without the outbox table, not
+// migrated, or of a schema version the command does not match; one a
+// pattern selects shows why and fails nothing, as a relay group skips it.
 func statusTables(ctx context.Context, stdout io.Writer, db *sql.DB, found []relay.FoundTable, pattern bool, maxLag time.Duration, asJSON bool) error {
 	rows := make([]tableStatus, 0, len(found))
 	var failed int
@@ -209,11 +245,18 @@ func statusTables(ctx context.Context, stdout io.Writer, db *sql.DB, found []rel
 		}
 		if why := unserved(f); why != "" {
 			notServed(why)
+		} else if err := checkSchema(ctx, db, f.Table); errors.Is(err, migrations.ErrSchemaTooOld) || errors.Is(err, migrations.ErrSchemaTooNew) {
+			notServed(err.Error())
+		} else if err != nil {
+			row.Error = err.Error()
 		} else {
 			st, err := txoutbox.ReadStats(ctx, db, f.Table)
-			if err != nil {
+			switch {
+			case outboxadmin.IsLockTimeout(err):
+				row.Error, row.Locks = lockedRow(ctx, db, f.Table)
+			case err != nil:
 				row.Error = err.Error()
-			} else {
+			default:
 				row.Backlog, row.BacklogEstimated, row.Dead, row.DeadEstimated = st.Backlog, st.BacklogEstimated, st.Dead, st.DeadEstimated
 				row.lag, row.LagSeconds = st.Lag, st.Lag.Seconds()
 				row.dueLag, row.DueLagSeconds = st.DueLag, st.DueLag.Seconds()

@@ -87,7 +87,7 @@ func TestSchemasUsageErrors(t *testing.T) {
 		{[]string{"ui", "--schemas", "tenant_*,other"}, "not both"},
 		{[]string{"ui", "--schemas", "tenant_["}, "SchemaPattern"},
 		{[]string{"ui", "--schemas", strings.Repeat("a", 64)}, "invalid table name"},
-		{[]string{"ui", "--schemas", "tenant_*", "--discover-interval", "-1s"}, "DiscoverInterval is negative"},
+		{[]string{"ui", "--schemas", "tenant_*", "--discover-interval", "-1s"}, "--discover-interval -1s is below its floor 100ms"},
 		// The flags of one table's console are checked as without --schemas.
 		{[]string{"ui", "--schemas", "tenant_*", "--listen", "0.0.0.0:8080"}, "--allow-host"},
 	})

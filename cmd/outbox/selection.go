@@ -140,8 +140,9 @@ func (g grantsFor) check(ctx context.Context, db *sql.DB, table txoutbox.Table) 
 	return grants.Check(ctx, db, g.who, g.needs(names))
 }
 
-// openAdmin connects, checks the role has what the command needs, and
-// builds the operator API for the table flags.
+// openAdmin connects, checks the role has what the command needs, builds
+// the operator API for the table flags and checks the table's schema
+// (outboxadmin.Admin.CheckSchema).
 func openAdmin(ctx context.Context, common *commonFlags, cfg outboxadmin.Config, need grantsFor) (*outboxadmin.Admin, *sql.DB, error) {
 	table, err := common.outboxTable()
 	if err != nil {
@@ -163,6 +164,10 @@ func openAdmin(ctx context.Context, common *commonFlags, cfg outboxadmin.Config,
 	if err != nil {
 		db.Close()
 		return nil, nil, usagef("%v", err)
+	}
+	if err := adm.CheckSchema(ctx); err != nil {
+		db.Close()
+		return nil, nil, err
 	}
 	return adm, db, nil
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/txoutbox/txoutbox/internal/hostname"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 	"github.com/txoutbox/txoutbox/outboxadmin/console"
 )
@@ -72,11 +73,11 @@ func runUI(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) 
 			return usagef("--token-file %s: %v", *tokenFile, err)
 		}
 	}
-	if console.IsLoopbackName(host) && len(opts.Hosts) > 0 {
+	if hostname.IsLoopback(host) && len(opts.Hosts) > 0 {
 		// Names added for a tunnel or a proxy: loopback is still served.
 		opts.Hosts = append(opts.Hosts, "localhost", "127.0.0.1", "::1")
 	}
-	if !console.IsLoopbackName(host) {
+	if !hostname.IsLoopback(host) {
 		// Anyone who reaches the port could read payloads and, with
 		// --allow-writes, drop events; a browser tricked by DNS rebinding
 		// too, unless the Host is checked against the names served.
@@ -139,7 +140,7 @@ func runUI(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) 
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	if !console.IsLoopbackName(host) && opts.Authenticate == nil {
+	if !hostname.IsLoopback(host) && opts.Authenticate == nil {
 		logger.Warn("the console listens beyond loopback and authenticates nobody (--behind-auth-proxy)", "listen", *listen, "hosts", opts.Hosts)
 	}
 	mode := "read-only"

@@ -150,8 +150,8 @@ func TestWALModeUsageErrors(t *testing.T) {
 	t.Parallel()
 	wantUsageErrors(t, outbox, []usageCase{
 		{[]string{"relay", "--mode", "tail", "--database-url", "postgres://x/y"}, `--mode "tail"`},
-		{[]string{"relay", "--mode", "wal", "--database-url", "postgres://x/y", "--slot", "Bad-Name"}, "Slot"},
-		{[]string{"relay", "--mode", "wal", "--database-url", "postgres://x/y", "--sender-timeout", "100ms"}, "SenderTimeout"},
+		{[]string{"relay", "--mode", "wal", "--database-url", "postgres://x/y", "--slot", "Bad-Name"}, "--slot"},
+		{[]string{"relay", "--mode", "wal", "--database-url", "postgres://x/y", "--sender-timeout", "100ms"}, "--sender-timeout 100ms is below its floor 1s"},
 		{[]string{"wal"}, "want a subcommand"},
 		{[]string{"wal", "rewind"}, "unknown subcommand"},
 	})

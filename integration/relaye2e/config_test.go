@@ -32,12 +32,12 @@ func TestNewValidatesConfig(t *testing.T) {
 		msg string
 	}{
 		{relay.Config{Table: txoutbox.Table{Name: "x; drop table y"}}, "invalid table name"},
-		{relay.Config{BatchSize: -1}, "BatchSize is negative"},
-		{relay.Config{PollInterval: -time.Second}, "PollInterval is negative"},
-		{relay.Config{BatchSize: 100, MaxInFlight: 50}, "MaxInFlight (50) is smaller than BatchSize (100)"},
-		{relay.Config{BackoffMin: time.Minute, BackoffMax: time.Second}, "BackoffMax (1s) is smaller than BackoffMin (1m0s)"},
-		{relay.Config{HeartbeatInterval: time.Second, StaleAfter: time.Second}, "StaleAfter (1s) must be at least twice HeartbeatInterval (1s)"},
-		{relay.Config{HeartbeatInterval: time.Second, LeaseDuration: time.Millisecond}, "LeaseDuration (1ms) is shorter than HeartbeatInterval (1s)"},
+		{relay.Config{BatchSize: -1}, "BatchSize -1 is below its floor 1"},
+		{relay.Config{PollInterval: -time.Second}, "PollInterval -1s is below its floor 10ms"},
+		{relay.Config{BatchSize: 100, MaxInFlight: 50}, "MaxInFlight 50 is below its floor, BatchSize (100)"},
+		{relay.Config{BackoffMin: time.Minute, BackoffMax: time.Second}, "BackoffMax 1s is below its floor, BackoffMin (1m0s)"},
+		{relay.Config{HeartbeatInterval: time.Second, StaleAfter: time.Second}, "StaleAfter 1s is below its floor, twice HeartbeatInterval (2s)"},
+		{relay.Config{HeartbeatInterval: time.Second, LeaseDuration: time.Millisecond}, "LeaseDuration 1ms is below its floor, HeartbeatInterval (1s)"},
 	} {
 		_, err := relay.New(db, pub, tc.cfg)
 		if !errors.Is(err, relay.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.msg) {

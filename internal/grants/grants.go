@@ -17,37 +17,48 @@ import (
 type Need struct {
 	Table      string   // quoted, possibly schema-qualified
 	Privileges []string // SELECT, INSERT, UPDATE, DELETE
+	// IfExists: a table that does not exist needs nothing. The version
+	// table is missing from an outbox migrated by another tool.
+	IfExists bool
+}
+
+// versions is the SELECT every part but the writer needs on the version
+// table: it checks the schema's version at start.
+func versions(n outboxsql.Names) Need {
+	return Need{n.Versions, []string{"SELECT"}, true}
 }
 
 // Writer is what the application's writes need: INSERT alone.
 func Writer(n outboxsql.Names) []Need {
-	return []Need{{n.Table, []string{"INSERT"}}}
+	return []Need{{Table: n.Table, Privileges: []string{"INSERT"}}}
 }
 
 // Relay is what a relay needs: it claims, marks and prunes events, and
 // registers, heartbeats and moves shards.
 func Relay(n outboxsql.Names) []Need {
 	return []Need{
-		{n.Table, []string{"SELECT", "UPDATE", "DELETE"}},
-		{n.Relays, []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
-		{n.Shards, []string{"SELECT", "UPDATE"}},
-		{n.Floor, []string{"SELECT", "UPDATE"}},
+		{Table: n.Table, Privileges: []string{"SELECT", "UPDATE", "DELETE"}},
+		{Table: n.Relays, Privileges: []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+		{Table: n.Shards, Privileges: []string{"SELECT", "UPDATE"}},
+		{Table: n.Floor, Privileges: []string{"SELECT", "UPDATE"}},
+		versions(n),
 	}
 }
 
 // Reader is what outbox status, dead list and dead show need.
 func Reader(n outboxsql.Names) []Need {
 	return []Need{
-		{n.Table, []string{"SELECT"}},
-		{n.Relays, []string{"SELECT"}},
-		{n.Shards, []string{"SELECT"}},
+		{Table: n.Table, Privileges: []string{"SELECT"}},
+		{Table: n.Relays, Privileges: []string{"SELECT"}},
+		{Table: n.Shards, Privileges: []string{"SELECT"}},
+		versions(n),
 	}
 }
 
 // Operator is what dead retry, dead drop and replay need besides Reader;
 // retry and replay lower the claim floor.
 func Operator(n outboxsql.Names) []Need {
-	return append(Reader(n), Need{n.Table, []string{"UPDATE", "DELETE"}}, Need{n.Floor, []string{"SELECT", "UPDATE"}})
+	return append(Reader(n), Need{Table: n.Table, Privileges: []string{"UPDATE", "DELETE"}}, Need{Table: n.Floor, Privileges: []string{"SELECT", "UPDATE"}})
 }
 
 // Check returns an error naming the first missing privilege of who (for
@@ -61,6 +72,9 @@ func Check(ctx context.Context, db *sql.DB, who string, needs []Need) error {
 		var exists bool
 		if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, n.Table).Scan(&exists); err != nil {
 			return fmt.Errorf("check grants on %s: %w", n.Table, err)
+		}
+		if !exists && n.IfExists {
+			continue
 		}
 		if !exists {
 			return fmt.Errorf("table %s does not exist or role %q lacks USAGE on its schema: run outbox migrate up, or GRANT USAGE ON SCHEMA ... TO %q", n.Table, role, role)

@@ -45,11 +45,12 @@ func NamesFor(schema, name string) (Names, error) {
 			ErrInvalidTable, name, ident.MaxLen-longestSuffix, name+"_schema_migrations")
 	}
 	return Names{
-		Table:   ident.Qualified(schema, name),
-		Relays:  ident.Qualified(schema, name+"_relays"),
-		Shards:  ident.Qualified(schema, name+"_shards"),
-		Floor:   ident.Qualified(schema, name+"_claim_floor"),
-		Channel: Channel(schema, name),
+		Table:    ident.Qualified(schema, name),
+		Relays:   ident.Qualified(schema, name+"_relays"),
+		Shards:   ident.Qualified(schema, name+"_shards"),
+		Floor:    ident.Qualified(schema, name+"_claim_floor"),
+		Versions: ident.Qualified(schema, name+"_schema_migrations"),
+		Channel:  Channel(schema, name),
 	}, nil
 }
 

@@ -13,11 +13,14 @@ import (
 // Names are the quoted, schema-qualified names of the outbox tables and the
 // NOTIFY channel. Build them with NamesFor.
 type Names struct {
-	Table   string // the events table, e.g. "public"."outbox"
-	Relays  string // live relays and their heartbeats
-	Shards  string // which relay owns which shard
-	Floor   string // the claim floor (schema version 8, see ClaimFloor)
-	Channel string // the LISTEN/NOTIFY channel, a plain string (not an identifier)
+	Table  string // the events table, e.g. "public"."outbox"
+	Relays string // live relays and their heartbeats
+	Shards string // which relay owns which shard
+	Floor  string // the claim floor (schema version 8, see ClaimFloor)
+	// Versions is the migrator's record of the applied schema versions
+	// (migrations.Migrator).
+	Versions string
+	Channel  string // the LISTEN/NOTIFY channel, a plain string (not an identifier)
 }
 
 // Render substitutes the placeholders {{table}}, {{relays}}, {{shards}},
@@ -27,8 +30,8 @@ type Names struct {
 // {{table}} between quotes would be ended by a quote in the schema's
 // name), and
 // {{claimkey}} and {{prunekey}} (the claim gate's and prune lock's
-// two-part advisory lock keys) in a statement template; {{claimkey $3}} is
-// the claim gate's key of the table named by parameter $3, the same
+// two-part advisory lock keys) in a statement template; {{claimkey $4}} is
+// the claim gate's key of the table named by parameter $4, the same
 // lock as {{claimkey}} for that table.
 func (n Names) Render(tmpl string) string {
 	return strings.NewReplacer(
@@ -38,7 +41,7 @@ func (n Names) Render(tmpl string) string {
 		"{{shards}}", n.Shards,
 		"{{floor}}", n.Floor,
 		"{{channel}}", quoteLiteral(n.Channel),
-		"{{claimkey $3}}", lockKey("txoutbox.claim", "$3::text"),
+		"{{claimkey $4}}", lockKey("txoutbox.claim", "$4::text"),
 		"{{claimkey}}", lockKey("txoutbox.claim", quoteLiteral(n.Table)),
 		"{{prunekey}}", lockKey("txoutbox.prune", quoteLiteral(n.Table)),
 	).Replace(tmpl)
@@ -193,3 +196,20 @@ func TextArray(values []string) string {
 	b.WriteByte('}')
 	return b.String()
 }
+
+// SchemaTables reads whether a migration set's table and its version
+// table (<table>_schema_migrations) exist, and whether the current role
+// may read the latter (true when it does not exist), from the catalogs
+// only, so a component can check the schema's version without creating
+// anything, and say which grant it lacks.
+const SchemaTables = `SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL,
+       coalesce(has_table_privilege(to_regclass($2::text), 'SELECT'), true), current_user`
+
+// SchemaTablesArgs binds SchemaTables.
+type SchemaTablesArgs struct {
+	Table    string // the table, quoted and qualified as NamesFor quotes it
+	Versions string // its version table, the same way
+}
+
+// Args returns the statement's arguments.
+func (a SchemaTablesArgs) Args() []any { return []any{a.Table, a.Versions} }

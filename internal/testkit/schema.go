@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -155,4 +157,44 @@ func redact(raw string) string {
 		return "the configured URL"
 	}
 	return u.Redacted()
+}
+
+// RevertOutboxTo reverts the outbox migrations of table (migrated by
+// migrations.Migrator) until version is the newest applied: the outbox of
+// an older release, for tests of the schema checks.
+func RevertOutboxTo(t testing.TB, db *sql.DB, table txoutbox.Table, version int) {
+	t.Helper()
+	m, err := migrations.New(db, migrations.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		st, err := m.Status(context.Background())
+		if err != nil {
+			t.Fatalf("revert the outbox to version %d: %v", version, err)
+		}
+		newest := 0
+		for _, s := range st {
+			if s.AppliedAt != nil {
+				newest = s.Version
+			}
+		}
+		if newest <= version {
+			return
+		}
+		if _, err := m.Down(context.Background()); err != nil {
+			t.Fatalf("revert the outbox to version %d: %v", version, err)
+		}
+	}
+}
+
+// RecordOutboxVersion records version as applied to table's outbox
+// schema, as a newer release's migrator would: a version this one does
+// not know, for tests of the schema checks.
+func RecordOutboxVersion(t testing.TB, db *sql.DB, table txoutbox.Table, version int, name string) {
+	t.Helper()
+	versions := ident.Qualified(table.Schema, cmp.Or(table.Name, txoutbox.TableNameDefault)+"_schema_migrations")
+	if _, err := db.Exec("INSERT INTO "+versions+" (version, name) VALUES ($1, $2)", version, name); err != nil {
+		t.Fatalf("record outbox version %d: %v", version, err)
+	}
 }

@@ -6,10 +6,11 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/txoutbox/txoutbox/internal/hostname"
 )
 
 // hostList is Options.Hosts, normalized: lower case, no port, no brackets,
@@ -29,7 +30,7 @@ func parseHosts(hosts []string) (hostList, error) {
 		// Checked before the port is split off: "http://x/" would leave
 		// the name "http". "*" alone is any name; within one it is no
 		// pattern, but a name that no Host matches.
-		n := normalHost(h)
+		n := hostname.Normal(h)
 		if n == "" || strings.ContainsAny(h, "/ ?#@*") {
 			return hostList{}, fmt.Errorf("%w: Hosts: %q is not a host name", ErrInvalidOptions, h)
 		}
@@ -38,28 +39,19 @@ func parseHosts(hosts []string) (hostList, error) {
 	return l, nil
 }
 
-// normalHost is host without its port, in lower case.
-func normalHost(host string) string {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSuffix(host, "]"), "["), ".")
-	return strings.ToLower(host)
-}
-
 // allows reports whether the console serves host (a Host header).
 func (l hostList) allows(host string) bool {
 	if l.any {
 		return true
 	}
-	n := normalHost(host)
+	n := hostname.Normal(host)
 	if n == "" {
 		return false
 	}
 	if len(l.names) > 0 {
 		return l.names[n]
 	}
-	return IsLoopbackName(n)
+	return hostname.IsLoopback(n)
 }
 
 // allowsOrigin reports whether a request's Origin names a served host.
@@ -72,25 +64,12 @@ func (l hostList) allowsOrigin(origin string) bool {
 	return l.allows(u.Host)
 }
 
-// IsLoopbackName reports whether host (without a port) names the local
-// machine only: localhost, a name under .localhost (RFC 6761), or a
-// loopback IP address. These are the names a console with no
-// Options.Hosts serves.
-func IsLoopbackName(host string) bool {
-	host = normalHost(host)
-	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // operatorKey carries Authenticate's operator in a request's context.
 type operatorKey struct{}
 
-// Operator returns who makes r as Options.Authenticate named them, "" when
-// the console has no Authenticate.
-func Operator(ctx context.Context) string {
+// operator is who makes the request of ctx as Options.Authenticate named
+// them, "" when the console has no Authenticate.
+func operator(ctx context.Context) string {
 	op, _ := ctx.Value(operatorKey{}).(string)
 	return op
 }

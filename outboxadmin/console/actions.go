@@ -211,7 +211,7 @@ func filterAttrs(f outboxadmin.Filter) map[string]string {
 // operatorAttr names Options.Authenticate's operator in a log record, and
 // is empty (dropped by the handler) without one.
 func operatorAttr(r *http.Request) slog.Attr {
-	if op := Operator(r.Context()); op != "" {
+	if op := operator(r.Context()); op != "" {
 		return slog.String("operator", op)
 	}
 	return slog.Attr{}

@@ -51,13 +51,12 @@
 //     Options.Authenticate is set: a hook for the embedding application's
 //     authentication (or TokenAuth, HTTP basic auth against a token, which
 //     `outbox ui --token-file` uses). It runs on every request after the
-//     Host check; an error answers 401. The operator it returns (Operator
-//     reads it from a request's context) is named in every change's log
-//     line, with the remote address. Without it, mount the console behind
-//     the application's authentication. `outbox ui` refuses to listen
-//     beyond loopback without --allow-host and either --token-file or
-//     --behind-auth-proxy, and to answer any name (--allow-host '*') without
-//     one of those two, on loopback too.
+//     Host check; an error answers 401. The operator it returns is named
+//     in every change's log line, with the remote address. Without it,
+//     mount the console behind the application's authentication. `outbox
+//     ui` refuses to listen beyond loopback without --allow-host and either
+//     --token-file or --behind-auth-proxy, and to answer any name
+//     (--allow-host '*') without one of those two, on loopback too.
 //   - Writes. The console is read-only unless Options.AllowWrites is set,
 //     and every page shows which mode it is in. Each state-changing
 //     request is a POST carrying a CSRF token (the HMAC, under a key random

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/txoutbox/txoutbox/internal/human"
+	"github.com/txoutbox/txoutbox/migrations"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
@@ -149,7 +150,8 @@ type errorPage struct {
 
 // fail answers err with its status: 400 for bad input, 404 for an unknown
 // event, 409 when a confirmed selection changed meanwhile, 403 for a write
-// to a read-only console, otherwise 500 with a generic message (database
+// to a read-only console, 503 for a table whose schema the console does
+// not match (outboxadmin.Admin.CheckSchema: it says what to run), otherwise 500 with a generic message (database
 // errors may name hosts and roles) and the error in the log.
 func (s *shell) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var (
@@ -170,6 +172,8 @@ func (s *shell) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, msg = http.StatusConflict, err.Error()+"; nothing changed"
 	case errors.Is(err, errReadOnly), errors.Is(err, errCSRF):
 		status, msg = http.StatusForbidden, err.Error()
+	case errors.Is(err, migrations.ErrSchemaTooOld), errors.Is(err, migrations.ErrSchemaTooNew):
+		status, msg = http.StatusServiceUnavailable, err.Error()
 	case errors.Is(err, context.DeadlineExceeded):
 		status, msg = http.StatusServiceUnavailable, "the database did not answer in time"
 		s.log.Error("outbox console: request failed", "path", r.URL.Path, "err", err)

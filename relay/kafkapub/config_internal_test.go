@@ -50,3 +50,31 @@ func TestSaramaConfigRefusesALingerAsLongAsTheTimeout(t *testing.T) {
 		}
 	}
 }
+
+// Timeout and MaxMessageBytes have floors, which Validate and
+// NewPublisher name; zero takes the default.
+func TestValidateFloors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Timeout: time.Nanosecond}, "Timeout 1ns is below its floor 100ms"},
+		{Config{Timeout: -time.Second}, "Timeout -1s is below its floor 100ms"},
+		{Config{MaxMessageBytes: 10}, "MaxMessageBytes 10 is below its floor 1024"},
+		{Config{MaxMessageBytes: -1}, "MaxMessageBytes -1 is below its floor 1024"},
+		{Config{Linger: 10 * time.Second}, "Linger 10s is not below Timeout 10s"},
+	} {
+		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate = %v; want %q", err, c.want)
+		}
+		if _, err := NewPublisher([]string{"127.0.0.1:1"}, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewPublisher = %v; want %q", err, c.want)
+		}
+	}
+	for _, cfg := range []Config{{}, {Timeout: TimeoutFloor, MaxMessageBytes: MaxMessageBytesFloor, Linger: -1}} {
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("Validate(%+v) = %v", cfg, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package kafkapub
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -19,6 +20,25 @@ import (
 	"github.com/txoutbox/txoutbox/relay"
 )
 
+// Defaults and floors of Config: a field left zero takes its default, and
+// one below its floor is refused (Validate).
+const (
+	// TimeoutDefault is Config.Timeout's default.
+	TimeoutDefault = 10 * time.Second
+	// TimeoutFloor leaves a request a round trip to the broker and the
+	// acknowledgement of every in-sync replica; below it every publish
+	// fails.
+	TimeoutFloor = 100 * time.Millisecond
+	// MaxMessageBytesDefault is Config.MaxMessageBytes's default, Kafka's
+	// default message.max.bytes.
+	MaxMessageBytesDefault = 1048588
+	// MaxMessageBytesFloor: the headers every message carries (event id,
+	// type, aggregate, time, content type) and a record's framing take a
+	// few hundred bytes; under a KiB, ordinary events would be refused
+	// and go dead.
+	MaxMessageBytesFloor = 1024
+)
+
 // Config tunes NewPublisher. The zero value is valid.
 type Config struct {
 	// ClientID is reported to the brokers. Default "txoutbox".
@@ -31,12 +51,14 @@ type Config struct {
 	SASL SASLConfig
 
 	// MaxMessageBytes is the largest record the producer sends. Default
-	// 1048588, Kafka's default message.max.bytes. Larger events fail to
-	// publish and, after MaxAttempts, become dead.
+	// MaxMessageBytesDefault, Kafka's default message.max.bytes; at least
+	// MaxMessageBytesFloor (1 KiB). Larger events fail to publish and,
+	// after MaxAttempts, become dead.
 	MaxMessageBytes int
 
 	// Timeout bounds dialing, each request and the wait for the brokers'
-	// acknowledgement. Default 10s.
+	// acknowledgement. Default TimeoutDefault (10s); at least
+	// TimeoutFloor (100ms).
 	Timeout time.Duration
 
 	// Version is the Kafka protocol version to speak. Default 2.8.0.
@@ -52,7 +74,7 @@ type Config struct {
 	// (Sarama's Producer.Flush.Frequency; like Kafka's linger.ms, though
 	// a buffer is not sent early when it fills a batch.size). Default
 	// LingerDefault; negative sends the buffer as soon as the broker has
-	// answered the request before; at least Timeout is refused. Each
+	// answered the request before; it must be below Timeout. Each
 	// request costs the brokers about the same whatever it holds, so
 	// fewer, fuller requests cost them less per event
 	// (docs/performance.md). Every publish waits up to Linger more for
@@ -484,7 +506,43 @@ func aggregateKey(_ string, msg *message.Message) (string, error) {
 	return msg.Metadata.Get(txoutbox.HeaderAggregateID), nil
 }
 
+// Validate reports whether c is a configuration NewPublisher accepts,
+// without connecting to anything: its durations and sizes at or above
+// their floors (zero takes the default), Linger below Timeout, a SASL
+// mechanism it knows. NewPublisher also runs Sarama's own checks and
+// Configure.
+func (c Config) Validate() error {
+	_, err := c.checked()
+	if err != nil {
+		return fmt.Errorf("kafkapub: %w", err)
+	}
+	return nil
+}
+
+// checked validates c and returns its timeout, the default if unset.
+func (c Config) checked() (timeout time.Duration, err error) {
+	timeout = cmp.Or(c.Timeout, TimeoutDefault)
+	switch {
+	case timeout < TimeoutFloor:
+		return 0, fmt.Errorf("Timeout %s is below its floor %s", c.Timeout, TimeoutFloor)
+	case c.MaxMessageBytes != 0 && c.MaxMessageBytes < MaxMessageBytesFloor:
+		return 0, fmt.Errorf("MaxMessageBytes %d is below its floor %d", c.MaxMessageBytes, MaxMessageBytesFloor)
+	case c.Linger >= timeout:
+		return 0, fmt.Errorf("Linger %v is not below Timeout %v: every publish would time out", c.Linger, timeout)
+	}
+	switch c.SASL.Mechanism {
+	case "", sarama.SASLTypePlaintext, sarama.SASLTypeSCRAMSHA256, sarama.SASLTypeSCRAMSHA512:
+	default:
+		return 0, fmt.Errorf("unsupported SASL mechanism %q (want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", c.SASL.Mechanism)
+	}
+	return timeout, nil
+}
+
 func (cfg Config) sarama() (*sarama.Config, error) {
+	timeout, err := cfg.checked()
+	if err != nil {
+		return nil, err
+	}
 	sc := sarama.NewConfig()
 	sc.ClientID = "txoutbox"
 	if cfg.ClientID != "" {
@@ -493,10 +551,6 @@ func (cfg Config) sarama() (*sarama.Config, error) {
 	sc.Version = sarama.V2_8_0_0
 	if cfg.Version != (sarama.KafkaVersion{}) {
 		sc.Version = cfg.Version
-	}
-	timeout := 10 * time.Second
-	if cfg.Timeout > 0 {
-		timeout = cfg.Timeout
 	}
 	sc.Net.DialTimeout, sc.Net.ReadTimeout, sc.Net.WriteTimeout = timeout, timeout, timeout
 	sc.Producer.Timeout = timeout
@@ -507,14 +561,9 @@ func (cfg Config) sarama() (*sarama.Config, error) {
 	sc.Producer.Retry.Backoff = 100 * time.Millisecond
 	sc.Producer.Return.Successes = true
 	sc.Producer.Return.Errors = true
-	sc.Producer.MaxMessageBytes = 1048588
-	if cfg.MaxMessageBytes > 0 {
-		sc.Producer.MaxMessageBytes = cfg.MaxMessageBytes
-	}
+	sc.Producer.MaxMessageBytes = cmp.Or(cfg.MaxMessageBytes, MaxMessageBytesDefault)
 	sc.Metadata.Retry.Backoff = 250 * time.Millisecond
 	switch {
-	case cfg.Linger >= timeout:
-		return nil, fmt.Errorf("Linger %v is not below Timeout %v: every publish would time out", cfg.Linger, timeout)
 	case cfg.Linger == 0:
 		sc.Producer.Flush.Frequency = LingerDefault
 	case cfg.Linger > 0:
@@ -529,12 +578,7 @@ func (cfg Config) sarama() (*sarama.Config, error) {
 		sc.Net.SASL.Enable = true
 		sc.Net.SASL.User = cfg.SASL.User
 		sc.Net.SASL.Password = cfg.SASL.Password
-		switch cfg.SASL.Mechanism {
-		case sarama.SASLTypePlaintext, sarama.SASLTypeSCRAMSHA256, sarama.SASLTypeSCRAMSHA512:
-			sc.Net.SASL.Mechanism = sarama.SASLMechanism(cfg.SASL.Mechanism)
-		default:
-			return nil, fmt.Errorf("unsupported SASL mechanism %q (want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", cfg.SASL.Mechanism)
-		}
+		sc.Net.SASL.Mechanism = sarama.SASLMechanism(cfg.SASL.Mechanism)
 	}
 	if cfg.Configure != nil {
 		cfg.Configure(sc)

@@ -24,14 +24,17 @@ const DrainTimeoutDefault = 30 * time.Second
 // drained: a count of the unpublished rows, on a test's small table.
 const drainCheckInterval = 5 * time.Millisecond
 
-// Defaults Drain gives the relay's Config fields left zero, for tests: a
+// What Drain gives the relay's Config fields left zero, for tests: a
 // failed event is retried within milliseconds instead of seconds.
 const (
-	PollIntervalDefault     = 10 * time.Millisecond
-	BackoffMinDefault       = time.Millisecond
-	BackoffMaxDefault       = 20 * time.Millisecond
-	OutageBackoffMaxDefault = 20 * time.Millisecond
+	drainPollInterval     = 10 * time.Millisecond
+	drainBackoffMin       = time.Millisecond
+	drainBackoffMax       = 20 * time.Millisecond
+	drainOutageBackoffMax = 20 * time.Millisecond
 )
+
+// readTimeout bounds Drain's reads of the outbox once the relay stopped.
+const readTimeout = 10 * time.Second
 
 // ErrDead is matched by Drain's error when events went dead while it ran.
 var ErrDead = errors.New("relaytest: events went dead")
@@ -73,9 +76,10 @@ func WithClock(now func() time.Time) DrainOption {
 // asserts on pub (a Publisher) and the outbox afterwards.
 //
 // cfg is the relay's Config, with test defaults for the fields left zero:
-// PollIntervalDefault, BackoffMinDefault, BackoffMaxDefault,
-// OutageBackoffMaxDefault, no pruning (Retention -1, so published rows
-// stay to assert on) and no logs. Events that become due only later are
+// PollInterval 10ms, BackoffMin 1ms, BackoffMax (at least BackoffMin) and
+// OutageBackoffMax 20ms, so a failed event is retried within milliseconds,
+// no pruning (Retention -1, so published rows stay to assert on) and no
+// logs. Events that become due only later are
 // waited for, if they come due before its deadline: a failure's backoff,
 // and an event whose NotBefore comes before the deadline (by the database
 // clock; see WithClock for events delayed further). Events written while
@@ -137,7 +141,7 @@ func Drain(ctx context.Context, db *sql.DB, pub message.Publisher, cfg relay.Con
 	}
 
 	// Read what is left on a context of its own: ctx may have ended.
-	readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), outboxtest.ReadTimeout)
+	readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
 	defer cancel()
 	dead, err = deadEvents(readCtx, db, q, cfg.Table, deadBefore)
 	if err != nil {
@@ -162,10 +166,10 @@ func setDefaults(cfg *relay.Config) {
 			*v = def
 		}
 	}
-	set(&cfg.PollInterval, PollIntervalDefault)
-	set(&cfg.BackoffMin, BackoffMinDefault)
-	set(&cfg.BackoffMax, max(BackoffMaxDefault, cfg.BackoffMin))
-	set(&cfg.OutageBackoffMax, OutageBackoffMaxDefault)
+	set(&cfg.PollInterval, drainPollInterval)
+	set(&cfg.BackoffMin, drainBackoffMin)
+	set(&cfg.BackoffMax, max(drainBackoffMax, cfg.BackoffMin))
+	set(&cfg.OutageBackoffMax, drainOutageBackoffMax)
 	set(&cfg.Retention, -1)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

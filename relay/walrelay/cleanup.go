@@ -47,7 +47,7 @@ import (
 type cleanup struct {
 	r      *Relay
 	pool   *pgxpool.Pool
-	srv    ServerFacts
+	srv    serverFacts
 	failed chan error // the publication changed: the session must end
 
 	started bool   // a round is in progress
@@ -56,7 +56,7 @@ type cleanup struct {
 	lsn     uint64 // L, 0 until step 2 passed
 }
 
-func newCleanup(r *Relay, pool *pgxpool.Pool, srv ServerFacts) *cleanup {
+func newCleanup(r *Relay, pool *pgxpool.Pool, srv serverFacts) *cleanup {
 	return &cleanup{r: r, pool: pool, srv: srv, failed: make(chan error, 1)}
 }
 

@@ -34,8 +34,36 @@ const (
 	StatsIntervalDefault    = 10 * time.Second
 )
 
+// Floors of Config, as the polling relay's (relay.PollIntervalFloor and
+// the others): the least value of a field that Validate and New accept
+// (zero takes the default). Every count's floor is 1; BackoffMax is at
+// least BackoffMin; Retention has no floor.
+const (
+	// BackoffMinFloor is the polling relay's.
+	BackoffMinFloor = relay.BackoffMinFloor
+	// FlushIntervalFloor: the confirmed position is reported to the
+	// server no more often than that serves anyone.
+	FlushIntervalFloor = time.Millisecond
+	// PingIntervalFloor: a ping is a round trip on the replication
+	// connection; more often than that, it only adds traffic.
+	PingIntervalFloor = 10 * time.Millisecond
+	// SenderTimeoutFloor: the relay gives its slot up after half of
+	// SenderTimeout without a word from the server; under a second, a
+	// busy server's late reply would make a live relay give it up.
+	SenderTimeoutFloor = time.Second
+	// StandbyRetryFloor: each try opens a replication connection.
+	StandbyRetryFloor = 100 * time.Millisecond
+	// CleanupIntervalFloor and StatsIntervalFloor: a round of statements
+	// more often than that serves nothing.
+	CleanupIntervalFloor = 10 * time.Millisecond
+	StatsIntervalFloor   = 10 * time.Millisecond
+	// StatementTimeoutFloor is the polling relay's.
+	StatementTimeoutFloor = relay.StatementTimeoutFloor
+)
+
 // Config configures a Relay. Every zero field takes its documented
-// default; the connection and the publisher are New's arguments, as the
+// default, and a field below its floor (see the Floor constants) is
+// refused; the connection and the publisher are New's arguments, as the
 // polling relay's database and publisher are relay.New's.
 type Config struct {
 	// Table is the outbox table. Default: "outbox" on the search_path.
@@ -71,20 +99,21 @@ type Config struct {
 
 	// Lanes is how many events are published concurrently. Events are
 	// spread over lanes by aggregate id, so one aggregate's events are
-	// published one after another, in commit order. Default 64.
+	// published one after another, in commit order. Default 64; at least
+	// 1.
 	Lanes int
 
 	// LaneBatch is the most events a lane hands the publisher at once
 	// when it is a relay.BatchPublisher (kafkapub's is), as in the polling
 	// relay: the events queued in the lane, of distinct aggregates, go out
-	// together. 1 sends one event at a time. Default 64.
+	// together. 1 sends one event at a time. Default 64; at least 1.
 	LaneBatch int
 
 	// MaxInFlight bounds the events read from the slot whose position the
 	// relay has not yet confirmed to the server: it stops reading while
 	// that many are held. It is also, with the largest transaction and
 	// the events settled in the last FlushInterval, the most events one
-	// crash of the relay publishes twice. Default 2000.
+	// crash of the relay publishes twice. Default 2000; at least 1.
 	MaxInFlight int
 
 	// MaxAttempts is how many failed publishes make an event dead when
@@ -94,21 +123,24 @@ type Config struct {
 	// events go on. A failure for want of the broker never makes an event
 	// dead, however long it lasts; the event is retried, and its
 	// aggregate waits. A table-less event has no row: it is logged at
-	// error level and dropped. Default 10.
+	// error level and dropped. Default 10; at least 1.
 	MaxAttempts int
 
 	// BackoffMin and BackoffMax bound the delay before a failed publish is
 	// tried again: BackoffMin × 2^(attempts-1), capped at BackoffMax, with
 	// jitter (between half of that and all of it), as in the polling
-	// relay. Defaults 1s and 5m.
+	// relay. Defaults 1s and 5m; BackoffMin at least BackoffMinFloor
+	// (1ms), BackoffMax at least BackoffMin.
 	BackoffMin, BackoffMax time.Duration
 
 	// FlushInterval is how often the confirmed position is reported to
-	// the server while it advances. Default 10ms.
+	// the server while it advances. Default 10ms; at least
+	// FlushIntervalFloor (1ms).
 	FlushInterval time.Duration
 
 	// PingInterval is how often the relay asks the server for a reply,
-	// to notice a dead connection; at most SenderTimeout/4. Default 1s.
+	// to notice a dead connection; at most SenderTimeout/4. Default 1s;
+	// at least PingIntervalFloor (10ms).
 	PingInterval time.Duration
 
 	// SenderTimeout is the server's wal_sender_timeout for the relay's
@@ -118,11 +150,13 @@ type Config struct {
 	// frozen host). The relay gives the slot up itself when it has heard
 	// nothing for half of it, before the server frees the slot for a
 	// standby. A killed process closes its connection, and a standby takes
-	// over within StandbyRetry. Default 10s.
+	// over within StandbyRetry. Default 10s; at least SenderTimeoutFloor
+	// (1s).
 	SenderTimeout time.Duration
 
 	// StandbyRetry is how often a relay that finds the slot held by
-	// another tries again. Default 1s.
+	// another tries again. Default 1s; at least StandbyRetryFloor
+	// (100ms).
 	StandbyRetry time.Duration
 
 	// Retention is how long rows of published events are kept. Zero (the
@@ -133,17 +167,18 @@ type Config struct {
 	// Retention marks them published first, one batched UPDATE per
 	// CleanupBatch rows, and deletes them after Retention, so `outbox
 	// replay` and audits can read them. Negative marks them published and
-	// never deletes them.
+	// never deletes them. Any value is accepted.
 	Retention time.Duration
 
 	// CleanupInterval is how often the cleanup looks for confirmed rows;
 	// CleanupBatch is how many rows one statement removes. Defaults 2s and
-	// 1000.
+	// 1000; at least CleanupIntervalFloor (10ms) and 1.
 	CleanupInterval time.Duration
 	CleanupBatch    int
 
 	// StatementTimeout bounds every statement the relay runs on its
-	// regular connections. Default 10s.
+	// regular connections. Default 10s; at least StatementTimeoutFloor
+	// (100ms).
 	StatementTimeout time.Duration
 
 	// CloudEvents adds CloudEvents binary-mode headers, as the polling
@@ -173,7 +208,7 @@ type Config struct {
 	MessagingSystem string
 
 	// StatsInterval is how often the slot's lag and wal_status are read
-	// for the metrics. Default 10s.
+	// for the metrics. Default 10s; at least StatsIntervalFloor (10ms).
 	StatsInterval time.Duration
 }
 
@@ -264,24 +299,22 @@ func (c *Config) validate() error {
 		name string
 		v    int
 	}{{"Lanes", c.Lanes}, {"LaneBatch", c.LaneBatch}, {"MaxInFlight", c.MaxInFlight}, {"MaxAttempts", c.MaxAttempts}, {"CleanupBatch", c.CleanupBatch}} {
-		if f.v < 0 {
-			return bad("%s is negative (%d)", f.name, f.v)
+		if f.v < 1 {
+			return bad("%s %d is below its floor 1", f.name, f.v)
 		}
 	}
 	for _, f := range []struct {
-		name string
-		v    time.Duration
-	}{{"BackoffMin", c.BackoffMin}, {"BackoffMax", c.BackoffMax}, {"FlushInterval", c.FlushInterval}, {"PingInterval", c.PingInterval},
-		{"SenderTimeout", c.SenderTimeout}, {"StandbyRetry", c.StandbyRetry}, {"CleanupInterval", c.CleanupInterval}, {"StatementTimeout", c.StatementTimeout}, {"StatsInterval", c.StatsInterval}} {
-		if f.v < 0 {
-			return bad("%s is negative (%s)", f.name, f.v)
+		name     string
+		v, floor time.Duration
+	}{{"BackoffMin", c.BackoffMin, BackoffMinFloor}, {"FlushInterval", c.FlushInterval, FlushIntervalFloor}, {"PingInterval", c.PingInterval, PingIntervalFloor},
+		{"SenderTimeout", c.SenderTimeout, SenderTimeoutFloor}, {"StandbyRetry", c.StandbyRetry, StandbyRetryFloor}, {"CleanupInterval", c.CleanupInterval, CleanupIntervalFloor},
+		{"StatementTimeout", c.StatementTimeout, StatementTimeoutFloor}, {"StatsInterval", c.StatsInterval, StatsIntervalFloor}} {
+		if f.v < f.floor {
+			return bad("%s %s is below its floor %s", f.name, f.v, f.floor)
 		}
 	}
 	if c.BackoffMax < c.BackoffMin {
-		return bad("BackoffMax (%s) is smaller than BackoffMin (%s)", c.BackoffMax, c.BackoffMin)
-	}
-	if c.SenderTimeout < time.Second {
-		return bad("SenderTimeout (%s) is under 1s", c.SenderTimeout)
+		return bad("BackoffMax %s is below its floor, BackoffMin (%s)", c.BackoffMax, c.BackoffMin)
 	}
 	if c.PingInterval*4 > c.SenderTimeout {
 		// The relay gives the slot up after SenderTimeout/2 of silence: a

@@ -106,7 +106,7 @@ func (m marker) String() string {
 // checkPublication checks that the publication carries every insert of
 // the table and returns its fingerprint; the error matches ErrPublication
 // and says what to run.
-func (r *Relay) checkPublication(ctx context.Context, q pgxQuerier, srv ServerFacts) (string, error) {
+func (r *Relay) checkPublication(ctx context.Context, q pgxQuerier, srv serverFacts) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
 	var (

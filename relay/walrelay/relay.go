@@ -63,9 +63,9 @@ var (
 	errSlotBusy = errors.New("replication slot is held by another relay")
 )
 
-// MinServerVersion is the oldest PostgreSQL the WAL relay runs on (14:
+// minServerVersion is the oldest PostgreSQL the WAL relay runs on (14:
 // pgoutput's messages option for table-less events).
-const MinServerVersion = 140000
+const minServerVersion = 140000
 
 // Relay streams the outbox from a logical replication slot and publishes
 // each event once the transaction that wrote it has committed, in commit
@@ -213,11 +213,18 @@ func (r *Relay) Active() bool { return r.active.Load() }
 // did not make it publishes the table's unpublished rows first (see the
 // package doc).
 //
+// Before it creates anything, Run checks the server and the table's
+// schema, as the polling relay does: it returns an error matching
+// migrations.ErrSchemaTooOld for a table older than this release's schema
+// (run `outbox migrate up`) and one matching migrations.ErrSchemaTooNew,
+// naming the version, for a table with a version this release does not
+// know.
+//
 // One relay streams from a slot at a time: others wait and try again every
 // StandbyRetry. Connection failures are retried. Run returns an error only
 // for what retrying cannot fix: ErrUnsupported, ErrSlotLost,
-// ErrPublication, ErrPollingRelays, ErrScheduled, ErrSlotOtherDatabase, a
-// table or publication it cannot create.
+// ErrPublication, ErrPollingRelays, ErrScheduled, ErrSlotOtherDatabase,
+// the schema check's, a table or publication it cannot create.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
@@ -234,6 +241,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	defer pool.Close()
 	srv, err := r.checkServer(ctx, pool)
+	if err == nil {
+		err = r.checkSchema(ctx, pool)
+	}
 	if err == nil {
 		err = r.resolveNames(ctx, pool)
 	}
@@ -432,12 +442,12 @@ func (r *Relay) replicationConfig() (*pgconn.Config, error) {
 
 // checkServer refuses servers that cannot stream the outbox, with the fix,
 // and returns what it read of the server.
-func (r *Relay) checkServer(ctx context.Context, pool *pgxpool.Pool) (ServerFacts, error) {
-	info, err := ServerInfo(ctx, pool)
+func (r *Relay) checkServer(ctx context.Context, pool *pgxpool.Pool) (serverFacts, error) {
+	info, err := readServerFacts(ctx, pool)
 	if err != nil {
 		return info, err
 	}
-	if err := info.Check(); err != nil {
+	if err := info.check(); err != nil {
 		return info, err
 	}
 	return info, info.checkFailover(r.cfg.Failover)
@@ -449,34 +459,34 @@ const columnListVersion = 150000
 
 // checkFailover refuses Failover before PostgreSQL 17, which has no
 // failover slots.
-func (f ServerFacts) checkFailover(failover bool) error {
+func (f serverFacts) checkFailover(failover bool) error {
 	if failover && f.VersionNum < 170000 {
 		return fmt.Errorf("%w: Failover needs PostgreSQL 17 (failover slots); this is %d.%d", ErrUnsupported, f.VersionNum/10000, f.VersionNum%10000)
 	}
 	return nil
 }
 
-// ServerFacts are what the WAL relay needs to know of a server.
-type ServerFacts struct {
+// serverFacts are what the WAL relay needs to know of a server.
+type serverFacts struct {
 	VersionNum  int    // server_version_num, e.g. 150004
 	WALLevel    string // wal_level
 	Replication bool   // the current role has REPLICATION or is superuser
 }
 
-// ServerInfo reads ServerFacts through pool.
-func ServerInfo(ctx context.Context, pool *pgxpool.Pool) (ServerFacts, error) {
-	var f ServerFacts
+// readServerFacts reads serverFacts through pool.
+func readServerFacts(ctx context.Context, pool *pgxpool.Pool) (serverFacts, error) {
+	var f serverFacts
 	if err := pool.QueryRow(ctx, outboxsql.WALServer).Scan(&f.VersionNum, &f.WALLevel, &f.Replication); err != nil {
 		return f, fmt.Errorf("walrelay: read server settings: %w", err)
 	}
 	return f, nil
 }
 
-// Check returns an error matching ErrUnsupported that says what to change
+// check returns an error matching ErrUnsupported that says what to change
 // when the server cannot stream the outbox.
-func (f ServerFacts) Check() error {
+func (f serverFacts) check() error {
 	switch {
-	case f.VersionNum < MinServerVersion:
+	case f.VersionNum < minServerVersion:
 		return fmt.Errorf("%w: PostgreSQL %d.%d is older than 14; use the polling relay", ErrUnsupported, f.VersionNum/10000, f.VersionNum%10000)
 	case f.WALLevel != "logical":
 		return fmt.Errorf("%w: wal_level is %q, not \"logical\": set wal_level = logical (RDS: rds.logical_replication = 1; Cloud SQL: cloudsql.logical_decoding = on) and restart PostgreSQL", ErrUnsupported, f.WALLevel)

@@ -352,16 +352,16 @@ func TestOutageMakesNothingDead(t *testing.T) {
 
 func TestServerChecks(t *testing.T) {
 	t.Parallel()
-	ok := ServerFacts{VersionNum: 150004, WALLevel: "logical", Replication: true}
-	if err := ok.Check(); err != nil {
+	ok := serverFacts{VersionNum: 150004, WALLevel: "logical", Replication: true}
+	if err := ok.check(); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []ServerFacts{
+	for _, f := range []serverFacts{
 		{VersionNum: 130011, WALLevel: "logical", Replication: true},
 		{VersionNum: 150004, WALLevel: "replica", Replication: true},
 		{VersionNum: 150004, WALLevel: "logical", Replication: false},
 	} {
-		if err := f.Check(); !errors.Is(err, ErrUnsupported) {
+		if err := f.check(); !errors.Is(err, ErrUnsupported) {
 			t.Errorf("%+v: %v, want ErrUnsupported", f, err)
 		}
 	}
@@ -593,14 +593,14 @@ func TestUndecodableRowGoesDead(t *testing.T) {
 // Failover slots need PostgreSQL 17: an older server is refused at start.
 func TestFailoverNeedsPostgreSQL17(t *testing.T) {
 	t.Parallel()
-	if err := (ServerFacts{VersionNum: 160004}).checkFailover(true); !errors.Is(err, ErrUnsupported) {
+	if err := (serverFacts{VersionNum: 160004}).checkFailover(true); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("16 with Failover: %v, want ErrUnsupported", err)
 	}
 	for _, f := range []struct {
 		version  int
 		failover bool
 	}{{170002, true}, {160004, false}} {
-		if err := (ServerFacts{VersionNum: f.version}).checkFailover(f.failover); err != nil {
+		if err := (serverFacts{VersionNum: f.version}).checkFailover(f.failover); err != nil {
 			t.Errorf("%d, failover %v: %v", f.version, f.failover, err)
 		}
 	}

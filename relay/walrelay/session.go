@@ -108,7 +108,7 @@ func (r *Relay) marker(ctx context.Context, q pgxQuerier) (string, bool, error) 
 // decoder finds its columns by name in whatever the stream sends. One it
 // creates is the Run's to drop if the Run sets no slot up (see
 // dropMadePublication).
-func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts) error {
+func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv serverFacts) error {
 	if _, ok, err := r.marker(ctx, pool); err != nil || ok {
 		return err
 	}
@@ -129,7 +129,7 @@ func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv S
 
 // session runs one attempt: check the publication, take the slot over
 // if the relay does not own it (see marker), stream.
-func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts) error {
+func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts) error {
 	st, err := r.slotState(ctx, pool)
 	if err != nil {
 		return err
@@ -259,9 +259,8 @@ func (r *Relay) publicationGone() error {
 // settled row when it started can be settled: rows settle by this relay's
 // own cleanup and dead marks, which reach a row only after the session
 // streamed it. A relay restarted on a backlog no table row of which has
-// settled looks nothing up; before this bound it ran a query per
-// transaction of the backlog, about a quarter of the PostgreSQL CPU of
-// draining it.
+// settled looks nothing up, rather than a query per transaction of the
+// backlog.
 type resume struct {
 	until      uint64 // the WAL position when the session started
 	settledMax int64  // the highest id of a published or dead row then
@@ -364,7 +363,7 @@ type inMsg struct {
 // commit order. With nothing in flight and no transaction half read, it
 // moves to the end of WAL the server says it has sent (a keepalive), so an
 // idle outbox does not hold WAL back; never while anything is in flight.
-func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv ServerFacts, repl *pgconn.PgConn, ls *lanes, confirmed uint64, rs resume, prefix string) error {
+func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv serverFacts, repl *pgconn.PgConn, ls *lanes, confirmed uint64, rs resume, prefix string) error {
 	rctx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
 	var (
 		msgs    = make(chan inMsg, 256)

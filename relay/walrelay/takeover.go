@@ -134,7 +134,7 @@ func Takeover(ctx context.Context, connString string, cfg TakeoverConfig) (Takeo
 	// published all the rows before it, and on a slot made by hand, or
 	// whose publication changed, rows may have passed unstreamed. Then
 	// every unpublished row stays pending.
-	var srv ServerFacts
+	var srv serverFacts
 	if err := tx.QueryRow(ctx, r.sql.server).Scan(&srv.VersionNum, &srv.WALLevel, &srv.Replication); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: %w", err)
 	}
