@@ -126,7 +126,7 @@ func TestGroupGoesOnBesideLockedTables(t *testing.T) {
 		for _, n := range free {
 			events = append(events, written{n, i, f.write(t, n, i, 1, "k")})
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // about time: a trickle over a second beside the locked tables
 	}
 	testkit.WaitFor(t, 30*time.Second, "the free tables' events published", func() bool {
 		for _, n := range free {
