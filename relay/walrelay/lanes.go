@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -198,7 +197,7 @@ func (ls *lanes) deliver(ctx context.Context, batch []work) bool {
 			return true
 		}
 		pending = failed
-		if !sleep(ctx, publish.Backoff(attempt, cfg.BackoffMin, cfg.BackoffMax)) {
+		if !publish.Sleep(ctx, publish.Backoff(attempt, cfg.BackoffMin, cfg.BackoffMax)) {
 			return false
 		}
 	}
@@ -242,12 +241,8 @@ func (ls *lanes) dead(ctx context.Context, ev *event, attempts int, cause error)
 			return true
 		}
 		ls.r.log.Warn("mark event dead failed; retrying", "row", ev.row, "err", err)
-		if !sleep(ctx, publish.Backoff(try, ls.r.cfg.BackoffMin, ls.r.cfg.BackoffMax)) {
+		if !publish.Sleep(ctx, publish.Backoff(try, ls.r.cfg.BackoffMin, ls.r.cfg.BackoffMax)) {
 			return false
 		}
 	}
 }
-
-// sleep is the publish core's Sleep: it waits d or until ctx ends, and
-// reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool { return publish.Sleep(ctx, d) }

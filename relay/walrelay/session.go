@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
 // slotState is a row of pg_replication_slots.
@@ -662,7 +663,7 @@ func (r *Relay) markDead(ctx context.Context, db pgxDB, row int64, attempts int,
 		if time.Now().After(deadline) {
 			return errRowGone
 		}
-		if !sleep(ctx, 5*time.Millisecond) {
+		if !publish.Sleep(ctx, 5*time.Millisecond) {
 			return ctx.Err()
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
 // TakeoverConfig configures Takeover.
@@ -208,7 +209,7 @@ func (r *Relay) awaitSlotRelease(ctx context.Context, conn *pgx.Conn) error {
 		if !st.active || !st.here || time.Now().After(deadline) {
 			return nil
 		}
-		if !sleep(ctx, 100*time.Millisecond) {
+		if !publish.Sleep(ctx, 100*time.Millisecond) {
 			return ctx.Err()
 		}
 	}
