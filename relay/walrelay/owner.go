@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -103,32 +104,47 @@ func (m marker) String() string {
 	return s
 }
 
-// checkPublication checks that the publication carries every insert of
-// the table and returns its fingerprint; the error matches ErrPublication
-// and says what to run.
-func (r *Relay) checkPublication(ctx context.Context, q pgxQuerier, srv serverFacts) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+// publication reads and writes what the relay keeps in its publication,
+// of the names Run resolved: whether it carries every insert of the table,
+// and the marker of the slot the relay owns (see marker).
+type publication struct {
+	name, slot string
+	sql        *statements
+	timeout    time.Duration // Config.StatementTimeout
+	log        *slog.Logger
+}
+
+// pub is the relay's publication, by the names resolved.
+func (r *Relay) pub() publication {
+	return publication{name: r.cfg.Publication, slot: r.cfg.Slot, sql: r.sql, timeout: r.cfg.StatementTimeout, log: r.log}
+}
+
+// check checks that the publication carries every insert of the table
+// and returns its fingerprint; the error matches ErrPublication and says
+// what to run.
+func (p publication) check(ctx context.Context, q pgxQuerier, srv serverFacts) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	var (
 		inserts, carries         bool
 		filter, missing, printed string
 	)
 	lists := srv.VersionNum >= columnListVersion
-	check := r.sql.publicationCheckOld
+	check := p.sql.publicationCheckOld
 	if lists {
-		check = r.sql.publicationCheck
+		check = p.sql.publicationCheck
 	}
-	args := outboxsql.PublicationCheckArgs{Publication: r.cfg.Publication, Table: r.sql.table, Columns: rowColumns[:]}
+	args := outboxsql.PublicationCheckArgs{Publication: p.name, Table: p.sql.table, Columns: rowColumns[:]}
 	err := q.QueryRow(ctx, check, args.Args()...).
 		Scan(&inserts, &carries, &filter, &missing, &printed)
-	pub, table := r.cfg.Publication, r.sql.table
+	pub, table := p.name, p.sql.table
 	setTable := fmt.Sprintf("ALTER PUBLICATION %s SET TABLE %s", pub, table)
 	if lists {
 		setTable += " (" + outboxsql.WALColumns + ")"
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return "", r.publicationGone()
+		return "", p.gone()
 	case err != nil:
 		return "", fmt.Errorf("read publication %s: %w", pub, err)
 	case !inserts:
@@ -147,29 +163,29 @@ func (r *Relay) checkPublication(ctx context.Context, q pgxQuerier, srv serverFa
 
 // owns reports whether m says the relay's own streaming made st's position
 // through the publication as it is now (see marker).
-func (r *Relay) owns(m marker, st slotState, fingerprint string) bool {
-	return st.exists && !m.initialising && m.slot == r.cfg.Slot && st.confirmed <= m.ceiling && m.fingerprint == fingerprint
+func (p publication) owns(m marker, st slotState, fingerprint string) bool {
+	return st.exists && !m.initialising && m.slot == p.slot && st.confirmed <= m.ceiling && m.fingerprint == fingerprint
 }
 
 // readMarker reads the publication's marker, and whether the publication
 // exists.
-func (r *Relay) readMarker(ctx context.Context, q pgxQuerier) (marker, bool, error) {
-	s, ok, err := r.marker(ctx, q)
+func (p publication) readMarker(ctx context.Context, q pgxQuerier) (marker, bool, error) {
+	s, ok, err := p.comment(ctx, q)
 	return parseMarker(s), ok, err
 }
 
 // disown clears the relay's marker of its slot, after it found the
 // publication changed: the next relay republishes the table's unpublished
 // rows, those the stream may have missed among them.
-func (r *Relay) disown(ctx context.Context, pool *pgxpool.Pool) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StatementTimeout)
+func (p publication) disown(ctx context.Context, pool *pgxpool.Pool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
 	defer cancel()
-	m, ok, err := r.readMarker(ctx, pool)
-	if err != nil || !ok || m.slot != r.cfg.Slot {
+	m, ok, err := p.readMarker(ctx, pool)
+	if err != nil || !ok || m.slot != p.slot {
 		return
 	}
-	if _, err := pool.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, "")); err != nil {
-		r.log.Warn("could not clear the publication's marker", "err", err)
+	if _, err := pool.Exec(ctx, outboxsql.WALSetMarker(p.name, "")); err != nil {
+		p.log.Warn("could not clear the publication's marker", "err", err)
 	}
 }
 
@@ -191,14 +207,14 @@ func (r *Relay) keepCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32)
 	t := time.NewTicker(ceilingInterval)
 	defer t.Stop()
 	last := time.Now()
-	wrote := r.settledHigh.Load()
+	wrote := r.settled.load()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		c, k, s := r.confirmed.Load(), r.ceiling.Load(), r.settledHigh.Load()
+		c, k, s := r.confirmed.Load(), r.ceiling.Load(), r.settled.load()
 		advanced := c > k && (c-k >= ceilingStep || time.Since(last) >= ceilingIdle)
 		if !advanced && s <= wrote {
 			continue

@@ -95,11 +95,9 @@ type Relay struct {
 	// confirmed.
 	inflight atomic.Int64
 
-	// settledHigh is the highest id of a row the table holds as published
-	// or dead, as far as this Run knows, -1 until a session read it: later
-	// sessions of the Run raise it by the rows the relay settles rather
-	// than walking the table again (see resume).
-	settledHigh atomic.Int64
+	// settled is the highest id of a row the table holds as published
+	// or dead, as far as this Run knows (see highestSettled).
+	settled *highestSettled
 
 	// madePublication: this Run created the publication and has set no
 	// slot up through it yet. A Run that refuses to set its slot up drops
@@ -135,7 +133,7 @@ func New(connString string, pub message.Publisher, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.met, err = newMetrics(r.cfg.MeterProvider, r); err != nil {
+	if r.met, err = newMetrics(r.cfg.MeterProvider, &r.slotName, &r.active); err != nil {
 		return nil, fmt.Errorf("walrelay: metrics: %w", err)
 	}
 	// The polling relay's publish core, so both modes send the same
@@ -176,14 +174,25 @@ func newRelay(connString string, cfg Config) (*Relay, error) {
 		log = log.With("slot", cfg.Slot)
 	}
 	r := &Relay{cfg: cfg, connString: connString, log: log, names: names, sql: render(names),
-		defaultPub: defaultPub, defaultSlot: defaultSlot}
-	r.settledHigh.Store(-1)
+		defaultPub: defaultPub, defaultSlot: defaultSlot, settled: newHighestSettled()}
 	// Copies: Slot and Publication read them from other goroutines while
 	// Run sets r.cfg's.
 	slot, pub := cfg.Slot, cfg.Publication
 	r.slotName.Store(&slot)
 	r.pubName.Store(&pub)
 	return r, nil
+}
+
+// tableRows returns the relay's statements on the table's rows through db.
+func (r *Relay) tableRows(db pgxDB) *tableRows {
+	return &tableRows{db: db, sql: r.sql, timeout: r.cfg.StatementTimeout, settled: r.settled}
+}
+
+// laneDeps is what the lanes of a session publish with, settling rows
+// through db.
+func (r *Relay) laneDeps(db pgxDB) laneDeps {
+	return laneDeps{core: r.core, rows: r.tableRows(db), met: r.met, log: r.log,
+		maxAttempts: r.cfg.MaxAttempts, backoffMin: r.cfg.BackoffMin, backoffMax: r.cfg.BackoffMax}
 }
 
 // Slot is the replication slot the relay streams from: Config.Slot, or
@@ -230,7 +239,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return ErrAlreadyRunning
 	}
 	defer r.running.Store(false)
-	r.settledHigh.Store(-1)
+	r.settled.forget()
 	r.madePublication = false
 	pool, err := r.openPool(ctx)
 	if err != nil {

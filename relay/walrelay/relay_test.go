@@ -492,7 +492,7 @@ func TestResumeSkipsRowsPublishedBefore(t *testing.T) {
 		tx.events = append(tx.events, event{row: int64(i + 1), e: e})
 	}
 	tx.events = append(tx.events, event{e: events[0]}) // table-less: kept
-	if err := r.skipSettled(ctx, pool, tx, tx.end, resume{until: tx.end, settledMax: 4}); err != nil {
+	if err := r.tableRows(pool).skipSettled(ctx, tx, tx.end, resume{until: tx.end, settledMax: 4}); err != nil {
 		t.Fatal(err)
 	}
 	var kept []int64

@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
-	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
 // slotState is a row of pg_replication_slots.
@@ -89,16 +88,16 @@ func (r *Relay) otherDatabase(s slotState, todo string) error {
 // ownSlot says what to do about a slot of another database.
 const ownSlot = "give this relay a slot of its own: leave the slot's name to its default (unique per database) or name another"
 
-// marker returns the publication's comment, the relay's marker ("" when
+// comment returns the publication's comment, the relay's marker ("" when
 // none), and whether the publication exists.
-func (r *Relay) marker(ctx context.Context, q pgxQuerier) (string, bool, error) {
+func (p publication) comment(ctx context.Context, q pgxQuerier) (string, bool, error) {
 	var m string
-	err := q.QueryRow(ctx, r.sql.publication, r.cfg.Publication).Scan(&m)
+	err := q.QueryRow(ctx, p.sql.publication, p.name).Scan(&m)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", false, nil
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("read publication %s: %w", r.cfg.Publication, err)
+		return "", false, fmt.Errorf("read publication %s: %w", p.name, err)
 	}
 	return m, true, nil
 }
@@ -110,7 +109,7 @@ func (r *Relay) marker(ctx context.Context, q pgxQuerier) (string, bool, error) 
 // creates is the Run's to drop if the Run sets no slot up (see
 // dropMadePublication).
 func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv serverFacts) error {
-	if _, ok, err := r.marker(ctx, pool); err != nil || ok {
+	if _, ok, err := r.pub().comment(ctx, pool); err != nil || ok {
 		return err
 	}
 	_, err := pool.Exec(ctx, outboxsql.WALCreatePublication(r.names, r.cfg.Publication, srv.VersionNum >= columnListVersion))
@@ -144,26 +143,26 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 			// relay's highest settled row, which it reads afresh from the
 			// marker when it takes the slot over (after a crash of
 			// PostgreSQL the stream would bring them again).
-			r.settledHigh.Store(-1)
+			r.settled.forget()
 			return errSlotBusy
 		}
-		if _, ok, err := r.marker(ctx, pool); err != nil {
+		if _, ok, err := r.pub().comment(ctx, pool); err != nil {
 			return err
 		} else if !ok {
-			return r.publicationGone()
+			return r.pub().gone()
 		}
 	}
 	if err := r.ensurePublication(ctx, pool, srv); err != nil {
 		return err
 	}
-	fp, err := r.checkPublication(ctx, pool, srv)
+	fp, err := r.pub().check(ctx, pool, srv)
 	if err != nil {
 		if errors.Is(err, ErrPublication) {
-			r.disown(ctx, pool)
+			r.pub().disown(ctx, pool)
 		}
 		return err
 	}
-	mark, _, err := r.readMarker(ctx, pool)
+	mark, _, err := r.pub().readMarker(ctx, pool)
 	if err != nil {
 		return err
 	}
@@ -187,9 +186,9 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 	// Deferred after the close, so it runs first: the lanes end their
 	// publishes while the relay still holds the slot, and no standby
 	// streams the same events meanwhile.
-	ls := newLanes(context.WithoutCancel(ctx), r, pool)
+	ls := newLanes(context.WithoutCancel(ctx), r.cfg.Lanes, r.laneDeps(pool))
 	defer ls.stop()
-	if !r.owns(mark, st, fp) {
+	if !r.pub().owns(mark, st, fp) {
 		if err := r.initialise(ctx, pool, repl, ls, fp); err != nil {
 			return err
 		}
@@ -218,7 +217,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 	// slot is still the one the relay owns: one that created it publishes
 	// the table's earlier rows before anything streamed, or they would go
 	// out after later events.
-	if mark, _, err = r.readMarker(ctx, pool); err != nil {
+	if mark, _, err = r.pub().readMarker(ctx, pool); err != nil {
 		return err
 	}
 	if st, err = r.slotState(ctx, pool); err != nil {
@@ -230,7 +229,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 	if err := r.usable(st); err != nil {
 		return err
 	}
-	if !r.owns(mark, st, fp) {
+	if !r.pub().owns(mark, st, fp) {
 		return errSlotBusy
 	}
 	r.fingerprint = fp
@@ -242,12 +241,12 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 	return r.stream(ctx, pool, srv, repl, ls, st.confirmed, rs, prefix)
 }
 
-// publicationGone is the error of a slot whose publication was dropped.
-func (r *Relay) publicationGone() error {
+// gone is the error of a slot whose publication was dropped.
+func (p publication) gone() error {
 	return fmt.Errorf("%w: publication %s was dropped while slot %s exists: PostgreSQL decodes the slot's WAL with the publication as it was "+
 		"at each change, so the slot cannot stream any more. Run `outbox wal takeover --force` (it drops the slot; every unpublished row stays in "+
 		"the table, table-less events the slot had not confirmed are lost), then start the relay again: it creates the publication and a new slot "+
-		"and publishes the table's unpublished rows first", ErrPublication, r.cfg.Publication, r.cfg.Slot)
+		"and publishes the table's unpublished rows first", ErrPublication, p.name, p.slot)
 }
 
 // resume bounds what a session looks up of the rows it streams. The
@@ -270,7 +269,7 @@ type resume struct {
 
 // resumeFrom reads the session's resume bounds. The highest settled row
 // is read when the relay starts streaming and after another relay
-// streamed, and kept up since (see noteSettled), so a relay that
+// streamed, and kept up since (see highestSettled.note), so a relay that
 // reconnects to a slot no one else streamed meanwhile reads nothing. It is
 // the marker's settled row (see marker) or the highest dead row, whichever
 // is higher: two index look-ups, whatever the backlog. Only a marker
@@ -289,11 +288,11 @@ func (r *Relay) resumeFrom(ctx context.Context, pool *pgxpool.Pool) (resume, err
 		return resume{}, err
 	}
 	rs := resume{until: uint64(end), settledMax: math.MaxInt64}
-	if h := r.settledHigh.Load(); h >= 0 {
+	if h := r.settled.load(); h >= 0 {
 		rs.settledMax = h // read by an earlier session, raised since
 		return rs, nil
 	}
-	mark, _, err := r.readMarker(ctx, pool)
+	mark, _, err := r.pub().readMarker(ctx, pool)
 	if err != nil {
 		return resume{}, err
 	}
@@ -307,25 +306,13 @@ func (r *Relay) resumeFrom(ctx context.Context, pool *pgxpool.Pool) (resume, err
 	switch {
 	case err == nil:
 		rs.settledMax = m
-		r.settledHigh.Store(m)
+		r.settled.set(m)
 	case ctx.Err() != nil:
 		return resume{}, ctx.Err()
 	default:
 		r.log.Warn("could not read the highest settled row; looking up every transaction the slot sends again", "err", err)
 	}
 	return rs, nil
-}
-
-// noteSettled raises settledHigh to row, a row the relay marked published
-// or dead, once a session has read it. Rows settled by other relays meanwhile
-// are not seen: at worst they are published again after a crash of
-// PostgreSQL, never skipped wrongly.
-func (r *Relay) noteSettled(row int64) {
-	for h := r.settledHigh.Load(); h >= 0 && row > h; h = r.settledHigh.Load() {
-		if r.settledHigh.CompareAndSwap(h, row) {
-			return
-		}
-	}
 }
 
 // settledQuery runs stmt, settledMax or deadMax, into m.
@@ -381,7 +368,9 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv serverFacts,
 		readErr <- r.read(rctx, repl, msgs, &heard, &blocked)
 	}()
 	r.confirmed.Store(confirmed)
-	cl := newCleanup(r, pool, srv)
+	cl := newCleanup(cleanupDeps{pool: pool, sql: r.sql, log: r.log, pub: r.pub(), srv: srv, fingerprint: r.fingerprint,
+		confirmed: &r.confirmed, settled: r.settled, interval: r.cfg.CleanupInterval, timeout: r.cfg.StatementTimeout,
+		retention: r.cfg.Retention, batch: r.cfg.CleanupBatch})
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -416,7 +405,7 @@ func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv serverFacts,
 	// last part carries its end, so the slot is confirmed past it once
 	// every part is settled.
 	dispatch := func(t *txn, end uint64) error {
-		if err := r.skipSettled(ctx, pool, t, end, rs); err != nil {
+		if err := r.tableRows(pool).skipSettled(ctx, t, end, rs); err != nil {
 			return err
 		}
 		queue = append(queue, t)
@@ -573,100 +562,6 @@ func (r *Relay) stillHolds(ctx context.Context, pool *pgxpool.Pool, pid uint32) 
 		return fmt.Errorf("giving up the slot: cannot tell it is still this relay's: %w", err)
 	}
 	return nil
-}
-
-// skipSettled drops from t the rows the table holds as published or
-// dead: events published before a crash of PostgreSQL moved the slot's
-// position back (it is written to disk at checkpoints). Only a row found
-// settled is skipped: one not found may be committed but not yet visible
-// (the walsender can send a commit before other sessions see it), so it
-// is published, like a row the cleanup deleted (Retention 0) and a
-// table-less event, which cannot be told apart: those go out again.
-func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn, end uint64, rs resume) error {
-	var ids []int64
-	for _, ev := range t.events {
-		if rs.mayBeSettled(end, ev.row) {
-			ids = append(ids, ev.row)
-		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-	defer cancel()
-	rows, err := pool.Query(sctx, r.sql.settled, outboxsql.Int64Array(ids))
-	if err != nil {
-		return fmt.Errorf("check resumed rows: %w", err)
-	}
-	settled := map[int64]bool{}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		settled[id] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("check resumed rows: %w", err)
-	}
-	kept := t.events[:0]
-	for _, ev := range t.events {
-		if !settled[ev.row] {
-			kept = append(kept, ev)
-		}
-	}
-	t.events = kept
-	return nil
-}
-
-// pgxDB is a pgx pool, connection or transaction.
-type pgxDB interface {
-	pgxExecer
-	pgxQuerier
-}
-
-// visibleWithin bounds how long markDead waits for a row to appear: the
-// walsender can send a commit a moment before other sessions see it, never
-// seconds before.
-const visibleWithin = time.Second
-
-// errRowGone: the row to mark dead is not in the table (deleted by hand).
-var errRowGone = errors.New("the row is not in the table")
-
-// markDead marks row dead after attempts, with reason, within one
-// StatementTimeout. An update that finds no row waits up to visibleWithin
-// for the row to appear, since its insert is known to have committed, and
-// returns errRowGone if it does not; it stops at once when the row exists
-// but is settled already (a duplicate after a resume).
-func (r *Relay) markDead(ctx context.Context, db pgxDB, row int64, attempts int, reason string) error {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-	defer cancel()
-	deadline := time.Now().Add(visibleWithin)
-	for {
-		tag, err := db.Exec(ctx, r.sql.markDead, outboxsql.MarkDeadArgs{ID: row, Attempts: attempts, Reason: reason}.Args()...)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() > 0 {
-			r.noteSettled(row)
-			return nil
-		}
-		var exists bool
-		if err := db.QueryRow(ctx, r.sql.rowExists, row).Scan(&exists); err != nil {
-			return err
-		}
-		if exists {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errRowGone
-		}
-		if !publish.Sleep(ctx, 5*time.Millisecond) {
-			return ctx.Err()
-		}
-	}
 }
 
 // drain is the clean end of a stream: stop reading, let the events in

@@ -56,11 +56,11 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	if st.exists && !st.here {
 		return r.otherDatabase(st, ownSlot) // made in another database since session looked
 	}
-	mark, _, err := r.readMarker(ctx, conn)
+	mark, _, err := r.pub().readMarker(ctx, conn)
 	if err != nil {
 		return err
 	}
-	if r.owns(mark, st, fingerprint) {
+	if r.pub().owns(mark, st, fingerprint) {
 		return nil // another relay finished meanwhile
 	}
 	if st.exists && st.active {
@@ -79,11 +79,11 @@ func (r *Relay) initialise(ctx context.Context, pool *pgxpool.Pool, repl *pgconn
 	if err := r.gated(ctx, conn, func() error {
 		// A relay that set no slot up may have dropped the publication
 		// since the session found it (dropMadePublication).
-		switch _, ok, err := r.marker(ctx, conn); {
+		switch _, ok, err := r.pub().comment(ctx, conn); {
 		case err != nil:
 			return err
 		case !ok && st.exists:
-			return r.publicationGone()
+			return r.pub().gone()
 		case !ok:
 			return fmt.Errorf("initialise slot: publication %s was dropped meanwhile; trying again", r.cfg.Publication)
 		}
@@ -203,7 +203,7 @@ func (r *Relay) dropMadePublication(ctx context.Context, conn *pgxpool.Conn) err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StatementTimeout)
 	defer cancel()
-	m, ok, err := r.readMarker(ctx, conn)
+	m, ok, err := r.pub().readMarker(ctx, conn)
 	if err != nil || !ok || m.slot != "" && m.slot != r.cfg.Slot {
 		return err
 	}
@@ -298,7 +298,7 @@ func (r *Relay) publishBacklog(ctx context.Context, conn *pgxpool.Conn, pool *pg
 			if _, err := pool.Exec(ctx, r.sql.markPublished, outboxsql.Int64Array(ids[:n])); err != nil {
 				return total, fmt.Errorf("mark the backlog published: %w", err)
 			}
-			r.noteSettled(ids[n-1])
+			r.settled.note(ids[n-1])
 			ids = ids[n:]
 		}
 		total += len(page)

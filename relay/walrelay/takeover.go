@@ -139,15 +139,15 @@ func Takeover(ctx context.Context, connString string, cfg TakeoverConfig) (Takeo
 	if err := tx.QueryRow(ctx, r.sql.server).Scan(&srv.VersionNum, &srv.WALLevel, &srv.Replication); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: %w", err)
 	}
-	fp, pubErr := r.checkPublication(ctx, tx, srv)
+	fp, pubErr := r.pub().check(ctx, tx, srv)
 	if pubErr != nil && !errors.Is(pubErr, ErrPublication) {
 		return res, fmt.Errorf("walrelay: takeover: %w", pubErr)
 	}
-	mark, _, err := r.readMarker(ctx, tx)
+	mark, _, err := r.pub().readMarker(ctx, tx)
 	if err != nil {
 		return res, fmt.Errorf("walrelay: takeover: %w", err)
 	}
-	initialising := pubErr != nil || !r.owns(mark, st, fp)
+	initialising := pubErr != nil || !r.pub().owns(mark, st, fp)
 	var keep []int64
 	switch {
 	case res.Lost:
