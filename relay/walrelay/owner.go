@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -201,27 +202,38 @@ const (
 	ceilingIdle     = 5 * time.Second
 )
 
-// keepCeiling raises the ceiling while the stream runs on the walsender
-// of process pid.
-func (r *Relay) keepCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32) {
+// ceilingKeeper raises the ceiling while the stream runs on the
+// walsender of process pid.
+type ceilingKeeper struct {
+	pool        *pgxpool.Pool
+	pid         uint32
+	pub         publication
+	fingerprint string          // the publication's when the session took the slot
+	confirmed   *atomic.Uint64  // read: the position the stream has settled up to
+	settled     *highestSettled // read: written to the marker with the ceiling
+	ceiling     *atomic.Uint64  // raised
+}
+
+// run raises the ceiling until ctx ends.
+func (k *ceilingKeeper) run(ctx context.Context) {
 	t := time.NewTicker(ceilingInterval)
 	defer t.Stop()
 	last := time.Now()
-	wrote := r.settled.load()
+	wrote := k.settled.load()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		c, k, s := r.confirmed.Load(), r.ceiling.Load(), r.settled.load()
-		advanced := c > k && (c-k >= ceilingStep || time.Since(last) >= ceilingIdle)
+		c, ceil, s := k.confirmed.Load(), k.ceiling.Load(), k.settled.load()
+		advanced := c > ceil && (c-ceil >= ceilingStep || time.Since(last) >= ceilingIdle)
 		if !advanced && s <= wrote {
 			continue
 		}
-		if err := r.raiseCeiling(ctx, pool, pid, s); err != nil {
+		if err := k.raise(ctx, s); err != nil {
 			if ctx.Err() == nil {
-				r.log.Warn("could not raise the slot's ceiling; the slot's position waits", "err", err)
+				k.pub.log.Warn("could not raise the slot's ceiling; the slot's position waits", "err", err)
 			}
 			continue
 		}
@@ -229,17 +241,17 @@ func (r *Relay) keepCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32)
 	}
 }
 
-// raiseCeiling sets the ceiling to the WAL insert position, while pid's
-// walsender holds the slot, and the marker's settled row to settled.
-func (r *Relay) raiseCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32, settled int64) error {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+// raise sets the ceiling to the WAL insert position, while the walsender
+// holds the slot, and the marker's settled row to settled.
+func (k *ceilingKeeper) raise(ctx context.Context, settled int64) error {
+	ctx, cancel := context.WithTimeout(ctx, k.pub.timeout)
 	defer cancel()
 	var ceiling uint64
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, k.pool, func(tx pgx.Tx) error {
 		var lsn string
-		if err := tx.QueryRow(ctx, r.sql.ceiling, outboxsql.CeilingArgs{Slot: r.cfg.Slot, PID: pid}.Args()...).Scan(&lsn); err != nil {
+		if err := tx.QueryRow(ctx, k.pub.sql.ceiling, outboxsql.CeilingArgs{Slot: k.pub.slot, PID: k.pid}.Args()...).Scan(&lsn); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("slot %s is no longer held by this relay's walsender", r.cfg.Slot)
+				return fmt.Errorf("slot %s is no longer held by this relay's walsender", k.pub.slot)
 			}
 			return err
 		}
@@ -248,13 +260,13 @@ func (r *Relay) raiseCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32
 			return err
 		}
 		ceiling = uint64(l)
-		m := marker{slot: r.cfg.Slot, ceiling: ceiling, fingerprint: r.fingerprint, settled: max(settled, -1)}
-		_, err = tx.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, m.String()))
+		m := marker{slot: k.pub.slot, ceiling: ceiling, fingerprint: k.fingerprint, settled: max(settled, -1)}
+		_, err = tx.Exec(ctx, outboxsql.WALSetMarker(k.pub.name, m.String()))
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	r.ceiling.Store(max(r.ceiling.Load(), ceiling))
+	k.ceiling.Store(max(k.ceiling.Load(), ceiling))
 	return nil
 }

@@ -86,10 +86,9 @@ type Relay struct {
 	active    atomic.Bool
 
 	// ceiling is the position the slot may be confirmed up to (see
-	// marker), fingerprint the publication's when the session took the
-	// slot; both set before a session streams.
-	ceiling     atomic.Uint64
-	fingerprint string
+	// marker), set before a session streams and raised by its
+	// ceilingKeeper.
+	ceiling atomic.Uint64
 
 	// inflight is the number of events read from the slot and not yet
 	// confirmed.

@@ -1,19 +1,15 @@
 package walrelay
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
@@ -130,36 +126,12 @@ func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv s
 // session runs one attempt: check the publication, take the slot over
 // if the relay does not own it (see marker), stream.
 func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts) error {
-	st, err := r.slotState(ctx, pool)
+	st, err := r.checkSlot(ctx, pool)
 	if err != nil {
 		return err
 	}
-	if st.exists {
-		if err := r.usable(st); err != nil {
-			return err
-		}
-		if st.active {
-			// Another relay streams: rows it settles are not in this
-			// relay's highest settled row, which it reads afresh from the
-			// marker when it takes the slot over (after a crash of
-			// PostgreSQL the stream would bring them again).
-			r.settled.forget()
-			return errSlotBusy
-		}
-		if _, ok, err := r.pub().comment(ctx, pool); err != nil {
-			return err
-		} else if !ok {
-			return r.pub().gone()
-		}
-	}
-	if err := r.ensurePublication(ctx, pool, srv); err != nil {
-		return err
-	}
-	fp, err := r.pub().check(ctx, pool, srv)
+	fp, err := r.preparePublication(ctx, pool, srv)
 	if err != nil {
-		if errors.Is(err, ErrPublication) {
-			r.pub().disown(ctx, pool)
-		}
 		return err
 	}
 	mark, _, err := r.pub().readMarker(ctx, pool)
@@ -170,13 +142,9 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 	if err != nil {
 		return err
 	}
-	rc, err := r.replicationConfig()
+	repl, err := r.connectReplication(ctx)
 	if err != nil {
 		return err
-	}
-	repl, err := pgconn.ConnectConfig(ctx, rc)
-	if err != nil {
-		return fmt.Errorf("open replication connection: %w", err)
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -199,7 +167,86 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 	if err != nil {
 		return err
 	}
-	err = pglogrepl.StartReplication(ctx, repl, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+	if err := r.startReplication(ctx, repl); err != nil {
+		return err
+	}
+	if st, mark, err = r.stillOwned(ctx, pool, fp); err != nil {
+		return err
+	}
+	r.ceiling.Store(mark.ceiling)
+	r.met.sample(st)
+	r.active.Store(true)
+	defer r.active.Store(false)
+	r.log.Info("streaming", "publication", r.cfg.Publication, "from", pglogrepl.LSN(st.confirmed))
+	s := newStream(streamDeps{repl: repl, pool: pool, sql: r.sql, log: r.log, slot: r.cfg.Slot, lanes: ls, rows: r.tableRows(pool), resume: rs,
+		decoder: newDecoder(r.cfg.Table.Schema, r.tableName(), prefix), confirmedTo: &r.confirmed, inflightNow: &r.inflight, ceiling: &r.ceiling,
+		maxInFlight: r.cfg.MaxInFlight, flushInterval: r.cfg.FlushInterval, pingInterval: r.cfg.PingInterval, senderTimeout: r.cfg.SenderTimeout,
+	}, st.confirmed)
+	cl := newCleanup(cleanupDeps{pool: pool, sql: r.sql, log: r.log, pub: r.pub(), srv: srv, fingerprint: fp,
+		confirmed: &r.confirmed, settled: r.settled, interval: r.cfg.CleanupInterval, timeout: r.cfg.StatementTimeout,
+		retention: r.cfg.Retention, batch: r.cfg.CleanupBatch})
+	ck := &ceilingKeeper{pool: pool, pid: repl.PID(), pub: r.pub(), fingerprint: fp, confirmed: &r.confirmed, settled: r.settled, ceiling: &r.ceiling}
+	return s.run(ctx, cl, ck)
+}
+
+// checkSlot reads the slot and refuses one the relay cannot stream from
+// now: unusable (see usable), held by another relay (errSlotBusy), or
+// whose publication was dropped.
+func (r *Relay) checkSlot(ctx context.Context, pool *pgxpool.Pool) (slotState, error) {
+	st, err := r.slotState(ctx, pool)
+	if err != nil || !st.exists {
+		return st, err
+	}
+	if err := r.usable(st); err != nil {
+		return st, err
+	}
+	if st.active {
+		// Another relay streams: rows it settles are not in this relay's
+		// highest settled row, which it reads afresh from the marker when
+		// it takes the slot over (after a crash of PostgreSQL the stream
+		// would bring them again).
+		r.settled.forget()
+		return st, errSlotBusy
+	}
+	if _, ok, err := r.pub().comment(ctx, pool); err != nil {
+		return st, err
+	} else if !ok {
+		return st, r.pub().gone()
+	}
+	return st, nil
+}
+
+// preparePublication creates the publication if need be, checks it and
+// returns its fingerprint; on a publication that does not carry every
+// insert it clears the relay's marker (see publication.disown).
+func (r *Relay) preparePublication(ctx context.Context, pool *pgxpool.Pool, srv serverFacts) (string, error) {
+	if err := r.ensurePublication(ctx, pool, srv); err != nil {
+		return "", err
+	}
+	fp, err := r.pub().check(ctx, pool, srv)
+	if errors.Is(err, ErrPublication) {
+		r.pub().disown(ctx, pool)
+	}
+	return fp, err
+}
+
+// connectReplication opens the replication connection.
+func (r *Relay) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
+	rc, err := r.replicationConfig()
+	if err != nil {
+		return nil, err
+	}
+	repl, err := pgconn.ConnectConfig(ctx, rc)
+	if err != nil {
+		return nil, fmt.Errorf("open replication connection: %w", err)
+	}
+	return repl, nil
+}
+
+// startReplication starts streaming from the slot on repl: errSlotBusy
+// when another relay holds it.
+func (r *Relay) startReplication(ctx context.Context, repl *pgconn.PgConn) error {
+	err := pglogrepl.StartReplication(ctx, repl, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
 		// Binary column values: the walsender sends bytea, uuid, jsonb and
 		// timestamptz as they are stored instead of formatting them.
@@ -213,32 +260,33 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 	case err != nil:
 		return fmt.Errorf("start replication from slot %s: %w", r.cfg.Slot, err)
 	}
-	// Holding the slot now, make sure no relay is initialising it and the
-	// slot is still the one the relay owns: one that created it publishes
-	// the table's earlier rows before anything streamed, or they would go
-	// out after later events.
-	if mark, _, err = r.pub().readMarker(ctx, pool); err != nil {
-		return err
+	return nil
+}
+
+// stillOwned makes sure, holding the slot now, that no relay is
+// initialising it and the slot is still the one the relay owns through
+// the publication of fingerprint fp: one that created it publishes the
+// table's earlier rows before anything streamed, or they would go out
+// after later events. It returns the slot and the marker read.
+func (r *Relay) stillOwned(ctx context.Context, pool *pgxpool.Pool, fp string) (slotState, marker, error) {
+	mark, _, err := r.pub().readMarker(ctx, pool)
+	if err != nil {
+		return slotState{}, mark, err
 	}
-	if st, err = r.slotState(ctx, pool); err != nil {
-		return err
+	st, err := r.slotState(ctx, pool)
+	if err != nil {
+		return st, mark, err
 	}
 	if !st.exists {
-		return fmt.Errorf("slot %s is gone", r.cfg.Slot)
+		return st, mark, fmt.Errorf("slot %s is gone", r.cfg.Slot)
 	}
 	if err := r.usable(st); err != nil {
-		return err
+		return st, mark, err
 	}
 	if !r.pub().owns(mark, st, fp) {
-		return errSlotBusy
+		return st, mark, errSlotBusy
 	}
-	r.fingerprint = fp
-	r.ceiling.Store(mark.ceiling)
-	r.met.sample(st)
-	r.active.Store(true)
-	defer r.active.Store(false)
-	r.log.Info("streaming", "publication", r.cfg.Publication, "from", pglogrepl.LSN(st.confirmed))
-	return r.stream(ctx, pool, srv, repl, ls, st.confirmed, rs, prefix)
+	return st, mark, nil
 }
 
 // gone is the error of a slot whose publication was dropped.
@@ -334,305 +382,6 @@ func (r *Relay) settledQuery(ctx context.Context, pool *pgxpool.Pool, stmt strin
 // one the table already holds as published or dead.
 func (rs resume) mayBeSettled(end uint64, row int64) bool {
 	return end <= rs.until && row != 0 && row <= rs.settledMax
-}
-
-// inMsg is one message of the replication stream.
-type inMsg struct {
-	keepalive bool
-	walEnd    uint64 // keepalive: what the server has sent up to
-	reply     bool   // keepalive: the server asks for a status update now
-	msg       pglogrepl.Message
-}
-
-// stream reads the slot until ctx ends or the connection fails.
-//
-// The confirmed position, reported to the server as written, flushed and
-// applied, only ever moves to the end of a transaction whose events, and
-// every earlier transaction's, are settled (published or dead): a prefix in
-// commit order. With nothing in flight and no transaction half read, it
-// moves to the end of WAL the server says it has sent (a keepalive), so an
-// idle outbox does not hold WAL back; never while anything is in flight.
-func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv serverFacts, repl *pgconn.PgConn, ls *lanes, confirmed uint64, rs resume, prefix string) error {
-	rctx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
-	var (
-		msgs    = make(chan inMsg, 256)
-		readErr = make(chan error, 1)
-		heard   atomic.Int64 // unix nanoseconds the reader last received, or was waiting on us
-		blocked atomic.Bool  // the reader waits for the loop, not for the server
-		wg      sync.WaitGroup
-	)
-	heard.Store(time.Now().UnixNano())
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		readErr <- r.read(rctx, repl, msgs, &heard, &blocked)
-	}()
-	r.confirmed.Store(confirmed)
-	cl := newCleanup(cleanupDeps{pool: pool, sql: r.sql, log: r.log, pub: r.pub(), srv: srv, fingerprint: r.fingerprint,
-		confirmed: &r.confirmed, settled: r.settled, interval: r.cfg.CleanupInterval, timeout: r.cfg.StatementTimeout,
-		retention: r.cfg.Retention, batch: r.cfg.CleanupBatch})
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		cl.run(rctx)
-	}()
-	go func() {
-		defer wg.Done()
-		r.keepCeiling(rctx, pool, repl.PID())
-	}()
-	defer func() {
-		// Stopping the reader closes the connection (pgconn's reads end
-		// with it), which frees the slot for a standby: the lanes end
-		// their publishes first.
-		ls.stop()
-		stopReader()
-		wg.Wait()
-	}()
-
-	dec := newDecoder(r.cfg.Table.Schema, r.tableName(), prefix)
-	var (
-		queue    []*txn // dispatched, not yet confirmed, in commit order
-		open     *txn   // between Begin and Commit: the part not yet dispatched
-		final    uint64 // the open transaction's commit position (Begin's FinalLSN)
-		inflight int    // events in queue
-		sent     = confirmed
-		part     = max(1, min(maxPart, r.cfg.MaxInFlight/2))
-	)
-	// dispatch hands t, a transaction or a part of one, to the lanes. The
-	// walsender (without pgoutput's streaming) sends a transaction only
-	// once it has committed, so a large one's events go out as they
-	// arrive, in parts, bounded by MaxInFlight like any others; only its
-	// last part carries its end, so the slot is confirmed past it once
-	// every part is settled.
-	dispatch := func(t *txn, end uint64) error {
-		if err := r.tableRows(pool).skipSettled(ctx, t, end, rs); err != nil {
-			return err
-		}
-		queue = append(queue, t)
-		inflight += len(t.events)
-		r.inflight.Store(int64(inflight))
-		ls.push(t)
-		return nil
-	}
-	add := func(ev event) error {
-		open.events = append(open.events, ev)
-		if len(open.events) < part {
-			return nil
-		}
-		t := open
-		open = &txn{}
-		return dispatch(t, final)
-	}
-	advance := func() {
-		for len(queue) > 0 && queue[0].pending.Load() == 0 {
-			confirmed = max(confirmed, queue[0].end)
-			inflight -= len(queue[0].events)
-			queue[0] = nil
-			queue = queue[1:]
-		}
-		r.inflight.Store(int64(inflight))
-		r.confirmed.Store(confirmed)
-	}
-	// The server's position stops at the ceiling (see marker).
-	reported := func() uint64 { return min(confirmed, r.ceiling.Load()) }
-	send := func(reply bool) error {
-		_ = repl.Conn().SetWriteDeadline(time.Now().Add(r.cfg.SenderTimeout / 2))
-		pos := reported()
-		err := pglogrepl.SendStandbyStatusUpdate(ctx, repl, pglogrepl.StandbyStatusUpdate{
-			WALWritePosition: pglogrepl.LSN(pos), ReplyRequested: reply})
-		if err != nil {
-			return fmt.Errorf("send status update: %w", err)
-		}
-		sent = pos
-		return nil
-	}
-	flush := time.NewTicker(r.cfg.FlushInterval)
-	defer flush.Stop()
-	ping := time.NewTicker(r.cfg.PingInterval)
-	defer ping.Stop()
-	for {
-		in := msgs
-		if inflight >= r.cfg.MaxInFlight {
-			in = nil // hold: the reader stops, the server waits; pings go on
-		}
-		select {
-		case <-ctx.Done():
-			return r.drain(ls, &queue, advance, send)
-		case err := <-readErr:
-			return err
-		case err := <-cl.failed:
-			return err
-		case <-ls.settled:
-			advance()
-		case <-flush.C:
-			advance()
-			if reported() > sent {
-				if err := send(false); err != nil {
-					return err
-				}
-			}
-		case <-ping.C:
-			if time.Since(time.Unix(0, heard.Load())) > r.cfg.SenderTimeout/2 {
-				if !blocked.Load() {
-					return fmt.Errorf("no message from the server for %s: giving up the slot before the server frees it for a standby", r.cfg.SenderTimeout/2)
-				}
-				// Held at MaxInFlight the reader hears nothing: ask the
-				// server on another connection whether this relay still
-				// holds the slot, or stop publishing.
-				if err := r.stillHolds(ctx, pool, repl.PID()); err != nil {
-					return err
-				}
-			}
-			advance()
-			if err := send(true); err != nil {
-				return err
-			}
-		case m := <-in:
-			if m.keepalive {
-				if open == nil && len(queue) == 0 && m.walEnd > confirmed {
-					confirmed = m.walEnd
-					r.confirmed.Store(confirmed)
-				}
-				if m.reply {
-					if err := send(false); err != nil {
-						return err
-					}
-				}
-				continue
-			}
-			switch msg := m.msg.(type) {
-			case *pglogrepl.RelationMessage:
-				dec.relation(msg)
-			case *pglogrepl.BeginMessage:
-				open, final = &txn{}, uint64(msg.FinalLSN)
-			case *insertMessage:
-				ev, ok, err := dec.insert(msg)
-				var bad *rowError
-				if errors.As(err, &bad) {
-					// Marked dead by the lanes, as the loop must go on
-					// answering the server meanwhile.
-					ev, ok, err = event{row: bad.row, bad: bad}, true, nil
-				}
-				if err != nil {
-					return fmt.Errorf("%w: %w", errPermanent, err)
-				}
-				if ok && open != nil {
-					if err := add(ev); err != nil {
-						return err
-					}
-				}
-			case *pglogrepl.LogicalDecodingMessage:
-				ev, ok, err := dec.message(msg)
-				if err != nil {
-					return fmt.Errorf("%w: %w", errPermanent, err)
-				}
-				switch {
-				case !ok:
-				case open == nil || !msg.Transactional:
-					r.log.Warn("ignored a non-transactional event message; the writer emits transactional ones", "lsn", msg.LSN)
-				default:
-					if err := add(ev); err != nil {
-						return err
-					}
-				}
-			case *pglogrepl.CommitMessage:
-				if open == nil {
-					return fmt.Errorf("commit at %s without a begin", msg.CommitLSN)
-				}
-				open.end = uint64(msg.TransactionEndLSN)
-				if err := dispatch(open, open.end); err != nil {
-					return err
-				}
-				open = nil
-			}
-		}
-	}
-}
-
-// maxPart is the most events of a transaction handed to the lanes at once.
-const maxPart = 256
-
-// stillHolds returns an error unless the walsender of process pid holds
-// the slot, within SenderTimeout/4.
-func (r *Relay) stillHolds(ctx context.Context, pool *pgxpool.Pool, pid uint32) error {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.SenderTimeout/4)
-	defer cancel()
-	var lsn string
-	if err := pool.QueryRow(ctx, r.sql.ceiling, outboxsql.CeilingArgs{Slot: r.cfg.Slot, PID: pid}.Args()...).Scan(&lsn); err != nil {
-		return fmt.Errorf("giving up the slot: cannot tell it is still this relay's: %w", err)
-	}
-	return nil
-}
-
-// drain is the clean end of a stream: stop reading, let the events in
-// flight settle for up to SenderTimeout/2, report the position reached.
-func (r *Relay) drain(ls *lanes, queue *[]*txn, advance func(), send func(bool) error) error {
-	limit := time.NewTimer(r.cfg.SenderTimeout / 2)
-	defer limit.Stop()
-	for advance(); len(*queue) > 0; advance() {
-		select {
-		case <-ls.settled:
-		case <-limit.C:
-			r.log.Warn("stopping with events in flight; they are published again by the next relay", "transactions", len(*queue))
-			return send(false)
-		}
-	}
-	return send(false)
-}
-
-// read receives the stream and hands its messages to the loop, in order.
-func (r *Relay) read(ctx context.Context, repl *pgconn.PgConn, out chan<- inMsg, heard *atomic.Int64, blocked *atomic.Bool) error {
-	for {
-		raw, err := repl.ReceiveMessage(ctx)
-		if err != nil {
-			return fmt.Errorf("receive: %w", err)
-		}
-		heard.Store(time.Now().UnixNano())
-		var m inMsg
-		switch raw := raw.(type) {
-		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(raw))
-		case *pgproto3.CopyDone:
-			return errors.New("replication stream ended by the server")
-		case *pgproto3.CopyData:
-			if len(raw.Data) == 0 {
-				continue
-			}
-			switch raw.Data[0] {
-			case pglogrepl.PrimaryKeepaliveMessageByteID:
-				k, err := pglogrepl.ParsePrimaryKeepaliveMessage(raw.Data[1:])
-				if err != nil {
-					return err
-				}
-				m = inMsg{keepalive: true, walEnd: uint64(k.ServerWALEnd), reply: k.ReplyRequested}
-			case pglogrepl.XLogDataByteID:
-				// The buffer is the connection's: copy before the next receive.
-				x, err := pglogrepl.ParseXLogData(bytes.Clone(raw.Data[1:]))
-				if err != nil {
-					return err
-				}
-				if m.msg, err = parseMessage(x.WALData); err != nil {
-					return fmt.Errorf("decode message at %s: %w", x.WALStart, err)
-				}
-			default:
-				continue
-			}
-		default:
-			continue
-		}
-		select {
-		case out <- m:
-		default:
-			blocked.Store(true)
-			select {
-			case out <- m:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			blocked.Store(false)
-			heard.Store(time.Now().UnixNano())
-		}
-	}
 }
 
 // tableName is the outbox table's unqualified name.
