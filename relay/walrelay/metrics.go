@@ -98,7 +98,7 @@ func (r *Relay) watchSlot(ctx context.Context, q pgxQuerier, interval time.Durat
 	defer t.Stop()
 	for {
 		sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-		st, err := r.slotState(sctx, q)
+		st, err := r.slot().state(sctx, q)
 		cancel()
 		if err == nil {
 			r.met.sample(st)

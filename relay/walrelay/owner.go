@@ -42,7 +42,7 @@ var ErrPublication = errors.New("walrelay: the publication does not carry every 
 // publication changed since (a table dropped from it and added back, the
 // table altered) may have let inserts pass unstreamed. On a slot it does
 // not own the relay republishes the table's unpublished rows before it
-// streams (see initialise), instead of deleting them as confirmed.
+// streams (see slotSetup), instead of deleting them as confirmed.
 //
 // <id> bounds the rows of the slot's stream the table may hold as
 // published (see resume): a relay that resumes reads it instead of walking

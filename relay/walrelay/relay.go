@@ -100,7 +100,7 @@ type Relay struct {
 
 	// madePublication: this Run created the publication and has set no
 	// slot up through it yet. A Run that refuses to set its slot up drops
-	// it (see dropMadePublication). Run's goroutine alone reads and writes
+	// it (see slotSetup.dropMadePublication). Run's goroutine alone reads and writes
 	// it.
 	madePublication bool
 

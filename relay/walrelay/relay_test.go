@@ -363,10 +363,10 @@ func TestServerChecks(t *testing.T) {
 		}
 	}
 	r := &Relay{cfg: Config{Slot: "s"}, database: "d"}
-	if err := r.usable(slotState{exists: true, walStatus: "lost", plugin: "pgoutput", here: true}); !errors.Is(err, ErrSlotLost) {
+	if err := r.slot().usable(slotState{exists: true, walStatus: "lost", plugin: "pgoutput", here: true}); !errors.Is(err, ErrSlotLost) {
 		t.Errorf("lost slot: %v, want ErrSlotLost", err)
 	}
-	if err := r.usable(slotState{exists: true, walStatus: "reserved", plugin: "pgoutput", database: "e"}); !errors.Is(err, ErrSlotOtherDatabase) {
+	if err := r.slot().usable(slotState{exists: true, walStatus: "reserved", plugin: "pgoutput", database: "e"}); !errors.Is(err, ErrSlotOtherDatabase) {
 		t.Errorf("slot of another database: %v, want ErrSlotOtherDatabase", err)
 	}
 }

@@ -38,47 +38,61 @@ type pgxQuerier interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }
 
-func (r *Relay) slotState(ctx context.Context, q pgxQuerier) (slotState, error) {
+// replicationSlot reads the relay's slot, of the name Run resolved, for
+// the relay's database.
+type replicationSlot struct {
+	name     string
+	database string // the relay's: the only one whose slot it streams or drops
+	sql      *statements
+}
+
+// slot is the relay's slot, by the name resolved.
+func (r *Relay) slot() replicationSlot {
+	return replicationSlot{name: r.cfg.Slot, database: r.database, sql: r.sql}
+}
+
+// state reads the slot's row of pg_replication_slots.
+func (sl replicationSlot) state(ctx context.Context, q pgxQuerier) (slotState, error) {
 	var (
 		s   slotState
 		lsn string
 	)
-	err := q.QueryRow(ctx, r.sql.slot, r.cfg.Slot).Scan(&s.active, &s.walStatus, &lsn, &s.plugin, &s.database, &s.lagBytes, &s.here)
+	err := q.QueryRow(ctx, sl.sql.slot, sl.name).Scan(&s.active, &s.walStatus, &lsn, &s.plugin, &s.database, &s.lagBytes, &s.here)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, nil
 	}
 	if err != nil {
-		return s, fmt.Errorf("read slot %s: %w", r.cfg.Slot, err)
+		return s, fmt.Errorf("read slot %s: %w", sl.name, err)
 	}
 	s.exists = true
 	l, err := pglogrepl.ParseLSN(lsn)
 	if err != nil {
-		return s, fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", r.cfg.Slot, lsn, err)
+		return s, fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", sl.name, lsn, err)
 	}
 	s.confirmed = uint64(l)
 	return s, nil
 }
 
 // usable rejects a slot the relay cannot stream from.
-func (r *Relay) usable(s slotState) error {
+func (sl replicationSlot) usable(s slotState) error {
 	if !s.here {
-		return r.otherDatabase(s, ownSlot)
+		return sl.otherDatabase(s, ownSlot)
 	}
 	if s.walStatus == "lost" {
 		return fmt.Errorf("%w: slot %s has wal_status lost: PostgreSQL removed WAL it still needed (max_slot_wal_keep_size), "+
-			"so committed events may be missing from the stream; switch to the polling relay with `outbox wal takeover`, which republishes every row the slot did not confirm", ErrSlotLost, r.cfg.Slot)
+			"so committed events may be missing from the stream; switch to the polling relay with `outbox wal takeover`, which republishes every row the slot did not confirm", ErrSlotLost, sl.name)
 	}
 	if s.plugin != "pgoutput" {
-		return fmt.Errorf("%w: slot %s decodes with %q, not pgoutput", errPermanent, r.cfg.Slot, s.plugin)
+		return fmt.Errorf("%w: slot %s decodes with %q, not pgoutput", errPermanent, sl.name, s.plugin)
 	}
 	return nil
 }
 
 // otherDatabase is the error of slot s, of another database than the
 // relay's, ending with what to do.
-func (r *Relay) otherDatabase(s slotState, todo string) error {
+func (sl replicationSlot) otherDatabase(s slotState, todo string) error {
 	return fmt.Errorf("%w: slot %s is database %s's, not %s's (a slot's name is the server's, the slot one database's): %s",
-		ErrSlotOtherDatabase, r.cfg.Slot, s.database, r.database, todo)
+		ErrSlotOtherDatabase, sl.name, s.database, sl.database, todo)
 }
 
 // ownSlot says what to do about a slot of another database.
@@ -103,7 +117,7 @@ func (p publication) comment(ctx context.Context, q pgxQuerier) (string, bool, e
 // outboxsql.WALCreatePublication). One that exists is left as it is: the
 // decoder finds its columns by name in whatever the stream sends. One it
 // creates is the Run's to drop if the Run sets no slot up (see
-// dropMadePublication).
+// slotSetup.dropMadePublication).
 func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv serverFacts) error {
 	if _, ok, err := r.pub().comment(ctx, pool); err != nil || ok {
 		return err
@@ -157,7 +171,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 	ls := newLanes(context.WithoutCancel(ctx), r.cfg.Lanes, r.laneDeps(pool))
 	defer ls.stop()
 	if !r.pub().owns(mark, st, fp) {
-		if err := r.initialise(ctx, pool, repl, ls, fp); err != nil {
+		if err := newSetup(r.setupDeps(pool, repl, ls), fp).run(ctx); err != nil {
 			return err
 		}
 	}
@@ -193,11 +207,11 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 // now: unusable (see usable), held by another relay (errSlotBusy), or
 // whose publication was dropped.
 func (r *Relay) checkSlot(ctx context.Context, pool *pgxpool.Pool) (slotState, error) {
-	st, err := r.slotState(ctx, pool)
+	st, err := r.slot().state(ctx, pool)
 	if err != nil || !st.exists {
 		return st, err
 	}
-	if err := r.usable(st); err != nil {
+	if err := r.slot().usable(st); err != nil {
 		return st, err
 	}
 	if st.active {
@@ -273,14 +287,14 @@ func (r *Relay) stillOwned(ctx context.Context, pool *pgxpool.Pool, fp string) (
 	if err != nil {
 		return slotState{}, mark, err
 	}
-	st, err := r.slotState(ctx, pool)
+	st, err := r.slot().state(ctx, pool)
 	if err != nil {
 		return st, mark, err
 	}
 	if !st.exists {
 		return st, mark, fmt.Errorf("slot %s is gone", r.cfg.Slot)
 	}
-	if err := r.usable(st); err != nil {
+	if err := r.slot().usable(st); err != nil {
 		return st, mark, err
 	}
 	if !r.pub().owns(mark, st, fp) {

@@ -113,7 +113,7 @@ func Takeover(ctx context.Context, connString string, cfg TakeoverConfig) (Takeo
 	if _, err := tx.Exec(ctx, r.sql.takeoverLock); err != nil {
 		return res, fmt.Errorf("walrelay: takeover: lock %s: %w", r.names.Table, err)
 	}
-	st, err := r.slotState(ctx, tx)
+	st, err := r.slot().state(ctx, tx)
 	if err != nil {
 		return res, err
 	}
@@ -123,7 +123,7 @@ func Takeover(ctx context.Context, connString string, cfg TakeoverConfig) (Takeo
 	if !st.here {
 		// Checked before anything else: the slot streams another
 		// database's outbox, whatever this one's state.
-		return res, fmt.Errorf("walrelay: takeover: %w", r.otherDatabase(st,
+		return res, fmt.Errorf("walrelay: takeover: %w", r.slot().otherDatabase(st,
 			"it streams that database's outbox and is left alone; name this database's slot, or none for the WAL relay's default"))
 	}
 	if st.active {
@@ -202,7 +202,7 @@ const slotReleaseWait = 5 * time.Second
 func (r *Relay) awaitSlotRelease(ctx context.Context, conn *pgx.Conn) error {
 	deadline := time.Now().Add(slotReleaseWait)
 	for {
-		st, err := r.slotState(ctx, conn)
+		st, err := r.slot().state(ctx, conn)
 		if err != nil {
 			return fmt.Errorf("walrelay: takeover: %w", err)
 		}
