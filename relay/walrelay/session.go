@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
@@ -152,7 +153,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 	if err != nil {
 		return err
 	}
-	prefix, err := r.messagePrefix(ctx, pool)
+	dec, err := r.decoding().decoder(ctx, pool)
 	if err != nil {
 		return err
 	}
@@ -193,7 +194,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 	defer r.active.Store(false)
 	r.log.Info("streaming", "publication", r.cfg.Publication, "from", pglogrepl.LSN(st.confirmed))
 	s := newStream(streamDeps{repl: repl, pool: pool, sql: r.sql, log: r.log, slot: r.cfg.Slot, lanes: ls, rows: r.tableRows(pool), resume: rs,
-		decoder: newDecoder(r.cfg.Table.Schema, r.tableName(), prefix), confirmedTo: &r.confirmed, inflightNow: &r.inflight, ceiling: &r.ceiling,
+		decoder: dec, confirmedTo: &r.confirmed, inflightNow: &r.inflight, ceiling: &r.ceiling,
 		maxInFlight: r.cfg.MaxInFlight, flushInterval: r.cfg.FlushInterval, pingInterval: r.cfg.PingInterval, senderTimeout: r.cfg.SenderTimeout,
 	}, st.confirmed)
 	cl := newCleanup(cleanupDeps{pool: pool, sql: r.sql, log: r.log, pub: r.pub(), srv: srv, fingerprint: fp,
@@ -398,24 +399,34 @@ func (rs resume) mayBeSettled(end uint64, row int64) bool {
 	return end <= rs.until && row != 0 && row <= rs.settledMax
 }
 
-// tableName is the outbox table's unqualified name.
-// messagePrefix resolves the prefix of the table's table-less event
-// messages on this connection (see outboxsql.WALMessagePrefix).
-func (r *Relay) messagePrefix(ctx context.Context, q pgxQuerier) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-	defer cancel()
-	var prefix string
-	if err := q.QueryRow(ctx, r.sql.messagePrefix, r.sql.table).Scan(&prefix); err != nil {
-		return "", fmt.Errorf("walrelay: resolve the table %s: %w", r.names.Table, err)
-	}
-	return prefix, nil
+// decoding makes the decoders of the table's changes.
+type decoding struct {
+	sql     *statements
+	timeout time.Duration // Config.StatementTimeout
+	table   txoutbox.Table
+	name    string // the table's, for messages
 }
 
-func (r *Relay) tableName() string {
-	if r.cfg.Table.Name == "" {
-		return outboxsql.TableNameDefault
+// decoding is the relay's.
+func (r *Relay) decoding() decoding {
+	return decoding{sql: r.sql, timeout: r.cfg.StatementTimeout, table: r.cfg.Table, name: r.names.Table}
+}
+
+// decoder resolves, through q, the prefix of the table's table-less event
+// messages (see outboxsql.WALMessagePrefix) and returns a decoder of the
+// table's changes.
+func (d decoding) decoder(ctx context.Context, q pgxQuerier) (*decoder, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	var prefix string
+	if err := q.QueryRow(ctx, d.sql.messagePrefix, d.sql.table).Scan(&prefix); err != nil {
+		return nil, fmt.Errorf("walrelay: resolve the table %s: %w", d.name, err)
 	}
-	return r.cfg.Table.Name
+	name := d.table.Name
+	if name == "" {
+		name = outboxsql.TableNameDefault
+	}
+	return newDecoder(d.table.Schema, name, prefix), nil
 }
 
 func quoteLiteral(s string) string { return outboxsql.Literal(s) }
