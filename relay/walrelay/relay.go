@@ -248,13 +248,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	srv, err := r.checkServer(ctx, pool)
-	if err == nil {
-		err = r.checkSchema(ctx, pool)
-	}
-	if err == nil {
-		err = r.resolveNames(ctx, pool)
-	}
+	srv, err := r.prepare(ctx, pool)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -271,6 +265,26 @@ func (r *Relay) Run(ctx context.Context) error {
 		stopWatch()
 		<-watched
 	}()
+	return r.sessions(ctx, pool, srv)
+}
+
+// prepare checks the server and the table's schema, and resolves the
+// names left to their defaults.
+func (r *Relay) prepare(ctx context.Context, pool *pgxpool.Pool) (serverFacts, error) {
+	srv, err := r.checkServer(ctx, pool)
+	if err == nil {
+		err = r.checkSchema(ctx, pool)
+	}
+	if err == nil {
+		err = r.resolveNames(ctx, pool)
+	}
+	return srv, err
+}
+
+// sessions runs sessions one after another until ctx ends (then it
+// returns nil) or one fails for good: a relay that finds the slot held
+// waits StandbyRetry, one whose stream broke reconnects with backoff.
+func (r *Relay) sessions(ctx context.Context, pool *pgxpool.Pool, srv serverFacts) error {
 	delay := r.cfg.StandbyRetry
 	waiting := false
 	for {
@@ -279,8 +293,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		}
 		switch {
-		case errors.Is(err, ErrSlotLost), errors.Is(err, ErrUnsupported), errors.Is(err, ErrPublication), errors.Is(err, ErrPollingRelays),
-			errors.Is(err, ErrScheduled), errors.Is(err, ErrSlotOtherDatabase), errors.Is(err, errPermanent):
+		case isFinal(err):
 			r.log.Error("WAL relay stopped", "err", err)
 			return err
 		case errors.Is(err, errSlotBusy):
@@ -293,15 +306,23 @@ func (r *Relay) Run(ctx context.Context) error {
 			waiting = false
 			r.log.Warn("WAL stream interrupted; reconnecting", "err", err, "in", delay)
 		}
-		select {
-		case <-ctx.Done():
+		if !publish.Sleep(ctx, delay) {
 			return nil
-		case <-time.After(delay):
 		}
 		if !errors.Is(err, errSlotBusy) {
 			delay = min(2*delay, 10*time.Second)
 		}
 	}
+}
+
+// isFinal reports whether err, a session's, is one retrying cannot fix.
+func isFinal(err error) bool {
+	for _, final := range []error{ErrSlotLost, ErrUnsupported, ErrPublication, ErrPollingRelays, ErrScheduled, ErrSlotOtherDatabase, errPermanent} {
+		if errors.Is(err, final) {
+			return true
+		}
+	}
+	return false
 }
 
 // resolveNames reads the relay's database and the table's schema and
@@ -336,38 +357,16 @@ func (r *Relay) resolveNames(ctx context.Context, q pgxQuerier) error {
 	if err != nil {
 		return err
 	}
+	choice := nameChoice{keyed: keyed, legacy: legacy, found: found}
 	pub, slot := r.cfg.Publication, r.cfg.Slot
 	switch {
 	case r.defaultPub && r.defaultSlot:
-		pub, slot = keyed, keyed
-		if f := found[keyed]; !f.publication && !f.slot {
-			for _, old := range legacy {
-				if f := found[old]; f.carries && f.slot {
-					pub, slot = old, old
-					break
-				}
-			}
-		}
+		pub = choice.both()
+		slot = pub
 	case r.defaultPub:
-		pub = keyed
-		if !found[keyed].publication {
-			for _, old := range legacy {
-				if found[old].carries {
-					pub = old
-					break
-				}
-			}
-		}
+		pub = choice.publication()
 	default:
-		slot = keyed
-		if !found[keyed].slot {
-			for _, old := range legacy {
-				if found[old].slot {
-					slot = old
-					break
-				}
-			}
-		}
+		slot = choice.slot()
 	}
 	r.cfg.Publication, r.cfg.Slot = pub, slot
 	r.pubName.Store(&pub)
@@ -378,6 +377,56 @@ func (r *Relay) resolveNames(ctx context.Context, q pgxQuerier) error {
 			"database", database, "default", keyed)
 	}
 	return nil
+}
+
+// nameChoice chooses a name left to its default: keyed, the default,
+// unless it does not exist and one of legacy, the names of earlier
+// versions, does (see resolveNames).
+type nameChoice struct {
+	keyed  string
+	legacy []string
+	found  map[string]nameFound
+}
+
+// both is the name of a publication and a slot both left to their
+// defaults: an earlier one only when it is the publication carrying the
+// table and a slot of this database.
+func (c nameChoice) both() string {
+	if f := c.found[c.keyed]; f.publication || f.slot {
+		return c.keyed
+	}
+	for _, old := range c.legacy {
+		if f := c.found[old]; f.carries && f.slot {
+			return old
+		}
+	}
+	return c.keyed
+}
+
+// publication is the name of a publication left to its default.
+func (c nameChoice) publication() string {
+	if c.found[c.keyed].publication {
+		return c.keyed
+	}
+	for _, old := range c.legacy {
+		if c.found[old].carries {
+			return old
+		}
+	}
+	return c.keyed
+}
+
+// slot is the name of a slot left to its default.
+func (c nameChoice) slot() string {
+	if c.found[c.keyed].slot {
+		return c.keyed
+	}
+	for _, old := range c.legacy {
+		if c.found[old].slot {
+			return old
+		}
+	}
+	return c.keyed
 }
 
 // nameFound is what exists of a name (see outboxsql.WALNames).
