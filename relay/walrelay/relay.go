@@ -80,8 +80,11 @@ type Relay struct {
 	core       *publish.Core // builds and sends the messages, with spans and the publish metrics
 	running    atomic.Bool
 
-	// confirmed is the position the stream has settled up to (reported to
-	// the server at the next flush), for the cleanup.
+	// What a session's parts tell one another, each written by one part
+	// (see streamDeps, cleanupDeps and ceilingKeeper): confirmed is the
+	// position the stream has settled up to (reported to the server at
+	// the next flush); active whether the session streams, for Active
+	// and the metrics.
 	confirmed atomic.Uint64
 	active    atomic.Bool
 
@@ -100,8 +103,8 @@ type Relay struct {
 
 	// madePublication: this Run created the publication and has set no
 	// slot up through it yet. A Run that refuses to set its slot up drops
-	// it (see slotSetup.dropMadePublication). Run's goroutine alone reads and writes
-	// it.
+	// it (see slotSetup.dropMadePublication). Run's goroutine alone
+	// reads and writes it.
 	madePublication bool
 
 	// defaultPub and defaultSlot: the names were left to their defaults,

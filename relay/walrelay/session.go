@@ -193,15 +193,29 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 	r.active.Store(true)
 	defer r.active.Store(false)
 	r.log.Info("streaming", "publication", r.cfg.Publication, "from", pglogrepl.LSN(st.confirmed))
-	s := newStream(streamDeps{repl: repl, pool: pool, sql: r.sql, log: r.log, slot: r.cfg.Slot, lanes: ls, rows: r.tableRows(pool), resume: rs,
+	s := newStream(r.streamDeps(pool, repl, ls, dec, rs), st.confirmed)
+	return s.run(ctx, newCleanup(r.cleanupDeps(pool, srv, fp)), r.ceilingKeeper(pool, repl.PID(), fp))
+}
+
+// streamDeps is what a session's stream reads the slot with.
+func (r *Relay) streamDeps(pool *pgxpool.Pool, repl *pgconn.PgConn, ls *lanes, dec *decoder, rs resume) streamDeps {
+	return streamDeps{repl: repl, pool: pool, sql: r.sql, log: r.log, slot: r.cfg.Slot, lanes: ls, rows: r.tableRows(pool), resume: rs,
 		decoder: dec, confirmedTo: &r.confirmed, inflightNow: &r.inflight, ceiling: &r.ceiling,
-		maxInFlight: r.cfg.MaxInFlight, flushInterval: r.cfg.FlushInterval, pingInterval: r.cfg.PingInterval, senderTimeout: r.cfg.SenderTimeout,
-	}, st.confirmed)
-	cl := newCleanup(cleanupDeps{pool: pool, sql: r.sql, log: r.log, pub: r.pub(), srv: srv, fingerprint: fp,
+		maxInFlight: r.cfg.MaxInFlight, flushInterval: r.cfg.FlushInterval, pingInterval: r.cfg.PingInterval, senderTimeout: r.cfg.SenderTimeout}
+}
+
+// cleanupDeps is what a session's cleanup works with, the publication of
+// fingerprint fp checked as it goes.
+func (r *Relay) cleanupDeps(pool *pgxpool.Pool, srv serverFacts, fp string) cleanupDeps {
+	return cleanupDeps{pool: pool, sql: r.sql, log: r.log, pub: r.pub(), srv: srv, fingerprint: fp,
 		confirmed: &r.confirmed, settled: r.settled, interval: r.cfg.CleanupInterval, timeout: r.cfg.StatementTimeout,
-		retention: r.cfg.Retention, batch: r.cfg.CleanupBatch})
-	ck := &ceilingKeeper{pool: pool, pid: repl.PID(), pub: r.pub(), fingerprint: fp, confirmed: &r.confirmed, settled: r.settled, ceiling: &r.ceiling}
-	return s.run(ctx, cl, ck)
+		retention: r.cfg.Retention, batch: r.cfg.CleanupBatch}
+}
+
+// ceilingKeeper is a session's, streaming on the walsender of process pid
+// through the publication of fingerprint fp.
+func (r *Relay) ceilingKeeper(pool *pgxpool.Pool, pid uint32, fp string) *ceilingKeeper {
+	return &ceilingKeeper{pool: pool, pid: pid, pub: r.pub(), fingerprint: fp, confirmed: &r.confirmed, settled: r.settled, ceiling: &r.ceiling}
 }
 
 // checkSlot reads the slot and refuses one the relay cannot stream from

@@ -30,7 +30,7 @@ type setupDeps struct {
 
 	// madePublication is the Run's: it created the publication and has
 	// set no slot up through it yet. The setup drops that publication
-	// when it refuses to set the slot up (see dropMadePublication), and
+	// when it refuses to set the slot up (see slotSetup.dropMadePublication), and
 	// clears it once the slot is set up.
 	madePublication *bool
 
