@@ -169,6 +169,7 @@ type statements struct {
 	replaySelect, replay, timeouts, claimGate, relays, shards      string
 	handovers, snapshot, lookupAggregate, lookupEventID            string
 	walGate, walSlots, walSlot, table, lag, topicStats             string
+	locks                                                          string
 	// deadList, deadLock and deadCount are in one form per set of
 	// filters (outboxsql.DeadFilters), each naming only those.
 	deadList, deadLock, deadCount [outboxsql.DeadForms]string
@@ -201,6 +202,7 @@ func render(n outboxsql.Names) statements {
 		table:           n.Table,
 		lag:             n.Render(outboxsql.StatsLag),
 		topicStats:      n.Render(outboxsql.TopicStats),
+		locks:           n.Render(outboxsql.OpsLocks),
 	}
 	for f := range st.deadList {
 		st.deadList[f] = n.Render(outboxsql.OpsDeadList(outboxsql.DeadFilters(f)))

@@ -29,6 +29,16 @@
 // cheaply enough to sample every few seconds, and PublishRate turns two
 // snapshots into a publish rate.
 //
+// # Locks
+//
+// Locks lists the sessions that hold or wait for a lock on the outbox
+// table or its companions that the relays' statements wait behind (a
+// DBA's ALTER TABLE, a VACUUM FULL, a migration): while one lasts past the
+// relays' relay.Config.LockTimeout, they publish nothing from the table.
+// A reading of the table that gives up on such a lock (under a
+// lock_timeout of the caller's) fails with an error IsLockTimeout
+// recognises; outbox status then shows Locks.
+//
 // # Replay
 //
 // Replay returns published events still in the outbox (within the relays'

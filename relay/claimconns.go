@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // ClaimConnsDefault is GroupConfig.ClaimConns' default.
@@ -31,12 +33,7 @@ const (
 
 // claimConns lends the claims of a Group's tables a few connections it
 // keeps out of the pool, so that each table's claim is prepared and
-// planned on those few. The claim is a prepared statement per table (its
-// text names the schema); a vacuum or analyze of a table invalidates its
-// plan on every connection that holds it, and each plans it again at its
-// next run (3–6 ms, against 0.2 ms to run). Spread over a pool of 40
-// connections, a hundred tables that autovacuum visits once a minute cost
-// thousands of plans a minute (docs/crash-suite.md, tenant-fairness).
+// planned on those few (see Group for why).
 //
 // A connection is opened when a claim needs one and none is free, up to
 // n. A claim that waits claimConnWait while none of the n lent comes back
@@ -47,12 +44,19 @@ const (
 // one is not pinged before it is lent,
 // so after PostgreSQL restarts each fails one claim (which is retried)
 // before it is replaced.
+//
+// A kept connection's session has the relays' lock timeout
+// (Config.LockTimeout, outboxsql.SessionLockTimeout): pgx prepares the
+// claim outside its transaction, and preparing it waits for the locks the
+// claim takes. Never given back to the pool, it never carries the setting
+// to another user of the pool.
 type claimConns struct {
 	db     *sql.DB
 	free   chan claimConn // kept, idle
 	slots  chan struct{}  // one token per connection kept or lent
 	wait   time.Duration  // claimConnWait
 	maxAge time.Duration  // claimConnMaxAge
+	lock   []any          // outboxsql.SessionLockTimeout's arguments
 
 	returned atomic.Int64 // connections given back, to tell a queue from claims stuck on locks
 	made     atomic.Int64 // connections opened to be kept, for tests
@@ -67,9 +71,9 @@ type claimConn struct {
 	pooled bool
 }
 
-func newClaimConns(db *sql.DB, n int) *claimConns {
+func newClaimConns(db *sql.DB, n int, lockTimeout time.Duration) *claimConns {
 	return &claimConns{db: db, free: make(chan claimConn, n), slots: make(chan struct{}, n),
-		wait: claimConnWait, maxAge: claimConnMaxAge}
+		wait: claimConnWait, maxAge: claimConnMaxAge, lock: outboxsql.TimeoutArgs{Timeout: lockTimeout}.Args()}
 }
 
 // get lends a connection: a free one, a new one while fewer than n are
@@ -90,6 +94,11 @@ func (c *claimConns) get(ctx context.Context) (claimConn, error) {
 			return cc, nil
 		case c.slots <- struct{}{}:
 			conn, err := c.db.Conn(ctx)
+			if err == nil {
+				if _, err = conn.ExecContext(ctx, outboxsql.SessionLockTimeout, c.lock...); err != nil {
+					discard(conn)
+				}
+			}
 			if err != nil {
 				<-c.slots
 				return claimConn{}, err

@@ -96,6 +96,8 @@ type claimerDeps struct {
 	low *atomic.Int64
 	// claimed counts the rows claimed, for the floor rounds.
 	claimed *atomic.Int64
+	// lockout: no claim runs while the table is locked out.
+	lockout *lockout
 }
 
 func newClaimer(d claimerDeps) *claimer { return &claimer{claimerDeps: d} }
@@ -122,6 +124,15 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 	)
 	defer hot.Stop()
 	for ctx.Err() == nil {
+		if c.lockout.locked() {
+			if !c.lockout.wait(ctx) {
+				return
+			}
+			// Rows may have committed while it lasted, their NOTIFYs
+			// spent on a claim that could not run.
+			more = true
+			continue
+		}
 		free, freeBytes := c.budget.free()
 		if free < c.claimAt() || (freeBytes < roomFor(c.cfg.BatchBytes, c.cfg.MaxInFlightBytes) && c.budget.held() > 0) {
 			// Wait for room: claiming a sliver at a time costs a
@@ -167,6 +178,10 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 			if ctx.Err() != nil {
 				return
 			}
+			if c.lockout.hit(ctx, err) {
+				more = true
+				continue // the loop waits for the lock to go
+			}
 			dbErrors++
 			d := backoff(dbErrors, 100*time.Millisecond, 10*time.Second)
 			c.log.Warn("relay: claim failed; retrying", "err", err, "in", d)
@@ -201,10 +216,8 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 // claimer waits for before it claims. With room for a batch beside a
 // batch in flight, as by default, it is a full batch: every claim reads
 // the rows the incarnation holds to pass over them (see outboxsql.Claim),
-// so claiming fewer, fuller batches reads fewer of them per row taken
-// (measured on the bench, when the claim still carried them through all
-// its steps: 7% less PostgreSQL CPU per event than claiming from half a
-// batch of room). With less, it is half a batch, so that a few rows slow
+// so claiming fewer, fuller batches reads fewer of them per row taken.
+// With less, it is half a batch, so that a few rows slow
 // to settle cannot stop the relay from claiming. It is at least one row: a
 // claim with no room would take nothing and, looking full, run again at
 // once.
@@ -314,7 +327,7 @@ type claimTx interface {
 // connection) is rolled back, never committed with rows the relay does not
 // hold. A commit whose reply was lost leaves its rows in c.unconfirmed.
 func (c *claimer) runClaim(ctx context.Context, q claimQuery) (out []*claimedRow, bad []outboxsql.RowError, err error) {
-	conn, done, err := c.conn(ctx)
+	conn, kept, done, err := c.conn(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim batch: get connection: %w", err)
 	}
@@ -327,7 +340,7 @@ func (c *claimer) runClaim(ctx context.Context, q claimQuery) (out []*claimedRow
 	defer func() { done(broken) }()
 	// Set once the connection is in hand, from what the wait for it left.
 	q.settings = outboxsql.ClaimSettingsArgs{
-		TxTimeoutArgs: outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, c.cfg.StatementTimeout), Idle: c.cfg.StatementTimeout},
+		TxTimeoutArgs: outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, c.cfg.StatementTimeout), Idle: c.cfg.StatementTimeout, Lock: c.cfg.LockTimeout},
 		Table:         c.sql.table,
 	}.Args()
 	err = conn.Raw(func(dc any) error {
@@ -335,7 +348,7 @@ func (c *claimer) runClaim(ctx context.Context, q claimQuery) (out []*claimedRow
 		if !ok {
 			return errNotPgx
 		}
-		out, bad, err = c.claimOn(ctx, &pgxClaim{conn: pc.Conn()}, q)
+		out, bad, err = c.claimOn(ctx, &pgxClaim{conn: pc.Conn(), sessionLock: kept}, q)
 		broken = pc.Conn().IsClosed() || pc.Conn().PgConn().IsBusy() || pc.Conn().PgConn().TxStatus() != 'I'
 		return err
 	})
@@ -347,21 +360,22 @@ func (c *claimer) runClaim(ctx context.Context, q claimQuery) (out []*claimedRow
 }
 
 // conn lends the claim a connection, the group's (claimConns) or the
-// pool's, and the function that gives it back, told whether the claim
-// left it unfit to be kept.
-func (c *claimer) conn(ctx context.Context) (*sql.Conn, func(broken bool), error) {
+// pool's, whether it is one the group keeps (whose session's lock timeout
+// is the claim's), and the function that gives it back, told whether the
+// claim left it unfit to be kept.
+func (c *claimer) conn(ctx context.Context) (conn *sql.Conn, kept bool, done func(broken bool), err error) {
 	if c.conns == nil {
 		conn, err := c.db.Conn(ctx)
 		if err != nil {
-			return nil, nil, err
+			return nil, false, nil, err
 		}
-		return conn, func(bool) { conn.Close() }, nil
+		return conn, false, func(bool) { conn.Close() }, nil
 	}
 	cc, err := c.conns.get(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, false, nil, err
 	}
-	return cc.conn, func(broken bool) { c.conns.put(cc, broken) }, nil
+	return cc.conn, !cc.pooled, func(broken bool) { c.conns.put(cc, broken) }, nil
 }
 
 // claimOn runs the claim's transaction t: the claim, its rows read, the
@@ -404,25 +418,39 @@ func (c *claimer) claimOn(ctx context.Context, t claimTx, q claimQuery) (out []*
 // transaction, database/sql would discard it rather than hand it out again
 // (pgx's ResetSession), and a Group's claim connections close it
 // (runClaim).
+//
+// pgx prepares a statement it has not prepared on the connection before
+// it sends the batch, outside the transaction and its lock timeout, and
+// preparing the claim locks the table. So the batch is one only on a
+// claim connection a Group keeps, whose session has the lock timeout
+// (sessionLock: see claimConns); on another, BEGIN and the settings go
+// first, in a round trip of their own.
 type pgxClaim struct {
-	conn  *pgx.Conn
-	batch pgx.BatchResults
-	rows  pgx.Rows
+	conn        *pgx.Conn
+	sessionLock bool
+	batch       pgx.BatchResults
+	rows        pgx.Rows
 }
 
 func (p *pgxClaim) begin(ctx context.Context, settings string, settingsArgs []any, claim string, claimArgs []any) (rowScanner, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(settings, settingsArgs...)
+	if !p.sessionLock {
+		if err := p.conn.SendBatch(ctx, b).Close(); err != nil {
+			return nil, fmt.Errorf("settings: %w", err)
+		}
+		b = &pgx.Batch{}
+	}
 	b.Queue(claim, claimArgs...)
 	p.batch = p.conn.SendBatch(ctx, b)
-	if _, err := p.batch.Exec(); err != nil {
-		_ = p.endRows()
-		return nil, fmt.Errorf("begin: %w", err)
-	}
-	if _, err := p.batch.Exec(); err != nil {
-		_ = p.endRows()
-		return nil, fmt.Errorf("settings: %w", err)
+	if p.sessionLock {
+		for _, step := range []string{"begin", "settings"} {
+			if _, err := p.batch.Exec(); err != nil {
+				_ = p.endRows()
+				return nil, fmt.Errorf("%s: %w", step, err)
+			}
+		}
 	}
 	rows, err := p.batch.Query()
 	if err != nil {
@@ -453,14 +481,7 @@ func (p *pgxClaim) commit(ctx context.Context) error {
 	return err
 }
 
-func (p *pgxClaim) rollback(ctx context.Context) {
-	if p.conn.IsClosed() || p.conn.PgConn().TxStatus() == 'I' {
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	_, _ = p.conn.Exec(rctx, "ROLLBACK")
-}
+func (p *pgxClaim) rollback(ctx context.Context) { rollbackPgx(ctx, p.conn) }
 
 // sqlClaim is the claim's transaction through database/sql, with a
 // driver other than pgx: four round trips.
@@ -506,7 +527,7 @@ func (s *sqlClaim) rollback(context.Context) {
 // the incarnation claims again: until then the rows would count as held in
 // its memory.
 func (c *claimer) releaseUnconfirmed(ctx context.Context) error {
-	n, err := settle(ctx, c.db, c.sql, c.cfg.StatementTimeout, func(tx *sql.Tx) (int64, error) {
+	n, err := settle(ctx, c.db, c.sql, c.cfg.StatementTimeout, c.cfg.LockTimeout, func(tx *sql.Tx) (int64, error) {
 		var n int64
 		for owner, ids := range byOwner(c.unconfirmed) {
 			res, err := tx.ExecContext(ctx, c.sql.release, outboxsql.RowsArgs{IDs: ids, Owner: owner}.Args()...)

@@ -49,12 +49,16 @@ type failedRow struct {
 // completerDeps is what the completer records with and who it tells.
 type completerDeps struct {
 	db        *sql.DB
+	tx        *tableTx // runs the marks
 	sql       *statements
 	cfg       Config
 	log       *slog.Logger
 	met       *metrics
 	budget    *budget       // gets the rows back once their outcome is committed
 	lastClaim func() uint64 // the number of the latest claim (claimer.lastSeq)
+	// lockout: while the table is locked out, outcomes wait to be
+	// recorded until it is not (or the relay stops).
+	lockout *lockout
 }
 
 func newCompleter(d completerDeps) *completer {
@@ -147,9 +151,23 @@ func (c *completer) run() {
 			continue
 		}
 		if len(acks)+len(releases)+len(fails) > 0 {
+			if !closed && c.lockout.locked() {
+				// Recorded once the lock is gone; the rows stay counted
+				// in flight meanwhile, so the claimer claims no more.
+				select {
+				case <-c.lockout.ended():
+				case <-c.kick: // more to record, or close
+				}
+				signal(c.kick)
+				continue
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.StatementTimeout)
 			err := c.flush(ctx, acks, fails, releases)
 			cancel()
+			if err != nil && !closed && c.lockout.hit(context.Background(), err) {
+				signal(c.kick) // waits for the lock above
+				continue
+			}
 			if err != nil {
 				attempt++
 				d := backoff(attempt, 50*time.Millisecond, 5*time.Second)
@@ -203,7 +221,7 @@ func (c *completer) flushAt() int { return max(c.cfg.BatchSize/2, 1) }
 func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []failedRow, releases []releasedRow) error {
 	if len(fails) == 0 && len(releases) == 0 {
 		for _, m := range marksByClaim(acks) {
-			if _, err := c.db.ExecContext(ctx, c.sql.markPublished, m.Args()...); err != nil {
+			if _, err := c.tx.exec(ctx, c.sql.markPublished, m.Args()...); err != nil {
 				return fmt.Errorf("mark %d published: %w", len(m.IDs), err)
 			}
 		}
@@ -211,7 +229,7 @@ func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []faile
 		return nil
 	}
 	var retried, dead []*claimedRow
-	_, err := settle(ctx, c.db, c.sql, c.cfg.StatementTimeout, func(tx *sql.Tx) (int64, error) {
+	_, err := settle(ctx, c.db, c.sql, c.cfg.StatementTimeout, c.cfg.LockTimeout, func(tx *sql.Tx) (int64, error) {
 		var err error
 		if len(fails) > 0 {
 			if retried, dead, err = c.recordFailures(ctx, tx, fails); err != nil {

@@ -35,6 +35,7 @@ const (
 	StatsIntervalDefault     = 10 * time.Second
 	FlushIntervalDefault     = 5 * time.Millisecond
 	StatementTimeoutDefault  = 10 * time.Second
+	LockTimeoutDefault       = 200 * time.Millisecond
 	PublishTimeoutDefault    = time.Minute
 )
 
@@ -76,6 +77,11 @@ const (
 	// PublishTimeoutFloor leaves a publish a round trip to the broker and
 	// its replication; below it every publish counts as failed.
 	PublishTimeoutFloor = 100 * time.Millisecond
+	// LockTimeoutFloor: below it, locks held for moments in the ordinary
+	// course (autovacuum truncating the table gives way to a waiter within
+	// 20ms, a partition created ahead, a peer's shard update) would lock
+	// tables out for nothing. LockTimeout is at most StatementTimeout.
+	LockTimeoutFloor = 100 * time.Millisecond
 )
 
 // Config configures a Relay. The zero value is valid: every zero field
@@ -228,6 +234,30 @@ type Config struct {
 	// Default 10s; at least StatementTimeoutFloor (100ms).
 	StatementTimeout time.Duration
 
+	// LockTimeout is how long a statement of the relay waits for a lock
+	// another session holds on its table or the table's companions (a
+	// DBA's ALTER TABLE, a VACUUM FULL, CREATE INDEX, a stuck migration,
+	// an operator's retry holding the claim gate) before the server ends
+	// it (lock_timeout, set in each of the relay's transactions, the
+	// statement's own parse included). The table is then locked out: the
+	// relay runs nothing on it but a probe that takes those locks without
+	// waiting, every backoff step up to HeartbeatInterval, and resumes at
+	// once when the probe passes. Meanwhile it logs the lock once (at
+	// Warn, with the table, and at Info when it is gone), counts it
+	// (txoutbox.relay.lock_timeouts, txoutbox.relay.locked.duration) and
+	// reports it in Health.Locked. In a Group, a locked table so holds a
+	// connection for LockTimeout at its start, then for a moment each
+	// step, and the pool and claim connections stay the other tables'.
+	// Its heartbeats stop with the rest, so after StaleAfter it registers
+	// anew once the lock is gone (events it held are published again, at
+	// least once, in order). At least LockTimeoutFloor (100ms), at most
+	// StatementTimeout. Default 200ms (StatementTimeout if shorter): the
+	// relay's statements take milliseconds, and those of a Group's locked
+	// tables that meet a lock first hold the shared connections (the
+	// pool's, the claim connections every table's claims take turns on)
+	// for as long as they wait.
+	LockTimeout time.Duration
+
 	// PublishTimeout bounds one publish call: one that has not returned
 	// after it counts as failed with an unknown outcome (ErrPublishTimeout,
 	// an outage: the event is retried, its aggregate fenced meanwhile, and
@@ -310,6 +340,7 @@ func (c *Config) setDefaults() {
 	confcheck.Default(&c.StatsInterval, StatsIntervalDefault)
 	confcheck.Default(&c.FlushInterval, FlushIntervalDefault)
 	confcheck.Default(&c.StatementTimeout, StatementTimeoutDefault)
+	confcheck.Default(&c.LockTimeout, min(LockTimeoutDefault, max(c.StatementTimeout, 0)))
 	confcheck.Default(&c.PublishTimeout, PublishTimeoutDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -335,11 +366,12 @@ func (c *Config) validate() error {
 	if len(c.ID) > 200 {
 		return bad("ID is longer than 200 bytes")
 	}
+	type n = confcheck.Field[int64]
 	if err := confcheck.Floors(ErrInvalidConfig,
-		confcheck.Field[int64]{Name: "BatchSize", V: int64(c.BatchSize), Floor: 1}, confcheck.Field[int64]{Name: "BatchBytes", V: c.BatchBytes, Floor: 1},
-		confcheck.Field[int64]{Name: "Lanes", V: int64(c.Lanes), Floor: 1}, confcheck.Field[int64]{Name: "LaneBatch", V: int64(c.LaneBatch), Floor: 1},
-		confcheck.Field[int64]{Name: "MaxInFlight", V: int64(c.MaxInFlight), Floor: 1}, confcheck.Field[int64]{Name: "MaxInFlightBytes", V: c.MaxInFlightBytes, Floor: 1},
-		confcheck.Field[int64]{Name: "MaxAttempts", V: int64(c.MaxAttempts), Floor: 1}, confcheck.Field[int64]{Name: "PruneBatch", V: int64(c.PruneBatch), Floor: 1},
+		n{Name: "BatchSize", V: int64(c.BatchSize), Floor: 1}, n{Name: "BatchBytes", V: c.BatchBytes, Floor: 1},
+		n{Name: "Lanes", V: int64(c.Lanes), Floor: 1}, n{Name: "LaneBatch", V: int64(c.LaneBatch), Floor: 1},
+		n{Name: "MaxInFlight", V: int64(c.MaxInFlight), Floor: 1}, n{Name: "MaxInFlightBytes", V: c.MaxInFlightBytes, Floor: 1},
+		n{Name: "MaxAttempts", V: int64(c.MaxAttempts), Floor: 1}, n{Name: "PruneBatch", V: int64(c.PruneBatch), Floor: 1},
 	); err != nil {
 		return err
 	}
@@ -349,18 +381,26 @@ func (c *Config) validate() error {
 		d{Name: "StaleAfter", V: c.StaleAfter, Floor: StaleAfterFloor}, d{Name: "BackoffMin", V: c.BackoffMin, Floor: BackoffMinFloor},
 		d{Name: "OutageBackoffMax", V: c.OutageBackoffMax, Floor: OutageBackoffMaxFloor}, d{Name: "PruneInterval", V: c.PruneInterval, Floor: PruneIntervalFloor},
 		d{Name: "StatsInterval", V: c.StatsInterval, Floor: StatsIntervalFloor}, d{Name: "FlushInterval", V: c.FlushInterval, Floor: FlushIntervalFloor},
-		d{Name: "StatementTimeout", V: c.StatementTimeout, Floor: StatementTimeoutFloor}, d{Name: "PublishTimeout", V: c.PublishTimeout, Floor: PublishTimeoutFloor},
+		d{Name: "StatementTimeout", V: c.StatementTimeout, Floor: StatementTimeoutFloor}, d{Name: "LockTimeout", V: c.LockTimeout, Floor: LockTimeoutFloor},
+		d{Name: "PublishTimeout", V: c.PublishTimeout, Floor: PublishTimeoutFloor},
 	); err != nil {
 		return err
 	}
 	// The floors set by other fields.
 	if err := confcheck.Floors(ErrInvalidConfig,
-		confcheck.Field[int64]{Name: "MaxInFlight", V: int64(c.MaxInFlight), Floor: int64(c.BatchSize), Of: "BatchSize"},
-		confcheck.Field[int64]{Name: "MaxInFlightBytes", V: c.MaxInFlightBytes, Floor: c.BatchBytes, Of: "BatchBytes"},
+		n{Name: "MaxInFlight", V: int64(c.MaxInFlight), Floor: int64(c.BatchSize), Of: "BatchSize"},
+		n{Name: "MaxInFlightBytes", V: c.MaxInFlightBytes, Floor: c.BatchBytes, Of: "BatchBytes"},
 	); err != nil {
 		return err
 	}
-	return confcheck.Floors(ErrInvalidConfig,
+	if err := confcheck.Floors(ErrInvalidConfig,
 		d{Name: "BackoffMax", V: c.BackoffMax, Floor: c.BackoffMin, Of: "BackoffMin"}, d{Name: "LeaseDuration", V: c.LeaseDuration, Floor: c.HeartbeatInterval, Of: "HeartbeatInterval"},
-		d{Name: "StaleAfter", V: c.StaleAfter, Floor: 2 * c.HeartbeatInterval, Of: "twice HeartbeatInterval"})
+		d{Name: "StaleAfter", V: c.StaleAfter, Floor: 2 * c.HeartbeatInterval, Of: "twice HeartbeatInterval"},
+	); err != nil {
+		return err
+	}
+	if c.LockTimeout > c.StatementTimeout {
+		return bad("LockTimeout %s is longer than StatementTimeout (%s), which ends every statement first", c.LockTimeout, c.StatementTimeout)
+	}
+	return nil
 }

@@ -115,6 +115,15 @@
 // skips rows another transaction holds, so one frozen relay cannot stop
 // its peers' heartbeats.
 //
+// A lock another session holds on the table or its companions (a DBA's
+// ALTER TABLE, a VACUUM FULL, a migration) is waited for LockTimeout at
+// most (the statements' own parse included): then the table is locked
+// out, the relay runs nothing on it but a probe that waits for no lock,
+// and it resumes when the probe passes; it is logged, counted
+// (txoutbox.relay.lock_timeouts, txoutbox.relay.locked.duration) and
+// reported in Health.Locked meanwhile. In a Group the other tables go on
+// (see Config.LockTimeout).
+//
 // # Delivery not before a time
 //
 // An event written with txoutbox.Event.NotBefore in the future is
@@ -275,9 +284,11 @@
 // back (each claims and publishes on its own, within its own MaxInFlight
 // and Lanes). A group's connections are all the pool's: one held for
 // LISTEN, ClaimConns kept for the claims of every table, and up to seven
-// more per table at once (eight while claims stuck on locks hold the
-// claim connections); bound them with db.SetMaxOpenConns, at least
-// MinOpenConns (see Group). Writers whose
+// more per table at once (eight while claims waiting on locks hold the
+// claim connections, LockTimeout at most); bound them with
+// db.SetMaxOpenConns, at least MinOpenConns (see Group). A table another
+// session holds locked holds those connections for LockTimeout once, not
+// for as long as the lock lasts (see Config.LockTimeout). Writers whose
 // table has no schema (their search_path picks it) wake every table's
 // relay; those whose table names the schema wake only its relay.
 //
@@ -293,7 +304,8 @@
 // checks; the same figures are OpenTelemetry gauges (txoutbox.outbox.lag,
 // txoutbox.outbox.due_lag, txoutbox.outbox.scheduled, ...), with counters
 // of published, retried and dead-lettered events, a publish latency
-// histogram, claim batch sizes, owned shards and the outage gauge. Every
+// histogram, claim batch sizes, owned shards, the outage gauge and the
+// lockout's counter and gauge. Every
 // measurement and publish span carries the table (TableAttribute,
 // "txoutbox.table": "schema.name"), one value per table served, so relays
 // of several tables, or a Group, share one MeterProvider and their figures

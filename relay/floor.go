@@ -23,11 +23,14 @@ import (
 // or replay, win a race, and the others start again. A failed round only
 // leaves the floor where it is, which costs claims reads, not events.
 type floorRaiser struct {
-	db       *sql.DB
-	sql      *statements
-	interval time.Duration // HeartbeatInterval
-	timeout  time.Duration // StatementTimeout
-	log      *slog.Logger
+	db          *sql.DB
+	tx          *tableTx // runs the statements on the table and its floor
+	sql         *statements
+	interval    time.Duration // HeartbeatInterval
+	timeout     time.Duration // StatementTimeout
+	lockTimeout time.Duration // LockTimeout
+	log         *slog.Logger
+	lockout     *lockout // no round runs while the table is locked out
 
 	proof *outboxsql.ClaimFloorProof // the round's, until it holds
 
@@ -73,12 +76,17 @@ func (f *floorRaiser) run(ctx context.Context) {
 	t := newSpreadTicker(f.interval)
 	defer t.Stop()
 	for t.tick(ctx) {
+		if f.lockout.locked() {
+			continue
+		}
 		if err := f.round(ctx); err != nil && ctx.Err() == nil {
+			f.lockout.hit(ctx, err)
 			f.log.Debug("relay: claim floor round failed", "err", err)
 			f.proof = nil
 			f.lastStart = time.Time{} // start the next proof at once
 		}
 		if err := f.findLow(ctx); err != nil && ctx.Err() == nil {
+			f.lockout.hit(ctx, err)
 			f.log.Debug("relay: claim bound round failed", "err", err)
 		}
 		if f.repair != nil {
@@ -105,7 +113,7 @@ func (f *floorRaiser) round(ctx context.Context) error {
 			return nil
 		}
 		var floor int64
-		switch err := f.db.QueryRowContext(ctx, f.sql.floorRaise, f.proof.RaiseArgs()...).Scan(&floor); {
+		switch err := f.tx.query(ctx, scanRow(&floor), f.sql.floorRaise, f.proof.RaiseArgs()...); {
 		case errors.Is(err, sql.ErrNoRows):
 			// Raised by another relay, lowered by an operator, or
 			// already as high: start again.
@@ -121,7 +129,7 @@ func (f *floorRaiser) round(ctx context.Context) error {
 		return nil
 	}
 	var p outboxsql.ClaimFloorProof
-	if err := f.db.QueryRowContext(ctx, f.sql.floorStart).Scan(&p.MaxID, &p.XMax, &p.VXIDs, &p.Gen); err != nil {
+	if err := f.tx.query(ctx, scanRow(&p.MaxID, &p.XMax, &p.VXIDs, &p.Gen), f.sql.floorStart); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
 	if p.Gen < 0 {
@@ -161,7 +169,7 @@ func (f *floorRaiser) findLow(ctx context.Context) error {
 		return nil
 	}
 	var floor int64
-	if err := f.db.QueryRowContext(ctx, f.sql.floorRead).Scan(&floor); err != nil {
+	if err := f.tx.query(ctx, scanRow(&floor), f.sql.floorRead); err != nil {
 		return fmt.Errorf("claim bound: %w", err)
 	}
 	low := floor
@@ -186,7 +194,8 @@ func (f *floorRaiser) findLow(ctx context.Context) error {
 			return err
 		}
 		defer tx.Rollback() //nolint:errcheck // read-only
-		if _, err := tx.ExecContext(ctx, f.sql.walkSettings, outboxsql.TimeoutArgs{Timeout: serverTimeout(ctx, f.timeout)}.Args()...); err != nil {
+		settings := outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, f.timeout), Idle: f.timeout, Lock: f.lockTimeout}
+		if _, err := tx.ExecContext(ctx, f.sql.walkSettings, settings.Args()...); err != nil {
 			return err
 		}
 		var first sql.NullInt64

@@ -72,7 +72,8 @@ type GroupConfig struct {
 	// vacuum of the table: kept to a few connections, a hundred tables'
 	// claims cost a few hundred plans a minute, not thousands (see
 	// Group). A claim that waits half a second while none of them comes
-	// back (all held by claims waiting on locks) takes a pool connection.
+	// back (all held by claims waiting on locks, for Relay.LockTimeout at
+	// most) takes a pool connection.
 	//
 	// With the pool bounded (db.SetMaxOpenConns, set before NewGroup), the
 	// default is at most a quarter of the bound, and a ClaimConns that
@@ -101,7 +102,7 @@ type GroupConfig struct {
 // shared pool. Each table's relay uses up to seven pool connections at
 // once beside its claim (marks, heartbeats, the claim floor, three stats
 // readings, pruning), so N tables could use 1 + ClaimConns + 7N (8N when
-// claims stuck on locks hold every claim connection and the others take
+// claims waiting on locks hold every claim connection and the others take
 // the pool's),
 // each statement a connection only while it runs: bound the pool with
 // db.SetMaxOpenConns (and give it as many idle connections, with
@@ -109,39 +110,34 @@ type GroupConfig struct {
 // statement waits for a connection is slowed, never wrong: every
 // statement runs under StatementTimeout, which includes that wait. The
 // LISTEN connection is one of the pool's, counted by SetMaxOpenConns.
-// Measured on 20 idle tables at default intervals: 27 connections in use
-// at the peak with no bound (when their rounds still coincided), and with
-// SetMaxOpenConns(10) every relay stayed heartbeating and an event was
-// published 26ms after its commit. Size the pool from the busy tables.
 //
-// Background work per table at default settings: a heartbeat round every
-// HeartbeatInterval (2s: seven statements when nothing changes), a claim
-// floor round as often (two or three statements, and none in most rounds
-// of a table that claims less than a batch in ten), a repair round of
-// four every ten HeartbeatIntervals, a poll of four
-// statements every PollInterval (1s) while idle, three stats readings
-// every StatsInterval (10s) and a prune every PruneInterval (1m). At 100
-// idle tables that is about 800 short statements a second. Raise
-// PollInterval and HeartbeatInterval (and StaleAfter with it) for many
-// idle tenants: LISTEN still wakes a table's relay the moment rows
-// commit. A table written to claims at each NOTIFY and polls up to twice
-// more in the 100ms after it (see Latency and polling in the package
-// documentation), a claim of two round trips with pgx: about six round
-// trips per NOTIFY with the mark (counted from the code), so 100 tables
-// each notified ten times a second cost some 6,000 a second.
+// Locks: a table another session holds locked (an ALTER TABLE, a VACUUM
+// FULL, a stuck migration, on the table or its relays, shards or claim
+// floor) costs its own tenant only. Its statements wait
+// Config.LockTimeout at most for the lock, and the first that gives up
+// locks the table out: its relay runs nothing on it but a probe that
+// holds a connection for a moment, until the lock is gone (see
+// Config.LockTimeout). So the pool and the claim connections stay the
+// other tables', which keep their latency; the locked table shows in
+// Health (Locked), the log and the metrics.
+// Idle tables' rounds fall at random points of their intervals, so they
+// share a small pool; size it from the busy tables.
+//
+// Each table costs background statements even when idle (heartbeats,
+// claim floor, repair, polls, stats, prune: several a second at default
+// intervals), and a table written to about six round trips per NOTIFY.
+// For many idle tenants raise PollInterval and HeartbeatInterval (and
+// StaleAfter with it): LISTEN still wakes a table's relay the moment rows
+// commit. docs/operating.md ("Many outboxes") counts them.
 // Each table's statements are its own (they name its schema), prepared on
 // each connection that runs them. A vacuum or analyze of a table
-// invalidates its claim's plan on every connection that holds it, which
-// plans it again at its next run (3-6 ms against the 0.2 ms it takes to
-// run), and autovacuum visits each table written to about once a minute.
-// So the claims of every table take turns on a few connections the group
-// keeps out of the pool (GroupConfig.ClaimConns, default 4), each table's
-// claim planned on those few: spread over a pool of 40, 100 tables'
-// claims were planned thousands of times a minute and the quiet tables'
-// p99 from commit to mark was 2-3.5 s; on 4 kept connections it was
-// 0.9-1.4 s (docs/crash-suite.md, tenant-fairness). A claim that waits
-// half a second while none comes back (all held by claims waiting on
-// locks) takes a pool connection. The other statements run on the pool; their
+// invalidates its claim's plan on every connection that holds it, and
+// planning the claim costs many times what running it does. So the claims
+// of every table take turns on a few connections the group keeps out of
+// the pool (GroupConfig.ClaimConns, default 4), each table's claim planned
+// on those few rather than on every connection of the pool. A claim that
+// waits half a second while none comes back (all held by claims waiting
+// on locks) takes a pool connection. The other statements run on the pool; their
 // plans are cheap. pgx caches 512 prepared statements a connection, one
 // of them each table's claim (the claim's settings statement is one for
 // all tables): past about 500 tables written to, a claim connection
@@ -218,7 +214,7 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 		db: db, pub: pub, cfg: cfg,
 		log:      cfg.Relay.Logger.With("relay", cfg.Relay.ID),
 		find:     find,
-		conns:    newClaimConns(db, claimConns),
+		conns:    newClaimConns(db, claimConns, cfg.Relay.LockTimeout),
 		children: map[string]*child{},
 		skipped:  map[string]string{},
 	}

@@ -460,7 +460,7 @@ func TestGroupReplacesABrokenClaimConn(t *testing.T) {
 // is taken by a new one.
 func TestClaimConnsLendUpToTheirNumber(t *testing.T) {
 	db := testkit.NewDB(t).SQL
-	c := newClaimConns(db, 2)
+	c := newClaimConns(db, 2, time.Second)
 	ctx := context.Background()
 	a, err := c.get(ctx)
 	if err != nil {

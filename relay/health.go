@@ -31,6 +31,15 @@ type Health struct {
 	// for shards a peer still hands over, or when more relays run than
 	// there are shards.
 	Shards int
+
+	// Locked is true while the table is locked out: a statement on it
+	// gave up on a lock another session holds (Config.LockTimeout), and
+	// the relay runs nothing on it but a probe until the lock is gone.
+	// Its heartbeats stop with the rest: past StaleAfter, Heartbeating
+	// turns false too, and it registers anew once the lock is gone.
+	// LockedFor is how long it has been locked out.
+	Locked    bool
+	LockedFor time.Duration
 }
 
 // Health reports the relay's state from memory, without a query. A relay
@@ -39,6 +48,7 @@ type Health struct {
 // check.
 func (r *Relay) Health() Health {
 	h := Health{Running: r.running.Load(), Shards: int(r.members.owned.Load()), Stalled: r.stall.stalled()}
+	h.Locked, h.LockedFor = r.lockout.state()
 	inc := r.members.cur.Load()
 	if inc == nil {
 		return h

@@ -36,6 +36,7 @@ const convergeInterval = 200 * time.Millisecond
 // stale list, a handover in progress).
 type membership struct {
 	db    *sql.DB
+	tx    *tableTx // runs the statements on the relays and shards tables
 	sql   *statements
 	cfg   *Config
 	log   *slog.Logger
@@ -47,6 +48,9 @@ type membership struct {
 	// stalled reports whether the relay cannot make progress (see
 	// stall.stalled); nil: never.
 	stalled func() bool
+	// lockout says whether the table is locked out: no round runs until
+	// it is not.
+	lockout *lockout
 	// rebalanceNow is signalled when a peer announces a membership change
 	// (NOTIFY with outboxsql.RebalancePayload).
 	rebalanceNow chan struct{}
@@ -62,9 +66,9 @@ type membership struct {
 	owned  atomic.Int64   // len(shards), for metrics
 }
 
-func newMembership(db *sql.DB, q *statements, cfg *Config, log *slog.Logger, c *clock, wake chan struct{}) *membership {
+func newMembership(db *sql.DB, tx *tableTx, q *statements, cfg *Config, log *slog.Logger, c *clock, wake chan struct{}) *membership {
 	host, _ := os.Hostname()
-	return &membership{db: db, sql: q, cfg: cfg, log: log, clock: c, host: host, wake: wake, rebalanceNow: make(chan struct{}, 1)}
+	return &membership{db: db, tx: tx, sql: q, cfg: cfg, log: log, clock: c, host: host, wake: wake, rebalanceNow: make(chan struct{}, 1)}
 }
 
 // claimable returns the incarnation to claim under and the shards to claim
@@ -109,21 +113,29 @@ func (m *membership) run(ctx context.Context) {
 	defer converge.Stop()
 	failures := 0
 	for {
+		// Nothing runs on a locked-out table: the round comes once the
+		// lock is gone, and registers anew if the incarnation ended
+		// meanwhile.
+		if !m.lockout.wait(ctx) {
+			return
+		}
 		converged, err := m.round(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			failures++
-			if errors.Is(err, errStandingBy) {
-				m.log.Error("relay: "+err.Error(), "id", m.cfg.ID)
-			} else if errors.Is(err, ErrWALStreams) {
-				m.log.Error(err.Error()+"; claiming nothing", "id", m.cfg.ID)
-			} else {
-				m.log.Warn("relay: heartbeat failed", "err", err, "failures", failures)
-			}
-		} else {
+		switch {
+		case err == nil:
 			failures = 0
+		case ctx.Err() != nil:
+			return
+		case m.lockout.hit(ctx, err):
+			// Said by the lockout, once for the episode.
+		case errors.Is(err, errStandingBy):
+			failures++
+			m.log.Error("relay: "+err.Error(), "id", m.cfg.ID)
+		case errors.Is(err, ErrWALStreams):
+			failures++
+			m.log.Error(err.Error()+"; claiming nothing", "id", m.cfg.ID)
+		default:
+			failures++
+			m.log.Warn("relay: heartbeat failed", "err", err, "failures", failures)
 		}
 		if err == nil && !converged {
 			converge.Reset(convergeInterval)
@@ -165,33 +177,36 @@ func (m *membership) round(ctx context.Context) (converged bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	forgotten, err := m.queryStrings(ctx, m.sql.forgetStale, outboxsql.Interval(m.cfg.StaleAfter))
+	if err := m.refuseWhileWALStreams(ctx); err != nil {
+		return false, err
+	}
+	// The stale relays are forgotten, and the live ones listed, in one
+	// transaction, so the list leaves the forgotten out.
+	var forgotten []string
+	names, err := m.liveNames(ctx, step{query: m.sql.forgetStale, args: []any{outboxsql.Interval(m.cfg.StaleAfter)}, scan: scanInto(&forgotten)})
 	if err != nil {
-		return false, fmt.Errorf("forget stale relays: %w", err)
+		return false, fmt.Errorf("forget stale relays and list the live ones: %w", err)
 	}
 	for _, id := range forgotten {
 		m.log.Warn("relay: declared a relay dead after its heartbeat went stale; taking over its work", "dead_relay", id)
 	}
-	if err := m.refuseWhileWALStreams(ctx); err != nil {
-		return false, err
-	}
-	names, err := m.liveNames(ctx)
-	if err != nil {
-		return false, fmt.Errorf("list relays: %w", err)
-	}
 	mine := assignShards(m.cfg.ID, names)
 	want := outboxsql.ShardsArgs{Owner: inc.token, Shards: mine}
-	res, err := m.db.ExecContext(ctx, m.sql.releaseShards, want.Args()...)
+	// The shards given up and those taken, in one transaction: each
+	// statement of it costs a round trip, the transaction one more.
+	var (
+		released int64
+		owned    []int16
+	)
+	err = m.tx.steps(ctx, step{query: m.sql.releaseShards, args: want.Args(), affected: &released},
+		step{query: m.sql.acquireShards, args: want.Args(), scan: scanInto(&owned)})
 	if err != nil {
-		return false, fmt.Errorf("release shards: %w", err)
+		return false, fmt.Errorf("release and acquire shards: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n > 0 {
+	if released > 0 {
 		m.announce(ctx) // the shards' new owners can take them now
 	}
-	owned, err := queryShards(ctx, m.db, m.sql.acquireShards, want.Args()...)
-	if err != nil {
-		return false, fmt.Errorf("acquire shards: %w", err)
-	}
+	slices.Sort(owned)
 	ready := m.outOfHandover(ctx, inc, owned)
 	if len(ready) != int(m.owned.Load()) {
 		m.log.Info("relay: shards rebalanced", "owned", len(owned), "claiming_from", len(ready), "live_relays", len(names))
@@ -208,13 +223,11 @@ func (m *membership) round(ctx context.Context) (converged bool, err error) {
 func (m *membership) heartbeat(ctx context.Context, start time.Duration) (*incarnation, error) {
 	inc := m.cur.Load()
 	if inc != nil && inc.live(start) {
-		res, err := m.db.ExecContext(ctx, m.sql.heartbeat, inc.token)
+		n, err := m.tx.exec(ctx, m.sql.heartbeat, inc.token)
 		if err != nil {
 			return nil, fmt.Errorf("heartbeat: %w", err)
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return nil, fmt.Errorf("heartbeat: %w", err)
-		} else if n == 0 {
+		if n == 0 {
 			m.log.Warn("relay: peers declared this relay dead (its heartbeat went stale); dropping the events it holds and registering anew",
 				"incarnation", inc.token)
 			inc.end()
@@ -255,18 +268,12 @@ func (m *membership) heartbeat(ctx context.Context, start time.Duration) (*incar
 // gate exclusively (see walrelay), so of a polling and a WAL relay
 // starting together one sees the other. The gate is held only while a WAL
 // relay sets its slot up, and a round that waits out its timeout on it
-// claims nothing.
+// claims nothing; one that waits LockTimeout on it is locked out.
 func (m *membership) refuseWhileWALStreams(ctx context.Context) error {
-	tx, err := m.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return fmt.Errorf("look for WAL relay slots: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // read-only
 	var slots string
-	if _, err := tx.ExecContext(ctx, m.sql.walGate, m.sql.table); err != nil {
-		return fmt.Errorf("look for WAL relay slots: take the WAL gate: %w", err)
-	}
-	if err := tx.QueryRowContext(ctx, m.sql.walSlots, outboxsql.WALSlotsArgs{Table: m.sql.table, Slot: m.sql.walSlot}.Args()...).Scan(&slots); err != nil {
+	err := m.tx.catalog(ctx, step{query: m.sql.walGate, args: []any{m.sql.table}},
+		step{query: m.sql.walSlots, args: outboxsql.WALSlotsArgs{Table: m.sql.table, Slot: m.sql.walSlot}.Args(), scan: scanRow(&slots)})
+	if err != nil {
 		return fmt.Errorf("look for WAL relay slots: %w", err)
 	}
 	if slots != "" {
@@ -286,7 +293,7 @@ func (m *membership) checkMode(ctx context.Context) error {
 	if errors.Is(err, ErrWALStreams) {
 		return err
 	}
-	if err != nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() == nil && !m.lockout.hit(ctx, err) {
 		m.log.Warn("relay: could not look for WAL relay slots at start; the heartbeat rounds look again", "err", err)
 	}
 	return nil
@@ -304,7 +311,7 @@ var errStandingBy = errors.New("another relay is registered under this relay's i
 func (m *membership) standBy(ctx context.Context, ended *incarnation) error {
 	args := outboxsql.OtherIncarnationsArgs{Name: m.cfg.ID, Own: append(m.own, ended.token), StaleAfter: m.cfg.StaleAfter}
 	var n int
-	if err := m.db.QueryRowContext(ctx, m.sql.otherIncarnations, args.Args()...).Scan(&n); err != nil {
+	if err := m.tx.query(ctx, scanRow(&n), m.sql.otherIncarnations, args.Args()...); err != nil {
 		return fmt.Errorf("look for other incarnations: %w", err)
 	}
 	if n > 0 {
@@ -318,7 +325,7 @@ func (m *membership) standBy(ctx context.Context, ended *incarnation) error {
 // now, and announces the change.
 func (m *membership) register(ctx context.Context, inc *incarnation) error {
 	var replaced []string
-	_, err := settle(ctx, m.db, m.sql, m.cfg.StatementTimeout, func(tx *sql.Tx) (int64, error) {
+	_, err := settle(ctx, m.db, m.sql, m.cfg.StatementTimeout, m.cfg.LockTimeout, func(tx *sql.Tx) (int64, error) {
 		if _, err := tx.ExecContext(ctx, m.sql.register, outboxsql.RegisterArgs{Owner: inc.token, Name: m.cfg.ID, Host: m.host}.Args()...); err != nil {
 			return 0, err
 		}
@@ -387,7 +394,8 @@ func (m *membership) shardsInHandover(ctx context.Context, args outboxsql.Handov
 		return nil, err
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
-	if _, err := tx.ExecContext(ctx, m.sql.walkSettings, outboxsql.TimeoutArgs{Timeout: serverTimeout(ctx, m.cfg.StatementTimeout)}.Args()...); err != nil {
+	settings := outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, m.cfg.StatementTimeout), Idle: m.cfg.StatementTimeout, Lock: m.cfg.LockTimeout}
+	if _, err := tx.ExecContext(ctx, m.sql.walkSettings, settings.Args()...); err != nil {
 		return nil, err
 	}
 	return queryShards(ctx, tx, m.sql.shardsInHandover, args.Args()...)
@@ -412,10 +420,10 @@ func (m *membership) leave() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StatementTimeout)
 	defer cancel()
-	if _, err := m.db.ExecContext(ctx, m.sql.leaveShards, inc.token); err != nil {
+	if _, err := m.tx.exec(ctx, m.sql.leaveShards, inc.token); err != nil {
 		m.log.Warn("relay: release shards on shutdown", "err", err)
 	}
-	if _, err := m.db.ExecContext(ctx, m.sql.leaveRelay, inc.token); err != nil {
+	if _, err := m.tx.exec(ctx, m.sql.leaveRelay, inc.token); err != nil {
 		m.log.Warn("relay: unregister on shutdown", "err", err)
 	}
 	m.announce(ctx)
@@ -423,22 +431,21 @@ func (m *membership) leave() {
 	m.cur.Store(nil)
 }
 
-// liveNames lists the names of the live incarnations.
-func (m *membership) liveNames(ctx context.Context) ([]string, error) {
-	rows, err := m.db.QueryContext(ctx, m.sql.liveRelays)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
+// liveNames lists the names of the live incarnations, after the steps
+// before, in their transaction.
+func (m *membership) liveNames(ctx context.Context, before ...step) ([]string, error) {
 	var names []string
-	for rows.Next() {
-		var id, name string
-		if err := rows.Scan(&id, &name); err != nil {
-			return nil, err
+	err := m.tx.steps(ctx, append(before, step{query: m.sql.liveRelays, scan: func(rows rowScanner) error {
+		for rows.Next() {
+			var id, name string
+			if err := rows.Scan(&id, &name); err != nil {
+				return err
+			}
+			names = append(names, name)
 		}
-		names = append(names, name)
-	}
-	return names, rows.Err()
+		return rows.Err()
+	}})...)
+	return names, err
 }
 
 // assignShards returns the shards relay me should own among the live relays,
@@ -466,16 +473,8 @@ func assignShards(me string, live []string) []int16 {
 	return mine
 }
 
-func (m *membership) queryStrings(ctx context.Context, query string, args ...any) ([]string, error) {
-	rows, err := m.db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	return scanStrings(rows)
-}
-
-// queryShards runs a statement that returns shard numbers, on the pool or
-// in a transaction, and returns them sorted.
+// queryShards runs a statement that returns shard numbers in a
+// transaction, and returns them sorted.
 func queryShards(ctx context.Context, q interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }, query string, args ...any) ([]int16, error) {
@@ -492,6 +491,21 @@ func queryShards(ctx context.Context, q interface {
 }
 
 func scanStrings(rows *sql.Rows) ([]string, error) { return scanAll[string](rows) }
+
+// scanInto returns a scan that appends the values of rows of one column
+// to out.
+func scanInto[T any](out *[]T) func(rowScanner) error {
+	return func(rows rowScanner) error {
+		for rows.Next() {
+			var v T
+			if err := rows.Scan(&v); err != nil {
+				return err
+			}
+			*out = append(*out, v)
+		}
+		return rows.Err()
+	}
+}
 
 // scanAll reads the values of rows of one column, and closes them.
 func scanAll[T any](rows *sql.Rows) ([]T, error) {

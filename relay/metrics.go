@@ -47,6 +47,10 @@ type metrics struct {
 	scheduled metric.Int64ObservableGauge
 	shards    metric.Int64ObservableGauge
 	outage    metric.Float64ObservableGauge
+	// lockTimeouts counts the statements that gave up on a lock, and
+	// locked reads how long the table has been locked out (see lockout).
+	lockTimeouts metric.Int64Counter
+	locked       metric.Float64ObservableGauge
 
 	topics publish.Topics           // the counters' attributes by topic, with the table
 	table  metric.MeasurementOption // the table's attribute alone, for the rest
@@ -121,17 +125,29 @@ func newMetrics(mp metric.MeterProvider, table string) (*metrics, error) {
 		metric.WithUnit("s")); err != nil {
 		return nil, err
 	}
+	if m.lockTimeouts, err = m.meter.Int64Counter("txoutbox.relay.lock_timeouts",
+		metric.WithDescription("Statements on the outbox table or its companions that gave up on a lock another session held for Config.LockTimeout (an ALTER TABLE, a VACUUM FULL, a migration): each locks the table out until the lock is gone."),
+		metric.WithUnit("{statement}")); err != nil {
+		return nil, err
+	}
+	if m.locked, err = m.meter.Float64ObservableGauge("txoutbox.relay.locked.duration",
+		metric.WithDescription("How long this relay's table has been locked out by a lock another session holds, 0 while it is not: the relay runs nothing on it meanwhile but a probe, and the other tables of a group go on."),
+		metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
-// observe registers the gauge callback, reading the shards owned and the
-// outage's length from shards and outage, and returns its unregister.
+// observe registers the gauge callback, reading the shards owned, the
+// outage's length and how long the table has been locked out from shards,
+// outage and locked, and returns its unregister.
 // Each relay registers its own, observing its own table's attribute set,
 // so relays sharing the instruments never report over one another.
-func (m *metrics) observe(shards func() int64, outage func() time.Duration) (func() error, error) {
+func (m *metrics) observe(shards func() int64, outage, locked func() time.Duration) (func() error, error) {
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(m.shards, shards(), m.table)
 		o.ObserveFloat64(m.outage, outage().Seconds(), m.table)
+		o.ObserveFloat64(m.locked, locked().Seconds(), m.table)
 		m.mu.Lock()
 		lag, dueLag, backlog, dead, scheduled := m.lagSample, m.dueLagSample, m.backlogCount, m.deadCount, m.scheduledCount
 		m.mu.Unlock()
@@ -151,7 +167,7 @@ func (m *metrics) observe(shards func() int64, outage func() time.Duration) (fun
 			o.ObserveInt64(m.deadRows, *dead, m.table)
 		}
 		return nil
-	}, m.shards, m.outage, m.lag, m.dueLag, m.backlog, m.deadRows, m.scheduled)
+	}, m.shards, m.outage, m.locked, m.lag, m.dueLag, m.backlog, m.deadRows, m.scheduled)
 	if err != nil {
 		return nil, err
 	}

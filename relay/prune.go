@@ -17,10 +17,12 @@ import (
 // statement so no delete holds many locks or a long transaction. An advisory
 // lock lets one relay prune at a time; the others skip the round.
 type pruner struct {
-	db  *sql.DB
-	sql *statements
-	cfg Config // Retention, PruneInterval, PruneBatch, StatementTimeout
-	log *slog.Logger
+	db      *sql.DB
+	tx      *tableTx
+	sql     *statements
+	cfg     Config // Retention, PruneInterval, PruneBatch, StatementTimeout, LockTimeout
+	log     *slog.Logger
+	lockout *lockout // no prune runs while the table is locked out
 
 	table partitions.Table // names its partitions
 }
@@ -41,8 +43,11 @@ func (p *pruner) run(ctx context.Context) {
 	t := time.NewTicker(p.cfg.PruneInterval)
 	defer t.Stop()
 	for tick(ctx, t.C) {
+		if p.lockout.locked() {
+			continue
+		}
 		n, err := p.prune(ctx)
-		if err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil && !p.lockout.hit(ctx, err) {
 			p.log.Warn("relay: prune failed", "err", err)
 		}
 		if n > 0 {
@@ -85,10 +90,16 @@ func (p *pruner) prune(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
+// state reads partitions.ReadState's statement under the relay's lock
+// timeout: it reads the table.
 func (p *pruner) state(ctx context.Context) (partitions.State, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
 	defer cancel()
-	return partitions.ReadState(ctx, p.db, p.sql.names)
+	var st partitions.State
+	if err := p.tx.query(ctx, scanRow(&st.Partitioned, &st.Owner, &st.MaxID, &st.Floor), p.sql.names.Render(outboxsql.PartitionState)); err != nil {
+		return partitions.State{}, fmt.Errorf("read partition state: %w", err)
+	}
+	return st, nil
 }
 
 // partitions creates the partitions ahead and drops those past retention,
@@ -166,7 +177,7 @@ func (p *pruner) deleteAll(ctx context.Context, q string) (int64, error) {
 func (p *pruner) batch(ctx context.Context, q string) (deleted int64, locked bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
 	defer cancel()
-	_, err = settle(ctx, p.db, p.sql, p.cfg.StatementTimeout, func(tx *sql.Tx) (int64, error) {
+	_, err = settle(ctx, p.db, p.sql, p.cfg.StatementTimeout, p.cfg.LockTimeout, func(tx *sql.Tx) (int64, error) {
 		if err := tx.QueryRowContext(ctx, p.sql.pruneLock).Scan(&locked); err != nil {
 			return 0, fmt.Errorf("lock: %w", err)
 		}

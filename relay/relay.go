@@ -40,7 +40,8 @@ var ErrPublishTimeout = errors.New("relay: publish outlived PublishTimeout; outc
 // membership (incarnation, heartbeat, shards), the claimer (claims, handing
 // rows to the lanes), the budget (what is held in flight), the lanes
 // (publishing in aggregate order, fences), the completer (recording
-// outcomes), the outage and stall trackers the lanes feed, and the
+// outcomes), the outage and stall trackers the lanes feed, the lockout
+// (the table locked by another session) every loop heeds, and the
 // listener, pruner, claim floor (with the repairer) and sampler (stats)
 // loops.
 type Relay struct {
@@ -65,6 +66,7 @@ type Relay struct {
 	repairer *repairer
 	sampler  *sampler
 	schema   *migrations.Migrator // checks the table's schema version
+	lockout  *lockout
 
 	running atomic.Bool
 }
@@ -141,24 +143,26 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 	r.budget = newBudget(cfg.MaxInFlight, cfg.MaxInFlightBytes)
 	r.outage = &outage{clock: r.clock, log: r.log}
 	r.stall = &stall{clock: r.clock, timeout: cfg.PublishTimeout}
-	r.members = newMembership(db, r.sql, &r.cfg, r.log, r.clock, r.wake)
+	r.lockout = newLockout(db, r.sql, r.clock, r.log, met, cfg)
+	tx := &tableTx{db: db, settings: r.sql.txTimeouts, timeout: cfg.StatementTimeout, lock: cfg.LockTimeout, out: r.lockout}
+	r.members = newMembership(db, tx, r.sql, &r.cfg, r.log, r.clock, r.wake)
 	r.members.stalled = r.stall.stalled
+	r.members.lockout = r.lockout
 	low, claimed := new(atomic.Int64), new(atomic.Int64)
 	r.claimer = newClaimer(claimerDeps{
 		db: db, conns: conns, sql: r.sql, cfg: cfg, log: r.log, met: met, clock: r.clock,
 		members: r.members, stalled: r.stall.stalled, budget: r.budget, outage: r.outage, wake: r.wake, low: low, claimed: claimed,
+		lockout: r.lockout,
 	})
 	r.listener = &listener{db: db, channel: cfg.Table.Channel(), log: r.log, disabled: cfg.DisableListen, poll: cfg.PollInterval,
 		wake: r.wake, rebalance: r.members.rebalanceNow}
-	r.pruner = &pruner{db: db, sql: r.sql, cfg: cfg, log: r.log,
+	r.pruner = &pruner{db: db, tx: tx, sql: r.sql, cfg: cfg, log: r.log, lockout: r.lockout,
 		table: partitions.Table{Names: names, Schema: cfg.Table.Schema, Name: cmp.Or(cfg.Table.Name, outboxsql.TableNameDefault)}}
-	r.repairer = &repairer{db: db, sql: r.sql, members: r.members, window: cfg.BatchSize, timeout: cfg.StatementTimeout, log: r.log, met: met}
-	if conns == nil { // a Group's relays log with their table already
-		r.repairer.table = publish.TableValue(cfg.Table)
-	}
-	r.floor = &floorRaiser{db: db, sql: r.sql, interval: cfg.HeartbeatInterval, timeout: cfg.StatementTimeout, log: r.log, low: low,
-		claimed: claimed, perProof: int64(cfg.BatchSize), repair: r.repairer}
-	r.sampler = &sampler{db: db, sql: r.sql, cfg: cfg, log: r.log, met: met}
+	r.repairer = &repairer{db: db, sql: r.sql, members: r.members, window: cfg.BatchSize, timeout: cfg.StatementTimeout, lockTimeout: cfg.LockTimeout,
+		log: r.log, met: met, lockout: r.lockout}
+	r.floor = &floorRaiser{db: db, tx: tx, sql: r.sql, interval: cfg.HeartbeatInterval, timeout: cfg.StatementTimeout, lockTimeout: cfg.LockTimeout,
+		log: r.log, lockout: r.lockout, low: low, claimed: claimed, perProof: int64(cfg.BatchSize), repair: r.repairer}
+	r.sampler = &sampler{tx: tx, db: db, sql: r.sql, cfg: cfg, log: r.log, met: met, lockout: r.lockout}
 	return r, nil
 }
 
@@ -198,6 +202,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.budget.reset()
 	r.outage.reset()
 	r.stall.reset()
+	r.lockout.reset()
 	r.claimer.reset()
 	if err := r.members.checkMode(ctx); err != nil {
 		return err
@@ -206,7 +211,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.log.Info("relay starting", "lanes", r.cfg.Lanes, "batch", r.cfg.BatchSize,
 		"lane_batch", r.cfg.LaneBatch, "batch_publisher", batching)
 
-	unregister, err := r.met.observe(r.members.owned.Load, r.outage.lasted)
+	unregister, err := r.met.observe(r.members.owned.Load, r.outage.lasted, r.lockout.lasted)
 	if err != nil {
 		r.log.Warn("relay: metrics callback not registered", "err", err)
 	}
@@ -231,7 +236,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 
 	var background sync.WaitGroup
-	for _, loop := range []func(context.Context){r.members.run, r.listener.run, r.pruner.run, r.sampler.run, r.floor.run} {
+	for _, loop := range []func(context.Context){r.members.run, r.listener.run, r.pruner.run, r.sampler.run, r.floor.run, r.lockout.run} {
 		background.Add(1)
 		go func() {
 			defer background.Done()
@@ -259,7 +264,8 @@ func (r *Relay) Run(ctx context.Context) error {
 // completerDeps is the completer's wiring: a Run builds a completer of its
 // own from it.
 func (r *Relay) completerDeps() completerDeps {
-	return completerDeps{db: r.db, sql: r.sql, cfg: r.cfg, log: r.log, met: r.met, budget: r.budget, lastClaim: r.claimer.lastSeq}
+	return completerDeps{db: r.db, tx: r.members.tx, sql: r.sql, cfg: r.cfg, log: r.log, met: r.met, budget: r.budget, lastClaim: r.claimer.lastSeq,
+		lockout: r.lockout}
 }
 
 // MinOpenConns is the fewest connections a relay, or a Group, needs its

@@ -33,13 +33,12 @@ type repairer struct {
 	members interface {
 		claimable() (*incarnation, []int16)
 	}
-	window  int           // BatchSize: the rows a claim reads of each kind
-	timeout time.Duration // StatementTimeout
-	log     *slog.Logger
-	met     *metrics
-	// table names the table in the logs; empty where the logger names it
-	// (a Group's relays).
-	table string
+	window      int           // BatchSize: the rows a claim reads of each kind
+	timeout     time.Duration // StatementTimeout
+	lockTimeout time.Duration // LockTimeout
+	log         *slog.Logger  // names the relay and the table
+	met         *metrics
+	lockout     *lockout // a lock timeout locks the table out
 
 	shards []int16 // those of the last repair
 	rounds int     // since it
@@ -59,6 +58,7 @@ const repairNamed = 20
 // tick runs a round, logging its failure.
 func (r *repairer) tick(ctx context.Context) {
 	if err := r.round(ctx); err != nil && ctx.Err() == nil {
+		r.lockout.hit(ctx, err)
 		r.log.Debug("relay: repair round failed", "err", err)
 	}
 }
@@ -120,7 +120,8 @@ func (r *repairer) repair(ctx context.Context, shards []int16) ([]repairedRow, e
 		return nil, fmt.Errorf("repair: begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, r.sql.walkSettings, outboxsql.TimeoutArgs{Timeout: serverTimeout(ctx, r.timeout)}.Args()...); err != nil {
+	settings := outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, r.timeout), Idle: r.timeout, Lock: r.lockTimeout}
+	if _, err := tx.ExecContext(ctx, r.sql.walkSettings, settings.Args()...); err != nil {
 		return nil, fmt.Errorf("repair: settings: %w", err)
 	}
 	rs, err := tx.QueryContext(ctx, r.sql.repair, outboxsql.RepairArgs{Window: r.window, Shards: shards}.Args()...)
@@ -154,7 +155,7 @@ func (r *repairer) report(ctx context.Context, rows []repairedRow) {
 	if len(rows) == 0 {
 		if r.episode > r.named {
 			r.log.Info("relay: repaired rows no relay writes: no more found; more were repaired after the warning",
-				r.attrs("rows", r.episode-r.named, "in_all", r.episode)...)
+				"rows", r.episode-r.named, "in_all", r.episode)
 		}
 		r.episode, r.named = 0, 0
 		return
@@ -177,7 +178,7 @@ func (r *repairer) report(ctx context.Context, rows []repairedRow) {
 		}
 	}
 	if !first {
-		r.log.Debug("relay: repaired rows no relay writes", r.attrs("rows", len(rows), "ids", ids)...)
+		r.log.Debug("relay: repaired rows no relay writes", "rows", len(rows), "ids", ids)
 	} else {
 		r.named = len(rows)
 		kv := []any{"rows", len(rows), "ids", ids}
@@ -188,19 +189,10 @@ func (r *repairer) report(ctx context.Context, rows []repairedRow) {
 			"inserted by hand, or failed by a relay of version 3 or 4), the claims read them and could not take them, and enough of them "+
 			"held back every other aggregate; retry_at is now their next_attempt_at: each still waits until then, "+
 			"holding back its own aggregate's later events only",
-			r.attrs(kv...)...)
+			kv...)
 	}
 	if len(never) > 0 {
 		r.log.Error("relay: rows never due (next_attempt_at 'infinity') hold back their aggregates' later events until an operator sets their next_attempt_at and retry_at",
-			r.attrs("rows", len(never), "ids", never[:min(len(never), repairNamed)])...)
+			"rows", len(never), "ids", never[:min(len(never), repairNamed)])
 	}
-}
-
-// attrs is a log line's attributes, with the table first where the
-// logger does not name it.
-func (r *repairer) attrs(kv ...any) []any {
-	if r.table == "" {
-		return kv
-	}
-	return append([]any{"table", r.table}, kv...)
 }

@@ -18,6 +18,7 @@ type statements struct {
 	prune, pruneLock, pruneSessionLock, pruneSessionUnlock, statsLag, statsBacklog, statsDead string
 	walGate, walSlots                                                                         string
 	floorStart, floorPassed, floorRaise, floorRead, repair                                    string
+	txTimeouts, lockProbe, lockProbeGates                                                     string
 	table, walSlot                                                                            string          // arguments: the table of claimSettings, walGate and walSlots
 	names                                                                                     outboxsql.Names // for the statements rendered per partition
 }
@@ -61,6 +62,9 @@ func render(n outboxsql.Names, walSlot string) *statements {
 		floorRead:           n.Render(outboxsql.ClaimFloorRead),
 		repair:              n.Render(outboxsql.RepairRetryAt),
 		walSlots:            outboxsql.RelayWALSlots,
+		txTimeouts:          outboxsql.TxTimeouts,
+		lockProbe:           n.Render(outboxsql.LockProbe),
+		lockProbeGates:      n.Render(outboxsql.LockProbeGates),
 		table:               n.Table,
 		walSlot:             walSlot,
 		names:               n,
@@ -91,16 +95,17 @@ func serverTimeout(ctx context.Context, limit time.Duration) time.Duration {
 const serverTimeoutMargin = time.Second
 
 // settle runs fn in a transaction with the relay's server-side timeouts
-// that commits durably (see outboxsql.SettleSettings), and returns what fn
+// (timeout, and lock for lock waits: Config.StatementTimeout and
+// LockTimeout) that commits durably (see outboxsql.SettleSettings), and returns what fn
 // returned: for what takes rows out of memory (failures, releases), a
 // registration, a prune.
-func settle(ctx context.Context, db *sql.DB, q *statements, timeout time.Duration, fn func(*sql.Tx) (int64, error)) (int64, error) {
+func settle(ctx context.Context, db *sql.DB, q *statements, timeout, lock time.Duration, fn func(*sql.Tx) (int64, error)) (int64, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, q.settleSettings, outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, timeout), Idle: timeout}.Args()...); err != nil {
+	if _, err := tx.ExecContext(ctx, q.settleSettings, outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, timeout), Idle: timeout, Lock: lock}.Args()...); err != nil {
 		return 0, fmt.Errorf("settings: %w", err)
 	}
 	n, err := fn(tx)

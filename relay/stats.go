@@ -20,11 +20,13 @@ func (r *Relay) Stats(ctx context.Context) (txoutbox.Stats, error) {
 // sampler reads the figures of the outbox gauges: the lags, the backlog
 // with the scheduled count and the dead count.
 type sampler struct {
-	db  *sql.DB
-	sql *statements
-	cfg Config // StatsInterval, StatementTimeout
-	log *slog.Logger
-	met *metrics
+	db      *sql.DB
+	tx      *tableTx // runs the readings
+	sql     *statements
+	cfg     Config // StatsInterval, StatementTimeout
+	log     *slog.Logger
+	met     *metrics
+	lockout *lockout // no reading runs while the table is locked out
 }
 
 // run refreshes the gauges' figures until ctx ends: the lag, the
@@ -41,14 +43,17 @@ func (s *sampler) run(ctx context.Context) {
 	for _, read := range []func(context.Context, *sql.Conn) error{
 		s.readLag,
 		s.readBacklog,
-		readCount("dead rows", s.sql.statsDead, txoutbox.StatsExactMax, s.met.setDead),
+		s.readCount("dead rows", s.sql.statsDead, txoutbox.StatsExactMax, s.met.setDead),
 	} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			paced(ctx, s.cfg.StatsInterval, func(ctx context.Context) time.Duration {
+				if s.lockout.locked() {
+					return 0 // the gauges keep their last figures
+				}
 				took, err := s.timed(ctx, read)
-				if err != nil && ctx.Err() == nil {
+				if err != nil && ctx.Err() == nil && !s.lockout.hit(ctx, err) {
 					s.log.Debug("relay: read stats", "err", err)
 				}
 				return took
@@ -135,7 +140,7 @@ func (s *sampler) readLag(ctx context.Context, conn *sql.Conn) error {
 		now         time.Time
 	)
 	args := outboxsql.CountArgs{Cap: txoutbox.StatsExactMax}.Args()
-	if err := conn.QueryRowContext(ctx, s.sql.statsLag, args...).Scan(&oldest, &due, &now); err != nil {
+	if err := s.tx.queryOn(ctx, conn, scanRow(&oldest, &due, &now), s.sql.statsLag, args...); err != nil {
 		return fmt.Errorf("read the lag: %w", err)
 	}
 	if !oldest.Valid {
@@ -159,7 +164,7 @@ func (s *sampler) readLag(ctx context.Context, conn *sql.Conn) error {
 func (s *sampler) readBacklog(ctx context.Context, conn *sql.Conn) error {
 	var unpublished, scheduled int64
 	args := outboxsql.CountArgs{Cap: txoutbox.StatsExactMax}.Args()
-	if err := conn.QueryRowContext(ctx, s.sql.statsBacklog, args...).Scan(&unpublished, &scheduled); err != nil {
+	if err := s.tx.queryOn(ctx, conn, scanRow(&unpublished, &scheduled), s.sql.statsBacklog, args...); err != nil {
 		return fmt.Errorf("count the backlog: %w", err)
 	}
 	c := outboxsql.CountsOf(unpublished, 0, scheduled)
@@ -171,11 +176,11 @@ func (s *sampler) readBacklog(ctx context.Context, conn *sql.Conn) error {
 // readCount is a stats reading that runs query, a count of what exact up
 // to limit and estimated beyond (outboxsql.CountArgs), and sets a gauge
 // with it.
-func readCount(what, query string, limit int, set func(int64)) func(context.Context, *sql.Conn) error {
+func (s *sampler) readCount(what, query string, limit int, set func(int64)) func(context.Context, *sql.Conn) error {
 	args := outboxsql.CountArgs{Cap: limit}.Args()
 	return func(ctx context.Context, conn *sql.Conn) error {
 		var n int64
-		if err := conn.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
+		if err := s.tx.queryOn(ctx, conn, scanRow(&n), query, args...); err != nil {
 			return fmt.Errorf("count the %s: %w", what, err)
 		}
 		set(n)

@@ -24,6 +24,7 @@ var configFlags = map[string]string{
 	"Retention":         "retention",
 	"PruneInterval":     "prune-interval",
 	"StatementTimeout":  "statement-timeout",
+	"LockTimeout":       "lock-timeout",
 	"PublishTimeout":    "publish-timeout",
 	"ID":                "id",
 	"DiscoverInterval":  "discover-interval",

@@ -10,10 +10,12 @@ import (
 	"io"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/human"
@@ -28,6 +30,10 @@ type commonFlags struct {
 	schema      string
 	table       string
 	json        bool
+	// lockTimeout, when set by the command, is the lock_timeout of every
+	// session open opens: a statement waiting longer for a lock another
+	// session holds fails (SQLSTATE 55P03) rather than hang.
+	lockTimeout time.Duration
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
@@ -51,9 +57,19 @@ func (c *commonFlags) open(ctx context.Context) (*sql.DB, error) {
 	if c.databaseURL == "" {
 		return nil, usagef("no database: pass --database-url or set DATABASE_URL")
 	}
-	db, err := sql.Open("pgx", c.databaseURL)
-	if err != nil {
-		return nil, usagef("--database-url: %v", err)
+	var db *sql.DB
+	if c.lockTimeout > 0 {
+		cfg, err := pgx.ParseConfig(c.databaseURL)
+		if err != nil {
+			return nil, fmt.Errorf("connect to database: %w", err)
+		}
+		cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(max(c.lockTimeout.Milliseconds(), 1), 10)
+		db = stdlib.OpenDB(*cfg)
+	} else {
+		var err error
+		if db, err = sql.Open("pgx", c.databaseURL); err != nil {
+			return nil, usagef("--database-url: %v", err)
+		}
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

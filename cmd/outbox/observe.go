@@ -91,7 +91,8 @@ func (m *metricsServer) serve(r *relay.Relay, db *sql.DB, log *slog.Logger) {
 		defer cancel()
 		dbErr := db.PingContext(ctx)
 		body := map[string]any{"running": h.Running, "heartbeating": h.Heartbeating, "incarnation": h.Incarnation,
-			"since_heartbeat_seconds": h.SinceHeartbeat.Seconds(), "shards": h.Shards, "stalled": h.Stalled, "database": "ok"}
+			"since_heartbeat_seconds": h.SinceHeartbeat.Seconds(), "shards": h.Shards, "stalled": h.Stalled,
+			"locked": h.Locked, "locked_seconds": h.LockedFor.Seconds(), "database": "ok"}
 		if dbErr != nil {
 			body["database"] = dbErr.Error()
 		}
@@ -107,7 +108,10 @@ func (m *metricsServer) serve(r *relay.Relay, db *sql.DB, log *slog.Logger) {
 // serveGroup answers the probes for a relay group until shutdown: it is
 // healthy while Run runs, and ready while it serves at least one table,
 // every table's relay is heartbeating and not stalled, and the database
-// answers; /readyz lists the tables with their state.
+// answers; /readyz lists the tables with their state. A table another
+// session holds locked (relay.Health.Locked) is listed as locked and
+// holds readiness back no more than it holds the other tables back: the
+// lock is that session's doing, and no restart of the relay would end it.
 func (m *metricsServer) serveGroup(g *relay.Group, db *sql.DB, log *slog.Logger) {
 	mux := m.srv.Handler.(*http.ServeMux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -121,9 +125,10 @@ func (m *metricsServer) serveGroup(g *relay.Group, db *sql.DB, log *slog.Logger)
 		ok := g.Running() && dbErr == nil && len(health) > 0 // serving nothing is not ready
 		tables := []map[string]any{}
 		for _, h := range health {
-			ok = ok && h.Running && h.Heartbeating && !h.Stalled
+			ok = ok && h.Running && (h.Locked || h.Heartbeating && !h.Stalled)
 			tables = append(tables, map[string]any{"table": tableName(h.Table), "running": h.Running, "heartbeating": h.Heartbeating,
-				"incarnation": h.Incarnation, "since_heartbeat_seconds": h.SinceHeartbeat.Seconds(), "shards": h.Shards, "stalled": h.Stalled})
+				"incarnation": h.Incarnation, "since_heartbeat_seconds": h.SinceHeartbeat.Seconds(), "shards": h.Shards, "stalled": h.Stalled,
+				"locked": h.Locked, "locked_seconds": h.LockedFor.Seconds()})
 		}
 		body := map[string]any{"running": g.Running(), "tables": tables, "database": "ok"}
 		if dbErr != nil {

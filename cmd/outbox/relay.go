@@ -63,6 +63,9 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	fs.DurationVar(&cfg.Retention, "retention", relay.RetentionDefault, "keep published rows this long (negative: never prune)")
 	fs.DurationVar(&cfg.PruneInterval, "prune-interval", relay.PruneIntervalDefault, "prune published rows past --retention this often (polling mode)")
 	fs.DurationVar(&cfg.StatementTimeout, "statement-timeout", relay.StatementTimeoutDefault, "bound every statement, lock wait and idle transaction of the relay")
+	fs.DurationVar(&cfg.LockTimeout, "lock-timeout", 0, fmt.Sprintf("a statement waiting longer for a lock another session holds on a table (ALTER TABLE, VACUUM FULL, a migration) gives up, "+
+		"and the relay runs nothing on that table until the lock is gone; with --schemas the other tables go on (0: %s, or --statement-timeout if shorter; at least %s)",
+		relay.LockTimeoutDefault, relay.LockTimeoutFloor))
 	fs.DurationVar(&cfg.PublishTimeout, "publish-timeout", relay.PublishTimeoutDefault, "a publish not answered after this counts as failed; a relay whose publishes all hang gives its shards up (/readyz fails)")
 	fs.BoolVar(&cfg.CloudEvents.Enabled, "cloudevents", false, "add CloudEvents binary-mode headers (ce_specversion, ce_id, ce_type, ce_source, ce_time, content-type)")
 	fs.StringVar(&cfg.CloudEvents.Source, "cloudevents-source", "", "ce_source of the CloudEvents headers (default /txoutbox/<table>)")

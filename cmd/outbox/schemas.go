@@ -194,14 +194,38 @@ type tableStatus struct {
 	Skipped string `json:"skipped,omitempty"`
 	// Error is why a table could not be read: it fails the command.
 	Error string `json:"error,omitempty"`
+	// Locks, for a table another session held locked past --lock-timeout
+	// (Error says so), are the locks in the way (outboxadmin.Locks).
+	Locks []lockJSON `json:"locks,omitempty"`
 
 	lag, dueLag time.Duration
+}
+
+// lockedRow is the error and locks of a status row for a table locked by
+// another session.
+func lockedRow(ctx context.Context, db *sql.DB, table txoutbox.Table) (string, []lockJSON) {
+	const why = "locked by another session: the relays publish none of its events until the lock is gone"
+	adm, err := outboxadmin.New(db, outboxadmin.Config{Table: table})
+	if err != nil {
+		return why, nil
+	}
+	locks, err := adm.Locks(ctx)
+	if err != nil || len(locks) == 0 {
+		return why, nil
+	}
+	l := locks[0]
+	verb := "holds"
+	if !l.Granted {
+		verb = "waits for"
+	}
+	return fmt.Sprintf("%s (pid %d %s %s on %s for %s: %s)", why, l.PID, verb, l.Mode, l.Relation, human.Duration(l.For), l.Query), locksJSON(locks)
 }
 
 // statusTables is `outbox status --schemas`: the backlog, lags and dead
 // count of each selected table, one row each. A due lag past maxLag exits 3
 // as for one table, whatever else failed. Otherwise a table that cannot be
-// read (no privileges, the database gone) shows its error and fails the
+// read (no privileges, the database gone, or locked by another session
+// past --lock-timeout: its row says by whom) shows its error and fails the
 // command (exit 1) after the others, and so does, when the schemas are
 // listed by name (not pattern), one without the outbox table, not
 // migrated, or of a schema version the command does not match; one a
@@ -227,9 +251,12 @@ func statusTables(ctx context.Context, stdout io.Writer, db *sql.DB, found []rel
 			row.Error = err.Error()
 		} else {
 			st, err := txoutbox.ReadStats(ctx, db, f.Table)
-			if err != nil {
+			switch {
+			case outboxadmin.IsLockTimeout(err):
+				row.Error, row.Locks = lockedRow(ctx, db, f.Table)
+			case err != nil:
 				row.Error = err.Error()
-			} else {
+			default:
 				row.Backlog, row.BacklogEstimated, row.Dead, row.DeadEstimated = st.Backlog, st.BacklogEstimated, st.Dead, st.DeadEstimated
 				row.lag, row.LagSeconds = st.Lag, st.Lag.Seconds()
 				row.dueLag, row.DueLagSeconds = st.DueLag, st.DueLag.Seconds()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +14,10 @@ import (
 	"github.com/txoutbox/txoutbox/internal/human"
 	"github.com/txoutbox/txoutbox/outboxadmin"
 )
+
+// statusLockTimeoutDefault is status's --lock-timeout: how long it waits
+// for a lock on a table before it reports the table locked.
+const statusLockTimeoutDefault = time.Second
 
 // exitLagExceeded is status's exit code when the due lag exceeds --max-lag,
 // so a health check can tell "too far behind" (3) from "could not look" (1).
@@ -29,6 +34,8 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 			exitLagExceeded, exitLagExceeded))
 		slot = fs.String("slot", "", "WAL mode's replication slot to report, of this database (default: the WAL relay's slot of the table; shown if it exists)")
 	)
+	fs.DurationVar(&common.lockTimeout, "lock-timeout", statusLockTimeoutDefault,
+		"a table another session holds locked (ALTER TABLE, VACUUM FULL, a migration) longer than this is reported locked, with who holds the lock, and fails status (exit 1), instead of waited for")
 	var schemas schemasFlag
 	common.register(fs)
 	schemas.register(fs)
@@ -37,6 +44,9 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 	}
 	if *maxLag < 0 {
 		return usagef("--max-lag is negative (%s)", *maxLag)
+	}
+	if common.lockTimeout <= 0 {
+		return usagef("--lock-timeout must be positive (%s)", common.lockTimeout)
 	}
 	if schemas.set() {
 		if *slot != "" {
@@ -54,11 +64,14 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 		return err
 	}
 	defer db.Close()
-	st, err := adm.Status(ctx)
+	table, err := common.outboxTable()
 	if err != nil {
 		return err
 	}
-	table, err := common.outboxTable()
+	st, err := adm.Status(ctx)
+	if outboxadmin.IsLockTimeout(err) {
+		return statusLocked(ctx, stdout, adm, common.lockTimeout, common.json)
+	}
 	if err != nil {
 		return err
 	}
@@ -143,6 +156,68 @@ func printStatus(w io.Writer, st outboxadmin.Status, staleAfter time.Duration) e
 		fmt.Fprintf(w, "shards in handover: %s (%d); their new owner waits for the previous one's rows\n", shardRanges(st.Handovers), len(st.Handovers))
 	}
 	return nil
+}
+
+// statusLocked is status for a table another session holds locked: the
+// figures cannot be read, so it shows who holds the lock (outboxadmin.Locks)
+// and fails (exit 1).
+func statusLocked(ctx context.Context, stdout io.Writer, adm *outboxadmin.Admin, waited time.Duration, asJSON bool) error {
+	locks, err := adm.Locks(ctx)
+	if err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("the outbox table is locked by another session: its figures were not read within --lock-timeout %s, "+
+		"and the relays publish none of its events until the lock is gone", waited)
+	if asJSON {
+		if err := printJSON(stdout, map[string]any{"locked": true, "locks": locksJSON(locks)}); err != nil {
+			return err
+		}
+		return errors.New(msg)
+	}
+	if err := printLocks(stdout, locks); err != nil {
+		return err
+	}
+	return errors.New(msg)
+}
+
+// printLocks shows the locks outboxadmin.Locks found, one a line.
+func printLocks(w io.Writer, locks []outboxadmin.Lock) error {
+	if len(locks) == 0 {
+		_, err := fmt.Fprintln(w, "no lock on the tables now: a row or advisory lock, or one released since")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PID\tRELATION\tMODE\tGRANTED\tFOR\tAPPLICATION\tSTATE\tQUERY")
+	for _, l := range locks {
+		granted := "waiting"
+		if l.Granted {
+			granted = "held"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.PID, oneLine(l.Relation, 80), l.Mode, granted, human.Duration(l.For),
+			oneLine(l.Application, 40), oneLine(l.State, 30), oneLine(l.Query, 100))
+	}
+	return tw.Flush()
+}
+
+// lockJSON is a lock of outboxadmin.Locks in status --json.
+type lockJSON struct {
+	PID         int     `json:"pid"`
+	Relation    string  `json:"relation"`
+	Mode        string  `json:"mode"`
+	Granted     bool    `json:"granted"`
+	Application string  `json:"application"`
+	State       string  `json:"state"`
+	ForSeconds  float64 `json:"for_seconds"`
+	Query       string  `json:"query"`
+}
+
+func locksJSON(locks []outboxadmin.Lock) []lockJSON {
+	out := make([]lockJSON, 0, len(locks))
+	for _, l := range locks {
+		out = append(out, lockJSON{PID: l.PID, Relation: l.Relation, Mode: l.Mode, Granted: l.Granted, Application: l.Application,
+			State: l.State, ForSeconds: l.For.Seconds(), Query: l.Query})
+	}
+	return out
 }
 
 // count shows a count, with mark before it when it is not exact.

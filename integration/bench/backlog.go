@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -197,6 +198,10 @@ func (p *poller) waitDrained(ctx context.Context, timeout time.Duration) (time.T
 
 func (p *poller) close() { p.conn.Close() }
 
+// errNotDrained is waitDrained's error when its timeout passes with rows
+// left.
+var errNotDrained = errors.New("backlog not drained")
+
 func waitDrainedOn(ctx context.Context, db rowQuerier, s *schemaDB, timeout time.Duration) (time.Time, error) {
 	q := s.Names.Render(unpublishedSQL)
 	if s.scheduled > 0 {
@@ -220,7 +225,7 @@ func waitDrainedOn(ctx context.Context, db rowQuerier, s *schemaDB, timeout time
 			return now, nil
 		}
 		if time.Now().After(deadline) {
-			return time.Time{}, fmt.Errorf("backlog not drained after %s", timeout)
+			return time.Time{}, fmt.Errorf("%w after %s", errNotDrained, timeout)
 		}
 		select {
 		case <-ctx.Done():

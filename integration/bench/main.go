@@ -2,9 +2,17 @@
 // the alternatives a Go user would otherwise pick, in one run on the same
 // PostgreSQL and broker, so the ratios hold on a noisy machine.
 //
-//	go run ./integration/bench                       # defaults: about 5 minutes on 2 cores
+//	go run ./integration/bench                       # the default profile: meant to take under 10 minutes on 2 cores
 //	go run ./integration/bench -events 50000 -skip memory,claim
-//	go run ./integration/bench -broker kafka          # on the real 3-node cluster, with Debezium
+//	go run ./integration/bench -profile peers         # the relays against River (kfake)
+//	go run ./integration/bench -profile peers -broker kafka # on the real 3-node cluster, with Debezium
+//
+// -profile names the scenarios a run has and their sizes: default (every
+// scenario but river, debezium and prune), peers (relay, relay3, plain,
+// kafkalimit, wal, river and debezium, at -events 50000 -rounds 4: the
+// runs of docs/performance.md's "Against the peers") and all (every
+// scenario at the flags' defaults). -skip leaves scenarios of the profile
+// out, and a size flag given on the command line overrides the profile's.
 //
 // With -broker kafka every drain publishes to the Apache Kafka cluster of
 // .ci/services (replication factor 3, min.insync.replicas = 2, held
@@ -26,9 +34,23 @@
 // plain_ ones the plain loop's (medians of the rounds), and pg_vs_plain and
 // cpu_vs_plain the medians of each round's relay ÷ plain ratio of the same
 // figures, which changes in the machine's speed from one round to the next
-// do not move (see pairedRatio).
+// do not move (see pairedRatio). A figure of a scenario that did not run
+// is "-".
 //
-// Scenarios (names for -skip):
+// A scenario that fails, a drain past -timeout among them, does not end
+// the run: its JSON object has the error, the scenarios after it run, and
+// the summary line ends with an entry for each failed scenario,
+//
+//	river_published=36432 river_backlog=100000 river_seconds=300.0 river_partial_eps=121 river_error="river64: 36432 of 100000 events published after 5m0s"
+//
+// the first four when the drain that stopped says how far it got, the
+// error always, quoted as a Go string (logfmt). The figures the scenario
+// had from drains that finished stay on the line; none is taken from a
+// drain that did not. The command then exits with status 1. An interrupt
+// (SIGINT, SIGTERM) ends the run after the scenario it stopped, with the
+// summary of what ran.
+//
+// Scenarios (names for -skip; see profiles for which profile has which):
 //
 //   - relay, relay3: the relay (defaults: batch 1000, 64 lanes) draining the
 //     backlog, one replica and three (goroutines of this process, each its
@@ -187,6 +209,7 @@ type options struct {
 	timeout         time.Duration
 	rounds          int
 	skip            string
+	profile         profile // -profile
 	cpuprofile      string
 	sqlStats        bool
 	ownCluster      bool
@@ -232,9 +255,10 @@ func main() {
 	flag.IntVar(&o.partitions, "partitions", 8, "partitions of the broker's topics")
 	flag.Int64Var(&o.partitionSize, "partition-size", 0, "make every scenario's outbox a partitioned one (outbox migrate partition) with partitions of this many ids (0: unpartitioned)")
 	flag.BoolVar(&o.partitionsAhead, "partitions-ahead", false, "with -partition-size, create the partitions for the backlog before it is written, as relays' rounds would while writers write (without it, the ids past two partitions go to the default partition)")
-	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest a single drain may take")
+	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest a single drain may take; its scenario then fails with the drain's partial figures on the summary line, and the run goes on")
 	flag.IntVar(&o.rounds, "rounds", 6, "rounds of the drains compared with each other (relay with plain, and in the wal scenario the WAL relay with the polling relay), interleaved, and of the bare publisher's bursts (kafkabatch); the summary takes each figure's median")
-	flag.StringVar(&o.skip, "skip", "", "comma-separated scenarios to skip: "+strings.Join(scenarioNames, ","))
+	flag.StringVar(&o.skip, "skip", "", "comma-separated scenarios of the profile to skip: "+strings.Join(scenarioNames, ","))
+	profileName := flag.String("profile", "default", profileUsage())
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process while the one-replica relay drains")
 	flag.BoolVar(&o.sqlStats, "sql-stats", false, "record the relay's claim and mark statements (count, rows, time) in relay, relay3 and dblimit; the relays then poll instead of LISTENing")
 	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run on a PostgreSQL 15 cluster of the bench's own (created with pg_createcluster as \"bench\" on port 5440, started, and stopped at the end if it was down), so no other session's work is in the PostgreSQL CPU and WAL figures; overrides -database-url")
@@ -246,7 +270,14 @@ func main() {
 	flag.IntVar(&o.river1Events, "river1-events", 10_000, "backlog of the river scenario's one-worker drain (it runs at a few hundred events/s); the unordered drain takes -events")
 	flag.StringVar(&o.broker, "broker", "kfake", "the broker: kfake (a kfakeproc process of the bench's own) or kafka (the 3-node Apache Kafka cluster of .ci/services, or "+kafkatest.EnvClusterBrokers+"; topics of three replicas, made anew per drain)")
 	flag.Parse()
-	if err := o.validate(); err != nil {
+	var err error
+	if o.profile, err = profileNamed(*profileName); err == nil {
+		err = o.profile.apply(flag.CommandLine)
+	}
+	if err == nil {
+		err = o.validate()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
@@ -289,6 +320,9 @@ func (o options) validate() error {
 			return fmt.Errorf("-skip: unknown scenario %q (want %s)", name, strings.Join(scenarioNames, ","))
 		}
 	}
+	if len(o.runs()) == 0 {
+		return fmt.Errorf("-profile %s (%s) with -skip %s leaves no scenario to run; -profile all has every one", o.profile.name, strings.Join(o.profile.scenarios, ","), o.skip)
+	}
 	return nil
 }
 
@@ -301,7 +335,23 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// runs returns the scenarios of the run, in scenarioNames' order.
+func (o options) runs() []string {
+	var names []string
+	for _, name := range scenarioNames {
+		if !o.skipped(name) {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// skipped reports whether the scenario is left out of the run: not in the
+// profile, or named in -skip.
 func (o options) skipped(name string) bool {
+	if !o.profile.runs(name) {
+		return true
+	}
 	for _, s := range strings.Split(o.skip, ",") {
 		if strings.TrimSpace(s) == name {
 			return true
@@ -315,6 +365,7 @@ func logf(format string, args ...any) {
 }
 
 func run(ctx context.Context, o options) error {
+	began := time.Now()
 	if o.ownCluster {
 		stop, url, err := startOwnCluster(ctx)
 		if err != nil {
@@ -323,6 +374,7 @@ func run(ctx context.Context, o options) error {
 		defer stop()
 		o.databaseURL = url
 	}
+	logf("profile %s: %s", o.profile.name, strings.Join(o.runs(), ","))
 	dbURL, err := testkit.EnsureDatabase(ctx, o.databaseURL, benchDatabase)
 	if err != nil {
 		return err
@@ -416,28 +468,13 @@ func run(ctx context.Context, o options) error {
 	} else {
 		logf("PostgreSQL is not on this host: its CPU is not measured")
 	}
-	step := func(name string, fn func() error) error {
-		if o.skipped(name) {
-			return nil
-		}
-		logf("scenario %s", name)
-		start := time.Now()
-		if err := fn(); err != nil {
-			return fmt.Errorf("scenario %s: %w", name, err)
-		}
-		logf("scenario %s done in %s", name, time.Since(start).Round(100*time.Millisecond))
-		return nil
-	}
-	profile := ""
+	cpuprofile := ""
 	if o.cpuprofile != "" {
-		profile, _ = filepath.Abs(o.cpuprofile)
+		cpuprofile, _ = filepath.Abs(o.cpuprofile)
 	}
-	steps := []struct {
-		name string
-		fn   func() error
-	}{
+	all := []scenario{
 		{"relay", func() error {
-			relays, plains, scheds, err := runRelayRounds(ctx, e, profile, !o.skipped("plain"), emit)
+			relays, plains, scheds, err := runRelayRounds(ctx, e, cpuprofile, !o.skipped("plain"), emit)
 			if err != nil {
 				return err
 			}
@@ -658,14 +695,21 @@ func run(ctx context.Context, o options) error {
 			return emit(r)
 		}},
 	}
-	for _, s := range steps {
-		if s.name == "plain" && !o.skipped("relay") {
-			continue // drained in the relay's rounds
+	var scenarios []scenario
+	for _, s := range all {
+		if o.skipped(s.name) || s.name == "plain" && !o.skipped("relay") { // plain drains in the relay's rounds
+			continue
 		}
-		if err := step(s.name, s.fn); err != nil {
-			return err
-		}
+		scenarios = append(scenarios, s)
 	}
+	failed := runScenarios(ctx, scenarios, &sum, emit)
 	fmt.Println(sum.String())
+	logf("run done in %s", time.Since(began).Round(time.Second))
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("interrupted: %w", err)
+	}
+	if len(failed) > 0 {
+		return failedError(failed)
+	}
 	return nil
 }

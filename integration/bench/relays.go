@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -128,10 +129,17 @@ func (rr *relayRun) drain(ctx context.Context, s *schemaDB, p *poller, timeout t
 		time.Sleep(time.Millisecond)
 	}
 	end, err := p.waitDrained(ctx, time.Until(deadline))
-	stop()
 	if err != nil {
-		return 0, err
+		// How far it got, before the relays stop: a timeout's error says
+		// only that rows were left.
+		inc := &incompleteError{Published: rr.published.Load(), Backlog: backlog, Elapsed: time.Since(start)}
+		if ctx.Err() != nil || !errors.Is(err, errNotDrained) {
+			inc.Err = err
+		}
+		stop()
+		return 0, inc
 	}
+	stop()
 	return end.Sub(start), nil
 }
 

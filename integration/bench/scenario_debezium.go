@@ -170,7 +170,8 @@ func debeziumLatency(ctx context.Context, e *env, s *schemaDB) (p50, p99 float64
 // reading only the end offsets, so the wait costs the broker next to
 // nothing.
 func waitRecords(ctx context.Context, brokers []string, topic string, want int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	deadline := start.Add(timeout)
 	have := int64(0)
 	for {
 		ends, err := kafkatest.EndOffsets(ctx, brokers, []string{topic})
@@ -184,7 +185,7 @@ func waitRecords(ctx context.Context, brokers []string, topic string, want int, 
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d records on %s after %s (%v)", have, want, topic, timeout, err)
+			return fmt.Errorf("topic %s: %w", topic, &incompleteError{Published: have, Backlog: int64(want), Elapsed: time.Since(start), Err: err})
 		}
 		select {
 		case <-ctx.Done():

@@ -78,15 +78,17 @@ func runForwarder(ctx context.Context, e *env, batch int) (throughput, error) {
 	}()
 	select {
 	case <-counted.done:
+	case <-ctx.Done():
 	case <-time.After(e.opts.timeout):
 	}
+	waited := time.Since(start)
 	end := counted.last()
 	c := m.stop(ctx, n)
 	stop()
 	_ = fwd.Close()
 	wg.Wait()
 	if got := counted.n.Load(); got < int64(n) {
-		return throughput{}, fmt.Errorf("%s: forwarded %d of %d events in %s", name, got, n, e.opts.timeout)
+		return throughput{}, fmt.Errorf("%s: %w", name, &incompleteError{Published: got, Backlog: int64(n), Elapsed: waited, Err: ctx.Err()})
 	}
 	res := newThroughput("forwarder", n, end.Sub(start), map[string]any{
 		"subscribe_batch_size": batch, "poll_interval": "1s (default)", "ack_deadline": "30s (default)",

@@ -62,9 +62,10 @@ func runNaive(ctx context.Context, e *env) (throughput, error) {
 	m := e.startMeter(ctx, s.SQL)
 	start := time.Now()
 	deadline := start.Add(e.opts.timeout)
+	marked := 0
 	for {
 		if time.Now().After(deadline) {
-			return throughput{}, fmt.Errorf("naive: backlog not drained after %s", e.opts.timeout)
+			return throughput{}, fmt.Errorf("naive: %w", &incompleteError{Published: int64(marked), Backlog: int64(n), Elapsed: time.Since(start)})
 		}
 		rows, err := naiveClaim(ctx, s, claim)
 		if err != nil {
@@ -80,6 +81,7 @@ func runNaive(ctx context.Context, e *env) (throughput, error) {
 			if _, err := s.SQL.ExecContext(ctx, mark, r.id); err != nil {
 				return throughput{}, fmt.Errorf("naive: mark: %w", err)
 			}
+			marked++
 		}
 	}
 	took := time.Since(start)

@@ -122,9 +122,10 @@ func runRiver(ctx context.Context, e *env, workers int) (throughput, error) {
 		return throughput{}, err
 	}
 	for deadline := start.Add(e.opts.timeout); acked.Load() < int64(n); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			_ = client.Stop(ctx)
-			return throughput{}, fmt.Errorf("river: %d of %d events published after %s", acked.Load(), n, e.opts.timeout)
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			inc := &incompleteError{Published: acked.Load(), Backlog: int64(n), Elapsed: time.Since(start), Err: ctx.Err()}
+			_ = client.Stop(context.WithoutCancel(ctx))
+			return throughput{}, fmt.Errorf("%s: %w", name, inc)
 		}
 	}
 	// Stop returns once the completer recorded every finished job, as the

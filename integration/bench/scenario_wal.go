@@ -242,9 +242,10 @@ func walStreamDrain(ctx context.Context, e *env, cfg walrelay.Config, rd *walRou
 		return err
 	}
 	for deadline := start.Add(e.opts.timeout); acked.Load() < int64(e.opts.events); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			inc := &incompleteError{Published: acked.Load(), Backlog: int64(e.opts.events), Elapsed: time.Since(start), Err: ctx.Err()}
 			stopRelay()
-			return fmt.Errorf("wal: %d of %d events acknowledged after %s", acked.Load(), e.opts.events, e.opts.timeout)
+			return fmt.Errorf("wal: WAL relay: %w", inc)
 		}
 	}
 	took := time.Since(start)

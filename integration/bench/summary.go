@@ -9,7 +9,8 @@ import (
 )
 
 // summary holds the figures of the final line. A figure of a scenario that
-// did not run is NaN and prints as "-".
+// did not run, or failed before it had the figure, is NaN and prints as
+// "-"; a figure is never taken from a drain that did not finish.
 type summary struct {
 	RelayEPS, Relay3EPS, NaiveEPS, ForwarderEPS float64
 	DBLimitEPS, KafkaLimitEPS                   float64
@@ -37,6 +38,9 @@ type summary struct {
 	walSummary
 	debeziumSummary
 	riverSummary
+	// failures are the scenarios that failed, in the order they ran; the
+	// line ends with their entries (failure.fields).
+	failures []failure
 }
 
 // walSummary are the WAL relay scenario's figures.
@@ -169,6 +173,11 @@ func (s summary) String() string {
 	b.WriteString("bench:")
 	for _, f := range fields {
 		fmt.Fprintf(&b, " %s=%s", f.name, f.value)
+	}
+	for _, f := range s.failures {
+		for _, field := range f.fields() {
+			b.WriteString(" " + field)
+		}
 	}
 	return b.String()
 }

@@ -45,7 +45,7 @@ func main() {
 	var (
 		dbURL = flag.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server URL (default $DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres)")
 		soak  = flag.Bool("soak", false, "run only the crash scenario, with 1,000,000 events")
-		scale = flag.Bool("scale", false, "run the scale scenarios instead: a 15-minute broker outage, 50,000 aggregates in backoff, 1,000,000 dead rows under pruning, a 10,000,000-row backlog, asynchronous commits under database crashes, a 1,000,000-event transaction and a DBA at work in WAL mode, and 99 tenants writing beside one with a 1,000,000-event backlog (about an hour)")
+		scale = flag.Bool("scale", false, "run the scale scenarios instead: a 15-minute broker outage, 50,000 aggregates in backoff, 1,000,000 dead rows under pruning, a 10,000,000-row backlog, asynchronous commits under database crashes, a 1,000,000-event transaction and a DBA at work in WAL mode, 99 tenants writing beside one with a 1,000,000-event backlog, and 185 tenants writing beside 15 held locked for a minute (about an hour)")
 		seed  = flag.Uint64("seed", 0, "random seed (default: the clock)")
 		only  = flag.String("run", "", "run only the scenarios whose name contains this")
 		keep  = flag.Bool("keep", false, "keep the scenario directories (logs, broker data) and schemas")
@@ -135,6 +135,7 @@ func scalePlans() ([]harness.Plan, []harness.Scale) {
 			harness.WALBigTransaction(1_000_000, 1024, 512),
 			harness.WALDBA(),
 			harness.TenantFairness(100, 1_000_000, 10, 2*time.Minute, time.Second),
+			harness.TenantLocks(200, 15, 2, 0, 100*time.Second, 15*time.Second, time.Minute, time.Second),
 		}
 }
 

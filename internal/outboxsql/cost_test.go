@@ -241,7 +241,7 @@ func TestPruneCostIsItsBatchWithAnyNumberOfDeadRows(t *testing.T) {
 // a statement timeout for PlanWork's setup, and the claim gate's key of
 // the table Names.Render renders it for.
 func settings(stmt string) string {
-	return strings.NewReplacer("{{claimkey $3}}", "{{claimkey}}", "$1", "'60000ms'", "$2", "'60000ms'").Replace(stmt)
+	return strings.NewReplacer("{{claimkey $4}}", "{{claimkey}}", "$1", "'60000ms'", "$2", "'60000ms'", "$3", "'60000ms'").Replace(stmt)
 }
 
 // The handover check reads a claim's batch of the backlog, not all of it,

@@ -421,6 +421,31 @@ func publicationCarries(rel string) string {
 const OpsTimeouts = `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
        set_config('idle_in_transaction_session_timeout', $1, true)`
 
+// OpsLocks lists the sessions that hold or wait for a lock on the table
+// (any partition) or its companions that the relays' statements wait
+// behind, SHARE or stronger (ALTER TABLE, VACUUM FULL, CREATE INDEX,
+// TRUNCATE, LOCK TABLE take one), the longest first: each one's pid, the
+// relation (schema.name), the lock mode, whether it is granted (a session still waiting
+// for one holds the relays back too: they queue behind it), its
+// application_name and state, for how many seconds it has held the lock
+// (its transaction's age) or waited for it, and the first 200 characters
+// of its query. It reads pg_locks and pg_stat_activity, taking no lock on
+// the tables, so it answers while they are locked.
+const OpsLocks = `
+SELECT l.pid, n.nspname || '.' || c.relname, l.mode, l.granted,
+       coalesce(a.application_name, ''), coalesce(a.state, ''),
+       coalesce(extract(epoch FROM now() - CASE WHEN l.granted THEN a.xact_start ELSE l.waitstart END), 0)::float8,
+       left(coalesce(a.query, ''), 200)
+FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace
+     LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'relation' AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+  AND l.pid IS DISTINCT FROM pg_backend_pid()
+  AND l.relation IN (SELECT to_regclass(r) FROM unnest(ARRAY['{{table}}', '{{relays}}', '{{shards}}', '{{floor}}']) r
+                     UNION ALL
+                     SELECT relid FROM pg_partition_tree(to_regclass('{{table}}')))
+ORDER BY l.granted DESC, 7 DESC, l.pid`
+
 // OpsRelays lists the relays with their heartbeat age by the database
 // clock.
 const OpsRelays = `SELECT id, host, started_at, heartbeat_at,

@@ -30,8 +30,8 @@ type Names struct {
 // {{table}} between quotes would be ended by a quote in the schema's
 // name), and
 // {{claimkey}} and {{prunekey}} (the claim gate's and prune lock's
-// two-part advisory lock keys) in a statement template; {{claimkey $3}} is
-// the claim gate's key of the table named by parameter $3, the same
+// two-part advisory lock keys) in a statement template; {{claimkey $4}} is
+// the claim gate's key of the table named by parameter $4, the same
 // lock as {{claimkey}} for that table.
 func (n Names) Render(tmpl string) string {
 	return strings.NewReplacer(
@@ -41,7 +41,7 @@ func (n Names) Render(tmpl string) string {
 		"{{shards}}", n.Shards,
 		"{{floor}}", n.Floor,
 		"{{channel}}", quoteLiteral(n.Channel),
-		"{{claimkey $3}}", lockKey("txoutbox.claim", "$3::text"),
+		"{{claimkey $4}}", lockKey("txoutbox.claim", "$4::text"),
 		"{{claimkey}}", lockKey("txoutbox.claim", quoteLiteral(n.Table)),
 		"{{prunekey}}", lockKey("txoutbox.prune", quoteLiteral(n.Table)),
 	).Replace(tmpl)

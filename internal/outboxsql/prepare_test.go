@@ -79,9 +79,13 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	add("RepairRetryAt", outboxsql.RepairRetryAt, count(outboxsql.RepairArgs{}))
 	s["ClaimLow"] = prepared{sql: outboxsql.RenderClaimLow(n, []outboxsql.PartitionVars{{Partition: n.Table, From: 1}, {Partition: n.Table, From: 2}}), params: 0}
 	add("SettleSettings", outboxsql.SettleSettings, count(outboxsql.TxTimeoutArgs{}))
+	add("TxTimeouts", outboxsql.TxTimeouts, count(outboxsql.TxTimeoutArgs{}))
+	add("SessionLockTimeout", outboxsql.SessionLockTimeout, count(outboxsql.TimeoutArgs{}))
+	exec("LockProbe", n.Render(outboxsql.LockProbe))
+	add("LockProbeGates", outboxsql.LockProbeGates, 1)
 	add("MarkUndecodable", outboxsql.MarkUndecodable, 2)
 	add("ShardsInHandover", outboxsql.ShardsInHandover, count(outboxsql.HandoverArgs{}))
-	add("WalkSettings", outboxsql.WalkSettings, count(outboxsql.TimeoutArgs{}))
+	add("WalkSettings", outboxsql.WalkSettings, count(outboxsql.TxTimeoutArgs{}))
 	add("MarkPublished", outboxsql.MarkPublished, count(outboxsql.MarkArgs{}))
 	add("Fail", outboxsql.Fail, 2)
 	add("Release", outboxsql.Release, count(outboxsql.RowsArgs{}))
@@ -172,6 +176,7 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	add("RelayWALSlots", outboxsql.RelayWALSlots, count(outboxsql.WALSlotsArgs{}))
 	add("OpsTimeouts", outboxsql.OpsTimeouts, count(outboxsql.TimeoutArgs{}))
 	add("OpsRelays", outboxsql.OpsRelays, 0)
+	add("OpsLocks", outboxsql.OpsLocks, 0)
 	add("OpsShards", outboxsql.OpsShards, 0)
 	add("OpsHandovers", outboxsql.OpsHandovers, 1)
 	add("OpsSnapshot", outboxsql.OpsSnapshot, count(outboxsql.CountArgs{}))
@@ -290,7 +295,7 @@ func TestEveryStatementPrepares(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	for _, name := range []string{"WALCreatePublication/columns", "WALSetMarker/set", "WALSetMarker/clear", "WALTakeoverLock"} {
+	for _, name := range []string{"WALCreatePublication/columns", "WALSetMarker/set", "WALSetMarker/clear", "WALTakeoverLock", "LockProbe"} {
 		if _, err := tx.Exec(ctx, "SAVEPOINT s"); err != nil {
 			t.Fatal(err)
 		}

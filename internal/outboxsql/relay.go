@@ -30,8 +30,8 @@ import (
 // ClaimLow) lets PostgreSQL leave the drained partitions out when the
 // statement starts, instead of locking, opening and closing each of them in
 // every part of the claim; a Low that no longer holds in the claim's
-// snapshot makes the claim take nothing. The reasoning behind each CTE, and
-// the measurements that chose this shape, are in claim.md beside this file.
+// snapshot makes the claim take nothing. The reasoning behind each CTE is
+// in claim.md beside this file.
 const Claim = `
 WITH live AS MATERIALIZED (
     SELECT id FROM {{relays}}
@@ -150,7 +150,7 @@ func (a ClaimArgs) Args() []any {
 // the server (the timeouts); and takes the claim gate shared (OpsClaimGate),
 // so no operator's retry or replay commits while a claim runs. See
 // claim.md for why each is needed. The gate's key is OpsClaimGate's, of
-// the table named by a parameter ({{claimkey $3}}): one statement for
+// the table named by a parameter ({{claimkey $4}}): one statement for
 // every table, so a connection that claims for many tables (a Group's
 // claim connections) keeps one prepared statement for it, not one each.
 const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
@@ -158,9 +158,26 @@ const ClaimSettings = `SELECT set_config('enable_sort', 'off', true), set_config
        set_config('jit', 'off', true),
        set_config('synchronous_commit',
            CASE current_setting('synchronous_commit') WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true),
-       set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
-       set_config('idle_in_transaction_session_timeout', $2, true),
-       pg_advisory_xact_lock_shared({{claimkey $3}})`
+       set_config('statement_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true),
+       set_config('lock_timeout', $3, true),
+       pg_advisory_xact_lock_shared({{claimkey $4}})`
+
+// LockProbe is what a relay runs, in a transaction it rolls back, while
+// its table is locked out (a statement on it gave up on a lock after
+// relay.Config.LockTimeout): it takes at once the lock the relay's writes
+// take on the table (every partition) and its companions, ROW EXCLUSIVE,
+// or fails with SQLSTATE 55P03 (lock_not_available) while another session
+// holds or waits for one that conflicts: SHARE or stronger, as ALTER
+// TABLE, VACUUM FULL, CREATE INDEX, TRUNCATE and LOCK TABLE take. The
+// relay's writers' own locks never conflict with it. LockProbeGates
+// follows it.
+const LockProbe = `LOCK TABLE {{table}}, {{relays}}, {{shards}}, {{floor}} IN ROW EXCLUSIVE MODE NOWAIT`
+
+// LockProbeGates follows LockProbe in its transaction: whether the claim
+// gate (ClaimSettings) and the WAL gate (OpsWALGate) can be taken shared
+// now, false while an operator's retry or replay, or a WAL relay making
+// its slot, holds one. $1 is the table's quoted name (Names.Table).
+const LockProbeGates = `SELECT pg_try_advisory_xact_lock_shared({{claimkey}}) AND pg_try_advisory_xact_lock_shared(` + walGateKey + `)`
 
 // ClaimLow finds a Low for Claim on a partitioned outbox: the lower bound
 // of the first range partition that may hold an unpublished row, one that
@@ -198,33 +215,61 @@ func RenderClaimLow(n Names, parts []PartitionVars) string {
 // ClaimSettings'.
 const SettleSettings = `SELECT set_config('synchronous_commit',
            CASE current_setting('synchronous_commit') WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true),
-       set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
-       set_config('idle_in_transaction_session_timeout', $2, true)`
+       set_config('statement_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true),
+       set_config('lock_timeout', $3, true)`
+
+// TxTimeouts runs first in the transaction of each other statement a relay
+// runs on its table and companions (heartbeats, shard moves, marks, claim
+// floor rounds, stats readings): the timeouts of ClaimSettings and
+// SettleSettings alone. The statement after it is parsed in the
+// transaction, so the lock its parse takes waits Lock at most too: outside
+// a transaction that lock would wait for as long as another session holds
+// it (see relay.Config.LockTimeout).
+const TxTimeouts = `SELECT set_config('statement_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true),
+       set_config('lock_timeout', $3, true)`
+
+// SessionLockTimeout sets the lock timeout of a session ($1, a
+// TimeoutArgs) for good: a relay group sets it on the claim connections
+// it keeps out of the pool (never given back to it), so that preparing
+// the claim, which pgx does before the claim's transaction begins, waits
+// for a lock no longer than the claim itself.
+const SessionLockTimeout = `SELECT set_config('lock_timeout', $1, false)`
 
 // ClaimSettingsArgs binds ClaimSettings.
 type ClaimSettingsArgs struct {
-	TxTimeoutArgs        // $1, $2
-	Table         string // $3: the table, as Names.Table spells it
+	TxTimeoutArgs        // $1, $2, $3
+	Table         string // $4: the table, as Names.Table spells it
 }
 
 // Args returns the settings' parameters.
 func (a ClaimSettingsArgs) Args() []any { return append(a.TxTimeoutArgs.Args(), a.Table) }
 
-// TxTimeoutArgs binds SettleSettings, and ClaimSettings' timeouts.
+// TxTimeoutArgs binds SettleSettings, TxTimeouts, WalkSettings, and
+// ClaimSettings' timeouts.
 type TxTimeoutArgs struct {
-	// Wait is the statement and lock timeout ($1), set short of the
-	// client's deadline so the server ends a statement before the client
-	// abandons its connection.
+	// Wait is the statement timeout ($1), set short of the client's
+	// deadline so the server ends a statement before the client abandons
+	// its connection.
 	Wait time.Duration
 	// Idle is the idle-in-transaction timeout ($2): it frees the locks of
 	// a client frozen inside the transaction. Not shortened like Wait: a
 	// live client's own deadline bounds it, and the time between
 	// statements (the claim's rows read, then COMMIT) counts against it.
 	Idle time.Duration
+	// Lock is the lock timeout ($3): how long a statement waits for a
+	// lock another session holds before it fails with SQLSTATE 55P03
+	// (lock_not_available). At most Wait; 0 takes Wait.
+	Lock time.Duration
 }
 
 // Args returns the settings' parameters.
-func (a TxTimeoutArgs) Args() []any { return []any{millis(a.Wait), millis(a.Idle)} }
+func (a TxTimeoutArgs) Args() []any {
+	lock := a.Lock
+	if lock <= 0 || lock > a.Wait {
+		lock = a.Wait
+	}
+	return []any{millis(a.Wait), millis(a.Idle), millis(lock)}
+}
 
 // TimeoutArgs binds the settings of one timeout: WalkSettings,
 // OpsTimeouts, WALTakeoverTimeout.
@@ -305,10 +350,11 @@ func (a HandoverArgs) Args() []any { return []any{a.Owner, ShardMask(a.Shards), 
 // with stale statistics the planner would rather read and sort every row
 // the index holds. JIT is off, as for the claim: a scan the settings price
 // out (the claim floor's one row, read whole) puts the plan's cost far
-// above jit_above_cost, and compiling RepairRetryAt took half a second,
-// a hundred times its run. See ClaimSettings. $1 is the statement timeout.
+// above jit_above_cost, where compiling costs far more than the run. See
+// ClaimSettings. Its timeouts are TxTimeouts'; binds TxTimeoutArgs.
 const WalkSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
-       set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true), set_config('statement_timeout', $1, true)`
+       set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true), set_config('statement_timeout', $1, true),
+       set_config('idle_in_transaction_session_timeout', $2, true), set_config('lock_timeout', $3, true)`
 
 // ShardsArgs binds ReleaseShards and AcquireShards.
 type ShardsArgs struct {
@@ -720,8 +766,7 @@ SELECT
 
 // CountCap is how many rows the stats count one by one (CountArgs.Cap):
 // a count reads an index entry of each row it counts, and the row too
-// where its page changed since the last vacuum, 0.4–0.8 µs of server CPU
-// a row. Up to it the counts are exact; beyond it they are estimates
+// where its page changed since the last vacuum. Up to it the counts are exact; beyond it they are estimates
 // (BacklogCount, DeadCount), so no stats reading costs more than CountCap
 // index entries however large the backlog or the dead letters grow.
 const CountCap = 100_000

@@ -145,8 +145,6 @@ const WALPublication = `SELECT coalesce(obj_description(oid, 'pg_publication'), 
 // the columns an event is built from, rather than every column: the
 // walsender then encodes and sends none of the state, retry and lease
 // columns, which a new row holds only as defaults the relay does not read.
-// That took about a fifth off the WAL relay's PostgreSQL CPU per event in
-// the bench (integration/bench, scenario wal).
 func WALCreatePublication(n Names, pub string, columnList bool) string {
 	table := n.Table
 	if columnList {

@@ -122,7 +122,7 @@ type tupleColumn struct {
 // parseInsert reads a pgoutput Insert message, src without its leading
 // 'I'. The relay reads one per event, and pglogrepl's decoder allocates
 // two objects per column (about forty per outbox row) and copies each
-// value byte by byte: a sixth of the relay's CPU. This one allocates the
+// value byte by byte. This one allocates the
 // column list only; the values alias src, which must not be reused. It
 // returns an error for a message cut short, where pglogrepl's would
 // panic.

@@ -336,9 +336,8 @@ func (p publication) gone() error {
 // settled row when it started can be settled: rows settle by this relay's
 // own cleanup and dead marks, which reach a row only after the session
 // streamed it. A relay restarted on a backlog no table row of which has
-// settled looks nothing up; before this bound it ran a query per
-// transaction of the backlog, about a quarter of the PostgreSQL CPU of
-// draining it.
+// settled looks nothing up, rather than a query per transaction of the
+// backlog.
 type resume struct {
 	until      uint64 // the WAL position when the session started
 	settledMax int64  // the highest id of a published or dead row then
