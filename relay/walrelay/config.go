@@ -144,8 +144,8 @@ type Config struct {
 	BackoffMin, BackoffMax time.Duration
 
 	// FlushInterval is how often the confirmed position is reported to
-	// the server while it advances. Default 10ms; at least
-	// FlushIntervalFloor (1ms).
+	// the server while it advances. Default 10ms (not the polling relay's
+	// 5ms: see FlushIntervalDefault); at least FlushIntervalFloor (1ms).
 	FlushInterval time.Duration
 
 	// PingInterval is how often the relay asks the server for a reply,
