@@ -17,10 +17,6 @@ func backoff(attempt int, base, limit time.Duration) time.Duration {
 	return publish.Backoff(attempt, base, limit)
 }
 
-// sleep is the publish core's Sleep: it waits d or until ctx ends, and
-// reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool { return publish.Sleep(ctx, d) }
-
 // tick waits for c, a ticker's or timer's channel, or until ctx ends, and
 // reports whether ctx is still live: a loop that runs on every tick is
 // `for tick(ctx, t.C) { ... }`.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
 // After a NOTIFY, or a claim that found rows, the claimer polls again
@@ -162,7 +163,7 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 			// The last publishes all failed: the broker is likely down.
 			// Back off before claiming more rows only to fail them. A
 			// lone poison event retrying stays below the threshold.
-			if !sleep(ctx, backoff(n-outageThreshold+1, 50*time.Millisecond, min(5*time.Second, c.cfg.OutageBackoffMax))) {
+			if !publish.Sleep(ctx, backoff(n-outageThreshold+1, 50*time.Millisecond, min(5*time.Second, c.cfg.OutageBackoffMax))) {
 				return
 			}
 		}
@@ -184,7 +185,7 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 			dbErrors++
 			d := backoff(dbErrors, 100*time.Millisecond, 10*time.Second)
 			c.log.Warn("relay: claim failed; retrying", "err", err, "in", d)
-			if !sleep(ctx, d) {
+			if !publish.Sleep(ctx, d) {
 				return
 			}
 			more = true

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/relay/internal/confcheck"
 )
 
 // Defaults of Config, used where a field is left zero.
@@ -319,36 +320,30 @@ func (c *Config) setDefaults() {
 		host, _ := os.Hostname()
 		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomSuffix())
 	}
-	setDefault(&c.BatchSize, BatchSizeDefault)
-	setDefault(&c.Lanes, LanesDefault)
-	setDefault(&c.LaneBatch, LaneBatchDefault)
-	setDefault(&c.MaxInFlight, 2*max(c.BatchSize, 0))
-	setDefault(&c.BatchBytes, BatchBytesDefault)
-	setDefault(&c.MaxInFlightBytes, 2*max(c.BatchBytes, 0))
-	setDefault(&c.PollInterval, PollIntervalDefault)
-	setDefault(&c.LeaseDuration, LeaseDurationDefault)
-	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
-	setDefault(&c.BackoffMin, BackoffMinDefault)
-	setDefault(&c.BackoffMax, BackoffMaxDefault)
-	setDefault(&c.OutageBackoffMax, OutageBackoffMaxDefault)
-	setDefault(&c.HeartbeatInterval, HeartbeatIntervalDefault)
-	setDefault(&c.StaleAfter, StaleAfterDefault)
-	setDefault(&c.Retention, RetentionDefault)
-	setDefault(&c.PruneInterval, PruneIntervalDefault)
-	setDefault(&c.PruneBatch, PruneBatchDefault)
-	setDefault(&c.StatsInterval, StatsIntervalDefault)
-	setDefault(&c.FlushInterval, FlushIntervalDefault)
-	setDefault(&c.StatementTimeout, StatementTimeoutDefault)
-	setDefault(&c.LockTimeout, min(LockTimeoutDefault, max(c.StatementTimeout, 0)))
-	setDefault(&c.PublishTimeout, PublishTimeoutDefault)
+	confcheck.Default(&c.BatchSize, BatchSizeDefault)
+	confcheck.Default(&c.Lanes, LanesDefault)
+	confcheck.Default(&c.LaneBatch, LaneBatchDefault)
+	confcheck.Default(&c.MaxInFlight, 2*max(c.BatchSize, 0))
+	confcheck.Default(&c.BatchBytes, BatchBytesDefault)
+	confcheck.Default(&c.MaxInFlightBytes, 2*max(c.BatchBytes, 0))
+	confcheck.Default(&c.PollInterval, PollIntervalDefault)
+	confcheck.Default(&c.LeaseDuration, LeaseDurationDefault)
+	confcheck.Default(&c.MaxAttempts, MaxAttemptsDefault)
+	confcheck.Default(&c.BackoffMin, BackoffMinDefault)
+	confcheck.Default(&c.BackoffMax, BackoffMaxDefault)
+	confcheck.Default(&c.OutageBackoffMax, OutageBackoffMaxDefault)
+	confcheck.Default(&c.HeartbeatInterval, HeartbeatIntervalDefault)
+	confcheck.Default(&c.StaleAfter, StaleAfterDefault)
+	confcheck.Default(&c.Retention, RetentionDefault)
+	confcheck.Default(&c.PruneInterval, PruneIntervalDefault)
+	confcheck.Default(&c.PruneBatch, PruneBatchDefault)
+	confcheck.Default(&c.StatsInterval, StatsIntervalDefault)
+	confcheck.Default(&c.FlushInterval, FlushIntervalDefault)
+	confcheck.Default(&c.StatementTimeout, StatementTimeoutDefault)
+	confcheck.Default(&c.LockTimeout, min(LockTimeoutDefault, max(c.StatementTimeout, 0)))
+	confcheck.Default(&c.PublishTimeout, PublishTimeoutDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-}
-
-func setDefault[T int | int64 | time.Duration](v *T, def T) {
-	if *v == 0 {
-		*v = def
 	}
 }
 
@@ -371,43 +366,38 @@ func (c *Config) validate() error {
 	if len(c.ID) > 200 {
 		return bad("ID is longer than 200 bytes")
 	}
-	for _, f := range []struct {
-		name string
-		v    int64
-	}{{"BatchSize", int64(c.BatchSize)}, {"BatchBytes", c.BatchBytes}, {"Lanes", int64(c.Lanes)}, {"LaneBatch", int64(c.LaneBatch)},
-		{"MaxInFlight", int64(c.MaxInFlight)}, {"MaxInFlightBytes", c.MaxInFlightBytes}, {"MaxAttempts", int64(c.MaxAttempts)}, {"PruneBatch", int64(c.PruneBatch)}} {
-		if f.v < 1 {
-			return bad("%s %d is below its floor 1", f.name, f.v)
-		}
+	type n = confcheck.Field[int64]
+	if err := confcheck.Floors(ErrInvalidConfig,
+		n{Name: "BatchSize", V: int64(c.BatchSize), Floor: 1}, n{Name: "BatchBytes", V: c.BatchBytes, Floor: 1},
+		n{Name: "Lanes", V: int64(c.Lanes), Floor: 1}, n{Name: "LaneBatch", V: int64(c.LaneBatch), Floor: 1},
+		n{Name: "MaxInFlight", V: int64(c.MaxInFlight), Floor: 1}, n{Name: "MaxInFlightBytes", V: c.MaxInFlightBytes, Floor: 1},
+		n{Name: "MaxAttempts", V: int64(c.MaxAttempts), Floor: 1}, n{Name: "PruneBatch", V: int64(c.PruneBatch), Floor: 1},
+	); err != nil {
+		return err
 	}
-	for _, f := range []struct {
-		name     string
-		v, floor time.Duration
-	}{{"PollInterval", c.PollInterval, PollIntervalFloor}, {"HeartbeatInterval", c.HeartbeatInterval, HeartbeatIntervalFloor},
-		{"StaleAfter", c.StaleAfter, StaleAfterFloor}, {"BackoffMin", c.BackoffMin, BackoffMinFloor}, {"OutageBackoffMax", c.OutageBackoffMax, OutageBackoffMaxFloor},
-		{"PruneInterval", c.PruneInterval, PruneIntervalFloor}, {"StatsInterval", c.StatsInterval, StatsIntervalFloor}, {"FlushInterval", c.FlushInterval, FlushIntervalFloor},
-		{"StatementTimeout", c.StatementTimeout, StatementTimeoutFloor}, {"LockTimeout", c.LockTimeout, LockTimeoutFloor}, {"PublishTimeout", c.PublishTimeout, PublishTimeoutFloor}} {
-		if f.v < f.floor {
-			return bad("%s %s is below its floor %s", f.name, f.v, f.floor)
-		}
+	type d = confcheck.Field[time.Duration]
+	if err := confcheck.Floors(ErrInvalidConfig,
+		d{Name: "PollInterval", V: c.PollInterval, Floor: PollIntervalFloor}, d{Name: "HeartbeatInterval", V: c.HeartbeatInterval, Floor: HeartbeatIntervalFloor},
+		d{Name: "StaleAfter", V: c.StaleAfter, Floor: StaleAfterFloor}, d{Name: "BackoffMin", V: c.BackoffMin, Floor: BackoffMinFloor},
+		d{Name: "OutageBackoffMax", V: c.OutageBackoffMax, Floor: OutageBackoffMaxFloor}, d{Name: "PruneInterval", V: c.PruneInterval, Floor: PruneIntervalFloor},
+		d{Name: "StatsInterval", V: c.StatsInterval, Floor: StatsIntervalFloor}, d{Name: "FlushInterval", V: c.FlushInterval, Floor: FlushIntervalFloor},
+		d{Name: "StatementTimeout", V: c.StatementTimeout, Floor: StatementTimeoutFloor}, d{Name: "LockTimeout", V: c.LockTimeout, Floor: LockTimeoutFloor},
+		d{Name: "PublishTimeout", V: c.PublishTimeout, Floor: PublishTimeoutFloor},
+	); err != nil {
+		return err
 	}
 	// The floors set by other fields.
-	for _, f := range []struct {
-		name, of string
-		v, floor int64
-	}{{"MaxInFlight", "BatchSize", int64(c.MaxInFlight), int64(c.BatchSize)}, {"MaxInFlightBytes", "BatchBytes", c.MaxInFlightBytes, c.BatchBytes}} {
-		if f.v < f.floor {
-			return bad("%s %d is below its floor, %s (%d)", f.name, f.v, f.of, f.floor)
-		}
+	if err := confcheck.Floors(ErrInvalidConfig,
+		n{Name: "MaxInFlight", V: int64(c.MaxInFlight), Floor: int64(c.BatchSize), Of: "BatchSize"},
+		n{Name: "MaxInFlightBytes", V: c.MaxInFlightBytes, Floor: c.BatchBytes, Of: "BatchBytes"},
+	); err != nil {
+		return err
 	}
-	for _, f := range []struct {
-		name, of string
-		v, floor time.Duration
-	}{{"BackoffMax", "BackoffMin", c.BackoffMax, c.BackoffMin}, {"LeaseDuration", "HeartbeatInterval", c.LeaseDuration, c.HeartbeatInterval},
-		{"StaleAfter", "twice HeartbeatInterval", c.StaleAfter, 2 * c.HeartbeatInterval}} {
-		if f.v < f.floor {
-			return bad("%s %s is below its floor, %s (%s)", f.name, f.v, f.of, f.floor)
-		}
+	if err := confcheck.Floors(ErrInvalidConfig,
+		d{Name: "BackoffMax", V: c.BackoffMax, Floor: c.BackoffMin, Of: "BackoffMin"}, d{Name: "LeaseDuration", V: c.LeaseDuration, Floor: c.HeartbeatInterval, Of: "HeartbeatInterval"},
+		d{Name: "StaleAfter", V: c.StaleAfter, Floor: 2 * c.HeartbeatInterval, Of: "twice HeartbeatInterval"},
+	); err != nil {
+		return err
 	}
 	if c.LockTimeout > c.StatementTimeout {
 		return bad("LockTimeout %s is longer than StatementTimeout (%s), which ends every statement first", c.LockTimeout, c.StatementTimeout)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
 // listener holds one connection in LISTEN on the table's channel and wakes
@@ -59,7 +60,7 @@ func keepListening(ctx context.Context, log *slog.Logger, poll time.Duration, li
 		d := backoff(failures, 100*time.Millisecond, 10*time.Second)
 		log.Warn("relay: listen connection lost; polling until it is back", "err", err, "retry_in", d)
 		lost()
-		if !sleep(ctx, d) {
+		if !publish.Sleep(ctx, d) {
 			return
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
 // probeBackoffMin is the first wait before a locked-out table's probe; the
@@ -153,7 +155,7 @@ func (l *lockout) run(ctx context.Context) {
 			return
 		}
 		for n := 1; l.locked(); n++ {
-			if !sleep(ctx, backoff(n, min(probeBackoffMin, l.step), l.step)) {
+			if !publish.Sleep(ctx, backoff(n, min(probeBackoffMin, l.step), l.step)) {
 				return
 			}
 			err := l.probe(ctx)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/partitions"
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
 // pruner deletes published rows older than Retention, a batch per
@@ -36,7 +37,7 @@ func (p *pruner) run(ctx context.Context) {
 	// start: spread like the other rounds (see spreadTicker), and never
 	// sooner than PruneInterval, which a long one keeps out of the way of
 	// a maintenance job calling Prune.
-	if !sleep(ctx, randomPhase(p.cfg.PruneInterval)) {
+	if !publish.Sleep(ctx, randomPhase(p.cfg.PruneInterval)) {
 		return
 	}
 	t := time.NewTicker(p.cfg.PruneInterval)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox/migrations"
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
 // schemaVersion is the outbox schema version a relay needs: the newest of
@@ -49,7 +50,7 @@ func (r *Relay) awaitSchema(ctx context.Context) (ok bool, err error) {
 		if attempt == 1 {
 			r.log.Warn("relay: could not read the outbox schema's version at start; trying again before starting", "err", err)
 		}
-		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, r.cfg.OutageBackoffMax)) {
+		if !publish.Sleep(ctx, backoff(attempt, 100*time.Millisecond, r.cfg.OutageBackoffMax)) {
 			return false, nil
 		}
 	}

@@ -65,8 +65,8 @@ func TestRelayUsageErrors(t *testing.T) {
 		{[]string{"relay", "--log-level", "loud"}, "--log-level"},
 		{[]string{"relay", "--table", "x; drop table y"}, "invalid table name"},
 		{[]string{"relay", "--poll-interval", "soon"}, `invalid value "soon" for flag -poll-interval`},
-		{[]string{"relay", "--lock-timeout", "10ms"}, "LockTimeout (10ms) is shorter than 100ms"},
-		{[]string{"relay", "--lock-timeout", "20s"}, "LockTimeout (20s) is longer than StatementTimeout (10s)"},
+		{[]string{"relay", "--lock-timeout", "10ms"}, "--lock-timeout 10ms is below its floor 100ms"},
+		{[]string{"relay", "--lock-timeout", "20s"}, "--lock-timeout 20s is longer than --statement-timeout (10s)"},
 		{[]string{"status", "--lock-timeout", "0s"}, "--lock-timeout must be positive"},
 	})
 }

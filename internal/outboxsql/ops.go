@@ -441,9 +441,9 @@ FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.o
 WHERE l.locktype = 'relation' AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
   AND l.pid IS DISTINCT FROM pg_backend_pid()
-  AND l.relation IN (SELECT to_regclass(r) FROM unnest(ARRAY['{{table}}', '{{relays}}', '{{shards}}', '{{floor}}']) r
+  AND l.relation IN (SELECT to_regclass(r) FROM unnest(ARRAY[{{tableliteral}}, {{relaysliteral}}, {{shardsliteral}}, {{floorliteral}}]) r
                      UNION ALL
-                     SELECT relid FROM pg_partition_tree(to_regclass('{{table}}')))
+                     SELECT relid FROM pg_partition_tree(to_regclass({{tableliteral}})))
 ORDER BY l.granted DESC, 7 DESC, l.pid`
 
 // OpsRelays lists the relays with their heartbeat age by the database

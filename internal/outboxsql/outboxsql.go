@@ -28,7 +28,8 @@ type Names struct {
 // {{tableliteral}} (the table's quoted name as a SQL string literal, for
 // ::regclass and the functions that take a table's name as text, where
 // {{table}} between quotes would be ended by a quote in the schema's
-// name), and
+// name), {{relaysliteral}}, {{shardsliteral}} and {{floorliteral}} (the
+// same for the companions), and
 // {{claimkey}} and {{prunekey}} (the claim gate's and prune lock's
 // two-part advisory lock keys) in a statement template; {{claimkey $4}} is
 // the claim gate's key of the table named by parameter $4, the same
@@ -38,6 +39,9 @@ func (n Names) Render(tmpl string) string {
 		"{{table}}", n.Table,
 		"{{tableliteral}}", quoteLiteral(n.Table),
 		"{{relays}}", n.Relays,
+		"{{relaysliteral}}", quoteLiteral(n.Relays),
+		"{{shardsliteral}}", quoteLiteral(n.Shards),
+		"{{floorliteral}}", quoteLiteral(n.Floor),
 		"{{shards}}", n.Shards,
 		"{{floor}}", n.Floor,
 		"{{channel}}", quoteLiteral(n.Channel),

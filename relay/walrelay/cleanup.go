@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -33,11 +35,11 @@ import (
 // xmin is not below X to a later round.
 //
 // Before it starts a round and again right before it removes rows, it
-// checks the publication (Relay.checkPublication) and that its
+// checks the publication (publication.check) and that its
 // fingerprint is the one the session started with: what the slot has
 // confirmed proves the rows published only if the publication carried
 // every insert all along. When it finds otherwise it removes nothing,
-// clears the relay's marker (so the next relay republishes the table's
+// clears the relay's marker (publication.disown, so the next relay republishes the table's
 // unpublished rows) and ends the session through failed.
 //
 // A round takes two CleanupIntervals when nothing holds a transaction
@@ -45,9 +47,7 @@ import (
 // it wrong. Rows the slot has not confirmed stay, so the polling relay can
 // take over from the table (`outbox wal takeover`).
 type cleanup struct {
-	r      *Relay
-	pool   *pgxpool.Pool
-	srv    serverFacts
+	cleanupDeps
 	failed chan error // the publication changed: the session must end
 
 	started bool   // a round is in progress
@@ -56,12 +56,29 @@ type cleanup struct {
 	lsn     uint64 // L, 0 until step 2 passed
 }
 
-func newCleanup(r *Relay, pool *pgxpool.Pool, srv serverFacts) *cleanup {
-	return &cleanup{r: r, pool: pool, srv: srv, failed: make(chan error, 1)}
+// cleanupDeps is what a session's cleanup removes rows with, and what it
+// is told of the stream.
+type cleanupDeps struct {
+	pool        *pgxpool.Pool
+	sql         *statements
+	log         *slog.Logger
+	pub         publication
+	srv         serverFacts
+	fingerprint string          // the publication's when the session took the slot
+	confirmed   *atomic.Uint64  // the position the stream has settled up to
+	settled     *highestSettled // raised by the rows marked published
+	interval    time.Duration   // Config.CleanupInterval
+	timeout     time.Duration   // Config.StatementTimeout
+	retention   time.Duration   // Config.Retention
+	batch       int             // Config.CleanupBatch
+}
+
+func newCleanup(d cleanupDeps) *cleanup {
+	return &cleanup{cleanupDeps: d, failed: make(chan error, 1)}
 }
 
 func (c *cleanup) run(ctx context.Context) {
-	t := time.NewTicker(c.r.cfg.CleanupInterval)
+	t := time.NewTicker(c.interval)
 	defer t.Stop()
 	for {
 		select {
@@ -73,12 +90,12 @@ func (c *cleanup) run(ctx context.Context) {
 			switch {
 			case err == nil, ctx.Err() != nil:
 			case errors.Is(err, ErrPublication), errors.As(err, &changed):
-				c.r.log.Error("the publication changed: removing nothing, stopping the stream", "err", err)
-				c.r.disown(ctx, c.pool)
+				c.log.Error("the publication changed: removing nothing, stopping the stream", "err", err)
+				c.pub.disown(ctx, c.pool)
 				c.failed <- err
 				return
 			default:
-				c.r.log.Warn("cleanup failed; trying again", "err", err)
+				c.log.Warn("cleanup failed; trying again", "err", err)
 				c.started = false
 			}
 		}
@@ -87,13 +104,13 @@ func (c *cleanup) run(ctx context.Context) {
 
 // step advances the round by what can be done now.
 func (c *cleanup) step(ctx context.Context) error {
-	sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
+	sctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if !c.started {
 		if err := c.checkPublication(ctx); err != nil {
 			return err
 		}
-		if err := c.pool.QueryRow(sctx, c.r.sql.horizon).Scan(&c.maxID, &c.xmax); err != nil {
+		if err := c.pool.QueryRow(sctx, c.sql.horizon).Scan(&c.maxID, &c.xmax); err != nil {
 			return fmt.Errorf("start a cleanup round: %w", err)
 		}
 		c.started, c.lsn = true, 0
@@ -104,7 +121,7 @@ func (c *cleanup) step(ctx context.Context) error {
 			passed bool
 			lsn    string
 		)
-		if err := c.pool.QueryRow(sctx, c.r.sql.horizonPassed, c.xmax).Scan(&passed, &lsn); err != nil {
+		if err := c.pool.QueryRow(sctx, c.sql.horizonPassed, c.xmax).Scan(&passed, &lsn); err != nil {
 			return fmt.Errorf("cleanup: %w", err)
 		}
 		if !passed {
@@ -116,7 +133,7 @@ func (c *cleanup) step(ctx context.Context) error {
 		}
 		c.lsn = uint64(l)
 	}
-	if c.r.confirmed.Load() < c.lsn {
+	if c.confirmed.Load() < c.lsn {
 		return nil
 	}
 	if err := c.checkPublication(ctx); err != nil {
@@ -126,7 +143,7 @@ func (c *cleanup) step(ctx context.Context) error {
 		return err
 	}
 	c.started = false
-	if c.r.cfg.Retention >= 0 {
+	if c.retention >= 0 {
 		// With Retention zero this deletes the rows marked published
 		// (by the slot's setup, or by the polling relay before).
 		return c.prune(ctx)
@@ -141,13 +158,13 @@ func (c *cleanup) step(ctx context.Context) error {
 // its id before that round and committed after it) is below where that
 // round ended, and must not be passed over for good.
 func (c *cleanup) remove(ctx context.Context, maxID, xmax int64) (int64, error) {
-	stmt := c.r.sql.deleteConfirmed
-	if c.r.cfg.Retention != 0 {
-		stmt = c.r.sql.markConfirmed
+	stmt := c.sql.deleteConfirmed
+	if c.retention != 0 {
+		stmt = c.sql.markConfirmed
 	}
 	var lo int64
-	sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
-	err := c.pool.QueryRow(sctx, c.r.sql.cleanupFloor, maxID).Scan(&lo)
+	sctx, cancel := context.WithTimeout(ctx, c.timeout)
+	err := c.pool.QueryRow(sctx, c.sql.cleanupFloor, maxID).Scan(&lo)
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("cleanup: %w", err)
@@ -155,18 +172,18 @@ func (c *cleanup) remove(ctx context.Context, maxID, xmax int64) (int64, error) 
 	var total int64
 	after := lo - 1
 	for {
-		sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
+		sctx, cancel := context.WithTimeout(ctx, c.timeout)
 		var n int64
-		err := c.pool.QueryRow(sctx, stmt, outboxsql.ConfirmedArgs{MaxID: maxID, Batch: c.r.cfg.CleanupBatch, Xmax: xmax, After: after}.Args()...).Scan(&n, &after)
+		err := c.pool.QueryRow(sctx, stmt, outboxsql.ConfirmedArgs{MaxID: maxID, Batch: c.batch, Xmax: xmax, After: after}.Args()...).Scan(&n, &after)
 		cancel()
 		if err != nil {
 			return total, fmt.Errorf("cleanup: remove confirmed rows: %w", err)
 		}
 		total += n
-		if c.r.cfg.Retention != 0 && n > 0 {
-			c.r.noteSettled(after) // marked published
+		if c.retention != 0 && n > 0 {
+			c.settled.note(after) // marked published
 		}
-		if n < int64(c.r.cfg.CleanupBatch) {
+		if n < int64(c.batch) {
 			return total, nil
 		}
 	}
@@ -174,16 +191,16 @@ func (c *cleanup) remove(ctx context.Context, maxID, xmax int64) (int64, error) 
 
 // prune deletes published rows older than Retention, in batches.
 func (c *cleanup) prune(ctx context.Context) error {
-	stmt := c.r.sql.prune
-	args := outboxsql.PruneArgs{Retention: c.r.cfg.Retention, Batch: c.r.cfg.CleanupBatch}.Args()
+	stmt := c.sql.prune
+	args := outboxsql.PruneArgs{Retention: c.retention, Batch: c.batch}.Args()
 	for {
-		sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StatementTimeout)
+		sctx, cancel := context.WithTimeout(ctx, c.timeout)
 		tag, err := c.pool.Exec(sctx, stmt, args...)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("cleanup: prune: %w", err)
 		}
-		if tag.RowsAffected() < int64(c.r.cfg.CleanupBatch) {
+		if tag.RowsAffected() < int64(c.batch) {
 			return nil
 		}
 	}
@@ -198,15 +215,15 @@ func (e *publicationChanged) Error() string {
 		"the next session republishes the table's unpublished rows", e.was, e.now)
 }
 
-// checkPublication runs Relay.checkPublication and compares the
-// fingerprint with the session's.
+// checkPublication checks the publication and compares its fingerprint
+// with the session's.
 func (c *cleanup) checkPublication(ctx context.Context) error {
-	fp, err := c.r.checkPublication(ctx, c.pool, c.srv)
+	fp, err := c.pub.check(ctx, c.pool, c.srv)
 	if err != nil {
 		return err
 	}
-	if fp != c.r.fingerprint {
-		return &publicationChanged{was: c.r.fingerprint, now: fp}
+	if fp != c.fingerprint {
+		return &publicationChanged{was: c.fingerprint, now: fp}
 	}
 	return nil
 }

@@ -14,24 +14,34 @@ import (
 	"github.com/txoutbox/txoutbox/internal/ident"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/relay"
+	"github.com/txoutbox/txoutbox/relay/internal/confcheck"
 )
 
-// Defaults of Config, used where a field is left zero.
+// Defaults of Config, used where a field is left zero. Those that mean
+// what the polling relay's fields of the same name mean are its defaults.
 const (
-	LanesDefault            = 64
+	LanesDefault            = relay.LanesDefault
 	LaneBatchDefault        = relay.LaneBatchDefault
 	MaxInFlightDefault      = 2000
-	MaxAttemptsDefault      = 10
-	BackoffMinDefault       = time.Second
-	BackoffMaxDefault       = 5 * time.Minute
-	FlushIntervalDefault    = 10 * time.Millisecond
+	MaxAttemptsDefault      = relay.MaxAttemptsDefault
+	BackoffMinDefault       = relay.BackoffMinDefault
+	BackoffMaxDefault       = relay.BackoffMaxDefault
 	PingIntervalDefault     = time.Second
 	SenderTimeoutDefault    = 10 * time.Second
 	StandbyRetryDefault     = time.Second
 	CleanupIntervalDefault  = 2 * time.Second
 	CleanupBatchDefault     = 1000
-	StatementTimeoutDefault = 10 * time.Second
-	StatsIntervalDefault    = 10 * time.Second
+	StatementTimeoutDefault = relay.StatementTimeoutDefault
+	StatsIntervalDefault    = relay.StatsIntervalDefault
+
+	// FlushIntervalDefault is not the polling relay's 5ms, on purpose: there
+	// the interval delays marking acknowledged rows published, so that one
+	// UPDATE marks many; here it paces the status updates that confirm
+	// the slot's position, a message on the replication connection each,
+	// and the events settled within it are among those a crash publishes
+	// twice (see MaxInFlight). 10ms keeps that to a hundredth of a second
+	// of events while a busy stream sends half the updates 5ms would.
+	FlushIntervalDefault = 10 * time.Millisecond
 )
 
 // Floors of Config, as the polling relay's (relay.PollIntervalFloor and
@@ -134,8 +144,8 @@ type Config struct {
 	BackoffMin, BackoffMax time.Duration
 
 	// FlushInterval is how often the confirmed position is reported to
-	// the server while it advances. Default 10ms; at least
-	// FlushIntervalFloor (1ms).
+	// the server while it advances. Default 10ms (not the polling relay's
+	// 5ms: see FlushIntervalDefault); at least FlushIntervalFloor (1ms).
 	FlushInterval time.Duration
 
 	// PingInterval is how often the relay asks the server for a reply,
@@ -244,28 +254,22 @@ var ErrInvalidConfig = errors.New("walrelay: invalid config")
 // setDefaults sets every zero field to its default but Publication and
 // Slot, whose defaults depend on the database (see resolveNames).
 func (c *Config) setDefaults() {
-	setDefault(&c.Lanes, LanesDefault)
-	setDefault(&c.LaneBatch, LaneBatchDefault)
-	setDefault(&c.MaxInFlight, MaxInFlightDefault)
-	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
-	setDefault(&c.BackoffMin, BackoffMinDefault)
-	setDefault(&c.BackoffMax, BackoffMaxDefault)
-	setDefault(&c.FlushInterval, FlushIntervalDefault)
-	setDefault(&c.PingInterval, PingIntervalDefault)
-	setDefault(&c.SenderTimeout, SenderTimeoutDefault)
-	setDefault(&c.StandbyRetry, StandbyRetryDefault)
-	setDefault(&c.CleanupInterval, CleanupIntervalDefault)
-	setDefault(&c.CleanupBatch, CleanupBatchDefault)
-	setDefault(&c.StatementTimeout, StatementTimeoutDefault)
-	setDefault(&c.StatsInterval, StatsIntervalDefault)
+	confcheck.Default(&c.Lanes, LanesDefault)
+	confcheck.Default(&c.LaneBatch, LaneBatchDefault)
+	confcheck.Default(&c.MaxInFlight, MaxInFlightDefault)
+	confcheck.Default(&c.MaxAttempts, MaxAttemptsDefault)
+	confcheck.Default(&c.BackoffMin, BackoffMinDefault)
+	confcheck.Default(&c.BackoffMax, BackoffMaxDefault)
+	confcheck.Default(&c.FlushInterval, FlushIntervalDefault)
+	confcheck.Default(&c.PingInterval, PingIntervalDefault)
+	confcheck.Default(&c.SenderTimeout, SenderTimeoutDefault)
+	confcheck.Default(&c.StandbyRetry, StandbyRetryDefault)
+	confcheck.Default(&c.CleanupInterval, CleanupIntervalDefault)
+	confcheck.Default(&c.CleanupBatch, CleanupBatchDefault)
+	confcheck.Default(&c.StatementTimeout, StatementTimeoutDefault)
+	confcheck.Default(&c.StatsInterval, StatsIntervalDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-}
-
-func setDefault[T int | time.Duration](v *T, def T) {
-	if *v == 0 {
-		*v = def
 	}
 }
 
@@ -295,26 +299,21 @@ func (c *Config) validate() error {
 			return bad("Slot: %v", err)
 		}
 	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"Lanes", c.Lanes}, {"LaneBatch", c.LaneBatch}, {"MaxInFlight", c.MaxInFlight}, {"MaxAttempts", c.MaxAttempts}, {"CleanupBatch", c.CleanupBatch}} {
-		if f.v < 1 {
-			return bad("%s %d is below its floor 1", f.name, f.v)
-		}
+	type n = confcheck.Field[int]
+	if err := confcheck.Floors(ErrInvalidConfig, n{Name: "Lanes", V: c.Lanes, Floor: 1}, n{Name: "LaneBatch", V: c.LaneBatch, Floor: 1},
+		n{Name: "MaxInFlight", V: c.MaxInFlight, Floor: 1}, n{Name: "MaxAttempts", V: c.MaxAttempts, Floor: 1}, n{Name: "CleanupBatch", V: c.CleanupBatch, Floor: 1},
+	); err != nil {
+		return err
 	}
-	for _, f := range []struct {
-		name     string
-		v, floor time.Duration
-	}{{"BackoffMin", c.BackoffMin, BackoffMinFloor}, {"FlushInterval", c.FlushInterval, FlushIntervalFloor}, {"PingInterval", c.PingInterval, PingIntervalFloor},
-		{"SenderTimeout", c.SenderTimeout, SenderTimeoutFloor}, {"StandbyRetry", c.StandbyRetry, StandbyRetryFloor}, {"CleanupInterval", c.CleanupInterval, CleanupIntervalFloor},
-		{"StatementTimeout", c.StatementTimeout, StatementTimeoutFloor}, {"StatsInterval", c.StatsInterval, StatsIntervalFloor}} {
-		if f.v < f.floor {
-			return bad("%s %s is below its floor %s", f.name, f.v, f.floor)
-		}
-	}
-	if c.BackoffMax < c.BackoffMin {
-		return bad("BackoffMax %s is below its floor, BackoffMin (%s)", c.BackoffMax, c.BackoffMin)
+	type d = confcheck.Field[time.Duration]
+	if err := confcheck.Floors(ErrInvalidConfig,
+		d{Name: "BackoffMin", V: c.BackoffMin, Floor: BackoffMinFloor}, d{Name: "FlushInterval", V: c.FlushInterval, Floor: FlushIntervalFloor},
+		d{Name: "PingInterval", V: c.PingInterval, Floor: PingIntervalFloor}, d{Name: "SenderTimeout", V: c.SenderTimeout, Floor: SenderTimeoutFloor},
+		d{Name: "StandbyRetry", V: c.StandbyRetry, Floor: StandbyRetryFloor}, d{Name: "CleanupInterval", V: c.CleanupInterval, Floor: CleanupIntervalFloor},
+		d{Name: "StatementTimeout", V: c.StatementTimeout, Floor: StatementTimeoutFloor}, d{Name: "StatsInterval", V: c.StatsInterval, Floor: StatsIntervalFloor},
+		d{Name: "BackoffMax", V: c.BackoffMax, Floor: c.BackoffMin, Of: "BackoffMin"},
+	); err != nil {
+		return err
 	}
 	if c.PingInterval*4 > c.SenderTimeout {
 		// The relay gives the slot up after SenderTimeout/2 of silence: a

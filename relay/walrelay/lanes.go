@@ -3,11 +3,10 @@ package walrelay
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/relay"
@@ -36,8 +35,7 @@ type work struct {
 // together when the publisher is a relay.BatchPublisher but never two of
 // one aggregate at once, retrying each until it is published or dead.
 type lanes struct {
-	r       *Relay
-	pool    *pgxpool.Pool
+	laneDeps
 	settled chan struct{} // signalled when a transaction's last event settles
 	lanes   []*lane
 	wg      sync.WaitGroup
@@ -50,10 +48,22 @@ type lane struct {
 	wake  chan struct{}
 }
 
-func newLanes(ctx context.Context, r *Relay, pool *pgxpool.Pool) *lanes {
+// laneDeps is what the lanes publish with and settle through: the same
+// for every session of a Run.
+type laneDeps struct {
+	core                   *publish.Core // builds and sends the messages, with spans and the publish metrics
+	rows                   *tableRows    // marks the dead
+	met                    *metrics
+	log                    *slog.Logger
+	maxAttempts            int // Config.MaxAttempts
+	backoffMin, backoffMax time.Duration
+}
+
+// newLanes starts n lanes, which run until stop or until ctx ends.
+func newLanes(ctx context.Context, n int, d laneDeps) *lanes {
 	ctx, cancel := context.WithCancel(ctx)
-	ls := &lanes{r: r, pool: pool, settled: make(chan struct{}, 1), cancel: cancel}
-	for range r.cfg.Lanes {
+	ls := &lanes{laneDeps: d, settled: make(chan struct{}, 1), cancel: cancel}
+	for range n {
 		l := &lane{wake: make(chan struct{}, 1)}
 		ls.lanes = append(ls.lanes, l)
 		ls.wg.Add(1)
@@ -102,7 +112,7 @@ func (ls *lanes) stop() {
 // run publishes l's events until ctx ends: the events queued behind one
 // another together (see take), each settled before the lane moves on.
 func (ls *lanes) run(ctx context.Context, l *lane) {
-	limit := ls.r.core.Limit()
+	limit := ls.core.Limit()
 	var batch []work
 	for ctx.Err() == nil {
 		batch = l.take(batch[:0], limit)
@@ -150,7 +160,6 @@ queue:
 // one backoff. It reports whether every event settled, false only when
 // ctx ended first.
 func (ls *lanes) deliver(ctx context.Context, batch []work) bool {
-	cfg := &ls.r.cfg
 	pending := batch[:0] // rewritten in place: the caller clears it after
 	for _, w := range batch {
 		if w.ev.bad == nil {
@@ -177,15 +186,15 @@ func (ls *lanes) deliver(ctx context.Context, batch []work) bool {
 			}
 			switch {
 			case err == nil:
-				ls.r.met.published.Add(ctx, 1)
-			case attempt >= cfg.MaxAttempts && relay.IsPermanent(err):
+				ls.met.published.Add(ctx, 1)
+			case attempt >= ls.maxAttempts && relay.IsPermanent(err):
 				// Only the event's own fault makes it dead, as in the
 				// polling relay: an outage of any length does not.
 				if !ls.dead(ctx, w.ev, attempt, err) {
 					return false
 				}
 			default:
-				ls.r.log.Warn("publish failed; retrying", "event_id", w.ev.e.ID, "topic", w.ev.e.Topic, "attempt", attempt, "err", err)
+				ls.log.Warn("publish failed; retrying", "event_id", w.ev.e.ID, "topic", w.ev.e.Topic, "attempt", attempt, "err", err)
 				failed = append(failed, w)
 				continue
 			}
@@ -198,7 +207,7 @@ func (ls *lanes) deliver(ctx context.Context, batch []work) bool {
 			return true
 		}
 		pending = failed
-		if !sleep(ctx, publish.Backoff(attempt, cfg.BackoffMin, cfg.BackoffMax)) {
+		if !publish.Sleep(ctx, publish.Backoff(attempt, ls.backoffMin, ls.backoffMax)) {
 			return false
 		}
 	}
@@ -212,7 +221,7 @@ func (ls *lanes) send(ctx context.Context, ws []work) []error {
 	for i, w := range ws {
 		events[i] = &w.ev.e
 	}
-	return ls.r.core.Send(ctx, events)
+	return ls.core.Send(ctx, events)
 }
 
 // dead records that the broker refused ev for good, or that its row
@@ -221,9 +230,9 @@ func (ls *lanes) send(ctx context.Context, ws []work) []error {
 // published nor recorded, unless the row is gone from the table); a
 // table-less event is logged and dropped.
 func (ls *lanes) dead(ctx context.Context, ev *event, attempts int, cause error) bool {
-	ls.r.met.dead.Add(ctx, 1)
+	ls.met.dead.Add(ctx, 1)
 	if ev.row == 0 {
-		ls.r.log.Error("table-less event dropped: the broker refused it", "event_id", ev.e.ID, "topic", ev.e.Topic,
+		ls.log.Error("table-less event dropped: the broker refused it", "event_id", ev.e.ID, "topic", ev.e.Topic,
 			"aggregate_id", ev.e.AggregateID, "attempts", attempts, "err", cause)
 		return true
 	}
@@ -232,22 +241,18 @@ func (ls *lanes) dead(ctx context.Context, ev *event, attempts int, cause error)
 		reason, what = "cannot decode: "+ev.bad.err.Error(), "event is dead: its row cannot be decoded"
 	}
 	for try := 1; ; try++ {
-		err := ls.r.markDead(ctx, ls.pool, ev.row, attempts, reason)
+		err := ls.rows.markDead(ctx, ev.row, attempts, reason)
 		if errors.Is(err, errRowGone) {
-			ls.r.log.Error("event dropped: the broker refused it, and its row is gone from the table", "event_id", ev.e.ID, "row", ev.row, "topic", ev.e.Topic, "err", cause)
+			ls.log.Error("event dropped: the broker refused it, and its row is gone from the table", "event_id", ev.e.ID, "row", ev.row, "topic", ev.e.Topic, "err", cause)
 			return true
 		}
 		if err == nil {
-			ls.r.log.Error(what, "event_id", ev.e.ID, "row", ev.row, "topic", ev.e.Topic, "attempts", attempts, "err", cause)
+			ls.log.Error(what, "event_id", ev.e.ID, "row", ev.row, "topic", ev.e.Topic, "attempts", attempts, "err", cause)
 			return true
 		}
-		ls.r.log.Warn("mark event dead failed; retrying", "row", ev.row, "err", err)
-		if !sleep(ctx, publish.Backoff(try, ls.r.cfg.BackoffMin, ls.r.cfg.BackoffMax)) {
+		ls.log.Warn("mark event dead failed; retrying", "row", ev.row, "err", err)
+		if !publish.Sleep(ctx, publish.Backoff(try, ls.backoffMin, ls.backoffMax)) {
 			return false
 		}
 	}
 }
-
-// sleep is the publish core's Sleep: it waits d or until ctx ends, and
-// reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool { return publish.Sleep(ctx, d) }

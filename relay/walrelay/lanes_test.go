@@ -90,7 +90,7 @@ func TestLaneRetriesAFailedBatchTogether(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls := newLanes(context.Background(), r, nil)
+	ls := newLanes(context.Background(), r.cfg.Lanes, r.laneDeps(nil))
 	defer ls.stop()
 	tx := &txn{end: 1}
 	for i := range 8 {

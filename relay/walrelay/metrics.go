@@ -3,6 +3,7 @@ package walrelay
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -28,7 +29,10 @@ type metrics struct {
 	active   bool
 }
 
-func newMetrics(mp metric.MeterProvider, r *Relay) (*metrics, error) {
+// newMetrics registers the instruments with mp; the gauges read the
+// relay's slot name (nil or "" until Run resolves it) and whether it
+// streams from active.
+func newMetrics(mp metric.MeterProvider, slotName *atomic.Pointer[string], active *atomic.Bool) (*metrics, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
@@ -49,7 +53,7 @@ func newMetrics(mp metric.MeterProvider, r *Relay) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	active, err := meter.Int64ObservableGauge("txoutbox.wal.slot.active",
+	activeGauge, err := meter.Int64ObservableGauge("txoutbox.wal.slot.active",
 		metric.WithDescription("1 while this relay streams from the slot, 0 while it stands by."), metric.WithUnit("{relay}"))
 	if err != nil {
 		return nil, err
@@ -57,7 +61,10 @@ func newMetrics(mp metric.MeterProvider, r *Relay) (*metrics, error) {
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		// The slot's name is known once Run has resolved it (see Slot):
 		// nothing is observed under a name that is not the slot's.
-		name := r.Slot()
+		var name string
+		if p := slotName.Load(); p != nil {
+			name = *p
+		}
 		if name == "" {
 			return nil
 		}
@@ -65,15 +72,15 @@ func newMetrics(mp metric.MeterProvider, r *Relay) (*metrics, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		var a int64
-		if r.Active() {
+		if active.Load() {
 			a = 1
 		}
-		o.ObserveInt64(active, a, metric.WithAttributes(slot))
+		o.ObserveInt64(activeGauge, a, metric.WithAttributes(slot))
 		if m.sampled {
 			o.ObserveInt64(lag, m.lagBytes, metric.WithAttributes(slot, attribute.String("txoutbox.wal.status", m.status)))
 		}
 		return nil
-	}, lag, active)
+	}, lag, activeGauge)
 	return m, err
 }
 
@@ -91,7 +98,7 @@ func (r *Relay) watchSlot(ctx context.Context, q pgxQuerier, interval time.Durat
 	defer t.Stop()
 	for {
 		sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-		st, err := r.slotState(sctx, q)
+		st, err := r.slot().state(sctx, q)
 		cancel()
 		if err == nil {
 			r.met.sample(st)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -40,7 +42,7 @@ var ErrPublication = errors.New("walrelay: the publication does not carry every 
 // publication changed since (a table dropped from it and added back, the
 // table altered) may have let inserts pass unstreamed. On a slot it does
 // not own the relay republishes the table's unpublished rows before it
-// streams (see initialise), instead of deleting them as confirmed.
+// streams (see slotSetup), instead of deleting them as confirmed.
 //
 // <id> bounds the rows of the slot's stream the table may hold as
 // published (see resume): a relay that resumes reads it instead of walking
@@ -103,32 +105,47 @@ func (m marker) String() string {
 	return s
 }
 
-// checkPublication checks that the publication carries every insert of
-// the table and returns its fingerprint; the error matches ErrPublication
-// and says what to run.
-func (r *Relay) checkPublication(ctx context.Context, q pgxQuerier, srv serverFacts) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+// publication reads and writes what the relay keeps in its publication,
+// of the names Run resolved: whether it carries every insert of the table,
+// and the marker of the slot the relay owns (see marker).
+type publication struct {
+	name, slot string
+	sql        *statements
+	timeout    time.Duration // Config.StatementTimeout
+	log        *slog.Logger
+}
+
+// pub is the relay's publication, by the names resolved.
+func (r *Relay) pub() publication {
+	return publication{name: r.cfg.Publication, slot: r.cfg.Slot, sql: r.sql, timeout: r.cfg.StatementTimeout, log: r.log}
+}
+
+// check checks that the publication carries every insert of the table
+// and returns its fingerprint; the error matches ErrPublication and says
+// what to run.
+func (p publication) check(ctx context.Context, q pgxQuerier, srv serverFacts) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	var (
 		inserts, carries         bool
 		filter, missing, printed string
 	)
 	lists := srv.VersionNum >= columnListVersion
-	check := r.sql.publicationCheckOld
+	check := p.sql.publicationCheckOld
 	if lists {
-		check = r.sql.publicationCheck
+		check = p.sql.publicationCheck
 	}
-	args := outboxsql.PublicationCheckArgs{Publication: r.cfg.Publication, Table: r.sql.table, Columns: rowColumns[:]}
+	args := outboxsql.PublicationCheckArgs{Publication: p.name, Table: p.sql.table, Columns: rowColumns[:]}
 	err := q.QueryRow(ctx, check, args.Args()...).
 		Scan(&inserts, &carries, &filter, &missing, &printed)
-	pub, table := r.cfg.Publication, r.sql.table
+	pub, table := p.name, p.sql.table
 	setTable := fmt.Sprintf("ALTER PUBLICATION %s SET TABLE %s", pub, table)
 	if lists {
 		setTable += " (" + outboxsql.WALColumns + ")"
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return "", r.publicationGone()
+		return "", p.gone()
 	case err != nil:
 		return "", fmt.Errorf("read publication %s: %w", pub, err)
 	case !inserts:
@@ -147,29 +164,29 @@ func (r *Relay) checkPublication(ctx context.Context, q pgxQuerier, srv serverFa
 
 // owns reports whether m says the relay's own streaming made st's position
 // through the publication as it is now (see marker).
-func (r *Relay) owns(m marker, st slotState, fingerprint string) bool {
-	return st.exists && !m.initialising && m.slot == r.cfg.Slot && st.confirmed <= m.ceiling && m.fingerprint == fingerprint
+func (p publication) owns(m marker, st slotState, fingerprint string) bool {
+	return st.exists && !m.initialising && m.slot == p.slot && st.confirmed <= m.ceiling && m.fingerprint == fingerprint
 }
 
 // readMarker reads the publication's marker, and whether the publication
 // exists.
-func (r *Relay) readMarker(ctx context.Context, q pgxQuerier) (marker, bool, error) {
-	s, ok, err := r.marker(ctx, q)
+func (p publication) readMarker(ctx context.Context, q pgxQuerier) (marker, bool, error) {
+	s, ok, err := p.comment(ctx, q)
 	return parseMarker(s), ok, err
 }
 
 // disown clears the relay's marker of its slot, after it found the
 // publication changed: the next relay republishes the table's unpublished
 // rows, those the stream may have missed among them.
-func (r *Relay) disown(ctx context.Context, pool *pgxpool.Pool) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StatementTimeout)
+func (p publication) disown(ctx context.Context, pool *pgxpool.Pool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
 	defer cancel()
-	m, ok, err := r.readMarker(ctx, pool)
-	if err != nil || !ok || m.slot != r.cfg.Slot {
+	m, ok, err := p.readMarker(ctx, pool)
+	if err != nil || !ok || m.slot != p.slot {
 		return
 	}
-	if _, err := pool.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, "")); err != nil {
-		r.log.Warn("could not clear the publication's marker", "err", err)
+	if _, err := pool.Exec(ctx, outboxsql.WALSetMarker(p.name, "")); err != nil {
+		p.log.Warn("could not clear the publication's marker", "err", err)
 	}
 }
 
@@ -185,27 +202,38 @@ const (
 	ceilingIdle     = 5 * time.Second
 )
 
-// keepCeiling raises the ceiling while the stream runs on the walsender
-// of process pid.
-func (r *Relay) keepCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32) {
+// ceilingKeeper raises the ceiling while the stream runs on the
+// walsender of process pid.
+type ceilingKeeper struct {
+	pool        *pgxpool.Pool
+	pid         uint32
+	pub         publication
+	fingerprint string          // the publication's when the session took the slot
+	confirmed   *atomic.Uint64  // read: the position the stream has settled up to
+	settled     *highestSettled // read: written to the marker with the ceiling
+	ceiling     *atomic.Uint64  // raised
+}
+
+// run raises the ceiling until ctx ends.
+func (k *ceilingKeeper) run(ctx context.Context) {
 	t := time.NewTicker(ceilingInterval)
 	defer t.Stop()
 	last := time.Now()
-	wrote := r.settledHigh.Load()
+	wrote := k.settled.load()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		c, k, s := r.confirmed.Load(), r.ceiling.Load(), r.settledHigh.Load()
-		advanced := c > k && (c-k >= ceilingStep || time.Since(last) >= ceilingIdle)
+		c, ceil, s := k.confirmed.Load(), k.ceiling.Load(), k.settled.load()
+		advanced := c > ceil && (c-ceil >= ceilingStep || time.Since(last) >= ceilingIdle)
 		if !advanced && s <= wrote {
 			continue
 		}
-		if err := r.raiseCeiling(ctx, pool, pid, s); err != nil {
+		if err := k.raise(ctx, s); err != nil {
 			if ctx.Err() == nil {
-				r.log.Warn("could not raise the slot's ceiling; the slot's position waits", "err", err)
+				k.pub.log.Warn("could not raise the slot's ceiling; the slot's position waits", "err", err)
 			}
 			continue
 		}
@@ -213,17 +241,17 @@ func (r *Relay) keepCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32)
 	}
 }
 
-// raiseCeiling sets the ceiling to the WAL insert position, while pid's
-// walsender holds the slot, and the marker's settled row to settled.
-func (r *Relay) raiseCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32, settled int64) error {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+// raise sets the ceiling to the WAL insert position, while the walsender
+// holds the slot, and the marker's settled row to settled.
+func (k *ceilingKeeper) raise(ctx context.Context, settled int64) error {
+	ctx, cancel := context.WithTimeout(ctx, k.pub.timeout)
 	defer cancel()
 	var ceiling uint64
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, k.pool, func(tx pgx.Tx) error {
 		var lsn string
-		if err := tx.QueryRow(ctx, r.sql.ceiling, outboxsql.CeilingArgs{Slot: r.cfg.Slot, PID: pid}.Args()...).Scan(&lsn); err != nil {
+		if err := tx.QueryRow(ctx, k.pub.sql.ceiling, outboxsql.CeilingArgs{Slot: k.pub.slot, PID: k.pid}.Args()...).Scan(&lsn); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("slot %s is no longer held by this relay's walsender", r.cfg.Slot)
+				return fmt.Errorf("slot %s is no longer held by this relay's walsender", k.pub.slot)
 			}
 			return err
 		}
@@ -232,13 +260,13 @@ func (r *Relay) raiseCeiling(ctx context.Context, pool *pgxpool.Pool, pid uint32
 			return err
 		}
 		ceiling = uint64(l)
-		m := marker{slot: r.cfg.Slot, ceiling: ceiling, fingerprint: r.fingerprint, settled: max(settled, -1)}
-		_, err = tx.Exec(ctx, outboxsql.WALSetMarker(r.cfg.Publication, m.String()))
+		m := marker{slot: k.pub.slot, ceiling: ceiling, fingerprint: k.fingerprint, settled: max(settled, -1)}
+		_, err = tx.Exec(ctx, outboxsql.WALSetMarker(k.pub.name, m.String()))
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	r.ceiling.Store(max(r.ceiling.Load(), ceiling))
+	k.ceiling.Store(max(k.ceiling.Load(), ceiling))
 	return nil
 }

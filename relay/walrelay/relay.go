@@ -80,31 +80,31 @@ type Relay struct {
 	core       *publish.Core // builds and sends the messages, with spans and the publish metrics
 	running    atomic.Bool
 
-	// confirmed is the position the stream has settled up to (reported to
-	// the server at the next flush), for the cleanup.
+	// What a session's parts tell one another, each written by one part
+	// (see streamDeps, cleanupDeps and ceilingKeeper): confirmed is the
+	// position the stream has settled up to (reported to the server at
+	// the next flush); active whether the session streams, for Active
+	// and the metrics.
 	confirmed atomic.Uint64
 	active    atomic.Bool
 
 	// ceiling is the position the slot may be confirmed up to (see
-	// marker), fingerprint the publication's when the session took the
-	// slot; both set before a session streams.
-	ceiling     atomic.Uint64
-	fingerprint string
+	// marker), set before a session streams and raised by its
+	// ceilingKeeper.
+	ceiling atomic.Uint64
 
 	// inflight is the number of events read from the slot and not yet
 	// confirmed.
 	inflight atomic.Int64
 
-	// settledHigh is the highest id of a row the table holds as published
-	// or dead, as far as this Run knows, -1 until a session read it: later
-	// sessions of the Run raise it by the rows the relay settles rather
-	// than walking the table again (see resume).
-	settledHigh atomic.Int64
+	// settled is the highest id of a row the table holds as published
+	// or dead, as far as this Run knows (see highestSettled).
+	settled *highestSettled
 
 	// madePublication: this Run created the publication and has set no
 	// slot up through it yet. A Run that refuses to set its slot up drops
-	// it (see dropMadePublication). Run's goroutine alone reads and writes
-	// it.
+	// it (see slotSetup.dropMadePublication). Run's goroutine alone
+	// reads and writes it.
 	madePublication bool
 
 	// defaultPub and defaultSlot: the names were left to their defaults,
@@ -135,7 +135,7 @@ func New(connString string, pub message.Publisher, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.met, err = newMetrics(r.cfg.MeterProvider, r); err != nil {
+	if r.met, err = newMetrics(r.cfg.MeterProvider, &r.slotName, &r.active); err != nil {
 		return nil, fmt.Errorf("walrelay: metrics: %w", err)
 	}
 	// The polling relay's publish core, so both modes send the same
@@ -176,14 +176,25 @@ func newRelay(connString string, cfg Config) (*Relay, error) {
 		log = log.With("slot", cfg.Slot)
 	}
 	r := &Relay{cfg: cfg, connString: connString, log: log, names: names, sql: render(names),
-		defaultPub: defaultPub, defaultSlot: defaultSlot}
-	r.settledHigh.Store(-1)
+		defaultPub: defaultPub, defaultSlot: defaultSlot, settled: newHighestSettled()}
 	// Copies: Slot and Publication read them from other goroutines while
 	// Run sets r.cfg's.
 	slot, pub := cfg.Slot, cfg.Publication
 	r.slotName.Store(&slot)
 	r.pubName.Store(&pub)
 	return r, nil
+}
+
+// tableRows returns the relay's statements on the table's rows through db.
+func (r *Relay) tableRows(db pgxDB) *tableRows {
+	return &tableRows{db: db, sql: r.sql, timeout: r.cfg.StatementTimeout, settled: r.settled}
+}
+
+// laneDeps is what the lanes of a session publish with, settling rows
+// through db.
+func (r *Relay) laneDeps(db pgxDB) laneDeps {
+	return laneDeps{core: r.core, rows: r.tableRows(db), met: r.met, log: r.log,
+		maxAttempts: r.cfg.MaxAttempts, backoffMin: r.cfg.BackoffMin, backoffMax: r.cfg.BackoffMax}
 }
 
 // Slot is the replication slot the relay streams from: Config.Slot, or
@@ -230,7 +241,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return ErrAlreadyRunning
 	}
 	defer r.running.Store(false)
-	r.settledHigh.Store(-1)
+	r.settled.forget()
 	r.madePublication = false
 	pool, err := r.openPool(ctx)
 	if err != nil {
@@ -240,13 +251,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	srv, err := r.checkServer(ctx, pool)
-	if err == nil {
-		err = r.checkSchema(ctx, pool)
-	}
-	if err == nil {
-		err = r.resolveNames(ctx, pool)
-	}
+	srv, err := r.prepare(ctx, pool)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -263,6 +268,26 @@ func (r *Relay) Run(ctx context.Context) error {
 		stopWatch()
 		<-watched
 	}()
+	return r.sessions(ctx, pool, srv)
+}
+
+// prepare checks the server and the table's schema, and resolves the
+// names left to their defaults.
+func (r *Relay) prepare(ctx context.Context, pool *pgxpool.Pool) (serverFacts, error) {
+	srv, err := r.checkServer(ctx, pool)
+	if err == nil {
+		err = r.checkSchema(ctx, pool)
+	}
+	if err == nil {
+		err = r.resolveNames(ctx, pool)
+	}
+	return srv, err
+}
+
+// sessions runs sessions one after another until ctx ends (then it
+// returns nil) or one fails for good: a relay that finds the slot held
+// waits StandbyRetry, one whose stream broke reconnects with backoff.
+func (r *Relay) sessions(ctx context.Context, pool *pgxpool.Pool, srv serverFacts) error {
 	delay := r.cfg.StandbyRetry
 	waiting := false
 	for {
@@ -271,8 +296,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		}
 		switch {
-		case errors.Is(err, ErrSlotLost), errors.Is(err, ErrUnsupported), errors.Is(err, ErrPublication), errors.Is(err, ErrPollingRelays),
-			errors.Is(err, ErrScheduled), errors.Is(err, ErrSlotOtherDatabase), errors.Is(err, errPermanent):
+		case isFinal(err):
 			r.log.Error("WAL relay stopped", "err", err)
 			return err
 		case errors.Is(err, errSlotBusy):
@@ -285,15 +309,23 @@ func (r *Relay) Run(ctx context.Context) error {
 			waiting = false
 			r.log.Warn("WAL stream interrupted; reconnecting", "err", err, "in", delay)
 		}
-		select {
-		case <-ctx.Done():
+		if !publish.Sleep(ctx, delay) {
 			return nil
-		case <-time.After(delay):
 		}
 		if !errors.Is(err, errSlotBusy) {
 			delay = min(2*delay, 10*time.Second)
 		}
 	}
+}
+
+// isFinal reports whether err, a session's, is one retrying cannot fix.
+func isFinal(err error) bool {
+	for _, final := range []error{ErrSlotLost, ErrUnsupported, ErrPublication, ErrPollingRelays, ErrScheduled, ErrSlotOtherDatabase, errPermanent} {
+		if errors.Is(err, final) {
+			return true
+		}
+	}
+	return false
 }
 
 // resolveNames reads the relay's database and the table's schema and
@@ -328,38 +360,16 @@ func (r *Relay) resolveNames(ctx context.Context, q pgxQuerier) error {
 	if err != nil {
 		return err
 	}
+	choice := nameChoice{keyed: keyed, legacy: legacy, found: found}
 	pub, slot := r.cfg.Publication, r.cfg.Slot
 	switch {
 	case r.defaultPub && r.defaultSlot:
-		pub, slot = keyed, keyed
-		if f := found[keyed]; !f.publication && !f.slot {
-			for _, old := range legacy {
-				if f := found[old]; f.carries && f.slot {
-					pub, slot = old, old
-					break
-				}
-			}
-		}
+		pub = choice.both()
+		slot = pub
 	case r.defaultPub:
-		pub = keyed
-		if !found[keyed].publication {
-			for _, old := range legacy {
-				if found[old].carries {
-					pub = old
-					break
-				}
-			}
-		}
+		pub = choice.publication()
 	default:
-		slot = keyed
-		if !found[keyed].slot {
-			for _, old := range legacy {
-				if found[old].slot {
-					slot = old
-					break
-				}
-			}
-		}
+		slot = choice.slot()
 	}
 	r.cfg.Publication, r.cfg.Slot = pub, slot
 	r.pubName.Store(&pub)
@@ -370,6 +380,56 @@ func (r *Relay) resolveNames(ctx context.Context, q pgxQuerier) error {
 			"database", database, "default", keyed)
 	}
 	return nil
+}
+
+// nameChoice chooses a name left to its default: keyed, the default,
+// unless it does not exist and one of legacy, the names of earlier
+// versions, does (see resolveNames).
+type nameChoice struct {
+	keyed  string
+	legacy []string
+	found  map[string]nameFound
+}
+
+// both is the name of a publication and a slot both left to their
+// defaults: an earlier one only when it is the publication carrying the
+// table and a slot of this database.
+func (c nameChoice) both() string {
+	if f := c.found[c.keyed]; f.publication || f.slot {
+		return c.keyed
+	}
+	for _, old := range c.legacy {
+		if f := c.found[old]; f.carries && f.slot {
+			return old
+		}
+	}
+	return c.keyed
+}
+
+// publication is the name of a publication left to its default.
+func (c nameChoice) publication() string {
+	if c.found[c.keyed].publication {
+		return c.keyed
+	}
+	for _, old := range c.legacy {
+		if c.found[old].carries {
+			return old
+		}
+	}
+	return c.keyed
+}
+
+// slot is the name of a slot left to its default.
+func (c nameChoice) slot() string {
+	if c.found[c.keyed].slot {
+		return c.keyed
+	}
+	for _, old := range c.legacy {
+		if c.found[old].slot {
+			return old
+		}
+	}
+	return c.keyed
 }
 
 // nameFound is what exists of a name (see outboxsql.WALNames).

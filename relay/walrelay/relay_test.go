@@ -366,10 +366,10 @@ func TestServerChecks(t *testing.T) {
 		}
 	}
 	r := &Relay{cfg: Config{Slot: "s"}, database: "d"}
-	if err := r.usable(slotState{exists: true, walStatus: "lost", plugin: "pgoutput", here: true}); !errors.Is(err, ErrSlotLost) {
+	if err := r.slot().usable(slotState{exists: true, walStatus: "lost", plugin: "pgoutput", here: true}); !errors.Is(err, ErrSlotLost) {
 		t.Errorf("lost slot: %v, want ErrSlotLost", err)
 	}
-	if err := r.usable(slotState{exists: true, walStatus: "reserved", plugin: "pgoutput", database: "e"}); !errors.Is(err, ErrSlotOtherDatabase) {
+	if err := r.slot().usable(slotState{exists: true, walStatus: "reserved", plugin: "pgoutput", database: "e"}); !errors.Is(err, ErrSlotOtherDatabase) {
 		t.Errorf("slot of another database: %v, want ErrSlotOtherDatabase", err)
 	}
 }
@@ -495,7 +495,7 @@ func TestResumeSkipsRowsPublishedBefore(t *testing.T) {
 		tx.events = append(tx.events, event{row: int64(i + 1), e: e})
 	}
 	tx.events = append(tx.events, event{e: events[0]}) // table-less: kept
-	if err := r.skipSettled(ctx, pool, tx, tx.end, resume{until: tx.end, settledMax: 4}); err != nil {
+	if err := r.tableRows(pool).skipSettled(ctx, tx, tx.end, resume{until: tx.end, settledMax: 4}); err != nil {
 		t.Fatal(err)
 	}
 	var kept []int64

@@ -1,21 +1,18 @@
 package walrelay
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
@@ -42,62 +39,76 @@ type pgxQuerier interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }
 
-func (r *Relay) slotState(ctx context.Context, q pgxQuerier) (slotState, error) {
+// replicationSlot reads the relay's slot, of the name Run resolved, for
+// the relay's database.
+type replicationSlot struct {
+	name     string
+	database string // the relay's: the only one whose slot it streams or drops
+	sql      *statements
+}
+
+// slot is the relay's slot, by the name resolved.
+func (r *Relay) slot() replicationSlot {
+	return replicationSlot{name: r.cfg.Slot, database: r.database, sql: r.sql}
+}
+
+// state reads the slot's row of pg_replication_slots.
+func (sl replicationSlot) state(ctx context.Context, q pgxQuerier) (slotState, error) {
 	var (
 		s   slotState
 		lsn string
 	)
-	err := q.QueryRow(ctx, r.sql.slot, r.cfg.Slot).Scan(&s.active, &s.walStatus, &lsn, &s.plugin, &s.database, &s.lagBytes, &s.here)
+	err := q.QueryRow(ctx, sl.sql.slot, sl.name).Scan(&s.active, &s.walStatus, &lsn, &s.plugin, &s.database, &s.lagBytes, &s.here)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, nil
 	}
 	if err != nil {
-		return s, fmt.Errorf("read slot %s: %w", r.cfg.Slot, err)
+		return s, fmt.Errorf("read slot %s: %w", sl.name, err)
 	}
 	s.exists = true
 	l, err := pglogrepl.ParseLSN(lsn)
 	if err != nil {
-		return s, fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", r.cfg.Slot, lsn, err)
+		return s, fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", sl.name, lsn, err)
 	}
 	s.confirmed = uint64(l)
 	return s, nil
 }
 
 // usable rejects a slot the relay cannot stream from.
-func (r *Relay) usable(s slotState) error {
+func (sl replicationSlot) usable(s slotState) error {
 	if !s.here {
-		return r.otherDatabase(s, ownSlot)
+		return sl.otherDatabase(s, ownSlot)
 	}
 	if s.walStatus == "lost" {
 		return fmt.Errorf("%w: slot %s has wal_status lost: PostgreSQL removed WAL it still needed (max_slot_wal_keep_size), "+
-			"so committed events may be missing from the stream; switch to the polling relay with `outbox wal takeover`, which republishes every row the slot did not confirm", ErrSlotLost, r.cfg.Slot)
+			"so committed events may be missing from the stream; switch to the polling relay with `outbox wal takeover`, which republishes every row the slot did not confirm", ErrSlotLost, sl.name)
 	}
 	if s.plugin != "pgoutput" {
-		return fmt.Errorf("%w: slot %s decodes with %q, not pgoutput", errPermanent, r.cfg.Slot, s.plugin)
+		return fmt.Errorf("%w: slot %s decodes with %q, not pgoutput", errPermanent, sl.name, s.plugin)
 	}
 	return nil
 }
 
 // otherDatabase is the error of slot s, of another database than the
 // relay's, ending with what to do.
-func (r *Relay) otherDatabase(s slotState, todo string) error {
+func (sl replicationSlot) otherDatabase(s slotState, todo string) error {
 	return fmt.Errorf("%w: slot %s is database %s's, not %s's (a slot's name is the server's, the slot one database's): %s",
-		ErrSlotOtherDatabase, r.cfg.Slot, s.database, r.database, todo)
+		ErrSlotOtherDatabase, sl.name, s.database, sl.database, todo)
 }
 
 // ownSlot says what to do about a slot of another database.
 const ownSlot = "give this relay a slot of its own: leave the slot's name to its default (unique per database) or name another"
 
-// marker returns the publication's comment, the relay's marker ("" when
+// comment returns the publication's comment, the relay's marker ("" when
 // none), and whether the publication exists.
-func (r *Relay) marker(ctx context.Context, q pgxQuerier) (string, bool, error) {
+func (p publication) comment(ctx context.Context, q pgxQuerier) (string, bool, error) {
 	var m string
-	err := q.QueryRow(ctx, r.sql.publication, r.cfg.Publication).Scan(&m)
+	err := q.QueryRow(ctx, p.sql.publication, p.name).Scan(&m)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", false, nil
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("read publication %s: %w", r.cfg.Publication, err)
+		return "", false, fmt.Errorf("read publication %s: %w", p.name, err)
 	}
 	return m, true, nil
 }
@@ -107,9 +118,9 @@ func (r *Relay) marker(ctx context.Context, q pgxQuerier) (string, bool, error) 
 // outboxsql.WALCreatePublication). One that exists is left as it is: the
 // decoder finds its columns by name in whatever the stream sends. One it
 // creates is the Run's to drop if the Run sets no slot up (see
-// dropMadePublication).
+// slotSetup.dropMadePublication).
 func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv serverFacts) error {
-	if _, ok, err := r.marker(ctx, pool); err != nil || ok {
+	if _, ok, err := r.pub().comment(ctx, pool); err != nil || ok {
 		return err
 	}
 	_, err := pool.Exec(ctx, outboxsql.WALCreatePublication(r.names, r.cfg.Publication, srv.VersionNum >= columnListVersion))
@@ -130,53 +141,25 @@ func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv s
 // session runs one attempt: check the publication, take the slot over
 // if the relay does not own it (see marker), stream.
 func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts) error {
-	st, err := r.slotState(ctx, pool)
+	st, err := r.checkSlot(ctx, pool)
 	if err != nil {
 		return err
 	}
-	if st.exists {
-		if err := r.usable(st); err != nil {
-			return err
-		}
-		if st.active {
-			// Another relay streams: rows it settles are not in this
-			// relay's highest settled row, which it reads afresh from the
-			// marker when it takes the slot over (after a crash of
-			// PostgreSQL the stream would bring them again).
-			r.settledHigh.Store(-1)
-			return errSlotBusy
-		}
-		if _, ok, err := r.marker(ctx, pool); err != nil {
-			return err
-		} else if !ok {
-			return r.publicationGone()
-		}
-	}
-	if err := r.ensurePublication(ctx, pool, srv); err != nil {
-		return err
-	}
-	fp, err := r.checkPublication(ctx, pool, srv)
-	if err != nil {
-		if errors.Is(err, ErrPublication) {
-			r.disown(ctx, pool)
-		}
-		return err
-	}
-	mark, _, err := r.readMarker(ctx, pool)
+	fp, err := r.preparePublication(ctx, pool, srv)
 	if err != nil {
 		return err
 	}
-	prefix, err := r.messagePrefix(ctx, pool)
+	mark, _, err := r.pub().readMarker(ctx, pool)
 	if err != nil {
 		return err
 	}
-	rc, err := r.replicationConfig()
+	dec, err := r.decoding().decoder(ctx, pool)
 	if err != nil {
 		return err
 	}
-	repl, err := pgconn.ConnectConfig(ctx, rc)
+	repl, err := r.connectReplication(ctx)
 	if err != nil {
-		return fmt.Errorf("open replication connection: %w", err)
+		return err
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -186,10 +169,10 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 	// Deferred after the close, so it runs first: the lanes end their
 	// publishes while the relay still holds the slot, and no standby
 	// streams the same events meanwhile.
-	ls := newLanes(context.WithoutCancel(ctx), r, pool)
+	ls := newLanes(context.WithoutCancel(ctx), r.cfg.Lanes, r.laneDeps(pool))
 	defer ls.stop()
-	if !r.owns(mark, st, fp) {
-		if err := r.initialise(ctx, pool, repl, ls, fp); err != nil {
+	if !r.pub().owns(mark, st, fp) {
+		if err := newSetup(r.setupDeps(pool, repl, ls), fp).run(ctx); err != nil {
 			return err
 		}
 	}
@@ -199,7 +182,100 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 	if err != nil {
 		return err
 	}
-	err = pglogrepl.StartReplication(ctx, repl, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+	if err := r.startReplication(ctx, repl); err != nil {
+		return err
+	}
+	if st, mark, err = r.stillOwned(ctx, pool, fp); err != nil {
+		return err
+	}
+	r.ceiling.Store(mark.ceiling)
+	r.met.sample(st)
+	r.active.Store(true)
+	defer r.active.Store(false)
+	r.log.Info("streaming", "publication", r.cfg.Publication, "from", pglogrepl.LSN(st.confirmed))
+	s := newStream(r.streamDeps(pool, repl, ls, dec, rs), st.confirmed)
+	return s.run(ctx, newCleanup(r.cleanupDeps(pool, srv, fp)), r.ceilingKeeper(pool, repl.PID(), fp))
+}
+
+// streamDeps is what a session's stream reads the slot with.
+func (r *Relay) streamDeps(pool *pgxpool.Pool, repl *pgconn.PgConn, ls *lanes, dec *decoder, rs resume) streamDeps {
+	return streamDeps{repl: repl, pool: pool, sql: r.sql, log: r.log, slot: r.cfg.Slot, lanes: ls, rows: r.tableRows(pool), resume: rs,
+		decoder: dec, confirmedTo: &r.confirmed, inflightNow: &r.inflight, ceiling: &r.ceiling,
+		maxInFlight: r.cfg.MaxInFlight, flushInterval: r.cfg.FlushInterval, pingInterval: r.cfg.PingInterval, senderTimeout: r.cfg.SenderTimeout}
+}
+
+// cleanupDeps is what a session's cleanup works with, the publication of
+// fingerprint fp checked as it goes.
+func (r *Relay) cleanupDeps(pool *pgxpool.Pool, srv serverFacts, fp string) cleanupDeps {
+	return cleanupDeps{pool: pool, sql: r.sql, log: r.log, pub: r.pub(), srv: srv, fingerprint: fp,
+		confirmed: &r.confirmed, settled: r.settled, interval: r.cfg.CleanupInterval, timeout: r.cfg.StatementTimeout,
+		retention: r.cfg.Retention, batch: r.cfg.CleanupBatch}
+}
+
+// ceilingKeeper is a session's, streaming on the walsender of process pid
+// through the publication of fingerprint fp.
+func (r *Relay) ceilingKeeper(pool *pgxpool.Pool, pid uint32, fp string) *ceilingKeeper {
+	return &ceilingKeeper{pool: pool, pid: pid, pub: r.pub(), fingerprint: fp, confirmed: &r.confirmed, settled: r.settled, ceiling: &r.ceiling}
+}
+
+// checkSlot reads the slot and refuses one the relay cannot stream from
+// now: unusable (see usable), held by another relay (errSlotBusy), or
+// whose publication was dropped.
+func (r *Relay) checkSlot(ctx context.Context, pool *pgxpool.Pool) (slotState, error) {
+	st, err := r.slot().state(ctx, pool)
+	if err != nil || !st.exists {
+		return st, err
+	}
+	if err := r.slot().usable(st); err != nil {
+		return st, err
+	}
+	if st.active {
+		// Another relay streams: rows it settles are not in this relay's
+		// highest settled row, which it reads afresh from the marker when
+		// it takes the slot over (after a crash of PostgreSQL the stream
+		// would bring them again).
+		r.settled.forget()
+		return st, errSlotBusy
+	}
+	if _, ok, err := r.pub().comment(ctx, pool); err != nil {
+		return st, err
+	} else if !ok {
+		return st, r.pub().gone()
+	}
+	return st, nil
+}
+
+// preparePublication creates the publication if need be, checks it and
+// returns its fingerprint; on a publication that does not carry every
+// insert it clears the relay's marker (see publication.disown).
+func (r *Relay) preparePublication(ctx context.Context, pool *pgxpool.Pool, srv serverFacts) (string, error) {
+	if err := r.ensurePublication(ctx, pool, srv); err != nil {
+		return "", err
+	}
+	fp, err := r.pub().check(ctx, pool, srv)
+	if errors.Is(err, ErrPublication) {
+		r.pub().disown(ctx, pool)
+	}
+	return fp, err
+}
+
+// connectReplication opens the replication connection.
+func (r *Relay) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
+	rc, err := r.replicationConfig()
+	if err != nil {
+		return nil, err
+	}
+	repl, err := pgconn.ConnectConfig(ctx, rc)
+	if err != nil {
+		return nil, fmt.Errorf("open replication connection: %w", err)
+	}
+	return repl, nil
+}
+
+// startReplication starts streaming from the slot on repl: errSlotBusy
+// when another relay holds it.
+func (r *Relay) startReplication(ctx context.Context, repl *pgconn.PgConn) error {
+	err := pglogrepl.StartReplication(ctx, repl, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
 		// Binary column values: the walsender sends bytea, uuid, jsonb and
 		// timestamptz as they are stored instead of formatting them.
@@ -213,40 +289,41 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts
 	case err != nil:
 		return fmt.Errorf("start replication from slot %s: %w", r.cfg.Slot, err)
 	}
-	// Holding the slot now, make sure no relay is initialising it and the
-	// slot is still the one the relay owns: one that created it publishes
-	// the table's earlier rows before anything streamed, or they would go
-	// out after later events.
-	if mark, _, err = r.readMarker(ctx, pool); err != nil {
-		return err
-	}
-	if st, err = r.slotState(ctx, pool); err != nil {
-		return err
-	}
-	if !st.exists {
-		return fmt.Errorf("slot %s is gone", r.cfg.Slot)
-	}
-	if err := r.usable(st); err != nil {
-		return err
-	}
-	if !r.owns(mark, st, fp) {
-		return errSlotBusy
-	}
-	r.fingerprint = fp
-	r.ceiling.Store(mark.ceiling)
-	r.met.sample(st)
-	r.active.Store(true)
-	defer r.active.Store(false)
-	r.log.Info("streaming", "publication", r.cfg.Publication, "from", pglogrepl.LSN(st.confirmed))
-	return r.stream(ctx, pool, srv, repl, ls, st.confirmed, rs, prefix)
+	return nil
 }
 
-// publicationGone is the error of a slot whose publication was dropped.
-func (r *Relay) publicationGone() error {
+// stillOwned makes sure, holding the slot now, that no relay is
+// initialising it and the slot is still the one the relay owns through
+// the publication of fingerprint fp: one that created it publishes the
+// table's earlier rows before anything streamed, or they would go out
+// after later events. It returns the slot and the marker read.
+func (r *Relay) stillOwned(ctx context.Context, pool *pgxpool.Pool, fp string) (slotState, marker, error) {
+	mark, _, err := r.pub().readMarker(ctx, pool)
+	if err != nil {
+		return slotState{}, mark, err
+	}
+	st, err := r.slot().state(ctx, pool)
+	if err != nil {
+		return st, mark, err
+	}
+	if !st.exists {
+		return st, mark, fmt.Errorf("slot %s is gone", r.cfg.Slot)
+	}
+	if err := r.slot().usable(st); err != nil {
+		return st, mark, err
+	}
+	if !r.pub().owns(mark, st, fp) {
+		return st, mark, errSlotBusy
+	}
+	return st, mark, nil
+}
+
+// gone is the error of a slot whose publication was dropped.
+func (p publication) gone() error {
 	return fmt.Errorf("%w: publication %s was dropped while slot %s exists: PostgreSQL decodes the slot's WAL with the publication as it was "+
 		"at each change, so the slot cannot stream any more. Run `outbox wal takeover --force` (it drops the slot; every unpublished row stays in "+
 		"the table, table-less events the slot had not confirmed are lost), then start the relay again: it creates the publication and a new slot "+
-		"and publishes the table's unpublished rows first", ErrPublication, r.cfg.Publication, r.cfg.Slot)
+		"and publishes the table's unpublished rows first", ErrPublication, p.name, p.slot)
 }
 
 // resume bounds what a session looks up of the rows it streams. The
@@ -268,7 +345,7 @@ type resume struct {
 
 // resumeFrom reads the session's resume bounds. The highest settled row
 // is read when the relay starts streaming and after another relay
-// streamed, and kept up since (see noteSettled), so a relay that
+// streamed, and kept up since (see highestSettled.note), so a relay that
 // reconnects to a slot no one else streamed meanwhile reads nothing. It is
 // the marker's settled row (see marker) or the highest dead row, whichever
 // is higher: two index look-ups, whatever the backlog. Only a marker
@@ -287,11 +364,11 @@ func (r *Relay) resumeFrom(ctx context.Context, pool *pgxpool.Pool) (resume, err
 		return resume{}, err
 	}
 	rs := resume{until: uint64(end), settledMax: math.MaxInt64}
-	if h := r.settledHigh.Load(); h >= 0 {
+	if h := r.settled.load(); h >= 0 {
 		rs.settledMax = h // read by an earlier session, raised since
 		return rs, nil
 	}
-	mark, _, err := r.readMarker(ctx, pool)
+	mark, _, err := r.pub().readMarker(ctx, pool)
 	if err != nil {
 		return resume{}, err
 	}
@@ -305,25 +382,13 @@ func (r *Relay) resumeFrom(ctx context.Context, pool *pgxpool.Pool) (resume, err
 	switch {
 	case err == nil:
 		rs.settledMax = m
-		r.settledHigh.Store(m)
+		r.settled.set(m)
 	case ctx.Err() != nil:
 		return resume{}, ctx.Err()
 	default:
 		r.log.Warn("could not read the highest settled row; looking up every transaction the slot sends again", "err", err)
 	}
 	return rs, nil
-}
-
-// noteSettled raises settledHigh to row, a row the relay marked published
-// or dead, once a session has read it. Rows settled by other relays meanwhile
-// are not seen: at worst they are published again after a crash of
-// PostgreSQL, never skipped wrongly.
-func (r *Relay) noteSettled(row int64) {
-	for h := r.settledHigh.Load(); h >= 0 && row > h; h = r.settledHigh.Load() {
-		if r.settledHigh.CompareAndSwap(h, row) {
-			return
-		}
-	}
 }
 
 // settledQuery runs stmt, settledMax or deadMax, into m.
@@ -347,415 +412,34 @@ func (rs resume) mayBeSettled(end uint64, row int64) bool {
 	return end <= rs.until && row != 0 && row <= rs.settledMax
 }
 
-// inMsg is one message of the replication stream.
-type inMsg struct {
-	keepalive bool
-	walEnd    uint64 // keepalive: what the server has sent up to
-	reply     bool   // keepalive: the server asks for a status update now
-	msg       pglogrepl.Message
+// decoding makes the decoders of the table's changes.
+type decoding struct {
+	sql     *statements
+	timeout time.Duration // Config.StatementTimeout
+	table   txoutbox.Table
+	name    string // the table's, for messages
 }
 
-// stream reads the slot until ctx ends or the connection fails.
-//
-// The confirmed position, reported to the server as written, flushed and
-// applied, only ever moves to the end of a transaction whose events, and
-// every earlier transaction's, are settled (published or dead): a prefix in
-// commit order. With nothing in flight and no transaction half read, it
-// moves to the end of WAL the server says it has sent (a keepalive), so an
-// idle outbox does not hold WAL back; never while anything is in flight.
-func (r *Relay) stream(ctx context.Context, pool *pgxpool.Pool, srv serverFacts, repl *pgconn.PgConn, ls *lanes, confirmed uint64, rs resume, prefix string) error {
-	rctx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
-	var (
-		msgs    = make(chan inMsg, 256)
-		readErr = make(chan error, 1)
-		heard   atomic.Int64 // unix nanoseconds the reader last received, or was waiting on us
-		blocked atomic.Bool  // the reader waits for the loop, not for the server
-		wg      sync.WaitGroup
-	)
-	heard.Store(time.Now().UnixNano())
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		readErr <- r.read(rctx, repl, msgs, &heard, &blocked)
-	}()
-	r.confirmed.Store(confirmed)
-	cl := newCleanup(r, pool, srv)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		cl.run(rctx)
-	}()
-	go func() {
-		defer wg.Done()
-		r.keepCeiling(rctx, pool, repl.PID())
-	}()
-	defer func() {
-		// Stopping the reader closes the connection (pgconn's reads end
-		// with it), which frees the slot for a standby: the lanes end
-		// their publishes first.
-		ls.stop()
-		stopReader()
-		wg.Wait()
-	}()
-
-	dec := newDecoder(r.cfg.Table.Schema, r.tableName(), prefix)
-	var (
-		queue    []*txn // dispatched, not yet confirmed, in commit order
-		open     *txn   // between Begin and Commit: the part not yet dispatched
-		final    uint64 // the open transaction's commit position (Begin's FinalLSN)
-		inflight int    // events in queue
-		sent     = confirmed
-		part     = max(1, min(maxPart, r.cfg.MaxInFlight/2))
-	)
-	// dispatch hands t, a transaction or a part of one, to the lanes. The
-	// walsender (without pgoutput's streaming) sends a transaction only
-	// once it has committed, so a large one's events go out as they
-	// arrive, in parts, bounded by MaxInFlight like any others; only its
-	// last part carries its end, so the slot is confirmed past it once
-	// every part is settled.
-	dispatch := func(t *txn, end uint64) error {
-		if err := r.skipSettled(ctx, pool, t, end, rs); err != nil {
-			return err
-		}
-		queue = append(queue, t)
-		inflight += len(t.events)
-		r.inflight.Store(int64(inflight))
-		ls.push(t)
-		return nil
-	}
-	add := func(ev event) error {
-		open.events = append(open.events, ev)
-		if len(open.events) < part {
-			return nil
-		}
-		t := open
-		open = &txn{}
-		return dispatch(t, final)
-	}
-	advance := func() {
-		for len(queue) > 0 && queue[0].pending.Load() == 0 {
-			confirmed = max(confirmed, queue[0].end)
-			inflight -= len(queue[0].events)
-			queue[0] = nil
-			queue = queue[1:]
-		}
-		r.inflight.Store(int64(inflight))
-		r.confirmed.Store(confirmed)
-	}
-	// The server's position stops at the ceiling (see marker).
-	reported := func() uint64 { return min(confirmed, r.ceiling.Load()) }
-	send := func(reply bool) error {
-		_ = repl.Conn().SetWriteDeadline(time.Now().Add(r.cfg.SenderTimeout / 2))
-		pos := reported()
-		err := pglogrepl.SendStandbyStatusUpdate(ctx, repl, pglogrepl.StandbyStatusUpdate{
-			WALWritePosition: pglogrepl.LSN(pos), ReplyRequested: reply})
-		if err != nil {
-			return fmt.Errorf("send status update: %w", err)
-		}
-		sent = pos
-		return nil
-	}
-	flush := time.NewTicker(r.cfg.FlushInterval)
-	defer flush.Stop()
-	ping := time.NewTicker(r.cfg.PingInterval)
-	defer ping.Stop()
-	for {
-		in := msgs
-		if inflight >= r.cfg.MaxInFlight {
-			in = nil // hold: the reader stops, the server waits; pings go on
-		}
-		select {
-		case <-ctx.Done():
-			return r.drain(ls, &queue, advance, send)
-		case err := <-readErr:
-			return err
-		case err := <-cl.failed:
-			return err
-		case <-ls.settled:
-			advance()
-		case <-flush.C:
-			advance()
-			if reported() > sent {
-				if err := send(false); err != nil {
-					return err
-				}
-			}
-		case <-ping.C:
-			if time.Since(time.Unix(0, heard.Load())) > r.cfg.SenderTimeout/2 {
-				if !blocked.Load() {
-					return fmt.Errorf("no message from the server for %s: giving up the slot before the server frees it for a standby", r.cfg.SenderTimeout/2)
-				}
-				// Held at MaxInFlight the reader hears nothing: ask the
-				// server on another connection whether this relay still
-				// holds the slot, or stop publishing.
-				if err := r.stillHolds(ctx, pool, repl.PID()); err != nil {
-					return err
-				}
-			}
-			advance()
-			if err := send(true); err != nil {
-				return err
-			}
-		case m := <-in:
-			if m.keepalive {
-				if open == nil && len(queue) == 0 && m.walEnd > confirmed {
-					confirmed = m.walEnd
-					r.confirmed.Store(confirmed)
-				}
-				if m.reply {
-					if err := send(false); err != nil {
-						return err
-					}
-				}
-				continue
-			}
-			switch msg := m.msg.(type) {
-			case *pglogrepl.RelationMessage:
-				dec.relation(msg)
-			case *pglogrepl.BeginMessage:
-				open, final = &txn{}, uint64(msg.FinalLSN)
-			case *insertMessage:
-				ev, ok, err := dec.insert(msg)
-				var bad *rowError
-				if errors.As(err, &bad) {
-					// Marked dead by the lanes, as the loop must go on
-					// answering the server meanwhile.
-					ev, ok, err = event{row: bad.row, bad: bad}, true, nil
-				}
-				if err != nil {
-					return fmt.Errorf("%w: %w", errPermanent, err)
-				}
-				if ok && open != nil {
-					if err := add(ev); err != nil {
-						return err
-					}
-				}
-			case *pglogrepl.LogicalDecodingMessage:
-				ev, ok, err := dec.message(msg)
-				if err != nil {
-					return fmt.Errorf("%w: %w", errPermanent, err)
-				}
-				switch {
-				case !ok:
-				case open == nil || !msg.Transactional:
-					r.log.Warn("ignored a non-transactional event message; the writer emits transactional ones", "lsn", msg.LSN)
-				default:
-					if err := add(ev); err != nil {
-						return err
-					}
-				}
-			case *pglogrepl.CommitMessage:
-				if open == nil {
-					return fmt.Errorf("commit at %s without a begin", msg.CommitLSN)
-				}
-				open.end = uint64(msg.TransactionEndLSN)
-				if err := dispatch(open, open.end); err != nil {
-					return err
-				}
-				open = nil
-			}
-		}
-	}
+// decoding is the relay's.
+func (r *Relay) decoding() decoding {
+	return decoding{sql: r.sql, timeout: r.cfg.StatementTimeout, table: r.cfg.Table, name: r.names.Table}
 }
 
-// maxPart is the most events of a transaction handed to the lanes at once.
-const maxPart = 256
-
-// stillHolds returns an error unless the walsender of process pid holds
-// the slot, within SenderTimeout/4.
-func (r *Relay) stillHolds(ctx context.Context, pool *pgxpool.Pool, pid uint32) error {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.SenderTimeout/4)
-	defer cancel()
-	var lsn string
-	if err := pool.QueryRow(ctx, r.sql.ceiling, outboxsql.CeilingArgs{Slot: r.cfg.Slot, PID: pid}.Args()...).Scan(&lsn); err != nil {
-		return fmt.Errorf("giving up the slot: cannot tell it is still this relay's: %w", err)
-	}
-	return nil
-}
-
-// skipSettled drops from t the rows the table holds as published or
-// dead: events published before a crash of PostgreSQL moved the slot's
-// position back (it is written to disk at checkpoints). Only a row found
-// settled is skipped: one not found may be committed but not yet visible
-// (the walsender can send a commit before other sessions see it), so it
-// is published, like a row the cleanup deleted (Retention 0) and a
-// table-less event, which cannot be told apart: those go out again.
-func (r *Relay) skipSettled(ctx context.Context, pool *pgxpool.Pool, t *txn, end uint64, rs resume) error {
-	var ids []int64
-	for _, ev := range t.events {
-		if rs.mayBeSettled(end, ev.row) {
-			ids = append(ids, ev.row)
-		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-	defer cancel()
-	rows, err := pool.Query(sctx, r.sql.settled, outboxsql.Int64Array(ids))
-	if err != nil {
-		return fmt.Errorf("check resumed rows: %w", err)
-	}
-	settled := map[int64]bool{}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		settled[id] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("check resumed rows: %w", err)
-	}
-	kept := t.events[:0]
-	for _, ev := range t.events {
-		if !settled[ev.row] {
-			kept = append(kept, ev)
-		}
-	}
-	t.events = kept
-	return nil
-}
-
-// pgxDB is a pgx pool, connection or transaction.
-type pgxDB interface {
-	pgxExecer
-	pgxQuerier
-}
-
-// visibleWithin bounds how long markDead waits for a row to appear: the
-// walsender can send a commit a moment before other sessions see it, never
-// seconds before.
-const visibleWithin = time.Second
-
-// errRowGone: the row to mark dead is not in the table (deleted by hand).
-var errRowGone = errors.New("the row is not in the table")
-
-// markDead marks row dead after attempts, with reason, within one
-// StatementTimeout. An update that finds no row waits up to visibleWithin
-// for the row to appear, since its insert is known to have committed, and
-// returns errRowGone if it does not; it stops at once when the row exists
-// but is settled already (a duplicate after a resume).
-func (r *Relay) markDead(ctx context.Context, db pgxDB, row int64, attempts int, reason string) error {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-	defer cancel()
-	deadline := time.Now().Add(visibleWithin)
-	for {
-		tag, err := db.Exec(ctx, r.sql.markDead, outboxsql.MarkDeadArgs{ID: row, Attempts: attempts, Reason: reason}.Args()...)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() > 0 {
-			r.noteSettled(row)
-			return nil
-		}
-		var exists bool
-		if err := db.QueryRow(ctx, r.sql.rowExists, row).Scan(&exists); err != nil {
-			return err
-		}
-		if exists {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errRowGone
-		}
-		if !sleep(ctx, 5*time.Millisecond) {
-			return ctx.Err()
-		}
-	}
-}
-
-// drain is the clean end of a stream: stop reading, let the events in
-// flight settle for up to SenderTimeout/2, report the position reached.
-func (r *Relay) drain(ls *lanes, queue *[]*txn, advance func(), send func(bool) error) error {
-	limit := time.NewTimer(r.cfg.SenderTimeout / 2)
-	defer limit.Stop()
-	for advance(); len(*queue) > 0; advance() {
-		select {
-		case <-ls.settled:
-		case <-limit.C:
-			r.log.Warn("stopping with events in flight; they are published again by the next relay", "transactions", len(*queue))
-			return send(false)
-		}
-	}
-	return send(false)
-}
-
-// read receives the stream and hands its messages to the loop, in order.
-func (r *Relay) read(ctx context.Context, repl *pgconn.PgConn, out chan<- inMsg, heard *atomic.Int64, blocked *atomic.Bool) error {
-	for {
-		raw, err := repl.ReceiveMessage(ctx)
-		if err != nil {
-			return fmt.Errorf("receive: %w", err)
-		}
-		heard.Store(time.Now().UnixNano())
-		var m inMsg
-		switch raw := raw.(type) {
-		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(raw))
-		case *pgproto3.CopyDone:
-			return errors.New("replication stream ended by the server")
-		case *pgproto3.CopyData:
-			if len(raw.Data) == 0 {
-				continue
-			}
-			switch raw.Data[0] {
-			case pglogrepl.PrimaryKeepaliveMessageByteID:
-				k, err := pglogrepl.ParsePrimaryKeepaliveMessage(raw.Data[1:])
-				if err != nil {
-					return err
-				}
-				m = inMsg{keepalive: true, walEnd: uint64(k.ServerWALEnd), reply: k.ReplyRequested}
-			case pglogrepl.XLogDataByteID:
-				// The buffer is the connection's: copy before the next receive.
-				x, err := pglogrepl.ParseXLogData(bytes.Clone(raw.Data[1:]))
-				if err != nil {
-					return err
-				}
-				if m.msg, err = parseMessage(x.WALData); err != nil {
-					return fmt.Errorf("decode message at %s: %w", x.WALStart, err)
-				}
-			default:
-				continue
-			}
-		default:
-			continue
-		}
-		select {
-		case out <- m:
-		default:
-			blocked.Store(true)
-			select {
-			case out <- m:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			blocked.Store(false)
-			heard.Store(time.Now().UnixNano())
-		}
-	}
-}
-
-// tableName is the outbox table's unqualified name.
-// messagePrefix resolves the prefix of the table's table-less event
-// messages on this connection (see outboxsql.WALMessagePrefix).
-func (r *Relay) messagePrefix(ctx context.Context, q pgxQuerier) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+// decoder resolves, through q, the prefix of the table's table-less event
+// messages (see outboxsql.WALMessagePrefix) and returns a decoder of the
+// table's changes.
+func (d decoding) decoder(ctx context.Context, q pgxQuerier) (*decoder, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	var prefix string
-	if err := q.QueryRow(ctx, r.sql.messagePrefix, r.sql.table).Scan(&prefix); err != nil {
-		return "", fmt.Errorf("walrelay: resolve the table %s: %w", r.names.Table, err)
+	if err := q.QueryRow(ctx, d.sql.messagePrefix, d.sql.table).Scan(&prefix); err != nil {
+		return nil, fmt.Errorf("walrelay: resolve the table %s: %w", d.name, err)
 	}
-	return prefix, nil
-}
-
-func (r *Relay) tableName() string {
-	if r.cfg.Table.Name == "" {
-		return outboxsql.TableNameDefault
+	name := d.table.Name
+	if name == "" {
+		name = outboxsql.TableNameDefault
 	}
-	return r.cfg.Table.Name
+	return newDecoder(d.table.Schema, name, prefix), nil
 }
 
 func quoteLiteral(s string) string { return outboxsql.Literal(s) }

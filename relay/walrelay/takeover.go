@@ -11,6 +11,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
 // TakeoverConfig configures Takeover.
@@ -94,7 +95,11 @@ func Takeover(ctx context.Context, connString string, cfg TakeoverConfig) (Takeo
 		return res, err
 	}
 	res.Slot = r.cfg.Slot
-	if err := r.awaitSlotRelease(ctx, conn); err != nil {
+	t := &takeover{cfg: cfg, pc: pc, slot: r.slot(), pub: r.pub(), sql: r.sql, decoding: r.decoding(), lockTimeout: cfg.LockTimeout}
+	if t.lockTimeout <= 0 {
+		t.lockTimeout = StatementTimeoutDefault
+	}
+	if err := t.awaitSlotRelease(ctx, conn); err != nil {
 		return res, err
 	}
 	tx, err := conn.Begin(ctx)
@@ -102,92 +107,139 @@ func Takeover(ctx context.Context, connString string, cfg TakeoverConfig) (Takeo
 		return res, fmt.Errorf("walrelay: takeover: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	lockTimeout := cfg.LockTimeout
-	if lockTimeout <= 0 {
-		lockTimeout = StatementTimeoutDefault
+	err = t.run(ctx, tx, &res)
+	if err == nil {
+		if err = tx.Commit(ctx); err != nil {
+			err = fmt.Errorf("walrelay: takeover: commit: %w", err)
+		}
 	}
-	if _, err := tx.Exec(ctx, r.sql.takeoverTimeout, outboxsql.TimeoutArgs{Timeout: lockTimeout}.Args()...); err != nil {
-		return res, fmt.Errorf("walrelay: takeover: %w", err)
+	return res, err
+}
+
+// takeover is one Takeover, of the names resolved.
+type takeover struct {
+	cfg         TakeoverConfig
+	pc          *pgx.ConnConfig // the database's, without replication
+	slot        replicationSlot
+	pub         publication
+	sql         *statements
+	decoding    decoding
+	lockTimeout time.Duration
+}
+
+// run does the takeover in tx, into res: lock the table, tell the rows
+// the slot confirmed, mark them published, drop the slot.
+func (t *takeover) run(ctx context.Context, tx pgx.Tx, res *TakeoverResult) error {
+	if _, err := tx.Exec(ctx, t.sql.takeoverTimeout, outboxsql.TimeoutArgs{Timeout: t.lockTimeout}.Args()...); err != nil {
+		return fmt.Errorf("walrelay: takeover: %w", err)
 	}
-	if _, err := tx.Exec(ctx, r.sql.takeoverLock); err != nil {
-		return res, fmt.Errorf("walrelay: takeover: lock %s: %w", r.names.Table, err)
+	if _, err := tx.Exec(ctx, t.sql.takeoverLock); err != nil {
+		return fmt.Errorf("walrelay: takeover: lock %s: %w", t.decoding.name, err)
 	}
-	st, err := r.slotState(ctx, tx)
+	st, err := t.inactiveSlot(ctx, tx)
 	if err != nil {
-		return res, err
+		return err
+	}
+	res.Lost = st.walStatus == "lost"
+	keep, owned, err := t.confirmed(ctx, tx, st, res)
+	if err != nil {
+		return err
+	}
+	if err := t.settle(ctx, tx, keep, owned, res); err != nil {
+		return err
+	}
+	if tag, err := tx.Exec(ctx, t.sql.dropSlot, t.slot.name); err != nil {
+		return fmt.Errorf("walrelay: takeover: drop slot: %w", err)
+	} else if tag.RowsAffected() != 1 {
+		return fmt.Errorf("walrelay: takeover: drop slot %s: it is no longer a slot of database %s", t.slot.name, t.slot.database)
+	}
+	return nil
+}
+
+// inactiveSlot reads the slot under the table lock, and refuses one that
+// is missing, of another database, or active.
+func (t *takeover) inactiveSlot(ctx context.Context, tx pgx.Tx) (slotState, error) {
+	st, err := t.slot.state(ctx, tx)
+	if err != nil {
+		return st, err
 	}
 	if !st.exists {
-		return res, fmt.Errorf("walrelay: takeover: no replication slot %s (database %s)", r.cfg.Slot, r.database)
+		return st, fmt.Errorf("walrelay: takeover: no replication slot %s (database %s)", t.slot.name, t.slot.database)
 	}
 	if !st.here {
 		// Checked before anything else: the slot streams another
 		// database's outbox, whatever this one's state.
-		return res, fmt.Errorf("walrelay: takeover: %w", r.otherDatabase(st,
+		return st, fmt.Errorf("walrelay: takeover: %w", t.slot.otherDatabase(st,
 			"it streams that database's outbox and is left alone; name this database's slot, or none for the WAL relay's default"))
 	}
 	if st.active {
-		return res, fmt.Errorf("%w: %s: stop the WAL relays first", ErrSlotActive, r.cfg.Slot)
+		return st, fmt.Errorf("%w: %s: stop the WAL relays first", ErrSlotActive, t.slot.name)
 	}
-	res.Lost = st.walStatus == "lost"
-	// Rows can be told confirmed only on a slot the relay owns (see
-	// marker): a relay that died while it set the slot up had not
-	// published all the rows before it, and on a slot made by hand, or
-	// whose publication changed, rows may have passed unstreamed. Then
-	// every unpublished row stays pending.
+	return st, nil
+}
+
+// confirmed returns the rows the slot has not confirmed (keep), and
+// whether the relay owns the slot, so that every other unpublished row
+// may be told confirmed; it counts the slot's table-less events into res.
+//
+// Rows can be told confirmed only on a slot the relay owns (see marker):
+// a relay that died while it set the slot up had not published all the
+// rows before it, and on a slot made by hand, or whose publication
+// changed, rows may have passed unstreamed. Then every unpublished row
+// stays pending.
+func (t *takeover) confirmed(ctx context.Context, tx pgx.Tx, st slotState, res *TakeoverResult) (keep []int64, owned bool, err error) {
 	var srv serverFacts
-	if err := tx.QueryRow(ctx, r.sql.server).Scan(&srv.VersionNum, &srv.WALLevel, &srv.Replication); err != nil {
-		return res, fmt.Errorf("walrelay: takeover: %w", err)
+	if err := tx.QueryRow(ctx, t.sql.server).Scan(&srv.VersionNum, &srv.WALLevel, &srv.Replication); err != nil {
+		return nil, false, fmt.Errorf("walrelay: takeover: %w", err)
 	}
-	fp, pubErr := r.checkPublication(ctx, tx, srv)
+	fp, pubErr := t.pub.check(ctx, tx, srv)
 	if pubErr != nil && !errors.Is(pubErr, ErrPublication) {
-		return res, fmt.Errorf("walrelay: takeover: %w", pubErr)
+		return nil, false, fmt.Errorf("walrelay: takeover: %w", pubErr)
 	}
-	mark, _, err := r.readMarker(ctx, tx)
+	mark, _, err := t.pub.readMarker(ctx, tx)
 	if err != nil {
-		return res, fmt.Errorf("walrelay: takeover: %w", err)
+		return nil, false, fmt.Errorf("walrelay: takeover: %w", err)
 	}
-	initialising := pubErr != nil || !r.owns(mark, st, fp)
-	var keep []int64
+	owned = pubErr == nil && t.pub.owns(mark, st, fp)
 	switch {
 	case res.Lost:
-	case pubErr != nil && !cfg.Force:
-		return res, fmt.Errorf("walrelay: takeover: %w; with Force (--force) the slot is dropped anyway, every unpublished row stays pending and "+
+	case pubErr != nil && !t.cfg.Force:
+		return nil, false, fmt.Errorf("walrelay: takeover: %w; with Force (--force) the slot is dropped anyway, every unpublished row stays pending and "+
 			"the table-less events the slot had not confirmed are lost", pubErr)
 	case pubErr != nil:
 		// The slot cannot be read without its publication as it was.
 	default:
-		if err := flushWAL(ctx, pc, lockTimeout); err != nil {
-			return res, err
+		if err := flushWAL(ctx, t.pc, t.lockTimeout); err != nil {
+			return nil, false, err
 		}
-		if keep, res.TableLess, err = r.unconfirmed(ctx, tx); err != nil {
-			return res, err
+		if keep, res.TableLess, err = t.unconfirmed(ctx, tx); err != nil {
+			return nil, false, err
 		}
-		if res.TableLess > 0 && !cfg.Force {
-			return res, fmt.Errorf("%w: %d table-less events exist only in the slot's WAL and would be lost; start a WAL relay to publish them, or force", ErrTableLessPending, res.TableLess)
+		if res.TableLess > 0 && !t.cfg.Force {
+			return nil, false, fmt.Errorf("%w: %d table-less events exist only in the slot's WAL and would be lost; start a WAL relay to publish them, or force", ErrTableLessPending, res.TableLess)
 		}
 	}
-	if !res.Lost && !initialising {
-		tag, err := tx.Exec(ctx, r.sql.markAllBut, outboxsql.Int64Array(keep))
+	return keep, owned, nil
+}
+
+// settle marks published the unpublished rows but keep, when the slot's
+// WAL is whole and the relay owns it, and counts into res the rows left
+// pending.
+func (t *takeover) settle(ctx context.Context, tx pgx.Tx, keep []int64, owned bool, res *TakeoverResult) error {
+	if !res.Lost && owned {
+		tag, err := tx.Exec(ctx, t.sql.markAllBut, outboxsql.Int64Array(keep))
 		if err != nil {
-			return res, fmt.Errorf("walrelay: takeover: mark confirmed rows: %w", err)
+			return fmt.Errorf("walrelay: takeover: mark confirmed rows: %w", err)
 		}
 		res.Confirmed = tag.RowsAffected()
 	}
 	res.Unconfirmed = len(keep)
-	if res.Lost || initialising {
-		if err := tx.QueryRow(ctx, r.sql.unpublished).Scan(&res.Unconfirmed); err != nil {
-			return res, fmt.Errorf("walrelay: takeover: %w", err)
+	if res.Lost || !owned {
+		if err := tx.QueryRow(ctx, t.sql.unpublished).Scan(&res.Unconfirmed); err != nil {
+			return fmt.Errorf("walrelay: takeover: %w", err)
 		}
 	}
-	if tag, err := tx.Exec(ctx, r.sql.dropSlot, r.cfg.Slot); err != nil {
-		return res, fmt.Errorf("walrelay: takeover: drop slot: %w", err)
-	} else if tag.RowsAffected() != 1 {
-		return res, fmt.Errorf("walrelay: takeover: drop slot %s: it is no longer a slot of database %s", r.cfg.Slot, r.database)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return res, fmt.Errorf("walrelay: takeover: commit: %w", err)
-	}
-	return res, nil
+	return nil
 }
 
 // slotReleaseWait bounds how long Takeover waits for an active slot to be
@@ -198,17 +250,17 @@ const slotReleaseWait = 5 * time.Second
 // awaitSlotRelease waits, up to slotReleaseWait and before any lock is
 // taken, for the slot to be inactive. It returns nil when it still is not:
 // the check under the table lock decides, with ErrSlotActive.
-func (r *Relay) awaitSlotRelease(ctx context.Context, conn *pgx.Conn) error {
+func (t *takeover) awaitSlotRelease(ctx context.Context, conn *pgx.Conn) error {
 	deadline := time.Now().Add(slotReleaseWait)
 	for {
-		st, err := r.slotState(ctx, conn)
+		st, err := t.slot.state(ctx, conn)
 		if err != nil {
 			return fmt.Errorf("walrelay: takeover: %w", err)
 		}
 		if !st.active || !st.here || time.Now().After(deadline) {
 			return nil
 		}
-		if !sleep(ctx, 100*time.Millisecond) {
+		if !publish.Sleep(ctx, 100*time.Millisecond) {
 			return ctx.Err()
 		}
 	}
@@ -244,17 +296,16 @@ func flushWAL(ctx context.Context, pc *pgx.ConnConfig, timeout time.Duration) er
 // unconfirmed decodes the changes the slot holds past its confirmed
 // position: the ids of the rows inserted, and the number of table-less
 // events.
-func (r *Relay) unconfirmed(ctx context.Context, tx pgx.Tx) (rows []int64, tableLess int, err error) {
-	prefix, err := r.messagePrefix(ctx, tx)
+func (t *takeover) unconfirmed(ctx context.Context, tx pgx.Tx) (rows []int64, tableLess int, err error) {
+	dec, err := t.decoding.decoder(ctx, tx)
 	if err != nil {
 		return nil, 0, err
 	}
-	res, err := tx.Query(ctx, r.sql.peek, outboxsql.PeekArgs{Slot: r.cfg.Slot, Publication: r.cfg.Publication}.Args()...)
+	res, err := tx.Query(ctx, t.sql.peek, outboxsql.PeekArgs{Slot: t.slot.name, Publication: t.pub.name}.Args()...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("walrelay: takeover: read the slot: %w", err)
 	}
 	defer res.Close()
-	dec := newDecoder(r.cfg.Table.Schema, r.tableName(), prefix)
 	for res.Next() {
 		var data []byte
 		if err := res.Scan(&data); err != nil {

@@ -16,7 +16,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/txoutbox/txoutbox"
-	"github.com/txoutbox/txoutbox/internal/ident"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
@@ -49,29 +48,10 @@ func TenantLocks(tables, locked, rate, maxConns int, window, lockAt, lockFor, ma
 		if lockAt+lockFor >= window || locked >= tables {
 			return "", fail("the locks (from %s for %s) must end inside the window (%s), on fewer than all %d tables", lockAt, lockFor, window, tables)
 		}
-		base := env.DB.Schema
-		schemas := make([]string, tables)
-		for i := range schemas {
-			schemas[i] = fmt.Sprintf("%s_t%03d", base, i)
-		}
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer cancel()
-			for _, s := range schemas {
-				_, _ = env.DB.SQL.ExecContext(dctx, "DROP SCHEMA IF EXISTS "+ident.Quote(s)+" CASCADE")
-			}
-		}()
-		for _, s := range schemas {
-			if _, err := env.DB.SQL.ExecContext(ctx, "CREATE SCHEMA "+ident.Quote(s)); err != nil {
-				return "", err
-			}
-		}
-		pattern := base + "_t*"
-		mctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		out, err := exec.CommandContext(mctx, env.Bin.Outbox, "migrate", "up", "--database-url", env.DB.URL, "--schemas", pattern).CombinedOutput()
-		cancel()
+		schemas, pattern, drop, err := tenantSchemas(ctx, env, tables)
+		defer drop()
 		if err != nil {
-			return "", fail("outbox migrate up --schemas: %w\n%s", err, out)
+			return "", fail("%w", err)
 		}
 		var (
 			names   = make([]outboxsql.Names, tables)

@@ -64,29 +64,10 @@ import (
 // slow commits make it write fewer.
 func TenantFairness(tables, backlog, rate int, window, maxP99 time.Duration) Scale {
 	return Scale{Name: "tenant-fairness", Alone: true, Run: func(ctx context.Context, env *Env) (string, error) {
-		base := env.DB.Schema
-		schemas := make([]string, tables)
-		for i := range schemas {
-			schemas[i] = fmt.Sprintf("%s_t%03d", base, i)
-		}
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer cancel()
-			for _, s := range schemas {
-				_, _ = env.DB.SQL.ExecContext(dctx, "DROP SCHEMA IF EXISTS "+ident.Quote(s)+" CASCADE")
-			}
-		}()
-		for _, s := range schemas {
-			if _, err := env.DB.SQL.ExecContext(ctx, "CREATE SCHEMA "+ident.Quote(s)); err != nil {
-				return "", err
-			}
-		}
-		pattern := base + "_t*"
-		mctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		out, err := exec.CommandContext(mctx, env.Bin.Outbox, "migrate", "up", "--database-url", env.DB.URL, "--schemas", pattern).CombinedOutput()
-		cancel()
+		schemas, pattern, drop, err := tenantSchemas(ctx, env, tables)
+		defer drop()
 		if err != nil {
-			return "", fmt.Errorf("tenant-fairness: outbox migrate up --schemas: %w\n%s", err, out)
+			return "", fmt.Errorf("tenant-fairness: %w", err)
 		}
 		others := make([]string, 0, tables-1) // the other tenants' tables
 		writers := make([]*txoutbox.Writer, 0, tables-1)
@@ -402,4 +383,36 @@ func writeOne(ctx context.Context, conn *sql.Conn, w *txoutbox.Writer, ev txoutb
 		return errors.Join(err, tx.Rollback())
 	}
 	return tx.Commit()
+}
+
+// tenantSchemas makes tables schemas named after env's schema
+// ("<schema>_t000", ...) and migrates their outbox tables with `outbox
+// migrate up --schemas`, as an operator would. It returns the schemas, the
+// pattern that selects them and drop, which drops them; call drop even
+// when err is not nil.
+func tenantSchemas(ctx context.Context, env *Env, tables int) (schemas []string, pattern string, drop func(), err error) {
+	base := env.DB.Schema
+	schemas = make([]string, tables)
+	for i := range schemas {
+		schemas[i] = fmt.Sprintf("%s_t%03d", base, i)
+	}
+	drop = func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		for _, s := range schemas {
+			_, _ = env.DB.SQL.ExecContext(dctx, "DROP SCHEMA IF EXISTS "+ident.Quote(s)+" CASCADE")
+		}
+	}
+	for _, s := range schemas {
+		if _, err := env.DB.SQL.ExecContext(ctx, "CREATE SCHEMA "+ident.Quote(s)); err != nil {
+			return nil, "", drop, err
+		}
+	}
+	pattern = base + "_t*"
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(mctx, env.Bin.Outbox, "migrate", "up", "--database-url", env.DB.URL, "--schemas", pattern).CombinedOutput(); err != nil {
+		return nil, "", drop, fmt.Errorf("outbox migrate up --schemas: %w\n%s", err, out)
+	}
+	return schemas, pattern, drop, nil
 }
