@@ -251,7 +251,9 @@ type Config struct {
 	// Its heartbeats stop with the rest, so after StaleAfter it registers
 	// anew once the lock is gone (events it held are published again, at
 	// least once, in order). At least LockTimeoutFloor (100ms), at most
-	// StatementTimeout. Default 200ms (StatementTimeout if shorter): the
+	// StatementTimeout; a statement's lock timeout is cut to three
+	// quarters of its own statement timeout on the server, so that a
+	// wait on a lock ends as a lock timeout. Default 200ms (StatementTimeout if shorter): the
 	// relay's statements take milliseconds, and those of a Group's locked
 	// tables that meet a lock first hold the shared connections (the
 	// pool's, the claim connections every table's claims take turns on)

@@ -243,3 +243,49 @@ func TestLockTimeoutBounds(t *testing.T) {
 		}
 	}
 }
+
+// A lock timeout close to the statement timeout still locks the table
+// out: the server's statement timeout is set short of the relay's own
+// deadline, and a lock timeout not well short of that is cut, so a
+// statement waiting on the lock fails as a lock timeout (55P03), not as a
+// statement timeout (57014), which the relay would only log and retry.
+func TestLockTimeoutNearTheStatementTimeoutLocksTheTableOut(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		statement, lock time.Duration
+	}{
+		{"default lock timeout, short statement timeout", 200 * time.Millisecond, 0},
+		{"lock timeout just under the statement timeout", time.Second, 900 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFleet(t)
+			f.add(t, "l1", true)
+			cfg := f.groupConfig(false)
+			cfg.Relay.StatementTimeout, cfg.Relay.LockTimeout = c.statement, c.lock
+			g := f.newGroup(t, newGroupPublisher(0, 0), cfg)
+			testkit.Run(t, g.Run)
+			f.waitServing(t, g, "l1")
+			dba, err := f.base.SQL.BeginTx(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dba.Rollback() //nolint:errcheck // the lock's end
+			names, err := outboxsql.NamesFor(f.tables["l1"].Name, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := dba.Exec(`LOCK TABLE ` + strings.Join([]string{names.Table, names.Relays, names.Shards, names.Floor}, ", ") +
+				` IN ACCESS EXCLUSIVE MODE`); err != nil {
+				t.Fatal(err)
+			}
+			testkit.WaitFor(t, 10*time.Second, "the table locked out (Health.Locked)", func() bool {
+				for _, h := range g.Health() {
+					if h.Locked {
+						return true
+					}
+				}
+				return false
+			})
+		})
+	}
+}

@@ -258,15 +258,20 @@ type TxTimeoutArgs struct {
 	Idle time.Duration
 	// Lock is the lock timeout ($3): how long a statement waits for a
 	// lock another session holds before it fails with SQLSTATE 55P03
-	// (lock_not_available). At most Wait; 0 takes Wait.
+	// (lock_not_available). 0 takes Wait. A Lock not well short of Wait
+	// is cut to three quarters of it, so that a statement waiting on a
+	// lock fails as a lock timeout, which the relay acts on, rather than
+	// a statement timeout: the wait starts after the statement does.
 	Lock time.Duration
 }
 
 // Args returns the settings' parameters.
 func (a TxTimeoutArgs) Args() []any {
 	lock := a.Lock
-	if lock <= 0 || lock > a.Wait {
+	if lock <= 0 {
 		lock = a.Wait
+	} else if most := a.Wait * 3 / 4; lock > most {
+		lock = most
 	}
 	return []any{millis(a.Wait), millis(a.Idle), millis(lock)}
 }
