@@ -80,7 +80,7 @@ var WALNameOf = `SELECT ` + walNameSQL(`$1::regclass`)
 // "txoutbox_<schema>_<name>" in lower case, hashed to fit 63 bytes
 // ("txoutbox_<name>" without the schema, older still). A relay adopts a
 // slot of this name in its own database (see walrelay's resolveNames) and
-// never creates one.
+// never creates one: once that slot is dropped, it goes on under WALName.
 func WALLegacyName(schema, name string) string {
 	n := strings.ToLower(prefixed("txoutbox_", "_", schema, name))
 	if len(n) > ident.MaxLen {

@@ -97,7 +97,9 @@ type Config struct {
 	// "txoutbox_<table>" for a table given without its schema) that exists
 	// in this relay's database is kept, with its publication, so an
 	// upgrade loses nothing; the relay logs that it kept it. One of that
-	// name in another database is never used.
+	// name in another database is never used, and none is ever created:
+	// once the kept slot is dropped, the relay goes on under the default
+	// name.
 	Publication string
 	Slot        string
 

@@ -91,19 +91,21 @@ func (m *metrics) sample(s slotState) {
 	m.sampled, m.lagBytes, m.status = s.exists, s.lagBytes, s.walStatus
 }
 
-// watchSlot samples the slot every interval until ctx ends, and logs loudly
-// when its WAL is at risk.
-func (r *Relay) watchSlot(ctx context.Context, q pgxQuerier, interval time.Duration) {
+// watchSlot samples the slot of database every interval until ctx ends,
+// and logs loudly when its WAL is at risk. It reads the slot's name as
+// Slot does: a session may resolve it again (see leaveLegacySlot).
+func (r *Relay) watchSlot(ctx context.Context, q pgxQuerier, database string, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
+		sl := replicationSlot{name: r.Slot(), database: database, sql: r.sql}
 		sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-		st, err := r.slot().state(sctx, q)
+		st, err := sl.state(sctx, q)
 		cancel()
 		if err == nil {
 			r.met.sample(st)
 			if st.walStatus == "unreserved" {
-				r.log.Error("the slot's WAL is about to pass max_slot_wal_keep_size: the slot will be lost unless the relay catches up", "lag_bytes", st.lagBytes)
+				r.cfg.Logger.Error("the slot's WAL is about to pass max_slot_wal_keep_size: the slot will be lost unless the relay catches up", "slot", sl.name, "lag_bytes", st.lagBytes)
 			}
 		}
 		select {

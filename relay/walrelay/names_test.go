@@ -276,3 +276,141 @@ func TestDefaultNamesOfTwoSchemasOfOneDatabaseDiffer(t *testing.T) {
 		o.b.pub.waitFor(t, o.b.write(t, "k")...)
 	}
 }
+
+// slotsOf returns those of names that are slots of b's database.
+func (b *bundle) slotsOf(t *testing.T, names ...string) []string {
+	t.Helper()
+	var out []string
+	for _, n := range names {
+		if exists, database, _ := b.slotOf(t, n); exists && database == b.db.Database() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// A relay of the default names that kept an earlier version's slot and
+// stands by finds it dropped (an operator's Takeover) and a relay of the
+// new default name streaming from the new slot: it never makes the earlier
+// version's slot again, which would stream the table beside the new one,
+// but stands by behind the new slot under the new name, and takes it over
+// when that relay stops. Every event is published by one relay.
+func TestAnUpgradedStandbyNeverMakesAnEarlierVersionsSlot(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	old, keyed := outboxsql.WALLegacyName(a.db.Schema, ""), a.defaultName()
+	t.Cleanup(func() { a.dropSlotNamed(t, old); a.dropSlot(t) })
+	earlier := a.config()
+	earlier.Slot, earlier.Publication = old, old
+	stopEarlier := runActive(t, a.newRelay(t, earlier))
+	a.pub.waitFor(t, a.write(t, "k")...)
+	a.waitConfirmedSlot(t, old)
+
+	// The upgraded standby keeps the earlier slot, held by the earlier
+	// relay. Its retry outlasts the takeover below, which must find the
+	// slot idle.
+	var standing atomic.Int64
+	cfg := a.config()
+	cfg.StandbyRetry = 5 * time.Second
+	cfg.Logger = slog.New(countingHandler{Handler: slog.NewTextHandler(io.Discard, nil), n: &standing,
+		msg: "standing by: the slot is held by another relay"})
+	standby := newRecorder()
+	cfg.Publisher = standby
+	ra := a.newRelay(t, cfg)
+	stopA := run(t, ra)
+	testkit.WaitFor(t, 20*time.Second, "the upgraded relay stands by", func() bool { return standing.Load() > 0 })
+	if ra.Slot() != old {
+		t.Fatalf("the upgraded relay resolved slot %s, want the earlier %s", ra.Slot(), old)
+	}
+	if err := stopEarlier(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := Takeover(context.Background(), a.db.URL, TakeoverConfig{Table: a.db.Table()}); err != nil || res.Slot != old {
+		t.Fatalf("Takeover: dropped %q, %v; want %s dropped", res.Slot, err, old)
+	}
+
+	streaming := newRecorder()
+	cfgB := a.config()
+	cfgB.Publisher = streaming
+	rb := a.newRelay(t, cfgB)
+	stopB := runActive(t, rb)
+	if rb.Slot() != keyed {
+		t.Fatalf("the new relay streams slot %s, want %s", rb.Slot(), keyed)
+	}
+	testkit.WaitFor(t, 20*time.Second, "the standby's next session", func() bool {
+		return ra.Slot() != old || len(a.slotsOf(t, old)) > 0
+	})
+	if slots := a.slotsOf(t, old, keyed); len(slots) != 1 || slots[0] != keyed {
+		t.Fatalf("the table's slots are %v, want only %s", slots, keyed)
+	}
+	if ra.Slot() != keyed || ra.Publication() != keyed {
+		t.Fatalf("the standby's slot %s, publication %s; want %s", ra.Slot(), ra.Publication(), keyed)
+	}
+	ev := a.write(t, "x")
+	streaming.waitFor(t, ev...)
+	if ra.Active() || len(standby.ids()) != 0 {
+		t.Fatalf("the standby streams (active %v) and published %v beside the new relay", ra.Active(), standby.ids())
+	}
+
+	// The standby takes the new slot over once its relay stops.
+	a.waitConfirmedSlot(t, keyed)
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 20*time.Second, "the standby streams", ra.Active)
+	next := a.write(t, "y")
+	standby.waitFor(t, next...)
+	if got := standby.ids(); len(got) != 1 || got[0] != next[0].ID.String() {
+		t.Errorf("the standby published %v, want only %s", got, next[0].ID)
+	}
+	if got := streaming.ids(); len(got) != 1 || got[0] != ev[0].ID.String() {
+		t.Errorf("the new relay published %v, want only %s", got, ev[0].ID)
+	}
+	if err := stopA(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The earlier version's slot a relay kept, dropped between its session
+// finding it and its setup creating the slot, is not made again: the
+// setup gives up, for the next session to resolve the names afresh.
+func TestASetupNeverMakesAnEarlierVersionsSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := outboxsql.WALLegacyName(b.db.Schema, "")
+	b.exec(t, `CREATE PUBLICATION `+old+` FOR TABLE `+b.db.Table().String()+` WITH (publish = 'insert')`)
+	b.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, old)
+	t.Cleanup(func() { b.dropSlotNamed(t, old) })
+	ctx := context.Background()
+	r := b.newRelay(t, b.config())
+	pool, err := r.openPool(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	srv, err := r.prepare(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Slot() != old {
+		t.Fatalf("slot %s, want the earlier %s", r.Slot(), old)
+	}
+	fp, err := r.preparePublication(ctx, pool, srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.exec(t, `SELECT pg_drop_replication_slot($1)`, old) // an operator's Takeover, as the session looked
+	repl, err := r.connectReplication(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repl.Close(ctx) //nolint:errcheck // the test's connection
+	ls := newLanes(ctx, r.cfg.Lanes, r.laneDeps(pool))
+	defer ls.stop()
+	if err := newSetup(r.setupDeps(pool, repl, ls), fp).run(ctx); !errors.Is(err, errLegacySlotGone) {
+		t.Fatalf("setup: %v, want errLegacySlotGone", err)
+	}
+	if slots := b.slotsOf(t, old, b.defaultName()); len(slots) != 0 {
+		t.Fatalf("the setup made slots %v", slots)
+	}
+}

@@ -112,6 +112,10 @@ type Relay struct {
 	// and pubName are the names for Slot and Publication, "" until then.
 	defaultPub, defaultSlot bool
 	slotName, pubName       atomic.Pointer[string]
+	// legacySlot: the slot's name, left to its default, is an earlier
+	// version's (see resolveNames), which the relay adopts and never
+	// creates. Run's goroutine alone reads and writes it.
+	legacySlot bool
 	// database is the current database of the relay's connections, read
 	// by resolveNames: the only database whose slot it streams or drops.
 	database string
@@ -262,7 +266,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		r.watchSlot(wctx, pool, r.cfg.StatsInterval)
+		r.watchSlot(wctx, pool, r.database, r.cfg.StatsInterval)
 	}()
 	defer func() {
 		stopWatch()
@@ -339,7 +343,8 @@ func isFinal(err error) bool {
 // that name in another database, once shared by every database's relays,
 // is never taken. An explicit name is kept as it is: a slot of that name
 // in another database is refused where the slot is read (usable,
-// ErrSlotOtherDatabase).
+// ErrSlotOtherDatabase). A session that finds the kept slot gone resolves
+// the names again (see leaveLegacySlot).
 func (r *Relay) resolveNames(ctx context.Context, q pgxQuerier) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 	defer cancel()
@@ -372,6 +377,7 @@ func (r *Relay) resolveNames(ctx context.Context, q pgxQuerier) error {
 		slot = choice.slot()
 	}
 	r.cfg.Publication, r.cfg.Slot = pub, slot
+	r.legacySlot = r.defaultSlot && slot != keyed
 	r.pubName.Store(&pub)
 	r.slotName.Store(&slot)
 	r.log = r.cfg.Logger.With("slot", slot)
@@ -379,6 +385,27 @@ func (r *Relay) resolveNames(ctx context.Context, q pgxQuerier) error {
 		r.log.Info("kept the slot of an earlier version's default name, which exists in this database; the default now is another",
 			"database", database, "default", keyed)
 	}
+	return nil
+}
+
+// leaveLegacySlot resolves the names again when the slot of an earlier
+// version's name the relay kept is gone (an operator's Takeover while it
+// stood by): a relay never creates a slot of that name, or it would
+// stream beside the relays of the new default name, and every event would
+// go out twice. The new names' slot is set up or waited for as on a first
+// start.
+func (r *Relay) leaveLegacySlot(ctx context.Context, pool *pgxpool.Pool) error {
+	old := r.cfg.Slot
+	if err := r.resolveNames(ctx, pool); err != nil {
+		return err
+	}
+	if r.cfg.Slot == old {
+		return nil // made again meanwhile: adopted as before
+	}
+	// What this Run knew is of the slot and publication it leaves.
+	r.madePublication = false
+	r.settled.forget()
+	r.log.Info("the slot of an earlier version's default name is gone; going on under the default name", "earlier", old)
 	return nil
 }
 

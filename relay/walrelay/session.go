@@ -142,6 +142,12 @@ func (r *Relay) ensurePublication(ctx context.Context, pool *pgxpool.Pool, srv s
 // if the relay does not own it (see marker), stream.
 func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, srv serverFacts) error {
 	st, err := r.checkSlot(ctx, pool)
+	if err == nil && !st.exists && r.legacySlot {
+		if err := r.leaveLegacySlot(ctx, pool); err != nil {
+			return err
+		}
+		st, err = r.checkSlot(ctx, pool)
+	}
 	if err != nil {
 		return err
 	}

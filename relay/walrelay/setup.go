@@ -34,6 +34,10 @@ type setupDeps struct {
 	// clears it once the slot is set up.
 	madePublication *bool
 
+	// legacySlot: the slot's name is an earlier version's default,
+	// adopted and never created (see Relay.leaveLegacySlot).
+	legacySlot bool
+
 	failover  bool          // Config.Failover
 	timeout   time.Duration // Config.StatementTimeout
 	pageSize  int           // Config.MaxInFlight: backlog rows read at once
@@ -43,7 +47,7 @@ type setupDeps struct {
 // setupDeps is what a session's setup works with.
 func (r *Relay) setupDeps(pool *pgxpool.Pool, repl *pgconn.PgConn, ls *lanes) setupDeps {
 	return setupDeps{pool: pool, repl: repl, lanes: ls, slot: r.slot(), pub: r.pub(), sql: r.sql, log: r.log, table: r.names.Table,
-		settled: r.settled, madePublication: &r.madePublication, failover: r.cfg.Failover, timeout: r.cfg.StatementTimeout,
+		settled: r.settled, madePublication: &r.madePublication, legacySlot: r.legacySlot, failover: r.cfg.Failover, timeout: r.cfg.StatementTimeout,
 		pageSize: r.cfg.MaxInFlight, markBatch: r.cfg.CleanupBatch}
 }
 
@@ -168,6 +172,10 @@ func (s *slotSetup) claim(ctx context.Context) (snapshot string, err error) {
 			return s.pub.gone()
 		case !ok:
 			return fmt.Errorf("initialise slot: publication %s was dropped meanwhile; trying again", s.pub.name)
+		case !s.st.exists && s.legacySlot:
+			// Dropped since the session found it: the next session
+			// resolves the names again.
+			return s.refuse(ctx, fmt.Errorf("initialise slot %s: %w; trying again under the default name", s.slot.name, errLegacySlotGone))
 		}
 		if err := s.checkAlone(ctx); err != nil {
 			return err
@@ -317,6 +325,11 @@ func (s *slotSetup) dropMadePublication(ctx context.Context) error {
 	s.log.Info("dropped the publication this relay created, as it sets no slot up", "publication", s.pub.name)
 	return nil
 }
+
+// errLegacySlotGone: the slot of an earlier version's name the relay
+// kept was dropped, and a relay never creates one (see
+// Relay.leaveLegacySlot).
+var errLegacySlotGone = errors.New("the slot of an earlier version's default name is gone")
 
 // errScheduledInSnapshot: the backlog of a slot just made holds scheduled
 // rows (see publishBacklog).
