@@ -71,12 +71,15 @@ func (m *metrics) sample() (lag time.Duration, backlog, dead int64) {
 	return lag, backlog, dead
 }
 
-// waitGauges polls the gauges until ok says they are as wanted.
+// waitGauges polls the gauges until ok says they are as wanted. It waits
+// up to 30s: a count that took 25ms or more (its transaction's round trips
+// on a machine the whole suite loads) is run again only after statsSpacing
+// times as long, as it is meant to be.
 func waitGauges(t *testing.T, r *Relay, what string, ok func(lag time.Duration, backlog, dead int64) bool) {
 	t.Helper()
 	var lag time.Duration
 	var backlog, dead int64
-	if !testkit.Eventually(5*time.Second, func() bool {
+	if !testkit.Eventually(30*time.Second, func() bool {
 		lag, backlog, dead = r.met.sample()
 		return ok(lag, backlog, dead)
 	}) {
