@@ -2,9 +2,10 @@ package outboxadmin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // Lock is a lock another session holds, or waits for, on the outbox table
@@ -68,7 +69,4 @@ func (a *Admin) Locks(ctx context.Context) ([]Lock, error) {
 // IsLockTimeout reports whether err is a statement's that gave up on a
 // lock another session holds (SQLSTATE 55P03, lock_not_available): the
 // table is locked, and Locks says by whom.
-func IsLockTimeout(err error) bool {
-	var pg interface{ SQLState() string }
-	return errors.As(err, &pg) && pg.SQLState() == "55P03"
-}
+func IsLockTimeout(err error) bool { return outboxsql.IsLockNotAvailable(err) }

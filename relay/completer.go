@@ -220,10 +220,12 @@ func (c *completer) flushAt() int { return max(c.cfg.BatchSize/2, 1) }
 // since those take rows out of memory (see outboxsql.SettleSettings).
 func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []failedRow, releases []releasedRow) error {
 	if len(fails) == 0 && len(releases) == 0 {
+		var marks []step
 		for _, m := range marksByClaim(acks) {
-			if _, err := c.tx.exec(ctx, c.sql.markPublished, m.Args()...); err != nil {
-				return fmt.Errorf("mark %d published: %w", len(m.IDs), err)
-			}
+			marks = append(marks, step{query: c.sql.markPublished, args: m.Args()})
+		}
+		if err := c.tx.steps(ctx, marks...); err != nil {
+			return fmt.Errorf("mark %d published: %w", len(acks), err)
 		}
 		c.met.addByTopic(ctx, c.met.published, acks)
 		return nil

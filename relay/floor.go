@@ -23,14 +23,13 @@ import (
 // or replay, win a race, and the others start again. A failed round only
 // leaves the floor where it is, which costs claims reads, not events.
 type floorRaiser struct {
-	db          *sql.DB
-	tx          *tableTx // runs the statements on the table and its floor
-	sql         *statements
-	interval    time.Duration // HeartbeatInterval
-	timeout     time.Duration // StatementTimeout
-	lockTimeout time.Duration // LockTimeout
-	log         *slog.Logger
-	lockout     *lockout // no round runs while the table is locked out
+	db       *sql.DB
+	tx       *tableTx // runs the statements on the table and its floor
+	sql      *statements
+	interval time.Duration // HeartbeatInterval
+	timeout  time.Duration // StatementTimeout
+	log      *slog.Logger
+	lockout  *lockout // no round runs while the table is locked out
 
 	proof *outboxsql.ClaimFloorProof // the round's, until it holds
 
@@ -189,17 +188,8 @@ func (f *floorRaiser) findLow(ctx context.Context) error {
 		}
 	}
 	if len(below) > 0 {
-		tx, err := f.db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback() //nolint:errcheck // read-only
-		settings := outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, f.timeout), Idle: f.timeout, Lock: f.lockTimeout}
-		if _, err := tx.ExecContext(ctx, f.sql.walkSettings, settings.Args()...); err != nil {
-			return err
-		}
 		var first sql.NullInt64
-		if err := tx.QueryRowContext(ctx, outboxsql.RenderClaimLow(f.sql.names, below)).Scan(&first); err != nil {
+		if err := f.tx.walk(ctx, step{query: outboxsql.RenderClaimLow(f.sql.names, below), scan: scanRow(&first)}); err != nil {
 			return fmt.Errorf("claim bound: %w", err)
 		}
 		if first.Valid {

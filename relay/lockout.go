@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
@@ -73,10 +74,7 @@ func (l *lockout) reset() {
 
 // isLockTimeout reports whether err is the server's: a statement gave up
 // on a lock (lock_timeout or NOWAIT).
-func isLockTimeout(err error) bool {
-	var pg interface{ SQLState() string }
-	return errors.As(err, &pg) && pg.SQLState() == "55P03"
-}
+var isLockTimeout = outboxsql.IsLockNotAvailable
 
 // hit reports whether err is a lock timeout, or errLockedOut: the loop that
 // got it says nothing more, the episode is logged here. A lock timeout

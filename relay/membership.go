@@ -389,16 +389,10 @@ func (m *membership) outOfHandover(ctx context.Context, inc *incarnation, owned 
 
 // shardsInHandover runs outboxsql.ShardsInHandover after its settings.
 func (m *membership) shardsInHandover(ctx context.Context, args outboxsql.HandoverArgs) ([]int16, error) {
-	tx, err := m.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback() //nolint:errcheck // read-only
-	settings := outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, m.cfg.StatementTimeout), Idle: m.cfg.StatementTimeout, Lock: m.cfg.LockTimeout}
-	if _, err := tx.ExecContext(ctx, m.sql.walkSettings, settings.Args()...); err != nil {
-		return nil, err
-	}
-	return queryShards(ctx, tx, m.sql.shardsInHandover, args.Args()...)
+	var busy []int16
+	err := m.tx.walk(ctx, step{query: m.sql.shardsInHandover, args: args.Args(), scan: scanInto(&busy)})
+	slices.Sort(busy)
+	return busy, err
 }
 
 // giveUp ends the incarnation and leaves: its rows are its peers' to
@@ -473,23 +467,6 @@ func assignShards(me string, live []string) []int16 {
 	return mine
 }
 
-// queryShards runs a statement that returns shard numbers in a
-// transaction, and returns them sorted.
-func queryShards(ctx context.Context, q interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}, query string, args ...any) ([]int16, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	out, err := scanAll[int16](rows)
-	if err != nil {
-		return nil, err
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
 func scanStrings(rows *sql.Rows) ([]string, error) { return scanAll[string](rows) }
 
 // scanInto returns a scan that appends the values of rows of one column
@@ -511,12 +488,6 @@ func scanInto[T any](out *[]T) func(rowScanner) error {
 func scanAll[T any](rows *sql.Rows) ([]T, error) {
 	defer rows.Close()
 	var out []T
-	for rows.Next() {
-		var v T
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
+	err := scanInto(&out)(rows)
+	return out, err
 }

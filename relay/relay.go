@@ -144,7 +144,7 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 	r.outage = &outage{clock: r.clock, log: r.log}
 	r.stall = &stall{clock: r.clock, timeout: cfg.PublishTimeout}
 	r.lockout = newLockout(db, r.sql, r.clock, r.log, met, cfg)
-	tx := &tableTx{db: db, settings: r.sql.txTimeouts, timeout: cfg.StatementTimeout, lock: cfg.LockTimeout, out: r.lockout}
+	tx := &tableTx{db: db, settings: r.sql.txTimeouts, walkSQL: r.sql.walkSettings, timeout: cfg.StatementTimeout, lock: cfg.LockTimeout, out: r.lockout}
 	r.members = newMembership(db, tx, r.sql, &r.cfg, r.log, r.clock, r.wake)
 	r.members.stalled = r.stall.stalled
 	r.members.lockout = r.lockout
@@ -158,9 +158,9 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 		wake: r.wake, rebalance: r.members.rebalanceNow}
 	r.pruner = &pruner{db: db, tx: tx, sql: r.sql, cfg: cfg, log: r.log, lockout: r.lockout,
 		table: partitions.Table{Names: names, Schema: cfg.Table.Schema, Name: cmp.Or(cfg.Table.Name, outboxsql.TableNameDefault)}}
-	r.repairer = &repairer{db: db, sql: r.sql, members: r.members, window: cfg.BatchSize, timeout: cfg.StatementTimeout, lockTimeout: cfg.LockTimeout,
+	r.repairer = &repairer{tx: tx, sql: r.sql, members: r.members, window: cfg.BatchSize, timeout: cfg.StatementTimeout,
 		log: r.log, met: met, lockout: r.lockout}
-	r.floor = &floorRaiser{db: db, tx: tx, sql: r.sql, interval: cfg.HeartbeatInterval, timeout: cfg.StatementTimeout, lockTimeout: cfg.LockTimeout,
+	r.floor = &floorRaiser{db: db, tx: tx, sql: r.sql, interval: cfg.HeartbeatInterval, timeout: cfg.StatementTimeout,
 		log: r.log, lockout: r.lockout, low: low, claimed: claimed, perProof: int64(cfg.BatchSize), repair: r.repairer}
 	r.sampler = &sampler{tx: tx, db: db, sql: r.sql, cfg: cfg, log: r.log, met: met, lockout: r.lockout}
 	return r, nil

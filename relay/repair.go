@@ -27,18 +27,17 @@ import (
 // the rows never due apart: those hold back their aggregates until an
 // operator acts.
 type repairer struct {
-	db  *sql.DB
+	tx  *tableTx // runs the repair under outboxsql.WalkSettings
 	sql *statements
 	// members gives the shards the claims read (*membership).
 	members interface {
 		claimable() (*incarnation, []int16)
 	}
-	window      int           // BatchSize: the rows a claim reads of each kind
-	timeout     time.Duration // StatementTimeout
-	lockTimeout time.Duration // LockTimeout
-	log         *slog.Logger  // names the relay and the table
-	met         *metrics
-	lockout     *lockout // a lock timeout locks the table out
+	window  int           // BatchSize: the rows a claim reads of each kind
+	timeout time.Duration // StatementTimeout
+	log     *slog.Logger  // names the relay and the table
+	met     *metrics
+	lockout *lockout // a lock timeout locks the table out
 
 	shards []int16 // those of the last repair
 	rounds int     // since it
@@ -115,33 +114,20 @@ type repairedRow struct {
 func (r *repairer) repair(ctx context.Context, shards []int16) ([]repairedRow, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("repair: begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	settings := outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, r.timeout), Idle: r.timeout, Lock: r.lockTimeout}
-	if _, err := tx.ExecContext(ctx, r.sql.walkSettings, settings.Args()...); err != nil {
-		return nil, fmt.Errorf("repair: settings: %w", err)
-	}
-	rs, err := tx.QueryContext(ctx, r.sql.repair, outboxsql.RepairArgs{Window: r.window, Shards: shards}.Args()...)
-	if err != nil {
-		return nil, fmt.Errorf("repair: %w", err)
-	}
-	defer rs.Close()
 	var rows []repairedRow
-	for rs.Next() {
-		var row repairedRow
-		if err := rs.Scan(&row.id, &row.due); err != nil {
-			return nil, fmt.Errorf("repair: scan: %w", err)
+	scan := func(rs rowScanner) error {
+		for rs.Next() {
+			var row repairedRow
+			if err := rs.Scan(&row.id, &row.due); err != nil {
+				return err
+			}
+			rows = append(rows, row)
 		}
-		rows = append(rows, row)
+		return nil
 	}
-	if err := rs.Err(); err != nil {
+	args := outboxsql.RepairArgs{Window: r.window, Shards: shards}.Args()
+	if err := r.tx.walk(ctx, step{query: r.sql.repair, args: args, scan: scan}); err != nil {
 		return nil, fmt.Errorf("repair: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("repair: commit: %w", err)
 	}
 	slices.SortFunc(rows, func(a, b repairedRow) int { return cmp.Compare(a.id, b.id) })
 	return rows, nil

@@ -37,6 +37,7 @@ import (
 type tableTx struct {
 	db       *sql.DB
 	settings string        // outboxsql.TxTimeouts
+	walkSQL  string        // outboxsql.WalkSettings, for walk
 	timeout  time.Duration // Config.StatementTimeout
 	lock     time.Duration // Config.LockTimeout
 	out      *lockout
@@ -56,23 +57,29 @@ type step struct {
 // exec runs query and returns how many rows it affected.
 func (t *tableTx) exec(ctx context.Context, query string, args ...any) (int64, error) {
 	var n int64
-	err := t.run(ctx, nil, false, step{query: query, args: args, affected: &n})
+	err := t.run(ctx, nil, false, t.settings, step{query: query, args: args, affected: &n})
 	return n, err
 }
 
 // query runs query and reads its rows with scan.
 func (t *tableTx) query(ctx context.Context, scan func(rowScanner) error, query string, args ...any) error {
-	return t.run(ctx, nil, false, step{query: query, args: args, scan: scan})
+	return t.run(ctx, nil, false, t.settings, step{query: query, args: args, scan: scan})
 }
 
 // queryOn is query on conn, a connection the caller holds.
 func (t *tableTx) queryOn(ctx context.Context, conn *sql.Conn, scan func(rowScanner) error, query string, args ...any) error {
-	return t.run(ctx, conn, false, step{query: query, args: args, scan: scan})
+	return t.run(ctx, conn, false, t.settings, step{query: query, args: args, scan: scan})
 }
 
 // steps runs the statements of steps, in order, in one transaction.
 func (t *tableTx) steps(ctx context.Context, steps ...step) error {
-	return t.run(ctx, nil, false, steps...)
+	return t.run(ctx, nil, false, t.settings, steps...)
+}
+
+// walk runs steps in one transaction under outboxsql.WalkSettings: the
+// statements that walk an index in order up to a limit.
+func (t *tableTx) walk(ctx context.Context, steps ...step) error {
+	return t.run(ctx, nil, false, t.walkSQL, steps...)
 }
 
 // catalog runs steps, in one transaction, whose statements name no table
@@ -80,7 +87,7 @@ func (t *tableTx) steps(ctx context.Context, steps ...step) error {
 // lock, so with pgx BEGIN, the settings, they and COMMIT go in one round
 // trip.
 func (t *tableTx) catalog(ctx context.Context, steps ...step) error {
-	return t.run(ctx, nil, true, steps...)
+	return t.run(ctx, nil, true, t.settings, steps...)
 }
 
 // scanRow returns a scan that reads a query's one row into dest, and
@@ -98,8 +105,9 @@ func scanRow(dest ...any) func(rowScanner) error {
 }
 
 // run runs steps in their transaction on conn, or on one of the pool's
-// when conn is nil; with oneBatch, in a single batch (see catalog).
-func (t *tableTx) run(ctx context.Context, conn *sql.Conn, oneBatch bool, steps ...step) error {
+// when conn is nil, after settingsSQL (TxTimeouts or WalkSettings, which
+// bind the same arguments); with oneBatch, in a single batch (see catalog).
+func (t *tableTx) run(ctx context.Context, conn *sql.Conn, oneBatch bool, settingsSQL string, steps ...step) error {
 	if t.out.locked() {
 		return errLockedOut
 	}
@@ -117,10 +125,10 @@ func (t *tableTx) run(ctx context.Context, conn *sql.Conn, oneBatch bool, steps 
 		if !ok {
 			return errNotPgx
 		}
-		return pgxTableTx(ctx, pc.Conn(), t.settings, settings, oneBatch, steps)
+		return pgxTableTx(ctx, pc.Conn(), settingsSQL, settings, oneBatch, steps)
 	})
 	if errors.Is(err, errNotPgx) {
-		err = sqlTableTx(ctx, conn, t.settings, settings, steps)
+		err = sqlTableTx(ctx, conn, settingsSQL, settings, steps)
 	}
 	return err
 }

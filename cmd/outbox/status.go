@@ -59,15 +59,11 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 		defer db.Close()
 		return statusTables(ctx, stdout, db, found, cfg.SchemaPattern != "", *maxLag, common.json)
 	}
-	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{StaleAfter: *staleAfter}, readerGrants)
+	adm, db, err := openAdmin(ctx, &common, outboxadmin.Config{StaleAfter: *staleAfter, Slot: *slot}, readerGrants)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	table, err := common.outboxTable()
-	if err != nil {
-		return err
-	}
 	st, err := adm.Status(ctx)
 	if outboxadmin.IsLockTimeout(err) {
 		return statusLocked(ctx, stdout, adm, common.lockTimeout, common.json)
@@ -75,10 +71,7 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 	if err != nil {
 		return err
 	}
-	ws, err := readWALSlot(ctx, db, table, *slot)
-	if err != nil {
-		return err
-	}
+	ws := walSlotOf(st.Slot)
 	exceeded := *maxLag > 0 && st.DueLag > *maxLag
 	if common.json {
 		out := statusJSON(st, *maxLag, exceeded)

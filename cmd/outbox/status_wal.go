@@ -1,15 +1,10 @@
 package main
 
 import (
-	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"io"
-	"strings"
 
-	"github.com/txoutbox/txoutbox"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/outboxadmin"
 )
 
 // walSlot is the WAL relay's replication slot, as `outbox status` shows
@@ -23,40 +18,13 @@ type walSlot struct {
 	LagBytes  int64  `json:"lag_bytes"`
 }
 
-// readWALSlot reads slot if it exists in the database; by default the
-// slot a WAL relay streams the table from, found through the table
-// (outboxsql.OpsWALSlots: of the default name, an earlier version's, or
-// named in a relay's marker). A slot of another database is another
-// database's outbox's, and not shown.
-func readWALSlot(ctx context.Context, db *sql.DB, table txoutbox.Table, slot string) (*walSlot, error) {
-	if slot == "" {
-		names, err := outboxsql.NamesFor(table.Schema, table.Name)
-		if err != nil {
-			return nil, err
-		}
-		var found string
-		args := outboxsql.WALSlotsArgs{Table: names.Table, Slot: outboxsql.WALLegacyName(table.Schema, table.Name)}
-		if err := db.QueryRowContext(ctx, outboxsql.OpsWALSlots, args.Args()...).Scan(&found); err != nil {
-			return nil, fmt.Errorf("look for the WAL relay's slot: %w", err)
-		}
-		if found == "" {
-			return nil, nil
-		}
-		slot, _, _ = strings.Cut(found, ", ")
+// walSlotOf is the slot outboxadmin's Status found, as status shows it;
+// nil when there is none in the database.
+func walSlotOf(s *outboxadmin.SlotStatus) *walSlot {
+	if s == nil {
+		return nil
 	}
-	s := walSlot{Name: slot}
-	var (
-		confirmed, plugin, database string
-		here                        bool
-	)
-	err := db.QueryRowContext(ctx, outboxsql.WALSlot, slot).Scan(&s.Active, &s.WALStatus, &confirmed, &plugin, &database, &s.LagBytes, &here)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && !here {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read replication slot %s: %w", slot, err)
-	}
-	return &s, nil
+	return &walSlot{Name: s.Name, Active: s.Active, WALStatus: s.WALStatus, LagBytes: s.LagBytes}
 }
 
 func printWALSlot(w io.Writer, s *walSlot) error {

@@ -5,6 +5,7 @@
 package outboxsql
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -217,3 +218,11 @@ type SchemaTablesArgs struct {
 
 // Args returns the statement's arguments.
 func (a SchemaTablesArgs) Args() []any { return []any{a.Table, a.Versions} }
+
+// IsLockNotAvailable reports whether err is the server's SQLSTATE 55P03
+// (lock_not_available): a statement gave up on a lock, at its
+// lock_timeout or with NOWAIT.
+func IsLockNotAvailable(err error) bool {
+	var pg interface{ SQLState() string }
+	return errors.As(err, &pg) && pg.SQLState() == "55P03"
+}

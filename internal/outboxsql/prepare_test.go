@@ -37,7 +37,7 @@ var notStatements = map[string]bool{
 	"ErrInvalidTable": true, "TableNameDefault": true, "NamesFor": true, "Channel": true,
 	"InsertParamsPerRow": true, "Interval": true, "Int64Array": true, "Int16Array": true, "TextArray": true,
 	"Shards": true, "ShardMask": true, "RebalancePayload": true, "CountCap": true, "CountsOf": true,
-	"TopicCountCap": true, "OpsHandoverWindow": true, "WALName": true, "WALLegacyName": true, "Literal": true, "NotBeforeStreamedCode": true,
+	"TopicCountCap": true, "OpsHandoverWindow": true, "WALName": true, "WALLegacyName": true, "Literal": true, "NotBeforeStreamedCode": true, "IsLockNotAvailable": true,
 	"DeadIDs": true, "DeadTopic": true, "DeadAggregate": true, "DeadType": true, "DeadSince": true, "DeadUntil": true,
 	"DeadForms": true, "ParseBound": true, "RenderPartition": true, "RenderClaimLow": true,
 }

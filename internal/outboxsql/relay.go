@@ -276,7 +276,7 @@ func (a TxTimeoutArgs) Args() []any {
 	return []any{millis(a.Wait), millis(a.Idle), millis(lock)}
 }
 
-// TimeoutArgs binds the settings of one timeout: WalkSettings,
+// TimeoutArgs binds the settings of one timeout: SessionLockTimeout,
 // OpsTimeouts, WALTakeoverTimeout.
 type TimeoutArgs struct {
 	Timeout time.Duration // $1

@@ -281,10 +281,7 @@ func retryLock(ctx context.Context, attempts int, fn func() error) error {
 	return err
 }
 
-func isLockTimeout(err error) bool {
-	var pg interface{ SQLState() string }
-	return errors.As(err, &pg) && pg.SQLState() == "55P03"
-}
+var isLockTimeout = outboxsql.IsLockNotAvailable
 
 func each(ctx context.Context, tx *sql.Tx, query string, fn func(*sql.Rows) error) error {
 	rows, err := tx.QueryContext(ctx, query)
