@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261206220232-0146207c0933
+	github.com/txoutbox/txoutbox v0.0.0-20261206224204-7ff738be764f
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )

@@ -14,16 +14,16 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
-	github.com/txoutbox/txoutbox v0.0.0-20261206220232-0146207c0933
-	github.com/txoutbox/txoutbox/entoutbox v0.0.0-20261206220232-0146207c0933
-	github.com/txoutbox/txoutbox/examples v0.0.0-20261206220232-0146207c0933
-	github.com/txoutbox/txoutbox/gormoutbox v0.0.0-20261206220232-0146207c0933
-	github.com/txoutbox/txoutbox/inbox v0.0.0-20261206220232-0146207c0933
-	github.com/txoutbox/txoutbox/internal/entest v0.0.0-20261206220232-0146207c0933
-	github.com/txoutbox/txoutbox/internal/kafkatest v0.0.0-20261206220232-0146207c0933
-	github.com/txoutbox/txoutbox/relay v0.0.0-20261206220232-0146207c0933
-	github.com/txoutbox/txoutbox/relay/kafkapub v0.0.0-20261206220232-0146207c0933
-	github.com/txoutbox/txoutbox/relay/walrelay v0.0.0-20261206220232-0146207c0933
+	github.com/txoutbox/txoutbox v0.0.0-20261206224204-7ff738be764f
+	github.com/txoutbox/txoutbox/entoutbox v0.0.0-20261206224204-7ff738be764f
+	github.com/txoutbox/txoutbox/examples v0.0.0-20261206224204-7ff738be764f
+	github.com/txoutbox/txoutbox/gormoutbox v0.0.0-20261206224204-7ff738be764f
+	github.com/txoutbox/txoutbox/inbox v0.0.0-20261206224204-7ff738be764f
+	github.com/txoutbox/txoutbox/internal/entest v0.0.0-20261206224204-7ff738be764f
+	github.com/txoutbox/txoutbox/internal/kafkatest v0.0.0-20261206224204-7ff738be764f
+	github.com/txoutbox/txoutbox/relay v0.0.0-20261206224204-7ff738be764f
+	github.com/txoutbox/txoutbox/relay/kafkapub v0.0.0-20261206224204-7ff738be764f
+	github.com/txoutbox/txoutbox/relay/walrelay v0.0.0-20261206224204-7ff738be764f
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
