@@ -78,9 +78,17 @@ type Store struct {
 	cfg    Config
 	owned  bool // Close closes bucket
 
-	mu      sync.Mutex
-	failure error // the last upload's error, nil after a success
+	mu       sync.Mutex
+	failure  error     // the last upload's error, nil after a success
+	failedAt time.Time // when it failed
 }
+
+// failureRemembered is how long Check reports an upload's failure when no
+// upload came after it. A relay retries a failed event at least every
+// OutageBackoffMax (30s by default), which refreshes it while the store
+// keeps failing; one whose event a peer published meanwhile must not keep
+// this relay unready for good.
+const failureRemembered = 5 * time.Minute
 
 // Open opens the store at urlstr, a gocloud.dev/blob URL:
 //
@@ -215,12 +223,13 @@ func (s *Store) Offload(ctx context.Context, table txoutbox.Table, msg *message.
 // note remembers the outcome of an upload for Check.
 func (s *Store) note(err error) {
 	s.mu.Lock()
-	s.failure = err
+	s.failure, s.failedAt = err, time.Now()
 	s.mu.Unlock()
 }
 
 // Check reports whether the store works, for a readiness probe: nil when
-// the bucket answers and the last upload, if any, succeeded. Its error
+// the bucket answers and the last upload, if any, succeeded (or failed
+// more than five minutes ago, with none since). Its error
 // names the store: the bucket missing, access refused, the store away or
 // slow, or the last upload's failure (a permission to list but not to
 // write shows there).
@@ -235,9 +244,9 @@ func (s *Store) Check(ctx context.Context) error {
 		return fmt.Errorf("claimcheck: store %s: the bucket does not exist", s.name)
 	}
 	s.mu.Lock()
-	failure := s.failure
+	failure, at := s.failure, s.failedAt
 	s.mu.Unlock()
-	if failure != nil {
+	if failure != nil && time.Since(at) < failureRemembered {
 		return fmt.Errorf("claimcheck: store %s: the last upload failed: %w", s.name, failure)
 	}
 	return nil
