@@ -42,6 +42,16 @@
 // ErrInvalidEventID by default; MiddlewareConfig.OnInvalidID can drop it or
 // handle it without the inbox instead.
 //
+// # Large payloads
+//
+// Events the relay published through a claim check (package claimcheck,
+// docs/large-payloads.md) arrive as references; put claimcheck's
+// middleware before this one, so the payload is fetched before the
+// inbox's transaction opens and a missing object fails the message
+// before anything is recorded:
+//
+//	router.AddMiddleware(claimcheck.Middleware(store), mw)
+//
 // # Concurrency
 //
 // The record is an INSERT ... ON CONFLICT DO NOTHING keyed by (consumer,

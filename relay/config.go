@@ -312,6 +312,11 @@ type Config struct {
 	// CloudEvents adds CloudEvents binary-mode headers to every message
 	// when enabled. Off by default.
 	CloudEvents CloudEventsConfig
+
+	// LargePayloads turns on a claim check for events too large for the
+	// broker: their payloads go to object storage and a small reference
+	// record is published instead. Off by default (Store nil).
+	LargePayloads LargePayloadsConfig
 }
 
 // ErrInvalidConfig is matched by every error New returns for a bad Config.
@@ -400,6 +405,9 @@ func (c *Config) validate() error {
 		d{Name: "StaleAfter", V: c.StaleAfter, Floor: 2 * c.HeartbeatInterval, Of: "twice HeartbeatInterval"},
 	); err != nil {
 		return err
+	}
+	if err := c.LargePayloads.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if c.LockTimeout > c.StatementTimeout {
 		return bad("LockTimeout %s is longer than StatementTimeout (%s), which ends every statement first", c.LockTimeout, c.StatementTimeout)

@@ -37,6 +37,7 @@ func TestConfigFloors(t *testing.T) {
 		{Config{BackoffMin: time.Minute, BackoffMax: time.Second}, "BackoffMax 1s is below its floor, BackoffMin (1m0s)"},
 		{Config{HeartbeatInterval: time.Second, LeaseDuration: 500 * time.Millisecond}, "LeaseDuration 500ms is below its floor, HeartbeatInterval (1s)"},
 		{Config{HeartbeatInterval: time.Second, StaleAfter: time.Second}, "StaleAfter 1s is below its floor, twice HeartbeatInterval (2s)"},
+		{Config{LargePayloads: LargePayloadsConfig{Over: 100}}, "LargePayloads.Over 100 is below its floor 1024"},
 	} {
 		err := c.cfg.Validate()
 		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
@@ -47,7 +48,7 @@ func TestConfigFloors(t *testing.T) {
 		PollInterval: PollIntervalFloor, HeartbeatInterval: HeartbeatIntervalFloor, LeaseDuration: HeartbeatIntervalFloor, StaleAfter: StaleAfterFloor,
 		BackoffMin: BackoffMinFloor, BackoffMax: BackoffMinFloor, OutageBackoffMax: OutageBackoffMaxFloor, PruneInterval: PruneIntervalFloor,
 		StatsInterval: StatsIntervalFloor, FlushInterval: FlushIntervalFloor, StatementTimeout: StatementTimeoutFloor, PublishTimeout: PublishTimeoutFloor,
-		Retention: time.Nanosecond}
+		Retention: time.Nanosecond, LargePayloads: LargePayloadsConfig{Over: LargePayloadsOverFloor}}
 	if err := atFloors.Validate(); err != nil {
 		t.Errorf("a Config at every floor: %v", err)
 	}

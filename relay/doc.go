@@ -249,6 +249,15 @@
 // counts them in txoutbox.relay.repaired, and names apart, as an error, the
 // rows never due, which hold back their aggregate until an operator acts.
 //
+// # Large payloads
+//
+// An event too large for the broker goes dead as the broker's refusal,
+// unless a claim check is on (Config.LargePayloads, a LargePayloads such
+// as package claimcheck's store): the relay then uploads the payload of
+// an event whose record would pass the threshold, and publishes a small
+// reference instead. A failed upload is an outage, never the event's
+// fault. docs/large-payloads.md describes it.
+//
 // # Cost
 //
 // No statement costs more than its batch or an index look-up, whatever the

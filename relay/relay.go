@@ -120,10 +120,17 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 	if err != nil {
 		return nil, fmt.Errorf("relay: metrics: %w", err)
 	}
+	over := 0
+	if cfg.LargePayloads.Store != nil {
+		if over, err = publish.LargePayloadsOver(cfg.LargePayloads.Over, pub); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
 	core, err := publish.New(publish.Config{
 		Scope: instrumentationName, Publisher: pub, LaneBatch: cfg.LaneBatch, Table: cfg.Table,
 		CloudEvents: cfg.CloudEvents.Enabled, CloudEventsSource: cfg.CloudEvents.Source,
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator, MessagingSystem: cfg.MessagingSystem,
+		LargePayloads: cfg.LargePayloads.Store, LargePayloadsOver: over,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("relay: metrics: %w", err)

@@ -1,6 +1,9 @@
 package main
 
-import "regexp"
+import (
+	"regexp"
+	"strings"
+)
 
 // configFlags maps the fields of relay.Config, relay.GroupConfig,
 // walrelay.Config and kafkapub.Config to the flags of `outbox relay` that
@@ -39,16 +42,31 @@ var configFlags = map[string]string{
 	"Linger": "kafka-linger",
 }
 
+// configPaths are fields of nested configurations, named with their
+// path, and their flags.
+var configPaths = map[string]string{
+	"LargePayloads.Over": "large-payloads-over",
+}
+
 // configField is a word that may name a configuration field.
 var configField = regexp.MustCompile(`\b[A-Z][A-Za-z]*\b`)
 
 // flagUsage is err, from the Validate of a configuration the flags build,
 // as a usage error naming the flags rather than the fields.
 func flagUsage(err error) error {
-	return usagef("%s", configField.ReplaceAllStringFunc(err.Error(), func(word string) string {
+	return usagef("%s", configField.ReplaceAllStringFunc(pathFlags(err.Error()), func(word string) string {
 		if f, ok := configFlags[word]; ok {
 			return "--" + f
 		}
 		return word
 	}))
+}
+
+// pathFlags is msg with the nested fields it names (configPaths) as their
+// flags.
+func pathFlags(msg string) string {
+	for path, f := range configPaths {
+		msg = strings.ReplaceAll(msg, path, "--"+f)
+	}
+	return msg
 }

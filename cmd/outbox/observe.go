@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/txoutbox/txoutbox/claimcheck"
 	"github.com/txoutbox/txoutbox/relay"
 	"github.com/txoutbox/txoutbox/relay/walrelay"
 )
@@ -42,6 +43,11 @@ type metricsServer struct {
 	ln  net.Listener
 	srv *http.Server
 	mp  *sdkmetric.MeterProvider
+
+	// store is the claim check's payload store (--large-payloads), nil
+	// without: /readyz fails while it does not answer, as while the
+	// database does not.
+	store *claimcheck.Store
 }
 
 // metricsCardinalityLimit is the most attribute sets (series) the
@@ -96,7 +102,8 @@ func (m *metricsServer) serve(r *relay.Relay, db *sql.DB, log *slog.Logger) {
 		if dbErr != nil {
 			body["database"] = dbErr.Error()
 		}
-		writeProbe(w, h.Running && h.Heartbeating && !h.Stalled && dbErr == nil, body)
+		storeOK := checkStore(ctx, m.store, body)
+		writeProbe(w, h.Running && h.Heartbeating && !h.Stalled && dbErr == nil && storeOK, body)
 	})
 	go func() {
 		if err := m.srv.Serve(m.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -134,6 +141,7 @@ func (m *metricsServer) serveGroup(g *relay.Group, db *sql.DB, log *slog.Logger)
 		if dbErr != nil {
 			body["database"] = dbErr.Error()
 		}
+		ok = checkStore(ctx, m.store, body) && ok
 		writeProbe(w, ok, body)
 	})
 	go func() {
@@ -151,8 +159,12 @@ func (m *metricsServer) serveWAL(r *walrelay.Relay, log *slog.Logger) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeProbe(w, r.Running(), map[string]any{"running": r.Running()})
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		writeProbe(w, r.Running(), map[string]any{"running": r.Running(), "streaming": r.Active(), "slot": r.Slot()})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
+		ctx, cancel := context.WithTimeout(req.Context(), ReadyTimeoutDefault)
+		defer cancel()
+		body := map[string]any{"running": r.Running(), "streaming": r.Active(), "slot": r.Slot()}
+		storeOK := checkStore(ctx, m.store, body)
+		writeProbe(w, r.Running() && storeOK, body)
 	})
 	go func() {
 		if err := m.srv.Serve(m.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -45,6 +45,8 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	mode := fs.String("mode", "poll", "poll: claim rows from the table; wal: stream them from a logical replication slot (needs wal_level = logical)")
 	var wal walFlags
 	wal.register(fs)
+	var large largePayloadFlags
+	large.register(fs)
 	fs.StringVar(&cfg.ID, "id", "", "relay id, unique among running relays; may stay the same across restarts (default host-pid-random)")
 	fs.IntVar(&cfg.BatchSize, "batch", relay.BatchSizeDefault, "rows per claim")
 	fs.Int64Var(&cfg.BatchBytes, "batch-bytes", relay.BatchBytesDefault, "payload bytes per claim (at least one row)")
@@ -89,6 +91,16 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	kcfg, err := kafka.config(logger)
 	if err != nil {
 		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	store, err := large.open(ctx, set)
+	if err != nil {
+		return err
+	}
+	if store != nil {
+		defer store.Close()
+		cfg.LargePayloads = relay.LargePayloadsConfig{Store: store, Over: large.over}
 	}
 	if *mode != "wal" {
 		// The WAL relay's bound on events in flight bounds the polling
@@ -166,6 +178,7 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 		}
 		defer metricsSrv.shutdown()
 		cfg.MeterProvider = metricsSrv.mp
+		metricsSrv.store = store
 	}
 
 	// The database, its grants and its schema, before any broker.
@@ -209,6 +222,10 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 		logger.Warn("DEVELOPMENT BROKER: --dev-broker started an embedded in-memory Kafka-protocol broker (kfake); "+
 			"events published to it are marked published in the outbox and LOST when this process exits", "brokers", strings.Join(addrs, ","))
 	}
+
+	pruneCtx, stopPrune := context.WithCancel(ctx)
+	defer startLargePayloads(pruneCtx, store, logger)() // waits, after stopPrune has run
+	defer stopPrune()
 
 	if *mode == "wal" {
 		wcfg.TracerProvider = tp
@@ -269,7 +286,7 @@ func publish[R interface {
 	p.logger.Info("connected to kafka", p.kafka.logAttrs(p.addrs)...)
 	r, err := newRunner(pub)
 	if err != nil {
-		return usagef("%v", err)
+		return usagef("%s", pathFlags(err.Error()))
 	}
 	if p.metrics != nil {
 		serve(r)

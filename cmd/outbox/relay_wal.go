@@ -64,6 +64,7 @@ func (w *walFlags) config(fs *flag.FlagSet, poll relay.Config, databaseURL strin
 		CleanupInterval:  w.cleanupInterval,
 		StatementTimeout: poll.StatementTimeout,
 		CloudEvents:      poll.CloudEvents,
+		LargePayloads:    poll.LargePayloads,
 		Logger:           poll.Logger,
 	}
 	if cfg.MaxInFlight == 0 {
@@ -108,7 +109,7 @@ func runWALRelay(ctx context.Context, stdout io.Writer, databaseURL string, cfg 
 	}
 	r, err := walrelay.New(databaseURL, pub, cfg)
 	if err != nil {
-		return usagef("%v", err)
+		return usagef("%s", pathFlags(err.Error()))
 	}
 	if metricsSrv != nil {
 		metricsSrv.serveWAL(r, logger)

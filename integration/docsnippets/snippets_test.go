@@ -75,6 +75,12 @@ var setups = map[string]struct{ vars, top string }{
 	`r, err := walrelay.New(url, pub, walrelay.Config{}) // url: a libpq URL; replication=database is added`: {
 		vars: `var ctx context.Context; var url string; var pub message.Publisher`,
 	},
+	`store, err := claimcheck.Open(ctx, "s3://payloads?region=eu-west-1", claimcheck.Config{})`: {
+		vars: `var ctx context.Context; var db *sql.DB; var pub message.Publisher`,
+	},
+	`router.AddMiddleware(claimcheck.Middleware(store))`: {
+		vars: `var router *message.Router; var store *claimcheck.Store`,
+	},
 }
 
 // imports are what a block may use; the ones it does not are dropped.
@@ -87,6 +93,7 @@ var imports = []string{
 	`"github.com/ThreeDotsLabs/watermill/message"`,
 	`"gorm.io/gorm"`,
 	`"github.com/txoutbox/txoutbox"`,
+	`"github.com/txoutbox/txoutbox/claimcheck"`,
 	`"github.com/txoutbox/txoutbox/entoutbox"`,
 	`"github.com/txoutbox/txoutbox/entoutbox/entoutboxext"`,
 	`ent "github.com/txoutbox/txoutbox/examples/ent/ent"`,

@@ -462,6 +462,12 @@ func repeat(err error, n int) []error {
 	return errs
 }
 
+// MaxRecordBytes is the largest record the producer sends
+// (Config.MaxMessageBytes). The relay's claim check
+// (relay.LargePayloadsConfig) takes its default threshold from it, safely
+// under it.
+func (p *Publisher) MaxRecordBytes() int { return p.config.Producer.MaxMessageBytes }
+
 // Close closes the producer. Call it once no Publish or PublishBatch is
 // in progress (after the relay's Run has returned); later calls do
 // nothing.

@@ -78,3 +78,19 @@ func TestNewPublisherTellsAnOutageFromAMisconfiguration(t *testing.T) {
 		}
 	}
 }
+
+// MaxRecordBytes reports Config.MaxMessageBytes, its default when zero:
+// the relay's claim check takes its threshold from it.
+func TestMaxRecordBytesIsTheProducersLimit(t *testing.T) {
+	t.Parallel()
+	for cfg, want := range map[int]int{0: kafkapub.MaxMessageBytesDefault, 5000: 5000} {
+		p, err := kafkapub.NewPublisher([]string{"127.0.0.1:1"}, kafkapub.Config{MaxMessageBytes: cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.MaxRecordBytes(); got != want {
+			t.Errorf("MaxMessageBytes %d: MaxRecordBytes() = %d, want %d", cfg, got, want)
+		}
+		p.Close()
+	}
+}

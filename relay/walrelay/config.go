@@ -197,6 +197,13 @@ type Config struct {
 	// relay's option of that name does.
 	CloudEvents relay.CloudEventsConfig
 
+	// LargePayloads turns on a claim check for events too large for the
+	// broker, as the polling relay's option of that name does: the
+	// payload is stored before its reference is published, and a store
+	// away holds the events back (retried with backoff, never dead) as a
+	// broker away does. Off by default (Store nil).
+	LargePayloads relay.LargePayloadsConfig
+
 	// Logger receives the relay's logs. Default: slog.Default().
 	Logger *slog.Logger
 
@@ -289,6 +296,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}
 	if err := c.Table.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := c.LargePayloads.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if c.Publication != "" {

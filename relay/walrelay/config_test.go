@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/txoutbox/txoutbox/relay"
 )
 
 // Every duration and count has a floor, which Validate names with the
@@ -27,6 +29,7 @@ func TestConfigFloors(t *testing.T) {
 		{Config{StandbyRetry: time.Millisecond}, "StandbyRetry 1ms is below its floor 100ms"},
 		{Config{CleanupInterval: time.Millisecond}, "CleanupInterval 1ms is below its floor 10ms"},
 		{Config{StatsInterval: -time.Second}, "StatsInterval -1s is below its floor 10ms"},
+		{Config{LargePayloads: relay.LargePayloadsConfig{Over: 100}}, "LargePayloads.Over 100 is below its floor 1024"},
 	} {
 		err := c.cfg.Validate()
 		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {

@@ -146,10 +146,17 @@ func New(connString string, pub message.Publisher, cfg Config) (*Relay, error) {
 	// message with the same spans and publish metrics, under this
 	// package's instrumentation scope.
 	cfg = r.cfg
+	over := 0
+	if cfg.LargePayloads.Store != nil {
+		if over, err = publish.LargePayloadsOver(cfg.LargePayloads.Over, pub); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
 	if r.core, err = publish.New(publish.Config{
 		Scope: instrumentationName, Publisher: pub, LaneBatch: cfg.LaneBatch, Table: cfg.Table,
 		CloudEvents: cfg.CloudEvents.Enabled, CloudEventsSource: cfg.CloudEvents.Source,
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator, MessagingSystem: cfg.MessagingSystem,
+		LargePayloads: cfg.LargePayloads.Store, LargePayloadsOver: over,
 	}); err != nil {
 		return nil, fmt.Errorf("walrelay: metrics: %w", err)
 	}

@@ -51,6 +51,13 @@ type Config struct {
 	TracerProvider  trace.TracerProvider          // default: the global provider, at each publish
 	Propagator      propagation.TextMapPropagator // default: the global propagator, or W3C trace context
 	MessagingSystem string                        // default: known from Publisher
+
+	// LargePayloads, when not nil, stores the payload of a message whose
+	// record would be larger than LargePayloadsOver bytes (0: see
+	// LargePayloadsOver), and the reference it returns is published
+	// instead.
+	LargePayloads     LargePayloads
+	LargePayloadsOver int
 }
 
 // Core publishes events for one relay. It is safe for concurrent use by
@@ -65,6 +72,9 @@ type Core struct {
 	system     string // messaging.system
 	table      string // TableAttribute's value
 	met        *instruments
+	large      LargePayloads // nil: no claim check
+	over       int           // the claim check's threshold
+	tableCfg   txoutbox.Table
 }
 
 // New returns the core of cfg, its instruments made on cfg.MeterProvider.
@@ -82,7 +92,13 @@ func New(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	c := &Core{pub: cfg.Publisher, limit: 1, trace: newTracing(cfg.TracerProvider, cfg.Scope), propagator: cfg.Propagator,
-		system: messagingSystem(cfg.MessagingSystem, cfg.Publisher), table: table, met: met}
+		system: messagingSystem(cfg.MessagingSystem, cfg.Publisher), table: table, met: met, tableCfg: cfg.Table}
+	if cfg.LargePayloads != nil {
+		if c.over, err = LargePayloadsOver(cfg.LargePayloadsOver, cfg.Publisher); err != nil {
+			return nil, err
+		}
+		c.large = cfg.LargePayloads
+	}
 	if bp, ok := cfg.Publisher.(BatchPublisher); ok && cfg.LaneBatch > 1 {
 		c.batch, c.limit = bp, cfg.LaneBatch
 	}
@@ -135,8 +151,13 @@ func (c *Core) Send(ctx context.Context, events []*txoutbox.Event) []error {
 // publish sends one event and returns once the broker acknowledged it.
 // Without tracing no tracing work is done per event.
 func (c *Core) publish(ctx context.Context, e *txoutbox.Event) error {
-	msg := c.Message(e)
 	start := time.Now()
+	msg, err := c.offload(ctx, e, c.Message(e))
+	if err != nil {
+		err = wrap(e, err)
+		c.met.record(ctx, e.Topic, time.Since(start), err)
+		return err
+	}
 	var span trace.Span
 	if t := c.trace.tracer(); t != nil {
 		var spanCtx context.Context
@@ -145,7 +166,7 @@ func (c *Core) publish(ctx context.Context, e *txoutbox.Event) error {
 	} else {
 		msg.SetContext(ctx)
 	}
-	err := wrap(e, c.pub.Publish(e.Topic, msg))
+	err = wrap(e, c.pub.Publish(e.Topic, msg))
 	if span != nil {
 		endSpan(span, err)
 	}
@@ -153,10 +174,60 @@ func (c *Core) publish(ctx context.Context, e *txoutbox.Event) error {
 	return err
 }
 
-// sendBatch sends events in one PublishBatch call.
+// sendBatch sends events in one PublishBatch call, those whose payload
+// the claim check (if any) stored as references.
 func (c *Core) sendBatch(ctx context.Context, events []*txoutbox.Event) []error {
-	topics := make([]string, len(events))
+	// An event whose payload the claim check could not store fails alone;
+	// the others go out. They are of distinct aggregates, so none waits
+	// on it.
+	var failed []error
+	if c.large != nil {
+		msgs := make([]*message.Message, 0, len(events))
+		sent := make([]*txoutbox.Event, 0, len(events))
+		for i, e := range events {
+			start := time.Now()
+			msg, err := c.offload(ctx, e, c.Message(e))
+			if err != nil {
+				if failed == nil {
+					failed = make([]error, len(events))
+				}
+				failed[i] = wrap(e, err)
+				c.met.record(ctx, e.Topic, time.Since(start), failed[i])
+				continue
+			}
+			msgs = append(msgs, msg)
+			sent = append(sent, e)
+		}
+		if failed == nil {
+			return c.sendMessages(ctx, events, msgs)
+		}
+		if len(sent) == 0 {
+			return failed
+		}
+		errs := c.sendMessages(ctx, sent, msgs)
+		j := 0
+		for i := range events {
+			if failed[i] != nil {
+				continue
+			}
+			if errs != nil {
+				failed[i] = errs[j]
+			}
+			j++
+		}
+		return failed
+	}
 	msgs := make([]*message.Message, len(events))
+	for i, e := range events {
+		msgs[i] = c.Message(e)
+	}
+	return c.sendMessages(ctx, events, msgs)
+}
+
+// sendMessages sends msgs, the messages of events, in one PublishBatch
+// call.
+func (c *Core) sendMessages(ctx context.Context, events []*txoutbox.Event, msgs []*message.Message) []error {
+	topics := make([]string, len(events))
 	var spans []trace.Span
 	t := c.trace.tracer()
 	if t != nil {
@@ -164,7 +235,6 @@ func (c *Core) sendBatch(ctx context.Context, events []*txoutbox.Event) []error 
 	}
 	for i, e := range events {
 		topics[i] = e.Topic
-		msgs[i] = c.Message(e)
 		if t == nil {
 			msgs[i].SetContext(ctx)
 			continue
