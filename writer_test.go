@@ -218,7 +218,7 @@ func TestWritePgxAndNotify(t *testing.T) {
 
 	tx, end := pgxBegin(t, ctx, db)
 	defer end()
-	if err := w.WritePgx(ctx, tx, event("9", 1), event("9", 2), event("9", 3)); err != nil {
+	if err := w.Write(ctx, txoutbox.Pgx(tx), event("9", 1), event("9", 2), event("9", 3)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -289,7 +289,7 @@ func TestWALMessagesNeedARelaysSlot(t *testing.T) {
 		sqlErr = w.Write(ctx, tx, event("k", 1))
 		ptx, end := pgxBegin(t, ctx, db)
 		defer end()
-		return sqlErr, w.WritePgx(ctx, ptx, event("k", 1))
+		return sqlErr, w.Write(ctx, txoutbox.Pgx(ptx), event("k", 1))
 	}
 	if sqlErr, pgxErr := write(); !errors.Is(sqlErr, txoutbox.ErrNoWALSlot) || !errors.Is(pgxErr, txoutbox.ErrNoWALSlot) {
 		t.Fatalf("without a slot: Write %v, WritePgx %v; want ErrNoWALSlot", sqlErr, pgxErr)
@@ -335,7 +335,7 @@ func TestWriterWritesNotBefore(t *testing.T) {
 	defer end()
 	pgxScheduled := event("d", 4)
 	pgxScheduled.NotBefore = later
-	if err := w.WritePgx(ctx, ptx, pgxScheduled); err != nil {
+	if err := w.Write(ctx, txoutbox.Pgx(ptx), pgxScheduled); err != nil {
 		t.Fatal(err)
 	}
 	if err := ptx.Commit(ctx); err != nil {

@@ -143,7 +143,7 @@ func TestRequireEventReadsThroughPgx(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if err := w.WritePgx(ctx, tx, event(t, "7", "order.placed", orderPlaced{Total: 5})); err != nil {
+	if err := w.Write(ctx, txoutbox.Pgx(tx), event(t, "7", "order.placed", orderPlaced{Total: 5})); err != nil {
 		t.Fatal(err)
 	}
 	var ftb fakeTB
