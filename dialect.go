@@ -1,6 +1,8 @@
 package txoutbox
 
 import (
+	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -46,6 +48,21 @@ func DialectOf(db interface{ Driver() driver.Driver }) (Dialect, error) {
 	}
 	d, err := outboxsql.DialectOfDriver(db.Driver())
 	return Dialect(d), err
+}
+
+// DetectDialect is DialectOf, and for a driver DialectOf does not know
+// (a tracing wrapper, say) a probe: one SELECT version() on db, which
+// tells PostgreSQL's answer from MySQL's and MariaDB's.
+func DetectDialect(ctx context.Context, db *sql.DB) (Dialect, error) {
+	d, err := DialectOf(db)
+	if err == nil || !errors.Is(err, ErrUnknownDriver) {
+		return d, err
+	}
+	var v string
+	if perr := db.QueryRowContext(ctx, outboxsql.DialectProbe).Scan(&v); perr != nil {
+		return 0, fmt.Errorf("%w; probing the server failed too: %w", err, perr)
+	}
+	return Dialect(outboxsql.DialectOfVersion(v)), nil
 }
 
 // internal returns d for internal/outboxsql, or ErrInvalidDialect.
