@@ -44,7 +44,7 @@ func listen(t *testing.T, ctx context.Context, db *testkit.DB) *pgx.Conn {
 }
 
 // pgxBegin begins a transaction on a pgx connection of its own to db, for
-// WritePgx; end rolls back what was not committed and closes the
+// txoutbox.Pgx; end rolls back what was not committed and closes the
 // connection.
 func pgxBegin(t *testing.T, ctx context.Context, db *testkit.DB) (tx pgx.Tx, end func()) {
 	t.Helper()
@@ -272,7 +272,7 @@ func TestWriterThousandEventsInOneStatement(t *testing.T) {
 	}
 }
 
-func TestWritePgxAndNotify(t *testing.T) {
+func TestWriteThroughPgxAndNotify(t *testing.T) {
 	t.Parallel()
 	db := testkit.NewOutbox(t)
 	w := testkit.NewWriter(t, db.Table())
@@ -356,7 +356,7 @@ func TestWALMessagesNeedARelaysSlot(t *testing.T) {
 		return sqlErr, w.Write(ctx, txoutbox.Pgx(ptx), event("k", 1))
 	}
 	if sqlErr, pgxErr := write(); !errors.Is(sqlErr, txoutbox.ErrNoWALSlot) || !errors.Is(pgxErr, txoutbox.ErrNoWALSlot) {
-		t.Fatalf("without a slot: Write %v, WritePgx %v; want ErrNoWALSlot", sqlErr, pgxErr)
+		t.Fatalf("without a slot: Write %v, Write through Pgx %v; want ErrNoWALSlot", sqlErr, pgxErr)
 	}
 	slot, pub := "s_"+db.Schema, "p_"+db.Schema
 	for _, q := range []string{
@@ -372,13 +372,13 @@ func TestWALMessagesNeedARelaysSlot(t *testing.T) {
 		_, _ = db.SQL.Exec(`DROP PUBLICATION IF EXISTS ` + pub)
 	})
 	if sqlErr, pgxErr := write(); !errors.Is(sqlErr, txoutbox.ErrNoWALSlot) || !errors.Is(pgxErr, txoutbox.ErrNoWALSlot) {
-		t.Fatalf("with a slot no relay marked: Write %v, WritePgx %v; want ErrNoWALSlot", sqlErr, pgxErr)
+		t.Fatalf("with a slot no relay marked: Write %v, Write through Pgx %v; want ErrNoWALSlot", sqlErr, pgxErr)
 	}
 	if _, err := db.SQL.ExecContext(ctx, `COMMENT ON PUBLICATION `+pub+` IS 'txoutbox: slot `+slot+` up to 0/1 publication x'`); err != nil {
 		t.Fatal(err)
 	}
 	if sqlErr, pgxErr := write(); sqlErr != nil || pgxErr != nil {
-		t.Fatalf("with the relay's slot: Write %v, WritePgx %v", sqlErr, pgxErr)
+		t.Fatalf("with the relay's slot: Write %v, Write through Pgx %v", sqlErr, pgxErr)
 	}
 }
 
