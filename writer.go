@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
@@ -27,15 +27,54 @@ type SQLExecer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// PgxExecer is what the Writer needs of a pgx transaction (pgx.Tx).
-type PgxExecer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+// PgxExecer is what Pgx needs of a pgx transaction (pgx.Tx): its Exec,
+// whose T is pgconn.CommandTag. The type parameter keeps pgx out of this
+// module, so a MySQL user's module graph has none of it.
+type PgxExecer[T CommandTag] interface {
+	Exec(ctx context.Context, sql string, args ...any) (T, error)
+}
+
+// CommandTag is what Pgx needs of pgx's pgconn.CommandTag.
+type CommandTag interface {
+	RowsAffected() int64
+}
+
+// Pgx adapts a pgx transaction (pgx.Tx) for Writer.Write and for package
+// inbox: w.Write(ctx, txoutbox.Pgx(tx), events...). T is inferred from tx.
+func Pgx[T CommandTag](tx PgxExecer[T]) SQLExecer { return pgxExecer[T]{tx} }
+
+type pgxExecer[T CommandTag] struct{ tx PgxExecer[T] }
+
+func (p pgxExecer[T]) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if p.tx == nil {
+		return nil, errors.New("txoutbox: pgx: the pgx.Tx is nil")
+	}
+	tag, err := p.tx.Exec(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgxResult(tag.RowsAffected()), nil
+}
+
+// pgxResult is a command tag's row count as a sql.Result.
+type pgxResult int64
+
+func (r pgxResult) RowsAffected() (int64, error) { return int64(r), nil }
+
+func (pgxResult) LastInsertId() (int64, error) {
+	return 0, errors.New("txoutbox: pgx: LastInsertId is not supported by PostgreSQL")
 }
 
 // WriterConfig configures a Writer. The zero value is valid.
 type WriterConfig struct {
 	// Table is the outbox table. Default: "outbox" on the search_path.
 	Table Table
+
+	// Dialect is the database the outbox lives in. Default: PostgreSQL.
+	// On MySQL the writer sends MySQL's insert, and NOTIFY and
+	// WALMessages do not exist (WALMessages is refused); DialectOf tells
+	// it from a *sql.DB.
+	Dialect Dialect
 
 	// MaxPayloadBytes rejects larger events at write time: payload plus
 	// aggregate id, type, aggregate type and headers. Default:
@@ -103,11 +142,19 @@ type Writer struct {
 	insertOneQuiet string       // the same without NOTIFY
 	propagator     propagation.TextMapPropagator
 	walMessages    bool // WALMessages: emit instead of insert
+	dialect        outboxsql.Dialect
 }
 
 // NewWriter validates cfg and returns a Writer.
 func NewWriter(cfg WriterConfig) (*Writer, error) {
-	names, err := outboxsql.NamesFor(cfg.Table.Schema, cfg.Table.Name)
+	dialect, err := cfg.Dialect.internal()
+	if err != nil {
+		return nil, fmt.Errorf("txoutbox: WriterConfig.Dialect: %w", err)
+	}
+	if dialect == outboxsql.MySQL && cfg.WALMessages {
+		return nil, errors.New("txoutbox: WriterConfig.WALMessages needs PostgreSQL's write-ahead log; MySQL has none")
+	}
+	names, err := outboxsql.NamesForDialect(dialect, cfg.Table.Schema, cfg.Table.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +170,13 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	w := &Writer{names: names, maxPayload: cfg.MaxPayloadBytes, notify: !cfg.DisableNotify,
 		notifyInterval: cfg.NotifyInterval, propagator: cfg.Propagator}
 	w.walMessages = cfg.WALMessages
+	w.dialect = dialect
+	if dialect == outboxsql.MySQL {
+		w.notify = false // no NOTIFY: relays poll
+		w.insertOne = outboxsql.MySQLInsert(names, 1)
+		w.insertOneQuiet = w.insertOne
+		return w, nil
+	}
 	w.insertOne = outboxsql.Insert(names, 1, w.notify)
 	w.insertOneQuiet = outboxsql.Insert(names, 1, false)
 	return w, nil
@@ -169,14 +223,6 @@ func (w *Writer) Write(ctx context.Context, tx SQLExecer, events ...Event) error
 	})
 }
 
-// WritePgx is Write for a pgx transaction (pgx.Tx).
-func (w *Writer) WritePgx(ctx context.Context, tx PgxExecer, events ...Event) error {
-	return w.write(ctx, events, func(query string, args []any) (int64, error) {
-		tag, err := tx.Exec(ctx, query, args...)
-		return tag.RowsAffected(), err
-	})
-}
-
 // write writes events through exec, which returns the rows the statement
 // returned or changed (-1 when the driver does not say).
 func (w *Writer) write(ctx context.Context, events []Event, exec func(string, []any) (int64, error)) error {
@@ -210,6 +256,9 @@ func (w *Writer) write(ctx context.Context, events []Event, exec func(string, []
 		}
 	}
 	traced := traceHeaders(ctx, w.propagator)
+	if w.dialect == outboxsql.MySQL {
+		return w.writeMySQL(events, traced, exec)
+	}
 	notify := !w.walMessages && w.shouldNotify(now)
 	for start := 0; start < len(events); start += maxRowsPerStatement {
 		chunk := events[start:min(start+maxRowsPerStatement, len(events))]
@@ -239,13 +288,86 @@ func (w *Writer) write(ctx context.Context, events []Event, exec func(string, []
 			return err
 		}
 		if _, err := exec(query, args); err != nil {
-			if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == outboxsql.NotBeforeStreamedCode {
-				return fmt.Errorf("%w: %s: %s", ErrNotBeforeStreamed, w.names.Table, pgErr.Message)
+			if outboxsql.SQLState(err) == outboxsql.NotBeforeStreamedCode {
+				return fmt.Errorf("%w: %s: %s", ErrNotBeforeStreamed, w.names.Table, serverMessage(err))
+			}
+			if outboxsql.MySQLErrorNumber(err) == mysqlSyntaxError {
+				return fmt.Errorf("txoutbox: insert %d events into %s: %w (the Writer sends PostgreSQL's SQL and the database is MySQL: set WriterConfig.Dialect to txoutbox.MySQL)",
+					len(chunk), w.names.Table, err)
 			}
 			return fmt.Errorf("txoutbox: insert %d events into %s: %w", len(chunk), w.names.Table, err)
 		}
 	}
 	return nil
+}
+
+// mysqlSyntaxError is MySQL's and MariaDB's ER_PARSE_ERROR.
+const mysqlSyntaxError = 1064
+
+// serverMessage is the server's message in err without the driver's
+// decoration: pgconn.PgError's Message field, read through its
+// interface-free error text "ERROR: message (SQLSTATE code)".
+func serverMessage(err error) string {
+	var e interface{ SQLState() string }
+	if !errors.As(err, &e) {
+		return err.Error()
+	}
+	msg := e.(error).Error()
+	msg = strings.TrimPrefix(msg, "ERROR: ")
+	if i := strings.LastIndex(msg, " (SQLSTATE "); i >= 0 {
+		msg = msg[:i]
+	}
+	return msg
+}
+
+// mysqlMaxStatementBytes bounds the payload and headers of one MySQL insert,
+// so a batch of large events stays within the server's max_allowed_packet
+// (16 MiB by default on MariaDB, 64 MiB on MySQL); one event larger than it
+// goes alone.
+const mysqlMaxStatementBytes = 8 << 20
+
+// writeMySQL inserts events on MySQL, in statements of at most
+// MySQLMaxRowsPerStatement rows and about mysqlMaxStatementBytes.
+func (w *Writer) writeMySQL(events []Event, traced propagation.MapCarrier, exec func(string, []any) (int64, error)) error {
+	args := make([]any, 0, min(len(events), outboxsql.MySQLMaxRowsPerStatement)*outboxsql.MySQLInsertParamsPerRow)
+	rows, size := 0, 0
+	flush := func() error {
+		if rows == 0 {
+			return nil
+		}
+		query := w.insertOne
+		if rows > 1 {
+			query = outboxsql.MySQLInsert(w.names, rows)
+		}
+		if _, err := exec(query, args); err != nil {
+			return fmt.Errorf("txoutbox: insert %d events into %s: %w", rows, w.names.Table, err)
+		}
+		args, rows, size = args[:0], 0, 0
+		return nil
+	}
+	for i := range events {
+		e := &events[i]
+		headers, err := encodeHeaders(e.Headers, traced)
+		if err != nil {
+			return err
+		}
+		n := len(e.Payload) + len(headers)
+		if rows == outboxsql.MySQLMaxRowsPerStatement || rows > 0 && size+n > mysqlMaxStatementBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		payload := e.Payload
+		if payload == nil {
+			payload = []byte{}
+		}
+		args = outboxsql.MySQLInsertRow{EventID: e.ID.String(), Topic: e.Topic, AggregateType: e.AggregateType,
+			AggregateID: e.AggregateID, EventType: e.Type, ContentType: e.contentType(), Payload: payload,
+			Headers: headers, CreatedAt: e.CreatedAt, NotBefore: e.NotBefore}.AppendArgs(args)
+		rows++
+		size += n
+	}
+	return flush()
 }
 
 // shouldNotify reports whether this write sends NOTIFY: the first write

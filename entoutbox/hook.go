@@ -24,7 +24,7 @@ type generated interface {
 // hook is one schema's Mixin, validated, with its writer.
 type hook struct {
 	mx Mixin
-	w  *txoutbox.Writer
+	ws map[txoutbox.Dialect]writerOrErr // by the ent driver's dialect
 
 	// bulks are the CreateBulk chains in progress, by transaction driver.
 	// ent runs a bulk's hooks nested, builder 0's outermost, and each
@@ -44,11 +44,17 @@ func newHook(mx Mixin) (*hook, error) {
 	if err := mx.Validate(); err != nil {
 		return nil, err
 	}
-	w, err := txoutbox.NewWriter(mx.Writer)
-	if err != nil {
+	ws := writersFor(mx.Writer)
+	if mx.Writer.Dialect == 0 {
+		// PostgreSQL's must build, as before MySQL; MySQL's error, if
+		// any, is reported at a write on MySQL.
+		if err := ws[txoutbox.PostgreSQL].err; err != nil {
+			return nil, err
+		}
+	} else if err := ws[mx.Writer.Dialect].err; err != nil {
 		return nil, err
 	}
-	return &hook{mx: mx, w: w, bulks: map[any]*bulk{}}, nil
+	return &hook{mx: mx, ws: ws, bulks: map[any]*bulk{}}, nil
 }
 
 // enterCreate registers a create on drv's transaction. It returns the bulk
@@ -83,9 +89,13 @@ func (h *hook) mutate(ctx context.Context, m ent.Mutation, next ent.Mutator) (en
 	if !ok {
 		return nil, fail("%w (mutation type %T)", ErrNotGenerated, m)
 	}
-	ex, err := Execer(g)
+	ex, d, err := execer(g)
 	if err != nil {
 		return nil, fail("%w", err)
+	}
+	we := h.ws[d]
+	if we.err != nil {
+		return nil, fail("%w", we.err)
 	}
 	var (
 		outer    *bulk
@@ -149,7 +159,7 @@ func (h *hook) mutate(ctx context.Context, m ent.Mutation, next ent.Mutator) (en
 			events = append(events, nested.nested[i]...)
 		}
 	}
-	if err := h.w.Write(ctx, ex, events...); err != nil {
+	if err := we.w.Write(ctx, ex, events...); err != nil {
 		return nil, fail("%w", err)
 	}
 	return v, nil

@@ -23,14 +23,26 @@ type Tx interface {
 // own, e.g. one with another table. It returns an error matching
 // ErrNoTransaction if tx is not a transaction, for example the client.
 func Execer(tx Tx) (txoutbox.SQLExecer, error) {
+	ex, _, err := execer(tx)
+	return ex, err
+}
+
+// execer is Execer with the dialect of tx's driver.
+func execer(tx Tx) (txoutbox.SQLExecer, txoutbox.Dialect, error) {
 	drv, inTx := tx.EntoutboxDriver()
 	if !inTx {
-		return nil, errNoTransaction
+		return nil, 0, errNoTransaction
 	}
-	if d := drv.Dialect(); d != dialect.Postgres {
-		return nil, fmt.Errorf("entoutbox: the outbox needs PostgreSQL, the ent driver's dialect is %q", d)
+	var d txoutbox.Dialect
+	switch name := drv.Dialect(); name {
+	case dialect.Postgres:
+		d = txoutbox.PostgreSQL
+	case dialect.MySQL:
+		d = txoutbox.MySQL
+	default:
+		return nil, 0, fmt.Errorf("entoutbox: the outbox needs PostgreSQL, MySQL or MariaDB, the ent driver's dialect is %q", name)
 	}
-	return driverExecer{drv}, nil
+	return driverExecer{drv}, d, nil
 }
 
 // driverExecer runs statements through the ent driver rather than the
@@ -46,9 +58,36 @@ func (e driverExecer) ExecContext(ctx context.Context, query string, args ...any
 	return res, nil
 }
 
-var defaultWriter = sync.OnceValues(func() (*txoutbox.Writer, error) {
-	return txoutbox.NewWriter(txoutbox.WriterConfig{})
+var defaultWriters = sync.OnceValue(func() map[txoutbox.Dialect]writerOrErr {
+	return writersFor(txoutbox.WriterConfig{})
 })
+
+// writerOrErr is the Writer of one dialect, or why the configuration has
+// none (WALMessages on MySQL, say).
+type writerOrErr struct {
+	w   *txoutbox.Writer
+	err error
+}
+
+// writersFor builds cfg's Writer for each dialect (only Dialect's, if it
+// names one): an ent client's dialect is known at each write only.
+func writersFor(cfg txoutbox.WriterConfig) map[txoutbox.Dialect]writerOrErr {
+	out := map[txoutbox.Dialect]writerOrErr{}
+	for _, d := range []txoutbox.Dialect{txoutbox.PostgreSQL, txoutbox.MySQL} {
+		if cfg.Dialect != 0 && cfg.Dialect != d {
+			out[d] = writerOrErr{err: fmt.Errorf("entoutbox: the Writer's Dialect is %s, and the ent driver's is %s", cfg.Dialect, d)}
+			continue
+		}
+		wc := cfg
+		wc.Dialect = d
+		w, err := txoutbox.NewWriter(wc)
+		if err != nil {
+			err = fmt.Errorf("entoutbox: on %s: %w", d, err)
+		}
+		out[d] = writerOrErr{w, err}
+	}
+	return out
+}
 
 // Emit writes events to the default outbox table ("outbox" on the
 // connection's search_path) in tx, the application's *ent.Tx, in one round
@@ -60,13 +99,13 @@ var defaultWriter = sync.OnceValues(func() (*txoutbox.Writer, error) {
 // aborted the transaction: roll it back. For another table, build a
 // txoutbox.Writer and pass it Execer(tx).
 func Emit(ctx context.Context, tx Tx, events ...txoutbox.Event) error {
-	ex, err := Execer(tx)
+	ex, d, err := execer(tx)
 	if err != nil {
 		return err
 	}
-	w, err := defaultWriter()
-	if err != nil {
-		return err
+	we := defaultWriters()[d]
+	if we.err != nil {
+		return we.err
 	}
-	return w.Write(ctx, ex, events...)
+	return we.w.Write(ctx, ex, events...)
 }

@@ -143,7 +143,12 @@ func (p *Plugin) write(o op) func(*gorm.DB) {
 			db.AddError(fmt.Errorf("gormoutbox: %w: %s of %s", ErrNoTransaction, o, info.aggregateType))
 			return
 		}
-		if err := p.writer.Write(stmt.Context, stmt.ConnPool, events...); err != nil {
+		w, err := p.writer(db)
+		if err != nil {
+			db.AddError(err)
+			return
+		}
+		if err := w.Write(stmt.Context, stmt.ConnPool, events...); err != nil {
 			db.AddError(fmt.Errorf("gormoutbox: %s of %s: write %d outbox events: %w", o, info.aggregateType, len(events), err))
 		}
 	}

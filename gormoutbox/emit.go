@@ -46,7 +46,11 @@ func Emit(tx *gorm.DB, events ...txoutbox.Event) error {
 			}
 		}
 	}
-	if err := p.writer.Write(tx.Statement.Context, tx.Statement.ConnPool, events...); err != nil {
+	w, err := p.writer(tx)
+	if err != nil {
+		return err
+	}
+	if err := w.Write(tx.Statement.Context, tx.Statement.ConnPool, events...); err != nil {
 		return fmt.Errorf("gormoutbox: emit %d events: %w", len(events), err)
 	}
 	return nil

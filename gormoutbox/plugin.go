@@ -16,7 +16,7 @@ const Name = "gormoutbox"
 // it with New and register it with db.Use. One Plugin may be registered on
 // several *gorm.DB.
 type Plugin struct {
-	writer       *txoutbox.Writer
+	writers      map[string]writerOrErr // by GORM's dialect name: "postgres", "mysql"
 	defaultTopic string
 	policy       TxPolicy
 }
@@ -28,11 +28,44 @@ func New(cfg Config) (*Plugin, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	w, err := txoutbox.NewWriter(cfg.Writer)
-	if err != nil {
-		return nil, fmt.Errorf("gormoutbox: %w", err)
+	p := &Plugin{writers: map[string]writerOrErr{}, defaultTopic: cfg.DefaultTopic, policy: cfg.TxPolicy}
+	// One Plugin may be registered on several *gorm.DB, of either
+	// database: a writer per dialect, unless Writer.Dialect names one.
+	for name, d := range map[string]txoutbox.Dialect{"postgres": txoutbox.PostgreSQL, "mysql": txoutbox.MySQL} {
+		if cfg.Writer.Dialect != 0 && cfg.Writer.Dialect != d {
+			p.writers[name] = writerOrErr{err: fmt.Errorf("gormoutbox: Config.Writer.Dialect is %s, and this *gorm.DB is %s", cfg.Writer.Dialect, d)}
+			continue
+		}
+		wc := cfg.Writer
+		wc.Dialect = d
+		w, err := txoutbox.NewWriter(wc)
+		if err != nil && (d == cfg.Writer.Dialect || d == txoutbox.PostgreSQL && cfg.Writer.Dialect == 0) {
+			return nil, fmt.Errorf("gormoutbox: %w", err)
+		}
+		if err != nil {
+			err = fmt.Errorf("gormoutbox: on MySQL: %w", err)
+		}
+		p.writers[name] = writerOrErr{w, err}
 	}
-	return &Plugin{writer: w, defaultTopic: cfg.DefaultTopic, policy: cfg.TxPolicy}, nil
+	return p, nil
+}
+
+// writerOrErr is the Writer of one dialect, or why the configuration has
+// none (WALMessages on MySQL, say), reported when a *gorm.DB of that
+// dialect registers the plugin.
+type writerOrErr struct {
+	w   *txoutbox.Writer
+	err error
+}
+
+// writer is the Writer for db's dialect.
+func (p *Plugin) writer(db *gorm.DB) (*txoutbox.Writer, error) {
+	name := db.Dialector.Name()
+	we, ok := p.writers[name]
+	if !ok {
+		return nil, fmt.Errorf("gormoutbox: dialect %q is not supported: the outbox lives in PostgreSQL, MySQL or MariaDB", name)
+	}
+	return we.w, we.err
 }
 
 // Name implements gorm.Plugin.
@@ -43,8 +76,8 @@ func (p *Plugin) Name() string { return Name }
 // ordering another plugin asked for. GORM leaves a *gorm.DB whose callbacks
 // failed to compile unusable, so treat that error as fatal.
 func (p *Plugin) Initialize(db *gorm.DB) error {
-	if name := db.Dialector.Name(); name != "postgres" {
-		return fmt.Errorf("gormoutbox: dialect %q is not supported: the outbox lives in PostgreSQL", name)
+	if _, err := p.writer(db); err != nil {
+		return err
 	}
 	cb := db.Callback()
 	type reg struct {

@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -48,6 +49,11 @@ type Config struct {
 	// name differs from txoutbox.Table's ("outbox").
 	Table txoutbox.Table
 
+	// Dialect is the database the inbox table lives in. Default:
+	// PostgreSQL. txoutbox.DialectOf tells it from a *sql.DB. On MySQL a
+	// consumer name is at most 255 bytes.
+	Dialect txoutbox.Dialect
+
 	// PruneBatch is the most rows one Prune statement deletes. Default:
 	// PruneBatchDefault.
 	PruneBatch int
@@ -69,12 +75,38 @@ type Inbox struct {
 	prune      string
 	pruneBatch int
 	txOptions  *sql.TxOptions
+	mysql      bool
 }
 
 // New validates cfg and returns an Inbox.
 func New(cfg Config) (*Inbox, error) {
 	if cfg.Table.Name == "" {
 		cfg.Table.Name = TableNameDefault
+	}
+	mysql := false
+	switch cfg.Dialect {
+	case 0, txoutbox.PostgreSQL:
+	case txoutbox.MySQL:
+		mysql = true
+	default:
+		return nil, fmt.Errorf("inbox: Config.Dialect: %w: %d", txoutbox.ErrInvalidDialect, uint8(cfg.Dialect))
+	}
+	if mysql {
+		names, err := outboxsql.MySQLNamesFor(cfg.Table.Schema, cfg.Table.Name)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: %w", err)
+		}
+		if cfg.PruneBatch < 0 {
+			return nil, fmt.Errorf("inbox: Config.PruneBatch is negative (%d)", cfg.PruneBatch)
+		}
+		return &Inbox{
+			table:      names.Table,
+			claim:      outboxsql.MySQLRender(names, outboxsql.MySQLInboxClaim),
+			prune:      outboxsql.MySQLRender(names, outboxsql.MySQLInboxPrune),
+			pruneBatch: cmp.Or(cfg.PruneBatch, PruneBatchDefault),
+			txOptions:  cfg.TxOptions,
+			mysql:      true,
+		}, nil
 	}
 	names, err := outboxsql.NamesFor(cfg.Table.Schema, cfg.Table.Name)
 	if err != nil {
@@ -109,7 +141,7 @@ func New(cfg Config) (*Inbox, error) {
 // waits for it: it then returns false if that transaction committed, and
 // true if it rolled back. So concurrent duplicates are handled once.
 func (ib *Inbox) Claim(ctx context.Context, tx txoutbox.SQLExecer, consumer string, eventID uuid.UUID) (first bool, err error) {
-	if err := checkArgs(consumer, eventID); err != nil {
+	if err := ib.checkArgs(consumer, eventID); err != nil {
 		return false, err
 	}
 	if tx == nil {
@@ -171,7 +203,7 @@ func (ib *Inbox) Run(ctx context.Context, db Beginner, consumer string, eventID 
 func (ib *Inbox) run(ctx context.Context, db Beginner, consumer string, eventID uuid.UUID, claim bool, fn func(tx *sql.Tx) error) (processed bool, err error) {
 	if claim {
 		// Checked before BeginTx so bad input costs no round trip.
-		if err := checkArgs(consumer, eventID); err != nil {
+		if err := ib.checkArgs(consumer, eventID); err != nil {
 			return false, err
 		}
 	}
@@ -200,9 +232,15 @@ func (ib *Inbox) run(ctx context.Context, db Beginner, consumer string, eventID 
 	return true, nil
 }
 
-func checkArgs(consumer string, eventID uuid.UUID) error {
+func (ib *Inbox) checkArgs(consumer string, eventID uuid.UUID) error {
 	if consumer == "" {
 		return fmt.Errorf("%w: empty", ErrInvalidConsumer)
+	}
+	if ib.mysql && len(consumer) > outboxsql.MySQLInboxConsumerMaxBytes {
+		// INSERT IGNORE would cut it to fit, and two consumers would share
+		// their records.
+		return fmt.Errorf("%w: %d bytes is longer than the MySQL inbox table's %d", ErrInvalidConsumer,
+			len(consumer), outboxsql.MySQLInboxConsumerMaxBytes)
 	}
 	if eventID == uuid.Nil {
 		return fmt.Errorf("%w: the nil UUID", ErrInvalidEventID)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // Prune deletes the records of events processed more than olderThan ago,
@@ -38,7 +39,11 @@ func (ib *Inbox) Prune(ctx context.Context, db txoutbox.SQLExecer, olderThan tim
 	}
 	var total int64
 	for {
-		res, err := db.ExecContext(ctx, ib.prune, olderThan.Seconds(), ib.pruneBatch)
+		args := []any{olderThan.Seconds(), ib.pruneBatch}
+		if ib.mysql {
+			args = outboxsql.MySQLInboxPruneArgs{OlderThan: olderThan, Limit: ib.pruneBatch}.Args()
+		}
+		res, err := db.ExecContext(ctx, ib.prune, args...)
 		if err != nil {
 			return total, fmt.Errorf("inbox: prune %s: %w", ib.table, err)
 		}

@@ -53,6 +53,9 @@ func (m *Migrator) Check(ctx context.Context, need int) error {
 	if latest := m.latest(); need < 0 || need > latest {
 		return fmt.Errorf("migrations: check: version %d is needed; the %s set has versions 1 to %d", need, m.set.name, latest)
 	}
+	if m.dialect == outboxsql.MySQL {
+		return m.checkMySQL(ctx, need)
+	}
 	var (
 		tableExists, versioned, readable bool
 		role                             string
@@ -75,6 +78,11 @@ func (m *Migrator) Check(ctx context.Context, need int) error {
 	if err != nil {
 		return fmt.Errorf("migrations: check: %w", err)
 	}
+	return m.checkApplied(current, need)
+}
+
+// checkApplied is Check's verdict on the versions applied.
+func (m *Migrator) checkApplied(current map[int]appliedVersion, need int) error {
 	if err := m.refuseUnknown(current); err != nil {
 		return err
 	}

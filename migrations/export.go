@@ -29,8 +29,8 @@ const (
 func (m *Migrator) Export(format string) ([]File, error) {
 	var out []File
 	for _, mig := range m.migrations {
-		up := strings.TrimSpace(m.set.rename(mig.up, m.table)) + "\n"
-		down := strings.TrimSpace(m.set.rename(mig.down, m.table)) + "\n"
+		up := strings.TrimSpace(m.rename(mig.up)) + "\n"
+		down := strings.TrimSpace(m.rename(mig.down)) + "\n"
 		base := fmt.Sprintf("%04d_%s", mig.Version, mig.Name)
 		switch format {
 		case FormatGolangMigrate:

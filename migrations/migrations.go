@@ -11,9 +11,10 @@ import (
 	"strings"
 
 	"github.com/txoutbox/txoutbox/internal/ident"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
-//go:embed outbox/*.sql inbox/*.sql
+//go:embed outbox/*.sql inbox/*.sql mysql/outbox/*.sql mysql/inbox/*.sql
 var files embed.FS
 
 // Set is one versioned series of migrations, such as the outbox schema. Its
@@ -32,11 +33,27 @@ var Outbox = Set{name: "outbox"}
 // "inbox"), with versions recorded in <name>_schema_migrations.
 var Inbox = Set{name: "inbox"}
 
-// FS returns the set's SQL files: NNNN_name.up.sql and NNNN_name.down.sql,
-// plain SQL with the default table names, usable as they are by
-// golang-migrate and Atlas.
-func (s Set) FS() fs.FS {
-	sub, err := fs.Sub(files, s.name)
+// FS returns the set's SQL files for PostgreSQL: NNNN_name.up.sql and
+// NNNN_name.down.sql, plain SQL with the default table names, usable as
+// they are by golang-migrate and Atlas.
+func (s Set) FS() fs.FS { return s.fsIn(s.dir(outboxsql.PostgreSQL)) }
+
+// MySQLFS is FS for MySQL 8.0+ and MariaDB 10.6+: a series of its own,
+// the same tables with MySQL's types and indexes. A migration file holds
+// several statements; a tool that runs it whole needs the driver's
+// multiStatements=true (the Migrator runs them one by one).
+func (s Set) MySQLFS() fs.FS { return s.fsIn(s.dir(outboxsql.MySQL)) }
+
+// dir is the set's directory in the embedded FS for dialect d.
+func (s Set) dir(d outboxsql.Dialect) string {
+	if d == outboxsql.MySQL {
+		return "mysql/" + s.name
+	}
+	return s.name
+}
+
+func (s Set) fsIn(dir string) fs.FS {
+	sub, err := fs.Sub(files, dir)
 	if err != nil {
 		// Only reachable with a Set value not declared in this package.
 		return files
@@ -54,9 +71,13 @@ type migration struct {
 
 var fileName = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.(up|down)\.sql$`)
 
-// load reads the set's migrations in version order.
-func (s Set) load() ([]migration, error) {
-	entries, err := fs.ReadDir(files, s.name)
+// load reads the set's PostgreSQL migrations in version order.
+func (s Set) load() ([]migration, error) { return s.loadFor(outboxsql.PostgreSQL) }
+
+// loadFor reads the set's migrations for dialect d in version order.
+func (s Set) loadFor(d outboxsql.Dialect) ([]migration, error) {
+	dir := s.dir(d)
+	entries, err := fs.ReadDir(files, dir)
 	if err != nil {
 		return nil, fmt.Errorf("read %s migrations: %w", s.name, err)
 	}
@@ -64,10 +85,10 @@ func (s Set) load() ([]migration, error) {
 	for _, e := range entries {
 		m := fileName.FindStringSubmatch(e.Name())
 		if m == nil {
-			return nil, fmt.Errorf("migration file %s/%s: name is not NNNN_name.up|down.sql", s.name, e.Name())
+			return nil, fmt.Errorf("migration file %s/%s: name is not NNNN_name.up|down.sql", dir, e.Name())
 		}
 		v, _ := strconv.Atoi(m[1])
-		body, err := fs.ReadFile(files, path.Join(s.name, e.Name()))
+		body, err := fs.ReadFile(files, path.Join(dir, e.Name()))
 		if err != nil {
 			return nil, fmt.Errorf("read migration %s: %w", e.Name(), err)
 		}
@@ -102,9 +123,12 @@ func (s Set) load() ([]migration, error) {
 // rename returns the migration SQL with the set's base table names replaced
 // by quoted names derived from table. Schema qualification comes from the
 // search_path the migrator sets, because index names cannot be qualified.
-func (s Set) rename(sql, table string) string {
+func (s Set) rename(sql, table string) string { return s.renameQuoted(sql, table, ident.Quote) }
+
+// renameQuoted is rename with names quoted by quote (MySQL's backticks).
+func (s Set) renameQuoted(sql, table string, quote func(string) string) string {
 	re := regexp.MustCompile(`\b` + s.name + `(_[a-z0-9_]+)?\b`)
 	return re.ReplaceAllStringFunc(sql, func(word string) string {
-		return ident.Quote(table + strings.TrimPrefix(word, s.name))
+		return quote(table + strings.TrimPrefix(word, s.name))
 	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/ident"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // Config configures a Migrator. The zero value migrates the outbox schema
@@ -22,8 +23,14 @@ type Config struct {
 	// Table.Name, and the tables are created in Table.Schema (which is
 	// created if missing). Default: the set's own names, unqualified. The
 	// schema may be any name txoutbox.Table allows but "$user", which a
-	// search_path takes for the current role's schema.
+	// search_path takes for the current role's schema. On MySQL a schema
+	// is a database: Schema must be empty, and the tables are created in
+	// the database the connection names.
 	Table txoutbox.Table
+	// Dialect is the database's. Default: detected from db's driver
+	// (txoutbox.DetectDialect: the driver's type, or for a driver it does
+	// not know, such as a tracing wrapper, one SELECT version()).
+	Dialect txoutbox.Dialect
 }
 
 // Migrator applies and reverts a set of migrations and records the applied
@@ -31,6 +38,12 @@ type Config struct {
 // several processes at once: every operation runs in one transaction under
 // an advisory lock keyed by the table, and DDL in PostgreSQL is
 // transactional, so a failed migration leaves nothing half applied.
+//
+// On MySQL and MariaDB every DDL statement commits on its own: operations
+// are serialized by a named lock (GET_LOCK) keyed by the database and the
+// table instead, and a migration that fails part way leaves the statements
+// before the failure applied and its version unrecorded; the migrations
+// are written so that Up applies them again over what is there.
 type Migrator struct {
 	db         *sql.DB
 	set        Set
@@ -40,6 +53,8 @@ type Migrator struct {
 	tableName  string // quoted, qualified main table
 	versions   string // quoted, qualified version table
 	lockKey    string
+	dialect    outboxsql.Dialect
+	names      outboxsql.Names // MySQL's quoted names
 }
 
 // New validates cfg and returns a Migrator on db.
@@ -55,6 +70,31 @@ func New(db *sql.DB, cfg Config) (*Migrator, error) {
 	}
 	if err := cfg.Table.Validate(); err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	dialect := outboxsql.Dialect(cfg.Dialect)
+	if !dialect.Valid() {
+		return nil, fmt.Errorf("migrations: Config.Dialect: %w: %d", txoutbox.ErrInvalidDialect, uint8(cfg.Dialect))
+	}
+	if dialect == outboxsql.Unset {
+		ctx, cancel := context.WithTimeout(context.Background(), detectTimeout)
+		defer cancel()
+		d, err := txoutbox.DetectDialect(ctx, db)
+		if err != nil {
+			return nil, fmt.Errorf("migrations: %w", err)
+		}
+		dialect = outboxsql.Dialect(d)
+	}
+	if dialect == outboxsql.MySQL {
+		names, err := outboxsql.MySQLNamesFor(cfg.Table.Schema, cfg.Table.Name)
+		if err != nil {
+			return nil, fmt.Errorf("migrations: %w", err)
+		}
+		migs, err := cfg.Set.loadFor(dialect)
+		if err != nil {
+			return nil, fmt.Errorf("migrations: %w", err)
+		}
+		return &Migrator{db: db, set: cfg.Set, migrations: migs, table: cfg.Table.Name,
+			tableName: names.Table, versions: names.Versions, dialect: dialect, names: names}, nil
 	}
 	if cfg.Table.Schema == searchPathUser {
 		// The migrations run with the schema as the search_path, where
@@ -76,8 +116,12 @@ func New(db *sql.DB, cfg Config) (*Migrator, error) {
 		tableName:  ident.Qualified(cfg.Table.Schema, cfg.Table.Name),
 		versions:   ident.Qualified(cfg.Table.Schema, cfg.Table.Name+"_schema_migrations"),
 		lockKey:    "txoutbox.migrate." + cfg.Table.Schema + "." + cfg.Table.Name,
+		dialect:    outboxsql.PostgreSQL,
 	}, nil
 }
+
+// detectTimeout bounds New's probe of a driver DetectDialect does not know.
+const detectTimeout = 10 * time.Second
 
 // searchPathUser is the search_path entry that names the current role's
 // schema.
@@ -99,6 +143,9 @@ type Status struct {
 // none to a table that has a version the set does not have
 // (ErrSchemaTooNew).
 func (m *Migrator) Up(ctx context.Context) ([]int, error) {
+	if m.dialect == outboxsql.MySQL {
+		return m.upMySQL(ctx)
+	}
 	var applied []int
 	err := m.inLockedTx(ctx, func(tx *sql.Tx, current map[int]appliedVersion) error {
 		if err := m.refuseUnknown(current); err != nil {
@@ -129,6 +176,9 @@ func (m *Migrator) Up(ctx context.Context) ([]int, error) {
 // set does not have (ErrSchemaTooNew): that version's own release must
 // revert it first, or it would be left applied over what it built on.
 func (m *Migrator) Down(ctx context.Context) (int, error) {
+	if m.dialect == outboxsql.MySQL {
+		return m.downMySQL(ctx)
+	}
 	reverted := 0
 	err := m.inLockedTx(ctx, func(tx *sql.Tx, current map[int]appliedVersion) error {
 		if err := m.refuseUnknown(current); err != nil {
@@ -161,7 +211,7 @@ func (m *Migrator) Down(ctx context.Context) (int, error) {
 // order.
 func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	var out []Status
-	err := m.inLockedTx(ctx, func(_ *sql.Tx, current map[int]appliedVersion) error {
+	err := m.locked(ctx, func(current map[int]appliedVersion) error {
 		for _, mig := range m.migrations {
 			s := Status{Version: mig.Version, Name: mig.Name}
 			if a, ok := current[mig.Version]; ok {
@@ -181,6 +231,15 @@ func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 		return nil, fmt.Errorf("migrations: status: %w", err)
 	}
 	return out, nil
+}
+
+// locked runs fn under the set's lock with the applied versions: in a
+// transaction on PostgreSQL (committed), on a connection on MySQL.
+func (m *Migrator) locked(ctx context.Context, fn func(map[int]appliedVersion) error) error {
+	if m.dialect == outboxsql.MySQL {
+		return m.inMySQLLock(ctx, func(_ *sql.Conn, current map[int]appliedVersion) error { return fn(current) })
+	}
+	return m.inLockedTx(ctx, func(_ *sql.Tx, current map[int]appliedVersion) error { return fn(current) })
 }
 
 // inLockedTx runs fn in a transaction holding the set's advisory lock, with

@@ -30,6 +30,9 @@ const partitionVersion = 9
 // (ErrSchemaTooNew), and the role owning the table, and fails for a table
 // in a publication (see docs/partitions.md, which describes every step).
 func (m *Migrator) Partition(ctx context.Context, size int64) error {
+	if m.dialect == outboxsql.MySQL {
+		return errors.New("migrations: partition: partitioned outboxes are PostgreSQL's; MySQL's are not supported")
+	}
 	if m.set != Outbox {
 		return errors.New("migrations: partition: only the outbox set is partitioned")
 	}

@@ -87,8 +87,7 @@ func ReadEvents(ctx context.Context, q Querier) ([]Event, error) {
 	if tq, ok := q.(tableQuerier); ok {
 		q, table = tq.q, tq.table
 	}
-	names, err := outboxsql.NamesFor(table.Schema, table.Name)
-	if err != nil {
+	if _, err := outboxsql.NamesFor(table.Schema, table.Name); err != nil {
 		return nil, fmt.Errorf("outboxtest: %w", err)
 	}
 	if isNil(q) {
@@ -96,9 +95,20 @@ func ReadEvents(ctx context.Context, q Querier) ([]Event, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	query := names.Render(outboxsql.TestEvents)
 	if pool, ok := gormConnPool(q); ok {
 		q = pool
+	}
+	dialect, err := dialectOf(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	names, err := outboxsql.NamesForDialect(dialect, table.Schema, table.Name)
+	if err != nil {
+		return nil, fmt.Errorf("outboxtest: %w", err)
+	}
+	query := names.Render(outboxsql.TestEvents)
+	if dialect == outboxsql.MySQL {
+		query = outboxsql.MySQLRender(names, outboxsql.MySQLTestEvents)
 	}
 	var r rows
 	switch q := q.(type) {
@@ -128,6 +138,40 @@ func ReadEvents(ctx context.Context, q Querier) ([]Event, error) {
 		return nil, fmt.Errorf("outboxtest: read %s: %w", names.Table, err)
 	}
 	return events, nil
+}
+
+// dialectOf tells the database q reads from: a pgx handle is PostgreSQL;
+// for the others one SELECT version() asks the server, which costs a test
+// a round trip and needs no configuration (a *sql.Tx cannot say its
+// driver).
+func dialectOf(ctx context.Context, q Querier) (outboxsql.Dialect, error) {
+	var (
+		sr  *sql.Rows
+		err error
+	)
+	switch q := q.(type) {
+	case EntQuerier:
+		sr, err = q.EntoutboxQueryContext(ctx, outboxsql.DialectProbe)
+	case SQLQuerier:
+		sr, err = q.QueryContext(ctx, outboxsql.DialectProbe)
+	default:
+		return outboxsql.PostgreSQL, nil // pgx, or refused by the caller
+	}
+	if err != nil {
+		return 0, fmt.Errorf("outboxtest: ask the server its version: %w", err)
+	}
+	defer sr.Close()
+	var v string
+	if sr.Next() {
+		err = sr.Scan(&v)
+	}
+	if err == nil {
+		err = sr.Err()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("outboxtest: ask the server its version: %w", err)
+	}
+	return outboxsql.DialectOfVersion(v), nil
 }
 
 // gormConnPool returns the connection of a *gorm.DB: its exported
@@ -204,17 +248,18 @@ func scan(r rows) ([]Event, error) {
 	var events []Event
 	for r.Next() {
 		var (
-			e         Event
-			id        string
-			headers   string
-			notBefore *time.Time
+			e                    Event
+			id                   string
+			headers              string
+			createdAt, notBefore outboxsql.MySQLTime // any driver's time, or MySQL's DATETIME text
 		)
 		if err := r.Scan(&e.Seq, &id, &e.Topic, &e.AggregateType, &e.AggregateID, &e.Type, &e.ContentType,
-			&e.Payload, &headers, &e.CreatedAt, &notBefore, &e.State, &e.Attempts, &e.LastError); err != nil {
+			&e.Payload, &headers, &createdAt, &notBefore, &e.State, &e.Attempts, &e.LastError); err != nil {
 			return nil, err
 		}
-		if notBefore != nil {
-			e.NotBefore = *notBefore
+		e.CreatedAt = createdAt.Time
+		if notBefore.Valid {
+			e.NotBefore = notBefore.Time
 		}
 		if err := e.decode(id, headers); err != nil {
 			return nil, err

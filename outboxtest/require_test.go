@@ -83,6 +83,20 @@ func writeInTx(t *testing.T, db *sql.DB, table txoutbox.Table, events ...txoutbo
 	return tx
 }
 
+// writeInTxOn is writeInTx on the test database's table and dialect.
+func writeInTxOn(t *testing.T, db *testkit.DB, events ...txoutbox.Event) *sql.Tx {
+	t.Helper()
+	tx, err := db.SQL.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	if err := db.Writer(t).Write(context.Background(), tx, events...); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 // write commits events in one transaction.
 func write(t *testing.T, db *sql.DB, events ...txoutbox.Event) {
 	t.Helper()
@@ -93,36 +107,38 @@ func write(t *testing.T, db *sql.DB, events ...txoutbox.Event) {
 
 func TestRequireEventSeesTheTransactionsOwnEventsAndThePoolWhatCommitted(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := testkit.NewOutbox(t)
-	written := event(t, "42", "order.placed", orderPlaced{Total: 1250, SKU: "tea"})
-	written.Headers = map[string]string{"tenant": "eu"}
-	tx := writeInTx(t, db.SQL, txoutbox.Table{}, written)
+	testkit.ForEachEngine(t, func(t *testing.T, e testkit.Engine) {
+		ctx := context.Background()
+		db := testkit.NewOutboxOn(t, e)
+		written := event(t, "42", "order.placed", orderPlaced{Total: 1250, SKU: "tea"})
+		written.Headers = map[string]string{"tenant": "eu"}
+		tx := writeInTxOn(t, db, written)
 
-	var ftb fakeTB
-	got := outboxtest.RequireEvent(ctx, &ftb, tx, outboxtest.Want{
-		Topic: "orders", AggregateType: "order", AggregateID: "42", Type: "order.placed",
-		Payload: outboxtest.JSON(`{ "sku": "tea", "total": 1250 }`), Headers: map[string]string{"tenant": "eu"},
-		State: outboxtest.StatePending,
+		var ftb fakeTB
+		got := outboxtest.RequireEvent(ctx, &ftb, tx, outboxtest.Want{
+			Topic: "orders", AggregateType: "order", AggregateID: "42", Type: "order.placed",
+			Payload: outboxtest.JSON(`{ "sku": "tea", "total": 1250 }`), Headers: map[string]string{"tenant": "eu"},
+			State: outboxtest.StatePending,
+		})
+		ftb.passed(t)
+		if got.ID != written.ID || got.Seq == 0 || got.State != outboxtest.StatePending || got.ContentType != txoutbox.ContentTypeJSON {
+			t.Fatalf("got %+v, want event %s pending", got, written.ID)
+		}
+		if p := outboxtest.Payload[orderPlaced](&ftb, got); p != (orderPlaced{Total: 1250, SKU: "tea"}) {
+			t.Fatalf("decoded %+v", p)
+		}
+		outboxtest.RequireEvent(ctx, &ftb, tx, outboxtest.Want{Payload: orderPlaced{Total: 1250, SKU: "tea"}})
+		ftb.passed(t)
+
+		// Not committed: the pool does not see it.
+		outboxtest.RequireNoEvent(ctx, &ftb, db.SQL, outboxtest.Want{})
+		ftb.passed(t)
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		outboxtest.RequireEvent(ctx, &ftb, db.SQL, outboxtest.Want{Type: "order.placed"})
+		ftb.passed(t)
 	})
-	ftb.passed(t)
-	if got.ID != written.ID || got.Seq == 0 || got.State != outboxtest.StatePending || got.ContentType != txoutbox.ContentTypeJSON {
-		t.Fatalf("got %+v, want event %s pending", got, written.ID)
-	}
-	if p := outboxtest.Payload[orderPlaced](&ftb, got); p != (orderPlaced{Total: 1250, SKU: "tea"}) {
-		t.Fatalf("decoded %+v", p)
-	}
-	outboxtest.RequireEvent(ctx, &ftb, tx, outboxtest.Want{Payload: orderPlaced{Total: 1250, SKU: "tea"}})
-	ftb.passed(t)
-
-	// Not committed: the pool does not see it.
-	outboxtest.RequireNoEvent(ctx, &ftb, db.SQL, outboxtest.Want{})
-	ftb.passed(t)
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	outboxtest.RequireEvent(ctx, &ftb, db.SQL, outboxtest.Want{Type: "order.placed"})
-	ftb.passed(t)
 }
 
 func TestRequireEventReadsThroughPgx(t *testing.T) {
@@ -143,7 +159,7 @@ func TestRequireEventReadsThroughPgx(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if err := w.WritePgx(ctx, tx, event(t, "7", "order.placed", orderPlaced{Total: 5})); err != nil {
+	if err := w.Write(ctx, txoutbox.Pgx(tx), event(t, "7", "order.placed", orderPlaced{Total: 5})); err != nil {
 		t.Fatal(err)
 	}
 	var ftb fakeTB

@@ -24,15 +24,20 @@ const EnvDatabaseURL = "TXOUTBOX_TEST_DATABASE_URL"
 // testDatabase is the database every test schema lives in.
 const testDatabase = "txoutbox_test"
 
-// DB is one test's isolated PostgreSQL schema.
+// DB is one test's isolated PostgreSQL schema, or its own MySQL database
+// (NewDBOn).
 type DB struct {
 	// SQL is a pool whose connections use Schema as their search_path.
 	SQL *sql.DB
 	// URL connects to the same database with the same search_path, for
 	// GORM, ent, pgxpool or a child process.
 	URL string
-	// Schema is the test's own schema, dropped when the test ends.
+	// Schema is the test's own schema, dropped when the test ends; on
+	// MySQL, its database.
 	Schema string
+
+	mysql    bool
+	mysqlDSN string
 }
 
 // ServerURL returns the URL of the PostgreSQL server tests use.
@@ -114,7 +119,13 @@ func NewOutboxAt(t testing.TB, serverURL string) *DB {
 }
 
 // Table is the outbox table of this test's schema, schema-qualified.
-func (d *DB) Table() txoutbox.Table { return txoutbox.Table{Schema: d.Schema} }
+// On MySQL it is unqualified: the connection names the test's database.
+func (d *DB) Table() txoutbox.Table {
+	if d.mysql {
+		return txoutbox.Table{}
+	}
+	return txoutbox.Table{Schema: d.Schema}
+}
 
 // Database is the name of the database the test's schema is in: what the
 // WAL relay's default slot name is made of, with the table.
