@@ -28,6 +28,10 @@ type command struct {
 	// unknownAsMissing answers an unknown subcommand with the message of a
 	// missing one, as migrate always has.
 	unknownAsMissing bool
+	// mysql marks a leaf that runs on MySQL/MariaDB; every other leaf
+	// refuses a MySQL --database-url once its flags are parsed
+	// (refuseMySQL), before it connects to anything.
+	mysql bool
 }
 
 // withAction is the run of subcommand action of a family that shares its
@@ -47,11 +51,11 @@ var commands = []*command{
 		{name: "drop", usage: "ID... | --topic T ... | --all --yes|--dry-run", run: withAction("drop", runDeadChange)},
 	}},
 	{name: "migrate", summary: "apply, revert, show or export the schema migrations (outbox or inbox); partition the outbox", unknownAsMissing: true, subcommands: []*command{
-		{name: "up", usage: "[--set outbox|inbox] [--schemas PATTERN]", run: withAction("up", runMigrate)},
-		{name: "down", usage: "[--set outbox|inbox]", run: withAction("down", runMigrate)},
-		{name: "status", usage: "[--set outbox|inbox]", run: withAction("status", runMigrate)},
-		{name: "export", usage: "--format goose|golang-migrate --dir DIR", run: withAction("export", runMigrate)},
-		{name: "partition", usage: "[--size 1000000]", run: withAction("partition", runMigrate)},
+		{name: "up", usage: "[--set outbox|inbox] [--schemas PATTERN]", run: withAction("up", runMigrate), mysql: true},
+		{name: "down", usage: "[--set outbox|inbox]", run: withAction("down", runMigrate), mysql: true},
+		{name: "status", usage: "[--set outbox|inbox]", run: withAction("status", runMigrate), mysql: true},
+		{name: "export", usage: "--format goose|golang-migrate --dir DIR", run: withAction("export", runMigrate), mysql: true},
+		{name: "partition", usage: "[--size 1000000]", run: withAction("partition", runMigrate), mysql: true},
 	}},
 	{name: "relay", summary: "run the relay: publish the outbox to Kafka until SIGINT/SIGTERM",
 		usage: "--brokers B | --dev-broker [--schemas PATTERN] [--tls-ca F] [--sasl-mechanism M] [--metrics-addr :9464]", run: runRelay},
@@ -81,6 +85,7 @@ func lookup(name string) (*command, bool) {
 func (c *command) dispatch(ctx context.Context, proc *process, path string, args []string) error {
 	path += " " + c.name
 	if c.run != nil {
+		proc.mysqlOK = c.mysql
 		return c.run(ctx, proc, flag.NewFlagSet(path, flag.ContinueOnError), args)
 	}
 	names := make([]string, len(c.subcommands))

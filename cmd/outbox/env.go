@@ -39,6 +39,10 @@ type process struct {
 	stdout, stderr io.Writer
 	// fromEnv lists the variables applyEnv used, for usage errors.
 	fromEnv []string
+	// mysqlOK is the running command's mysql field: applyEnv, where
+	// every command's parsing ends, refuses a MySQL --database-url unless
+	// it is set.
+	mysqlOK bool
 }
 
 // applyEnv sets every flag the command line did not set from its
@@ -72,6 +76,9 @@ func (proc *process) applyEnv(fs *flag.FlagSet, commandLineOnly ...string) error
 			proc.fromEnv = append(proc.fromEnv, name)
 		}
 	})
+	if err == nil && !proc.mysqlOK {
+		err = refuseMySQL(fs)
+	}
 	return err
 }
 

@@ -32,19 +32,26 @@ type commonFlags struct {
 	json        bool
 	// lockTimeout, when set by the command, is the lock_timeout of every
 	// session open opens: a statement waiting longer for a lock another
-	// session holds fails (SQLSTATE 55P03) rather than hang.
+	// session holds fails (SQLSTATE 55P03) rather than hang. PostgreSQL's
+	// only: the command that sets it (status) refuses MySQL.
 	lockTimeout time.Duration
 }
 
+// mysql reports whether --database-url names MySQL or MariaDB.
+func (c *commonFlags) mysql() bool { return isMySQL(c.databaseURL) }
+
 func (c *commonFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL")
-	fs.StringVar(&c.schema, "schema", "", "schema of the outbox table (default: the search_path)")
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL (postgres://...) or keyword/value string; or MySQL/MariaDB: mysql://USER:PASSWORD@HOST:PORT/DATABASE or the driver's USER:PASSWORD@tcp(HOST:PORT)/DATABASE")
+	fs.StringVar(&c.schema, "schema", "", "schema of the outbox table (default: the search_path; not on MySQL, where the database in --database-url is the schema)")
 	fs.StringVar(&c.table, "table", txoutbox.TableNameDefault, "name of the outbox table")
 	fs.BoolVar(&c.json, "json", false, "print JSON for scripts instead of text for humans")
 }
 
 // outboxTable validates the table flags.
 func (c *commonFlags) outboxTable() (txoutbox.Table, error) {
+	if c.schema != "" && c.mysql() {
+		return txoutbox.Table{}, usagef("--schema: on MySQL/MariaDB a schema is a database: name it in --database-url (mysql://USER:PASSWORD@HOST:PORT/DATABASE)")
+	}
 	t := txoutbox.Table{Schema: c.schema, Name: c.table}
 	if err := t.Validate(); err != nil {
 		return t, usagef("%v", err)
@@ -58,7 +65,12 @@ func (c *commonFlags) open(ctx context.Context) (*sql.DB, error) {
 		return nil, usagef("no database: pass --database-url or set DATABASE_URL")
 	}
 	var db *sql.DB
-	if c.lockTimeout > 0 {
+	if c.mysql() {
+		var err error
+		if db, err = openMySQL(c.databaseURL); err != nil {
+			return nil, err
+		}
+	} else if c.lockTimeout > 0 {
 		cfg, err := pgx.ParseConfig(c.databaseURL)
 		if err != nil {
 			return nil, fmt.Errorf("connect to database: %w", err)
@@ -156,6 +168,9 @@ var keywordPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*
 // redactDatabaseURL is a connection string for the log: where it connects
 // and as whom, never the password.
 func redactDatabaseURL(raw string) string {
+	if isMySQL(raw) && !strings.Contains(raw, "://") {
+		return redactMySQLDSN(raw)
+	}
 	if !strings.Contains(raw, "://") {
 		return keywordPassword.ReplaceAllString(raw, "${1}xxxxx")
 	}

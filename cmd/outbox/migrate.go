@@ -60,6 +60,17 @@ func runMigrate(ctx context.Context, proc *process, fs *flag.FlagSet, action str
 	if action == "partition" && *set != "outbox" {
 		return usagef("--set: only the outbox is partitioned")
 	}
+	if common.mysql() {
+		switch {
+		case schemas.set():
+			// A schema is a database on MySQL; a pattern over databases
+			// would be a second meaning of the flag, for servers where one
+			// database per tenant is rare next to one per service.
+			return usagef("--schemas: not on MySQL/MariaDB, where a schema is a database: run migrate up once per database, each named in --database-url")
+		case action == "partition":
+			return usagef("partition: an outbox on MySQL/MariaDB is not partitioned (see docs/mysql.md)")
+		}
+	}
 	if schemas.set() {
 		if action != "up" {
 			return usagef("--schemas: only migrate up applies to many schemas at once")
@@ -76,7 +87,7 @@ func runMigrate(ctx context.Context, proc *process, fs *flag.FlagSet, action str
 		return err
 	}
 	if action == "export" {
-		return exportMigrations(migrationSet, table.Name, *format, *dir, stdout)
+		return exportMigrations(migrationSet, table.Name, common.mysql(), *format, *dir, stdout)
 	}
 	db, err := common.open(ctx)
 	if err != nil {
@@ -159,21 +170,26 @@ func runMigrate(ctx context.Context, proc *process, fs *flag.FlagSet, action str
 	return nil
 }
 
-// exportMigrations writes the set's files for another migration tool. It
-// needs no database.
-func exportMigrations(set migrations.Set, tableName, format, dir string, stdout io.Writer) error {
+// exportMigrations writes the set's files for another migration tool:
+// MySQL's if mysql (a MySQL --database-url), else PostgreSQL's. It needs
+// no database.
+func exportMigrations(set migrations.Set, tableName string, mysql bool, format, dir string, stdout io.Writer) error {
 	if dir == "" {
 		return usagef("export: --dir is required")
 	}
 	if format != migrations.FormatGoose && format != migrations.FormatGolangMigrate {
 		return usagef("--format: want %s or %s, not %q", migrations.FormatGoose, migrations.FormatGolangMigrate, format)
 	}
-	lazy, err := sql.Open("pgx", "postgres://export-only") // never connected to
+	driver, dsn, dialect := "pgx", "postgres://export-only", txoutbox.PostgreSQL
+	if mysql {
+		driver, dsn, dialect = "mysql", "export-only@tcp(127.0.0.1:3306)/export", txoutbox.MySQL
+	}
+	lazy, err := sql.Open(driver, dsn) // never connected to
 	if err != nil {
 		return err
 	}
 	defer lazy.Close()
-	m, err := migrations.New(lazy, migrations.Config{Set: set, Table: txoutbox.Table{Name: tableName}})
+	m, err := migrations.New(lazy, migrations.Config{Set: set, Table: txoutbox.Table{Name: tableName}, Dialect: dialect})
 	if err != nil {
 		return usagef("%v", err)
 	}

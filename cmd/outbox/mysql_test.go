@@ -1,0 +1,139 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/txoutbox/txoutbox/internal/testkit"
+)
+
+// TestMigrateOnEveryEngine: migrate up, status and down, on PostgreSQL
+// with --schema and on MySQL with the database in the URL; on MySQL the
+// driver's DSN names the same database as the mysql:// URL.
+func TestMigrateOnEveryEngine(t *testing.T) {
+	t.Parallel()
+	testkit.ForEachEngine(t, func(t *testing.T, e testkit.Engine) {
+		db := testkit.NewDBOn(t, e)
+		flags := []string{"--database-url", db.URL}
+		other := flags // another spelling of the same database
+		if e == testkit.Postgres {
+			flags = append(flags, "--schema", db.Schema)
+			other = flags
+		} else {
+			other = []string{"--database-url", db.DSN()}
+		}
+		code, out, errOut := outbox(t, append([]string{"migrate", "up"}, flags...)...)
+		if code != 0 || !strings.Contains(out, "applied version(s) 1") {
+			t.Fatalf("migrate up: exit %d, %q %q", code, out, errOut)
+		}
+		var n int
+		if err := db.SQL.QueryRow(`SELECT count(*) FROM outbox`).Scan(&n); err != nil {
+			t.Fatalf("after migrate up, the outbox table: %v", err)
+		}
+		code, out, errOut = outbox(t, append([]string{"migrate", "up"}, other...)...)
+		if code != 0 || !strings.Contains(out, "schema is up to date") {
+			t.Fatalf("second migrate up: exit %d, %q %q", code, out, errOut)
+		}
+		code, out, errOut = outbox(t, append([]string{"migrate", "status"}, other...)...)
+		if code != 0 || !strings.Contains(out, "0001") || strings.Contains(out, "pending") {
+			t.Fatalf("migrate status: exit %d, %q %q", code, out, errOut)
+		}
+		code, out, errOut = outbox(t, append([]string{"migrate", "down"}, flags...)...)
+		if code != 0 || !strings.Contains(out, "reverted version") {
+			t.Fatalf("migrate down: exit %d, %q %q", code, out, errOut)
+		}
+		code, out, errOut = outbox(t, append([]string{"migrate", "status"}, flags...)...)
+		if code != 0 || !strings.Contains(out, "pending") {
+			t.Fatalf("migrate status after down: exit %d, %q %q", code, out, errOut)
+		}
+		code, out, errOut = outbox(t, append([]string{"migrate", "up", "--set", "inbox"}, flags...)...)
+		if code != 0 || !strings.Contains(out, "applied version(s) 1\n") {
+			t.Fatalf("migrate up --set inbox: exit %d, %q %q", code, out, errOut)
+		}
+		if err := db.SQL.QueryRow(`SELECT count(*) FROM inbox`).Scan(&n); err != nil {
+			t.Fatalf("after migrate up --set inbox, the inbox table: %v", err)
+		}
+	})
+}
+
+// TestMigrateExportForMySQL: a MySQL --database-url exports MySQL's
+// files, without connecting.
+func TestMigrateExportForMySQL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	code, out, errOut := outbox(t, "migrate", "export", "--format", "goose", "--dir", dir, "--table", "events",
+		"--database-url", "mysql://nobody@127.0.0.1:1/shop")
+	if code != 0 || !strings.Contains(out, "0001_outbox.sql") {
+		t.Fatalf("migrate export: exit %d, %q %q", code, out, errOut)
+	}
+	body, err := os.ReadFile(filepath.Join(dir, "0001_outbox.sql"))
+	if err != nil || !strings.Contains(string(body), "CREATE TABLE IF NOT EXISTS `events`") {
+		t.Fatalf("exported goose file: %v\n%s", err, body)
+	}
+}
+
+// TestMySQLRefusedWhereItDoesNotRunYet: every command that does not run on
+// MySQL refuses a MySQL database at once (exit 2, one line naming
+// docs/mysql.md), in either spelling and from DATABASE_URL too, before it
+// connects: the server named here does not exist.
+func TestMySQLRefusedWhereItDoesNotRunYet(t *testing.T) {
+	t.Parallel()
+	for _, url := range []string{"mysql://app:secret@127.0.0.1:1/shop", "app:secret@tcp(127.0.0.1:1)/shop"} {
+		commands := [][]string{
+			{"relay", "--dev-broker"},
+			{"relay", "--brokers", "127.0.0.1:1", "--mode", "wal"},
+			{"status"},
+			{"dead", "list"},
+			{"dead", "show", "1"},
+			{"dead", "retry", "1"},
+			{"dead", "drop", "1", "--yes"},
+			{"replay", "--since", "1h"},
+			{"ui"},
+			{"wal", "takeover"},
+		}
+		var cases []usageCase
+		for _, c := range commands {
+			cases = append(cases, usageCase{args: append(c, "--database-url", url), msg: "does not run on MySQL/MariaDB (docs/mysql.md"})
+		}
+		cases = append(cases,
+			usageCase{args: []string{"migrate", "up", "--schemas", "tenant_*", "--database-url", url}, msg: "--schemas: not on MySQL/MariaDB"},
+			usageCase{args: []string{"migrate", "status", "--schema", "shop", "--database-url", url}, msg: "--schema: on MySQL/MariaDB a schema is a database"},
+			usageCase{args: []string{"migrate", "partition", "--database-url", url}, msg: "not partitioned (see docs/mysql.md)"},
+		)
+		wantUsageErrors(t, outbox, cases)
+		for _, c := range commands {
+			code, _, errOut := outboxEnv(t, map[string]string{"DATABASE_URL": url}, c...)
+			if code != exitUsage || strings.Count(strings.TrimSpace(errOut), "\n") > 1 || !strings.Contains(errOut, "docs/mysql.md") {
+				t.Errorf("DATABASE_URL=%s outbox %v = exit %d, stderr %q; want exit 2 and one line naming docs/mysql.md", url, c, code, errOut)
+			}
+			if strings.Contains(errOut, "secret") {
+				t.Errorf("outbox %v printed the password: %q", c, errOut)
+			}
+		}
+	}
+}
+
+// TestDatabaseURLForms: how --database-url is told MySQL's from
+// PostgreSQL's.
+func TestDatabaseURLForms(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]bool{
+		"postgres://app:secret@db:5432/shop":          false,
+		"postgresql://db/shop?sslmode=disable":        false,
+		"host=db user=app password=p@tcp(x) dbname=s": false, // no scheme, but keyword/value: pgx's
+		"host=/var/run/postgresql dbname=shop":        false,
+		"mysql://app:secret@db:3306/shop":             true,
+		"mariadb://app@db/shop":                       true,
+		"app:secret@tcp(db:3306)/shop?parseTime=true": true,
+		"app@unix(/run/mysqld/mysqld.sock)/shop":      true,
+	} {
+		if got := isMySQL(raw); got != want {
+			t.Errorf("isMySQL(%q) = %v, want %v", raw, got, want)
+		}
+	}
+	if got := redactDatabaseURL("app:s3cr:et@tcp(db:3306)/shop"); got != "app:xxxxx@tcp(db:3306)/shop" {
+		t.Errorf("redacted DSN = %q", got)
+	}
+}
