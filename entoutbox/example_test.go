@@ -63,10 +63,7 @@ func exampleEnt() (*sql.DB, *entest.Client, func()) {
 		log.Fatal(err)
 	}
 	client := entest.NewClient(entest.Driver(entsql.OpenDB(dialect.Postgres, s.SQL)))
-	schemaCreate.Lock()
-	err = client.Schema.Create(context.Background())
-	schemaCreate.Unlock()
-	if err != nil {
+	if err = client.Schema.Create(context.Background()); err != nil {
 		log.Fatal(err)
 	}
 	return s.SQL, client, drop

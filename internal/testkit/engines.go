@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	_ "github.com/go-sql-driver/mysql" // registers the "mysql" database/sql driver
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/mysqldsn"
@@ -146,6 +145,12 @@ func (d *DB) Q(query string) string {
 // mysqlAdmin is the pool on the MySQL server's database that creates and drops
 // the tests' databases, opened once per test binary.
 var mysqlAdmin = sync.OnceValues(func() (*sql.DB, error) {
+	if !slices.Contains(sql.Drivers(), "mysql") {
+		// testkit is in the root module: importing the driver here would
+		// put it in the module graph of every user of the root module.
+		return nil, fmt.Errorf("no %q database/sql driver in this test binary: a test package on MySQL imports _ \"github.com/go-sql-driver/mysql\", "+
+			"from a module users do not import (integration, cmd/outbox, examples)", "mysql")
+	}
 	dsn, err := mysqldsn.FromURL(mysqlServerURL())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", EnvMySQLURL, err)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/gormoutbox"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // Shipment has a composite key, names its aggregate type and topic, and
@@ -41,19 +42,21 @@ func TestRecorderAPI(t *testing.T) {
 
 func TestCompositeKeyTopicAndAggregateType(t *testing.T) {
 	t.Parallel()
-	b := setup(t, gormoutbox.Config{}, nil)
-	if err := b.db.AutoMigrate(&Shipment{}); err != nil {
-		t.Fatal(err)
-	}
-	s := Shipment{Carrier: "dhl", Tracking: "X1", Weight: 3}
-	s.Record("parcel.registered", map[string]int{"weight": 3})
-	s.RecordEvent(txoutbox.Event{Topic: "audit", AggregateID: "custom", Type: "parcel.audited", Payload: []byte(`{}`)})
-	if err := b.db.Create(&s).Error; err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range b.events() {
-		got = append(got, e.String())
-	}
-	equal(t, "events", got, []string{"shipping.dhl/parcel/dhl:X1/parcel.registered", "audit/parcel/custom/parcel.audited"})
+	testkit.ForEachEngine(t, func(t *testing.T, eng testkit.Engine) {
+		b := setup(t, eng, gormoutbox.Config{}, nil)
+		if err := b.db.AutoMigrate(&Shipment{}); err != nil {
+			t.Fatal(err)
+		}
+		s := Shipment{Carrier: "dhl", Tracking: "X1", Weight: 3}
+		s.Record("parcel.registered", map[string]int{"weight": 3})
+		s.RecordEvent(txoutbox.Event{Topic: "audit", AggregateID: "custom", Type: "parcel.audited", Payload: []byte(`{}`)})
+		if err := b.db.Create(&s).Error; err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range b.events() {
+			got = append(got, e.String())
+		}
+		equal(t, "events", got, []string{"shipping.dhl/parcel/dhl:X1/parcel.registered", "audit/parcel/custom/parcel.audited"})
+	})
 }

@@ -10,13 +10,14 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/entoutbox"
 	"github.com/txoutbox/txoutbox/internal/entest"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // BenchmarkCreate measures the write-path overhead of the mixin: Create of
 // one Order (with its change event) against Create of one Plain, the same
 // fields without the mixin, each in its own transaction, on one database.
 func BenchmarkCreate(b *testing.B) {
-	bb := setup(b)
+	bb := setup(b, testkit.Postgres)
 	ctx := context.Background()
 	for _, c := range []struct {
 		name   string
@@ -47,7 +48,7 @@ func createOrder(ctx context.Context) func(*entest.Tx) error {
 // mean times and ratio, and a third: the plain create plus Emit of an
 // event like the change event.
 func BenchmarkCreateOverhead(b *testing.B) {
-	bb := setup(b)
+	bb := setup(b, testkit.Postgres)
 	ctx := context.Background()
 	plain, order := createPlain(ctx), createOrder(ctx)
 	// The same event written explicitly, to separate the cost of the

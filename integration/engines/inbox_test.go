@@ -1,4 +1,4 @@
-package inbox_test
+package engines_test
 
 import (
 	"context"

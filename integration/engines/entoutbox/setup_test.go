@@ -10,6 +10,7 @@ import (
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
+	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/txoutbox/txoutbox/internal/entest"
@@ -27,16 +28,16 @@ type bundle struct {
 	statements atomic.Int64
 }
 
-func setup(t testing.TB) *bundle {
+func setup(t testing.TB, eng testkit.Engine) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	b := &bundle{db: testkit.NewOutbox(t)}
-	sqldb, err := sql.Open("pgx", b.db.URL)
+	b := &bundle{db: testkit.NewOutboxOn(t, eng)}
+	sqldb, err := sql.Open(b.db.DriverName(), b.db.DSN())
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
 	sqldb.SetMaxOpenConns(16)
-	drv := dialect.DebugWithContext(entsql.OpenDB(dialect.Postgres, sqldb), func(context.Context, ...any) {
+	drv := dialect.DebugWithContext(entsql.OpenDB(entDialect(eng), sqldb), func(context.Context, ...any) {
 		b.statements.Add(1)
 	})
 	b.client = entest.NewClient(entest.Driver(drv))
@@ -53,6 +54,14 @@ func setup(t testing.TB) *bundle {
 	return b
 }
 
+// entDialect is ent's name of the engine's dialect.
+func entDialect(eng testkit.Engine) string {
+	if eng == testkit.MySQL {
+		return dialect.MySQL
+	}
+	return dialect.Postgres
+}
+
 // outboxRow is what a test checks of an outbox row.
 type outboxRow struct {
 	Topic, AggregateType, AggregateID, Type, Payload string
@@ -60,7 +69,7 @@ type outboxRow struct {
 
 func (b *bundle) outbox(t testing.TB) []outboxRow {
 	t.Helper()
-	rows, err := b.db.SQL.Query(`SELECT topic, aggregate_type, aggregate_id, event_type, convert_from(payload, 'UTF8') FROM outbox ORDER BY id`)
+	rows, err := b.db.SQL.Query(`SELECT topic, aggregate_type, aggregate_id, event_type, payload FROM outbox ORDER BY id`)
 	if err != nil {
 		t.Fatalf("read outbox: %v", err)
 	}

@@ -1,0 +1,12 @@
+// Package engines holds the write side's tests that run on every engine
+// (testkit.ForEachEngine: PostgreSQL and MySQL/MariaDB): the Writer, the
+// migrator, outboxtest and the inbox here, gormoutbox's and entoutbox's in
+// the packages below.
+//
+// They live in the integration module, not beside the code they test,
+// because a test on MySQL needs a MySQL driver (go-sql-driver/mysql, GORM's
+// MySQL dialector), and a module whose tests import a package requires its
+// module: every user of the root module, gormoutbox, entoutbox or inbox
+// would then find the driver in their module graph
+// (integration/modgraph proves they do not).
+package engines
