@@ -11,6 +11,7 @@ import (
 
 	"github.com/txoutbox/txoutbox/entoutbox"
 	"github.com/txoutbox/txoutbox/internal/entest" // stands for your generated package, ent
+	_ "github.com/txoutbox/txoutbox/internal/entest/runtime"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/outboxtest"
 )
