@@ -118,6 +118,8 @@ func plans(soak bool, mode string) []harness.Plan {
 		harness.DBCrash(harness.Size{Events: 3000, Over: 15 * time.Second}, 3, 4*time.Second),
 		harness.LeaderElection(harness.Size{Events: 4000, Over: 16 * time.Second}, 3, 5*time.Second, 1500*time.Millisecond),
 		harness.Mixed(harness.Size{Events: 5000, Over: 20 * time.Second}),
+		harness.LargePayloads(harness.Size{Events: 8000, Over: 25 * time.Second}, 10, 3),
+		harness.StoreOutageLarge(harness.Size{Events: 4000, Over: 24 * time.Second}, 15*time.Second),
 	}
 }
 
@@ -128,6 +130,7 @@ func scalePlans() ([]harness.Plan, []harness.Scale) {
 	return []harness.Plan{
 			harness.LongOutage(harness.Size{Events: 100_000, Over: 17 * time.Minute}, 15*time.Minute, 10*time.Second),
 			harness.AsyncCrash(harness.Size{Events: 20_000, Over: time.Minute}, 6, 8*time.Second),
+			harness.StoreOutageLarge(harness.Size{Events: 20_000, Over: 150 * time.Second}, 2*time.Minute),
 		}, []harness.Scale{
 			harness.BackoffAggregates(50_000, 10_000, time.Minute),
 			harness.DeadPrune(1_000_000, 2000, 3*time.Minute, time.Minute),
