@@ -83,7 +83,7 @@ func runLarge(ctx context.Context, e *env, claim bool) (largeBench, error) {
 	}
 	newPub := func() (message.Publisher, error) { return e.newKafkaPublisherMax(e.relayLinger(), maxBytes) }
 
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: s.Table, MaxPayloadBytes: size + 1<<20, DisableNotify: true})
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: s.Table, MaxPayloadBytes: size + 1<<20})
 	if err != nil {
 		return largeBench{}, err
 	}

@@ -6,13 +6,14 @@
 //	go run ./integration/chaos -soak           # every fault at once over 1,000,000 events
 //	go run ./integration/chaos -run crash -seed 42
 //	go run ./integration/chaos -broker kafka   # the same faults on the real 3-node Apache Kafka cluster
-//	go run ./integration/chaos -scale          # the scale scenarios, about an hour (see harness.Scale)
+//	go run ./integration/chaos -scale          # the scale scenarios, about an hour (see harness.Scale), and the store's two-minute outage
 //
 //	chaos: committed=N rolled_back=M delivered_unique=N lost=0 phantom=0 order_violations=0 duplicates=D dead=P crashes=K same_id_restarts=S pauses=Z partitions=X admin_ops=A db_crashes=C broker=kfake
 //
 // It needs PostgreSQL (-database-url, default $DATABASE_URL, else the local
 // server with trust auth) and the Go toolchain, to build the relay CLI and
-// the broker process. Each scenario works in a fresh schema of the database
+// the broker process; the claim check's scenarios (large-payloads,
+// store-outage) the S3 server of .ci/services too (testkit.S3Server's). Each scenario works in a fresh schema of the database
 // txoutbox_chaos, dropped afterwards unless it failed. The scenarios that
 // crash PostgreSQL (db-crash, mixed, and so the soak) run on a cluster of
 // their own instead, created and started if missing (pg_createcluster 15
