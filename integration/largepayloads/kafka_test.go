@@ -94,7 +94,12 @@ func requireRefused(t *testing.T, brokers []string, topic string, size int) {
 	defer cancel()
 	value := make([]byte, size)
 	_, _ = rand.NewChaCha8([32]byte{1}).Read(value)
-	err = cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("premise"), Value: value}).FirstErr()
+	// A broker may not know the topic yet a moment after its creation:
+	// try again until it answers for the record.
+	testkit.Eventually(30*time.Second, func() bool {
+		err = cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("premise"), Value: value}).FirstErr()
+		return err == nil || errors.Is(err, kerr.MessageTooLarge)
+	})
 	if !errors.Is(err, kerr.MessageTooLarge) {
 		t.Fatalf("a %d-byte record to %s (max.message.bytes %s): %v, want MESSAGE_TOO_LARGE", size, topic, topicMaxBytes, err)
 	}
