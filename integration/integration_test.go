@@ -252,6 +252,32 @@ func TestCrash(t *testing.T) {
 	}
 }
 
+// TestLargePayloads is the crash scenario with the claim check on, at the
+// size CI affords (`go run ./integration/chaos -run large-payloads` runs it
+// larger): relays killed right after an upload and at random, orphans
+// counted and pruned. Its check waits for the orphans to pass the store's
+// shortest retention, a minute.
+func TestLargePayloads(t *testing.T) {
+	res := run(t, harness.LargePayloads(harness.Size{Events: 3000, Over: 12 * time.Second}, 6, 2))
+	if res.UploadKills == 0 || res.Pruned < 2 {
+		t.Fatalf("%d kills after an upload and %d objects pruned, want some and at least the 2 orphans", res.UploadKills, res.Pruned)
+	}
+}
+
+// TestStoreOutageLarge takes the claim check's store away for 15 s under
+// the writers; -soak (CHAOS_SOAK=1) and `go run ./integration/chaos -scale
+// -run store-outage` for the full two minutes.
+func TestStoreOutageLarge(t *testing.T) {
+	size, outage := harness.Size{Events: 3000, Over: 20 * time.Second}, 15*time.Second
+	if *soak {
+		size, outage = harness.Size{Events: 20_000, Over: 150 * time.Second}, 2*time.Minute
+	}
+	res := run(t, harness.StoreOutageLarge(size, outage))
+	if res.StoreOutages != 1 || res.Dead != 0 {
+		t.Fatalf("%d store outages and %d dead, want 1 and 0", res.StoreOutages, res.Dead)
+	}
+}
+
 func TestCommitOrderGap(t *testing.T) {
 	res := run(t, harness.CommitGap(harness.Size{Events: 2500, Over: 12 * time.Second}))
 	if res.Dead != 0 {

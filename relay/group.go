@@ -163,6 +163,9 @@ type Group struct {
 	find  *finder
 	hub   *hub        // nil with DisableListen
 	conns *claimConns // lent to every table's claims
+	// store is the claim check's store's health, checked by Run for
+	// every table's relay: they share the store.
+	store *publish.StoreHealth
 
 	mu       sync.Mutex
 	children map[string]*child // by schema; guarded by mu
@@ -217,6 +220,7 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 		conns:    newClaimConns(db, claimConns, cfg.Relay.LockTimeout),
 		children: map[string]*child{},
 		skipped:  map[string]string{},
+		store:    publish.NewStoreHealth(cfg.Relay.LargePayloads.Store),
 	}
 	if !cfg.Relay.DisableListen {
 		g.hub = newHub(db, g.log, cfg.Relay.PollInterval, txoutbox.Table{Name: cfg.Relay.Table.Name}.Channel())
@@ -367,6 +371,8 @@ func (g *Group) Run(ctx context.Context) error {
 			g.hub.run(hubCtx)
 		}()
 	}
+	var storeDone sync.WaitGroup
+	storeDone.Go(func() { g.store.Run(ctx) })
 	g.log.Info("relay group starting", "table", g.cfg.Relay.Table.Name, "schemas", g.describe(), "discover_interval", g.cfg.DiscoverInterval, "claim_conns", cap(g.conns.slots))
 	t := time.NewTicker(g.cfg.DiscoverInterval)
 	defer t.Stop()
@@ -389,6 +395,7 @@ func (g *Group) Run(ctx context.Context) error {
 	// peers they announce it to listen too.
 	stopHub()
 	hubDone.Wait()
+	storeDone.Wait()
 	g.log.Info("relay group stopped")
 	return nil
 }
@@ -492,6 +499,7 @@ func (g *Group) start(ctx context.Context, table txoutbox.Table) {
 		g.skip(table, err.Error())
 		return
 	}
+	r.store, r.checkStore = g.store, false
 	// A table whose schema the relay would refuse is not served, nor
 	// shown in Health for the moment its Run would take to refuse it. A
 	// check that fails otherwise is Run's to try again.

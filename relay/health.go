@@ -1,6 +1,10 @@
 package relay
 
-import "time"
+import (
+	"time"
+
+	"github.com/txoutbox/txoutbox/relay/internal/publish"
+)
 
 // Health is a relay's view of itself, for liveness and readiness probes.
 type Health struct {
@@ -40,14 +44,31 @@ type Health struct {
 	// LockedFor is how long it has been locked out.
 	Locked    bool
 	LockedFor time.Duration
+
+	// LargePayloads is the state of the claim check's store
+	// (Config.LargePayloads.Store) when it has a method
+	// Check(ctx context.Context) error, as claimcheck.Store has: the
+	// error of its last check, which names the store, or nil while it
+	// passes. The relay checks it when Run starts and every
+	// LargePayloadsCheckInterval (a Group once for all its tables);
+	// before the first answer it is an error too. Nil without a claim
+	// check or with a store that has no Check. While it is set, events
+	// over the threshold wait: a readiness probe fails on it, as outbox
+	// relay's /readyz does.
+	LargePayloads error
 }
+
+// LargePayloadsCheckInterval is how often a relay checks its claim
+// check's store for Health.LargePayloads: one request to the store each
+// time (for S3, a HEAD of the bucket).
+const LargePayloadsCheckInterval = publish.StoreCheckInterval
 
 // Health reports the relay's state from memory, without a query. A relay
 // that is Running and Heartbeating works, whether it owns shards or waits
 // for them; whether the database answers right now is for the caller to
 // check.
 func (r *Relay) Health() Health {
-	h := Health{Running: r.running.Load(), Shards: int(r.members.owned.Load()), Stalled: r.stall.stalled()}
+	h := Health{Running: r.running.Load(), Shards: int(r.members.owned.Load()), Stalled: r.stall.stalled(), LargePayloads: r.store.Err()}
 	h.Locked, h.LockedFor = r.lockout.state()
 	inc := r.members.cur.Load()
 	if inc == nil {

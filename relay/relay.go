@@ -67,6 +67,10 @@ type Relay struct {
 	sampler  *sampler
 	schema   *migrations.Migrator // checks the table's schema version
 	lockout  *lockout
+	// store is the claim check's store's health; checkStore is false in
+	// a Group, whose one loop checks the store all its relays share.
+	store      *publish.StoreHealth
+	checkStore bool
 
 	running atomic.Bool
 }
@@ -146,6 +150,9 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 		clock:  &clock{base: time.Now()},
 		wake:   make(chan struct{}, 1),
 		schema: schema,
+
+		store:      publish.NewStoreHealth(cfg.LargePayloads.Store),
+		checkStore: true,
 	}
 	r.budget = newBudget(cfg.MaxInFlight, cfg.MaxInFlightBytes)
 	r.outage = &outage{clock: r.clock, log: r.log}
@@ -243,7 +250,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 
 	var background sync.WaitGroup
-	for _, loop := range []func(context.Context){r.members.run, r.listener.run, r.pruner.run, r.sampler.run, r.floor.run, r.lockout.run} {
+	loops := []func(context.Context){r.members.run, r.listener.run, r.pruner.run, r.sampler.run, r.floor.run, r.lockout.run}
+	if r.checkStore {
+		loops = append(loops, r.store.Run)
+	}
+	for _, loop := range loops {
 		background.Add(1)
 		go func() {
 			defer background.Done()

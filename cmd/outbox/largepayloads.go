@@ -90,13 +90,14 @@ func startLargePayloads(ctx context.Context, s *claimcheck.Store, log *slog.Logg
 	return wg.Wait
 }
 
-// checkStore adds the payload store's state to a /readyz body: false
-// when the store does not answer or its last upload failed.
-func checkStore(ctx context.Context, s *claimcheck.Store, body map[string]any) bool {
-	if s == nil {
+// storeState adds the payload store's state, err (the relay's
+// Health.LargePayloads), to a /readyz body with --large-payloads, and
+// reports whether it lets the relay be ready.
+func (m *metricsServer) storeState(err error, body map[string]any) bool {
+	if !m.largePayloads {
 		return true
 	}
-	if err := s.Check(ctx); err != nil {
+	if err != nil {
 		body["large_payloads"] = err.Error()
 		return false
 	}

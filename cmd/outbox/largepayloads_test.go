@@ -106,7 +106,7 @@ func TestRelayOffloadsLargePayloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Commit(t, context.Background(), e.db.SQL, w, ev2)
-	waitFor(t, 10*time.Second, "/readyz to fail naming the store", func() bool {
+	waitFor(t, 30*time.Second, "/readyz to fail naming the store", func() bool {
 		code, body := get(t, base+"/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "file://"+dir)
 	})

@@ -26,7 +26,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/txoutbox/txoutbox/claimcheck"
 	"github.com/txoutbox/txoutbox/relay"
 	"github.com/txoutbox/txoutbox/relay/walrelay"
 )
@@ -44,10 +43,10 @@ type metricsServer struct {
 	srv *http.Server
 	mp  *sdkmetric.MeterProvider
 
-	// store is the claim check's payload store (--large-payloads), nil
-	// without: /readyz fails while it does not answer, as while the
-	// database does not.
-	store *claimcheck.Store
+	// largePayloads is set with --large-payloads: /readyz reports the
+	// payload store's state (the relay's Health.LargePayloads), and fails
+	// while it does not answer, as while the database does not.
+	largePayloads bool
 }
 
 // metricsCardinalityLimit is the most attribute sets (series) the
@@ -102,7 +101,7 @@ func (m *metricsServer) serve(r *relay.Relay, db *sql.DB, log *slog.Logger) {
 		if dbErr != nil {
 			body["database"] = dbErr.Error()
 		}
-		storeOK := checkStore(ctx, m.store, body)
+		storeOK := m.storeState(h.LargePayloads, body)
 		writeProbe(w, h.Running && h.Heartbeating && !h.Stalled && dbErr == nil && storeOK, body)
 	})
 	go func() {
@@ -141,7 +140,11 @@ func (m *metricsServer) serveGroup(g *relay.Group, db *sql.DB, log *slog.Logger)
 		if dbErr != nil {
 			body["database"] = dbErr.Error()
 		}
-		ok = checkStore(ctx, m.store, body) && ok
+		var storeErr error // the store's state, the same in every table's relay
+		if len(health) > 0 {
+			storeErr = health[0].LargePayloads
+		}
+		ok = m.storeState(storeErr, body) && ok
 		writeProbe(w, ok, body)
 	})
 	go func() {
@@ -159,12 +162,11 @@ func (m *metricsServer) serveWAL(r *walrelay.Relay, log *slog.Logger) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeProbe(w, r.Running(), map[string]any{"running": r.Running()})
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
-		ctx, cancel := context.WithTimeout(req.Context(), ReadyTimeoutDefault)
-		defer cancel()
-		body := map[string]any{"running": r.Running(), "streaming": r.Active(), "slot": r.Slot()}
-		storeOK := checkStore(ctx, m.store, body)
-		writeProbe(w, r.Running() && storeOK, body)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		h := r.Health()
+		body := map[string]any{"running": h.Running, "streaming": h.Streaming, "slot": r.Slot()}
+		storeOK := m.storeState(h.LargePayloads, body)
+		writeProbe(w, h.Running && storeOK, body)
 	})
 	go func() {
 		if err := m.srv.Serve(m.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -178,7 +178,7 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 		}
 		defer metricsSrv.shutdown()
 		cfg.MeterProvider = metricsSrv.mp
-		metricsSrv.store = store
+		metricsSrv.largePayloads = store != nil
 	}
 
 	// The database, its grants and its schema, before any broker.

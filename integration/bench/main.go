@@ -8,7 +8,7 @@
 //	go run ./integration/bench -profile peers -broker kafka # on the real 3-node cluster, with Debezium
 //
 // -profile names the scenarios a run has and their sizes: default (every
-// scenario but river, debezium and prune), peers (relay, relay3, plain,
+// scenario but river, debezium, prune and large), large (large alone), peers (relay, relay3, plain,
 // kafkalimit, wal, river and debezium, at -events 50000 -rounds 4: the
 // runs of docs/performance.md's "Against the peers") and all (every
 // scenario at the flags' defaults). -skip leaves scenarios of the profile
@@ -27,7 +27,7 @@
 //
 // It prints one JSON object per scenario on stdout, then the summary line
 //
-//	bench: relay_eps=… relay3_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_naive=… relay_vs_forwarder=… relay_vs_ceiling=… order_violations=… p50_ms=… p99_ms=… gorm_overhead=… ent_overhead=… claim_flatness=… relay_rss_mib=… plain_eps=… relay_vs_plain=… relay3_vs_plain=… pg_us_per_event=… plain_pg_us_per_event=… cpu_us_per_event=… plain_cpu_us_per_event=… wal_bytes_per_event=… plain_wal_bytes_per_event=… wal_eps=… wal_vs_relay=… wal_pg_us_per_event=… wal_wal_bytes_per_event=… wal_p99_ms=… pg_vs_plain=… cpu_vs_plain=… broker=… debezium_eps=… wal_vs_debezium=… wal_cpu_vs_debezium=… wal_p99_vs_debezium=… river_eps=… river1_eps=… relay_vs_river1=… relay_vs_river=… relay_pg_vs_river=… river_order_violations=… scheduled_vs_relay=… scheduled_pg_vs_relay=… kafkabatch_eps=… relay_vs_kafkabatch=…
+//	bench: relay_eps=… relay3_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_naive=… relay_vs_forwarder=… relay_vs_ceiling=… order_violations=… p50_ms=… p99_ms=… gorm_overhead=… ent_overhead=… claim_flatness=… relay_rss_mib=… plain_eps=… relay_vs_plain=… relay3_vs_plain=… pg_us_per_event=… plain_pg_us_per_event=… cpu_us_per_event=… plain_cpu_us_per_event=… wal_bytes_per_event=… plain_wal_bytes_per_event=… wal_eps=… wal_vs_relay=… wal_pg_us_per_event=… wal_wal_bytes_per_event=… wal_p99_ms=… pg_vs_plain=… cpu_vs_plain=… broker=… debezium_eps=… wal_vs_debezium=… wal_cpu_vs_debezium=… wal_p99_vs_debezium=… river_eps=… river1_eps=… relay_vs_river1=… relay_vs_river=… relay_pg_vs_river=… river_order_violations=… scheduled_vs_relay=… scheduled_pg_vs_relay=… kafkabatch_eps=… relay_vs_kafkabatch=… large_mbps=… direct_mbps=… large_vs_direct=… large_p99_ms=… direct_p99_ms=… large_cpu_ms_per_mb=… direct_cpu_ms_per_mb=…
 //
 // where pg_us_per_event, cpu_us_per_event (relay, PostgreSQL and broker
 // together) and wal_bytes_per_event are the one-replica relay's drains, the
@@ -118,6 +118,17 @@
 //     at River's fastest fetch
 //     settings (summary: river_eps, river1_eps, relay_vs_river1,
 //     relay_vs_river, relay_pg_vs_river, river_order_violations).
+//   - large: events of -large-bytes (2 MiB) through the claim check (the
+//     payload to the S3 server of .ci/services, moto, a reference to a
+//     topic at Kafka's default limit) against the same bytes published
+//     directly to a topic whose max.message.bytes takes them (the
+//     physical neighbour), one relay each: a drain of -large-events for
+//     MB/s and CPU per MB (relay, PostgreSQL, broker and, on the claim
+//     check's side, moto's own CPU, which a real bucket would not cost
+//     this host), then -large-rate events/s for 10 s for the commit-to-ack
+//     p99 (summary: large_mbps, direct_mbps, large_vs_direct,
+//     large_p99_ms, direct_p99_ms, large_cpu_ms_per_mb,
+//     direct_cpu_ms_per_mb). Profile large runs it alone.
 //
 // Every Kafka scenario publishes through kafkapub.NewPublisher (Sarama with
 // watermill-kafka's message format, acks=all), so they differ only in what
@@ -223,9 +234,12 @@ type options struct {
 	claimBackoff    int
 	scheduled       int
 	pruneDayRows    int
+	largeEvents     int
+	largeBytes      int
+	largeRate       int
 }
 
-var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal", "debezium", "river", "prune"}
+var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal", "debezium", "river", "prune", "large"}
 
 func main() {
 	var o options
@@ -245,6 +259,9 @@ func main() {
 	flag.IntVar(&o.claimBackoff, "claim-backoff", 0, "rows in retry backoff (each of an aggregate of its own) beside the retained rows in the claim scenario")
 	flag.IntVar(&o.pruneDayRows, "prune-day-rows", 200_000, "published events a simulated day in the prune scenario (nine days, a week retained)")
 	flag.IntVar(&o.latencyRate, "latency-rate", 1000, "events committed per second in the latency scenario")
+	flag.IntVar(&o.largeEvents, "large-events", 100, "events the large scenario drains on each side")
+	flag.IntVar(&o.largeBytes, "large-bytes", 2<<20, "payload bytes of each of the large scenario's events (at most 4 MiB)")
+	flag.IntVar(&o.largeRate, "large-rate", 5, "events committed per second for the large scenario's latency (10 seconds on each side)")
 	flag.DurationVar(&o.latencyDuration, "latency-duration", 10*time.Second, "how long each latency run writes")
 	flag.IntVar(&o.writeOps, "write-ops", 2000, "Creates per arm in the GORM and ent overhead measurements")
 	flag.IntVar(&o.notifyRounds, "notify-rounds", 3, "on/off phase pairs of the NOTIFY cost measurement")
@@ -295,10 +312,13 @@ func (o options) validate() error {
 		v    int
 	}{{"events", o.events}, {"aggregates", o.aggregates}, {"naive-events", o.naiveEvents}, {"forwarder-events", o.forwarderEvents},
 		{"memory-events", o.memoryEvents}, {"claim-rows", o.claimRows}, {"claim-rounds", o.claimRounds}, {"latency-rate", o.latencyRate},
-		{"write-ops", o.writeOps}, {"prune-day-rows", o.pruneDayRows}, {"notify-rounds", o.notifyRounds}, {"partitions", o.partitions}, {"rounds", o.rounds}} {
+		{"write-ops", o.writeOps}, {"large-events", o.largeEvents}, {"large-bytes", o.largeBytes}, {"large-rate", o.largeRate}, {"prune-day-rows", o.pruneDayRows}, {"notify-rounds", o.notifyRounds}, {"partitions", o.partitions}, {"rounds", o.rounds}} {
 		if f.v < 1 {
 			return fmt.Errorf("-%s must be at least 1, got %d", f.name, f.v)
 		}
+	}
+	if o.largeBytes > 4<<20 {
+		return fmt.Errorf("-large-bytes must be at most 4 MiB (the direct side's topic limit), got %d", o.largeBytes)
 	}
 	if o.aggregates > 99_999 {
 		return fmt.Errorf("-aggregates must be at most 99999, got %d", o.aggregates)
@@ -574,6 +594,21 @@ func run(ctx context.Context, o options) error {
 				}
 			}
 			sum.KafkaBatchEPS = median(batches)
+			return nil
+		}},
+		{"large", func() error {
+			var sides [2]largeBench
+			for i, claim := range []bool{false, true} {
+				r, err := runLarge(ctx, e, claim)
+				if err != nil {
+					return err
+				}
+				sides[i] = r
+				if err := emit(r); err != nil {
+					return err
+				}
+			}
+			sum.addLarge(sides[1], sides[0])
 			return nil
 		}},
 		{"latency", func() error {

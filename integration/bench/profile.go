@@ -37,6 +37,12 @@ var profiles = []profile{
 		flags:     map[string]string{"events": "50000", "rounds": "4"},
 	},
 	{
+		// docs/performance.md's "Large payloads": the claim check
+		// against the same bytes published directly.
+		name:      "large",
+		scenarios: []string{"large"},
+	},
+	{
 		name:      "all",
 		scenarios: scenarioNames,
 	},

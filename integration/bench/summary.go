@@ -38,6 +38,7 @@ type summary struct {
 	walSummary
 	debeziumSummary
 	riverSummary
+	largeSummary
 	// failures are the scenarios that failed, in the order they ran; the
 	// line ends with their entries (failure.fields).
 	failures []failure
@@ -63,6 +64,17 @@ type riverSummary struct {
 	RiverOrderViolations float64
 }
 
+// largeSummary are the large scenario's figures: the claim check's side
+// and the direct one's.
+type largeSummary struct {
+	LargeMBPS, DirectMBPS, LargeP99MS, DirectP99MS, LargeCPUMSMB, DirectCPUMSMB float64
+}
+
+// addLarge takes the large scenario's figures.
+func (s *summary) addLarge(claim, direct largeBench) {
+	s.largeSummary = largeSummary{claim.MBPS, direct.MBPS, claim.P99MS, direct.P99MS, claim.CPUMSMB, direct.CPUMSMB}
+}
+
 // addWAL takes the wal scenario's figures.
 func (s *summary) addWAL(r walBench) {
 	s.walSummary = walSummary{WALEPS: r.WALEPS, WALVsRelay: r.WALEPS / r.RelayEPS, WALPGUSPerEvent: r.WALPGUSPerEvent,
@@ -84,7 +96,8 @@ func newSummary() summary {
 		PlainEPS: nan, PGVsPlain: nan, CPUVsPlain: nan, ScheduledVsRelay: nan, ScheduledPGVsRelay: nan,
 		walSummary:      walSummary{nan, nan, nan, nan, nan, nan},
 		debeziumSummary: debeziumSummary{nan, nan, nan},
-		riverSummary:    riverSummary{nan, nan, nan, nan}}
+		riverSummary:    riverSummary{nan, nan, nan, nan},
+		largeSummary:    largeSummary{nan, nan, nan, nan, nan, nan}}
 }
 
 // figure is one cost figure, NaN when it was not measured.
@@ -168,6 +181,13 @@ func (s summary) String() string {
 		{"scheduled_pg_vs_relay", ratio(s.ScheduledPGVsRelay)},
 		{"kafkabatch_eps", eps(s.KafkaBatchEPS)},
 		{"relay_vs_kafkabatch", ratio(s.RelayEPS / s.KafkaBatchEPS)},
+		{"large_mbps", ratio(s.LargeMBPS)},
+		{"direct_mbps", ratio(s.DirectMBPS)},
+		{"large_vs_direct", ratio(s.LargeMBPS / s.DirectMBPS)},
+		{"large_p99_ms", ratio(s.LargeP99MS)},
+		{"direct_p99_ms", ratio(s.DirectP99MS)},
+		{"large_cpu_ms_per_mb", ratio(s.LargeCPUMSMB)},
+		{"direct_cpu_ms_per_mb", ratio(s.DirectCPUMSMB)},
 	}
 	var b strings.Builder
 	b.WriteString("bench:")

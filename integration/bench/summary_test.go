@@ -18,6 +18,7 @@ func TestSummaryLine(t *testing.T) {
 	s.RelayEPS, s.Relay3EPS, s.NaiveEPS, s.ForwarderEPS = 30000, 28000.4, 1200, 4000
 	s.DBLimitEPS, s.KafkaLimitEPS = 50000, 40000
 	s.KafkaBatchEPS = 60000
+	s.addLarge(largeBench{MBPS: 80, P99MS: 120, CPUMSMB: 9.5}, largeBench{MBPS: 100, P99MS: 60, CPUMSMB: 4.25})
 	s.addViolations(0)
 	s.P50MS, s.P99MS = 3.456, 42
 	s.GormOverhead, s.EntOverhead, s.ClaimFlatness, s.RelayRSSMiB = 1.1, 1.234, 1.005, 37.5
@@ -34,7 +35,8 @@ func TestSummaryLine(t *testing.T) {
 		" plain_eps=24000 relay_vs_plain=1.25 relay3_vs_plain=1.17 pg_us_per_event=25.04 plain_pg_us_per_event=13.70" +
 		" cpu_us_per_event=52.50 plain_cpu_us_per_event=36.60 wal_bytes_per_event=612 plain_wal_bytes_per_event=401" +
 		" wal_eps=60000 wal_vs_relay=2.00 wal_pg_us_per_event=12.35 wal_wal_bytes_per_event=410.00 wal_p99_ms=9.50" +
-		" pg_vs_plain=0.91 cpu_vs_plain=0.80 broker=kfake debezium_eps=- wal_vs_debezium=- wal_cpu_vs_debezium=- wal_p99_vs_debezium=- river_eps=- river1_eps=- relay_vs_river1=- relay_vs_river=- relay_pg_vs_river=- river_order_violations=- scheduled_vs_relay=0.99 scheduled_pg_vs_relay=1.02 kafkabatch_eps=60000 relay_vs_kafkabatch=0.50"
+		" pg_vs_plain=0.91 cpu_vs_plain=0.80 broker=kfake debezium_eps=- wal_vs_debezium=- wal_cpu_vs_debezium=- wal_p99_vs_debezium=- river_eps=- river1_eps=- relay_vs_river1=- relay_vs_river=- relay_pg_vs_river=- river_order_violations=- scheduled_vs_relay=0.99 scheduled_pg_vs_relay=1.02 kafkabatch_eps=60000 relay_vs_kafkabatch=0.50" +
+		" large_mbps=80.00 direct_mbps=100.00 large_vs_direct=0.80 large_p99_ms=120.00 direct_p99_ms=60.00 large_cpu_ms_per_mb=9.50 direct_cpu_ms_per_mb=4.25"
 	wantLine(t, s, want)
 }
 
@@ -48,7 +50,8 @@ func TestSummaryLineMissing(t *testing.T) {
 		" plain_eps=- relay_vs_plain=- relay3_vs_plain=- pg_us_per_event=- plain_pg_us_per_event=-" +
 		" cpu_us_per_event=- plain_cpu_us_per_event=- wal_bytes_per_event=- plain_wal_bytes_per_event=-" +
 		" wal_eps=- wal_vs_relay=- wal_pg_us_per_event=- wal_wal_bytes_per_event=- wal_p99_ms=-" +
-		" pg_vs_plain=- cpu_vs_plain=- broker=kfake debezium_eps=- wal_vs_debezium=- wal_cpu_vs_debezium=- wal_p99_vs_debezium=- river_eps=- river1_eps=- relay_vs_river1=- relay_vs_river=- relay_pg_vs_river=- river_order_violations=- scheduled_vs_relay=- scheduled_pg_vs_relay=- kafkabatch_eps=- relay_vs_kafkabatch=-"
+		" pg_vs_plain=- cpu_vs_plain=- broker=kfake debezium_eps=- wal_vs_debezium=- wal_cpu_vs_debezium=- wal_p99_vs_debezium=- river_eps=- river1_eps=- relay_vs_river1=- relay_vs_river=- relay_pg_vs_river=- river_order_violations=- scheduled_vs_relay=- scheduled_pg_vs_relay=- kafkabatch_eps=- relay_vs_kafkabatch=-" +
+		" large_mbps=- direct_mbps=- large_vs_direct=- large_p99_ms=- direct_p99_ms=- large_cpu_ms_per_mb=- direct_cpu_ms_per_mb=-"
 	wantLine(t, s, want)
 	if !math.IsNaN(s.ceiling()) {
 		t.Errorf("ceiling without its inputs = %v, want NaN", s.ceiling())

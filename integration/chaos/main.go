@@ -6,13 +6,14 @@
 //	go run ./integration/chaos -soak           # every fault at once over 1,000,000 events
 //	go run ./integration/chaos -run crash -seed 42
 //	go run ./integration/chaos -broker kafka   # the same faults on the real 3-node Apache Kafka cluster
-//	go run ./integration/chaos -scale          # the scale scenarios, about an hour (see harness.Scale)
+//	go run ./integration/chaos -scale          # the scale scenarios, about an hour (see harness.Scale), and the store's two-minute outage
 //
 //	chaos: committed=N rolled_back=M delivered_unique=N lost=0 phantom=0 order_violations=0 duplicates=D dead=P crashes=K same_id_restarts=S pauses=Z partitions=X admin_ops=A db_crashes=C broker=kfake
 //
 // It needs PostgreSQL (-database-url, default $DATABASE_URL, else the local
 // server with trust auth) and the Go toolchain, to build the relay CLI and
-// the broker process. Each scenario works in a fresh schema of the database
+// the broker process; the claim check's scenarios (large-payloads,
+// store-outage) the S3 server of .ci/services too (testkit.S3Server's). Each scenario works in a fresh schema of the database
 // txoutbox_chaos, dropped afterwards unless it failed. The scenarios that
 // crash PostgreSQL (db-crash, mixed, and so the soak) run on a cluster of
 // their own instead, created and started if missing (pg_createcluster 15
@@ -118,6 +119,8 @@ func plans(soak bool, mode string) []harness.Plan {
 		harness.DBCrash(harness.Size{Events: 3000, Over: 15 * time.Second}, 3, 4*time.Second),
 		harness.LeaderElection(harness.Size{Events: 4000, Over: 16 * time.Second}, 3, 5*time.Second, 1500*time.Millisecond),
 		harness.Mixed(harness.Size{Events: 5000, Over: 20 * time.Second}),
+		harness.LargePayloads(harness.Size{Events: 8000, Over: 25 * time.Second}, 10, 3),
+		harness.StoreOutageLarge(harness.Size{Events: 4000, Over: 24 * time.Second}, 15*time.Second),
 	}
 }
 
@@ -128,6 +131,7 @@ func scalePlans() ([]harness.Plan, []harness.Scale) {
 	return []harness.Plan{
 			harness.LongOutage(harness.Size{Events: 100_000, Over: 17 * time.Minute}, 15*time.Minute, 10*time.Second),
 			harness.AsyncCrash(harness.Size{Events: 20_000, Over: time.Minute}, 6, 8*time.Second),
+			harness.StoreOutageLarge(harness.Size{Events: 20_000, Over: 150 * time.Second}, 2*time.Minute),
 		}, []harness.Scale{
 			harness.BackoffAggregates(50_000, 10_000, time.Minute),
 			harness.DeadPrune(1_000_000, 2000, 3*time.Minute, time.Minute),

@@ -23,6 +23,7 @@ import (
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/relay"
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
+	"github.com/txoutbox/txoutbox/relay/walrelay"
 )
 
 // maxRecord is the producer's limit in these tests: events of largeSize
@@ -315,4 +316,39 @@ func mendDir(t *testing.T, dir string) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runWALRelay runs a WAL relay with the claim check through store until
+// the test ends, and waits until it streams. MaxAttempts is 2: a store's
+// outage must not make an event dead, however few attempts it has.
+func runWALRelay(t *testing.T, db *testkit.DB, pub message.Publisher, store relay.LargePayloads) *walrelay.Relay {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		testkit.Eventually(20*time.Second, func() bool { // the slot stays active until its walsender has exited
+			_, err := db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`,
+				walrelay.SlotDefault(db.Database(), db.Table()))
+			return err == nil || ctx.Err() != nil
+		})
+		_, _ = db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+walrelay.PublicationDefault(db.Database(), db.Table()))
+	})
+	r, err := walrelay.New(db.URL, pub, walrelay.Config{
+		Table: db.Table(), StandbyRetry: 100 * time.Millisecond, MaxAttempts: 2,
+		BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		LargePayloads: relay.LargePayloadsConfig{Store: store},
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(t.Context()) }() // cancelled before the cleanups run
+	t.Cleanup(func() {
+		if err := <-done; err != nil {
+			t.Errorf("WAL relay: %v", err)
+		}
+	})
+	testkit.WaitFor(t, 30*time.Second, "the WAL relay to stream", r.Active)
+	return r
 }

@@ -40,7 +40,7 @@ func TestStoreOutageHoldsEventsBackUntilItEnds(t *testing.T) {
 	wrote := writeMixed(t, db, "docs", 2, 4)
 	cfg := fastConfig(db, store)
 	cfg.MaxAttempts = 2 // an outage must not make events dead, however many attempts
-	runRelay(t, db, publisher(t, brokers), cfg)
+	r := runRelay(t, db, publisher(t, brokers), cfg)
 
 	// Each aggregate starts with a large event, which holds the rest of
 	// its aggregate back.
@@ -56,6 +56,10 @@ func TestStoreOutageHoldsEventsBackUntilItEnds(t *testing.T) {
 	if err := store.Check(context.Background()); err == nil || !strings.Contains(err.Error(), store.Name()) {
 		t.Errorf("Check with the store away = %v, want an error naming %s", err, store.Name())
 	}
+	testkit.WaitFor(t, 30*time.Second, "the relay's Health to name the store", func() bool {
+		err := r.Health().LargePayloads
+		return err != nil && strings.Contains(err.Error(), store.Name())
+	})
 	if st := states(t, db); st["dead"] != 0 || st["published"] != 0 {
 		t.Fatalf("rows by state %v during the outage: want none dead, none published (each aggregate waits on its first)", st)
 	}
@@ -63,6 +67,7 @@ func TestStoreOutageHoldsEventsBackUntilItEnds(t *testing.T) {
 	got := consume(t, brokers, "docs", store, len(wrote))
 	checkDelivered(t, wrote, got)
 	testkit.WaitFor(t, 10*time.Second, "Check to pass after the outage", func() bool { return store.Check(context.Background()) == nil })
+	testkit.WaitFor(t, 30*time.Second, "the relay's Health to pass after the outage", func() bool { return r.Health().LargePayloads == nil })
 	if st := states(t, db); st["dead"] != 0 {
 		t.Fatalf("rows by state %v: want none dead", st)
 	}

@@ -2,15 +2,12 @@ package largepayloads
 
 import (
 	"context"
-	"io"
-	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/testkit"
-	"github.com/txoutbox/txoutbox/relay"
-	"github.com/txoutbox/txoutbox/relay/walrelay"
 )
 
 // The WAL relay offloads as the polling relay does (the same publish
@@ -20,36 +17,10 @@ func TestWALRelayPublishesLargeEventsThroughAnOutage(t *testing.T) {
 	testkit.RequireLogical(t)
 	t.Parallel()
 	db := testkit.NewOutbox(t)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		testkit.Eventually(20*time.Second, func() bool { // the slot stays active until its walsender has exited
-			_, err := db.SQL.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`,
-				walrelay.SlotDefault(db.Database(), db.Table()))
-			return err == nil || ctx.Err() != nil
-		})
-		_, _ = db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+walrelay.PublicationDefault(db.Database(), db.Table()))
-	})
 	brokers := kafkatest.New(t).ListenAddrs()
 	store, dir := fileStore(t)
 	f := &flaky{Store: store}
-	r, err := walrelay.New(db.URL, publisher(t, brokers), walrelay.Config{
-		Table: db.Table(), StandbyRetry: 100 * time.Millisecond, MaxAttempts: 2,
-		BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		LargePayloads: relay.LargePayloadsConfig{Store: f},
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(t.Context()) }() // cancelled before the cleanups run
-	t.Cleanup(func() {
-		if err := <-done; err != nil {
-			t.Errorf("WAL relay: %v", err)
-		}
-	})
-	testkit.WaitFor(t, 30*time.Second, "the WAL relay to stream", r.Active)
+	r := runWALRelay(t, db, publisher(t, brokers), f)
 
 	wrote := writeMixed(t, db, "wal-docs", 3, 4)
 	got := consume(t, brokers, "wal-docs", store, len(wrote))
@@ -63,9 +34,14 @@ func TestWALRelayPublishesLargeEventsThroughAnOutage(t *testing.T) {
 	if err := store.Check(context.Background()); err == nil {
 		t.Error("Check passed with the store away")
 	}
+	testkit.WaitFor(t, 30*time.Second, "the WAL relay's Health to name the store", func() bool {
+		err := r.Health().LargePayloads
+		return err != nil && strings.Contains(err.Error(), store.Name())
+	})
 	mendDir(t, dir)
 	got = consume(t, brokers, "wal-docs-2", store, len(more))
 	checkDelivered(t, more, got)
+	testkit.WaitFor(t, 30*time.Second, "the WAL relay's Health to pass after the outage", func() bool { return r.Health().LargePayloads == nil })
 	if n := objects(t, dir); n != 2 {
 		t.Errorf("%d objects in the store after it came back, want the two large events'", n)
 	}

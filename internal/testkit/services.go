@@ -2,13 +2,16 @@ package testkit
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -133,16 +136,89 @@ type S3 struct {
 // skip.
 func S3Server(t testing.TB) S3 {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), serviceWait)
+	defer cancel()
+	s, err := FindS3(ctx)
+	if err != nil {
+		t.Fatalf("testkit: %v", err)
+	}
+	return s
+}
+
+// FindS3 is S3Server outside a test (the crash suite's runner): it waits
+// until the server answers, or ctx ends.
+func FindS3(ctx context.Context) (S3, error) {
+	s := S3Config()
+	return s, s3Answers(ctx, s.Endpoint)
+}
+
+// S3Config is the S3 server the tests use, as S3Server returns it, without
+// asking it anything.
+func S3Config() S3 {
 	s := S3{Endpoint: S3EndpointDefault, Region: "us-east-1", AccessKeyID: "test", SecretAccessKey: "test"}
 	if v := os.Getenv(EnvS3Endpoint); v != "" {
 		s.Endpoint = v
 	}
+	return s
+}
+
+// StoreURL is the gocloud.dev/blob URL (claimcheck.Open's) of bucket on
+// the server at endpoint, an http://host:port: path-style, region
+// us-east-1. The credentials come from the AWS_* environment (Setenv).
+func StoreURL(endpoint, bucket string) string {
+	return "s3://" + bucket + "?endpoint=" + url.QueryEscape(endpoint) + "&use_path_style=true&region=us-east-1"
+}
+
+// StoreURL is the store URL of bucket on s.
+func (s S3) StoreURL(bucket string) string { return StoreURL(s.Endpoint, bucket) }
+
+// Setenv sets the AWS_* variables the AWS SDK reads to s's credentials
+// and region, where they are unset: the process's stores (and the
+// relays it starts) find them there, as in production.
+func (s S3) Setenv() {
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": s.AccessKeyID, "AWS_SECRET_ACCESS_KEY": s.SecretAccessKey, "AWS_REGION": s.Region} {
+		if os.Getenv(k) == "" {
+			os.Setenv(k, v)
+		}
+	}
+}
+
+// NewBucket creates a bucket named prefix and a random suffix (lower
+// case, at most 63 characters) and returns its name. moto takes an
+// unsigned request; a server that checks signatures refuses it.
+func (s S3) NewBucket(ctx context.Context, prefix string) (string, error) {
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	name := strings.ToLower(prefix) + "-" + hex.EncodeToString(r[:])
+	if len(name) > 63 {
+		return "", fmt.Errorf("testkit: bucket name %q is longer than 63 characters", name)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, s.Endpoint+"/"+name, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("testkit: create bucket %s: %w", name, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("testkit: create bucket %s: %s", name, resp.Status)
+	}
+	return name, nil
+}
+
+// Bucket creates a bucket of the test's own on s (NewBucket) and returns
+// its store URL; it fails the test when the server refuses.
+func (s S3) Bucket(t testing.TB) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), serviceWait)
 	defer cancel()
-	if err := s3Answers(ctx, s.Endpoint); err != nil {
-		t.Fatalf("testkit: %v", err)
+	name, err := s.NewBucket(ctx, "txoutbox")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return s
+	return s.StoreURL(name)
 }
 
 // s3Answers waits until endpoint answers an unsigned GET with any status

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -78,6 +79,7 @@ type Relay struct {
 	sql        *statements // rendered for the table by New
 	met        *metrics
 	core       *publish.Core // builds and sends the messages, with spans and the publish metrics
+	store      *publish.StoreHealth
 	running    atomic.Bool
 
 	// What a session's parts tell one another, each written by one part
@@ -160,6 +162,7 @@ func New(connString string, pub message.Publisher, cfg Config) (*Relay, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("walrelay: metrics: %w", err)
 	}
+	r.store = publish.NewStoreHealth(cfg.LargePayloads.Store)
 	return r, nil
 }
 
@@ -223,6 +226,30 @@ func (r *Relay) Running() bool { return r.running.Load() }
 // false while it waits as a standby or reconnects.
 func (r *Relay) Active() bool { return r.active.Load() }
 
+// Health is a WAL relay's view of itself, for liveness and readiness
+// probes.
+type Health struct {
+	// Running is Running's, Streaming Active's: a standby (Running, not
+	// Streaming) is a working replica, ready to take over.
+	Running   bool
+	Streaming bool
+
+	// LargePayloads is the state of the claim check's store, as the
+	// polling relay's relay.Health.LargePayloads: the error of the last
+	// check of a store with a method Check(ctx context.Context) error
+	// (claimcheck.Store has), run when Run starts and every
+	// relay.LargePayloadsCheckInterval, naming the store; nil while it
+	// passes, without a claim check, or with a store that has no Check.
+	// A readiness probe fails on it: events over the threshold wait
+	// while it is set.
+	LargePayloads error
+}
+
+// Health reports the relay's state from memory, without a query.
+func (r *Relay) Health() Health {
+	return Health{Running: r.Running(), Streaming: r.Active(), LargePayloads: r.store.Err()}
+}
+
 // Run checks the server, creates the publication and the slot if they do
 // not exist, and streams until ctx ends; then it stops reading, lets the
 // events in flight finish for up to SenderTimeout/2, reports the position
@@ -270,14 +297,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	wctx, stopWatch := context.WithCancel(ctx)
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		r.watchSlot(wctx, pool, r.database, r.cfg.StatsInterval)
-	}()
+	var watched sync.WaitGroup
+	watched.Go(func() { r.watchSlot(wctx, pool, r.database, r.cfg.StatsInterval) })
+	watched.Go(func() { r.store.Run(wctx) })
 	defer func() {
 		stopWatch()
-		<-watched
+		watched.Wait()
 	}()
 	return r.sessions(ctx, pool, srv)
 }

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"sync"
@@ -15,15 +16,21 @@ import (
 // handle) or drops it (every connection is closed on both sides: what a
 // pooler restart or a firewall reset looks like). Thaw lets bytes flow
 // again; new connections are accepted while frozen but stay silent too.
+// Down takes it away altogether (connections refused, as from a stopped
+// server) until Up. OnReply watches the requests and replies of a
+// request-reply protocol such as HTTP/1.1 going through it.
 type Proxy struct {
 	ln       net.Listener
+	addr     string
 	upstream string
 
-	mu     sync.Mutex
-	frozen bool
-	thawed chan struct{} // closed on Thaw; replaced on Freeze
-	conns  map[net.Conn]struct{}
-	closed bool
+	mu      sync.Mutex
+	frozen  bool
+	thawed  chan struct{} // closed on Thaw; replaced on Freeze
+	conns   map[net.Conn]struct{}
+	closed  bool
+	down    bool
+	onReply func(request, reply []byte)
 }
 
 // NewProxy listens on a free loopback port and forwards each connection to
@@ -37,14 +44,56 @@ func NewProxy(upstream string) (*Proxy, error) {
 }
 
 func newProxy(ln net.Listener, upstream string) *Proxy {
-	p := &Proxy{ln: ln, upstream: upstream, thawed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, addr: ln.Addr().String(), upstream: upstream, thawed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	close(p.thawed)
-	go p.accept()
+	go p.accept(ln)
 	return p
 }
 
 // Addr is the address clients dial instead of upstream.
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.addr }
+
+// Down stops listening and closes every connection: a client's
+// connections are reset and new ones refused, as when the upstream server
+// is stopped, until Up.
+func (p *Proxy) Down() {
+	p.mu.Lock()
+	if p.down || p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.down = true
+	_ = p.ln.Close()
+	p.mu.Unlock()
+	p.Drop()
+}
+
+// Up listens again, on the same address, after Down.
+func (p *Proxy) Up() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.down || p.closed {
+		return nil
+	}
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return fmt.Errorf("proxy listen again on %s: %w", p.addr, err)
+	}
+	p.ln, p.down = ln, false
+	go p.accept(ln)
+	return nil
+}
+
+// OnReply makes the proxy call fn before it forwards the start of each
+// reply (upstream to client, after the client sent a request), with the
+// first bytes of the request and of the reply; the reply waits until fn
+// returns. For HTTP/1.1: an interim reply (1xx, as to Expect:
+// 100-continue) does not end its request. Nil stops it.
+func (p *Proxy) OnReply(fn func(request, reply []byte)) {
+	p.mu.Lock()
+	p.onReply = fn
+	p.mu.Unlock()
+}
 
 // Freeze stops copying bytes on every connection, open or new, and keeps
 // the sockets open.
@@ -91,14 +140,15 @@ func (p *Proxy) Conns() int {
 func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.closed = true
+	ln := p.ln
 	p.mu.Unlock()
-	_ = p.ln.Close()
+	_ = ln.Close()
 	p.Drop()
 }
 
-func (p *Proxy) accept() {
+func (p *Proxy) accept(ln net.Listener) {
 	for {
-		down, err := p.ln.Accept()
+		down, err := ln.Accept()
 		if err != nil {
 			return
 		}
@@ -130,8 +180,9 @@ func (p *Proxy) serve(down net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	go func() { p.copy(up, down); done <- struct{}{} }()
-	go func() { p.copy(down, up); done <- struct{}{} }()
+	x := &exchange{}
+	go func() { p.copy(up, down, x.request); done <- struct{}{} }()
+	go func() { p.copy(down, up, p.replyHook(x)); done <- struct{}{} }()
 	<-done
 	// One side closed: close both, so the other copy ends too.
 	_ = down.Close()
@@ -143,14 +194,55 @@ func (p *Proxy) serve(down net.Conn) {
 	p.mu.Unlock()
 }
 
+// exchange is where a connection's request and reply stand, for OnReply.
+type exchange struct {
+	mu      sync.Mutex
+	head    []byte // the first bytes of the request being answered
+	replied bool   // its reply has started: the client's next bytes are a new request
+}
+
+// headLen is how much of a request or reply OnReply sees.
+const headLen = 256
+
+func (x *exchange) request(b []byte) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.head == nil || x.replied {
+		x.head, x.replied = append([]byte(nil), b[:min(len(b), headLen)]...), false
+	}
+}
+
+// replyHook is what the upstream-to-client copy calls with each chunk: the
+// proxy's OnReply, at the start of a reply.
+func (p *Proxy) replyHook(x *exchange) func([]byte) {
+	return func(b []byte) {
+		x.mu.Lock()
+		start := !x.replied && x.head != nil
+		interim := bytes.HasPrefix(b, []byte("HTTP/1.1 1"))
+		if start && !interim {
+			x.replied = true
+		}
+		head := x.head
+		x.mu.Unlock()
+		p.mu.Lock()
+		fn := p.onReply
+		p.mu.Unlock()
+		if start && fn != nil {
+			fn(head, b[:min(len(b), headLen)])
+		}
+	}
+}
+
 // copy forwards src to dst, waiting before each write while the proxy is
-// frozen. Bytes read while frozen are held, not lost: after a thaw the
-// stream continues exactly where it stopped.
-func (p *Proxy) copy(dst, src net.Conn) {
+// frozen, and showing each chunk to seen first. Bytes read while frozen
+// are held, not lost: after a thaw the stream continues exactly where it
+// stopped.
+func (p *Proxy) copy(dst, src net.Conn, seen func([]byte)) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			seen(buf[:n])
 			p.mu.Lock()
 			thawed := p.thawed
 			p.mu.Unlock()

@@ -108,6 +108,10 @@ type Fleet struct {
 	restarts   int    // SIGKILLs followed by a start under the same id
 	streaming  string // WAL mode: the relay that last said it streams
 
+	// large, with the claim check on, gives every relay its flags for the
+	// payload store and a Proxy to it.
+	large *largeStore
+
 	// proxyDB gives every relay id its own Proxy to PostgreSQL, kept
 	// across restarts under that id.
 	proxyDB bool
@@ -225,6 +229,13 @@ func (f *Fleet) StartAs(id string) error {
 	if fl.Mode == WALMode {
 		args = append(args, walArgs...)
 	}
+	if f.large != nil {
+		la, err := f.large.relayArgs(id)
+		if err != nil {
+			return err
+		}
+		args = append(args, la...)
+	}
 	args = append(args, fl.Extra...)
 	logf, err := f.env.logFile(id + ".log")
 	if err != nil {
@@ -233,6 +244,9 @@ func (f *Fleet) StartAs(id string) error {
 	defer logf.Close()
 	cmd := exec.Command(f.env.Bin.Outbox, args...)
 	kafkatest.DieWithParent(cmd)
+	if f.large != nil {
+		cmd.Env = f.large.relayEnv()
+	}
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -9,25 +9,29 @@ import (
 // Result is what a scenario proved. Committed counts every committed event,
 // dead ones included: an event is either delivered or dead, or it is lost.
 type Result struct {
-	Scenario        string
-	Mode            string // the relay mode: "" (poll) or "wal"
-	Broker          string // BrokerKfake ("" too) or BrokerKafka
-	LeaderKills     int    // brokers leading partitions killed (LeaderKills)
-	Committed       int    // events in the outbox after the run
-	RolledBack      int    // events written in transactions that rolled back
-	DeliveredUnique int    // distinct committed events on the broker
-	Lost            int    // committed, not dead, never delivered
-	Phantom         int    // records whose event id the outbox does not hold (rolled back, or never existed)
-	OrderViolations int    // first deliveries of a key out of outbox id order
-	Duplicates      int    // records beyond the first of an event id
-	Dead            int    // events the relay gave up on
-	Crashes         int    // relays SIGKILLed (fresh-id and same-id restarts alike)
-	SameIDRestarts  int    // relays SIGKILLed and restarted under the same --id
-	Pauses          int    // relays SIGSTOPped past StaleAfter and the lease
-	Partitions      int    // proxy freezes or drops between a relay and PostgreSQL or the broker
-	AdminOps        int    // outbox CLI runs (dead retry, dead drop, replay, dry runs)
-	DBCrashes       int    // PostgreSQL stopped with -m immediate and started again
-	SlowBroker      int    // windows in which the broker held every produce past the lease
+	Scenario    string
+	Mode        string // the relay mode: "" (poll) or "wal"
+	Broker      string // BrokerKfake ("" too) or BrokerKafka
+	LeaderKills int    // brokers leading partitions killed (LeaderKills)
+	// The claim check's (Plan.Large): events delivered by reference,
+	// relays killed right after an upload, store outages, objects no
+	// delivered reference names, and objects Prune deleted.
+	LargeRefs, UploadKills, StoreOutages, Orphans, Pruned int
+	Committed                                             int // events in the outbox after the run
+	RolledBack                                            int // events written in transactions that rolled back
+	DeliveredUnique                                       int // distinct committed events on the broker
+	Lost                                                  int // committed, not dead, never delivered
+	Phantom                                               int // records whose event id the outbox does not hold (rolled back, or never existed)
+	OrderViolations                                       int // first deliveries of a key out of outbox id order
+	Duplicates                                            int // records beyond the first of an event id
+	Dead                                                  int // events the relay gave up on
+	Crashes                                               int // relays SIGKILLed (fresh-id and same-id restarts alike)
+	SameIDRestarts                                        int // relays SIGKILLed and restarted under the same --id
+	Pauses                                                int // relays SIGSTOPped past StaleAfter and the lease
+	Partitions                                            int // proxy freezes or drops between a relay and PostgreSQL or the broker
+	AdminOps                                              int // outbox CLI runs (dead retry, dead drop, replay, dry runs)
+	DBCrashes                                             int // PostgreSQL stopped with -m immediate and started again
+	SlowBroker                                            int // windows in which the broker held every produce past the lease
 
 	Records   int // records read from the broker
 	Unordered int // first deliveries left out of the order check: events that were dead once and retried
@@ -76,7 +80,15 @@ func (r *Result) noteDuplicate(f, d Delivery, row dbRow) {
 func (r Result) Line() string {
 	return fmt.Sprintf("chaos: committed=%d rolled_back=%d delivered_unique=%d lost=%d phantom=%d order_violations=%d duplicates=%d dead=%d crashes=%d same_id_restarts=%d pauses=%d partitions=%d admin_ops=%d db_crashes=%d",
 		r.Committed, r.RolledBack, r.DeliveredUnique, r.Lost, r.Phantom, r.OrderViolations, r.Duplicates, r.Dead, r.Crashes,
-		r.SameIDRestarts, r.Pauses, r.Partitions, r.AdminOps, r.DBCrashes) + r.leaderTag() + r.modeTag() + " broker=" + r.brokerName()
+		r.SameIDRestarts, r.Pauses, r.Partitions, r.AdminOps, r.DBCrashes) + r.leaderTag() + r.largeTag() + r.modeTag() + " broker=" + r.brokerName()
+}
+
+// largeTag counts what the claim check did where a scenario turned it on.
+func (r Result) largeTag() string {
+	if r.LargeRefs == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" large_refs=%d upload_kills=%d store_outages=%d orphans=%d pruned=%d", r.LargeRefs, r.UploadKills, r.StoreOutages, r.Orphans, r.Pruned)
 }
 
 // leaderTag counts the leader kills where a scenario made some.
@@ -120,6 +132,11 @@ func (r Result) Add(o Result) Result {
 	r.DBCrashes += o.DBCrashes
 	r.SlowBroker += o.SlowBroker
 	r.LeaderKills += o.LeaderKills
+	r.LargeRefs += o.LargeRefs
+	r.UploadKills += o.UploadKills
+	r.StoreOutages += o.StoreOutages
+	r.Orphans += o.Orphans
+	r.Pruned += o.Pruned
 	r.Unordered += o.Unordered
 	r.Records += o.Records
 	r.Misrouted += o.Misrouted

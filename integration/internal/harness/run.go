@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"slices"
 	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // World is a running scenario, handed to its fault.
@@ -20,6 +22,9 @@ type World struct {
 	CommitRank map[int64]int64
 	// Tally counts the faults injected and the operators' work.
 	Tally *Tally
+
+	large  *largeStore // with Plan.Large
+	topics []string    // the topics the verifier reads besides the writers'
 }
 
 // Plan describes a scenario.
@@ -53,6 +58,9 @@ type Plan struct {
 	Drain time.Duration
 	// Check, if set, runs after the verifier, with the outbox rows.
 	Check func(ctx context.Context, w *World, res *Result) error
+	// Large, if set, turns the claim check on (see LargeConfig); the
+	// claim check's own checks run after the verifier, before Check.
+	Large *LargeConfig
 }
 
 // Run builds the scenario's world, writes under the fault, waits until the
@@ -78,6 +86,14 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 		return res, err
 	}
 	defer fleet.Close() // kills only relays left running after a failure
+	var large *largeStore
+	if plan.Large != nil {
+		if large, err = newLargeStore(ctx, env, *plan.Large); err != nil {
+			return res, err
+		}
+		defer large.close()
+		fleet.large = large
+	}
 	if plan.ProxyDB {
 		fleet.ProxyDatabase()
 	}
@@ -117,7 +133,8 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 			return res, fmt.Errorf("%s: no relay streams 30s after start", plan.Name)
 		}
 	}
-	w := &World{Env: env, Broker: broker, Fleet: fleet, Writers: writers, Flags: plan.Flags, Tally: &Tally{}}
+	w := &World{Env: env, Broker: broker, Fleet: fleet, Writers: writers, Flags: plan.Flags, Tally: &Tally{},
+		large: large, topics: append(slices.Clone(plan.Broker.Topics), plan.ExtraTopics...)}
 
 	start := time.Now()
 	runCtx, cancel := context.WithCancel(ctx)
@@ -188,6 +205,11 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 	}
 	if err := writers.CrossCheck(byID); err != nil {
 		return res, fmt.Errorf("writers and outbox disagree: %w", err)
+	}
+	if large != nil {
+		if err := checkLarge(ctx, w, &res); err != nil {
+			return res, fmt.Errorf("%s: the claim check: %w", plan.Name, err)
+		}
 	}
 	if plan.Check != nil {
 		if err := plan.Check(ctx, w, &res); err != nil {

@@ -2,7 +2,9 @@ package harness
 
 import (
 	"context"
+	crand "crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,6 +92,10 @@ type WriteConfig struct {
 	// events back until it is published (the relay's order rule).
 	DelayPercent int
 	DelayMax     time.Duration
+	// LargePercent of the GORM writers' events carry LargeBytes more of
+	// payload (random hex digits): over the claim check's threshold.
+	LargePercent int
+	LargeBytes   int
 }
 
 // Writers runs the write load and counts what committed and rolled back.
@@ -318,7 +324,12 @@ func (w *Writers) gormTx(ctx context.Context, open []*gormOrder, hold time.Durat
 		ids    []uuid.UUID
 		prev   string
 	)
-	record := func(typ string, payload any) {
+	record := func(typ string, payload map[string]any) {
+		if w.cfg.LargePercent > 0 && w.env.Intn(100) < w.cfg.LargePercent {
+			doc := make([]byte, w.cfg.LargeBytes/2)
+			_, _ = crand.Read(doc)
+			payload["doc"] = hex.EncodeToString(doc)
+		}
 		b, _ := json.Marshal(payload)
 		id, _ := uuid.NewV7()
 		e := txoutbox.Event{ID: id, Type: typ, Payload: b}
