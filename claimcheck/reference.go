@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 )
 
@@ -67,15 +69,24 @@ func (s *Store) Fetch(ctx context.Context, metadata map[string]string) ([]byte, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	data, err := s.bucket.ReadAll(ctx, key)
+	r, err := s.bucket.NewReader(ctx, key, &blob.ReaderOptions{BeforeRead: s3Read})
 	switch {
 	case isNotFound(err):
 		return nil, fmt.Errorf("%w: %s in store %s", ErrObjectMissing, key, s.name)
 	case err != nil:
 		return nil, fmt.Errorf("claimcheck: store %s: read %s: %w", s.name, key, err)
 	}
-	if int64(len(data)) != size {
-		return nil, fmt.Errorf("%w: %s in store %s is %d bytes, the reference says %d", ErrPayloadMismatch, key, s.name, len(data), size)
+	defer r.Close()
+	if r.Size() != size {
+		return nil, fmt.Errorf("%w: %s in store %s is %d bytes, the reference says %d", ErrPayloadMismatch, key, s.name, r.Size(), size)
+	}
+	// Read into a buffer of the reference's size: one copy, no growing.
+	data := make([]byte, size)
+	if _, err := io.ReadFull(r, data); err != nil {
+		return nil, fmt.Errorf("claimcheck: store %s: read %s: %w", s.name, key, err)
+	}
+	if n, _ := r.Read(make([]byte, 1)); n > 0 { // longer than it said: changed while read
+		return nil, fmt.Errorf("%w: %s in store %s is longer than the %d bytes the reference says", ErrPayloadMismatch, key, s.name, size)
 	}
 	if got := sha256.Sum256(data); string(got[:]) != string(want) {
 		return nil, fmt.Errorf("%w: %s in store %s has SHA-256 %x, the reference says %x", ErrPayloadMismatch, key, s.name, got, want)

@@ -1,6 +1,7 @@
 package claimcheck
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/md5"
@@ -74,6 +75,7 @@ type Config struct {
 // concurrent use.
 type Store struct {
 	bucket *blob.Bucket
+	s3     *s3Upload // nil when the bucket is not on S3
 	name   string
 	cfg    Config
 	owned  bool // Close closes bucket
@@ -141,7 +143,7 @@ func newStore(b *blob.Bucket, name string, cfg Config) *Store {
 	cfg.Prefix = cmp.Or(cfg.Prefix, PrefixDefault)
 	cfg.Timeout = cmp.Or(cfg.Timeout, TimeoutDefault)
 	cfg.Retention = cmp.Or(cfg.Retention, RetentionDefault)
-	return &Store{bucket: b, name: name, cfg: cfg}
+	return &Store{bucket: b, s3: newS3Upload(b), name: name, cfg: cfg}
 }
 
 // Validate reports whether c, with its zero fields taken as their
@@ -195,15 +197,24 @@ func (s *Store) Offload(ctx context.Context, table txoutbox.Table, msg *message.
 	key := s.Key(table, id)
 	sum := sha256.Sum256(msg.Payload)
 	digest := hex.EncodeToString(sum[:])
-	check := md5.Sum(msg.Payload) // the store verifies the bytes it received
 	opts := &blob.WriterOptions{
 		ContentType: cmp.Or(msg.Metadata.Get(txoutbox.HeaderContentType), "application/octet-stream"),
-		ContentMD5:  check[:],
 		Metadata:    map[string]string{"event_id": msg.UUID, "sha256": digest},
+	}
+	// The store must refuse bytes damaged on the way: S3 checks the
+	// SHA-256 (s3Upload); other stores (GCS, Azure) the MD5.
+	if s.s3 != nil {
+		opts.BeforeWrite = s.s3.beforeWrite(len(msg.Payload), sum)
+	} else {
+		check := md5.Sum(msg.Payload)
+		opts.ContentMD5 = check[:]
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	err = s.bucket.WriteAll(ctx, key, msg.Payload, opts)
+	// Upload, not WriteAll: WriteAll computes an MD5 when given none, and
+	// gocloud.dev hashes what goes through a Writer again when ContentMD5
+	// is set; Upload without it hands the reader to the driver as it is.
+	err = s.bucket.Upload(ctx, key, bytes.NewReader(msg.Payload), opts)
 	s.note(err)
 	if err != nil {
 		return nil, fmt.Errorf("claimcheck: store %s: upload %s (%d bytes): %w", s.name, key, len(msg.Payload), err)
