@@ -202,7 +202,7 @@ func (s *Store) Offload(ctx context.Context, table txoutbox.Table, msg *message.
 		Metadata:    map[string]string{"event_id": msg.UUID, "sha256": digest},
 	}
 	// The store must refuse bytes damaged on the way: S3 checks the
-	// SHA-256 (s3Upload); other stores (GCS, Azure) the MD5.
+	// SHA-256 (s3Upload), GCS the MD5.
 	if s.s3 != nil {
 		opts.BeforeWrite = s.s3.beforeWrite(len(msg.Payload), sum)
 	} else {

@@ -276,7 +276,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 6, "rounds of the drains compared with each other (relay with plain, and in the wal scenario the WAL relay with the polling relay), interleaved, and of the bare publisher's bursts (kafkabatch); the summary takes each figure's median")
 	flag.StringVar(&o.skip, "skip", "", "comma-separated scenarios of the profile to skip: "+strings.Join(scenarioNames, ","))
 	profileName := flag.String("profile", "default", profileUsage())
-	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process while the one-replica relay drains")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process while the one-replica relay drains (the large scenario: to FILE.claimcheck and FILE.direct, while each side drains)")
 	flag.BoolVar(&o.sqlStats, "sql-stats", false, "record the relay's claim and mark statements (count, rows, time) in relay, relay3 and dblimit; the relays then poll instead of LISTENing")
 	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run on a PostgreSQL 15 cluster of the bench's own (created with pg_createcluster as \"bench\" on port 5440, started, and stopped at the end if it was down), so no other session's work is in the PostgreSQL CPU and WAL figures; overrides -database-url")
 	flag.IntVar(&o.maxOpenRequests, "max-open-requests", 1, "Sarama Net.MaxOpenRequests of every Kafka publisher (an experiment: above 1 a retry may reorder a partition; needs -idempotent=false)")

@@ -113,6 +113,9 @@ func runLarge(ctx context.Context, e *env, claim bool) (largeBench, error) {
 	m := e.startMeter(ctx, s.SQL).exclude(p.pid)
 	moto0, motoErr := processCPU(motoPID)
 	rr := relayRun{replicas: 1, cfg: cfg, publisher: newPub}
+	if e.opts.cpuprofile != "" {
+		rr.cpuprofile = e.opts.cpuprofile + "." + mode // the drain's
+	}
 	took, err := rr.drain(ctx, s, p, e.opts.timeout)
 	if err != nil {
 		return largeBench{}, fmt.Errorf("large %s: %w", mode, err)
