@@ -128,15 +128,17 @@ func (f *floorRaiser) round(ctx context.Context) error {
 		return nil
 	}
 	var p outboxsql.ClaimFloorProof
-	if err := f.tx.query(ctx, scanRow(&p.MaxID, &p.XMax, &p.VXIDs, &p.Gen), f.sql.floorStart); err != nil {
+	if err := f.tx.query(ctx, scanRow(&p.MaxID, &p.XMax, &p.VXIDs, &p.Gen, &p.Floor), f.sql.floorStart); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
 	if p.Gen < 0 {
 		return errNoFloor
 	}
-	f.proof = &p
 	f.claimed.Add(-taken)
 	f.lastStart = time.Now()
+	if !p.Idle() { // an idle table's proof could raise nothing
+		f.proof = &p
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package outboxsql_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func (c costDB) floorOf(t *testing.T) (floor, gen int64) {
 func (c costDB) startFloor(t *testing.T) outboxsql.ClaimFloorProof {
 	t.Helper()
 	var p outboxsql.ClaimFloorProof
-	if err := c.db.QueryRow(c.names.Render(outboxsql.ClaimFloorStart)).Scan(&p.MaxID, &p.XMax, &p.VXIDs, &p.Gen); err != nil {
+	if err := c.db.QueryRow(c.names.Render(outboxsql.ClaimFloorStart)).Scan(&p.MaxID, &p.XMax, &p.VXIDs, &p.Gen, &p.Floor); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -153,5 +154,44 @@ func TestOperatorsLowerTheClaimFloor(t *testing.T) {
 	c.exec(t, outboxsql.OpsLowerFloor, "{}") // a retry of nothing keeps it
 	if floor, _ := c.floorOf(t); floor != 7 {
 		t.Fatalf("claim floor %d after lowering to no row, want 7", floor)
+	}
+}
+
+// A proof started when no row was inserted at or above the floor cannot
+// raise it, so ClaimFloorStart leaves out its read of pg_locks (a cost
+// that grows with the server's sessions, paid by every idle table of a
+// group every few rounds): the proof is idle and lists no transaction,
+// though one is running. A row inserted since makes it a proof again.
+func TestAnIdleTablesFloorProofReadsNoLocks(t *testing.T) {
+	ctx := context.Background()
+	c := newCostDB(t)
+	c.insert(t, 10, `'drained-' || g`, "published", "0", "now()", "now()", "now()")
+	floor := c.raiseFloor(t)
+	if floor != 11 {
+		t.Fatalf("floor %d after 10 published rows, want 11", floor)
+	}
+
+	conn, err := c.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(ctx, `ROLLBACK`) //nolint:errcheck // ends the transaction the test opened
+	var vxid string
+	if err := conn.QueryRowContext(ctx, `SELECT virtualxid FROM pg_locks WHERE locktype = 'virtualxid' AND pid = pg_backend_pid()`).Scan(&vxid); err != nil {
+		t.Fatal(err)
+	}
+
+	p := c.startFloor(t)
+	if !p.Idle() || p.VXIDs != "{}" || p.Floor != 11 {
+		t.Fatalf("proof with nothing inserted since the floor: %+v, want idle, no transactions listed, floor 11", p)
+	}
+	c.insert(t, 1, `'fresh'`, "pending", "0", "now()", "now()", "NULL")
+	p = c.startFloor(t)
+	if p.Idle() || !strings.Contains(p.VXIDs, vxid) {
+		t.Fatalf("proof after an insert: %+v, want one that waits for the running transaction %s", p, vxid)
 	}
 }

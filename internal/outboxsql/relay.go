@@ -391,13 +391,19 @@ func (a ShardsArgs) Args() []any { return []any{a.Owner, Int16Array(a.Shards)} }
 // or neither. Autovacuum is left out of V: it inserts no row, and waiting
 // for a vacuum of a large table would hold the floor for its length.
 const (
-	ClaimFloorStart = `SELECT coalesce((SELECT max(id) FROM {{table}}), 0),
+	ClaimFloorStart = `WITH h AS MATERIALIZED (
+    SELECT coalesce((SELECT max(id) FROM {{table}}), 0) AS max_id, (SELECT coalesce(max(floor), 0) FROM {{floor}}) AS floor)
+SELECT h.max_id,
        pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
-       coalesce((SELECT array_agg(l.virtualxid) FROM pg_locks l
-                 WHERE l.locktype = 'virtualxid' AND l.pid IS DISTINCT FROM pg_backend_pid()
-                   AND l.pid NOT IN (SELECT pid FROM pg_stat_activity
-                                     WHERE backend_type IN ('autovacuum worker', 'autovacuum launcher'))), '{}')::text,
-       (SELECT coalesce(max(gen), -1) FROM {{floor}})`
+       CASE WHEN h.max_id >= h.floor THEN
+           coalesce((SELECT array_agg(l.virtualxid) FROM pg_locks l
+                     WHERE l.locktype = 'virtualxid' AND l.pid IS DISTINCT FROM pg_backend_pid()
+                       AND l.pid NOT IN (SELECT pid FROM pg_stat_activity
+                                         WHERE backend_type IN ('autovacuum worker', 'autovacuum launcher'))), '{}')
+       ELSE '{}' END::text,
+       (SELECT coalesce(max(gen), -1) FROM {{floor}}),
+       h.floor
+FROM h`
 	ClaimFloorPassed = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint >= $1
    AND NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'virtualxid' AND virtualxid = ANY ($2::text[]))`
 	ClaimFloorRaise = `UPDATE {{floor}} f
@@ -414,9 +420,17 @@ RETURNING f.floor`
 type ClaimFloorProof struct {
 	MaxID int64  // H
 	XMax  int64  // X
-	VXIDs string // V, a text array literal
+	VXIDs string // V, a text array literal; empty when Idle
 	Gen   int64  // the floor's generation; -1: no floor row (schema version 7)
+	Floor int64  // the floor when the proof started
 }
+
+// Idle reports that no row was inserted at or above the floor: the raise
+// could not move it (it sets the floor to at most H+1), so the proof needs
+// neither its read of pg_locks, which costs more the more sessions and
+// locks the server holds, nor its later steps. ClaimFloorStart reads V
+// only when the proof is not idle.
+func (p ClaimFloorProof) Idle() bool { return p.MaxID < p.Floor }
 
 // PassedArgs binds ClaimFloorPassed.
 func (p ClaimFloorProof) PassedArgs() []any { return []any{p.XMax, p.VXIDs} }
