@@ -26,6 +26,10 @@ type cost struct {
 	BrokerUS *float64 `json:"broker_cpu_us_per_event,omitempty"`
 	TotalUS  *float64 `json:"total_cpu_us_per_event,omitempty"`
 	WALBytes *float64 `json:"wal_bytes_per_event,omitempty"`
+	// Statements are the database's statements of the drain (-statements).
+	Statements []stmtStat `json:"statements,omitempty"`
+	// PGParts is PostgreSQL's CPU per event by kind of process (-statements).
+	PGParts map[string]float64 `json:"pg_parts_us_per_event,omitempty"`
 }
 
 // procStat is the part of /proc/<pid>/stat (or a thread's
@@ -241,6 +245,8 @@ type meter struct {
 	pg0, broker0, self0   time.Duration
 	pgOK, brokerOK, walOK bool
 	excluded              map[int]time.Duration // server processes left out: CPU at the start
+	statements            bool                  // read pg_stat_statements at stop
+	parts0                *pgParts
 }
 
 // exclude leaves the server process pid (the backend of the harness's own
@@ -265,6 +271,16 @@ func (m *meter) exclude(pid int) *meter {
 // A counter that cannot be read is left out of the cost, with a log line.
 func (e *env) startMeter(ctx context.Context, db *sql.DB) *meter {
 	m := &meter{db: db, broker: e.brokerPids, postmaster: e.postmaster, self: os.Getpid()}
+	if e.opts.statements {
+		if err := statementsReset(ctx, db); err != nil {
+			logf("%v", err)
+		} else {
+			m.statements = true
+		}
+		if p, err := readPGParts(e.postmaster); err == nil && e.postmaster != 0 {
+			m.parts0 = &p
+		}
+	}
 	if err := db.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&m.wal0); err != nil {
 		logf("WAL not measured: %v", err)
 	} else {
@@ -342,6 +358,26 @@ func (m *meter) stop(ctx context.Context, events int) *cost {
 	}
 	if parts == 3 {
 		c.TotalUS = per(total)
+	}
+	if m.statements {
+		var err error
+		if c.Statements, err = statementsRead(ctx, m.db); err != nil {
+			logf("%v", err)
+		}
+		if m.parts0 != nil {
+			if p, err := readPGParts(m.postmaster); err == nil {
+				c.PGParts = pgPartsPerEvent(*m.parts0, p, events)
+				for pid, cpu := range p.byPID {
+					d := float64((cpu - m.parts0.byPID[pid]).Microseconds()) / float64(events)
+					if d < 0.3 {
+						continue
+					}
+					var q string
+					_ = m.db.QueryRowContext(ctx, `SELECT coalesce(left(regexp_replace(query, '\s+', ' ', 'g'), 90), '') FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&q)
+					logf("  pid %d %s: %.2f µs/event, last: %s", pid, p.kind[pid], d, q)
+				}
+			}
+		}
 	}
 	if m.walOK {
 		var bytes float64

@@ -118,6 +118,13 @@
 //     at River's fastest fetch
 //     settings (summary: river_eps, river1_eps, relay_vs_river1,
 //     relay_vs_river, relay_pg_vs_river, river_order_violations).
+//   - idle: relays with nothing to publish (one relay.Group per replica,
+//     as outbox relay --schemas runs) over empty outboxes: 1 and 3 relays
+//     over 1 and 100 tables, each measured for -idle-duration after
+//     -idle-settle, as PostgreSQL's CPU per second less what it uses
+//     without them (summary: idle_pg_ms_per_s, idle3_pg_ms_per_s,
+//     idle100_pg_ms_per_s, idle3x100_pg_ms_per_s); with -statements, each
+//     statement's calls per second.
 //   - large: events of -large-bytes (2 MiB) through the claim check (the
 //     payload to the S3 server of .ci/services, moto, a reference to a
 //     topic at Kafka's default limit) against the same bytes published
@@ -133,8 +140,9 @@
 // Every Kafka scenario publishes through kafkapub.NewPublisher (Sarama with
 // watermill-kafka's message format, acks=all), so they differ only in what
 // drives the publisher: the relays through PublishBatch (see -lane-batch),
-// with kafkapub's linger on the real cluster (-linger; none on kfake,
-// which answers at once), the other loops one message per Publish, as
+// with every default a user gets, kafkapub's linger included, on kfake as
+// on the real cluster (-linger -1 leaves it out), the other loops one
+// message per Publish, as
 // watermill-kafka's publisher sends them, without a linger, which would
 // only delay each of their requests.
 //
@@ -223,6 +231,9 @@ type options struct {
 	profile         profile // -profile
 	cpuprofile      string
 	sqlStats        bool
+	statements      bool
+	idleDuration    time.Duration
+	idleSettle      time.Duration
 	ownCluster      bool
 	maxOpenRequests int
 	idempotent      bool
@@ -239,7 +250,7 @@ type options struct {
 	largeRate       int
 }
 
-var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal", "debezium", "river", "prune", "large"}
+var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal", "debezium", "river", "prune", "large", "idle"}
 
 func main() {
 	var o options
@@ -278,10 +289,13 @@ func main() {
 	profileName := flag.String("profile", "default", profileUsage())
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process while the one-replica relay drains (the large scenario: to FILE.claimcheck and FILE.direct, while each side drains)")
 	flag.BoolVar(&o.sqlStats, "sql-stats", false, "record the relay's claim and mark statements (count, rows, time) in relay, relay3 and dblimit; the relays then poll instead of LISTENing")
+	flag.BoolVar(&o.statements, "statements", false, "read every statement of each drain from pg_stat_statements (calls, rows, server time, buffers, WAL), print them per 1,000 events and add them to the drain's JSON; needs the extension preloaded, as -own-cluster's cluster has it")
+	flag.DurationVar(&o.idleDuration, "idle-duration", 20*time.Second, "how long the idle scenario measures each shape (1 and 3 relays over 1 and 100 empty tables)")
+	flag.DurationVar(&o.idleSettle, "idle-settle", 5*time.Second, "how long the idle scenario lets its relays start before it measures")
 	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run on a PostgreSQL 15 cluster of the bench's own (created with pg_createcluster as \"bench\" on port 5440, started, and stopped at the end if it was down), so no other session's work is in the PostgreSQL CPU and WAL figures; overrides -database-url")
 	flag.IntVar(&o.maxOpenRequests, "max-open-requests", 1, "Sarama Net.MaxOpenRequests of every Kafka publisher (an experiment: above 1 a retry may reorder a partition; needs -idempotent=false)")
 	flag.IntVar(&o.brokerWarmup, "broker-warmup", 200, "with -broker kafka, run up to this many warm-up steps (52,000 records published and read back) before the scenarios, doing what the scenarios do, until the brokers' JIT compiler threads are quiet and their CPU per record settles; 0: none")
-	flag.DurationVar(&o.linger, "linger", 0, "kafkapub.Config.Linger of the relays' Kafka publishers (0: kafkapub's default, 5ms, on the real cluster and none on kfake; negative: none, each request sent as soon as the one before is answered)")
+	flag.DurationVar(&o.linger, "linger", 0, "kafkapub.Config.Linger of the relays' Kafka publishers (0: kafkapub's default, 5ms, on kfake as on the real cluster; negative: none, each request sent as soon as the one before is answered)")
 	flag.BoolVar(&o.idempotent, "idempotent", true, "Sarama's idempotent producer in every Kafka publisher (kafkapub's default)")
 	flag.TextVar(&o.compression, "compression", sarama.CompressionNone, "compression of every Kafka producer, the relays' and Debezium's alike: none (kafkapub's and Kafka's default), gzip, snappy, lz4 or zstd")
 	flag.IntVar(&o.river1Events, "river1-events", 10_000, "backlog of the river scenario's one-worker drain (it runs at a few hundred events/s); the unordered drain takes -events")
@@ -473,7 +487,13 @@ func run(ctx context.Context, o options) error {
 	sum := newSummary()
 	sum.Broker = o.broker
 	out := json.NewEncoder(os.Stdout)
-	emit := func(v any) error { return out.Encode(v) }
+	emit := func(v any) error {
+		if t, ok := v.(throughput); ok && t.Cost != nil && len(t.Cost.Statements) > 0 {
+			logStatements(t.Scenario, t.Round, t.Events, t.Cost.Statements)
+			logf("PostgreSQL CPU by process, µs per event: %v", t.Cost.PGParts)
+		}
+		return out.Encode(v)
+	}
 	if e.postmaster != 0 {
 		// What the server does without the bench: every PostgreSQL CPU
 		// figure below includes it.
@@ -610,6 +630,11 @@ func run(ctx context.Context, o options) error {
 			}
 			sum.addLarge(sides[1], sides[0])
 			return nil
+		}},
+		{"idle", func() error {
+			costs, err := runIdle(ctx, e, emit)
+			sum.addIdle(costs)
+			return err
 		}},
 		{"latency", func() error {
 			for _, notify := range []bool{true, false} {

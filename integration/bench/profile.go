@@ -43,6 +43,15 @@ var profiles = []profile{
 		scenarios: []string{"large"},
 	},
 	{
+		// docs/performance.md's "What the relay costs PostgreSQL": the
+		// drains against the plain loop, the latency scenario (writers
+		// committing while the relay drains) and the idle relays, each
+		// statement counted (-statements, on the bench's own cluster).
+		name:      "cost",
+		scenarios: []string{"relay", "relay3", "plain", "latency", "idle"},
+		flags:     map[string]string{"statements": "true", "own-cluster": "true"},
+	},
+	{
 		name:      "all",
 		scenarios: scenarioNames,
 	},

@@ -66,7 +66,6 @@ func (rr *relayRun) start(ctx context.Context, s *schemaDB) (stop func(), err er
 		cfg := rr.cfg
 		cfg.Table = s.Table
 		cfg.ID = fmt.Sprintf("bench-%d", i)
-		cfg.Retention = -1 // nothing to prune, and no pruning inside the timing
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		r, err := relay.New(db, pub, cfg)
 		if err != nil {
@@ -192,17 +191,12 @@ func (e *env) kafkaPublisher() (message.Publisher, error) {
 	return e.newKafkaPublisher(e.relayLinger())
 }
 
-// relayLinger is -linger, by default kafkapub's on the real cluster and
-// none on kfake. A linger saves the brokers requests; kfake answers a
-// request in microseconds whatever it holds, so there it would only add
-// its wait to every publish of the relays' (a fifth fewer events/s for
-// the polling relay at 5 ms) and measure nothing a real cluster has.
-func (e *env) relayLinger() time.Duration {
-	if e.opts.linger == 0 && !e.real {
-		return -1
-	}
-	return e.opts.linger
-}
+// relayLinger is -linger, by default kafkapub's own (0), on kfake as on
+// the real cluster: the relays run with every default a user gets. On
+// kfake, which answers a request in microseconds whatever it holds, the
+// linger only adds its wait to each publish; -linger -1 shows the relays
+// without it.
+func (e *env) relayLinger() time.Duration { return e.opts.linger }
 
 // loopPublisher is kafkaPublisher for the loops that publish one message
 // per Publish and wait for it (plain, naive, forwarder, kafkalimit, River's

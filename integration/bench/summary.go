@@ -39,6 +39,10 @@ type summary struct {
 	debeziumSummary
 	riverSummary
 	largeSummary
+	// IdlePGMS is PostgreSQL's CPU per second (ms) of relays with nothing
+	// to publish, by shape: 1 relay over 1 table, 3 over 1, 1 over 100, 3
+	// over 100 (runIdle).
+	IdlePGMS [4]float64
 	// failures are the scenarios that failed, in the order they ran; the
 	// line ends with their entries (failure.fields).
 	failures []failure
@@ -75,6 +79,13 @@ func (s *summary) addLarge(claim, direct largeBench) {
 	s.largeSummary = largeSummary{claim.MBPS, direct.MBPS, claim.P99MS, direct.P99MS, claim.CPUMSMB, direct.CPUMSMB}
 }
 
+// addIdle takes the idle scenario's figures, in idleShapes' order.
+func (s *summary) addIdle(costs []idleCost) {
+	for i, c := range costs {
+		s.IdlePGMS[i] = c.PGCPUMSPerS
+	}
+}
+
 // addWAL takes the wal scenario's figures.
 func (s *summary) addWAL(r walBench) {
 	s.walSummary = walSummary{WALEPS: r.WALEPS, WALVsRelay: r.WALEPS / r.RelayEPS, WALPGUSPerEvent: r.WALPGUSPerEvent,
@@ -97,7 +108,7 @@ func newSummary() summary {
 		walSummary:      walSummary{nan, nan, nan, nan, nan, nan},
 		debeziumSummary: debeziumSummary{nan, nan, nan},
 		riverSummary:    riverSummary{nan, nan, nan, nan},
-		largeSummary:    largeSummary{nan, nan, nan, nan, nan, nan}}
+		largeSummary:    largeSummary{nan, nan, nan, nan, nan, nan}, IdlePGMS: [4]float64{nan, nan, nan, nan}}
 }
 
 // figure is one cost figure, NaN when it was not measured.
@@ -188,6 +199,10 @@ func (s summary) String() string {
 		{"direct_p99_ms", ratio(s.DirectP99MS)},
 		{"large_cpu_ms_per_mb", ratio(s.LargeCPUMSMB)},
 		{"direct_cpu_ms_per_mb", ratio(s.DirectCPUMSMB)},
+		{"idle_pg_ms_per_s", ratio(s.IdlePGMS[0])},
+		{"idle3_pg_ms_per_s", ratio(s.IdlePGMS[1])},
+		{"idle100_pg_ms_per_s", ratio(s.IdlePGMS[2])},
+		{"idle3x100_pg_ms_per_s", ratio(s.IdlePGMS[3])},
 	}
 	var b strings.Builder
 	b.WriteString("bench:")

@@ -78,9 +78,10 @@ host    all all ::1/128       trust
 
 // clusterSettings are the cluster's own settings: reachable on loopback,
 // connections for a few relays and writers, logical decoding for the WAL
-// relay, and a bound on the WAL a slot keeps, so a slot a killed test run
-// left behind is given up before it fills the disk.
-const clusterSettings = "listen_addresses = '127.0.0.1'\nmax_connections = 300\nwal_level = logical\nmax_slot_wal_keep_size = 16GB\n"
+// relay, a bound on the WAL a slot keeps, so a slot a killed test run
+// left behind is given up before it fills the disk, and pg_stat_statements
+// for the bench's -statements.
+const clusterSettings = "listen_addresses = '127.0.0.1'\nmax_connections = 300\nwal_level = logical\nmax_slot_wal_keep_size = 16GB\nshared_preload_libraries = 'pg_stat_statements'\n"
 
 // Ensure creates the cluster if it does not exist (trust authentication on
 // loopback, enough connections for a few relays and writers), starts it if
