@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txoutbox/txoutbox"
@@ -173,22 +174,26 @@ func (f *fleet) tracedGroup(t *testing.T, pub message.Publisher, cfg GroupConfig
 // through a NOTIFY or the next PollInterval.
 func (f *fleet) waitClaimsSettled(t *testing.T, st *testkit.Statements, names ...string) {
 	t.Helper()
-	var claims []string
+	var claims, listens []string
 	for _, n := range names {
 		ns, err := outboxsql.NamesFor(f.tables[n].Name, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		claims = append(claims, ns.Render(outboxsql.Claim))
+		listens = append(listens, "LISTEN "+pgx.Identifier{f.tables[n].Table().Channel()}.Sanitize())
 	}
+	// Each table's claim follows its own channel's LISTEN, which wakes
+	// it; the group's other LISTENs (the unqualified channel's, in any
+	// order among them) wake nobody, so they are only waited out.
 	testkit.WaitFor(t, 15*time.Second, "the claims that follow LISTEN over", func() bool {
-		listens := st.Matching("LISTEN ", time.Time{})
-		if len(listens) == 0 {
+		quiet := time.Now().Add(-hotPollWindow - 200*time.Millisecond)
+		if len(st.Matching("LISTEN ", time.Time{})) == 0 || len(st.Matching("LISTEN ", quiet)) > 0 {
 			return false
 		}
-		listened, quiet := listens[len(listens)-1].End, time.Now().Add(-hotPollWindow-200*time.Millisecond)
-		for _, claim := range claims {
-			if len(st.Matching(claim, listened)) == 0 || len(st.Matching(claim, quiet)) > 0 {
+		for i, claim := range claims {
+			own := st.Matching(listens[i], time.Time{})
+			if len(own) == 0 || len(st.Matching(claim, own[len(own)-1].End)) == 0 || len(st.Matching(claim, quiet)) > 0 {
 				return false
 			}
 		}
