@@ -52,9 +52,32 @@ type Migrator struct {
 	table      string // unquoted base name of the tables
 	tableName  string // quoted, qualified main table
 	versions   string // quoted, qualified version table
-	lockKey    string
+	lockKey    string // PostgreSQL's advisory lock
 	dialect    outboxsql.Dialect
-	names      outboxsql.Names // MySQL's quoted names
+	sql        versionSQL
+}
+
+// versionSQL is a dialect's statements on the version table: the steps of
+// Up, Down and Status are the same on every dialect, and only these, the
+// lock (Migrator.locked) and how a script runs (Migrator.execScript)
+// differ.
+type versionSQL struct {
+	create string // create the table if missing
+	read   string // version, name, applied_at of every applied version
+	record string // record version $1 named $2 as applied now
+	forget string // remove version $1's record
+}
+
+// postgresVersionSQL is versionSQL for PostgreSQL's version table versions
+// (quoted, qualified).
+func postgresVersionSQL(versions string) versionSQL {
+	return versionSQL{
+		create: "CREATE TABLE IF NOT EXISTS " + versions +
+			" (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+		read:   "SELECT version, name, applied_at FROM " + versions,
+		record: "INSERT INTO " + versions + " (version, name) VALUES ($1, $2)",
+		forget: "DELETE FROM " + versions + " WHERE version = $1",
+	}
 }
 
 // New validates cfg and returns a Migrator on db.
@@ -94,7 +117,7 @@ func New(db *sql.DB, cfg Config) (*Migrator, error) {
 			return nil, fmt.Errorf("migrations: %w", err)
 		}
 		return &Migrator{db: db, set: cfg.Set, migrations: migs, table: cfg.Table.Name,
-			tableName: names.Table, versions: names.Versions, dialect: dialect, names: names}, nil
+			tableName: names.Table, versions: names.Versions, dialect: dialect, sql: mysqlVersionSQL(names)}, nil
 	}
 	if cfg.Table.Schema == searchPathUser {
 		// The migrations run with the schema as the search_path, where
@@ -107,6 +130,7 @@ func New(db *sql.DB, cfg Config) (*Migrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
+	versions := ident.Qualified(cfg.Table.Schema, cfg.Table.Name+"_schema_migrations")
 	return &Migrator{
 		db:         db,
 		set:        cfg.Set,
@@ -114,9 +138,10 @@ func New(db *sql.DB, cfg Config) (*Migrator, error) {
 		schema:     cfg.Table.Schema,
 		table:      cfg.Table.Name,
 		tableName:  ident.Qualified(cfg.Table.Schema, cfg.Table.Name),
-		versions:   ident.Qualified(cfg.Table.Schema, cfg.Table.Name+"_schema_migrations"),
+		versions:   versions,
 		lockKey:    "txoutbox.migrate." + cfg.Table.Schema + "." + cfg.Table.Name,
 		dialect:    outboxsql.PostgreSQL,
+		sql:        postgresVersionSQL(versions),
 	}, nil
 }
 
@@ -143,11 +168,8 @@ type Status struct {
 // none to a table that has a version the set does not have
 // (ErrSchemaTooNew).
 func (m *Migrator) Up(ctx context.Context) ([]int, error) {
-	if m.dialect == outboxsql.MySQL {
-		return m.upMySQL(ctx)
-	}
 	var applied []int
-	err := m.inLockedTx(ctx, func(tx *sql.Tx, current map[int]appliedVersion) error {
+	err := m.locked(ctx, func(q querier, current map[int]appliedVersion) error {
 		if err := m.refuseUnknown(current); err != nil {
 			return err
 		}
@@ -155,10 +177,10 @@ func (m *Migrator) Up(ctx context.Context) ([]int, error) {
 			if _, ok := current[mig.Version]; ok {
 				continue
 			}
-			if _, err := tx.ExecContext(ctx, m.set.rename(mig.up, m.table)); err != nil {
+			if err := m.execScript(ctx, q, mig.up); err != nil {
 				return fmt.Errorf("apply %04d_%s: %w", mig.Version, mig.Name, err)
 			}
-			if _, err := tx.ExecContext(ctx, "INSERT INTO "+m.versions+" (version, name) VALUES ($1, $2)", mig.Version, mig.Name); err != nil {
+			if _, err := q.ExecContext(ctx, m.sql.record, mig.Version, mig.Name); err != nil {
 				return fmt.Errorf("record %04d_%s: %w", mig.Version, mig.Name, err)
 			}
 			applied = append(applied, mig.Version)
@@ -176,11 +198,8 @@ func (m *Migrator) Up(ctx context.Context) ([]int, error) {
 // set does not have (ErrSchemaTooNew): that version's own release must
 // revert it first, or it would be left applied over what it built on.
 func (m *Migrator) Down(ctx context.Context) (int, error) {
-	if m.dialect == outboxsql.MySQL {
-		return m.downMySQL(ctx)
-	}
 	reverted := 0
-	err := m.inLockedTx(ctx, func(tx *sql.Tx, current map[int]appliedVersion) error {
+	err := m.locked(ctx, func(q querier, current map[int]appliedVersion) error {
 		if err := m.refuseUnknown(current); err != nil {
 			return err
 		}
@@ -189,10 +208,10 @@ func (m *Migrator) Down(ctx context.Context) (int, error) {
 			if _, ok := current[mig.Version]; !ok {
 				continue
 			}
-			if _, err := tx.ExecContext(ctx, m.set.rename(mig.down, m.table)); err != nil {
+			if err := m.execScript(ctx, q, mig.down); err != nil {
 				return fmt.Errorf("revert %04d_%s: %w", mig.Version, mig.Name, err)
 			}
-			if _, err := tx.ExecContext(ctx, "DELETE FROM "+m.versions+" WHERE version = $1", mig.Version); err != nil {
+			if _, err := q.ExecContext(ctx, m.sql.forget, mig.Version); err != nil {
 				return fmt.Errorf("unrecord %04d_%s: %w", mig.Version, mig.Name, err)
 			}
 			reverted = mig.Version
@@ -211,7 +230,7 @@ func (m *Migrator) Down(ctx context.Context) (int, error) {
 // order.
 func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	var out []Status
-	err := m.locked(ctx, func(current map[int]appliedVersion) error {
+	err := m.locked(ctx, func(_ querier, current map[int]appliedVersion) error {
 		for _, mig := range m.migrations {
 			s := Status{Version: mig.Version, Name: mig.Name}
 			if a, ok := current[mig.Version]; ok {
@@ -233,19 +252,53 @@ func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	return out, nil
 }
 
-// locked runs fn under the set's lock with the applied versions: in a
-// transaction on PostgreSQL (committed), on a connection on MySQL.
-func (m *Migrator) locked(ctx context.Context, fn func(map[int]appliedVersion) error) error {
+// querier is the one connection a locked run's statements go through: the
+// transaction on PostgreSQL, the session holding the lock on MySQL.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// locked runs fn under the set's lock with the version table in place and
+// the applied versions read: in a transaction on PostgreSQL (committed if
+// fn succeeds), on a connection of its own on MySQL.
+func (m *Migrator) locked(ctx context.Context, fn func(querier, map[int]appliedVersion) error) error {
+	lock := m.inLockedTx
 	if m.dialect == outboxsql.MySQL {
-		return m.inMySQLLock(ctx, func(_ *sql.Conn, current map[int]appliedVersion) error { return fn(current) })
+		lock = m.inMySQLLock
 	}
-	return m.inLockedTx(ctx, func(_ *sql.Tx, current map[int]appliedVersion) error { return fn(current) })
+	return lock(ctx, func(q querier) error {
+		if _, err := q.ExecContext(ctx, m.sql.create); err != nil {
+			return fmt.Errorf("create version table: %w", err)
+		}
+		current, err := m.applied(ctx, q)
+		if err != nil {
+			return err
+		}
+		return fn(q, current)
+	})
+}
+
+// execScript runs a migration's script, its tables renamed for m, on q:
+// whole on PostgreSQL, statement by statement on MySQL, whose drivers take
+// one per call unless the DSN has multiStatements=true.
+func (m *Migrator) execScript(ctx context.Context, q querier, script string) error {
+	stmts := []string{m.rename(script)}
+	if m.dialect == outboxsql.MySQL {
+		stmts = outboxsql.SplitStatements(stmts[0])
+	}
+	for _, stmt := range stmts {
+		if _, err := q.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // inLockedTx runs fn in a transaction holding the set's advisory lock, with
-// the search_path set to the configured schema and the version table in
-// place, and commits if fn succeeds.
-func (m *Migrator) inLockedTx(ctx context.Context, fn func(*sql.Tx, map[int]appliedVersion) error) (err error) {
+// the search_path set to the configured schema (created if missing), and
+// commits if fn succeeds.
+func (m *Migrator) inLockedTx(ctx context.Context, fn func(querier) error) (err error) {
 	tx, err := m.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -267,15 +320,7 @@ func (m *Migrator) inLockedTx(ctx context.Context, fn func(*sql.Tx, map[int]appl
 			return fmt.Errorf("set search_path: %w", err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+m.versions+
-		" (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"); err != nil {
-		return fmt.Errorf("create version table: %w", err)
-	}
-	current, err := m.applied(ctx, tx)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx, current); err != nil {
+	if err := fn(tx); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -290,12 +335,10 @@ type appliedVersion struct {
 	at   time.Time
 }
 
-// applied reads the version table through q (the migration's transaction,
+// applied reads the version table through q (the locked run's connection,
 // or the pool for Check).
-func (m *Migrator) applied(ctx context.Context, q interface {
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}) (map[int]appliedVersion, error) {
-	rows, err := q.QueryContext(ctx, "SELECT version, name, applied_at FROM "+m.versions)
+func (m *Migrator) applied(ctx context.Context, q querier) (map[int]appliedVersion, error) {
+	rows, err := q.QueryContext(ctx, m.sql.read)
 	if err != nil {
 		return nil, fmt.Errorf("read applied versions: %w", err)
 	}
@@ -304,9 +347,13 @@ func (m *Migrator) applied(ctx context.Context, q interface {
 	for rows.Next() {
 		var v int
 		var a appliedVersion
-		if err := rows.Scan(&v, &a.name, &a.at); err != nil {
+		// PostgreSQL's drivers return a time.Time, as MySQL's do with
+		// parseTime=true; without it MySQL's return text.
+		var at outboxsql.MySQLTime
+		if err := rows.Scan(&v, &a.name, &at); err != nil {
 			return nil, fmt.Errorf("read applied versions: %w", err)
 		}
+		a.at = at.Time
 		out[v] = a
 	}
 	if err := rows.Err(); err != nil {

@@ -26,79 +26,21 @@ func (m *Migrator) rename(sql string) string {
 	return m.set.rename(sql, m.table)
 }
 
-// upMySQL is Up on MySQL: each migration's statements one by one, then its
-// version recorded.
-func (m *Migrator) upMySQL(ctx context.Context) ([]int, error) {
-	var applied []int
-	err := m.inMySQLLock(ctx, func(conn *sql.Conn, current map[int]appliedVersion) error {
-		if err := m.refuseUnknown(current); err != nil {
-			return err
-		}
-		for _, mig := range m.migrations {
-			if _, ok := current[mig.Version]; ok {
-				continue
-			}
-			if err := m.execScript(ctx, conn, mig.up); err != nil {
-				return fmt.Errorf("apply %04d_%s: %w", mig.Version, mig.Name, err)
-			}
-			if _, err := conn.ExecContext(ctx, outboxsql.MySQLRender(m.names, outboxsql.MySQLVersionRecord), mig.Version, mig.Name); err != nil {
-				return fmt.Errorf("record %04d_%s: %w", mig.Version, mig.Name, err)
-			}
-			applied = append(applied, mig.Version)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("migrations: up: %w", err)
+// mysqlVersionSQL is versionSQL for MySQL's names.
+func mysqlVersionSQL(names outboxsql.Names) versionSQL {
+	return versionSQL{
+		create: outboxsql.MySQLRender(names, outboxsql.MySQLVersionTable),
+		read:   outboxsql.MySQLRender(names, outboxsql.MySQLVersionsRead),
+		record: outboxsql.MySQLRender(names, outboxsql.MySQLVersionRecord),
+		forget: outboxsql.MySQLRender(names, outboxsql.MySQLVersionForget),
 	}
-	return applied, nil
-}
-
-// downMySQL is Down on MySQL.
-func (m *Migrator) downMySQL(ctx context.Context) (int, error) {
-	reverted := 0
-	err := m.inMySQLLock(ctx, func(conn *sql.Conn, current map[int]appliedVersion) error {
-		if err := m.refuseUnknown(current); err != nil {
-			return err
-		}
-		for i := len(m.migrations) - 1; i >= 0; i-- {
-			mig := m.migrations[i]
-			if _, ok := current[mig.Version]; !ok {
-				continue
-			}
-			if err := m.execScript(ctx, conn, mig.down); err != nil {
-				return fmt.Errorf("revert %04d_%s: %w", mig.Version, mig.Name, err)
-			}
-			if _, err := conn.ExecContext(ctx, outboxsql.MySQLRender(m.names, outboxsql.MySQLVersionForget), mig.Version); err != nil {
-				return fmt.Errorf("unrecord %04d_%s: %w", mig.Version, mig.Name, err)
-			}
-			reverted = mig.Version
-			return nil
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("migrations: down: %w", err)
-	}
-	return reverted, nil
-}
-
-// execScript runs a migration's statements one by one: MySQL's drivers
-// take one per call unless the DSN has multiStatements=true.
-func (m *Migrator) execScript(ctx context.Context, conn *sql.Conn, script string) error {
-	for _, stmt := range outboxsql.SplitStatements(m.rename(script)) {
-		if _, err := conn.ExecContext(ctx, stmt); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // inMySQLLock runs fn on a connection of its own holding the set's named
-// lock, with the version table in place, and releases the lock after.
+// lock, and releases the lock after.
 // GET_LOCK belongs to the session, so the lock, the reads and the DDL all
 // run on that one connection.
-func (m *Migrator) inMySQLLock(ctx context.Context, fn func(*sql.Conn, map[int]appliedVersion) error) error {
+func (m *Migrator) inMySQLLock(ctx context.Context, fn func(querier) error) error {
 	conn, err := m.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -127,46 +69,13 @@ func (m *Migrator) inMySQLLock(ctx context.Context, fn func(*sql.Conn, map[int]a
 		defer cancel()
 		_, _ = conn.ExecContext(rctx, outboxsql.MySQLMigrateUnlock, m.table)
 	}()
-	if _, err := conn.ExecContext(ctx, outboxsql.MySQLRender(m.names, outboxsql.MySQLVersionTable)); err != nil {
-		return fmt.Errorf("create version table: %w", err)
-	}
-	current, err := m.appliedMySQL(ctx, conn)
-	if err != nil {
-		return err
-	}
-	return fn(conn, current)
-}
-
-// appliedMySQL reads the version table through q.
-func (m *Migrator) appliedMySQL(ctx context.Context, q interface {
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}) (map[int]appliedVersion, error) {
-	rows, err := q.QueryContext(ctx, outboxsql.MySQLRender(m.names, outboxsql.MySQLVersionsRead))
-	if err != nil {
-		return nil, fmt.Errorf("read applied versions: %w", err)
-	}
-	defer rows.Close()
-	out := map[int]appliedVersion{}
-	for rows.Next() {
-		var v int
-		var a appliedVersion
-		var at outboxsql.MySQLTime
-		if err := rows.Scan(&v, &a.name, &at); err != nil {
-			return nil, fmt.Errorf("read applied versions: %w", err)
-		}
-		a.at = at.Time
-		out[v] = a
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read applied versions: %w", err)
-	}
-	return out, nil
+	return fn(conn)
 }
 
 // checkMySQL is Check on MySQL: the version table read as it is, nothing
 // created.
 func (m *Migrator) checkMySQL(ctx context.Context, need int) error {
-	current, err := m.appliedMySQL(ctx, m.db)
+	current, err := m.applied(ctx, m.db)
 	if outboxsql.MySQLErrorNumber(err) == mysqlNoSuchTable {
 		if need == 0 {
 			return nil
