@@ -5,45 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/relay/internal/storetest"
 )
-
-// checkedStore is a claim check store that stores nothing and whose Check
-// fails with err while it is set.
-type checkedStore struct {
-	mu  sync.Mutex
-	err error
-}
-
-func (s *checkedStore) Offload(_ context.Context, _ txoutbox.Table, msg *message.Message) (*message.Message, error) {
-	return msg, nil
-}
-
-func (s *checkedStore) Check(context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
-}
-
-func (s *checkedStore) set(err error) {
-	s.mu.Lock()
-	s.err = err
-	s.mu.Unlock()
-}
-
-// uncheckedStore is a claim check store without a Check method.
-type uncheckedStore struct{}
-
-func (uncheckedStore) Offload(_ context.Context, _ txoutbox.Table, msg *message.Message) (*message.Message, error) {
-	return msg, nil
-}
 
 // Health reports the claim check's store when it can be checked: its
 // error, naming it, fails a library user's readiness as it fails the
@@ -51,7 +18,7 @@ func (uncheckedStore) Offload(_ context.Context, _ txoutbox.Table, msg *message.
 func TestHealthReportsTheLargePayloadStore(t *testing.T) {
 	t.Parallel()
 	b := setupInternal(t)
-	store := &checkedStore{err: errors.New("claimcheck: store s3://payloads: the bucket does not exist")}
+	store := storetest.NewChecked(errors.New("claimcheck: store s3://payloads: the bucket does not exist"))
 	r := b.newRelayWith(t, nopPublisher{}, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler),
 		LargePayloads: LargePayloadsConfig{Store: store}})
 	if r.Health().LargePayloads == nil {
@@ -71,7 +38,7 @@ func TestHealthReportsTheLargePayloadStore(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), "s3://payloads")
 	})
 
-	for name, s := range map[string]LargePayloads{"no Check": uncheckedStore{}, "no store": nil} {
+	for name, s := range map[string]LargePayloads{"no Check": storetest.Unchecked{}, "no store": nil} {
 		r := b.newRelayWith(t, nopPublisher{}, Config{Table: b.db.Table(), ID: "r2", Logger: slog.New(slog.DiscardHandler),
 			LargePayloads: LargePayloadsConfig{Store: s}})
 		if err := r.Health().LargePayloads; err != nil {

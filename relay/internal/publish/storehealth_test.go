@@ -7,39 +7,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/testkit"
+	"github.com/txoutbox/txoutbox/relay/internal/storetest"
 )
-
-type checkedStore struct {
-	mu  sync.Mutex
-	err error
-}
-
-func (s *checkedStore) Offload(_ context.Context, _ txoutbox.Table, msg *message.Message) (*message.Message, error) {
-	return msg, nil
-}
-
-func (s *checkedStore) Check(context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
-}
-
-func (s *checkedStore) set(err error) {
-	s.mu.Lock()
-	s.err = err
-	s.mu.Unlock()
-}
 
 // StoreHealth follows the store: unchecked before its first check, then
 // each check's error, and nil again once the store passes.
 func TestStoreHealthFollowsTheStore(t *testing.T) {
 	t.Parallel()
 	away := errors.New("store s3://payloads: connection refused")
-	store := &checkedStore{err: away}
+	store := storetest.NewChecked(away)
 	h := NewStoreHealth(store)
 	h.interval = 10 * time.Millisecond
 	if !errors.Is(h.Err(), errUnchecked) {
@@ -50,7 +27,7 @@ func TestStoreHealthFollowsTheStore(t *testing.T) {
 	wg.Go(func() { h.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	testkit.WaitFor(t, 5*time.Second, "the store's error", func() bool { return errors.Is(h.Err(), away) })
-	store.set(nil)
+	store.Set(nil)
 	testkit.WaitFor(t, 5*time.Second, "the store to pass", func() bool { return h.Err() == nil })
 
 	var none *StoreHealth // a store without Check, or none
