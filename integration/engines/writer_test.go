@@ -29,6 +29,18 @@ func event(aggregate string, n int) txoutbox.Event {
 	return e
 }
 
+// writeRolledBack writes events with w in a transaction on db that it
+// rolls back, and returns Write's error.
+func writeRolledBack(t *testing.T, db *sql.DB, w *txoutbox.Writer, events ...txoutbox.Event) error {
+	t.Helper()
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	return w.Write(context.Background(), tx, events...)
+}
+
 func TestWriterCommitAndRollback(t *testing.T) {
 	t.Parallel()
 	testkit.ForEachEngine(t, func(t *testing.T, e testkit.Engine) {
@@ -115,13 +127,7 @@ func TestWriterMissingTableFails(t *testing.T) {
 	t.Parallel()
 	testkit.ForEachEngine(t, func(t *testing.T, e testkit.Engine) {
 		db := testkit.NewDBOn(t, e) // not migrated
-		w := db.Writer(t)
-		tx, err := db.SQL.Begin()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback()
-		err = w.Write(context.Background(), tx, event("1", 1))
+		err := writeRolledBack(t, db.SQL, db.Writer(t), event("1", 1))
 		if err == nil || !strings.Contains(err.Error(), "insert 1 events into") {
 			t.Fatalf("Write without a table = %v, want a wrapped insert error", err)
 		}
@@ -135,12 +141,7 @@ func TestWriterInTheWrongDialectSaysSo(t *testing.T) {
 	testkit.MySQLURL(t)
 	db := testkit.NewOutboxOn(t, testkit.MySQL)
 	w := testkit.NewWriter(t, db.Table()) // PostgreSQL's SQL
-	tx, err := db.SQL.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	err = w.Write(context.Background(), tx, event("1", 1))
+	err := writeRolledBack(t, db.SQL, w, event("1", 1))
 	if err == nil || !strings.Contains(err.Error(), "set WriterConfig.Dialect to txoutbox.MySQL") {
 		t.Fatalf("a PostgreSQL Writer on MySQL: Write = %v, want an error naming the Dialect to set", err)
 	}
