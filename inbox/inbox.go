@@ -101,8 +101,8 @@ func New(cfg Config) (*Inbox, error) {
 		}
 		return &Inbox{
 			table:      names.Table,
-			claim:      outboxsql.MySQLRender(names, outboxsql.MySQLInboxClaim),
-			prune:      outboxsql.MySQLRender(names, outboxsql.MySQLInboxPrune),
+			claim:      names.Render(outboxsql.MySQLInboxClaim),
+			prune:      names.Render(outboxsql.MySQLInboxPrune),
 			pruneBatch: cmp.Or(cfg.PruneBatch, PruneBatchDefault),
 			txOptions:  cfg.TxOptions,
 			mysql:      true,

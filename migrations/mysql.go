@@ -29,10 +29,10 @@ func (m *Migrator) rename(sql string) string {
 // mysqlVersionSQL is versionSQL for MySQL's names.
 func mysqlVersionSQL(names outboxsql.Names) versionSQL {
 	return versionSQL{
-		create: outboxsql.MySQLRender(names, outboxsql.MySQLVersionTable),
-		read:   outboxsql.MySQLRender(names, outboxsql.MySQLVersionsRead),
-		record: outboxsql.MySQLRender(names, outboxsql.MySQLVersionRecord),
-		forget: outboxsql.MySQLRender(names, outboxsql.MySQLVersionForget),
+		create: names.Render(outboxsql.MySQLVersionTable),
+		read:   names.Render(outboxsql.MySQLVersionsRead),
+		record: names.Render(outboxsql.MySQLVersionRecord),
+		forget: names.Render(outboxsql.MySQLVersionForget),
 	}
 }
 

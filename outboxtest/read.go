@@ -108,7 +108,7 @@ func ReadEvents(ctx context.Context, q Querier) ([]Event, error) {
 	}
 	query := names.Render(outboxsql.TestEvents)
 	if dialect == outboxsql.MySQL {
-		query = outboxsql.MySQLRender(names, outboxsql.MySQLTestEvents)
+		query = names.Render(outboxsql.MySQLTestEvents)
 	}
 	var r rows
 	switch q := q.(type) {

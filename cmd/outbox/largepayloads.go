@@ -36,10 +36,10 @@ func (l *largePayloadFlags) register(fs *flag.FlagSet) {
 // open opens the store the flags name, without a request to it: nil
 // without --large-payloads. A bad URL or value is a usage error naming
 // the flag.
-func (l *largePayloadFlags) open(ctx context.Context, set map[string]bool) (*claimcheck.Store, error) {
+func (l *largePayloadFlags) open(ctx context.Context, fs *flag.FlagSet) (*claimcheck.Store, error) {
 	if l.url == "" {
 		for _, f := range []string{"large-payloads-over", "large-payloads-retention"} {
-			if set[f] {
+			if flagSet(fs, f) {
 				return nil, usagef("--%s is for the claim check: set --large-payloads too", f)
 			}
 		}

@@ -92,9 +92,7 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	if err != nil {
 		return err
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	store, err := large.open(ctx, set)
+	store, err := large.open(ctx, fs)
 	if err != nil {
 		return err
 	}

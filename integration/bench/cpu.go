@@ -277,8 +277,10 @@ func (e *env) startMeter(ctx context.Context, db *sql.DB) *meter {
 		} else {
 			m.statements = true
 		}
-		if p, err := readPGParts(e.postmaster); err == nil && e.postmaster != 0 {
-			m.parts0 = &p
+		if e.postmaster != 0 {
+			if p, err := readPGParts(e.postmaster); err == nil {
+				m.parts0 = &p
+			}
 		}
 	}
 	if err := db.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&m.wal0); err != nil {
@@ -367,15 +369,6 @@ func (m *meter) stop(ctx context.Context, events int) *cost {
 		if m.parts0 != nil {
 			if p, err := readPGParts(m.postmaster); err == nil {
 				c.PGParts = pgPartsPerEvent(*m.parts0, p, events)
-				for pid, cpu := range p.byPID {
-					d := float64((cpu - m.parts0.byPID[pid]).Microseconds()) / float64(events)
-					if d < 0.3 {
-						continue
-					}
-					var q string
-					_ = m.db.QueryRowContext(ctx, `SELECT coalesce(left(regexp_replace(query, '\s+', ' ', 'g'), 90), '') FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&q)
-					logf("  pid %d %s: %.2f µs/event, last: %s", pid, p.kind[pid], d, q)
-				}
 			}
 		}
 	}

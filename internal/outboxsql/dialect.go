@@ -96,23 +96,13 @@ func DialectOfVersion(v string) Dialect {
 	return MySQL
 }
 
-// SQLState is the SQLSTATE of err or of an error it wraps, "" if none has
-// one. Both drivers' server errors carry one: pgconn.PgError's SQLState
-// method, go-sql-driver/mysql's MySQLError's SQLState field (a [5]byte, so
-// read by reflection, which keeps the driver out of this module).
+// SQLState is the SQLSTATE of a PostgreSQL server error (pgconn.PgError's
+// SQLState method) in err's chain, "" if there is none. MySQL's errors are
+// told by their number (MySQLErrorNumber).
 func SQLState(err error) string {
 	var pg interface{ SQLState() string }
 	if errors.As(err, &pg) {
 		return pg.SQLState()
-	}
-	if e := mysqlError(err); e.IsValid() {
-		if f := e.FieldByName("SQLState"); f.IsValid() && f.Kind() == reflect.Array && f.Len() == 5 {
-			b := make([]byte, 5)
-			for i := range b {
-				b[i] = byte(f.Index(i).Uint())
-			}
-			return string(b)
-		}
 	}
 	return ""
 }

@@ -201,12 +201,6 @@ const MySQLVersionRecord = `INSERT INTO {{versions}} (version, name, applied_at)
 // MySQLVersionForget removes version $1's record.
 const MySQLVersionForget = `DELETE FROM {{versions}} WHERE version = ?`
 
-// MySQLRender is Names.Render for MySQL's templates: {{table}} and
-// {{versions}}.
-func MySQLRender(n Names, tmpl string) string {
-	return strings.NewReplacer("{{table}}", n.Table, "{{versions}}", n.Versions).Replace(tmpl)
-}
-
 // MySQLStatements is every statement above, rendered for the default
 // table, with inserts of one and of three rows: what the grammar test
 // (internal/mysqlgrammar) parses. A statement added to this file must be
@@ -217,15 +211,15 @@ func MySQLStatements() map[string]string {
 	return map[string]string{
 		"MySQLInsert(1)":     MySQLInsert(n, 1),
 		"MySQLInsert(3)":     MySQLInsert(n, 3),
-		"MySQLInboxClaim":    MySQLRender(inbox, MySQLInboxClaim),
-		"MySQLInboxPrune":    MySQLRender(inbox, MySQLInboxPrune),
-		"MySQLTestEvents":    MySQLRender(n, MySQLTestEvents),
+		"MySQLInboxClaim":    inbox.Render(MySQLInboxClaim),
+		"MySQLInboxPrune":    inbox.Render(MySQLInboxPrune),
+		"MySQLTestEvents":    n.Render(MySQLTestEvents),
 		"MySQLMigrateLock":   MySQLMigrateLock,
 		"MySQLMigrateUnlock": MySQLMigrateUnlock,
-		"MySQLVersionTable":  MySQLRender(n, MySQLVersionTable),
-		"MySQLVersionsRead":  MySQLRender(n, MySQLVersionsRead),
-		"MySQLVersionRecord": MySQLRender(n, MySQLVersionRecord),
-		"MySQLVersionForget": MySQLRender(n, MySQLVersionForget),
+		"MySQLVersionTable":  n.Render(MySQLVersionTable),
+		"MySQLVersionsRead":  n.Render(MySQLVersionsRead),
+		"MySQLVersionRecord": n.Render(MySQLVersionRecord),
+		"MySQLVersionForget": n.Render(MySQLVersionForget),
 		"DialectProbe":       DialectProbe,
 	}
 }

@@ -5,7 +5,6 @@
 package outboxsql
 
 import (
-	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +37,7 @@ type Names struct {
 func (n Names) Render(tmpl string) string {
 	return strings.NewReplacer(
 		"{{table}}", n.Table,
+		"{{versions}}", n.Versions,
 		"{{tableliteral}}", quoteLiteral(n.Table),
 		"{{relays}}", n.Relays,
 		"{{relaysliteral}}", quoteLiteral(n.Relays),
@@ -222,7 +222,4 @@ func (a SchemaTablesArgs) Args() []any { return []any{a.Table, a.Versions} }
 // IsLockNotAvailable reports whether err is the server's SQLSTATE 55P03
 // (lock_not_available): a statement gave up on a lock, at its
 // lock_timeout or with NOWAIT.
-func IsLockNotAvailable(err error) bool {
-	var pg interface{ SQLState() string }
-	return errors.As(err, &pg) && pg.SQLState() == "55P03"
-}
+func IsLockNotAvailable(err error) bool { return SQLState(err) == "55P03" }

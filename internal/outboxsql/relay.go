@@ -392,7 +392,8 @@ func (a ShardsArgs) Args() []any { return []any{a.Owner, Int16Array(a.Shards)} }
 // for a vacuum of a large table would hold the floor for its length.
 const (
 	ClaimFloorStart = `WITH h AS MATERIALIZED (
-    SELECT coalesce((SELECT max(id) FROM {{table}}), 0) AS max_id, (SELECT coalesce(max(floor), 0) FROM {{floor}}) AS floor)
+    SELECT coalesce((SELECT max(id) FROM {{table}}), 0) AS max_id, (` + ClaimFloorRead + `) AS floor,
+           (SELECT coalesce(max(gen), -1) FROM {{floor}}) AS gen)
 SELECT h.max_id,
        pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
        CASE WHEN h.max_id >= h.floor THEN
@@ -401,7 +402,7 @@ SELECT h.max_id,
                        AND l.pid NOT IN (SELECT pid FROM pg_stat_activity
                                          WHERE backend_type IN ('autovacuum worker', 'autovacuum launcher'))), '{}')
        ELSE '{}' END::text,
-       (SELECT coalesce(max(gen), -1) FROM {{floor}}),
+       h.gen,
        h.floor
 FROM h`
 	ClaimFloorPassed = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint >= $1

@@ -46,10 +46,7 @@ const serviceWait = 10 * time.Second
 // how to start it: the tests never skip.
 func MySQLURL(t testing.TB) string {
 	t.Helper()
-	u := MySQLURLDefault
-	if v := os.Getenv(EnvMySQLURL); v != "" {
-		u = v
-	}
+	u := mysqlServerURL()
 	ctx, cancel := context.WithTimeout(context.Background(), serviceWait)
 	defer cancel()
 	if err := mysqlAnswers(ctx, u); err != nil {

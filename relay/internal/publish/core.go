@@ -94,10 +94,12 @@ func New(cfg Config) (*Core, error) {
 	c := &Core{pub: cfg.Publisher, limit: 1, trace: newTracing(cfg.TracerProvider, cfg.Scope), propagator: cfg.Propagator,
 		system: messagingSystem(cfg.MessagingSystem, cfg.Publisher), table: table, met: met, tableCfg: cfg.Table}
 	if cfg.LargePayloads != nil {
-		if c.over, err = LargePayloadsOver(cfg.LargePayloadsOver, cfg.Publisher); err != nil {
-			return nil, err
+		c.large, c.over = cfg.LargePayloads, cfg.LargePayloadsOver
+		if c.over == 0 { // the relays pass the threshold they validated
+			if c.over, err = LargePayloadsOver(0, cfg.Publisher); err != nil {
+				return nil, err
+			}
 		}
-		c.large = cfg.LargePayloads
 	}
 	if bp, ok := cfg.Publisher.(BatchPublisher); ok && cfg.LaneBatch > 1 {
 		c.batch, c.limit = bp, cfg.LaneBatch
