@@ -96,7 +96,7 @@ const failureRemembered = 5 * time.Minute
 //
 //	s3://bucket?region=eu-west-1                        (AWS S3; credentials from the AWS_* environment)
 //	s3://bucket?endpoint=http://127.0.0.1:9000&use_path_style=true&region=us-east-1 (S3-compatible servers)
-//	file:///var/lib/outbox-payloads                     (a local directory, for development)
+//	file:///var/lib/outbox-payloads                     (a local directory, for development; objects are written beside their place unless no_tmp_dir is given)
 //	mem://                                              (in memory, for tests)
 //
 // Other gocloud.dev/blob schemes (gs://, azblob://) work once their
@@ -116,6 +116,15 @@ func Open(ctx context.Context, urlstr string, cfg Config) (*Store, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if q := u.Query(); u.Scheme == "file" && !q.Has("no_tmp_dir") {
+		// fileblob writes each object to os.TempDir and renames it into
+		// place, which fails when the directory is on another file system
+		// (a volume of its own, as payloads get): write it beside its
+		// place instead. A crash's leftover is an object Prune removes.
+		q.Set("no_tmp_dir", "true")
+		u.RawQuery = q.Encode()
+		urlstr = u.String()
 	}
 	b, err := blob.OpenBucket(ctx, urlstr)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -261,6 +262,51 @@ func TestPruneDeletesObjectsPastRetention(t *testing.T) {
 	}
 	if n, err := s.Prune(context.Background()); err != nil || n != 0 {
 		t.Fatalf("Prune after a replay = %d, %v; want nothing deleted", n, err)
+	}
+}
+
+// A file store on another file system than the temporary directory (a
+// volume of its own, as payloads get) stores, and Prune removes what a
+// crash mid-write leaves beside the objects.
+func TestFileStoreOnAVolumeOfItsOwn(t *testing.T) {
+	dir := t.TempDir()
+	tmp, err := os.MkdirTemp("/dev/shm", "claimcheck-tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	var a, b syscall.Stat_t
+	if syscall.Stat(dir, &a) != nil || syscall.Stat(tmp, &b) != nil || a.Dev == b.Dev {
+		t.Fatalf("%s and %s must be on two file systems", dir, tmp)
+	}
+	t.Setenv("TMPDIR", tmp)
+	s, err := claimcheck.Open(context.Background(), "file://"+dir, claimcheck.Config{Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	msg := eventMessage(t, large(4096))
+	ref, err := s.Offload(context.Background(), table, msg)
+	if err != nil {
+		t.Fatalf("Offload: %v", err)
+	}
+	got, err := s.Fetch(context.Background(), ref.Metadata)
+	if err != nil || !bytes.Equal(got, msg.Payload) {
+		t.Fatalf("Fetch = %v; want the payload back", err)
+	}
+	leftover := filepath.Join(dir, filepath.FromSlash(ref.Metadata.Get(claimcheck.HeaderKey))) + ".18eed7138c7c55da.tmp"
+	if err := os.WriteFile(leftover, []byte("half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	past := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(leftover, past, past); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Prune(context.Background()); err != nil || n != 1 {
+		t.Fatalf("Prune = %d, %v; want the leftover deleted", n, err)
+	}
+	if _, err := os.Stat(leftover); !os.IsNotExist(err) {
+		t.Errorf("the leftover is still there: %v", err)
 	}
 }
 
