@@ -27,7 +27,7 @@
 //
 // It prints one JSON object per scenario on stdout, then the summary line
 //
-//	bench: relay_eps=… relay3_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_naive=… relay_vs_forwarder=… relay_vs_ceiling=… order_violations=… p50_ms=… p99_ms=… gorm_overhead=… ent_overhead=… claim_flatness=… relay_rss_mib=… plain_eps=… relay_vs_plain=… relay3_vs_plain=… pg_us_per_event=… plain_pg_us_per_event=… cpu_us_per_event=… plain_cpu_us_per_event=… wal_bytes_per_event=… plain_wal_bytes_per_event=… wal_eps=… wal_vs_relay=… wal_pg_us_per_event=… wal_wal_bytes_per_event=… wal_p99_ms=… pg_vs_plain=… cpu_vs_plain=… broker=… debezium_eps=… wal_vs_debezium=… wal_cpu_vs_debezium=… wal_p99_vs_debezium=… river_eps=… river1_eps=… relay_vs_river1=… relay_vs_river=… relay_pg_vs_river=… river_order_violations=… scheduled_vs_relay=… scheduled_pg_vs_relay=… kafkabatch_eps=… relay_vs_kafkabatch=… large_mbps=… direct_mbps=… large_vs_direct=… large_p99_ms=… direct_p99_ms=… large_cpu_ms_per_mb=… direct_cpu_ms_per_mb=…
+//	bench: relay_eps=… relay3_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_naive=… relay_vs_forwarder=… relay_vs_ceiling=… order_violations=… p50_ms=… p99_ms=… gorm_overhead=… ent_overhead=… claim_flatness=… relay_rss_mib=… plain_eps=… relay_vs_plain=… relay3_vs_plain=… pg_us_per_event=… plain_pg_us_per_event=… cpu_us_per_event=… plain_cpu_us_per_event=… wal_bytes_per_event=… plain_wal_bytes_per_event=… wal_eps=… wal_vs_relay=… wal_pg_us_per_event=… wal_wal_bytes_per_event=… wal_p99_ms=… pg_vs_plain=… cpu_vs_plain=… broker=… debezium_eps=… wal_vs_debezium=… wal_cpu_vs_debezium=… wal_p99_vs_debezium=… river_eps=… river1_eps=… relay_vs_river1=… relay_vs_river=… relay_pg_vs_river=… river_order_violations=… scheduled_vs_relay=… scheduled_pg_vs_relay=… kafkabatch_eps=… relay_vs_kafkabatch=… large_mbps=… direct_mbps=… large_vs_direct=… large_p99_ms=… direct_p99_ms=… large_cpu_ms_per_mb=… direct_cpu_ms_per_mb=… large_file_mbps=… large_file_vs_direct=… large_file_cpu_ms_per_mb=…
 //
 // where pg_us_per_event, cpu_us_per_event (relay, PostgreSQL and broker
 // together) and wal_bytes_per_event are the one-replica relay's drains, the
@@ -135,7 +135,10 @@
 //     this host), then -large-rate events/s for 10 s for the commit-to-ack
 //     p99 (summary: large_mbps, direct_mbps, large_vs_direct,
 //     large_p99_ms, direct_p99_ms, large_cpu_ms_per_mb,
-//     direct_cpu_ms_per_mb). Profile large runs it alone.
+//     direct_cpu_ms_per_mb); and the claim check again on a directory of
+//     this host's disk (file://), its own cost without an S3 server's on
+//     the same cores (summary: large_file_mbps, large_file_vs_direct,
+//     large_file_cpu_ms_per_mb). Profile large runs it alone.
 //
 // Every Kafka scenario publishes through kafkapub.NewPublisher (Sarama with
 // watermill-kafka's message format, acks=all), so they differ only in what
@@ -617,9 +620,9 @@ func run(ctx context.Context, o options) error {
 			return nil
 		}},
 		{"large", func() error {
-			var sides [2]largeBench
-			for i, claim := range []bool{false, true} {
-				r, err := runLarge(ctx, e, claim)
+			var sides [3]largeBench
+			for i, mode := range []string{largeDirect, largeS3, largeFileStore} {
+				r, err := runLarge(ctx, e, mode)
 				if err != nil {
 					return err
 				}
@@ -628,7 +631,7 @@ func run(ctx context.Context, o options) error {
 					return err
 				}
 			}
-			sum.addLarge(sides[1], sides[0])
+			sum.addLarge(sides[1], sides[2], sides[0])
 			return nil
 		}},
 		{"idle", func() error {

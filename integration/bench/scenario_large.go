@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -29,7 +30,7 @@ const largeDirectMaxBytes = 4<<20 + 64<<10
 // events of -large-bytes each, then a paced run for its latency.
 type largeBench struct {
 	Scenario string         `json:"scenario"`
-	Mode     string         `json:"mode"` // claimcheck or direct
+	Mode     string         `json:"mode"` // direct, claimcheck (S3) or claimcheck-file
 	Events   int            `json:"events"`
 	Bytes    int            `json:"bytes_per_event"`
 	Seconds  float64        `json:"seconds"`
@@ -43,17 +44,23 @@ type largeBench struct {
 	Settings map[string]any `json:"settings"`
 }
 
+// The large scenario's sides.
+const (
+	largeDirect    = "direct"          // the bytes as they are, to a topic that takes them
+	largeS3        = "claimcheck"      // the claim check on the S3 server of .ci/services (moto)
+	largeFileStore = "claimcheck-file" // the claim check on a directory of this host
+)
+
 // runLarge measures events of -large-bytes through the claim check (the
-// payload to the S3 server, moto from .ci/services, and a reference to a
-// topic of Kafka's default limit) or, with claim false, the same bytes
-// published as they are to a topic that takes them (max.message.bytes
-// raised): the physical neighbour. It drains a backlog for bytes/s and CPU
+// payload to a store, and a reference to a topic of Kafka's default limit)
+// or, in mode largeDirect, the same bytes published as they are to a topic
+// that takes them (max.message.bytes raised): the physical neighbour. The
+// store is the S3 server of .ci/services (moto), or in mode largeFileStore
+// a directory on this host's disk: the claim check's own cost, without an
+// S3 server's on the same cores. It drains a backlog for bytes/s and CPU
 // per MB, then writes at -large-rate for the p99 from commit to ack.
-func runLarge(ctx context.Context, e *env, claim bool) (largeBench, error) {
-	mode := "direct"
-	if claim {
-		mode = "claimcheck"
-	}
+func runLarge(ctx context.Context, e *env, mode string) (largeBench, error) {
+	claim := mode != largeDirect
 	n, size := e.opts.largeEvents, e.opts.largeBytes
 	s, err := e.newSchema(ctx, "large_"+mode)
 	if err != nil {
@@ -73,12 +80,12 @@ func runLarge(ctx context.Context, e *env, claim bool) (largeBench, error) {
 	var motoPID int
 	if claim {
 		maxBytes = 0 // Kafka's default: the claim check takes the rest
-		store, pid, err := largeStore(ctx)
+		store, pid, err := largeStore(ctx, mode)
 		if err != nil {
 			return largeBench{}, err
 		}
 		defer store.Close()
-		cfg.LargePayloads = relay.LargePayloadsConfig{Store: store}
+		cfg.LargePayloads = relay.LargePayloadsConfig{Store: store.Store}
 		motoPID = pid
 	}
 	newPub := func() (message.Publisher, error) { return e.newKafkaPublisherMax(e.relayLinger(), maxBytes) }
@@ -200,8 +207,22 @@ func (e *env) largeTopic(ctx context.Context, topic string, configs map[string]s
 
 // largeStore opens a fresh bucket on the S3 server of .ci/services and
 // returns its store and the server's pid (0 when it is not this host's
-// moto), whose CPU the claim check's cost includes.
-func largeStore(ctx context.Context) (*claimcheck.Store, int, error) {
+// moto), whose CPU the claim check's cost includes; or, in mode
+// largeFileStore, a store on a fresh directory, removed when the store is
+// closed.
+func largeStore(ctx context.Context, mode string) (*largeStoreCloser, int, error) {
+	if mode == largeFileStore {
+		dir, err := os.MkdirTemp("", "bench-large-")
+		if err != nil {
+			return nil, 0, err
+		}
+		store, err := claimcheck.Open(ctx, "file://"+dir, claimcheck.Config{})
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, 0, err
+		}
+		return &largeStoreCloser{Store: store, dir: dir}, 0, nil
+	}
 	s3, err := testkit.FindS3(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -219,7 +240,21 @@ func largeStore(ctx context.Context) (*claimcheck.Store, int, error) {
 	if b, err := os.ReadFile(filepath.Join(kafkatest.ServicesDir(), "s3", "pid")); err == nil {
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
-	return store, pid, nil
+	return &largeStoreCloser{Store: store}, pid, nil
+}
+
+// largeStoreCloser is a store whose Close removes its directory, if any.
+type largeStoreCloser struct {
+	*claimcheck.Store
+	dir string
+}
+
+func (s *largeStoreCloser) Close() error {
+	err := s.Store.Close()
+	if s.dir != "" {
+		err = errors.Join(err, os.RemoveAll(s.dir))
+	}
+	return err
 }
 
 // newKafkaPublisherMax is newKafkaPublisher with a producer limit of

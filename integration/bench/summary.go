@@ -69,14 +69,15 @@ type riverSummary struct {
 }
 
 // largeSummary are the large scenario's figures: the claim check's side
-// and the direct one's.
+// on S3 and on a directory, and the direct one's.
 type largeSummary struct {
 	LargeMBPS, DirectMBPS, LargeP99MS, DirectP99MS, LargeCPUMSMB, DirectCPUMSMB float64
+	LargeFileMBPS, LargeFileCPUMSMB                                             float64
 }
 
 // addLarge takes the large scenario's figures.
-func (s *summary) addLarge(claim, direct largeBench) {
-	s.largeSummary = largeSummary{claim.MBPS, direct.MBPS, claim.P99MS, direct.P99MS, claim.CPUMSMB, direct.CPUMSMB}
+func (s *summary) addLarge(claim, file, direct largeBench) {
+	s.largeSummary = largeSummary{claim.MBPS, direct.MBPS, claim.P99MS, direct.P99MS, claim.CPUMSMB, direct.CPUMSMB, file.MBPS, file.CPUMSMB}
 }
 
 // addIdle takes the idle scenario's figures, in idleShapes' order.
@@ -108,7 +109,7 @@ func newSummary() summary {
 		walSummary:      walSummary{nan, nan, nan, nan, nan, nan},
 		debeziumSummary: debeziumSummary{nan, nan, nan},
 		riverSummary:    riverSummary{nan, nan, nan, nan},
-		largeSummary:    largeSummary{nan, nan, nan, nan, nan, nan}, IdlePGMS: [4]float64{nan, nan, nan, nan}}
+		largeSummary:    largeSummary{nan, nan, nan, nan, nan, nan, nan, nan}, IdlePGMS: [4]float64{nan, nan, nan, nan}}
 }
 
 // figure is one cost figure, NaN when it was not measured.
@@ -199,6 +200,9 @@ func (s summary) String() string {
 		{"direct_p99_ms", ratio(s.DirectP99MS)},
 		{"large_cpu_ms_per_mb", ratio(s.LargeCPUMSMB)},
 		{"direct_cpu_ms_per_mb", ratio(s.DirectCPUMSMB)},
+		{"large_file_mbps", ratio(s.LargeFileMBPS)},
+		{"large_file_vs_direct", ratio(s.LargeFileMBPS / s.DirectMBPS)},
+		{"large_file_cpu_ms_per_mb", ratio(s.LargeFileCPUMSMB)},
 		{"idle_pg_ms_per_s", ratio(s.IdlePGMS[0])},
 		{"idle3_pg_ms_per_s", ratio(s.IdlePGMS[1])},
 		{"idle100_pg_ms_per_s", ratio(s.IdlePGMS[2])},

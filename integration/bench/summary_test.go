@@ -18,7 +18,7 @@ func TestSummaryLine(t *testing.T) {
 	s.RelayEPS, s.Relay3EPS, s.NaiveEPS, s.ForwarderEPS = 30000, 28000.4, 1200, 4000
 	s.DBLimitEPS, s.KafkaLimitEPS = 50000, 40000
 	s.KafkaBatchEPS = 60000
-	s.addLarge(largeBench{MBPS: 80, P99MS: 120, CPUMSMB: 9.5}, largeBench{MBPS: 100, P99MS: 60, CPUMSMB: 4.25})
+	s.addLarge(largeBench{MBPS: 80, P99MS: 120, CPUMSMB: 9.5}, largeBench{MBPS: 90, CPUMSMB: 6}, largeBench{MBPS: 100, P99MS: 60, CPUMSMB: 4.25})
 	s.addIdle([]idleCost{{PGCPUMSPerS: 1.5}, {PGCPUMSPerS: 4}, {PGCPUMSPerS: 30}, {PGCPUMSPerS: 80.25}})
 	s.addViolations(0)
 	s.P50MS, s.P99MS = 3.456, 42
@@ -37,7 +37,7 @@ func TestSummaryLine(t *testing.T) {
 		" cpu_us_per_event=52.50 plain_cpu_us_per_event=36.60 wal_bytes_per_event=612 plain_wal_bytes_per_event=401" +
 		" wal_eps=60000 wal_vs_relay=2.00 wal_pg_us_per_event=12.35 wal_wal_bytes_per_event=410.00 wal_p99_ms=9.50" +
 		" pg_vs_plain=0.91 cpu_vs_plain=0.80 broker=kfake debezium_eps=- wal_vs_debezium=- wal_cpu_vs_debezium=- wal_p99_vs_debezium=- river_eps=- river1_eps=- relay_vs_river1=- relay_vs_river=- relay_pg_vs_river=- river_order_violations=- scheduled_vs_relay=0.99 scheduled_pg_vs_relay=1.02 kafkabatch_eps=60000 relay_vs_kafkabatch=0.50" +
-		" large_mbps=80.00 direct_mbps=100.00 large_vs_direct=0.80 large_p99_ms=120.00 direct_p99_ms=60.00 large_cpu_ms_per_mb=9.50 direct_cpu_ms_per_mb=4.25" +
+		" large_mbps=80.00 direct_mbps=100.00 large_vs_direct=0.80 large_p99_ms=120.00 direct_p99_ms=60.00 large_cpu_ms_per_mb=9.50 direct_cpu_ms_per_mb=4.25 large_file_mbps=90.00 large_file_vs_direct=0.90 large_file_cpu_ms_per_mb=6.00" +
 		" idle_pg_ms_per_s=1.50 idle3_pg_ms_per_s=4.00 idle100_pg_ms_per_s=30.00 idle3x100_pg_ms_per_s=80.25"
 	wantLine(t, s, want)
 }
@@ -53,7 +53,7 @@ func TestSummaryLineMissing(t *testing.T) {
 		" cpu_us_per_event=- plain_cpu_us_per_event=- wal_bytes_per_event=- plain_wal_bytes_per_event=-" +
 		" wal_eps=- wal_vs_relay=- wal_pg_us_per_event=- wal_wal_bytes_per_event=- wal_p99_ms=-" +
 		" pg_vs_plain=- cpu_vs_plain=- broker=kfake debezium_eps=- wal_vs_debezium=- wal_cpu_vs_debezium=- wal_p99_vs_debezium=- river_eps=- river1_eps=- relay_vs_river1=- relay_vs_river=- relay_pg_vs_river=- river_order_violations=- scheduled_vs_relay=- scheduled_pg_vs_relay=- kafkabatch_eps=- relay_vs_kafkabatch=-" +
-		" large_mbps=- direct_mbps=- large_vs_direct=- large_p99_ms=- direct_p99_ms=- large_cpu_ms_per_mb=- direct_cpu_ms_per_mb=-" +
+		" large_mbps=- direct_mbps=- large_vs_direct=- large_p99_ms=- direct_p99_ms=- large_cpu_ms_per_mb=- direct_cpu_ms_per_mb=- large_file_mbps=- large_file_vs_direct=- large_file_cpu_ms_per_mb=-" +
 		" idle_pg_ms_per_s=- idle3_pg_ms_per_s=- idle100_pg_ms_per_s=- idle3x100_pg_ms_per_s=-"
 	wantLine(t, s, want)
 	if !math.IsNaN(s.ceiling()) {
