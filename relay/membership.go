@@ -59,6 +59,14 @@ type membership struct {
 	// own lists this relay's incarnations whose registration may have
 	// committed unseen; only the membership loop touches it.
 	own []string
+	// settled is the incarnation and the live relays' names of the last
+	// round after which the relay claimed from every shard it should own;
+	// a round that finds both unchanged leaves the shards table alone.
+	// Only the membership loop touches it.
+	settled struct {
+		token string
+		names []string
+	}
 
 	mu     sync.Mutex
 	shards []int16        // owned shards out of handover, claimed from; guarded by mu
@@ -161,6 +169,7 @@ func (m *membership) round(ctx context.Context) (converged bool, err error) {
 	defer func() {
 		if err != nil {
 			m.setShards(nil)
+			m.settled.token, m.settled.names = "", nil
 		}
 	}()
 	if m.stalled != nil && m.stalled() {
@@ -172,25 +181,20 @@ func (m *membership) round(ctx context.Context) (converged bool, err error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.StatementTimeout)
 	defer cancel()
-	start := m.clock.now()
-	inc, err := m.heartbeat(ctx, start)
+	inc, names, err := m.beat(ctx, m.clock.now())
 	if err != nil {
 		return false, err
 	}
 	if err := m.refuseWhileWALStreams(ctx); err != nil {
 		return false, err
 	}
-	// The stale relays are forgotten, and the live ones listed, in one
-	// transaction, so the list leaves the forgotten out.
-	var forgotten []string
-	names, err := m.liveNames(ctx, step{query: m.sql.forgetStale, args: []any{outboxsql.Interval(m.cfg.StaleAfter)}, scan: scanInto(&forgotten)})
-	if err != nil {
-		return false, fmt.Errorf("forget stale relays and list the live ones: %w", err)
-	}
-	for _, id := range forgotten {
-		m.log.Warn("relay: declared a relay dead after its heartbeat went stale; taking over its work", "dead_relay", id)
-	}
 	mine := assignShards(m.cfg.ID, names)
+	if inc.token == m.settled.token && slices.Equal(names, m.settled.names) {
+		// Nothing changed since a round after which the relay claimed
+		// from every shard it should own, and only a relay writes its
+		// own shards' rows: none to give up, none to take.
+		return true, nil
+	}
 	want := outboxsql.ShardsArgs{Owner: inc.token, Shards: mine}
 	// The shards given up and those taken, in one transaction: each
 	// statement of it costs a round trip, the transaction one more.
@@ -212,52 +216,76 @@ func (m *membership) round(ctx context.Context) (converged bool, err error) {
 		m.log.Info("relay: shards rebalanced", "owned", len(owned), "claiming_from", len(ready), "live_relays", len(names))
 	}
 	m.setShards(ready)
+	if len(ready) == len(mine) {
+		m.settled.token, m.settled.names = inc.token, names
+	}
 	return len(ready) == len(mine), nil
 }
 
-// heartbeat refreshes the incarnation's row, or registers a new incarnation
-// when there is none yet or the current one ended: declared dead by peers
-// (its row is gone), or its deadline passed (it dropped what it held).
-// Success extends the deadline from start, the moment before the statement
-// was sent, which is no later than the heartbeat_at the database records.
-func (m *membership) heartbeat(ctx context.Context, start time.Duration) (*incarnation, error) {
-	inc := m.cur.Load()
-	if inc != nil && inc.live(start) {
-		n, err := m.tx.exec(ctx, m.sql.heartbeat, inc.token)
+// beat is the round's heartbeat, with the stale relays forgotten and the
+// live ones listed: for a live incarnation, all in one transaction, so the
+// list leaves the forgotten out; otherwise, and when peers declared the
+// incarnation dead, after heartbeat registers a new one.
+func (m *membership) beat(ctx context.Context, start time.Duration) (*incarnation, []string, error) {
+	var forgotten []string
+	forget := step{query: m.sql.forgetStale, args: []any{outboxsql.Interval(m.cfg.StaleAfter)}, scan: scanInto(&forgotten)}
+	defer func() {
+		for _, id := range forgotten {
+			m.log.Warn("relay: declared a relay dead after its heartbeat went stale; taking over its work", "dead_relay", id)
+		}
+	}()
+	if inc := m.cur.Load(); inc != nil && inc.live(start) {
+		var n int64
+		names, err := m.liveNames(ctx, step{query: m.sql.heartbeat, args: []any{inc.token}, affected: &n}, forget)
 		if err != nil {
-			return nil, fmt.Errorf("heartbeat: %w", err)
+			return nil, nil, fmt.Errorf("heartbeat, forget stale relays and list the live ones: %w", err)
 		}
-		if n == 0 {
-			m.log.Warn("relay: peers declared this relay dead (its heartbeat went stale); dropping the events it holds and registering anew",
-				"incarnation", inc.token)
-			inc.end()
+		if n > 0 {
+			// Extended from start, the moment before the statement was
+			// sent, which is no later than the heartbeat_at recorded.
+			inc.extend(start + m.cfg.StaleAfter - m.cfg.HeartbeatInterval)
+			return inc, names, nil
 		}
+		m.log.Warn("relay: peers declared this relay dead (its heartbeat went stale); dropping the events it holds and registering anew",
+			"incarnation", inc.token)
+		inc.end()
 	}
-	if inc == nil || !inc.live(start) {
-		if inc != nil {
-			// Rows it published but had not marked yet are claimed and
-			// published again: this line is what explains those
-			// duplicates (a heartbeat stalled past the deadline, not a
-			// crash). Said once per incarnation.
-			if inc.expired.Load() && inc.told.CompareAndSwap(false, true) {
-				m.log.Warn("relay: no heartbeat succeeded within StaleAfter less one HeartbeatInterval; dropping the events it holds and registering anew (their marks not yet committed are published again)",
-					"incarnation", inc.token, "stale_after", m.cfg.StaleAfter)
-			}
-			m.setShards(nil)
-			if err := m.standBy(ctx, inc); err != nil {
-				return nil, err
-			}
+	inc, err := m.renew(ctx, start)
+	if err != nil {
+		return nil, nil, err
+	}
+	names, err := m.liveNames(ctx, forget)
+	if err != nil {
+		return nil, nil, fmt.Errorf("forget stale relays and list the live ones: %w", err)
+	}
+	return inc, names, nil
+}
+
+// renew registers a new incarnation when there is none yet or the
+// current one ended: declared dead by peers (its row is gone), or its
+// deadline passed (it dropped what it held).
+func (m *membership) renew(ctx context.Context, start time.Duration) (*incarnation, error) {
+	if inc := m.cur.Load(); inc != nil {
+		// Rows it published but had not marked yet are claimed and
+		// published again: this line is what explains those duplicates
+		// (a heartbeat stalled past the deadline, not a crash). Said once
+		// per incarnation.
+		if inc.expired.Load() && inc.told.CompareAndSwap(false, true) {
+			m.log.Warn("relay: no heartbeat succeeded within StaleAfter less one HeartbeatInterval; dropping the events it holds and registering anew (their marks not yet committed are published again)",
+				"incarnation", inc.token, "stale_after", m.cfg.StaleAfter)
 		}
-		next := newIncarnation(m.cfg.ID)
-		next.extend(start + m.cfg.StaleAfter - m.cfg.HeartbeatInterval)
-		if err := m.register(ctx, next); err != nil {
+		m.setShards(nil)
+		if err := m.standBy(ctx, inc); err != nil {
 			return nil, err
 		}
-		m.cur.Store(next)
-		return next, nil
 	}
-	inc.extend(start + m.cfg.StaleAfter - m.cfg.HeartbeatInterval)
-	return inc, nil
+	next := newIncarnation(m.cfg.ID)
+	next.extend(start + m.cfg.StaleAfter - m.cfg.HeartbeatInterval)
+	if err := m.register(ctx, next); err != nil {
+		return nil, err
+	}
+	m.cur.Store(next)
+	return next, nil
 }
 
 // refuseWhileWALStreams fails with ErrWALStreams while a WAL relay's slot

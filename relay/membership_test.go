@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -181,4 +182,69 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.Write(p)
+}
+
+// A round is one transaction for the heartbeat, the stale relays and the
+// live list, and one for the WAL check. The shards' transaction runs only
+// when something changed since the relay last claimed from every shard it
+// should own: a peer joined or left, or its incarnation is new.
+func TestASettledRoundLeavesTheShardsAlone(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	db, st := b.db.Traced(t)
+	r, err := New(db, nopPublisher{}, Config{Table: b.db.Table(), ID: "r1", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquire := "WITH taken AS"
+	rounds := func(n int) (transactions, shardMoves int) {
+		t.Helper()
+		from := time.Now()
+		for range n {
+			round(t, r)
+		}
+		return len(st.Matching("BEGIN", from)), len(st.Matching(acquire, from))
+	}
+	if _, moves := rounds(1); moves != 1 {
+		t.Fatalf("the first round took its shards %d times, want once", moves)
+	}
+	if _, shards := r.members.claimable(); len(shards) != numShards {
+		t.Fatalf("r1 claims from %d shards, want %d", len(shards), numShards)
+	}
+	if tx, moves := rounds(3); tx != 6 || moves != 0 {
+		t.Fatalf("3 settled rounds: %d transactions, %d shard moves; want 6 and none", tx, moves)
+	}
+
+	// A peer joins: the shards are shared out again.
+	peer := b.registered(t, "r2")
+	round(t, peer)
+	if _, moves := rounds(1); moves != 1 {
+		t.Fatalf("after a peer joined: %d shard moves, want 1", moves)
+	}
+	want := assignShards("r1", []string{"r1", "r2"})
+	if _, shards := r.members.claimable(); !slices.Equal(shards, want) {
+		t.Fatalf("r1 claims from %d shards after r2 joined, want its %d", len(shards), len(want))
+	}
+	if _, moves := rounds(2); moves != 0 {
+		t.Fatalf("settled again: %d shard moves, want none", moves)
+	}
+
+	// Declared dead: a new incarnation takes its shards again.
+	b.exec(t, `DELETE FROM outbox_relays WHERE id = $1`, r.members.cur.Load().token)
+	if _, moves := rounds(1); moves != 1 {
+		t.Fatalf("after being declared dead: %d shard moves, want 1", moves)
+	}
+	if got := b.count(t, `SELECT count(*) FROM outbox_shards WHERE owner = '`+r.members.cur.Load().token+`'`); got != len(want) {
+		t.Fatalf("the new incarnation owns %d shards, want %d", got, len(want))
+	}
+
+	// A failed round forgets that it was settled.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := r.members.round(ctx); err == nil {
+		t.Fatal("a round on a cancelled context succeeded")
+	}
+	if _, moves := rounds(1); moves != 1 {
+		t.Fatalf("after a failed round: %d shard moves, want 1", moves)
+	}
 }
