@@ -181,7 +181,7 @@ func (m *membership) round(ctx context.Context) (converged bool, err error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.StatementTimeout)
 	defer cancel()
-	inc, names, err := m.beat(ctx, m.clock.now())
+	inc, names, held, err := m.beat(ctx, m.clock.now())
 	if err != nil {
 		return false, err
 	}
@@ -189,10 +189,10 @@ func (m *membership) round(ctx context.Context) (converged bool, err error) {
 		return false, err
 	}
 	mine := assignShards(m.cfg.ID, names)
-	if inc.token == m.settled.token && slices.Equal(names, m.settled.names) {
+	if inc.token == m.settled.token && slices.Equal(names, m.settled.names) && held == len(mine) {
 		// Nothing changed since a round after which the relay claimed
-		// from every shard it should own, and only a relay writes its
-		// own shards' rows: none to give up, none to take.
+		// from every shard it should own, and it still owns them all:
+		// none to give up, none to take.
 		return true, nil
 	}
 	want := outboxsql.ShardsArgs{Owner: inc.token, Shards: mine}
@@ -222,43 +222,53 @@ func (m *membership) round(ctx context.Context) (converged bool, err error) {
 	return len(ready) == len(mine), nil
 }
 
-// beat is the round's heartbeat, with the stale relays forgotten and the
-// live ones listed: for a live incarnation, all in one transaction, so the
-// list leaves the forgotten out; otherwise, and when peers declared the
-// incarnation dead, after heartbeat registers a new one.
-func (m *membership) beat(ctx context.Context, start time.Duration) (*incarnation, []string, error) {
+// beat is the round's heartbeat, with the stale relays forgotten, the
+// live ones listed and the shards the incarnation owns counted: for a
+// live incarnation, all in one transaction, so the list leaves the
+// forgotten out; otherwise, and when peers declared the incarnation dead,
+// after renew registers a new one (held is then -1: not counted).
+func (m *membership) beat(ctx context.Context, start time.Duration) (inc *incarnation, names []string, held int, err error) {
 	var forgotten []string
 	forget := step{query: m.sql.forgetStale, args: []any{outboxsql.Interval(m.cfg.StaleAfter)}, scan: scanInto(&forgotten)}
-	defer func() {
-		for _, id := range forgotten {
-			m.log.Warn("relay: declared a relay dead after its heartbeat went stale; taking over its work", "dead_relay", id)
+	if cur := m.cur.Load(); cur != nil && cur.live(start) {
+		n := int64(-1)
+		names, err = m.liveNames(ctx, step{query: m.sql.heartbeat, args: []any{cur.token}, affected: &n}, forget,
+			step{query: m.sql.ownedShards, args: []any{cur.token}, scan: scanRow(&held)})
+		if n == 0 {
+			// Conclusive even if the transaction then failed: an
+			// incarnation's row never comes back.
+			m.log.Warn("relay: peers declared this relay dead (its heartbeat went stale); dropping the events it holds and registering anew",
+				"incarnation", cur.token)
+			cur.end()
 		}
-	}()
-	if inc := m.cur.Load(); inc != nil && inc.live(start) {
-		var n int64
-		names, err := m.liveNames(ctx, step{query: m.sql.heartbeat, args: []any{inc.token}, affected: &n}, forget)
 		if err != nil {
-			return nil, nil, fmt.Errorf("heartbeat, forget stale relays and list the live ones: %w", err)
+			return nil, nil, 0, fmt.Errorf("heartbeat, forget stale relays and list the live ones: %w", err)
 		}
 		if n > 0 {
 			// Extended from start, the moment before the statement was
 			// sent, which is no later than the heartbeat_at recorded.
-			inc.extend(start + m.cfg.StaleAfter - m.cfg.HeartbeatInterval)
-			return inc, names, nil
+			cur.extend(start + m.cfg.StaleAfter - m.cfg.HeartbeatInterval)
+			m.sayForgotten(forgotten)
+			return cur, names, held, nil
 		}
-		m.log.Warn("relay: peers declared this relay dead (its heartbeat went stale); dropping the events it holds and registering anew",
-			"incarnation", inc.token)
-		inc.end()
+		m.sayForgotten(forgotten) // committed with the heartbeat that found none
+		forgotten = nil
 	}
-	inc, err := m.renew(ctx, start)
-	if err != nil {
-		return nil, nil, err
+	if inc, err = m.renew(ctx, start); err != nil {
+		return nil, nil, 0, err
 	}
-	names, err := m.liveNames(ctx, forget)
-	if err != nil {
-		return nil, nil, fmt.Errorf("forget stale relays and list the live ones: %w", err)
+	if names, err = m.liveNames(ctx, forget); err != nil {
+		return nil, nil, 0, fmt.Errorf("forget stale relays and list the live ones: %w", err)
 	}
-	return inc, names, nil
+	m.sayForgotten(forgotten)
+	return inc, names, -1, nil
+}
+
+// sayForgotten logs the relays a committed round declared dead.
+func (m *membership) sayForgotten(ids []string) {
+	for _, id := range ids {
+		m.log.Warn("relay: declared a relay dead after its heartbeat went stale; taking over its work", "dead_relay", id)
+	}
 }
 
 // renew registers a new incarnation when there is none yet or the

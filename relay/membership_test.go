@@ -214,6 +214,20 @@ func TestASettledRoundLeavesTheShardsAlone(t *testing.T) {
 	if tx, moves := rounds(3); tx != 6 || moves != 0 {
 		t.Fatalf("3 settled rounds: %d transactions, %d shard moves; want 6 and none", tx, moves)
 	}
+	if _, shards := r.members.claimable(); len(shards) != numShards {
+		t.Fatalf("r1 claims from %d shards after settled rounds, want %d", len(shards), numShards)
+	}
+
+	// A shard left unowned behind its back (a peer whose acquire began
+	// before r1 registered took it, and gave it up at its next round) is
+	// taken again.
+	b.exec(t, `UPDATE outbox_shards SET owner = NULL WHERE shard = 7`)
+	if _, moves := rounds(1); moves != 1 {
+		t.Fatalf("with a shard unowned: %d shard moves, want 1", moves)
+	}
+	if got := b.count(t, `SELECT count(*) FROM outbox_shards WHERE owner = '`+r.members.cur.Load().token+`'`); got != numShards {
+		t.Fatalf("r1 owns %d shards, want %d", got, numShards)
+	}
 
 	// A peer joins: the shards are shared out again.
 	peer := b.registered(t, "r2")

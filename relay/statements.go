@@ -14,7 +14,7 @@ type statements struct {
 	claim, claimSettings, settleSettings, markUndecodable, shardsInHandover, walkSettings     string
 	markPublished, fail, release                                                              string
 	register, replacePredecessors, otherIncarnations, heartbeat, notifyRebalance, forgetStale string
-	liveRelays, releaseShards, acquireShards, leaveShards, leaveRelay                         string
+	liveRelays, releaseShards, acquireShards, ownedShards, leaveShards, leaveRelay            string
 	prune, pruneLock, pruneSessionLock, pruneSessionUnlock, statsLag, statsBacklog, statsDead string
 	walGate, walSlots                                                                         string
 	floorStart, floorPassed, floorRaise, floorRead, repair                                    string
@@ -46,6 +46,7 @@ func render(n outboxsql.Names, walSlot string) *statements {
 		liveRelays:          n.Render(outboxsql.LiveRelays),
 		releaseShards:       n.Render(outboxsql.ReleaseShards),
 		acquireShards:       n.Render(outboxsql.AcquireShards),
+		ownedShards:         n.Render(outboxsql.OwnedShards),
 		leaveShards:         n.Render(outboxsql.LeaveShards),
 		leaveRelay:          n.Render(outboxsql.LeaveRelay),
 		prune:               n.Render(outboxsql.Prune),

@@ -106,6 +106,7 @@ func statementsOf(n, in outboxsql.Names, pub string) map[string]prepared {
 	add("SchemaTables", outboxsql.SchemaTables, count(outboxsql.SchemaTablesArgs{}))
 	add("ReleaseShards", outboxsql.ReleaseShards, count(outboxsql.ShardsArgs{}))
 	add("AcquireShards", outboxsql.AcquireShards, count(outboxsql.ShardsArgs{}))
+	add("OwnedShards", outboxsql.OwnedShards, 1)
 	add("LeaveShards", outboxsql.LeaveShards, 1)
 	add("LeaveRelay", outboxsql.LeaveRelay, 1)
 	add("Prune", outboxsql.Prune, count(outboxsql.PruneArgs{}))

@@ -728,6 +728,13 @@ SELECT shard FROM taken
 UNION
 SELECT shard FROM {{shards}} WHERE owner = $1`
 
+// OwnedShards counts the shards the incarnation $1 owns. A round that
+// finds nothing else changed reads it instead of taking its shards again:
+// a peer whose acquire began before the incarnation registered can still
+// take one of them (its snapshot does not list the incarnation), and
+// gives it up at its own next round, leaving it unowned until taken again.
+const OwnedShards = `SELECT count(*) FROM {{shards}} WHERE owner = $1`
+
 // LeaveShards releases every shard of the incarnation $1, so peers take
 // over at once on a clean shutdown.
 const LeaveShards = `UPDATE {{shards}} SET owner = NULL, updated_at = now() WHERE owner = $1`
