@@ -27,7 +27,7 @@
 //
 // It prints one JSON object per scenario on stdout, then the summary line
 //
-//	bench: relay_eps=… relay3_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_naive=… relay_vs_forwarder=… relay_vs_ceiling=… order_violations=… p50_ms=… p99_ms=… gorm_overhead=… ent_overhead=… claim_flatness=… relay_rss_mib=… plain_eps=… relay_vs_plain=… relay3_vs_plain=… pg_us_per_event=… plain_pg_us_per_event=… cpu_us_per_event=… plain_cpu_us_per_event=… wal_bytes_per_event=… plain_wal_bytes_per_event=… wal_eps=… wal_vs_relay=… wal_pg_us_per_event=… wal_wal_bytes_per_event=… wal_p99_ms=… pg_vs_plain=… cpu_vs_plain=… broker=… debezium_eps=… wal_vs_debezium=… wal_cpu_vs_debezium=… wal_p99_vs_debezium=… river_eps=… river1_eps=… relay_vs_river1=… relay_vs_river=… relay_pg_vs_river=… river_order_violations=… scheduled_vs_relay=… scheduled_pg_vs_relay=… kafkabatch_eps=… relay_vs_kafkabatch=… large_mbps=… direct_mbps=… large_vs_direct=… large_p99_ms=… direct_p99_ms=… large_cpu_ms_per_mb=… direct_cpu_ms_per_mb=… large_file_mbps=… large_file_vs_direct=… large_file_cpu_ms_per_mb=…
+//	bench: relay_eps=… relay3_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_naive=… relay_vs_forwarder=… relay_vs_ceiling=… order_violations=… p50_ms=… p99_ms=… gorm_overhead=… ent_overhead=… claim_flatness=… relay_rss_mib=… plain_eps=… relay_vs_plain=… relay3_vs_plain=… pg_us_per_event=… plain_pg_us_per_event=… cpu_us_per_event=… plain_cpu_us_per_event=… wal_bytes_per_event=… plain_wal_bytes_per_event=… wal_eps=… wal_vs_relay=… wal_pg_us_per_event=… wal_wal_bytes_per_event=… wal_p99_ms=… pg_vs_plain=… cpu_vs_plain=… broker=… debezium_eps=… wal_vs_debezium=… wal_cpu_vs_debezium=… wal_p99_vs_debezium=… river_eps=… river1_eps=… relay_vs_river1=… relay_vs_river=… relay_pg_vs_river=… river_order_violations=… scheduled_vs_relay=… scheduled_pg_vs_relay=… kafkabatch_eps=… relay_vs_kafkabatch=… large_mbps=… direct_mbps=… large_vs_direct=… large_p99_ms=… direct_p99_ms=… large_cpu_ms_per_mb=… direct_cpu_ms_per_mb=… large_file_mbps=… large_file_vs_direct=… large_file_cpu_ms_per_mb=… idle_pg_ms_per_s=… idle3_pg_ms_per_s=… idle100_pg_ms_per_s=… idle3x100_pg_ms_per_s=… steady_pg_us_per_event=… steady_plain_pg_us_per_event=… steady_pg_vs_plain=…
 //
 // where pg_us_per_event, cpu_us_per_event (relay, PostgreSQL and broker
 // together) and wal_bytes_per_event are the one-replica relay's drains, the
@@ -139,6 +139,14 @@
 //     this host's disk (file://), its own cost without an S3 server's on
 //     the same cores (summary: large_file_mbps, large_file_vs_direct,
 //     large_file_cpu_ms_per_mb). Profile large runs it alone.
+//   - steady: -steady-rate events a second, one per transaction, for
+//     -steady-duration, while the relay (every default) or the plain loop
+//     (polling every 50ms when a claim comes back short) publishes them:
+//     PostgreSQL's CPU per event from the first commit to the last
+//     publish, the writers' backends left out, so the relay's periodic
+//     rounds, LISTEN and its polls are in it (summary:
+//     steady_pg_us_per_event, steady_plain_pg_us_per_event,
+//     steady_pg_vs_plain).
 //
 // Every Kafka scenario publishes through kafkapub.NewPublisher (Sarama with
 // watermill-kafka's message format, acks=all), so they differ only in what
@@ -251,9 +259,11 @@ type options struct {
 	largeEvents     int
 	largeBytes      int
 	largeRate       int
+	steadyRate      int
+	steadyDuration  time.Duration
 }
 
-var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal", "debezium", "river", "prune", "large", "idle"}
+var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency", "write", "claim", "memory", "wal", "debezium", "river", "prune", "large", "idle", "steady"}
 
 func main() {
 	var o options
@@ -277,6 +287,8 @@ func main() {
 	flag.IntVar(&o.largeBytes, "large-bytes", 2<<20, "payload bytes of each of the large scenario's events (at most 4 MiB)")
 	flag.IntVar(&o.largeRate, "large-rate", 5, "events committed per second for the large scenario's latency (10 seconds on each side)")
 	flag.DurationVar(&o.latencyDuration, "latency-duration", 10*time.Second, "how long each latency run writes")
+	flag.IntVar(&o.steadyRate, "steady-rate", 2000, "events committed per second, one per transaction, in the steady scenario")
+	flag.DurationVar(&o.steadyDuration, "steady-duration", 10*time.Second, "how long each side of the steady scenario writes")
 	flag.IntVar(&o.writeOps, "write-ops", 2000, "Creates per arm in the GORM and ent overhead measurements")
 	flag.IntVar(&o.notifyRounds, "notify-rounds", 3, "on/off phase pairs of the NOTIFY cost measurement")
 	flag.DurationVar(&o.notifyPhase, "notify-phase", 2*time.Second, "length of one NOTIFY cost phase")
@@ -329,7 +341,7 @@ func (o options) validate() error {
 		v    int
 	}{{"events", o.events}, {"aggregates", o.aggregates}, {"naive-events", o.naiveEvents}, {"forwarder-events", o.forwarderEvents},
 		{"memory-events", o.memoryEvents}, {"claim-rows", o.claimRows}, {"claim-rounds", o.claimRounds}, {"latency-rate", o.latencyRate},
-		{"write-ops", o.writeOps}, {"large-events", o.largeEvents}, {"large-bytes", o.largeBytes}, {"large-rate", o.largeRate}, {"prune-day-rows", o.pruneDayRows}, {"notify-rounds", o.notifyRounds}, {"partitions", o.partitions}, {"rounds", o.rounds}} {
+		{"write-ops", o.writeOps}, {"large-events", o.largeEvents}, {"large-bytes", o.largeBytes}, {"large-rate", o.largeRate}, {"steady-rate", o.steadyRate}, {"prune-day-rows", o.pruneDayRows}, {"notify-rounds", o.notifyRounds}, {"partitions", o.partitions}, {"rounds", o.rounds}} {
 		if f.v < 1 {
 			return fmt.Errorf("-%s must be at least 1, got %d", f.name, f.v)
 		}
@@ -349,8 +361,8 @@ func (o options) validate() error {
 	if o.batch < 0 || o.lanes < 0 || o.laneBatch < 0 {
 		return fmt.Errorf("-batch, -lanes and -lane-batch must not be negative")
 	}
-	if o.latencyDuration < time.Second || o.notifyPhase <= 0 || o.timeout <= 0 {
-		return fmt.Errorf("-latency-duration must be at least 1s, -notify-phase and -timeout positive")
+	if o.latencyDuration < time.Second || o.steadyDuration < time.Second || o.notifyPhase <= 0 || o.timeout <= 0 {
+		return fmt.Errorf("-latency-duration and -steady-duration must be at least 1s, -notify-phase and -timeout positive")
 	}
 	for _, name := range strings.Split(o.skip, ",") {
 		if name = strings.TrimSpace(name); name != "" && !contains(scenarioNames, name) {
@@ -632,6 +644,24 @@ func run(ctx context.Context, o options) error {
 				}
 			}
 			sum.addLarge(sides[1], sides[2], sides[0])
+			return nil
+		}},
+		{"steady", func() error {
+			var sides [2]steadyBench
+			for i, plain := range []bool{false, true} {
+				r, err := runSteady(ctx, e, plain)
+				if err != nil {
+					return err
+				}
+				sides[i] = r
+				if e.opts.statements && r.Cost != nil {
+					logStatements("steady "+r.Mode, 0, r.Events, r.Cost.Statements)
+				}
+				if err := emit(r); err != nil {
+					return err
+				}
+			}
+			sum.addSteady(sides[0], sides[1])
 			return nil
 		}},
 		{"idle", func() error {

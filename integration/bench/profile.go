@@ -45,10 +45,11 @@ var profiles = []profile{
 	{
 		// docs/performance.md's "What the relay costs PostgreSQL": the
 		// drains against the plain loop, the latency scenario (writers
-		// committing while the relay drains) and the idle relays, each
-		// statement counted (-statements, on the bench's own cluster).
+		// committing while the relay drains), the steady one (the same
+		// against the plain loop) and the idle relays, each statement
+		// counted (-statements, on the bench's own cluster).
 		name:      "cost",
-		scenarios: []string{"relay", "relay3", "plain", "latency", "idle"},
+		scenarios: []string{"relay", "relay3", "plain", "latency", "steady", "idle"},
 		flags:     map[string]string{"statements": "true", "own-cluster": "true"},
 	},
 	{

@@ -39,6 +39,9 @@ type summary struct {
 	debeziumSummary
 	riverSummary
 	largeSummary
+	// SteadyPGUS and SteadyPlainPGUS are PostgreSQL's CPU per event of
+	// the steady scenario's relay and plain loop.
+	SteadyPGUS, SteadyPlainPGUS float64
 	// IdlePGMS is PostgreSQL's CPU per second (ms) of relays with nothing
 	// to publish, by shape: 1 relay over 1 table, 3 over 1, 1 over 100, 3
 	// over 100 (runIdle).
@@ -80,6 +83,11 @@ func (s *summary) addLarge(claim, file, direct largeBench) {
 	s.largeSummary = largeSummary{claim.MBPS, direct.MBPS, claim.P99MS, direct.P99MS, claim.CPUMSMB, direct.CPUMSMB, file.MBPS, file.CPUMSMB}
 }
 
+// addSteady takes the steady scenario's figures.
+func (s *summary) addSteady(relay, plain steadyBench) {
+	s.SteadyPGUS, s.SteadyPlainPGUS = figure(relay.Cost, pgUS), figure(plain.Cost, pgUS)
+}
+
 // addIdle takes the idle scenario's figures, in idleShapes' order.
 func (s *summary) addIdle(costs []idleCost) {
 	for i, c := range costs {
@@ -109,7 +117,8 @@ func newSummary() summary {
 		walSummary:      walSummary{nan, nan, nan, nan, nan, nan},
 		debeziumSummary: debeziumSummary{nan, nan, nan},
 		riverSummary:    riverSummary{nan, nan, nan, nan},
-		largeSummary:    largeSummary{nan, nan, nan, nan, nan, nan, nan, nan}, IdlePGMS: [4]float64{nan, nan, nan, nan}}
+		largeSummary:    largeSummary{nan, nan, nan, nan, nan, nan, nan, nan}, IdlePGMS: [4]float64{nan, nan, nan, nan},
+		SteadyPGUS: nan, SteadyPlainPGUS: nan}
 }
 
 // figure is one cost figure, NaN when it was not measured.
@@ -207,6 +216,9 @@ func (s summary) String() string {
 		{"idle3_pg_ms_per_s", ratio(s.IdlePGMS[1])},
 		{"idle100_pg_ms_per_s", ratio(s.IdlePGMS[2])},
 		{"idle3x100_pg_ms_per_s", ratio(s.IdlePGMS[3])},
+		{"steady_pg_us_per_event", ratio(s.SteadyPGUS)},
+		{"steady_plain_pg_us_per_event", ratio(s.SteadyPlainPGUS)},
+		{"steady_pg_vs_plain", ratio(s.SteadyPGUS / s.SteadyPlainPGUS)},
 	}
 	var b strings.Builder
 	b.WriteString("bench:")

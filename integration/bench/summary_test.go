@@ -29,6 +29,7 @@ func TestSummaryLine(t *testing.T) {
 	s.Relay = &cost{PGUS: f(25.04), TotalUS: f(52.5), WALBytes: f(612.4)}
 	s.Plain = &cost{PGUS: f(13.7), TotalUS: f(36.6), WALBytes: f(401)}
 	s.PGVsPlain, s.CPUVsPlain = 0.914, 0.8
+	s.addSteady(steadyBench{Cost: &cost{PGUS: f(18)}}, steadyBench{Cost: &cost{PGUS: f(12)}})
 	s.ScheduledVsRelay, s.ScheduledPGVsRelay = 0.987, 1.024
 	want := "bench: relay_eps=30000 relay3_eps=28000 naive_eps=1200 forwarder_eps=4000 dblimit_eps=50000 kafkalimit_eps=40000 ceiling_eps=22222" +
 		" relay_vs_naive=25.00 relay_vs_forwarder=7.50 relay_vs_ceiling=1.35 order_violations=0 p50_ms=3.46 p99_ms=42.00" +
@@ -38,7 +39,8 @@ func TestSummaryLine(t *testing.T) {
 		" wal_eps=60000 wal_vs_relay=2.00 wal_pg_us_per_event=12.35 wal_wal_bytes_per_event=410.00 wal_p99_ms=9.50" +
 		" pg_vs_plain=0.91 cpu_vs_plain=0.80 broker=kfake debezium_eps=- wal_vs_debezium=- wal_cpu_vs_debezium=- wal_p99_vs_debezium=- river_eps=- river1_eps=- relay_vs_river1=- relay_vs_river=- relay_pg_vs_river=- river_order_violations=- scheduled_vs_relay=0.99 scheduled_pg_vs_relay=1.02 kafkabatch_eps=60000 relay_vs_kafkabatch=0.50" +
 		" large_mbps=80.00 direct_mbps=100.00 large_vs_direct=0.80 large_p99_ms=120.00 direct_p99_ms=60.00 large_cpu_ms_per_mb=9.50 direct_cpu_ms_per_mb=4.25 large_file_mbps=90.00 large_file_vs_direct=0.90 large_file_cpu_ms_per_mb=6.00" +
-		" idle_pg_ms_per_s=1.50 idle3_pg_ms_per_s=4.00 idle100_pg_ms_per_s=30.00 idle3x100_pg_ms_per_s=80.25"
+		" idle_pg_ms_per_s=1.50 idle3_pg_ms_per_s=4.00 idle100_pg_ms_per_s=30.00 idle3x100_pg_ms_per_s=80.25" +
+		" steady_pg_us_per_event=18.00 steady_plain_pg_us_per_event=12.00 steady_pg_vs_plain=1.50"
 	wantLine(t, s, want)
 }
 
@@ -54,7 +56,8 @@ func TestSummaryLineMissing(t *testing.T) {
 		" wal_eps=- wal_vs_relay=- wal_pg_us_per_event=- wal_wal_bytes_per_event=- wal_p99_ms=-" +
 		" pg_vs_plain=- cpu_vs_plain=- broker=kfake debezium_eps=- wal_vs_debezium=- wal_cpu_vs_debezium=- wal_p99_vs_debezium=- river_eps=- river1_eps=- relay_vs_river1=- relay_vs_river=- relay_pg_vs_river=- river_order_violations=- scheduled_vs_relay=- scheduled_pg_vs_relay=- kafkabatch_eps=- relay_vs_kafkabatch=-" +
 		" large_mbps=- direct_mbps=- large_vs_direct=- large_p99_ms=- direct_p99_ms=- large_cpu_ms_per_mb=- direct_cpu_ms_per_mb=- large_file_mbps=- large_file_vs_direct=- large_file_cpu_ms_per_mb=-" +
-		" idle_pg_ms_per_s=- idle3_pg_ms_per_s=- idle100_pg_ms_per_s=- idle3x100_pg_ms_per_s=-"
+		" idle_pg_ms_per_s=- idle3_pg_ms_per_s=- idle100_pg_ms_per_s=- idle3x100_pg_ms_per_s=-" +
+		" steady_pg_us_per_event=- steady_plain_pg_us_per_event=- steady_pg_vs_plain=-"
 	wantLine(t, s, want)
 	if !math.IsNaN(s.ceiling()) {
 		t.Errorf("ceiling without its inputs = %v, want NaN", s.ceiling())
