@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/internal/mysqlgrammar
 go 1.26.8
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207000736-d0a60aab5726
+	github.com/txoutbox/txoutbox v0.0.0-20261207033053-80fa61c96709
 	vitess.io/vitess v0.24.4
 )
 
