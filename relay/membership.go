@@ -61,8 +61,9 @@ type membership struct {
 	own []string
 	// settled is the incarnation and the live relays' names of the last
 	// round after which the relay claimed from every shard it should own;
-	// a round that finds both unchanged leaves the shards table alone.
-	// Only the membership loop touches it.
+	// a round that finds both unchanged, and the incarnation still owning
+	// as many shards, leaves the shards table alone. A failed round
+	// clears it. Only the membership loop touches it.
 	settled struct {
 		token string
 		names []string

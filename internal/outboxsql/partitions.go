@@ -17,10 +17,17 @@ import (
 
 // PartitionState reads whether the table is partitioned, whether the
 // current role may create and drop its partitions (it is a member of the
-// table's owner), the highest id written (0 for none) and the claim floor
-// (0 without one). One descent of the primary key per partition.
+// table's owner), the highest id written or handed out (0 for none) and
+// the claim floor (0 without one). One descent of the primary key per
+// partition. The ids handed out include those of rows not committed yet,
+// which the highest written leaves out (for the owner: the identity's
+// sequence is its): a partition attached over them while their writer
+// routes them to the default partition would fail the writer's insert
+// with SQLSTATE 23514.
 const PartitionState = `SELECT c.relkind = 'p', pg_has_role(c.relowner, 'USAGE'),
-       coalesce((SELECT max(id) FROM {{table}}), 0),
+       greatest(coalesce((SELECT max(id) FROM {{table}}), 0),
+                CASE WHEN pg_has_role(c.relowner, 'USAGE')
+                     THEN coalesce(pg_sequence_last_value(pg_get_serial_sequence({{tableliteral}}, 'id')::regclass), 0) ELSE 0 END),
        coalesce((SELECT max(floor) FROM {{floor}}), 0)
 FROM pg_class c WHERE c.oid = {{tableliteral}}::regclass`
 

@@ -81,3 +81,40 @@ func TestFailedConversionLeavesNoCheck(t *testing.T) {
 	exec(`SELECT setval(pg_get_serial_sequence('outbox', 'id'), 500)`)
 	exec(insert)
 }
+
+// The state's highest id counts the ids handed out to rows not committed
+// (here, rolled back): partitions made ahead start past them, so none is
+// attached over a row its writer is routing to the default partition.
+func TestStateCountsIDsHandedOut(t *testing.T) {
+	t.Parallel()
+	db := testkit.NewOutbox(t)
+	ctx := context.Background()
+	n, err := outboxsql.NamesFor(db.Schema, "outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert := `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 't', 'a', 'e', '\x00') RETURNING id`
+	var committed, handedOut int64
+	if err := db.SQL.QueryRowContext(ctx, insert).Scan(&committed); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if err := tx.QueryRowContext(ctx, insert).Scan(&handedOut); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := partitions.ReadState(ctx, db.SQL, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Owner || st.MaxID != handedOut || handedOut <= committed {
+		t.Fatalf("state: owner %v, MaxID %d; want the last id handed out, %d (the highest written is %d)", st.Owner, st.MaxID, handedOut, committed)
+	}
+}

@@ -54,7 +54,7 @@ type Leaf struct {
 type State struct {
 	Partitioned bool  // the table is partitioned
 	Owner       bool  // the role may create and drop its partitions
-	MaxID       int64 // the highest id written
+	MaxID       int64 // the highest id written, or handed out to a writer when Owner
 	Floor       int64 // the claim floor
 }
 
@@ -143,8 +143,9 @@ type Table struct {
 // partition size beyond the one holding maxID, and returns their names. When writers outran the
 // partitions (ids at or past the highest range went to the default
 // partition), the next partition starts one partition beyond maxID, so no
-// row already in the default partition falls in it, and the gap stays the
-// default partition's. Each partition is created in a transaction of its
+// row in the default partition, nor one a writer is putting there (maxID
+// counts the ids handed out, ReadState), falls in it, and the gap stays
+// the default partition's. Each partition is created in a transaction of its
 // own under t's timeouts.
 func CreateAhead(ctx context.Context, db DB, t Table, leaves []Leaf, maxID int64, to Timeouts) ([]string, error) {
 	size := Size(leaves)
