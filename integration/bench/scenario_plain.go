@@ -98,7 +98,7 @@ func runPlain(ctx context.Context, e *env, round int) (throughput, error) {
 	if err != nil {
 		return throughput{}, err
 	}
-	done, err := plainLoop(ctx, s, pub, render(plainClaimSQL), render(plainMarkSQL), topic, start.Add(e.opts.timeout))
+	done, err := plainLoop(ctx, s, pub, render(plainClaimSQL), render(plainMarkSQL), topic, start.Add(e.opts.timeout), 0)
 	pub.Close()
 	took := time.Since(start)
 	c := m.stop(ctx, n)
@@ -111,24 +111,29 @@ func runPlain(ctx context.Context, e *env, round int) (throughput, error) {
 	return e.withDelivery(ctx, res, topic)
 }
 
-// plainLoop claims, publishes and marks until a claim finds nothing or
-// the deadline passes, and returns how many events it published.
-func plainLoop(ctx context.Context, s *schemaDB, pub message.Publisher, claim, mark, topic string, deadline time.Time) (int, error) {
+// plainLoop claims, publishes and marks until the deadline passes, ctx
+// ends, or, with poll 0, a claim finds nothing; with poll, it waits that
+// long after a claim that came back short of its batch and claims again.
+// It returns how many events it published.
+func plainLoop(ctx context.Context, s *schemaDB, pub message.Publisher, claim, mark, topic string, deadline time.Time, poll time.Duration) (int, error) {
 	total := 0
-	for {
-		if time.Now().After(deadline) {
-			return total, nil
-		}
+	for ctx.Err() == nil && time.Now().Before(deadline) {
 		rows, err := plainClaim(ctx, s, claim)
 		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
 			return total, err
 		}
-		if len(rows) == 0 {
-			return total, nil
+		if len(rows) == 0 && poll == 0 {
+			break
 		}
 		acked, err := plainPublish(pub, topic, rows)
 		if len(acked) > 0 {
 			if _, merr := s.SQL.ExecContext(ctx, mark, acked); merr != nil {
+				if ctx.Err() != nil {
+					break
+				}
 				return total, fmt.Errorf("plain: mark: %w", merr)
 			}
 			total += len(acked)
@@ -136,7 +141,14 @@ func plainLoop(ctx context.Context, s *schemaDB, pub message.Publisher, claim, m
 		if err != nil {
 			return total, err
 		}
+		if len(rows) < plainBatch && poll > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(poll):
+			}
+		}
 	}
+	return total, nil
 }
 
 // plainClaim claims a batch and returns it in id order.

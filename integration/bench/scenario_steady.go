@@ -111,7 +111,7 @@ func runSteady(ctx context.Context, e *env, plain bool) (steadyBench, error) {
 		done := make(chan error, 1)
 		total := make(chan int, 1)
 		go func() {
-			k, err := steadyPlainLoop(runCtx, s, pub, render(plainClaimSQL), render(plainMarkSQL), topic)
+			k, err := plainLoop(runCtx, s, pub, render(plainClaimSQL), render(plainMarkSQL), topic, time.Now().Add(e.opts.timeout+e.opts.steadyDuration), steadyPlainPoll)
 			total <- k
 			done <- err
 		}()
@@ -216,40 +216,4 @@ func steadyWriterPool(ctx context.Context, url string) (*sql.DB, []int, error) {
 		pids = append(pids, pid)
 	}
 	return db, pids, nil
-}
-
-// steadyPlainLoop is plainLoop for rows that keep coming: after a claim
-// that came back short of its batch it waits steadyPlainPoll, and it runs
-// until ctx ends. It returns how many events it published.
-func steadyPlainLoop(ctx context.Context, s *schemaDB, pub message.Publisher, claim, mark, topic string) (int, error) {
-	total := 0
-	for ctx.Err() == nil {
-		rows, err := plainClaim(ctx, s, claim)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			return total, err
-		}
-		acked, err := plainPublish(pub, topic, rows)
-		if len(acked) > 0 {
-			if _, merr := s.SQL.ExecContext(ctx, mark, acked); merr != nil {
-				if ctx.Err() != nil {
-					break
-				}
-				return total, fmt.Errorf("plain: mark: %w", merr)
-			}
-			total += len(acked)
-		}
-		if err != nil {
-			return total, err
-		}
-		if len(rows) < plainBatch {
-			select {
-			case <-ctx.Done():
-			case <-time.After(steadyPlainPoll):
-			}
-		}
-	}
-	return total, nil
 }

@@ -2,6 +2,7 @@ package outboxsql_test
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"testing"
 	"time"
@@ -82,14 +83,7 @@ func TestClaimFloorWaitsForATransactionWithNoIDYet(t *testing.T) {
 	}
 	c.insert(t, 10, `'fresh-' || g`, "pending", "0", "now()", "now()", "NULL")
 
-	conn, err := c.db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, `BEGIN`); err != nil {
-		t.Fatal(err)
-	}
+	conn := c.openTx(t)
 	var xid *string
 	if err := conn.QueryRowContext(ctx, `SELECT pg_current_xact_id_if_assigned()::text`).Scan(&xid); err != nil || xid != nil {
 		t.Fatalf("the late transaction has transaction id %v (%v), want none yet", xid, err)
@@ -103,10 +97,7 @@ func TestClaimFloorWaitsForATransactionWithNoIDYet(t *testing.T) {
 	}
 	// Once the proof waits for the late transaction alone (it holds
 	// without it), it does not hold.
-	var lateVXID string
-	if err := conn.QueryRowContext(ctx, `SELECT virtualxid FROM pg_locks WHERE locktype = 'virtualxid' AND pid = pg_backend_pid()`).Scan(&lateVXID); err != nil {
-		t.Fatal(err)
-	}
+	lateVXID := vxid(t, conn)
 	others := p
 	if err := c.db.QueryRow(`SELECT array_remove($1::text[], $2)::text`, p.VXIDs, lateVXID).Scan(&others.VXIDs); err != nil {
 		t.Fatal(err)
@@ -163,7 +154,6 @@ func TestOperatorsLowerTheClaimFloor(t *testing.T) {
 // group every few rounds): the proof is idle and lists no transaction,
 // though one is running. A row inserted since makes it a proof again.
 func TestAnIdleTablesFloorProofReadsNoLocks(t *testing.T) {
-	ctx := context.Background()
 	c := newCostDB(t)
 	c.insert(t, 10, `'drained-' || g`, "published", "0", "now()", "now()", "now()")
 	floor := c.raiseFloor(t)
@@ -171,19 +161,8 @@ func TestAnIdleTablesFloorProofReadsNoLocks(t *testing.T) {
 		t.Fatalf("floor %d after 10 published rows, want 11", floor)
 	}
 
-	conn, err := c.db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, `BEGIN`); err != nil {
-		t.Fatal(err)
-	}
-	defer conn.ExecContext(ctx, `ROLLBACK`) //nolint:errcheck // ends the transaction the test opened
-	var vxid string
-	if err := conn.QueryRowContext(ctx, `SELECT virtualxid FROM pg_locks WHERE locktype = 'virtualxid' AND pid = pg_backend_pid()`).Scan(&vxid); err != nil {
-		t.Fatal(err)
-	}
+	conn := c.openTx(t)
+	open := vxid(t, conn)
 
 	p := c.startFloor(t)
 	if !p.Idle() || p.VXIDs != "{}" || p.Floor != 11 {
@@ -191,7 +170,36 @@ func TestAnIdleTablesFloorProofReadsNoLocks(t *testing.T) {
 	}
 	c.insert(t, 1, `'fresh'`, "pending", "0", "now()", "now()", "NULL")
 	p = c.startFloor(t)
-	if p.Idle() || !strings.Contains(p.VXIDs, vxid) {
-		t.Fatalf("proof after an insert: %+v, want one that waits for the running transaction %s", p, vxid)
+	if p.Idle() || !strings.Contains(p.VXIDs, open) {
+		t.Fatalf("proof after an insert: %+v, want one that waits for the running transaction %s", p, open)
 	}
+}
+
+// openTx returns a connection of its own with a transaction begun on it,
+// rolled back when the test ends.
+func (c costDB) openTx(t *testing.T) *sql.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := c.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, `BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = conn.ExecContext(ctx, `ROLLBACK`)
+		conn.Close()
+	})
+	return conn
+}
+
+// vxid is the virtual transaction id of conn's open transaction.
+func vxid(t *testing.T, conn *sql.Conn) string {
+	t.Helper()
+	var v string
+	if err := conn.QueryRowContext(context.Background(), `SELECT virtualxid FROM pg_locks WHERE locktype = 'virtualxid' AND pid = pg_backend_pid()`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

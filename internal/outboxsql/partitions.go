@@ -24,12 +24,11 @@ import (
 // sequence is its): a partition attached over them while their writer
 // routes them to the default partition would fail the writer's insert
 // with SQLSTATE 23514.
-const PartitionState = `SELECT c.relkind = 'p', pg_has_role(c.relowner, 'USAGE'),
+const PartitionState = `SELECT c.relkind = 'p', r.owner,
        greatest(coalesce((SELECT max(id) FROM {{table}}), 0),
-                CASE WHEN pg_has_role(c.relowner, 'USAGE')
-                     THEN coalesce(pg_sequence_last_value(pg_get_serial_sequence({{tableliteral}}, 'id')::regclass), 0) ELSE 0 END),
+                CASE WHEN r.owner THEN coalesce(pg_sequence_last_value(pg_get_serial_sequence({{tableliteral}}, 'id')::regclass), 0) ELSE 0 END),
        coalesce((SELECT max(floor) FROM {{floor}}), 0)
-FROM pg_class c WHERE c.oid = {{tableliteral}}::regclass`
+FROM pg_class c, LATERAL (SELECT pg_has_role(c.relowner, 'USAGE') AS owner) r WHERE c.oid = {{tableliteral}}::regclass`
 
 // PartitionList lists the partitions of the table: each one's quoted,
 // qualified name (always quoted, as ident.Qualified quotes) and its bound as PostgreSQL prints it ("FOR VALUES FROM
