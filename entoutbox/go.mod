@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	entgo.io/ent v0.14.5
-	github.com/txoutbox/txoutbox v0.0.0-20261207034247-f75389a34221
-	github.com/txoutbox/txoutbox/internal/entest v0.0.0-20261207034247-f75389a34221
+	github.com/txoutbox/txoutbox v0.0.0-20261207040645-6c3ffbd193b8
+	github.com/txoutbox/txoutbox/internal/entest v0.0.0-20261207040645-6c3ffbd193b8
 )
 
 require (

@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207034247-f75389a34221
+	github.com/txoutbox/txoutbox v0.0.0-20261207040645-6c3ffbd193b8
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )

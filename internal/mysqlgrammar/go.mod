@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/internal/mysqlgrammar
 go 1.26.8
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207034247-f75389a34221
+	github.com/txoutbox/txoutbox v0.0.0-20261207040645-6c3ffbd193b8
 	vitess.io/vitess v0.24.4
 )
 
