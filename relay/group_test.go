@@ -36,7 +36,21 @@ type fleet struct {
 
 func newFleet(t *testing.T) *fleet {
 	t.Helper()
-	base := testkit.NewDB(t)
+	return newFleetOf(t, testkit.NewDB(t))
+}
+
+// newFleetApart is newFleet in a database of the test's own, for a test
+// that needs the unqualified channel quiet: NOTIFY is per database, and in
+// the shared one any other test's writer of an unqualified table, or
+// relay of one announcing a rebalance, wakes the fleet's relays.
+func newFleetApart(t *testing.T) *fleet {
+	t.Helper()
+	s := testkit.NewSchema(t, testkit.NewDatabase(t), testkit.SchemaName("t_"+t.Name()), false)
+	return newFleetOf(t, &testkit.DB{SQL: s.SQL, URL: s.URL, Schema: s.Name})
+}
+
+func newFleetOf(t *testing.T, base *testkit.DB) *fleet {
+	t.Helper()
 	f := &fleet{base: base, prefix: testkit.SchemaName("g"), tables: map[string]*testkit.Schema{}}
 	u, err := url.Parse(base.URL)
 	if err != nil {
@@ -750,7 +764,7 @@ func TestGroupListensOnOneConnection(t *testing.T) {
 // wakes every table's relay, so the row is published promptly although
 // the relays never poll.
 func TestGroupPublishesRowsOfAWriterWithoutSchemaThroughNotify(t *testing.T) {
-	f := newFleet(t)
+	f := newFleetApart(t)
 	a := f.add(t, "a", true)
 	f.add(t, "b", true)
 	g, st := f.tracedGroup(t, newGroupPublisher(0, 0), f.groupConfig(true)) // PollInterval 1h: NOTIFY only
