@@ -21,9 +21,10 @@ import (
 )
 
 // After a NOTIFY, or a claim that found rows, the claimer polls again
-// hotPollInterval later, and every hotPollInterval while the polls find
-// rows; once one finds nothing, it polls once more at the end of
-// hotPollWindow (from the last claim that found rows) and then waits.
+// hotPollInterval later (or Config.ClaimCooldown, if longer), and as often
+// while the polls find rows; once one finds nothing, it polls once more at
+// the end of hotPollWindow (from the last claim that found rows) and then
+// waits.
 // Writers send at most one NOTIFY per txoutbox.WriterConfig.NotifyInterval
 // (50ms by default), so rows committed just after a NOTIFY are found
 // within tens of milliseconds instead of at the next PollInterval. A
@@ -115,12 +116,16 @@ func (c *claimer) reset() { c.unconfirmed = nil }
 func (c *claimer) run(ctx context.Context, lanes laneSet) {
 	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
+	hotPoll := max(hotPollInterval, c.cfg.ClaimCooldown)
 	var (
 		more     = true // the last claim was full: claim again at once
 		dbErrors int
 		hotUntil time.Time // poll until then
-		hotEvery = hotPollInterval
+		hotEvery = hotPoll
 		hot      = time.NewTimer(time.Hour)
+		// shortAt is when the last claim began, if it came back short:
+		// the next waits for ClaimCooldown after it.
+		shortAt time.Time
 	)
 	defer hot.Stop()
 	for ctx.Err() == nil {
@@ -152,10 +157,15 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 			select {
 			case <-c.wake:
 				hotUntil = time.Now().Add(hotPollWindow)
-				hotEvery = hotPollInterval
+				hotEvery = hotPoll
 			case <-hot.C:
 			case <-poll.C:
 			case <-ctx.Done():
+				return
+			}
+			// Under a steady stream of writes every NOTIFY would start a
+			// claim of the few rows since the last: gather them instead.
+			if wait := time.Until(shortAt.Add(c.cfg.ClaimCooldown)); wait > 0 && !publish.Sleep(ctx, wait) {
 				return
 			}
 		}
@@ -168,6 +178,7 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 			}
 		}
 		within := min(c.cfg.BatchBytes, max(freeBytes, 1)) // nothing held: one row, however large
+		began := time.Now()
 		rows, err := c.claimWithin(ctx, min(c.cfg.BatchSize, free), within)
 		// Any claim is a poll: the next is due PollInterval after it, and
 		// a hot poll armed before it (beaten by a NOTIFY or room freed) is
@@ -198,10 +209,14 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 		}
 		// Full in rows, or (likely) stopped by the byte budget.
 		more = len(rows) == min(c.cfg.BatchSize, free) || (len(rows) > 0 && 2*bytes >= within)
+		shortAt = time.Time{}
+		if !more {
+			shortAt = began
+		}
 		if len(rows) > 0 {
 			c.met.batchSize.Record(ctx, int64(len(rows)), c.met.table)
 			hotUntil = time.Now().Add(hotPollWindow)
-			hotEvery = hotPollInterval
+			hotEvery = hotPoll
 		} else {
 			hotEvery = hotPollWindow // the rest of the window, then wait
 		}

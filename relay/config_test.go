@@ -26,6 +26,8 @@ func TestConfigFloors(t *testing.T) {
 		{Config{BatchBytes: -1}, "BatchBytes -1 is below its floor 1"},
 		{Config{PollInterval: time.Millisecond}, "PollInterval 1ms is below its floor 10ms"},
 		{Config{PollInterval: -time.Second}, "PollInterval -1s is below its floor 10ms"},
+		{Config{ClaimCooldown: time.Microsecond}, "ClaimCooldown 1µs is below its floor 1ms"},
+		{Config{ClaimCooldown: 2 * time.Second}, "ClaimCooldown 2s is longer than PollInterval (1s)"},
 		{Config{HeartbeatInterval: time.Millisecond}, "HeartbeatInterval 1ms is below its floor 50ms"},
 		{Config{StaleAfter: 500 * time.Millisecond}, "StaleAfter 500ms is below its floor 1s"},
 		{Config{BackoffMin: time.Microsecond}, "BackoffMin 1µs is below its floor 1ms"},
@@ -45,7 +47,7 @@ func TestConfigFloors(t *testing.T) {
 		}
 	}
 	atFloors := Config{BatchSize: 1, BatchBytes: 1, MaxInFlight: 1, MaxInFlightBytes: 1, Lanes: 1, LaneBatch: 1, MaxAttempts: 1, PruneBatch: 1,
-		PollInterval: PollIntervalFloor, HeartbeatInterval: HeartbeatIntervalFloor, LeaseDuration: HeartbeatIntervalFloor, StaleAfter: StaleAfterFloor,
+		PollInterval: PollIntervalFloor, ClaimCooldown: ClaimCooldownFloor, HeartbeatInterval: HeartbeatIntervalFloor, LeaseDuration: HeartbeatIntervalFloor, StaleAfter: StaleAfterFloor,
 		BackoffMin: BackoffMinFloor, BackoffMax: BackoffMinFloor, OutageBackoffMax: OutageBackoffMaxFloor, PruneInterval: PruneIntervalFloor,
 		StatsInterval: StatsIntervalFloor, FlushInterval: FlushIntervalFloor, StatementTimeout: StatementTimeoutFloor, PublishTimeout: PublishTimeoutFloor,
 		Retention: time.Nanosecond, LargePayloads: LargePayloadsConfig{Over: LargePayloadsOverFloor}}
@@ -54,5 +56,14 @@ func TestConfigFloors(t *testing.T) {
 	}
 	if err := (Config{Retention: -1}).Validate(); err != nil {
 		t.Errorf("negative Retention (never prune): %v", err)
+	}
+	// ClaimCooldown's default is PollInterval where that is shorter.
+	c := Config{PollInterval: PollIntervalFloor}
+	c.setDefaults()
+	if c.ClaimCooldown != PollIntervalFloor {
+		t.Errorf("ClaimCooldown with PollInterval %s = %s, want %[1]s", PollIntervalFloor, c.ClaimCooldown)
+	}
+	if err := c.validate(); err != nil {
+		t.Errorf("PollInterval at its floor, ClaimCooldown default: %v", err)
 	}
 }

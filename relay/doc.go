@@ -171,13 +171,20 @@
 // Writers send NOTIFY in the insert statement, at most one per
 // txoutbox.WriterConfig.NotifyInterval (50ms); the relay LISTENs on one
 // pooled connection when the database/sql driver is pgx, and after every
-// wake-up polls again 10ms after the claim (every 10ms while its polls
-// find rows) and, once a poll found nothing, once more 100ms after the
-// last claim that found rows, so the writes a debounced writer did not
-// announce are found within tens of milliseconds. It also polls
+// wake-up polls again ClaimCooldown (25ms) after the claim (as often while
+// its polls find rows) and, once a poll found nothing, once more 100ms
+// after the last claim that found rows, so the writes a debounced writer
+// did not announce are found within tens of milliseconds. It also polls
 // PollInterval after its last claim as a fallback and for retries and
 // scheduled events that come due. Set DisableListen for PgBouncer in
 // transaction mode.
+//
+// After a claim that came back short, the next one (at a NOTIFY too)
+// waits until ClaimCooldown after it began: under a steady stream of
+// commits each claim and mark then carries a cooldown's rows, where a
+// claim at every NOTIFY carried a few, at nearly the same cost to the
+// database per statement. It adds at most the cooldown to the time from
+// commit to publish; a full claim is followed at once.
 //
 // A claim is a short transaction of BEGIN, its settings, the claim
 // statement and COMMIT. With the pgx driver the first three are sent

@@ -60,3 +60,61 @@ func TestNotifyCostsAFewPollsThenNone(t *testing.T) {
 		}
 	}
 }
+
+// While the service commits a row every few milliseconds, each claim that
+// comes back short is followed by the next no sooner than ClaimCooldown
+// after it began: the rows of a cooldown go in one claim (and one mark)
+// instead of a claim at every NOTIFY and hot poll. A full claim is
+// followed at once, so a backlog drains without waiting.
+func TestClaimCooldownGathersAStream(t *testing.T) {
+	t.Parallel()
+	b := setupInternal(t)
+	db, st := b.db.Traced(t)
+	const cooldown = 200 * time.Millisecond
+	r, err := New(db, nopPublisher{}, Config{Table: b.db.Table(), ID: "r1", PollInterval: time.Minute, ClaimCooldown: cooldown,
+		BatchSize: 50, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := outboxsql.NamesFor(b.db.Table().Schema, b.db.Table().Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := names.Render(outboxsql.Claim)
+	defer start(t, r)()
+	testkit.WaitFor(t, 10*time.Second, "the relay's first claim", func() bool { return len(st.Matching(claim, time.Time{})) > 0 })
+
+	// A stream: a row every 10ms for 1.5s (20 in a cooldown, fewer than a
+	// batch), each commit announced (at most one NOTIFY per
+	// NotifyInterval) and found by the hot polls.
+	from := time.Now()
+	const streamed = 150
+	for range streamed {
+		b.write(t, 1, "k")
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.waitPublished(t, 10*time.Second, streamed)
+	claims := st.Matching(claim, from)
+	if len(claims) < 2 {
+		t.Fatalf("%d claims for %d rows streamed over %s", len(claims), streamed, time.Since(from))
+	}
+	for i := 1; i < len(claims); i++ {
+		// The trace starts a claim's statement a little after the
+		// claimer began it, so a gap may fall short by that much.
+		if gap := claims[i].Start.Sub(claims[i-1].Start); gap < cooldown-20*time.Millisecond {
+			t.Fatalf("claims %d and %d of the stream began %s apart, want at least ClaimCooldown (%s)", i-1, i, gap, cooldown)
+		}
+	}
+
+	// A backlog of five full batches: one claim after another.
+	from = time.Now()
+	b.write(t, 250, "a")
+	b.waitPublished(t, 10*time.Second, streamed+250)
+	backlog := st.Matching(claim, from)
+	if len(backlog) < 5 {
+		t.Fatalf("%d claims for 250 rows in batches of 50", len(backlog))
+	}
+	if d := backlog[4].Start.Sub(backlog[0].Start); d >= cooldown {
+		t.Errorf("the backlog's five full claims spanned %s: a full claim waited for the cooldown (%s)", d, cooldown)
+	}
+}

@@ -18,6 +18,7 @@ var configFlags = map[string]string{
 	"LaneBatch":         "lane-batch",
 	"MaxAttempts":       "max-attempts",
 	"PollInterval":      "poll-interval",
+	"ClaimCooldown":     "claim-cooldown",
 	"LeaseDuration":     "lease",
 	"HeartbeatInterval": "heartbeat",
 	"StaleAfter":        "stale-after",
