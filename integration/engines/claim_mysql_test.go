@@ -524,3 +524,128 @@ func TestMySQLClaimWaitsForTheGate(t *testing.T) {
 		t.Fatalf("the claim after the gate: %v, %v; want nothing (the row in backoff)", claimedIDs(r.c), r.err)
 	}
 }
+
+// bulkRows inserts k rows of state state, each of its own aggregate,
+// with retry_at retryAt (an SQL expression), in one statement.
+func (b *claimBundle) bulkRows(t *testing.T, k int, prefix, state, retryAt string) {
+	t.Helper()
+	digits := `(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+		UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)`
+	b.exec(t, `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, headers, created_at, state, attempts, retry_at, published_at)
+		SELECT UUID(), 'orders', CONCAT(?, n), 'order.placed', '{}', '{}', UTC_TIMESTAMP(6), ?, IF(? = 'published', 0, 1), `+retryAt+`,
+		       IF(? = 'published', UTC_TIMESTAMP(6), NULL)
+		FROM (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d AS n
+		      FROM `+digits+` a, `+digits+` b, `+digits+` c, `+digits+` e, `+digits+` f) s
+		WHERE n < ?`, prefix, state, state, state, k)
+}
+
+// handlerReads is the session's row reads so far: the Handler_read_*
+// counters, which count index entries and rows read, whatever the plan.
+func handlerReads(t *testing.T, conn *sql.Conn) map[string]int64 {
+	t.Helper()
+	rows, err := conn.QueryContext(context.Background(), `SHOW SESSION STATUS LIKE 'Handler_read%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var (
+			name string
+			v    int64
+		)
+		if err := rows.Scan(&name, &v); err != nil {
+			t.Fatal(err)
+		}
+		out[name] = v
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The claim reads its batch, not the table: its row reads are the same
+// with 1,000 or 100,000 published rows, and with 100 or 10,000 rows in
+// backoff, beside the same due rows.
+func TestMySQLClaimCostIsItsBatch(t *testing.T) {
+	t.Parallel()
+	cost := func(t *testing.T, published, backoff int) (total int64, reads map[string]int64) {
+		b := setupMySQLClaim(t)
+		b.register(t, "r1")
+		b.bulkRows(t, published, "p", "published", "'"+outboxsql.MySQLNeverRetried+"'")
+		b.bulkRows(t, backoff, "b", "pending", "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR")
+		for i := range 20 {
+			b.write(t, fmt.Sprintf("due%d", i), 2)
+		}
+		b.exec(t, `ANALYZE TABLE outbox`)
+		ctx := context.Background()
+		conn, err := b.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		before := handlerReads(t, conn)
+		c, err := mysqlclaim.Claim(ctx, conn, b.names, mysqlclaim.Params{Owner: "r1", Limit: 10, Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := handlerReads(t, conn)
+		if len(c.Rows) != 10 {
+			t.Fatalf("claimed %d rows, want 10", len(c.Rows))
+		}
+		reads = map[string]int64{}
+		for k, v := range after {
+			if d := v - before[k]; d != 0 {
+				reads[k] = d
+				total += d
+			}
+		}
+		return total, reads
+	}
+	for _, tc := range []struct {
+		name                   string
+		published, backoff, by int
+	}{
+		{"published", 1_000, 0, 100},
+		{"backoff", 0, 100, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			small, smallReads := cost(t, tc.published, tc.backoff)
+			large, largeReads := cost(t, tc.published*tc.by, tc.backoff*tc.by)
+			t.Logf("row reads: %d %v at the small size, %d %v at the large", small, smallReads, large, largeReads)
+			// A few reads of slack: SHOW STATUS's own, which do not grow.
+			if large > small+5 {
+				t.Fatalf("the claim read %d rows and entries with %dx the %s rows, %d without: it walks them", large, tc.by, tc.name, small)
+			}
+		})
+	}
+}
+
+// A retry outside the claim's window of retries (read in retry_at order)
+// holds back its aggregate's later rows, first attempts and retries, and
+// they do not fill the window.
+func TestMySQLClaimRetriesOutsideTheWindowHoldBack(t *testing.T) {
+	t.Parallel()
+	b := setupMySQLClaim(t)
+	b.register(t, "r1")
+	a := b.write(t, "a", 3)
+	c := b.write(t, "c", 1)
+	// a's first and last rows are due retries, the last due first: a
+	// window of one retry holds a's last row, not its first.
+	b.exec(t, `UPDATE outbox SET attempts = 1, retry_at = UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE WHERE id = ?`, a[0])
+	b.exec(t, `UPDATE outbox SET attempts = 1, retry_at = UTC_TIMESTAMP(6) - INTERVAL 1 HOUR WHERE id = ?`, a[2])
+	wantClaimed(t, "a window of one", b.claim(t, "r1", 1))
+	wantClaimed(t, "a window of two", b.claim(t, "r1", 2), a[0], a[1])
+	wantClaimed(t, "then", b.claim(t, "r1", 10), a[2], c[0])
+
+	// A first attempt behind a retry outside the window does not fill the
+	// window: the retry of another aggregate is claimed.
+	d := b.write(t, "d", 2)
+	e := b.write(t, "e", 1)
+	b.exec(t, `UPDATE outbox SET attempts = 1, retry_at = UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE WHERE id = ?`, d[0])
+	b.exec(t, `UPDATE outbox SET attempts = 1, retry_at = UTC_TIMESTAMP(6) - INTERVAL 1 HOUR WHERE id = ?`, e[0])
+	wantClaimed(t, "d's retry outside the window", b.claim(t, "r1", 1), e...)
+	wantClaimed(t, "then d's rows", b.claim(t, "r1", 10), d...)
+}

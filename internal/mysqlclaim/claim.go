@@ -261,14 +261,19 @@ func due(c candidate, now time.Time, gone map[string]bool) bool {
 // candidates reads the first attempts and the due retries, and keeps the
 // first p.Limit of them in id order.
 func candidates(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Params, floor int64, now time.Time) ([]candidate, error) {
-	var cands []candidate
+	var (
+		cands   []candidate
+		retries []int64
+	)
 	seen := map[int64]bool{}
-	for _, retry := range []bool{false, true} {
-		query := outboxsql.MySQLClaimFresh(n, len(p.Shards))
-		if retry {
-			query = outboxsql.MySQLClaimRetry(n, len(p.Shards))
+	// Retries first: the first attempts behind them are candidates too.
+	for _, retry := range []bool{true, false} {
+		query := outboxsql.MySQLClaimRetry(n, len(p.Shards))
+		if !retry {
+			query = outboxsql.MySQLClaimFresh(n, len(p.Shards), len(retries))
 		}
-		args := outboxsql.MySQLClaimReadArgs{Retry: retry, Floor: floor, Now: now, Shards: p.Shards, Owner: p.Owner, Limit: p.Limit}
+		args := outboxsql.MySQLClaimReadArgs{Retry: retry, Floor: floor, Now: now, Shards: p.Shards, Owner: p.Owner,
+			Retries: retries, Limit: p.Limit}
 		rows, err := tx.QueryContext(ctx, query, args.Args()...)
 		if err != nil {
 			return nil, fmt.Errorf("mysqlclaim: read candidates (retries: %t): %w", retry, err)
@@ -283,7 +288,11 @@ func candidates(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Params, fl
 				return nil, fmt.Errorf("mysqlclaim: read candidates: %w", err)
 			}
 			c.aggregate = string(agg)
-			// A row that failed between the two reads is in both.
+			if retry {
+				retries = append(retries, c.id)
+			}
+			// A row is in both only if its lane changed between the
+			// reads: it is kept once.
 			if !seen[c.id] {
 				seen[c.id] = true
 				cands = append(cands, c)

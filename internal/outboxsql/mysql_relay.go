@@ -50,16 +50,27 @@ const mysqlNotOwnLive = `(lease_owner IS NULL OR lease_owner <> ? OR lease_expir
 // attempts (lane 1) from the claim floor on, in id order on
 // outbox_fresh_idx, of shards shard lists (0: every shard), but those the
 // incarnation holds under a live lease. It passes over a row behind an
-// earlier row of its aggregate in backoff (mysqlNotInBackoff), so an
-// aggregate in backoff cannot fill the window and hold back every other
-// until its backoff ends. Columns: id,
+// earlier retry of its aggregate (lane 2) that is neither held by the
+// incarnation under a live lease nor one of the retries MySQLClaimRetry
+// read (retries ids, bound after the lease's parameters): one probe of
+// outbox_aggregate_idx per row, a scalar subquery, which both servers run
+// per row and stop at its first match. So an aggregate in backoff cannot
+// fill the window and hold back every other, and a first attempt is never
+// a candidate while an earlier retry of its aggregate is not. Columns: id,
 // aggregate_id, lease_owner, lease_expires_at, payload bytes. Binds
 // MySQLClaimReadArgs.
-func MySQLClaimFresh(n Names, shards int) string {
+func MySQLClaimFresh(n Names, shards, retries int) string {
+	notRead := ""
+	if retries > 0 {
+		notRead = " AND b.id NOT IN (" + mysqlPlaceholders(retries) + ")"
+	}
 	return n.Render(`SELECT o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at, LENGTH(o.payload)
 FROM {{table}} o FORCE INDEX (outbox_fresh_idx)
 WHERE o.lane = 1 AND o.id >= ?` + mysqlShardFilter("o", shards) + ` AND ` + strings.ReplaceAll(mysqlNotOwnLive, "lease_", "o.lease_") + `
-  AND ` + mysqlNotInBackoff + `
+  AND (SELECT 1 FROM {{table}} b FORCE INDEX (outbox_aggregate_idx)
+       WHERE b.aggregate_id = o.aggregate_id AND b.lane = 2 AND b.id < o.id` + notRead + `
+         AND ` + strings.ReplaceAll(mysqlNotOwnLive, "lease_", "b.lease_") + `
+       LIMIT 1) IS NULL
 ORDER BY o.lane, o.id
 LIMIT ?`)
 }
@@ -81,11 +92,10 @@ LIMIT ?`)
 }
 
 // mysqlNotInBackoff is true of a row o with no earlier row of its
-// aggregate in backoff (a retry whose retry_at, $1, has not come): one
-// probe of outbox_aggregate_idx, a scalar subquery, which both servers
-// run per row and stop at its first match (EXISTS may be rewritten to a
-// join). The rows in backoff are few per aggregate: a row waits behind an
-// earlier row in backoff as a first attempt, not as a retry.
+// aggregate in backoff (a retry whose retry_at, a parameter, has not
+// come): one probe of outbox_aggregate_idx, a scalar subquery, which both
+// servers run per row and stop at its first match (MariaDB may rewrite an
+// EXISTS into a join).
 const mysqlNotInBackoff = `(SELECT 1 FROM {{table}} b FORCE INDEX (outbox_aggregate_idx)
        WHERE b.aggregate_id = o.aggregate_id AND b.lane = 2 AND b.id < o.id AND b.retry_at > ?
        LIMIT 1) IS NULL`
@@ -106,12 +116,13 @@ func mysqlPlaceholders(k int) string {
 
 // MySQLClaimReadArgs binds MySQLClaimFresh and MySQLClaimRetry.
 type MySQLClaimReadArgs struct {
-	Retry  bool      // MySQLClaimRetry's parameters, not MySQLClaimFresh's
-	Floor  int64     // the claim floor (fresh only)
-	Now    time.Time // the claim's clock (MySQLClaimGate)
-	Shards []int16   // as many as the statement was built for
-	Owner  string    // the claiming incarnation
-	Limit  int
+	Retry   bool      // MySQLClaimRetry's parameters, not MySQLClaimFresh's
+	Floor   int64     // the claim floor (fresh only)
+	Now     time.Time // the claim's clock (MySQLClaimGate)
+	Shards  []int16   // as many as the statement was built for
+	Owner   string    // the claiming incarnation
+	Retries []int64   // the retries read (fresh only), as many as the statement was built for
+	Limit   int
 }
 
 // Args returns the parameters in order.
@@ -126,7 +137,14 @@ func (a MySQLClaimReadArgs) Args() []any {
 	for _, s := range a.Shards {
 		args = append(args, s)
 	}
-	return append(args, a.Owner, now, now, a.Limit)
+	args = append(args, a.Owner, now)
+	if a.Retry {
+		return append(args, now, a.Limit)
+	}
+	for _, id := range a.Retries {
+		args = append(args, id)
+	}
+	return append(args, a.Owner, now, a.Limit)
 }
 
 // MySQLClaimLive reads which of k incarnations are live: in the relays
@@ -336,8 +354,8 @@ func mysqlRelayStatements(n Names) map[string]string {
 	return map[string]string{
 		"MySQLClaimGate":        n.Render(MySQLClaimGate),
 		"MySQLLockWait":         MySQLLockWait,
-		"MySQLClaimFresh(0)":    MySQLClaimFresh(n, 0),
-		"MySQLClaimFresh(3)":    MySQLClaimFresh(n, 3),
+		"MySQLClaimFresh(0,0)":  MySQLClaimFresh(n, 0, 0),
+		"MySQLClaimFresh(3,2)":  MySQLClaimFresh(n, 3, 2),
 		"MySQLClaimRetry(0)":    MySQLClaimRetry(n, 0),
 		"MySQLClaimRetry(3)":    MySQLClaimRetry(n, 3),
 		"MySQLClaimLive(2)":     MySQLClaimLive(n, 2),
