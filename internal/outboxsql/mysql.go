@@ -201,10 +201,11 @@ const MySQLVersionRecord = `INSERT INTO {{versions}} (version, name, applied_at)
 // MySQLVersionForget removes version $1's record.
 const MySQLVersionForget = `DELETE FROM {{versions}} WHERE version = ?`
 
-// MySQLStatements is every statement above and in mysql_relay.go, rendered for the default
-// table, with inserts of one and of three rows: what the grammar test
-// (internal/mysqlgrammar) parses. A statement added to this file must be
-// added here.
+// MySQLStatements is every statement above and in mysql_relay.go,
+// rendered for the default table, with inserts of one and of three rows
+// and the relay's lists at small lengths: what the grammar test
+// (internal/mysqlgrammar) parses. A statement added to either file must
+// be added here (or to mysqlRelayStatements).
 func MySQLStatements() map[string]string {
 	n, _ := MySQLNamesFor("", "")
 	inbox, _ := MySQLNamesFor("", "inbox")
