@@ -56,8 +56,8 @@ type Params struct {
 	After time.Time
 	// LockWait bounds how long the claim waits for the claim gate (an
 	// operator's retry or replay holds it), in whole seconds, at least
-	// one (innodb_lock_wait_timeout, set for the session). 0: the
-	// session's setting.
+	// one (innodb_lock_wait_timeout, set for the session, whose setting
+	// it stays after the claim). 0: the session's setting.
 	LockWait time.Duration
 }
 

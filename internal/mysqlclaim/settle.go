@@ -69,6 +69,9 @@ func Fail(ctx context.Context, db TxBeginner, n outboxsql.Names, maxAttempts int
 	if maxAttempts < 1 {
 		return nil, fmt.Errorf("%w: maxAttempts %d is not positive", ErrInvalidParams, maxAttempts)
 	}
+	if len(failures) > maxIDsPerStatement {
+		return nil, fmt.Errorf("%w: %d failures at once, more than %d", ErrInvalidParams, len(failures), maxIDsPerStatement)
+	}
 	for _, f := range failures {
 		if f.Owner == "" || f.Version.IsZero() {
 			return nil, fmt.Errorf("%w: the failure of row %d needs the owner and the claim's version", ErrInvalidParams, f.ID)
