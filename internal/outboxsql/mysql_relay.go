@@ -28,10 +28,9 @@ import (
 const MySQLClaimGate = `SELECT floor, UTC_TIMESTAMP(6) FROM {{floor}} WHERE one = 1 LOCK IN SHARE MODE`
 
 // MySQLLockWait bounds how long the statements after it in the session
-// wait for a row lock (whole seconds, at least 1; MySQLLockWaitArgs): the
-// claim gate, a mark behind another session's lock. It is a session
-// setting: both servers have it, and neither has a per-transaction form
-// both accept.
+// wait for a row lock (whole seconds, at least 1; MySQLLockWaitArgs): a
+// claim's wait for the claim gate. It is a session setting: both servers
+// have it, and neither has a per-transaction form both accept.
 const MySQLLockWait = `SET SESSION innodb_lock_wait_timeout = ?`
 
 // MySQLLockWaitArgs binds MySQLLockWait.
@@ -46,7 +45,7 @@ func (a MySQLLockWaitArgs) Args() []any { return []any{max(1, int64(a.Wait/time.
 // under a live lease; its parameters are the owner and the claim's clock.
 const mysqlNotOwnLive = `(lease_owner IS NULL OR lease_owner <> ? OR lease_expires_at <= ?)`
 
-// MySQLClaimFresh reads, without locking, the first $limit first
+// MySQLClaimFresh reads, without locking, the first Limit first
 // attempts (lane 1) from the claim floor on, in id order on
 // outbox_fresh_idx, of shards shard lists (0: every shard), but those the
 // incarnation holds under a live lease. It passes over a row behind an
@@ -75,7 +74,7 @@ ORDER BY o.lane, o.id
 LIMIT ?`)
 }
 
-// MySQLClaimRetry reads, without locking, the first $limit retries (lane
+// MySQLClaimRetry reads, without locking, the first Limit retries (lane
 // 2) whose retry_at has passed, in retry_at order on outbox_retry_idx, of
 // shards shard lists (0: every shard), but those the incarnation holds
 // under a live lease. A retry in backoff is not read at all, and a retry
