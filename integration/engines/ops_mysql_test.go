@@ -362,7 +362,7 @@ func TestMySQLOpsDeadListFilters(t *testing.T) {
 		}
 		// Paging: pages of 2, each after the last id of the one before.
 		var paged []int64
-		for after := int64(0); ; {
+		for after := int64(0); len(paged) <= len(exp); {
 			page := b.deadList(t, f, after, 2)
 			paged = append(paged, page...)
 			if len(page) < 2 {
