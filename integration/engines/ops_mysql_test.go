@@ -274,7 +274,7 @@ func (b *claimBundle) opsReplay(t *testing.T, ctx context.Context, ids []int64) 
 
 func (b *claimBundle) row(t *testing.T, id int64) opsRow {
 	t.Helper()
-	r, err := scanOpsRow(b.db.QueryRow(b.names.Render(outboxsql.MySQLOpsRow), id), true)
+	r, err := scanOpsRow(b.db.QueryRow(b.names.Render(outboxsql.MySQLOpsRow), outboxsql.MySQLOpsRowArgs{ID: id}.Args()...), true)
 	if err != nil {
 		t.Fatalf("read row %d: %v", id, err)
 	}
@@ -412,7 +412,7 @@ func TestMySQLOpsShow(t *testing.T) {
 	if got := b.row(t, p); got.State != "claimed" || got.LeaseOwner != "r1" || !got.NextAttempt.Time.Equal(c.Version) {
 		t.Fatalf("claimed row: state %s, owner %q, next attempt %v; want claimed by r1 until %v", got.State, got.LeaseOwner, got.NextAttempt.Time, c.Version)
 	}
-	if err := b.db.QueryRow(b.names.Render(outboxsql.MySQLOpsRow), id+1000).Scan(); !errors.Is(err, sql.ErrNoRows) {
+	if err := b.db.QueryRow(b.names.Render(outboxsql.MySQLOpsRow), outboxsql.MySQLOpsRowArgs{ID: id + 1000}.Args()...).Scan(); !errors.Is(err, sql.ErrNoRows) {
 		t.Fatalf("a row that does not exist: %v, want sql.ErrNoRows", err)
 	}
 }

@@ -206,8 +206,16 @@ type MySQLDeadCountArgs struct {
 func (a MySQLDeadCountArgs) Args() []any { return append(MySQLDeadArgs{a.DeadArgs}.Args(), a.Cap) }
 
 // MySQLOpsRow is OpsRow on MySQL: one row by id, in any state, with its
-// payload. Binds the id.
+// payload. Binds MySQLOpsRowArgs.
 const MySQLOpsRow = `SELECT ` + mysqlOpsRowColumns + `, payload FROM {{table}} WHERE id = ?`
+
+// MySQLOpsRowArgs binds MySQLOpsRow.
+type MySQLOpsRowArgs struct {
+	ID int64
+}
+
+// Args returns the parameters in order.
+func (a MySQLOpsRowArgs) Args() []any { return []any{a.ID} }
 
 // MySQLOpsClaimGate is OpsClaimGate on MySQL: it takes the claim gate
 // exclusively, an X lock on the claim floor's one row, which every claim
@@ -228,7 +236,10 @@ const MySQLOpsClaimGate = `SELECT floor FROM {{floor}} WHERE one = 1 FOR UPDATE`
 // operator, and a session left idle longer (a tool frozen or cut off, in
 // or out of a transaction) is closed by the server, releasing its locks.
 // Both are session settings (neither server has a per-transaction form
-// both accept), so they stay the connection's after the transaction. No
+// both accept), so they stay the connection's after the transaction: a
+// pool that keeps it idle longer finds it closed (go-sql-driver/mysql
+// then takes another; sql.DB.SetConnMaxIdleTime below the timeout avoids
+// it). No
 // statement time limit: MySQL's (max_execution_time, SELECT only, in
 // milliseconds) and MariaDB's (max_statement_time, in seconds) differ;
 // the caller's context bounds the client's wait.
