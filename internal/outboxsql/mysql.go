@@ -201,14 +201,16 @@ const MySQLVersionRecord = `INSERT INTO {{versions}} (version, name, applied_at)
 // MySQLVersionForget removes version $1's record.
 const MySQLVersionForget = `DELETE FROM {{versions}} WHERE version = ?`
 
-// MySQLStatements is every statement above, rendered for the default
-// table, with inserts of one and of three rows: what the grammar test
-// (internal/mysqlgrammar) parses. A statement added to this file must be
-// added here.
+// MySQLStatements is every statement above and in mysql_relay.go and
+// mysql_ops.go,
+// rendered for the default table, with inserts of one and of three rows
+// and the relay's lists at small lengths: what the grammar test
+// (internal/mysqlgrammar) parses. A statement added to either file must
+// be added here (or to mysqlRelayStatements, mysqlOpsStatements).
 func MySQLStatements() map[string]string {
 	n, _ := MySQLNamesFor("", "")
 	inbox, _ := MySQLNamesFor("", "inbox")
-	return map[string]string{
+	out := map[string]string{
 		"MySQLInsert(1)":     MySQLInsert(n, 1),
 		"MySQLInsert(3)":     MySQLInsert(n, 3),
 		"MySQLInboxClaim":    inbox.Render(MySQLInboxClaim),
@@ -222,6 +224,13 @@ func MySQLStatements() map[string]string {
 		"MySQLVersionForget": n.Render(MySQLVersionForget),
 		"DialectProbe":       DialectProbe,
 	}
+	for name, stmt := range mysqlRelayStatements(n) {
+		out[name] = stmt
+	}
+	for name, stmt := range mysqlOpsStatements(n) {
+		out[name] = stmt
+	}
+	return out
 }
 
 // SplitStatements splits a migration script into its statements: each
