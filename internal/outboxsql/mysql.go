@@ -201,11 +201,12 @@ const MySQLVersionRecord = `INSERT INTO {{versions}} (version, name, applied_at)
 // MySQLVersionForget removes version $1's record.
 const MySQLVersionForget = `DELETE FROM {{versions}} WHERE version = ?`
 
-// MySQLStatements is every statement above and in mysql_relay.go,
-// rendered for the default table, with inserts of one and of three rows
-// and the relay's lists at small lengths: what the grammar test
-// (internal/mysqlgrammar) parses. A statement added to either file must
-// be added here (or to mysqlRelayStatements).
+// MySQLStatements is every statement above, in mysql_relay.go and in
+// mysql_members.go, rendered for the default table, with inserts of one
+// and of three rows and the relay's lists at small lengths: what the
+// grammar test (internal/mysqlgrammar) parses. A statement added to any of
+// the files must be added here (or to mysqlRelayStatements or
+// mysqlMemberStatements).
 func MySQLStatements() map[string]string {
 	n, _ := MySQLNamesFor("", "")
 	inbox, _ := MySQLNamesFor("", "inbox")
@@ -224,6 +225,9 @@ func MySQLStatements() map[string]string {
 		"DialectProbe":       DialectProbe,
 	}
 	for name, stmt := range mysqlRelayStatements(n) {
+		out[name] = stmt
+	}
+	for name, stmt := range mysqlMemberStatements(n) {
 		out[name] = stmt
 	}
 	return out
