@@ -489,6 +489,32 @@ func TestMySQLShardsInHandover(t *testing.T) {
 	if got := handover(all); len(got) != 0 {
 		t.Fatalf("in handover with no other incarnation live: %v, want none", got)
 	}
+	// Alone, it reads nothing of the outbox, however many rows are there.
+	// (MariaDB's plan would read nothing without the statement's test of
+	// the relays table too: it joins from the relays table, whose one row
+	// is the incarnation's own; MySQL 8's may materialize the windows
+	// first.)
+	b.bulkRows(t, 200, "bulk", "pending", "'"+outboxsql.MySQLNeverRetried+"'")
+	ctx := context.Background()
+	conn, err := b.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	before := handlerReads(t, conn)
+	args := outboxsql.MySQLHandoverArgs{Owner: "me", Window: 100}
+	if got := mustColumn[int16](t, conn, outboxsql.MySQLShardsInHandover(b.names, 0), args.Args()...); len(got) != 0 {
+		t.Fatalf("alone: %v", got)
+	}
+	var reads int64
+	for k, v := range handlerReads(t, conn) {
+		reads += v - before[k]
+	}
+	t.Logf("alone: %d reads", reads)
+	if reads > 20 {
+		t.Fatalf("alone, with a window of 100 rows: %d reads, want those of the relays table only", reads)
+	}
+	b.exec(t, `DELETE FROM outbox WHERE aggregate_id LIKE 'bulk%'`)
 	b.register(t, "peer")
 	want := []int16{shardOf(cases["peer"]), shardOf(cases["peer-retry"])}
 	slices.Sort(want)
@@ -611,9 +637,9 @@ func TestMySQLStats(t *testing.T) {
 	}
 	never := "'" + outboxsql.MySQLNeverRetried + "'"
 	// x: scheduled an hour ahead (as MySQLInsert writes it), then a row
-	// held behind it.
+	// held behind it, the oldest unpublished.
 	row("x", "pending", "3 HOUR", "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR", "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR")
-	row("x", "pending", "2 HOUR", "NULL", never)
+	row("x", "pending", "5 HOUR", "NULL", never)
 	// z: a row created 4 hours ago behind one due 30 minutes ago and
 	// failed since (in backoff): it counts from that one's not_before.
 	row("z", "pending", "5 HOUR", "UTC_TIMESTAMP(6) - INTERVAL 30 MINUTE", "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR")
@@ -635,7 +661,7 @@ func TestMySQLStats(t *testing.T) {
 			t.Fatalf("%s: %v at %v, want about %v ago", what, got, now.Time, lag)
 		}
 	}
-	near("oldest unpublished", oldest, 4*time.Hour)
+	near("oldest unpublished", oldest, 5*time.Hour)
 	near("oldest due not held", due, 30*time.Minute)
 
 	counts := func(cap int) (backlog, scheduled, dead int64) {
@@ -654,6 +680,14 @@ func TestMySQLStats(t *testing.T) {
 	if bl, sc, d := counts(2); bl != 2 || sc != 1 || d != 2 {
 		t.Fatalf("cap 2: backlog %d, scheduled %d, dead %d; want 2, 1, 2", bl, sc, d)
 	}
+
+	// No retry left: the first attempts' lane alone.
+	b.exec(t, `DELETE FROM outbox WHERE lane = 2`)
+	if err := b.db.QueryRow(b.names.Render(outboxsql.MySQLStatsLags)).Scan(&oldest, &due, &now); err != nil {
+		t.Fatal(err)
+	}
+	near("oldest unpublished, first attempts alone", oldest, 5*time.Hour)
+	near("oldest due, first attempts alone", due, 5*time.Hour)
 
 	// Nothing unpublished: no lag.
 	b.exec(t, `DELETE FROM outbox WHERE state = 'pending'`)
