@@ -73,9 +73,10 @@ type MySQLStaleArgs struct {
 // Args returns the parameters in order.
 func (a MySQLStaleArgs) Args() []any { return []any{a.StaleAfter.Microseconds()} }
 
-// MySQLDeleteRelays deletes ids incarnations by id: the rows
-// MySQLPredecessors or MySQLStaleRelays locked, in their transaction.
-// Binds MySQLIDsArgs (strings).
+// MySQLDeleteRelays deletes ids incarnations by id (ids at least 1: with
+// none there is nothing to run): the rows MySQLPredecessors or
+// MySQLStaleRelays locked, in their transaction. Binds MySQLIDsArgs
+// (strings).
 func MySQLDeleteRelays(n Names, ids int) string {
 	return n.Render(`DELETE FROM {{relays}} WHERE id IN (` + mysqlPlaceholders(ids) + `)`)
 }
@@ -148,8 +149,9 @@ WHERE owner = ?` + notKept)
 }
 
 // MySQLAcquireShards is AcquireShards' first half: it takes the shards
-// listed (at least one) that are free or owned by an incarnation that is
-// gone (not in the relays table). MySQLOwnedShardList, in the same
+// listed that are free or owned by an incarnation that is gone (not in the
+// relays table). shards is at least 1: with none to take, a round runs
+// MySQLOwnedShardList alone. MySQLOwnedShardList, in the same
 // transaction, then returns the shards the incarnation owns afterwards:
 // MySQL has no UPDATE in a WITH clause and no RETURNING. Two relays
 // taking one shard at once: the second's UPDATE waits for the first's row
@@ -261,14 +263,15 @@ type MySQLPruneArgs struct {
 // Args returns the parameters in order.
 func (a MySQLPruneArgs) Args() []any { return []any{a.Retention.Microseconds(), a.Batch} }
 
-// MySQLPrune deletes ids rows that MySQLPruneBatch read, by primary key,
-// testing its condition again on each: a row replayed or changed since the
-// read is left alone. The two need no transaction. There is no PruneLock
-// (GET_LOCK is a session's, not a transaction's): two relays pruning at
-// once may read the same batch, and the second's DELETE waits for the
-// first's row locks, then finds the rows gone. MySQL's DELETE takes no
-// index hint, so the read that picks the batch is its own statement.
-// Binds MySQLPruneDeleteArgs.
+// MySQLPrune deletes ids rows (at least 1) that MySQLPruneBatch read, by
+// primary key, testing its condition again on each: a row replayed or
+// changed since the read is left alone. The two need no transaction.
+// There is no PruneLock (GET_LOCK is a session's, not a transaction's):
+// two relays pruning at once may read the same batch, and the second's
+// DELETE waits for the first's row locks, then finds the rows gone. A
+// single-table DELETE takes no index hint on either server, so the read
+// that picks the batch is a statement of its own. Binds
+// MySQLPruneDeleteArgs.
 func MySQLPrune(n Names, ids int) string {
 	return n.Render(`DELETE FROM {{table}} WHERE id IN (` + mysqlPlaceholders(ids) + `)
   AND state = 'published' AND published_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`)
@@ -377,7 +380,8 @@ func (a MySQLCountArgs) Args() []any {
 }
 
 // MySQLLockWaits bounds the lock waits of the statements after it in the
-// session, as TxTimeouts' lock_timeout does on PostgreSQL: row locks
+// session, as TxTimeouts' lock_timeout does on PostgreSQL (MySQLLockWait,
+// the claim's, bounds the first alone): row locks
 // (innodb_lock_wait_timeout) and metadata locks (lock_wait_timeout, which
 // a statement takes on each table it opens, and waits for while DDL holds
 // it), both in whole seconds, at least 1; a wait that passes fails with
@@ -420,9 +424,10 @@ func MySQLServerOf(version string) MySQLServer {
 }
 
 // MySQLMaxExecutionTime limits MySQL's read-only SELECTs in the session
-// (milliseconds; 0: none). MySQL limits nothing else: an UPDATE or DELETE
-// runs until it ends or waits for a lock no longer than MySQLLockWaits
-// allows. Binds MySQLStatementTimeArgs.
+// (milliseconds; 0: none); one that runs over fails with error 3024
+// (ER_QUERY_TIMEOUT). MySQL limits nothing else: an UPDATE or DELETE runs
+// until it ends, waiting for a lock no longer than MySQLLockWaits allows.
+// Binds MySQLStatementTimeArgs.
 const MySQLMaxExecutionTime = `SET SESSION max_execution_time = ?`
 
 // MariaDBMaxStatementTime limits every statement of the session (seconds,
