@@ -879,7 +879,7 @@ func TestMySQLOpsStatus(t *testing.T) {
 	)
 	read := func(capAt int) {
 		t.Helper()
-		if err := b.db.QueryRowContext(ctx, b.names.Render(outboxsql.MySQLOpsCounts), outboxsql.MySQLCountArgs{Cap: capAt}.Args()...).
+		if err := b.db.QueryRowContext(ctx, b.names.Render(outboxsql.MySQLOpsCounts), outboxsql.MySQLCountArgs{Cap: capAt, Counts: 3}.Args()...).
 			Scan(&unpublished, &dead, &scheduled, &oldest, &nextDue, &maxID, &now); err != nil {
 			t.Fatal(err)
 		}

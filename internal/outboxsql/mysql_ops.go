@@ -431,7 +431,8 @@ func (a MySQLLookupArgs) Args() []any {
 // the console show, in one statement: the unpublished rows (lane 1 or 2,
 // on outbox_fresh_idx), the dead rows (on outbox_state_idx) and the
 // scheduled rows (unpublished, with a not_before still to come, on
-// outbox_due_idx from now on), each counted up to a cap (MySQLCountArgs:
+// outbox_due_idx from now on), each counted up to a cap (MySQLCountArgs,
+// Counts 3:
 // a count of the cap means at least that many); the earliest time an
 // unpublished row became due (OldestUnpublished: the lag), one entry of
 // outbox_due_idx per lane; when the next scheduled row is due; the
@@ -470,14 +471,6 @@ const (
 	mysqlNextScheduled2 = `(SELECT due_at FROM {{table}} FORCE INDEX (outbox_due_idx)
         WHERE lane = 2 AND due_at > UTC_TIMESTAMP(6) AND not_before > UTC_TIMESTAMP(6) ORDER BY lane, due_at LIMIT 1)`
 )
-
-// MySQLCountArgs binds MySQLOpsCounts: each count's cap (CountCap).
-type MySQLCountArgs struct {
-	Cap int
-}
-
-// Args returns the parameters in order.
-func (a MySQLCountArgs) Args() []any { return []any{a.Cap, a.Cap, a.Cap} }
 
 // MySQLOpsRelays is OpsRelays on MySQL: the relays with their heartbeat's
 // age in seconds by the database clock.
