@@ -1,22 +1,13 @@
 package relay
 
 import (
-	"cmp"
 	"context"
-	"database/sql"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-
 	"github.com/txoutbox/txoutbox"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
@@ -46,7 +37,7 @@ type claimedRow struct {
 	attempts int          // failed publishes before this claim
 	seq      uint64       // the claim that took it
 	inc      *incarnation // the incarnation that claimed it
-	version  uint32       // the claimed version's xmin: the claim's transaction (see outboxsql.MarkPublished)
+	version  claimVersion // the claim's: its settlement's fence (claimDB)
 	bytes    int64        // its payload's size, counted in the budget
 	// leaseEnds is when the lanes stop starting a publish of it, on the
 	// relay's clock: the claim's start plus LeaseDuration less one
@@ -56,7 +47,7 @@ type claimedRow struct {
 }
 
 // claimer claims due rows and hands them to the lanes: the first step of
-// every event's way through the relay. It alone runs the claim statement,
+// every event's way through the relay. It alone claims (claimDB.claim),
 // numbers the claims (seq), and keeps the rows of a claim whose commit was
 // not confirmed until they are released.
 type claimer struct {
@@ -74,11 +65,7 @@ type claimer struct {
 
 // claimerDeps is what the claimer reads and who it tells.
 type claimerDeps struct {
-	db *sql.DB
-	// conns lends the claims their connections in a Group; nil: the
-	// pool's (db).
-	conns *claimConns
-	sql   *statements
+	db    claimDB // runs the claims and the releases of unconfirmed ones
 	cfg   Config
 	log   *slog.Logger
 	met   *metrics
@@ -249,7 +236,7 @@ func (c *claimer) claim(ctx context.Context, limit int) ([]*claimedRow, error) {
 	return c.claimWithin(ctx, limit, c.cfg.BatchBytes)
 }
 
-// claimWithin runs the claim statement for up to limit rows and bytes of
+// claimWithin claims up to limit rows and bytes of
 // payload (at least one row), and returns the rows in id order. Only the
 // claimer's goroutine calls it.
 func (c *claimer) claimWithin(ctx context.Context, limit int, bytes int64) ([]*claimedRow, error) {
@@ -272,20 +259,19 @@ func (c *claimer) claimWithin(ctx context.Context, limit int, bytes int64) ([]*c
 	if c.low != nil {
 		low = c.low.Load()
 	}
-	q := claimQuery{
-		claim:     outboxsql.ClaimArgs{Owner: inc.token, Limit: limit, Lease: c.cfg.LeaseDuration, Shards: shards, Bytes: bytes, Low: low}.Args(),
-		seq:       seq,
-		inc:       inc,
-		leaseEnds: leaseEnds,
+	p := claimParams{owner: inc.token, limit: limit, bytes: bytes, lease: c.cfg.LeaseDuration, shards: shards, low: low}
+	out, bad, err := c.db.claim(ctx, p)
+	for _, row := range out {
+		row.seq, row.inc, row.leaseEnds = seq, inc, leaseEnds
 	}
-	out, bad, err := c.runClaim(ctx, q)
 	if err != nil {
+		c.unconfirmed = out // rows only when its commit was not confirmed
 		return nil, err
 	}
 	c.claimed.Add(int64(len(out)))
 	if len(bad) > 0 {
 		for _, b := range bad {
-			c.log.Error("relay: event cannot be decoded; it is dead", "row", b.ID, "err", b.Err)
+			c.log.Error("relay: event cannot be decoded; it is dead", "row", b.id, "err", b.err)
 		}
 		c.met.dead.Add(ctx, int64(len(bad)), c.met.table)
 	}
@@ -295,245 +281,7 @@ func (c *claimer) claimWithin(ctx context.Context, limit int, bytes int64) ([]*c
 		// until the next floor round finds low again.
 		c.low.CompareAndSwap(low, 0)
 	}
-	// UPDATE ... RETURNING does not keep the subquery's order.
-	slices.SortFunc(out, func(a, b *claimedRow) int { return cmp.Compare(a.id, b.id) })
 	return out, nil
-}
-
-// claimQuery is one claim: ClaimSettings' and Claim's parameters, and
-// what its rows are read with (see scanClaimed).
-type claimQuery struct {
-	settings, claim []any
-	seq             uint64
-	inc             *incarnation
-	leaseEnds       time.Duration
-}
-
-// rowScanner is what scanClaimed reads: *sql.Rows or pgx.Rows.
-type rowScanner interface {
-	Next() bool
-	Scan(dest ...any) error
-	Err() error
-}
-
-// claimTx is the claim's transaction on one connection, through pgx
-// (pgxClaim) or another database/sql driver (sqlClaim).
-type claimTx interface {
-	// begin runs BEGIN, ClaimSettings and Claim, and returns Claim's rows.
-	begin(ctx context.Context, settings string, settingsArgs []any, claim string, claimArgs []any) (rowScanner, error)
-	// endRows closes the rows begin returned.
-	endRows() error
-	exec(ctx context.Context, query string, args ...any) error
-	commit(ctx context.Context) error
-	// rollback ends the transaction after an error (a no-op once it
-	// ended).
-	rollback(ctx context.Context)
-}
-
-// runClaim runs the claim's transaction on one connection (the pool's,
-// or in a Group one of its claim connections):
-// BEGIN, ClaimSettings and Claim, then, once its rows are read and any
-// undecodable ones made dead, COMMIT. With the pgx driver the first three
-// are sent at once, so a claim costs two round trips instead of four: with
-// many small claims (a hundred tables each written ten times a second,
-// tenant-fairness) the round trips were most of the claims' cost. The
-// COMMIT stays a step of its own: the rows are read before the claim
-// commits, so a claim whose rows could not be read (a deadline, a lost
-// connection) is rolled back, never committed with rows the relay does not
-// hold. A commit whose reply was lost leaves its rows in c.unconfirmed.
-func (c *claimer) runClaim(ctx context.Context, q claimQuery) (out []*claimedRow, bad []outboxsql.RowError, err error) {
-	conn, kept, done, err := c.conn(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("claim batch: get connection: %w", err)
-	}
-	// Whether the claim left the connection unfit to be kept: known from
-	// pgx's state (a claim the server failed, on a lock or its own
-	// timeout, leaves it idle and its plans worth keeping; one whose
-	// context ended first leaves it closed), assumed from the error
-	// without pgx.
-	broken := true
-	defer func() { done(broken) }()
-	// Set once the connection is in hand, from what the wait for it left.
-	q.settings = outboxsql.ClaimSettingsArgs{
-		TxTimeoutArgs: outboxsql.TxTimeoutArgs{Wait: serverTimeout(ctx, c.cfg.StatementTimeout), Idle: c.cfg.StatementTimeout, Lock: c.cfg.LockTimeout},
-		Table:         c.sql.table,
-	}.Args()
-	err = conn.Raw(func(dc any) error {
-		pc, ok := dc.(interface{ Conn() *pgx.Conn })
-		if !ok {
-			return errNotPgx
-		}
-		out, bad, err = c.claimOn(ctx, &pgxClaim{conn: pc.Conn(), sessionLock: kept}, q)
-		broken = pc.Conn().IsClosed() || pc.Conn().PgConn().IsBusy() || pc.Conn().PgConn().TxStatus() != 'I'
-		return err
-	})
-	if errors.Is(err, errNotPgx) {
-		out, bad, err = c.claimOn(ctx, &sqlClaim{conn: conn}, q)
-		broken = err != nil
-	}
-	return out, bad, err
-}
-
-// conn lends the claim a connection, the group's (claimConns) or the
-// pool's, whether it is one the group keeps (whose session's lock timeout
-// is the claim's), and the function that gives it back, told whether the
-// claim left it unfit to be kept.
-func (c *claimer) conn(ctx context.Context) (conn *sql.Conn, kept bool, done func(broken bool), err error) {
-	if c.conns == nil {
-		conn, err := c.db.Conn(ctx)
-		if err != nil {
-			return nil, false, nil, err
-		}
-		return conn, false, func(bool) { conn.Close() }, nil
-	}
-	cc, err := c.conns.get(ctx)
-	if err != nil {
-		return nil, false, nil, err
-	}
-	return cc.conn, !cc.pooled, func(broken bool) { c.conns.put(cc, broken) }, nil
-}
-
-// claimOn runs the claim's transaction t: the claim, its rows read, the
-// undecodable ones made dead in it, and its commit.
-func (c *claimer) claimOn(ctx context.Context, t claimTx, q claimQuery) (out []*claimedRow, bad []outboxsql.RowError, err error) {
-	defer func() {
-		if err != nil {
-			t.rollback(ctx)
-		}
-	}()
-	rows, err := t.begin(ctx, c.sql.claimSettings, q.settings, c.sql.claim, q.claim)
-	if err != nil {
-		return nil, nil, fmt.Errorf("claim batch: %w", err)
-	}
-	out, bad, err = scanClaimed(rows, q.seq, q.inc, q.leaseEnds)
-	if cerr := t.endRows(); err == nil && cerr != nil {
-		err = fmt.Errorf("claim batch: %w", cerr)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(bad) > 0 {
-		args, err := outboxsql.MarkUndecodableArgs{Rows: bad, Owner: q.inc.token}.Args()
-		if err != nil {
-			return nil, nil, fmt.Errorf("claim batch: encode undecodable rows: %w", err)
-		}
-		if err := t.exec(ctx, c.sql.markUndecodable, args...); err != nil {
-			return nil, nil, fmt.Errorf("claim batch: mark undecodable rows dead: %w", err)
-		}
-	}
-	if err := t.commit(ctx); err != nil {
-		c.unconfirmed = out
-		return nil, nil, fmt.Errorf("claim batch: commit: %w", err)
-	}
-	return out, bad, nil
-}
-
-// pgxClaim is the claim's transaction on a pgx connection: BEGIN and the
-// two statements in one batch. Were the connection left in the
-// transaction, database/sql would discard it rather than hand it out again
-// (pgx's ResetSession), and a Group's claim connections close it
-// (runClaim).
-//
-// pgx prepares a statement it has not prepared on the connection before
-// it sends the batch, outside the transaction and its lock timeout, and
-// preparing the claim locks the table. So the batch is one only on a
-// claim connection a Group keeps, whose session has the lock timeout
-// (sessionLock: see claimConns); on another, BEGIN and the settings go
-// first, in a round trip of their own.
-type pgxClaim struct {
-	conn        *pgx.Conn
-	sessionLock bool
-	batch       pgx.BatchResults
-	rows        pgx.Rows
-}
-
-func (p *pgxClaim) begin(ctx context.Context, settings string, settingsArgs []any, claim string, claimArgs []any) (rowScanner, error) {
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(settings, settingsArgs...)
-	if !p.sessionLock {
-		if err := p.conn.SendBatch(ctx, b).Close(); err != nil {
-			return nil, fmt.Errorf("settings: %w", err)
-		}
-		b = &pgx.Batch{}
-	}
-	b.Queue(claim, claimArgs...)
-	p.batch = p.conn.SendBatch(ctx, b)
-	if p.sessionLock {
-		for _, step := range []string{"begin", "settings"} {
-			if _, err := p.batch.Exec(); err != nil {
-				_ = p.endRows()
-				return nil, fmt.Errorf("%s: %w", step, err)
-			}
-		}
-	}
-	rows, err := p.batch.Query()
-	if err != nil {
-		_ = p.endRows()
-		return nil, err
-	}
-	p.rows = rows
-	return rows, nil
-}
-
-func (p *pgxClaim) endRows() error {
-	if p.rows != nil {
-		p.rows.Close()
-	}
-	return p.batch.Close()
-}
-
-func (p *pgxClaim) exec(ctx context.Context, query string, args ...any) error {
-	_, err := p.conn.Exec(ctx, query, args...)
-	return err
-}
-
-func (p *pgxClaim) commit(ctx context.Context) error {
-	tag, err := p.conn.Exec(ctx, "COMMIT")
-	if err == nil && tag.String() != "COMMIT" {
-		err = errors.New("the transaction was rolled back")
-	}
-	return err
-}
-
-func (p *pgxClaim) rollback(ctx context.Context) { rollbackPgx(ctx, p.conn) }
-
-// sqlClaim is the claim's transaction through database/sql, with a
-// driver other than pgx: four round trips.
-type sqlClaim struct {
-	conn *sql.Conn
-	tx   *sql.Tx
-	rows *sql.Rows
-}
-
-func (s *sqlClaim) begin(ctx context.Context, settings string, settingsArgs []any, claim string, claimArgs []any) (rowScanner, error) {
-	tx, err := s.conn.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
-	}
-	s.tx = tx
-	if _, err := tx.ExecContext(ctx, settings, settingsArgs...); err != nil {
-		return nil, fmt.Errorf("settings: %w", err)
-	}
-	if s.rows, err = tx.QueryContext(ctx, claim, claimArgs...); err != nil {
-		return nil, err
-	}
-	return s.rows, nil
-}
-
-func (s *sqlClaim) endRows() error { return s.rows.Close() }
-
-func (s *sqlClaim) exec(ctx context.Context, query string, args ...any) error {
-	_, err := s.tx.ExecContext(ctx, query, args...)
-	return err
-}
-
-func (s *sqlClaim) commit(context.Context) error { return s.tx.Commit() }
-
-func (s *sqlClaim) rollback(context.Context) {
-	if s.tx != nil {
-		_ = s.tx.Rollback() // a no-op after Commit
-	}
 }
 
 // releaseUnconfirmed returns to pending the rows of a claim whose commit
@@ -542,18 +290,7 @@ func (s *sqlClaim) rollback(context.Context) {
 // the incarnation claims again: until then the rows would count as held in
 // its memory.
 func (c *claimer) releaseUnconfirmed(ctx context.Context) error {
-	n, err := settle(ctx, c.db, c.sql, c.cfg.StatementTimeout, c.cfg.LockTimeout, func(tx *sql.Tx) (int64, error) {
-		var n int64
-		for owner, ids := range byOwner(c.unconfirmed) {
-			res, err := tx.ExecContext(ctx, c.sql.release, outboxsql.RowsArgs{IDs: ids, Owner: owner}.Args()...)
-			if err != nil {
-				return 0, err
-			}
-			m, _ := res.RowsAffected()
-			n += m
-		}
-		return n, nil
-	})
+	n, err := c.db.release(ctx, refsOf(c.unconfirmed))
 	if err != nil {
 		return fmt.Errorf("release rows of an unconfirmed claim: %w", err)
 	}
@@ -562,48 +299,4 @@ func (c *claimer) releaseUnconfirmed(ctx context.Context) error {
 	}
 	c.unconfirmed = nil
 	return nil
-}
-
-// scanClaimed reads claimed rows. A row that cannot become a message (its
-// headers are not a JSON object of strings) is returned in bad instead, to
-// be made dead: one bad row must not fail every claim.
-func scanClaimed(rows rowScanner, seq uint64, inc *incarnation, leaseEnds time.Duration) (out []*claimedRow, bad []outboxsql.RowError, err error) {
-	for rows.Next() {
-		var (
-			c       = &claimedRow{seq: seq, inc: inc, leaseEnds: leaseEnds}
-			eventID []byte // text, or with pgx 16 bytes
-			headers []byte // a jsonb's text (pgx cannot scan jsonb into sql.RawBytes)
-		)
-		e := &c.event
-		if err := rows.Scan(&c.id, &eventID, &e.Topic, &e.AggregateType, &e.AggregateID, &e.Type,
-			&e.ContentType, &e.Payload, &headers, &e.CreatedAt, &c.attempts, &c.version); err != nil {
-			return nil, nil, fmt.Errorf("claim batch: scan: %w", err)
-		}
-		if e.ID, err = decodeUUID(eventID); err != nil {
-			bad = append(bad, outboxsql.RowError{ID: c.id, Err: storableText("undecodable event: event_id: "+err.Error(), maxErrorText)})
-			continue
-		}
-		if string(headers) != "{}" {
-			if err := json.Unmarshal(headers, &e.Headers); err != nil {
-				bad = append(bad, outboxsql.RowError{ID: c.id, Err: storableText("undecodable event: headers must be a JSON object of strings: "+err.Error(), maxErrorText)})
-				continue
-			}
-		}
-		c.bytes = int64(len(e.Payload))
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("claim batch: %w", err)
-	}
-	return out, bad, nil
-}
-
-// decodeUUID reads an event id as the driver returned it: text, as the
-// database/sql drivers for PostgreSQL send a uuid, or its 16 bytes, should
-// a driver use the binary format.
-func decodeUUID(b []byte) (uuid.UUID, error) {
-	if len(b) == 16 {
-		return uuid.FromBytes(b)
-	}
-	return uuid.ParseBytes(b)
 }

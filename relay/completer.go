@@ -2,19 +2,16 @@ package relay
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
-
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
-// completer records the outcome of publishes in the database, in batches:
-// one UPDATE per claim marks the acknowledged rows since the last flush,
+// completer records the outcome of publishes in the database (claimDB),
+// in batches: one mark records the acknowledged rows since the last flush,
 // and failed and released rows are recorded in the same transaction.
 // Acknowledgements wait up to FlushInterval to fill a mark; failures and
 // releases are recorded at once, since the lanes' fences wait for them.
@@ -48,9 +45,7 @@ type failedRow struct {
 
 // completerDeps is what the completer records with and who it tells.
 type completerDeps struct {
-	db        *sql.DB
-	tx        *tableTx // runs the marks
-	sql       *statements
+	db        claimDB // records the outcomes
 	cfg       Config
 	log       *slog.Logger
 	met       *metrics
@@ -214,51 +209,31 @@ func (c *completer) run() {
 // flushAt is how many acknowledgements make a mark worth sending at once.
 func (c *completer) flushAt() int { return max(c.cfg.BatchSize/2, 1) }
 
-// flush commits the outcomes: acknowledgements alone in one statement per
-// claim (the common case, committed asynchronously: a lost mark only
-// republishes), and with failures or releases in one durable transaction,
+// flush commits the outcomes: acknowledgements alone in one mark (the
+// common case, committed asynchronously: a lost mark only republishes),
+// and with failures or releases in one durable transaction (settle),
 // since those take rows out of memory (see outboxsql.SettleSettings).
 func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []failedRow, releases []releasedRow) error {
 	if len(fails) == 0 && len(releases) == 0 {
-		var marks []step
-		for _, m := range marksByClaim(acks) {
-			marks = append(marks, step{query: c.sql.markPublished, args: m.Args()})
-		}
-		if err := c.tx.steps(ctx, marks...); err != nil {
+		if err := c.db.mark(ctx, refsOf(acks)); err != nil {
 			return fmt.Errorf("mark %d published: %w", len(acks), err)
 		}
 		c.met.addByTopic(ctx, c.met.published, acks)
 		return nil
 	}
-	var retried, dead []*claimedRow
-	_, err := settle(ctx, c.db, c.sql, c.cfg.StatementTimeout, c.cfg.LockTimeout, func(tx *sql.Tx) (int64, error) {
-		var err error
-		if len(fails) > 0 {
-			if retried, dead, err = c.recordFailures(ctx, tx, fails); err != nil {
-				return 0, err
-			}
-		}
-		if len(releases) > 0 {
-			rows := make([]*claimedRow, len(releases))
-			for i, rel := range releases {
-				rows[i] = rel.row
-			}
-			for owner, ids := range byOwner(rows) {
-				if _, err := tx.ExecContext(ctx, c.sql.release, outboxsql.RowsArgs{IDs: ids, Owner: owner}.Args()...); err != nil {
-					return 0, fmt.Errorf("release %d rows: %w", len(ids), err)
-				}
-			}
-		}
-		for _, m := range marksByClaim(acks) {
-			if _, err := tx.ExecContext(ctx, c.sql.markPublished, m.Args()...); err != nil {
-				return 0, fmt.Errorf("mark %d published: %w", len(m.IDs), err)
-			}
-		}
-		return 0, nil
-	})
+	s := settlement{fails: make([]rowFailure, len(fails)), maxAttempts: c.cfg.MaxAttempts,
+		releases: make([]claimRef, len(releases)), marks: refsOf(acks)}
+	for i, f := range fails {
+		s.fails[i] = rowFailure{claimRef: refOf(f.row), err: f.err, permanent: f.permanent, delay: f.delay}
+	}
+	for i, rel := range releases {
+		s.releases[i] = refOf(rel.row)
+	}
+	outcomes, err := c.db.settle(ctx, s)
 	if err != nil {
 		return fmt.Errorf("record outcomes: %w", err)
 	}
+	retried, dead := c.failed(fails, outcomes)
 	recordedAt := c.lastClaim()
 	for _, f := range fails {
 		f.onRecorded(recordedAt)
@@ -274,47 +249,26 @@ func (c *completer) flush(ctx context.Context, acks []*claimedRow, fails []faile
 	return nil
 }
 
-// recordFailures records fails and returns the rows that will be retried
-// and those that became dead.
-func (c *completer) recordFailures(ctx context.Context, tx *sql.Tx, fails []failedRow) (retried, dead []*claimedRow, err error) {
-	doc := make([]outboxsql.Failure, len(fails))
+// failed logs the failures recorded and returns the rows that will be
+// retried and those that became dead.
+func (c *completer) failed(fails []failedRow, outcomes []failOutcome) (retried, dead []*claimedRow) {
 	byID := make(map[int64]*claimedRow, len(fails))
-	for i, f := range fails {
+	for _, f := range fails {
 		byID[f.row.id] = f.row
-		doc[i] = outboxsql.Failure{ID: f.row.id, Owner: f.row.inc.token, Err: f.err, Permanent: f.permanent, DelayMS: f.delay.Milliseconds()}
 	}
-	args, err := outboxsql.FailArgs{Failures: doc, MaxAttempts: c.cfg.MaxAttempts}.Args()
-	if err != nil {
-		return nil, nil, fmt.Errorf("encode failures: %w", err)
-	}
-	rows, err := tx.QueryContext(ctx, c.sql.fail, args...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("record %d failures: %w", len(fails), err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id    int64
-			state string
-		)
-		if err := rows.Scan(&id, &state); err != nil {
-			return nil, nil, fmt.Errorf("record failures: %w", err)
-		}
-		if state == "dead" {
-			dead = append(dead, byID[id])
-			c.log.Error("relay: event is dead: the broker refused it, and it failed MaxAttempts times", "row", id, "max_attempts", c.cfg.MaxAttempts)
+	for _, o := range outcomes {
+		if o.dead {
+			dead = append(dead, byID[o.id])
+			c.log.Error("relay: event is dead: the broker refused it, and it failed MaxAttempts times", "row", o.id, "max_attempts", c.cfg.MaxAttempts)
 		} else {
-			retried = append(retried, byID[id])
+			retried = append(retried, byID[o.id])
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("record failures: %w", err)
 	}
 	for _, f := range fails {
 		c.log.Warn("relay: publish failed", "row", f.row.id, "event_id", f.row.event.ID, "topic", f.row.event.Topic,
 			"aggregate_id", f.row.event.AggregateID, "attempt", f.row.attempts+1, "permanent", f.permanent, "err", f.err)
 	}
-	return retried, dead, nil
+	return retried, dead
 }
 
 // maxErrorText bounds the error text kept in last_error.
@@ -334,38 +288,4 @@ func storableText(s string, max int) string {
 		cut--
 	}
 	return s[:cut]
-}
-
-// marksByClaim groups acknowledged rows into one mark per claim: the rows
-// of one incarnation's claim share their version (outboxsql.MarkPublished).
-// A flush usually holds acknowledgements of one or two claims.
-func marksByClaim(rows []*claimedRow) []outboxsql.MarkArgs {
-	type claim struct {
-		owner   string
-		version uint32
-	}
-	var (
-		out []outboxsql.MarkArgs
-		at  = make(map[claim]int, 2)
-	)
-	for _, row := range rows {
-		k := claim{row.inc.token, row.version}
-		i, ok := at[k]
-		if !ok {
-			i = len(out)
-			at[k] = i
-			out = append(out, outboxsql.MarkArgs{Owner: k.owner, Version: k.version})
-		}
-		out[i].IDs = append(out[i].IDs, row.id)
-	}
-	return out
-}
-
-// byOwner groups rows' ids by the incarnation that claimed them.
-func byOwner(rows []*claimedRow) map[string][]int64 {
-	out := make(map[string][]int64, 1)
-	for _, row := range rows {
-		out[row.inc.token] = append(out[row.inc.token], row.id)
-	}
-	return out
 }

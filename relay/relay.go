@@ -40,10 +40,10 @@ var ErrPublishTimeout = errors.New("relay: publish outlived PublishTimeout; outc
 // membership (incarnation, heartbeat, shards), the claimer (claims, handing
 // rows to the lanes), the budget (what is held in flight), the lanes
 // (publishing in aggregate order, fences), the completer (recording
-// outcomes), the outage and stall trackers the lanes feed, the lockout
-// (the table locked by another session) every loop heeds, and the
-// listener, pruner, claim floor (with the repairer) and sampler (stats)
-// loops.
+// outcomes), the claim cycle's SQL both of them call (claimDB), the
+// outage and stall trackers the lanes feed, the lockout (the table locked
+// by another session) every loop heeds, and the listener, pruner, claim
+// floor (with the repairer) and sampler (stats) loops.
 type Relay struct {
 	db    *sql.DB
 	pub   message.Publisher
@@ -54,6 +54,9 @@ type Relay struct {
 	core  *publish.Core // builds and sends the messages, with spans and the publish metrics
 	clock *clock
 	wake  chan struct{} // signalled by NOTIFY and new shards: claim now
+	// claims is the table's claim cycle in the database, which the
+	// claimer and every Run's completer run.
+	claims claimDB
 
 	members  *membership
 	claimer  *claimer
@@ -162,9 +165,10 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 	r.members = newMembership(db, tx, r.sql, &r.cfg, r.log, r.clock, r.wake)
 	r.members.stalled = r.stall.stalled
 	r.members.lockout = r.lockout
+	r.claims = newPGClaimDB(db, conns, tx, r.sql, cfg)
 	low, claimed := new(atomic.Int64), new(atomic.Int64)
 	r.claimer = newClaimer(claimerDeps{
-		db: db, conns: conns, sql: r.sql, cfg: cfg, log: r.log, met: met, clock: r.clock,
+		db: r.claims, cfg: cfg, log: r.log, met: met, clock: r.clock,
 		members: r.members, stalled: r.stall.stalled, budget: r.budget, outage: r.outage, wake: r.wake, low: low, claimed: claimed,
 		lockout: r.lockout,
 	})
@@ -282,7 +286,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // completerDeps is the completer's wiring: a Run builds a completer of its
 // own from it.
 func (r *Relay) completerDeps() completerDeps {
-	return completerDeps{db: r.db, tx: r.members.tx, sql: r.sql, cfg: r.cfg, log: r.log, met: r.met, budget: r.budget, lastClaim: r.claimer.lastSeq,
+	return completerDeps{db: r.claims, cfg: r.cfg, log: r.log, met: r.met, budget: r.budget, lastClaim: r.claimer.lastSeq,
 		lockout: r.lockout}
 }
 
