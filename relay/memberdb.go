@@ -13,10 +13,10 @@ import (
 // by) is written once above it.
 //
 // Each operation is one transaction of its own, bounded on the server by
-// the relay's timeouts, except leave's two steps (leaveShards, leaveRelay),
-// each its own. While the table is locked out (see lockout) the operations
-// that run on the table's companions fail with errLockedOut, register
-// aside: it runs in a durable transaction that heeds no lockout.
+// the relay's timeouts (Config.StatementTimeout and LockTimeout). While the
+// table is locked out (see lockout), every operation but register fails
+// with errLockedOut without running; register, which commits durably,
+// heeds none.
 type memberDB interface {
 	// register records a new incarnation and deletes the other
 	// incarnations of its name (an earlier run of a relay restarted under
