@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -27,7 +26,7 @@ const convergeInterval = 200 * time.Millisecond
 
 // membership is the relay's place among its peers: its incarnation and its
 // heartbeat, and which shards it claims from. It alone writes the relays and
-// shards tables.
+// shards tables, through its memberDB.
 //
 // Shards spread the work: each is owned by one live incarnation, chosen by
 // rendezvous hashing of the relays' names, so a relay restarted under the
@@ -35,13 +34,15 @@ const convergeInterval = 200 * time.Millisecond
 // outboxsql.Claim keeps it even while two relays' shard lists overlap (a
 // stale list, a handover in progress).
 type membership struct {
-	db    *sql.DB
-	tx    *tableTx // runs the statements on the relays and shards tables
-	sql   *statements
-	cfg   *Config
-	log   *slog.Logger
-	clock *clock
-	host  string
+	db memberDB
+	// notifier announces membership changes to the peers; nil where the
+	// database cannot (they rebalance at their next heartbeat).
+	notifier rebalanceNotifier
+	table    string // the table's quoted name, for ErrWALStreams' message
+	cfg      *Config
+	log      *slog.Logger
+	clock    *clock
+	host     string
 
 	// wake asks the claimer to claim now (new shards to claim from).
 	wake chan struct{}
@@ -75,9 +76,14 @@ type membership struct {
 	owned  atomic.Int64   // len(shards), for metrics
 }
 
-func newMembership(db *sql.DB, tx *tableTx, q *statements, cfg *Config, log *slog.Logger, c *clock, wake chan struct{}) *membership {
+// newMembership returns the membership of the relay of cfg on db, whose
+// notifications of changes it sends when db is a rebalanceNotifier too;
+// table is the table's quoted name.
+func newMembership(db memberDB, table string, cfg *Config, log *slog.Logger, c *clock, wake chan struct{}) *membership {
 	host, _ := os.Hostname()
-	return &membership{db: db, tx: tx, sql: q, cfg: cfg, log: log, clock: c, host: host, wake: wake, rebalanceNow: make(chan struct{}, 1)}
+	notifier, _ := db.(rebalanceNotifier)
+	return &membership{db: db, notifier: notifier, table: table, cfg: cfg, log: log, clock: c, host: host, wake: wake,
+		rebalanceNow: make(chan struct{}, 1)}
 }
 
 // claimable returns the incarnation to claim under and the shards to claim
@@ -196,22 +202,14 @@ func (m *membership) round(ctx context.Context) (converged bool, err error) {
 		// none to give up, none to take.
 		return true, nil
 	}
-	want := outboxsql.ShardsArgs{Owner: inc.token, Shards: mine}
-	// The shards given up and those taken, in one transaction: each
-	// statement of it costs a round trip, the transaction one more.
-	var (
-		released int64
-		owned    []int16
-	)
-	err = m.tx.steps(ctx, step{query: m.sql.releaseShards, args: want.Args(), affected: &released},
-		step{query: m.sql.acquireShards, args: want.Args(), scan: scanInto(&owned)})
+	// The shards given up and those taken, in one transaction.
+	released, owned, err := m.db.moveShards(ctx, shardsParams{owner: inc.token, shards: mine})
 	if err != nil {
 		return false, fmt.Errorf("release and acquire shards: %w", err)
 	}
 	if released > 0 {
 		m.announce(ctx) // the shards' new owners can take them now
 	}
-	slices.Sort(owned)
 	ready := m.outOfHandover(ctx, inc, owned)
 	if len(ready) != int(m.owned.Load()) {
 		m.log.Info("relay: shards rebalanced", "owned", len(owned), "claiming_from", len(ready), "live_relays", len(names))
@@ -229,13 +227,9 @@ func (m *membership) round(ctx context.Context) (converged bool, err error) {
 // forgotten out; otherwise, and when peers declared the incarnation dead,
 // after renew registers a new one (held is then -1: not counted).
 func (m *membership) beat(ctx context.Context, start time.Duration) (inc *incarnation, names []string, held int, err error) {
-	var forgotten []string
-	forget := step{query: m.sql.forgetStale, args: []any{outboxsql.Interval(m.cfg.StaleAfter)}, scan: scanInto(&forgotten)}
 	if cur := m.cur.Load(); cur != nil && cur.live(start) {
-		n := int64(-1)
-		names, err = m.liveNames(ctx, step{query: m.sql.heartbeat, args: []any{cur.token}, affected: &n}, forget,
-			step{query: m.sql.ownedShards, args: []any{cur.token}, scan: scanRow(&held)})
-		if n == 0 {
+		hb, err := m.db.heartbeat(ctx, heartbeatParams{owner: cur.token, staleAfter: m.cfg.StaleAfter})
+		if hb.dead {
 			// Conclusive even if the transaction then failed: an
 			// incarnation's row never comes back.
 			m.log.Warn("relay: peers declared this relay dead (its heartbeat went stale); dropping the events it holds and registering anew",
@@ -245,20 +239,19 @@ func (m *membership) beat(ctx context.Context, start time.Duration) (inc *incarn
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("heartbeat, forget stale relays and list the live ones: %w", err)
 		}
-		if n > 0 {
+		m.sayForgotten(hb.forgotten) // committed, even with a heartbeat that found none
+		if !hb.dead {
 			// Extended from start, the moment before the statement was
 			// sent, which is no later than the heartbeat_at recorded.
 			cur.extend(start + m.cfg.StaleAfter - m.cfg.HeartbeatInterval)
-			m.sayForgotten(forgotten)
-			return cur, names, held, nil
+			return cur, hb.live, hb.held, nil
 		}
-		m.sayForgotten(forgotten) // committed with the heartbeat that found none
-		forgotten = nil
 	}
 	if inc, err = m.renew(ctx, start); err != nil {
 		return nil, nil, 0, err
 	}
-	if names, err = m.liveNames(ctx, forget); err != nil {
+	forgotten, names, err := m.db.liveRelays(ctx, m.cfg.StaleAfter)
+	if err != nil {
 		return nil, nil, 0, fmt.Errorf("forget stale relays and list the live ones: %w", err)
 	}
 	m.sayForgotten(forgotten)
@@ -309,15 +302,13 @@ func (m *membership) renew(ctx context.Context, start time.Duration) (*incarnati
 // relay sets its slot up, and a round that waits out its timeout on it
 // claims nothing; one that waits LockTimeout on it is locked out.
 func (m *membership) refuseWhileWALStreams(ctx context.Context) error {
-	var slots string
-	err := m.tx.catalog(ctx, step{query: m.sql.walGate, args: []any{m.sql.table}},
-		step{query: m.sql.walSlots, args: outboxsql.WALSlotsArgs{Table: m.sql.table, Slot: m.sql.walSlot}.Args(), scan: scanRow(&slots)})
+	slots, err := m.db.walSlot(ctx)
 	if err != nil {
 		return fmt.Errorf("look for WAL relay slots: %w", err)
 	}
 	if slots != "" {
 		return fmt.Errorf("%w: slot %s streams %s: hand the outbox over with `outbox wal takeover` (stop the WAL relays first), "+
-			"or stop these polling relays", ErrWALStreams, slots, m.sql.table)
+			"or stop these polling relays", ErrWALStreams, slots, m.table)
 	}
 	return nil
 }
@@ -348,9 +339,8 @@ var errStandingBy = errors.New("another relay is registered under this relay's i
 // heartbeat; the newer one wins, and this one registers anew (replacing it)
 // once it is gone: stopped, or its heartbeat older than StaleAfter.
 func (m *membership) standBy(ctx context.Context, ended *incarnation) error {
-	args := outboxsql.OtherIncarnationsArgs{Name: m.cfg.ID, Own: append(m.own, ended.token), StaleAfter: m.cfg.StaleAfter}
-	var n int
-	if err := m.tx.query(ctx, scanRow(&n), m.sql.otherIncarnations, args.Args()...); err != nil {
+	n, err := m.db.otherIncarnations(ctx, othersParams{name: m.cfg.ID, own: append(m.own, ended.token), staleAfter: m.cfg.StaleAfter})
+	if err != nil {
 		return fmt.Errorf("look for other incarnations: %w", err)
 	}
 	if n > 0 {
@@ -363,18 +353,7 @@ func (m *membership) standBy(ctx context.Context, ended *incarnation) error {
 // same name (a restart under a fixed Config.ID) so their work is taken over
 // now, and announces the change.
 func (m *membership) register(ctx context.Context, inc *incarnation) error {
-	var replaced []string
-	_, err := settle(ctx, m.db, m.sql, m.cfg.StatementTimeout, m.cfg.LockTimeout, func(tx *sql.Tx) (int64, error) {
-		if _, err := tx.ExecContext(ctx, m.sql.register, outboxsql.RegisterArgs{Owner: inc.token, Name: m.cfg.ID, Host: m.host}.Args()...); err != nil {
-			return 0, err
-		}
-		rows, err := tx.QueryContext(ctx, m.sql.replacePredecessors, outboxsql.ReplaceArgs{Name: m.cfg.ID, Owner: inc.token}.Args()...)
-		if err != nil {
-			return 0, fmt.Errorf("replace earlier incarnations: %w", err)
-		}
-		replaced, err = scanStrings(rows)
-		return 0, err
-	})
+	replaced, err := m.db.register(ctx, registration{owner: inc.token, name: m.cfg.ID, host: m.host})
 	if err != nil {
 		// It may have committed without the reply arriving: never stand
 		// by behind it.
@@ -394,7 +373,10 @@ func (m *membership) register(ctx context.Context, inc *incarnation) error {
 // announce asks the peers to rebalance now. It is an optimisation: peers
 // that miss it rebalance at their next heartbeat.
 func (m *membership) announce(ctx context.Context) {
-	if _, err := m.db.ExecContext(ctx, m.sql.notifyRebalance); err != nil {
+	if m.notifier == nil {
+		return
+	}
+	if err := m.notifier.notifyRebalance(ctx); err != nil {
 		m.log.Debug("relay: announce rebalance", "err", err)
 	}
 }
@@ -418,20 +400,12 @@ func (m *membership) outOfHandover(ctx context.Context, inc *incarnation, owned 
 	if len(fresh) == 0 {
 		return owned
 	}
-	busy, err := m.shardsInHandover(ctx, outboxsql.HandoverArgs{Owner: inc.token, Shards: fresh, Window: m.cfg.BatchSize})
+	busy, err := m.db.shardsInHandover(ctx, handoverParams{owner: inc.token, shards: fresh, window: m.cfg.BatchSize})
 	if err != nil {
 		m.log.Warn("relay: check shard handover; claiming only from the shards out of handover before", "err", err, "new_shards", len(fresh))
 		busy = fresh
 	}
 	return slices.DeleteFunc(owned, func(s int16) bool { return slices.Contains(busy, s) })
-}
-
-// shardsInHandover runs outboxsql.ShardsInHandover after its settings.
-func (m *membership) shardsInHandover(ctx context.Context, args outboxsql.HandoverArgs) ([]int16, error) {
-	var busy []int16
-	err := m.tx.walk(ctx, step{query: m.sql.shardsInHandover, args: args.Args(), scan: scanInto(&busy)})
-	slices.Sort(busy)
-	return busy, err
 }
 
 // giveUp ends the incarnation and leaves: its rows are its peers' to
@@ -453,32 +427,15 @@ func (m *membership) leave() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StatementTimeout)
 	defer cancel()
-	if _, err := m.tx.exec(ctx, m.sql.leaveShards, inc.token); err != nil {
+	if err := m.db.leaveShards(ctx, inc.token); err != nil {
 		m.log.Warn("relay: release shards on shutdown", "err", err)
 	}
-	if _, err := m.tx.exec(ctx, m.sql.leaveRelay, inc.token); err != nil {
+	if err := m.db.leaveRelay(ctx, inc.token); err != nil {
 		m.log.Warn("relay: unregister on shutdown", "err", err)
 	}
 	m.announce(ctx)
 	m.setShards(nil)
 	m.cur.Store(nil)
-}
-
-// liveNames lists the names of the live incarnations, after the steps
-// before, in their transaction.
-func (m *membership) liveNames(ctx context.Context, before ...step) ([]string, error) {
-	var names []string
-	err := m.tx.steps(ctx, append(before, step{query: m.sql.liveRelays, scan: func(rows rowScanner) error {
-		for rows.Next() {
-			var id, name string
-			if err := rows.Scan(&id, &name); err != nil {
-				return err
-			}
-			names = append(names, name)
-		}
-		return rows.Err()
-	}})...)
-	return names, err
 }
 
 // assignShards returns the shards relay me should own among the live relays,
@@ -504,29 +461,4 @@ func assignShards(me string, live []string) []int16 {
 		}
 	}
 	return mine
-}
-
-func scanStrings(rows *sql.Rows) ([]string, error) { return scanAll[string](rows) }
-
-// scanInto returns a scan that appends the values of rows of one column
-// to out.
-func scanInto[T any](out *[]T) func(rowScanner) error {
-	return func(rows rowScanner) error {
-		for rows.Next() {
-			var v T
-			if err := rows.Scan(&v); err != nil {
-				return err
-			}
-			*out = append(*out, v)
-		}
-		return rows.Err()
-	}
-}
-
-// scanAll reads the values of rows of one column, and closes them.
-func scanAll[T any](rows *sql.Rows) ([]T, error) {
-	defer rows.Close()
-	var out []T
-	err := scanInto(&out)(rows)
-	return out, err
 }

@@ -162,7 +162,7 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 	r.stall = &stall{clock: r.clock, timeout: cfg.PublishTimeout}
 	r.lockout = newLockout(db, r.sql, r.clock, r.log, met, cfg)
 	tx := &tableTx{db: db, settings: r.sql.txTimeouts, walkSQL: r.sql.walkSettings, timeout: cfg.StatementTimeout, lock: cfg.LockTimeout, out: r.lockout}
-	r.members = newMembership(db, tx, r.sql, &r.cfg, r.log, r.clock, r.wake)
+	r.members = newMembership(newPGMemberDB(db, tx, r.sql, cfg), r.sql.table, &r.cfg, r.log, r.clock, r.wake)
 	r.members.stalled = r.stall.stalled
 	r.members.lockout = r.lockout
 	r.claims = newPGClaimDB(db, conns, tx, r.sql, cfg)
