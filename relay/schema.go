@@ -22,11 +22,9 @@ func schemaErr(err error) bool {
 }
 
 // checkSchema checks the table's schema version once, under
-// StatementTimeout.
+// StatementTimeout (tableDB.checkSchema).
 func (r *Relay) checkSchema(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-	defer cancel()
-	if err := r.schema.Check(ctx, schemaVersion); err != nil {
+	if err := r.tables.checkSchema(ctx, schemaVersion); err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
 	return nil
