@@ -29,12 +29,14 @@ type tableDB interface {
 	lockWait(err error) bool
 	// checkSchema reads which schema versions the table has, changing
 	// nothing, bounded by Config.StatementTimeout: an error matching
-	// migrations.ErrSchemaTooOld when a version up to need is not applied
-	// (or the table does not exist), one matching
-	// migrations.ErrSchemaTooNew when a version the relay's release does
-	// not know is, another error when it could not read them, nil
-	// otherwise (see migrations.Migrator.Check).
-	checkSchema(ctx context.Context, need int) error
+	// migrations.ErrSchemaTooOld when a version the implementation's
+	// statements need is not applied (or the table does not exist), one
+	// matching migrations.ErrSchemaTooNew when a version the relay's
+	// release does not know is, another error when it could not read
+	// them, nil otherwise (see migrations.Migrator.Check). Each database
+	// has its own migrations, so the version needed is the
+	// implementation's.
+	checkSchema(ctx context.Context) error
 	// checkGrants returns an error naming the first privilege the role
 	// lacks on the outbox tables, with the GRANT that gives it, or nil (see
 	// Relay.CheckGrants for what a relay needs).

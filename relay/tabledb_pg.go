@@ -11,6 +11,11 @@ import (
 	"github.com/txoutbox/txoutbox/migrations"
 )
 
+// schemaVersion is the outbox schema version a relay needs: the newest of
+// its release, the schema it is tested with and the one its release's
+// `outbox migrate up` leaves, whichever of them its own statements read.
+var schemaVersion = migrations.Outbox.Latest()
+
 // pgTableDB is the table as a whole on PostgreSQL: the lockout's probe
 // (LockProbe and LockProbeGates), SQLSTATE 55P03 (lock_not_available) for
 // a lock given up on, the schema check through migrations.Migrator, and
@@ -57,11 +62,11 @@ func (p *pgTableDB) probe(ctx context.Context) error {
 func (p *pgTableDB) lockWait(err error) bool { return outboxsql.IsLockNotAvailable(err) }
 
 // checkSchema checks the table's schema version once, under
-// StatementTimeout.
-func (p *pgTableDB) checkSchema(ctx context.Context, need int) error {
+// StatementTimeout: schemaVersion at least.
+func (p *pgTableDB) checkSchema(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	return p.schema.Check(ctx, need)
+	return p.schema.Check(ctx, schemaVersion)
 }
 
 func (p *pgTableDB) checkGrants(ctx context.Context) error {

@@ -41,8 +41,8 @@ func (f *fakeTableDB) lockWait(err error) bool {
 	return errors.As(err, &se) && (se.number == 1205 || se.number == 3572)
 }
 
-func (f *fakeTableDB) checkSchema(context.Context, int) error { return nil }
-func (f *fakeTableDB) checkGrants(context.Context) error      { return nil }
+func (f *fakeTableDB) checkSchema(context.Context) error { return nil }
+func (f *fakeTableDB) checkGrants(context.Context) error { return nil }
 
 // The lockout's episode is written once, above the database: what the
 // database calls a lock given up on starts an episode, logged and counted
