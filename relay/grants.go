@@ -1,11 +1,6 @@
 package relay
 
-import (
-	"context"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
-
-	"github.com/txoutbox/txoutbox/internal/grants"
-)
+import "context"
 
 // CheckGrants returns an error naming the first privilege the relay's
 // database role lacks on the outbox tables, with the GRANT that gives it,
@@ -16,9 +11,5 @@ import (
 // floor tables, SELECT on the version table (<table>_schema_migrations,
 // which Run reads at start, when it exists), and USAGE on their schema.
 func (r *Relay) CheckGrants(ctx context.Context) error {
-	names, err := outboxsql.NamesFor(r.cfg.Table.Schema, r.cfg.Table.Name)
-	if err != nil {
-		return err
-	}
-	return grants.Check(ctx, r.db, "the relay", grants.Relay(names))
+	return r.tables.checkGrants(ctx)
 }

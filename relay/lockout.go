@@ -2,14 +2,11 @@ package relay
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
@@ -22,25 +19,23 @@ const probeBackoffMin = 100 * time.Millisecond
 var errLockedOut = errors.New("relay: the table is locked out: a statement on it gave up on a lock another session holds")
 
 // lockout follows the statements on the relay's table that gave up on a
-// lock another session holds: SQLSTATE 55P03 (lock_not_available), after
-// Config.LockTimeout. The first starts an episode: the table is locked
-// out, the relay's loops run nothing on it (they wait, or skip their
-// rounds), and the probe loop runs outboxsql.LockProbe, which takes the
-// locks the relay's statements need without waiting, every backoff step
-// up to HeartbeatInterval; the episode ends when a probe passes. So a
-// locked table holds the pool's connections only for the LockTimeout of
-// the statements that found the lock, and then for a moment each step.
-// Each episode is logged once, at its start and its end, by log, which
-// names the table.
+// lock another session holds (tableDB.lockWait: on PostgreSQL, SQLSTATE
+// 55P03, lock_not_available), after Config.LockTimeout. The first starts
+// an episode: the table is locked out, the relay's loops run nothing on it
+// (they wait, or skip their rounds), and the probe loop runs
+// tableDB.probe, which takes the locks the relay's statements need
+// without waiting, every backoff step up to HeartbeatInterval; the episode
+// ends when a probe passes. So a locked table holds the pool's connections
+// only for the LockTimeout of the statements that found the lock, and then
+// for a moment each step. Each episode is logged once, at its start and
+// its end, by log, which names the table.
 type lockout struct {
-	db      *sql.DB
-	sql     *statements
-	clock   *clock
-	log     *slog.Logger
-	met     *metrics
-	lock    time.Duration // Config.LockTimeout, for the log
-	step    time.Duration // Config.HeartbeatInterval: the probes' longest wait
-	timeout time.Duration // Config.StatementTimeout
+	db    tableDB // probes, and tells a lock given up on
+	clock *clock
+	log   *slog.Logger
+	met   *metrics
+	lock  time.Duration // Config.LockTimeout, for the log
+	step  time.Duration // Config.HeartbeatInterval: the probes' longest wait
 
 	start chan struct{} // signalled when an episode starts
 
@@ -50,9 +45,9 @@ type lockout struct {
 	over  chan struct{} // closed when the episode ends; closed while none
 }
 
-func newLockout(db *sql.DB, q *statements, c *clock, log *slog.Logger, met *metrics, cfg Config) *lockout {
-	l := &lockout{db: db, sql: q, clock: c, log: log, met: met, lock: cfg.LockTimeout, step: cfg.HeartbeatInterval,
-		timeout: cfg.StatementTimeout, start: make(chan struct{}, 1)}
+func newLockout(db tableDB, c *clock, log *slog.Logger, met *metrics, cfg Config) *lockout {
+	l := &lockout{db: db, clock: c, log: log, met: met, lock: cfg.LockTimeout, step: cfg.HeartbeatInterval,
+		start: make(chan struct{}, 1)}
 	l.reset()
 	return l
 }
@@ -72,10 +67,6 @@ func (l *lockout) reset() {
 	}
 }
 
-// isLockTimeout reports whether err is the server's: a statement gave up
-// on a lock (lock_timeout or NOWAIT).
-var isLockTimeout = outboxsql.IsLockNotAvailable
-
 // hit reports whether err is a lock timeout, or errLockedOut: the loop that
 // got it says nothing more, the episode is logged here. A lock timeout
 // counts, and starts an episode unless one is on.
@@ -83,7 +74,7 @@ func (l *lockout) hit(ctx context.Context, err error) bool {
 	if errors.Is(err, errLockedOut) {
 		return true
 	}
-	if !isLockTimeout(err) {
+	if !l.db.lockWait(err) {
 		return false
 	}
 	l.met.lockTimeouts.Add(context.WithoutCancel(ctx), 1, l.met.table)
@@ -156,43 +147,16 @@ func (l *lockout) run(ctx context.Context) {
 			if !publish.Sleep(ctx, backoff(n, min(probeBackoffMin, l.step), l.step)) {
 				return
 			}
-			err := l.probe(ctx)
+			err := l.db.probe(ctx)
 			if err == nil {
 				l.end()
 				break
 			}
-			if !isLockTimeout(err) && !errors.Is(err, errGateHeld) && ctx.Err() == nil {
+			if !l.db.lockWait(err) && !errors.Is(err, errGateHeld) && ctx.Err() == nil {
 				l.log.Debug("relay: probe the locked-out table", "err", err)
 			}
 		}
 	}
-}
-
-// errGateHeld: the probe found the claim gate or the WAL gate held.
-var errGateHeld = errors.New("the claim gate or the WAL gate is held")
-
-// probe runs outboxsql.LockProbe and LockProbeGates in a transaction it
-// rolls back: nil when the relay's statements would find no lock in their
-// way now.
-func (l *lockout) probe(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	tx, err := l.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // a probe changes nothing
-	if _, err := tx.ExecContext(ctx, l.sql.lockProbe); err != nil {
-		return fmt.Errorf("probe: %w", err)
-	}
-	var free bool
-	if err := tx.QueryRowContext(ctx, l.sql.lockProbeGates, l.sql.table).Scan(&free); err != nil {
-		return fmt.Errorf("probe the gates: %w", err)
-	}
-	if !free {
-		return errGateHeld
-	}
-	return nil
 }
 
 // end ends the episode.

@@ -68,7 +68,7 @@ type Relay struct {
 	floor    *floorRaiser
 	repairer *repairer
 	sampler  *sampler
-	schema   *migrations.Migrator // checks the table's schema version
+	tables   tableDB // the table as a whole: the lockout's probe, the schema and grants checks
 	lockout  *lockout
 	// store is the claim check's store's health; checkStore is false in
 	// a Group, whose one loop checks the store all its relays share.
@@ -142,17 +142,18 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 	if err != nil {
 		return nil, fmt.Errorf("relay: metrics: %w", err)
 	}
+	q := render(names, outboxsql.WALLegacyName(cfg.Table.Schema, cfg.Table.Name))
 	r := &Relay{
 		db:     db,
 		pub:    pub,
 		cfg:    cfg,
-		sql:    render(names, outboxsql.WALLegacyName(cfg.Table.Schema, cfg.Table.Name)),
+		sql:    q,
 		log:    cfg.Logger.With("relay", cfg.ID, "table", publish.TableValue(cfg.Table)),
 		met:    met,
 		core:   core,
 		clock:  &clock{base: time.Now()},
 		wake:   make(chan struct{}, 1),
-		schema: schema,
+		tables: newPGTableDB(db, q, schema, cfg),
 
 		store:      publish.NewStoreHealth(cfg.LargePayloads.Store),
 		checkStore: true,
@@ -160,7 +161,7 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 	r.budget = newBudget(cfg.MaxInFlight, cfg.MaxInFlightBytes)
 	r.outage = &outage{clock: r.clock, log: r.log}
 	r.stall = &stall{clock: r.clock, timeout: cfg.PublishTimeout}
-	r.lockout = newLockout(db, r.sql, r.clock, r.log, met, cfg)
+	r.lockout = newLockout(r.tables, r.clock, r.log, met, cfg)
 	tx := &tableTx{db: db, settings: r.sql.txTimeouts, walkSQL: r.sql.walkSettings, timeout: cfg.StatementTimeout, lock: cfg.LockTimeout, out: r.lockout}
 	r.members = newMembership(newPGMemberDB(db, tx, r.sql, cfg), r.sql.table, &r.cfg, r.log, r.clock, r.wake)
 	r.members.stalled = r.stall.stalled

@@ -10,11 +10,6 @@ import (
 	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
-// schemaVersion is the outbox schema version a relay needs: the newest of
-// its release, the schema it is tested with and the one its release's
-// `outbox migrate up` leaves, whichever of them its own statements read.
-var schemaVersion = migrations.Outbox.Latest()
-
 // schemaErr reports whether err is the schema check's refusal: a table
 // older than the relay needs or with versions it does not know.
 func schemaErr(err error) bool {
@@ -22,11 +17,9 @@ func schemaErr(err error) bool {
 }
 
 // checkSchema checks the table's schema version once, under
-// StatementTimeout.
+// StatementTimeout (tableDB.checkSchema).
 func (r *Relay) checkSchema(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-	defer cancel()
-	if err := r.schema.Check(ctx, schemaVersion); err != nil {
+	if err := r.tables.checkSchema(ctx); err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
 	return nil
