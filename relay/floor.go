@@ -2,15 +2,11 @@ package relay
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
-
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
-	"github.com/txoutbox/txoutbox/internal/partitions"
 )
 
 // floorRaiser raises the claim floor (outboxsql.ClaimFloorStart), the id the
@@ -23,15 +19,13 @@ import (
 // or replay, win a race, and the others start again. A failed round only
 // leaves the floor where it is, which costs claims reads, not events.
 type floorRaiser struct {
-	db       *sql.DB
-	tx       *tableTx // runs the statements on the table and its floor
-	sql      *statements
+	db       floorDB
 	interval time.Duration // HeartbeatInterval
 	timeout  time.Duration // StatementTimeout
 	log      *slog.Logger
 	lockout  *lockout // no round runs while the table is locked out
 
-	proof *outboxsql.ClaimFloorProof // the round's, until it holds
+	proof *floorProof // the round's, until it holds
 
 	// low is the claims' Low on a partitioned outbox (outboxsql.ClaimLow),
 	// found again each round; it stays 0 for one table, whose rounds list
@@ -104,20 +98,19 @@ func (f *floorRaiser) round(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	if f.proof != nil {
-		var passed bool
-		if err := f.db.QueryRowContext(ctx, f.sql.floorPassed, f.proof.PassedArgs()...).Scan(&passed); err != nil {
+		passed, err := f.db.floorPassed(ctx, *f.proof)
+		if err != nil {
 			return fmt.Errorf("check: %w", err)
 		}
 		if !passed {
 			return nil
 		}
-		var floor int64
-		switch err := f.tx.query(ctx, scanRow(&floor), f.sql.floorRaise, f.proof.RaiseArgs()...); {
-		case errors.Is(err, sql.ErrNoRows):
-			// Raised by another relay, lowered by an operator, or
-			// already as high: start again.
+		switch floor, raised, err := f.db.floorRaise(ctx, *f.proof); {
 		case err != nil:
 			return fmt.Errorf("raise: %w", err)
+		case !raised:
+			// Raised by another relay, lowered by an operator, or
+			// already as high: start again.
 		default:
 			f.log.Debug("relay: claim floor raised", "floor", floor)
 		}
@@ -127,16 +120,16 @@ func (f *floorRaiser) round(ctx context.Context) error {
 	if taken < f.perProof && time.Since(f.lastStart) < floorQuietRounds*f.interval {
 		return nil
 	}
-	var p outboxsql.ClaimFloorProof
-	if err := f.tx.query(ctx, scanRow(&p.MaxID, &p.XMax, &p.VXIDs, &p.Gen, &p.Floor), f.sql.floorStart); err != nil {
+	p, err := f.db.floorStart(ctx)
+	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	if p.Gen < 0 {
+	if p.gen < 0 {
 		return errNoFloor
 	}
 	f.claimed.Add(-taken)
 	f.lastStart = time.Now()
-	if !p.Idle() { // an idle table's proof could raise nothing
+	if !p.idle { // an idle table's proof could raise nothing
 		f.proof = &p
 	}
 	return nil
@@ -154,48 +147,35 @@ func (f *floorRaiser) findLow(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	leaves, err := partitions.List(ctx, f.db, f.sql.names)
+	ranges, err := f.db.claimRanges(ctx)
 	if err != nil {
 		return err
 	}
-	ranges := 0
-	for _, l := range leaves {
-		if !l.Bound.Default && l.Bound.HasTo {
-			ranges++
-		}
-	}
-	if ranges == 0 { // one table: no statement more for a while
+	if len(ranges) == 0 { // one table: no statement more for a while
 		f.low.Store(0)
 		f.oneTableUntil = time.Now().Add(partitionsRelist)
 		return nil
 	}
-	var floor int64
-	if err := f.tx.query(ctx, scanRow(&floor), f.sql.floorRead); err != nil {
+	floor, err := f.db.floorRead(ctx)
+	if err != nil {
 		return fmt.Errorf("claim bound: %w", err)
 	}
 	low := floor
-	var below []outboxsql.PartitionVars // wholly below the floor: only retries may be unpublished there
-	for _, l := range leaves {
-		if l.Bound.Default || !l.Bound.HasTo {
-			continue
-		}
-		from := max(l.Bound.From, 0)
-		if !l.Bound.HasFrom {
-			from = 0
-		}
-		if l.Bound.To <= floor {
-			below = append(below, outboxsql.PartitionVars{Partition: l.Name, From: from})
-		} else if from <= floor {
-			low = min(low, from) // the floor's partition
+	var below []idRange // wholly below the floor: only retries may be unpublished there
+	for _, r := range ranges {
+		if r.to <= floor {
+			below = append(below, r)
+		} else if r.from <= floor {
+			low = min(low, r.from) // the floor's partition
 		}
 	}
 	if len(below) > 0 {
-		var first sql.NullInt64
-		if err := f.tx.walk(ctx, step{query: outboxsql.RenderClaimLow(f.sql.names, below), scan: scanRow(&first)}); err != nil {
+		first, ok, err := f.db.firstUnpublished(ctx, below)
+		if err != nil {
 			return fmt.Errorf("claim bound: %w", err)
 		}
-		if first.Valid {
-			low = min(low, first.Int64)
+		if ok {
+			low = min(low, first)
 		}
 	}
 	f.low.Store(max(low, 0))

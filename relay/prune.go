@@ -2,14 +2,10 @@ package relay
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
-	"github.com/txoutbox/txoutbox/internal/partitions"
 	"github.com/txoutbox/txoutbox/relay/internal/publish"
 )
 
@@ -17,14 +13,10 @@ import (
 // statement so no delete holds many locks or a long transaction. An advisory
 // lock lets one relay prune at a time; the others skip the round.
 type pruner struct {
-	db      *sql.DB
-	tx      *tableTx
-	sql     *statements
-	cfg     Config // Retention, PruneInterval, PruneBatch, StatementTimeout, LockTimeout
+	db      pruneDB
+	cfg     Config // Retention, PruneInterval, PruneBatch, StatementTimeout
 	log     *slog.Logger
 	lockout *lockout // no prune runs while the table is locked out
-
-	table partitions.Table // names its partitions
 }
 
 // run prunes every PruneInterval until ctx ends, unless Retention is
@@ -70,10 +62,10 @@ func (p *pruner) prune(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("prune: %w", err)
 	}
-	if !st.Partitioned || !st.Owner {
+	if !st.partitioned || !st.owner {
 		// A role that may not drop partitions may not delete from them
 		// directly either: it prunes through the parent, row by row.
-		return p.deleteAll(ctx, p.sql.prune)
+		return p.deleteAll(ctx, "")
 	}
 	kept, err := p.partitions(ctx, st)
 	if err != nil {
@@ -81,7 +73,7 @@ func (p *pruner) prune(ctx context.Context) (int64, error) {
 	}
 	var total int64
 	for _, leaf := range kept {
-		n, err := p.deleteAll(ctx, p.sql.names.ForPartition(leaf).Render(outboxsql.Prune))
+		n, err := p.deleteAll(ctx, leaf)
 		total += n
 		if err != nil {
 			return total, err
@@ -90,16 +82,11 @@ func (p *pruner) prune(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// state reads partitions.ReadState's statement under the relay's lock
-// timeout: it reads the table.
-func (p *pruner) state(ctx context.Context) (partitions.State, error) {
+// state reads what the round starts from, within StatementTimeout.
+func (p *pruner) state(ctx context.Context) (pruneState, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
 	defer cancel()
-	var st partitions.State
-	if err := p.tx.query(ctx, scanRow(&st.Partitioned, &st.Owner, &st.MaxID, &st.Floor), p.sql.names.Render(outboxsql.PartitionState)); err != nil {
-		return partitions.State{}, fmt.Errorf("read partition state: %w", err)
-	}
-	return st, nil
+	return p.db.pruneState(ctx)
 }
 
 // partitions creates the partitions ahead and drops those past retention,
@@ -107,61 +94,38 @@ func (p *pruner) state(ctx context.Context) (partitions.State, error) {
 // meanwhile), and returns the partitions to prune row by row: those kept
 // by dead rows, and the default one. A partition whose drop failed is
 // left whole to the next round.
-func (p *pruner) partitions(ctx context.Context, st partitions.State) ([]string, error) {
+func (p *pruner) partitions(ctx context.Context, st pruneState) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PruneInterval+p.cfg.StatementTimeout)
 	defer cancel()
-	leaves, err := partitions.List(ctx, p.db, p.sql.names)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := p.db.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	var locked bool
-	if err := conn.QueryRowContext(ctx, p.sql.pruneSessionLock).Scan(&locked); err != nil || !locked {
+	round, err := p.db.maintainPartitions(ctx, partitionParams{maxID: st.maxID, floor: st.floor, retention: p.cfg.Retention})
+	if err != nil || !round.locked {
 		return nil, err // another relay maintains them; this one prunes nothing this round
 	}
-	defer func() {
-		// A fresh context: the lock must go back with the session to the pool.
-		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.StatementTimeout)
-		defer ucancel()
-		// Not unlocked (false) if the table's OID, the lock's key, changed
-		// meanwhile (the outbox was converted to a partitioned one).
-		var unlocked bool
-		if err := conn.QueryRowContext(uctx, p.sql.pruneSessionUnlock).Scan(&unlocked); err != nil || !unlocked {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // drop the session, and its lock
-		}
-	}()
-	to := partitions.Timeouts{Lock: partitions.LockTimeout, Statement: p.cfg.StatementTimeout}
-	if st.MaxID >= partitions.Top(leaves) {
+	if st.maxID >= round.top {
 		p.log.Warn("relay: writers outran the partitions ahead; their rows went to the default partition",
-			"max_id", st.MaxID, "partitions_end", partitions.Top(leaves))
+			"max_id", st.maxID, "partitions_end", round.top)
 	}
-	created, err := partitions.CreateAhead(ctx, conn, p.table, leaves, st.MaxID, to)
-	if len(created) > 0 {
-		p.log.Info("relay: created outbox partitions", "partitions", created)
+	if len(round.created) > 0 {
+		p.log.Info("relay: created outbox partitions", "partitions", round.created)
 	}
-	if err != nil {
-		p.log.Warn("relay: partitions not created ahead; the next round tries again", "err", err)
+	if round.createErr != nil {
+		p.log.Warn("relay: partitions not created ahead; the next round tries again", "err", round.createErr)
 	}
-	dropped, kept, err := partitions.Sweep(ctx, conn, p.sql.names, leaves, st.Floor, p.cfg.Retention, to)
-	if len(dropped) > 0 {
-		p.log.Info("relay: dropped outbox partitions past retention", "partitions", dropped)
+	if len(round.dropped) > 0 {
+		p.log.Info("relay: dropped outbox partitions past retention", "partitions", round.dropped)
 	}
-	if err != nil {
-		p.log.Warn("relay: partition not dropped; the next round tries again", "err", err)
+	if round.dropErr != nil {
+		p.log.Warn("relay: partition not dropped; the next round tries again", "err", round.dropErr)
 	}
-	return kept, nil
+	return round.kept, nil
 }
 
-// deleteAll deletes published rows past retention with the prune statement
-// q, a batch per transaction, until a batch comes short.
-func (p *pruner) deleteAll(ctx context.Context, q string) (int64, error) {
+// deleteAll deletes published rows past retention from partition (empty:
+// the table), a batch per transaction, until a batch comes short.
+func (p *pruner) deleteAll(ctx context.Context, partition string) (int64, error) {
 	var total int64
 	for ctx.Err() == nil {
-		n, locked, err := p.batch(ctx, q)
+		n, locked, err := p.batch(ctx, partition)
 		total += n
 		if err != nil {
 			return total, err
@@ -174,23 +138,10 @@ func (p *pruner) deleteAll(ctx context.Context, q string) (int64, error) {
 }
 
 // batch deletes one batch, if it gets the prune lock.
-func (p *pruner) batch(ctx context.Context, q string) (deleted int64, locked bool, err error) {
+func (p *pruner) batch(ctx context.Context, partition string) (deleted int64, locked bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
 	defer cancel()
-	_, err = settle(ctx, p.db, p.sql, p.cfg.StatementTimeout, p.cfg.LockTimeout, func(tx *sql.Tx) (int64, error) {
-		if err := tx.QueryRowContext(ctx, p.sql.pruneLock).Scan(&locked); err != nil {
-			return 0, fmt.Errorf("lock: %w", err)
-		}
-		if !locked {
-			return 0, nil
-		}
-		res, err := tx.ExecContext(ctx, q, outboxsql.PruneArgs{Retention: p.cfg.Retention, Batch: p.cfg.PruneBatch}.Args()...)
-		if err != nil {
-			return 0, fmt.Errorf("delete: %w", err)
-		}
-		deleted, err = res.RowsAffected()
-		return deleted, err
-	})
+	deleted, locked, err = p.db.pruneBatch(ctx, pruneParams{partition: partition, retention: p.cfg.Retention, batch: p.cfg.PruneBatch})
 	if err != nil {
 		return 0, locked, fmt.Errorf("prune: %w", err)
 	}

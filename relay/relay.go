@@ -175,13 +175,14 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 	})
 	r.listener = &listener{db: db, channel: cfg.Table.Channel(), log: r.log, disabled: cfg.DisableListen, poll: cfg.PollInterval,
 		wake: r.wake, rebalance: r.members.rebalanceNow}
-	r.pruner = &pruner{db: db, tx: tx, sql: r.sql, cfg: cfg, log: r.log, lockout: r.lockout,
-		table: partitions.Table{Names: names, Schema: cfg.Table.Schema, Name: cmp.Or(cfg.Table.Name, outboxsql.TableNameDefault)}}
-	r.repairer = &repairer{tx: tx, sql: r.sql, members: r.members, window: cfg.BatchSize, timeout: cfg.StatementTimeout,
+	house := newPGHouseDB(db, tx, r.sql,
+		partitions.Table{Names: names, Schema: cfg.Table.Schema, Name: cmp.Or(cfg.Table.Name, outboxsql.TableNameDefault)}, cfg)
+	r.pruner = &pruner{db: house, cfg: cfg, log: r.log, lockout: r.lockout}
+	r.repairer = &repairer{db: house, members: r.members, window: cfg.BatchSize, timeout: cfg.StatementTimeout,
 		log: r.log, met: met, lockout: r.lockout}
-	r.floor = &floorRaiser{db: db, tx: tx, sql: r.sql, interval: cfg.HeartbeatInterval, timeout: cfg.StatementTimeout,
+	r.floor = &floorRaiser{db: house, interval: cfg.HeartbeatInterval, timeout: cfg.StatementTimeout,
 		log: r.log, lockout: r.lockout, low: low, claimed: claimed, perProof: int64(cfg.BatchSize), repair: r.repairer}
-	r.sampler = &sampler{tx: tx, db: db, sql: r.sql, cfg: cfg, log: r.log, met: met, lockout: r.lockout}
+	r.sampler = &sampler{db: house, cfg: cfg, log: r.log, met: met, lockout: r.lockout}
 	return r, nil
 }
 

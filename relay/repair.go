@@ -1,15 +1,12 @@
 package relay
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
 	"log/slog"
 	"slices"
 	"time"
-
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // repairer repairs the rows no relay wrote that fill the claims' window:
@@ -27,8 +24,7 @@ import (
 // the rows never due apart: those hold back their aggregates until an
 // operator acts.
 type repairer struct {
-	tx  *tableTx // runs the repair under outboxsql.WalkSettings
-	sql *statements
+	db repairDB
 	// members gives the shards the claims read (*membership).
 	members interface {
 		claimable() (*incarnation, []int16)
@@ -109,27 +105,15 @@ type repairedRow struct {
 	due sql.NullTime
 }
 
-// repair runs outboxsql.RepairRetryAt for shards, after WalkSettings, and
-// returns the rows it repaired.
+// repair repairs the rows of the window of shards (repairDB.repair) and
+// returns them in id order.
 func (r *repairer) repair(ctx context.Context, shards []int16) ([]repairedRow, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	var rows []repairedRow
-	scan := func(rs rowScanner) error {
-		for rs.Next() {
-			var row repairedRow
-			if err := rs.Scan(&row.id, &row.due); err != nil {
-				return err
-			}
-			rows = append(rows, row)
-		}
-		return nil
-	}
-	args := outboxsql.RepairArgs{Window: r.window, Shards: shards}.Args()
-	if err := r.tx.walk(ctx, step{query: r.sql.repair, args: args, scan: scan}); err != nil {
+	rows, err := r.db.repair(ctx, repairParams{window: r.window, shards: shards})
+	if err != nil {
 		return nil, fmt.Errorf("repair: %w", err)
 	}
-	slices.SortFunc(rows, func(a, b repairedRow) int { return cmp.Compare(a.id, b.id) })
 	return rows, nil
 }
 

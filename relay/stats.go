@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -20,9 +19,7 @@ func (r *Relay) Stats(ctx context.Context) (txoutbox.Stats, error) {
 // sampler reads the figures of the outbox gauges: the lags, the backlog
 // with the scheduled count and the dead count.
 type sampler struct {
-	db      *sql.DB
-	tx      *tableTx // runs the readings
-	sql     *statements
+	db      statsDB
 	cfg     Config // StatsInterval, StatementTimeout
 	log     *slog.Logger
 	met     *metrics
@@ -40,10 +37,10 @@ type sampler struct {
 // drain before its vacuum).
 func (s *sampler) run(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, read := range []func(context.Context, *sql.Conn) error{
+	for _, read := range []func(context.Context, statsConn) error{
 		s.readLag,
 		s.readBacklog,
-		s.readCount("dead rows", s.sql.statsDead, txoutbox.StatsExactMax, s.met.setDead),
+		s.readDead,
 	} {
 		wg.Add(1)
 		go func() {
@@ -67,14 +64,14 @@ func (s *sampler) run(ctx context.Context) {
 // took: the statement, not the wait for a connection or for opening one,
 // which say nothing of what it costs the server. A read the
 // StatementTimeout cut short took that long.
-func (s *sampler) timed(ctx context.Context, read func(context.Context, *sql.Conn) error) (time.Duration, error) {
+func (s *sampler) timed(ctx context.Context, read func(context.Context, statsConn) error) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StatementTimeout)
 	defer cancel()
-	conn, err := s.db.Conn(ctx)
+	conn, err := s.db.statsConn(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("read stats: %w", err)
 	}
-	defer conn.Close()
+	defer conn.close()
 	start := time.Now()
 	err = read(ctx, conn)
 	return time.Since(start), err
@@ -134,26 +131,22 @@ func spacing(interval, took time.Duration) time.Duration {
 // unpublished row it also sets the backlog and scheduled gauges to 0,
 // which a count that is slow to come round again would otherwise leave as
 // it was.
-func (s *sampler) readLag(ctx context.Context, conn *sql.Conn) error {
-	var (
-		oldest, due sql.NullTime
-		now         time.Time
-	)
-	args := outboxsql.CountArgs{Cap: txoutbox.StatsExactMax}.Args()
-	if err := s.tx.queryOn(ctx, conn, scanRow(&oldest, &due, &now), s.sql.statsLag, args...); err != nil {
+func (s *sampler) readLag(ctx context.Context, conn statsConn) error {
+	l, err := conn.lag(ctx, txoutbox.StatsExactMax)
+	if err != nil {
 		return fmt.Errorf("read the lag: %w", err)
 	}
-	if !oldest.Valid {
+	if !l.oldest.Valid {
 		s.met.setLags(0, 0)
 		s.met.setBacklog(0)
 		s.met.setScheduled(0)
 		return nil
 	}
 	var dueLag time.Duration
-	if due.Valid {
-		dueLag = max(now.Sub(due.Time), 0)
+	if l.due.Valid {
+		dueLag = max(l.now.Sub(l.due.Time), 0)
 	}
-	s.met.setLags(max(now.Sub(oldest.Time), 0), dueLag)
+	s.met.setLags(max(l.now.Sub(l.oldest.Time), 0), dueLag)
 	return nil
 }
 
@@ -161,10 +154,9 @@ func (s *sampler) readLag(ctx context.Context, conn *sql.Conn) error {
 // unpublished rows (outboxsql.StatsBacklog) and the scheduled ones among
 // them (outboxsql.ScheduledCount), which the backlog leaves out, each
 // counted up to txoutbox.StatsExactMax.
-func (s *sampler) readBacklog(ctx context.Context, conn *sql.Conn) error {
-	var unpublished, scheduled int64
-	args := outboxsql.CountArgs{Cap: txoutbox.StatsExactMax}.Args()
-	if err := s.tx.queryOn(ctx, conn, scanRow(&unpublished, &scheduled), s.sql.statsBacklog, args...); err != nil {
+func (s *sampler) readBacklog(ctx context.Context, conn statsConn) error {
+	unpublished, scheduled, err := conn.backlog(ctx, txoutbox.StatsExactMax)
+	if err != nil {
 		return fmt.Errorf("count the backlog: %w", err)
 	}
 	c := outboxsql.CountsOf(unpublished, 0, scheduled)
@@ -173,17 +165,14 @@ func (s *sampler) readBacklog(ctx context.Context, conn *sql.Conn) error {
 	return nil
 }
 
-// readCount is a stats reading that runs query, a count of what exact up
-// to limit and estimated beyond (outboxsql.CountArgs), and sets a gauge
-// with it.
-func (s *sampler) readCount(what, query string, limit int, set func(int64)) func(context.Context, *sql.Conn) error {
-	args := outboxsql.CountArgs{Cap: limit}.Args()
-	return func(ctx context.Context, conn *sql.Conn) error {
-		var n int64
-		if err := s.tx.queryOn(ctx, conn, scanRow(&n), query, args...); err != nil {
-			return fmt.Errorf("count the %s: %w", what, err)
-		}
-		set(n)
-		return nil
+// readDead sets the dead gauge: the dead rows (outboxsql.StatsDead),
+// counted up to txoutbox.StatsExactMax and estimated beyond
+// (outboxsql.CountArgs).
+func (s *sampler) readDead(ctx context.Context, conn statsConn) error {
+	n, err := conn.dead(ctx, txoutbox.StatsExactMax)
+	if err != nil {
+		return fmt.Errorf("count the dead rows: %w", err)
 	}
+	s.met.setDead(n)
+	return nil
 }
