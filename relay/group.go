@@ -191,6 +191,9 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
 	}
+	if err := refuseMySQL(db); err != nil {
+		return nil, err
+	}
 	if pub == nil {
 		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
 	}
@@ -584,6 +587,9 @@ func FindTables(ctx context.Context, db *sql.DB, cfg GroupConfig) ([]FoundTable,
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
 	}
+	if err := refuseMySQL(db); err != nil {
+		return nil, err
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -656,4 +662,13 @@ func (f *finder) tables(ctx context.Context) ([]FoundTable, error) {
 	}
 	slices.SortFunc(out, func(a, b FoundTable) int { return cmp.Compare(a.Table.Schema, b.Table.Schema) })
 	return out, nil
+}
+
+// refuseMySQL fails with ErrInvalidConfig when db's driver is MySQL's: a
+// Group does not run there yet (see docs/mysql.md).
+func refuseMySQL(db *sql.DB) error {
+	if d, err := txoutbox.DialectOf(db); err == nil && d == txoutbox.MySQL {
+		return fmt.Errorf("%w: NewGroup and FindTables do not run on MySQL yet: run a relay per table (relay.New; see docs/mysql.md)", ErrInvalidConfig)
+	}
+	return nil
 }

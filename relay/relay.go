@@ -69,8 +69,10 @@ type Relay struct {
 	floor    *floorRaiser
 	repairer *repairer
 	sampler  *sampler
-	tables   tableDB // the table as a whole: the lockout's probe, the schema and grants checks
-	lockout  *lockout
+	// mysqlStats reads Stats on MySQL; nil on PostgreSQL.
+	mysqlStats *mysqlHouseDB
+	tables     tableDB // the table as a whole: the lockout's probe, the schema and grants checks
+	lockout    *lockout
 	// store is the claim check's store's health; checkStore is false in
 	// a Group, whose one loop checks the store all its relays share.
 	store      *publish.StoreHealth
@@ -191,7 +193,8 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 		mtx.out = r.lockout
 		members = &mysqlMemberDB{tx: mtx, names: names}
 		r.claims = newMySQLClaimDB(mtx, names)
-		house = &mysqlHouseDB{tx: mtx, names: names}
+		r.mysqlStats = &mysqlHouseDB{tx: mtx, names: names}
+		house = r.mysqlStats
 	} else {
 		r.tables = newPGTableDB(db, q, schema, cfg)
 		r.lockout = newLockout(r.tables, r.clock, r.log, met, cfg)
