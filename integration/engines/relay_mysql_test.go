@@ -164,16 +164,31 @@ func checkOrder(t *testing.T, msgs []relaytest.Published) {
 
 // Three relays publish every event of many aggregates written
 // concurrently, each aggregate in order (they share one publisher, whose
-// record is the brokers' order).
+// record is the brokers' order), while publishes fail now and then (the
+// rows retried after a backoff) and a relay leaves and another joins
+// (its shards handed over with rows in flight).
 func TestMySQLRelayThreeRelaysPublishAllInOrder(t *testing.T) {
 	t.Parallel()
 	b := setupMySQLRelay(t)
 	pub := relaytest.NewPublisher()
-	for i := range 3 {
-		b.start(t, pub, b.config(fmt.Sprintf("relay-%d", i)))
+	var (
+		mu      sync.Mutex
+		publish int
+	)
+	pub.OnPublish(func(_ string, m *message.Message) {
+		mu.Lock()
+		publish++
+		k := publish
+		mu.Unlock()
+		if k%7 == 0 {
+			pub.Fail(relaytest.Failure{EventID: m.UUID, Times: 1})
+		}
+	})
+	stops := make([]func(), 3)
+	for i := range stops {
+		_, stops[i] = b.start(t, pub, b.config(fmt.Sprintf("relay-%d", i)))
 	}
 	var (
-		mu  sync.Mutex
 		ids []string
 		wg  sync.WaitGroup
 	)
@@ -181,12 +196,15 @@ func TestMySQLRelayThreeRelaysPublishAllInOrder(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got := b.writeEvents(t, fmt.Sprintf("agg-%d", a), 0, 25)
+			got := b.writeEvents(t, fmt.Sprintf("agg-%d", a), 0, 40)
 			mu.Lock()
 			ids = append(ids, got...)
 			mu.Unlock()
 		}()
 	}
+	testkit.WaitFor(t, 30*time.Second, "a third of the events published", func() bool { return len(published(pub)) >= 12*40/3 })
+	stops[0]()
+	b.start(t, pub, b.config("relay-3"))
 	wg.Wait()
 	waitPublished(t, ids, pub)
 	checkOrder(t, pub.Messages())
