@@ -191,9 +191,6 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
 	}
-	if err := refuseMySQL(db); err != nil {
-		return nil, err
-	}
 	if pub == nil {
 		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
 	}
@@ -201,6 +198,9 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 		return nil, err
 	}
 	if err := checkPool(db, cfg.Relay.DisableListen); err != nil {
+		return nil, err
+	}
+	if err := refuseMySQL(db); err != nil {
 		return nil, err
 	}
 	claimConns, err := groupClaimConns(db, cfg)
@@ -587,10 +587,10 @@ func FindTables(ctx context.Context, db *sql.DB, cfg GroupConfig) ([]FoundTable,
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
 	}
-	if err := refuseMySQL(db); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := cfg.validate(); err != nil {
+	if err := refuseMySQL(db); err != nil {
 		return nil, err
 	}
 	cfg.Relay.setDefaults()
