@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -302,6 +303,42 @@ func TestMySQLRelayIncarnationDeleted(t *testing.T) {
 	ids = append(ids, b.writeEvents(t, "agg", 10, 20)...)
 	waitPublished(t, ids, pub)
 	checkOrder(t, pub.Messages())
+}
+
+// A row that cannot become a message (its headers not a JSON object of
+// strings, its event_id not a UUID) is made dead by the claim that took
+// it, with its error, and the events after it flow.
+func TestMySQLRelayUndecodableRowsDead(t *testing.T) {
+	t.Parallel()
+	b := setupMySQLRelay(t)
+	badHeaders := b.writeEvents(t, "a", 0, 1)
+	badID := b.writeEvents(t, "b", 0, 1)
+	if _, err := b.db.Exec(`UPDATE outbox SET headers = '{"n": 1}' WHERE event_id = ?`, badHeaders[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Exec(`UPDATE outbox SET event_id = 'not-a-uuid' WHERE event_id = ?`, badID[0]); err != nil {
+		t.Fatal(err)
+	}
+	later := append(b.writeEvents(t, "a", 1, 3), b.writeEvents(t, "b", 1, 3)...)
+	pub := relaytest.NewPublisher()
+	b.start(t, pub, b.config("relay"))
+	waitPublished(t, later, pub)
+	for _, id := range []string{badHeaders[0], "not-a-uuid"} {
+		var (
+			state    string
+			attempts int
+			lastErr  sql.NullString
+		)
+		if err := b.db.QueryRow(`SELECT state, attempts, last_error FROM outbox WHERE event_id = ?`, id).Scan(&state, &attempts, &lastErr); err != nil {
+			t.Fatal(err)
+		}
+		if state != "dead" || attempts != 1 || !strings.Contains(lastErr.String, "undecodable event") {
+			t.Fatalf("row %s: state %s, attempts %d, last_error %q; want dead after 1 attempt, undecodable", id, state, attempts, lastErr.String)
+		}
+	}
+	if n := len(pub.Messages()); n != len(later) {
+		t.Fatalf("%d messages published, want %d", n, len(later))
+	}
 }
 
 // The pruner deletes published rows older than Retention.
