@@ -385,6 +385,28 @@ func TestMySQLRelayLockout(t *testing.T) {
 	waitPublished(t, ids, pub)
 }
 
+// An operator's transaction holding the claim gate (the claim floor's
+// row FOR UPDATE, as a retry or replay does) past LockTimeout locks the
+// relay out too, until it ends.
+func TestMySQLRelayLockoutGateHeld(t *testing.T) {
+	t.Parallel()
+	b := setupMySQLRelay(t)
+	pub := relaytest.NewPublisher()
+	r, _ := b.start(t, pub, b.config("relay"))
+	testkit.WaitFor(t, 10*time.Second, "the relay heartbeating", func() bool { return r.Health().Heartbeating })
+	tx := readCommitted(t, b.db)
+	if _, err := tx.Exec(`SELECT floor FROM outbox_claim_floor WHERE one = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 20*time.Second, "Health.Locked", func() bool { return r.Health().Locked })
+	ids := b.writeEvents(t, "agg", 0, 3)
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 20*time.Second, "the lockout over", func() bool { return !r.Health().Locked })
+	waitPublished(t, ids, pub)
+}
+
 // What the relay cannot run on MySQL is refused with ErrInvalidConfig,
 // naming docs/mysql.md.
 func TestMySQLRelayRefusals(t *testing.T) {
