@@ -16,8 +16,9 @@ import (
 // said": the Writer and the inbox then take PostgreSQL, and
 // migrations.Migrator, which has a *sql.DB, detects it (DialectOf).
 //
-// On MySQL only the write side works so far (Writer, gormoutbox,
-// entoutbox, inbox, outboxtest, the migrator): see docs/mysql.md.
+// On MySQL the write side (Writer, gormoutbox, entoutbox, inbox,
+// outboxtest, the migrator) and relay.New work; see docs/mysql.md for
+// what does not yet.
 type Dialect uint8
 
 const (

@@ -37,6 +37,17 @@ func (s Set) Latest() int {
 	return migs[len(migs)-1].Version
 }
 
+// MySQLLatest is Latest of the set's MySQL series (Set.MySQLFS): the
+// schema a MySQL component of this release that needs every version
+// checks for.
+func (s Set) MySQLLatest() int {
+	migs, err := s.loadFor(outboxsql.MySQL)
+	if err != nil || len(migs) == 0 {
+		return 0
+	}
+	return migs[len(migs)-1].Version
+}
+
 // Check reads which versions are applied to the table, changing nothing,
 // and returns an error matching ErrSchemaTooNew when one is applied that
 // the set does not have, or one matching ErrSchemaTooOld when a version of

@@ -285,6 +285,29 @@
 // tests in internal/outboxsql prove the bound on the work each plan does
 // at two sizes ten times apart, under the custom and the generic plan.
 //
+// # MySQL and MariaDB
+//
+// New on a *sql.DB of github.com/go-sql-driver/mysql (or a driver that
+// txoutbox.DetectDialect finds MySQL behind) runs the same relay on MySQL
+// 8.0+ and MariaDB 10.6+, with the same guarantee, its claim made of
+// several statements in one READ COMMITTED transaction
+// (internal/outboxsql/claim_mysql.md). What differs, and why, is in
+// docs/mysql.md:
+//   - it polls: there is no LISTEN/NOTIFY (DisableListen is implied), so an
+//     event waits up to PollInterval;
+//   - LockTimeout is rounded down to whole seconds, at least one
+//     (innodb_lock_wait_timeout and lock_wait_timeout), and StatementTimeout
+//     bounds MySQL's SELECTs only (max_execution_time), MariaDB's every
+//     statement (max_statement_time);
+//   - Run refuses, with an error matching ErrInvalidConfig, a server whose
+//     innodb_flush_log_at_trx_commit is not 1: with 0 or 2 a crash may roll
+//     back a commit whose event was published, and no claim can make it
+//     durable; with 1, the claim's own durable commit comes after the
+//     writers' commits of the rows it took, as on PostgreSQL;
+//   - refused with ErrInvalidConfig: Table.Schema (a schema is a database
+//     in MySQL), a partitioned outbox (at Run), NewGroup and FindTables;
+//     CheckGrants checks nothing and returns nil.
+//
 // # Many outboxes: a schema per tenant
 //
 // A Group serves the outbox tables of many schemas of one database (a

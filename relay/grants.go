@@ -10,6 +10,8 @@ import "context"
 // DELETE on its relays table, SELECT and UPDATE on its shards and claim
 // floor tables, SELECT on the version table (<table>_schema_migrations,
 // which Run reads at start, when it exists), and USAGE on their schema.
+// On MySQL it checks nothing and returns nil (see docs/mysql.md for the
+// grants a relay needs there).
 func (r *Relay) CheckGrants(ctx context.Context) error {
 	return r.tables.checkGrants(ctx)
 }

@@ -200,6 +200,9 @@ func NewGroup(db *sql.DB, pub message.Publisher, cfg GroupConfig) (*Group, error
 	if err := checkPool(db, cfg.Relay.DisableListen); err != nil {
 		return nil, err
 	}
+	if err := refuseMySQL(db); err != nil {
+		return nil, err
+	}
 	claimConns, err := groupClaimConns(db, cfg)
 	if err != nil {
 		return nil, err
@@ -587,6 +590,9 @@ func FindTables(ctx context.Context, db *sql.DB, cfg GroupConfig) ([]FoundTable,
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if err := refuseMySQL(db); err != nil {
+		return nil, err
+	}
 	cfg.Relay.setDefaults()
 	f, err := newFinder(db, cfg)
 	if err != nil {
@@ -656,4 +662,13 @@ func (f *finder) tables(ctx context.Context) ([]FoundTable, error) {
 	}
 	slices.SortFunc(out, func(a, b FoundTable) int { return cmp.Compare(a.Table.Schema, b.Table.Schema) })
 	return out, nil
+}
+
+// refuseMySQL fails with ErrInvalidConfig when db's driver is MySQL's: a
+// Group does not run there yet (see docs/mysql.md).
+func refuseMySQL(db *sql.DB) error {
+	if d, err := txoutbox.DialectOf(db); err == nil && d == txoutbox.MySQL {
+		return fmt.Errorf("%w: NewGroup and FindTables do not run on MySQL yet: run a relay per table (relay.New; see docs/mysql.md)", ErrInvalidConfig)
+	}
+	return nil
 }

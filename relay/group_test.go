@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -308,7 +309,8 @@ func (p *groupPublisher) checkOrder(t *testing.T, topic string, n int, aggs ...s
 }
 
 func TestGroupConfigErrors(t *testing.T) {
-	db, pub := &sql.DB{}, nopPublisher{}
+	// A pool that never connects: NewGroup reads its driver's type only.
+	db, pub := sql.OpenDB(stubConnector{}), nopPublisher{}
 	for name, cfg := range map[string]GroupConfig{
 		"neither schemas nor pattern":   {},
 		"both schemas and pattern":      {Schemas: []string{"a"}, SchemaPattern: "tenant_*"},
@@ -1176,3 +1178,17 @@ func TestGroupSpreadsItsTablesHeartbeats(t *testing.T) {
 		t.Errorf("the %d tables' last heartbeats are %.3fs apart at most, want them spread over the 4s interval (at least 1.2s)", tables, spread)
 	}
 }
+
+// stubConnector is a database/sql connector of a driver no dialect is
+// known for, that never connects.
+type stubConnector struct{}
+
+func (stubConnector) Connect(context.Context) (driver.Conn, error) {
+	return nil, errors.New("stub: no connections")
+}
+
+func (stubConnector) Driver() driver.Driver { return stubDriver{} }
+
+type stubDriver struct{}
+
+func (stubDriver) Open(string) (driver.Conn, error) { return nil, errors.New("stub: no connections") }

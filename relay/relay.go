@@ -13,6 +13,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/partitions"
 	"github.com/txoutbox/txoutbox/migrations"
@@ -68,8 +69,10 @@ type Relay struct {
 	floor    *floorRaiser
 	repairer *repairer
 	sampler  *sampler
-	tables   tableDB // the table as a whole: the lockout's probe, the schema and grants checks
-	lockout  *lockout
+	// mysqlStats reads Stats on MySQL; nil on PostgreSQL.
+	mysqlStats *mysqlHouseDB
+	tables     tableDB // the table as a whole: the lockout's probe, the schema and grants checks
+	lockout    *lockout
 	// store is the claim check's store's health; checkStore is false in
 	// a Group, whose one loop checks the store all its relays share.
 	store      *publish.StoreHealth
@@ -112,14 +115,28 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := checkPool(db, cfg.DisableListen); err != nil {
-		return nil, err
-	}
-	names, err := outboxsql.NamesFor(cfg.Table.Schema, cfg.Table.Name)
+	dialect, err := detectDialect(db)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	schema, err := migrations.New(db, migrations.Config{Table: cfg.Table})
+	onMySQL := dialect == txoutbox.MySQL
+	if onMySQL {
+		if conns != nil {
+			return nil, fmt.Errorf("%w: a Group does not run on MySQL yet (see docs/mysql.md)", ErrInvalidConfig)
+		}
+		cfg.DisableListen = true // no LISTEN/NOTIFY: the relay polls
+	}
+	if err := checkPool(db, cfg.DisableListen); err != nil {
+		return nil, err
+	}
+	names, err := outboxsql.NamesForDialect(outboxsql.Dialect(dialect), cfg.Table.Schema, cfg.Table.Name)
+	if err != nil {
+		if onMySQL {
+			return nil, fmt.Errorf("%w: %w (see docs/mysql.md)", ErrInvalidConfig, err)
+		}
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	schema, err := migrations.New(db, migrations.Config{Table: cfg.Table, Dialect: dialect})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -144,16 +161,15 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 	}
 	q := render(names, outboxsql.WALLegacyName(cfg.Table.Schema, cfg.Table.Name))
 	r := &Relay{
-		db:     db,
-		pub:    pub,
-		cfg:    cfg,
-		sql:    q,
-		log:    cfg.Logger.With("relay", cfg.ID, "table", publish.TableValue(cfg.Table)),
-		met:    met,
-		core:   core,
-		clock:  &clock{base: time.Now()},
-		wake:   make(chan struct{}, 1),
-		tables: newPGTableDB(db, q, schema, cfg),
+		db:    db,
+		pub:   pub,
+		cfg:   cfg,
+		sql:   q,
+		log:   cfg.Logger.With("relay", cfg.ID, "table", publish.TableValue(cfg.Table)),
+		met:   met,
+		core:  core,
+		clock: &clock{base: time.Now()},
+		wake:  make(chan struct{}, 1),
 
 		store:      publish.NewStoreHealth(cfg.LargePayloads.Store),
 		checkStore: true,
@@ -161,12 +177,36 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 	r.budget = newBudget(cfg.MaxInFlight, cfg.MaxInFlightBytes)
 	r.outage = &outage{clock: r.clock, log: r.log}
 	r.stall = &stall{clock: r.clock, timeout: cfg.PublishTimeout}
-	r.lockout = newLockout(r.tables, r.clock, r.log, met, cfg)
-	tx := &tableTx{db: db, settings: r.sql.txTimeouts, walkSQL: r.sql.walkSettings, timeout: cfg.StatementTimeout, lock: cfg.LockTimeout, out: r.lockout}
-	r.members = newMembership(newPGMemberDB(db, tx, r.sql, cfg), r.sql.table, &r.cfg, r.log, r.clock, r.wake)
+	var (
+		members memberDB
+		house   interface {
+			pruneDB
+			statsDB
+			repairDB
+			floorDB
+		}
+	)
+	if onMySQL {
+		mtx := &mysqlTx{db: db, timeout: cfg.StatementTimeout, lock: cfg.LockTimeout}
+		r.tables = &mysqlTableDB{tx: mtx, names: names, table: cmp.Or(cfg.Table.Name, outboxsql.TableNameDefault), schema: schema}
+		r.lockout = newLockout(r.tables, r.clock, r.log, met, cfg)
+		mtx.out = r.lockout
+		members = &mysqlMemberDB{tx: mtx, names: names}
+		r.claims = newMySQLClaimDB(mtx, names)
+		r.mysqlStats = &mysqlHouseDB{tx: mtx, names: names}
+		house = r.mysqlStats
+	} else {
+		r.tables = newPGTableDB(db, q, schema, cfg)
+		r.lockout = newLockout(r.tables, r.clock, r.log, met, cfg)
+		tx := &tableTx{db: db, settings: r.sql.txTimeouts, walkSQL: r.sql.walkSettings, timeout: cfg.StatementTimeout, lock: cfg.LockTimeout, out: r.lockout}
+		members = newPGMemberDB(db, tx, r.sql, cfg)
+		r.claims = newPGClaimDB(db, conns, tx, r.sql, cfg)
+		house = newPGHouseDB(db, tx, r.sql,
+			partitions.Table{Names: names, Schema: cfg.Table.Schema, Name: cmp.Or(cfg.Table.Name, outboxsql.TableNameDefault)}, cfg)
+	}
+	r.members = newMembership(members, r.sql.table, &r.cfg, r.log, r.clock, r.wake)
 	r.members.stalled = r.stall.stalled
 	r.members.lockout = r.lockout
-	r.claims = newPGClaimDB(db, conns, tx, r.sql, cfg)
 	low, claimed := new(atomic.Int64), new(atomic.Int64)
 	r.claimer = newClaimer(claimerDeps{
 		db: r.claims, cfg: cfg, log: r.log, met: met, clock: r.clock,
@@ -175,8 +215,6 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 	})
 	r.listener = &listener{db: db, channel: cfg.Table.Channel(), log: r.log, disabled: cfg.DisableListen, poll: cfg.PollInterval,
 		wake: r.wake, rebalance: r.members.rebalanceNow}
-	house := newPGHouseDB(db, tx, r.sql,
-		partitions.Table{Names: names, Schema: cfg.Table.Schema, Name: cmp.Or(cfg.Table.Name, outboxsql.TableNameDefault)}, cfg)
 	r.pruner = &pruner{db: house, cfg: cfg, log: r.log, lockout: r.lockout}
 	r.repairer = &repairer{db: house, members: r.members, window: cfg.BatchSize, timeout: cfg.StatementTimeout,
 		log: r.log, met: met, lockout: r.lockout}
@@ -317,6 +355,14 @@ func checkPool(db *sql.DB, noListen bool) error {
 			"(LISTEN holds one for good; a claim, a mark and a heartbeat run together)", ErrInvalidConfig, n, need)
 	}
 	return nil
+}
+
+// detectDialect is txoutbox.DetectDialect, bounded: a probe of the
+// server for a driver DialectOf does not know, as migrations.New makes.
+func detectDialect(db *sql.DB) (txoutbox.Dialect, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return txoutbox.DetectDialect(ctx, db)
 }
 
 // signal does a non-blocking send on a wake-up channel of capacity 1.

@@ -11,9 +11,11 @@ import (
 )
 
 // schemaErr reports whether err is the schema check's refusal: a table
-// older than the relay needs or with versions it does not know.
+// older than the relay needs or with versions it does not know, or (on
+// MySQL) a table or server the relay cannot run on (ErrInvalidConfig).
 func schemaErr(err error) bool {
-	return errors.Is(err, migrations.ErrSchemaTooOld) || errors.Is(err, migrations.ErrSchemaTooNew)
+	return errors.Is(err, migrations.ErrSchemaTooOld) || errors.Is(err, migrations.ErrSchemaTooNew) ||
+		errors.Is(err, ErrInvalidConfig)
 }
 
 // checkSchema checks the table's schema version once, under

@@ -11,9 +11,48 @@ import (
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
-// Stats reads the relay's outbox stats (see txoutbox.ReadStats).
+// Stats reads the relay's outbox stats (see txoutbox.ReadStats). On
+// MySQL it reads the counts and lags the relay's gauges read: counts are
+// exact up to txoutbox.StatsExactMax and not estimated beyond it (the
+// Estimated flags say a count reached it), and NextScheduled is not read.
 func (r *Relay) Stats(ctx context.Context) (txoutbox.Stats, error) {
+	if r.mysqlStats != nil {
+		return r.mysqlStats.stats(ctx)
+	}
 	return txoutbox.ReadStats(ctx, r.db, r.cfg.Table)
+}
+
+// stats reads Relay.Stats on MySQL, on one connection; while the table is
+// locked out it fails with errLockedOut.
+func (m *mysqlHouseDB) stats(ctx context.Context) (txoutbox.Stats, error) {
+	conn, err := m.tx.conn(ctx)
+	if err != nil {
+		return txoutbox.Stats{}, fmt.Errorf("read outbox stats: %w", err)
+	}
+	c := &mysqlStatsConn{db: m, conn: conn}
+	defer c.close()
+	const most = txoutbox.StatsExactMax
+	var s txoutbox.Stats
+	unpublished, scheduled, err := c.backlog(ctx, most)
+	if err != nil {
+		return txoutbox.Stats{}, fmt.Errorf("read outbox stats: %w", err)
+	}
+	if s.Dead, err = c.dead(ctx, most); err != nil {
+		return txoutbox.Stats{}, fmt.Errorf("read outbox stats: %w", err)
+	}
+	lag, err := c.lag(ctx, most)
+	if err != nil {
+		return txoutbox.Stats{}, fmt.Errorf("read outbox stats: %w", err)
+	}
+	s.Backlog, s.Scheduled = max(unpublished-scheduled, 0), scheduled
+	s.BacklogEstimated, s.ScheduledEstimated, s.DeadEstimated = unpublished >= most, scheduled >= most, s.Dead >= most
+	if lag.oldest.Valid {
+		s.Lag = max(lag.now.Sub(lag.oldest.Time), 0)
+	}
+	if lag.due.Valid {
+		s.DueLag = max(lag.now.Sub(lag.due.Time), 0)
+	}
+	return s, nil
 }
 
 // sampler reads the figures of the outbox gauges: the lags, the backlog

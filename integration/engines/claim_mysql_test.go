@@ -652,3 +652,73 @@ func TestMySQLClaimRetriesOutsideTheWindowHoldBack(t *testing.T) {
 	wantClaimed(t, "d's retry outside the window", b.claim(t, "r1", 1), e...)
 	wantClaimed(t, "then d's rows", b.claim(t, "r1", 10), d...)
 }
+
+// A claim's version is later than Params.After, the incarnation's
+// previous claim's, even when the database's clock is behind it.
+func TestMySQLClaimVersionAfterPrevious(t *testing.T) {
+	t.Parallel()
+	b := setupMySQLClaim(t)
+	b.register(t, "r1")
+	b.write(t, "a", 1)
+	after := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	c, err := mysqlclaim.Claim(context.Background(), b.db, b.names,
+		mysqlclaim.Params{Owner: "r1", Limit: 10, Lease: time.Minute, After: after})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Rows) != 1 || !c.Version.After(after) {
+		t.Fatalf("claim after %v: %d rows, version %v; want 1 row, a later version", after, len(c.Rows), c.Version)
+	}
+}
+
+// FailTx records any number of failures in the caller's transaction:
+// more than one statement's worth of ids (5000), and nothing once the
+// caller rolls back.
+func TestMySQLFailTxManyInCallersTransaction(t *testing.T) {
+	t.Parallel()
+	b := setupMySQLClaim(t)
+	b.register(t, "r1")
+	const k = 5003
+	b.bulkRows(t, k, "agg-", "pending", "'"+outboxsql.MySQLNeverRetried+"'")
+	ctx := context.Background()
+	var failures []mysqlclaim.Failure
+	for len(failures) < k {
+		c := b.claim(t, "r1", mysqlclaim.MaxLimit)
+		if len(c.Rows) == 0 {
+			t.Fatalf("claimed %d of %d rows", len(failures), k)
+		}
+		for _, r := range c.Rows {
+			failures = append(failures, mysqlclaim.Failure{ID: r.ID, Owner: "r1", Version: c.Version, Err: "e", Delay: time.Hour})
+		}
+	}
+	run := func(commit bool) []mysqlclaim.Outcome {
+		tx := readCommitted(t, b.db)
+		out, err := mysqlclaim.FailTx(ctx, tx, b.names, 3, failures)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if out := run(false); len(out) != k {
+		t.Fatalf("FailTx recorded %d of %d failures", len(out), k)
+	}
+	if n := mustColumn[int](t, b.db, `SELECT COUNT(*) FROM outbox WHERE last_error = 'e'`)[0]; n != 0 {
+		t.Fatalf("%d rows failed after the caller's rollback, want 0", n)
+	}
+	out := run(true)
+	for _, o := range out {
+		if o.State != "pending" {
+			t.Fatalf("row %d: %q after a transient failure, want pending", o.ID, o.State)
+		}
+	}
+	if n := mustColumn[int](t, b.db, `SELECT COUNT(*) FROM outbox WHERE last_error = 'e' AND retry_at > UTC_TIMESTAMP(6)`)[0]; n != k {
+		t.Fatalf("%d rows failed once after the commit, want %d", n, k)
+	}
+}

@@ -59,6 +59,11 @@ type Params struct {
 	// one (innodb_lock_wait_timeout, set for the session, whose setting
 	// it stays after the claim). 0: the session's setting.
 	LockWait time.Duration
+	// Undecodable, when not nil, tells of a row taken why it cannot
+	// become a message ("" when it can): such a row is made dead in the
+	// claim's transaction and returned in Claimed.Dead, not in Rows, so
+	// one bad row neither fails every claim nor is claimed again.
+	Undecodable func(Row) string
 }
 
 func (p Params) validate() error {
@@ -108,6 +113,15 @@ type Claimed struct {
 	Version time.Time
 	// Now is the database's clock as the claim read it.
 	Now time.Time
+	// Dead are the rows taken that Params.Undecodable refused, made dead
+	// in the claim's transaction.
+	Dead []Undecodable
+}
+
+// Undecodable is a row made dead by its claim: its id and why.
+type Undecodable struct {
+	ID  int64
+	Err string
 }
 
 // candidate is a row a claim read without locking it.
@@ -140,11 +154,14 @@ func Claim(ctx context.Context, db TxBeginner, n outboxsql.Names, p Params) (Cla
 	if err != nil {
 		return Claimed{}, err
 	}
-	if len(c.Rows) == 0 {
+	if len(c.Rows) == 0 && len(c.Dead) == 0 {
 		return c, nil // nothing changed: the deferred rollback ends it
 	}
 	if err := tx.Commit(); err != nil {
-		return Claimed{}, fmt.Errorf("mysqlclaim: commit claim: %w", err)
+		// The commit's outcome is unknown (its reply may be lost after
+		// it committed): the rows go back with the error, for the caller
+		// to release under their Version.
+		return c, fmt.Errorf("mysqlclaim: commit claim: %w", err)
 	}
 	return c, nil
 }
@@ -248,7 +265,37 @@ func claim(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Params) (Claime
 		return Claimed{}, fmt.Errorf("mysqlclaim: lease %d rows locked by the claim changed %d (%v)", len(ids), k, err)
 	}
 	out.Version = version
+	if p.Undecodable != nil {
+		if err := markUndecodable(ctx, tx, n, p, &out); err != nil {
+			return Claimed{}, err
+		}
+	}
 	return out, nil
+}
+
+// markUndecodable makes dead, in the claim's transaction, the rows out
+// took that p.Undecodable refuses, and moves them from out.Rows to
+// out.Dead.
+func markUndecodable(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Params, out *Claimed) error {
+	kept := out.Rows[:0]
+	var stmt string
+	for _, r := range out.Rows {
+		why := p.Undecodable(r)
+		if why == "" {
+			kept = append(kept, r)
+			continue
+		}
+		if stmt == "" {
+			stmt = n.Render(outboxsql.MySQLMarkUndecodable)
+		}
+		args := outboxsql.MySQLUndecodableArgs{ID: r.ID, Err: why, Owner: p.Owner, Version: out.Version}
+		if _, err := tx.ExecContext(ctx, stmt, args.Args()...); err != nil {
+			return fmt.Errorf("mysqlclaim: make undecodable row %d dead: %w", r.ID, err)
+		}
+		out.Dead = append(out.Dead, Undecodable{ID: r.ID, Err: why})
+	}
+	out.Rows = kept
+	return nil
 }
 
 // due reports whether c was due as read: unleased, or under a lease that

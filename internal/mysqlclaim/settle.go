@@ -64,27 +64,45 @@ type Outcome struct {
 // maxAttempts makes its row dead; any other leaves it pending, retried
 // after its Delay. A failure of a row its Owner no longer holds under its
 // Version is not recorded. It returns the outcomes of those recorded, in
-// the order given.
+// the order given. FailTx records them in the caller's transaction.
 func Fail(ctx context.Context, db TxBeginner, n outboxsql.Names, maxAttempts int, failures []Failure) ([]Outcome, error) {
-	if maxAttempts < 1 {
-		return nil, fmt.Errorf("%w: maxAttempts %d is not positive", ErrInvalidParams, maxAttempts)
-	}
-	if len(failures) > maxIDsPerStatement {
-		return nil, fmt.Errorf("%w: %d failures at once, more than %d", ErrInvalidParams, len(failures), maxIDsPerStatement)
-	}
-	for _, f := range failures {
-		if f.Owner == "" || f.Version.IsZero() {
-			return nil, fmt.Errorf("%w: the failure of row %d needs the owner and the claim's version", ErrInvalidParams, f.ID)
-		}
-	}
-	if len(failures) == 0 {
-		return nil, nil
+	if err := validFailures(maxAttempts, failures); err != nil || len(failures) == 0 {
+		return nil, err
 	}
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, fmt.Errorf("mysqlclaim: begin fail: %w", err)
 	}
 	defer tx.Rollback()
+	out, err := FailTx(ctx, tx, n, maxAttempts, failures)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("mysqlclaim: commit fail: %w", err)
+	}
+	return out, nil
+}
+
+func validFailures(maxAttempts int, failures []Failure) error {
+	if maxAttempts < 1 {
+		return fmt.Errorf("%w: maxAttempts %d is not positive", ErrInvalidParams, maxAttempts)
+	}
+	for _, f := range failures {
+		if f.Owner == "" || f.Version.IsZero() {
+			return fmt.Errorf("%w: the failure of row %d needs the owner and the claim's version", ErrInvalidParams, f.ID)
+		}
+	}
+	return nil
+}
+
+// FailTx is Fail in tx, a READ COMMITTED transaction of the caller's, so
+// that failures, releases and marks commit together. Any number of
+// failures: their outcomes are read maxIDsPerStatement at a time.
+func FailTx(ctx context.Context, tx *sql.Tx, n outboxsql.Names, maxAttempts int, failures []Failure) ([]Outcome, error) {
+	if err := validFailures(maxAttempts, failures); err != nil || len(failures) == 0 {
+		return nil, err
+	}
 	stmt := n.Render(outboxsql.MySQLFail)
 	var recorded []int64
 	for _, f := range failures {
@@ -98,37 +116,40 @@ func Fail(ctx context.Context, db TxBeginner, n outboxsql.Names, maxAttempts int
 			recorded = append(recorded, f.ID)
 		}
 	}
-	if len(recorded) == 0 {
-		return nil, nil
-	}
-	state := map[int64]string{}
-	rows, err := tx.QueryContext(ctx, outboxsql.MySQLFailOutcome(n, len(recorded)), outboxsql.MySQLIDsArgs[int64]{IDs: recorded}.Args()...)
-	if err != nil {
-		return nil, fmt.Errorf("mysqlclaim: read the failed rows: %w", err)
-	}
-	for rows.Next() {
-		var (
-			id int64
-			s  string
-		)
-		if err := rows.Scan(&id, &s); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("mysqlclaim: read the failed rows: %w", err)
+	state := make(map[int64]string, len(recorded))
+	for rest := recorded; len(rest) > 0; {
+		chunk := rest[:min(len(rest), maxIDsPerStatement)]
+		rest = rest[len(chunk):]
+		if err := readStates(ctx, tx, n, chunk, state); err != nil {
+			return nil, err
 		}
-		state[id] = s
-	}
-	if err := rows.Close(); err != nil {
-		return nil, fmt.Errorf("mysqlclaim: read the failed rows: %w", err)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("mysqlclaim: read the failed rows: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("mysqlclaim: commit fail: %w", err)
 	}
 	out := make([]Outcome, len(recorded))
 	for i, id := range recorded {
 		out[i] = Outcome{ID: id, State: state[id]}
 	}
 	return out, nil
+}
+
+// readStates reads the states of the rows ids into state.
+func readStates(ctx context.Context, tx *sql.Tx, n outboxsql.Names, ids []int64, state map[int64]string) error {
+	rows, err := tx.QueryContext(ctx, outboxsql.MySQLFailOutcome(n, len(ids)), outboxsql.MySQLIDsArgs[int64]{IDs: ids}.Args()...)
+	if err != nil {
+		return fmt.Errorf("mysqlclaim: read the failed rows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id int64
+			s  string
+		)
+		if err := rows.Scan(&id, &s); err != nil {
+			return fmt.Errorf("mysqlclaim: read the failed rows: %w", err)
+		}
+		state[id] = s
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("mysqlclaim: read the failed rows: %w", err)
+	}
+	return nil
 }

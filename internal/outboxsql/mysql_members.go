@@ -463,6 +463,39 @@ func (a MySQLStatementTimeArgs) Args() []any {
 	return []any{max(1, a.Limit.Milliseconds())}
 }
 
+// MySQLLockProbe is the lockout's probe on MySQL, statements run in a READ
+// COMMITTED transaction the relay rolls back, after MySQLLockWaits with
+// the shortest wait both servers accept (one second; MySQL has no
+// NOWAIT for metadata locks): each locking read of a row that cannot
+// exist takes the table's metadata lock the relay's writes take (shared
+// write) and no row lock, so it fails with error 1205 while another
+// session holds the table (LOCK TABLES, an ALTER TABLE's exclusive
+// phase). The claim floor is read without locking, taking the metadata
+// lock its claim gate takes; MySQLLockProbeGate then tries the gate.
+var MySQLLockProbe = [...]string{
+	`SELECT id FROM {{table}} WHERE id = 0 FOR UPDATE`,
+	`SELECT id FROM {{relays}} WHERE id = '' FOR UPDATE`,
+	`SELECT shard FROM {{shards}} WHERE shard = -1 FOR UPDATE`,
+	`SELECT one FROM {{floor}} WHERE one = 0`,
+}
+
+// MySQLLockProbeGate tries the claim gate as a claim takes it
+// (MySQLClaimGate), after MySQLLockProbe: error 1205 here means an
+// operator's retry or replay holds it.
+const MySQLLockProbeGate = `SELECT floor FROM {{floor}} WHERE one = 1 LOCK IN SHARE MODE`
+
+// MySQLPartitioned counts the partitions of a table in the connection's
+// database (none: it is not partitioned). Binds the table's unquoted
+// name.
+const MySQLPartitioned = `SELECT COUNT(*) FROM information_schema.PARTITIONS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND PARTITION_NAME IS NOT NULL`
+
+// MySQLFlushLogAtTrxCommit reads whether InnoDB makes each commit durable
+// before it answers (1). With any other value a commit the relay saw may
+// be lost in a crash, and a claim cannot make an earlier writer's commit
+// durable as PostgreSQL's does: the relay refuses to run.
+const MySQLFlushLogAtTrxCommit = `SELECT @@GLOBAL.innodb_flush_log_at_trx_commit`
+
 // mysqlMemberStatements is the statements above, rendered at sizes the
 // grammar test parses (MySQLStatements).
 func mysqlMemberStatements(n Names) map[string]string {
@@ -490,6 +523,13 @@ func mysqlMemberStatements(n Names) map[string]string {
 		"MySQLStatsBacklogScheduled": n.Render(MySQLStatsBacklogScheduled),
 		"MySQLStatsDead":             n.Render(MySQLStatsDead),
 		"MySQLLockWaits":             MySQLLockWaits,
+		"MySQLLockProbe[0]":          n.Render(MySQLLockProbe[0]),
+		"MySQLLockProbe[1]":          n.Render(MySQLLockProbe[1]),
+		"MySQLLockProbe[2]":          n.Render(MySQLLockProbe[2]),
+		"MySQLLockProbe[3]":          n.Render(MySQLLockProbe[3]),
+		"MySQLLockProbeGate":         n.Render(MySQLLockProbeGate),
+		"MySQLPartitioned":           MySQLPartitioned,
+		"MySQLFlushLogAtTrxCommit":   MySQLFlushLogAtTrxCommit,
 		"MySQLMaxExecutionTime":      MySQLMaxExecutionTime,
 		"MariaDBMaxStatementTime":    MariaDBMaxStatementTime,
 	}

@@ -326,6 +326,27 @@ func (a MySQLFailArgs) Args() []any {
 	return []any{a.Permanent, a.MaxAttempts, max(a.Delay, 0).Microseconds(), a.Err, a.ID, a.Owner, a.Version.UTC()}
 }
 
+// MySQLMarkUndecodable makes dead a row the claim's transaction just
+// leased that cannot become a message (its event_id or headers do not
+// decode), as MarkUndecodable does: the attempt counts, and the row's
+// error says why. It runs in the claim's transaction, so one bad row
+// neither fails every claim nor is claimed again. Binds
+// MySQLUndecodableArgs.
+const MySQLMarkUndecodable = `UPDATE {{table}}
+SET state = 'dead', attempts = attempts + 1, last_error = ?, lease_owner = NULL, lease_expires_at = NULL
+WHERE id = ? AND lease_owner = ? AND lease_expires_at = ? AND state IN ('pending', 'claimed')`
+
+// MySQLUndecodableArgs binds MySQLMarkUndecodable.
+type MySQLUndecodableArgs struct {
+	ID      int64
+	Err     string
+	Owner   string
+	Version time.Time // the claim's
+}
+
+// Args returns the parameters in order.
+func (a MySQLUndecodableArgs) Args() []any { return []any{a.Err, a.ID, a.Owner, a.Version.UTC()} }
+
 // MySQLFailOutcome reads the state of the failed rows recorded (dead or
 // pending), in the transaction that recorded them. Binds MySQLIDsArgs.
 func MySQLFailOutcome(n Names, ids int) string {
@@ -367,5 +388,6 @@ func mysqlRelayStatements(n Names) map[string]string {
 		"MySQLRelease(3)":       MySQLRelease(n, 3),
 		"MySQLFail":             n.Render(MySQLFail),
 		"MySQLFailOutcome(3)":   MySQLFailOutcome(n, 3),
+		"MySQLMarkUndecodable":  n.Render(MySQLMarkUndecodable),
 	}
 }

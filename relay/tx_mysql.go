@@ -1,0 +1,114 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
+)
+
+// mysqlTx runs the relay's transactions on MySQL and MariaDB, each on a
+// connection of its own: it sets the session's lock waits
+// (outboxsql.MySQLLockWaits, from Config.LockTimeout, whole seconds, at
+// least one) and the server's statement time limit (MySQLServer's
+// StatementTime, from Config.StatementTimeout), then runs the statements
+// in a READ COMMITTED transaction. Neither server has a per-transaction
+// form of either setting, so they are the connection's, set again before
+// every transaction. The client's deadline is a backstop: MySQL's limit
+// bounds its SELECTs only, MariaDB's every statement.
+//
+// While the table is locked out (see lockout), a transaction that heeds
+// it does not run: it fails with errLockedOut, as tableTx's do.
+type mysqlTx struct {
+	db *sql.DB
+	// server is which server it is (outboxsql.MySQLServerOf), read on the
+	// first connection: serverKnown says it was.
+	server      atomic.Uint32
+	serverKnown atomic.Bool
+	timeout     time.Duration // Config.StatementTimeout
+	lock        time.Duration // Config.LockTimeout
+	out         *lockout
+}
+
+// conn takes a connection from the pool with the session's settings set.
+func (t *mysqlTx) conn(ctx context.Context) (*sql.Conn, error) {
+	conn, err := t.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.session(ctx, conn, t.lock); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// session sets conn's lock waits to lock and its statement time limit.
+func (t *mysqlTx) session(ctx context.Context, conn *sql.Conn, lock time.Duration) error {
+	if _, err := conn.ExecContext(ctx, outboxsql.MySQLLockWaits, outboxsql.MySQLLockWaitsArgs{Wait: lock}.Args()...); err != nil {
+		return fmt.Errorf("set the lock waits: %w", err)
+	}
+	server, err := t.serverOf(ctx, conn)
+	if err != nil {
+		return err
+	}
+	limit := outboxsql.MySQLStatementTimeArgs{Server: server, Limit: t.timeout}
+	if _, err := conn.ExecContext(ctx, server.StatementTime(), limit.Args()...); err != nil {
+		return fmt.Errorf("set the statement time limit: %w", err)
+	}
+	return nil
+}
+
+// serverOf returns which server conn's is, reading its version once.
+func (t *mysqlTx) serverOf(ctx context.Context, conn *sql.Conn) (outboxsql.MySQLServer, error) {
+	if t.serverKnown.Load() {
+		return outboxsql.MySQLServer(t.server.Load()), nil
+	}
+	var v string
+	if err := conn.QueryRowContext(ctx, outboxsql.DialectProbe).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read the server's version: %w", err)
+	}
+	s := outboxsql.MySQLServerOf(v)
+	t.server.Store(uint32(s))
+	t.serverKnown.Store(true)
+	return s, nil
+}
+
+// run runs fn in a READ COMMITTED transaction and commits it; heed: fail
+// with errLockedOut without running while the table is locked out.
+func (t *mysqlTx) run(ctx context.Context, heed bool, fn func(*sql.Tx) error) error {
+	if heed && t.out != nil && t.out.locked() {
+		return errLockedOut
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*t.timeout+t.lock)
+	defer cancel()
+	conn, err := t.conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// queryAll runs query in tx and reads the first column of its rows.
+func queryAll[T any](ctx context.Context, tx *sql.Tx, query string, args ...any) ([]T, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return scanAll[T](rows)
+}
