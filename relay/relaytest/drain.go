@@ -100,9 +100,6 @@ func Drain(ctx context.Context, db *sql.DB, pub message.Publisher, cfg relay.Con
 	if db == nil {
 		return fmt.Errorf("%w: db is nil", relay.ErrInvalidConfig)
 	}
-	if d, err := txoutbox.DialectOf(db); err == nil && d == txoutbox.MySQL {
-		return fmt.Errorf("%w: relaytest.Drain does not run on MySQL yet: run relay.New's relay and wait for the events (see docs/mysql.md)", relay.ErrInvalidConfig)
-	}
 	var o drainOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -111,7 +108,11 @@ func Drain(ctx context.Context, db *sql.DB, pub message.Publisher, cfg relay.Con
 	if err != nil {
 		return err
 	}
-	names, err := outboxsql.NamesFor(cfg.Table.Schema, cfg.Table.Name)
+	dialect, err := txoutbox.DetectDialect(ctx, db)
+	if err != nil {
+		return fmt.Errorf("%w: %w", relay.ErrInvalidConfig, err)
+	}
+	names, err := outboxsql.NamesForDialect(outboxsql.Dialect(dialect), cfg.Table.Schema, cfg.Table.Name)
 	if err != nil {
 		return fmt.Errorf("%w: %w", relay.ErrInvalidConfig, err)
 	}
@@ -121,7 +122,7 @@ func Drain(ctx context.Context, db *sql.DB, pub message.Publisher, cfg relay.Con
 		defer cancel()
 	}
 	deadline, _ := ctx.Deadline()
-	w := waiter{db: db, table: cfg.Table, names: names, deadline: deadline, clock: o.clock}
+	w := waiter{db: db, table: cfg.Table, names: names, mysql: dialect == txoutbox.MySQL, deadline: deadline, clock: o.clock}
 	q := outboxtest.InTable(db, cfg.Table)
 	dead, err := deadEvents(ctx, db, q, cfg.Table, nil)
 	if err != nil {
@@ -184,6 +185,7 @@ type waiter struct {
 	db       *sql.DB
 	table    txoutbox.Table
 	names    outboxsql.Names
+	mysql    bool // the outbox is MySQL's: its statements are outboxsql.MySQLTest*
 	deadline time.Time
 	clock    func() time.Time // WithClock's, or nil
 }
@@ -240,7 +242,11 @@ func (w waiter) check(ctx context.Context) (outcome, error) {
 		return waiting, nil
 	}
 	if w.clock != nil {
-		if _, err := w.db.ExecContext(ctx, w.names.Render(outboxsql.TestAdvance), outboxsql.TestDrainArgs{Time: w.clock()}.Args()...); err != nil {
+		query, args := outboxsql.TestAdvance, outboxsql.TestDrainArgs{Time: w.clock()}.Args()
+		if w.mysql {
+			query, args = outboxsql.MySQLTestAdvance, outboxsql.MySQLTestDrainArgs{Time: w.clock()}.Args()
+		}
+		if _, err := w.db.ExecContext(ctx, w.names.Render(query), args...); err != nil {
 			return waiting, fmt.Errorf("make the events due by the clock: %w", err)
 		}
 	}
@@ -265,6 +271,16 @@ type leftRows struct {
 // may still be published before the deadline.
 func (w waiter) left(ctx context.Context) (leftRows, error) {
 	var l leftRows
+	if w.mysql {
+		var now outboxsql.MySQLTime // the DSN need not say parseTime=true
+		err := w.db.QueryRowContext(ctx, w.names.Render(outboxsql.MySQLTestDrainable), outboxsql.MySQLTestDrainArgs{Time: w.deadline, Drainable: true}.Args()...).
+			Scan(&l.any, &l.drainable, &now)
+		if err != nil {
+			return leftRows{}, fmt.Errorf("look for events to wait for: %w", err)
+		}
+		l.now = now.Time
+		return l, nil
+	}
 	err := w.db.QueryRowContext(ctx, w.names.Render(outboxsql.TestDrainable), outboxsql.TestDrainArgs{Time: w.deadline}.Args()...).
 		Scan(&l.any, &l.drainable, &l.now)
 	if err != nil {
