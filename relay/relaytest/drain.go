@@ -95,6 +95,10 @@ func WithClock(now func() time.Time) DrainOption {
 // scheduled after the deadline, and events held behind them, it returns at
 // once an error matching ErrScheduled too. An invalid cfg is relay.New's
 // error.
+//
+// db is a PostgreSQL or a MySQL/MariaDB database, told apart as
+// txoutbox.DetectDialect does; Drain, its errors and WithClock are the
+// same on both.
 func Drain(ctx context.Context, db *sql.DB, pub message.Publisher, cfg relay.Config, opts ...DrainOption) error {
 	setDefaults(&cfg)
 	if db == nil {
