@@ -3,6 +3,7 @@ package txoutbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 //
 // The counts are exact up to StatsExactMax rows and estimates beyond
 // (BacklogEstimated, DeadEstimated), so that reading them costs the same
-// with a backlog of a thousand rows or of forty million.
+// with a backlog of a thousand rows or of forty million. On MySQL and
+// MariaDB a count stops at StatsExactMax, its flag set (see ReadStats).
 type Stats struct {
 	// Backlog counts unpublished events (pending or claimed) that are due:
 	// Scheduled ones are not part of it.
@@ -94,10 +96,26 @@ type TopicStats struct {
 // for each event held behind a scheduled one ahead of it (StatsExactMax at
 // most), whatever the backlog and the dead letters (see Stats). Lag is
 // measured with the database clock.
+//
+// On MySQL and MariaDB (the dialect of db, as DetectDialect finds it) it
+// reads the same fields in one statement, with two differences the schema
+// makes: a count that reaches StatsExactMax stays there, flagged by its
+// Estimated field, as InnoDB has no statistics close enough to estimate
+// the rest (a Backlog flagged so is at least its value); and the walk for
+// DueLag has no cap, so with many events held behind scheduled ones it
+// reads them all, bounded by ctx (and is zero when every due event is
+// held).
 func ReadStats(ctx context.Context, db *sql.DB, table Table) (Stats, error) {
-	names, err := outboxsql.NamesFor(table.Schema, table.Name)
+	dialect, err := DetectDialect(ctx, db)
+	if err != nil {
+		return Stats{}, fmt.Errorf("read outbox stats: %w", err)
+	}
+	names, err := outboxsql.NamesForDialect(outboxsql.Dialect(dialect), table.Schema, table.Name)
 	if err != nil {
 		return Stats{}, err
+	}
+	if dialect == MySQL {
+		return readMySQLStats(ctx, db, names)
 	}
 	return readStats(ctx, db, names)
 }
@@ -115,6 +133,31 @@ func readStats(ctx context.Context, db *sql.DB, names outboxsql.Names) (Stats, e
 		return Stats{}, fmt.Errorf("read outbox stats: %w", err)
 	}
 	s.setCounts(outboxsql.CountsOf(s.Backlog, s.Dead, s.Scheduled))
+	s.setTimes(now, oldest, due, next)
+	return s, nil
+}
+
+// readMySQLStats is readStats on MySQL (outboxsql.MySQLStats). The times
+// scan into MySQLTime, as the DSN need not say parseTime=true.
+func readMySQLStats(ctx context.Context, db *sql.DB, names outboxsql.Names) (Stats, error) {
+	var (
+		s                        Stats
+		unpublished              int64
+		oldest, due, next, clock outboxsql.MySQLTime
+	)
+	args := outboxsql.MySQLCountArgs{Cap: StatsExactMax, Counts: 3}.Args()
+	if err := db.QueryRowContext(ctx, names.Render(outboxsql.MySQLStats), args...).Scan(&unpublished, &s.Dead, &s.Scheduled, &oldest, &due, &next, &clock); err != nil {
+		return Stats{}, fmt.Errorf("read outbox stats: %w", err)
+	}
+	s.setCounts(outboxsql.CountsOf(unpublished, s.Dead, s.Scheduled))
+	nullTime := func(t outboxsql.MySQLTime) sql.NullTime { return sql.NullTime{Time: t.Time, Valid: t.Valid} }
+	s.setTimes(clock.Time, nullTime(oldest), nullTime(due), nullTime(next))
+	return s, nil
+}
+
+// setTimes sets Lag and DueLag from the due times oldest and due read at
+// the database clock now, and NextScheduled.
+func (s *Stats) setTimes(now time.Time, oldest, due, next sql.NullTime) {
 	if oldest.Valid {
 		s.Lag = max(now.Sub(oldest.Time), 0)
 	}
@@ -124,7 +167,6 @@ func readStats(ctx context.Context, db *sql.DB, names outboxsql.Names) (Stats, e
 	if next.Valid {
 		s.NextScheduled = next.Time
 	}
-	return s, nil
 }
 
 // ReadTopicStats is ReadStats with a per-topic breakdown in Stats.Topics.
@@ -132,7 +174,19 @@ func readStats(ctx context.Context, db *sql.DB, names outboxsql.Names) (Stats, e
 // (schema version 6) and one descent to the next topic, so its cost grows
 // with the number of topics, not of events; it suits a CLI or a dashboard
 // refresh rather than a tight health check.
+//
+// On MySQL and MariaDB it returns an error matching errors.ErrUnsupported
+// and reads nothing: the MySQL schema has no index of the dead events by
+// topic, so a topic's dead count would read every published row of the
+// topic. ReadStats has the totals.
 func ReadTopicStats(ctx context.Context, db *sql.DB, table Table) (Stats, error) {
+	dialect, err := DetectDialect(ctx, db)
+	if err != nil {
+		return Stats{}, fmt.Errorf("read topic stats: %w", err)
+	}
+	if dialect == MySQL {
+		return Stats{}, fmt.Errorf("read topic stats: %w on MySQL: the schema has no index of the dead events by topic; ReadStats reads the totals", errors.ErrUnsupported)
+	}
 	names, err := outboxsql.NamesFor(table.Schema, table.Name)
 	if err != nil {
 		return Stats{}, err

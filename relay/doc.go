@@ -308,6 +308,10 @@
 //     in MySQL), a partitioned outbox (at Run), NewGroup and FindTables;
 //     CheckGrants checks nothing and returns nil.
 //
+// relaytest.Drain runs this relay on MySQL as on PostgreSQL, and
+// txoutbox.ReadStats reads a MySQL outbox's figures (its counts stop at
+// txoutbox.StatsExactMax instead of being estimated beyond).
+//
 // # Many outboxes: a schema per tenant
 //
 // A Group serves the outbox tables of many schemas of one database (a

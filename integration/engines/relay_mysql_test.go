@@ -439,16 +439,6 @@ func TestMySQLRelayRefusals(t *testing.T) {
 	}
 }
 
-// relaytest.Drain does not run on MySQL yet: it says so.
-func TestMySQLRelaytestDrainRefused(t *testing.T) {
-	t.Parallel()
-	b := setupMySQLRelay(t)
-	err := relaytest.Drain(context.Background(), b.db, relaytest.NewPublisher(), relay.Config{})
-	if !errors.Is(err, relay.ErrInvalidConfig) {
-		t.Fatalf("Drain on MySQL: %v, want ErrInvalidConfig", err)
-	}
-}
-
 // testWriter writes a relay's log lines to the test's log.
 type testWriter struct{ t *testing.T }
 

@@ -159,6 +159,42 @@ const MySQLTestEvents = `SELECT id, event_id, topic, aggregate_type, aggregate_i
        payload, CAST(headers AS CHAR), created_at, not_before, state, attempts, COALESCE(last_error, '')
 FROM {{table}} ORDER BY id`
 
+// MySQLTestDrainable is TestDrainable on MySQL: whether unpublished rows
+// are left, whether one of them may still be published by the time bound
+// (MySQLTestDrainArgs), and the database clock. A row's retry_at is its
+// not_before until it is tried (MySQLInsert), as on PostgreSQL.
+const MySQLTestDrainable = `SELECT EXISTS (SELECT 1 FROM {{table}} WHERE state IN ('pending', 'claimed')),
+    EXISTS (SELECT 1 FROM {{table}} o
+            WHERE o.state IN ('pending', 'claimed') AND NOT COALESCE(o.not_before > ? AND o.retry_at > ?, FALSE)
+              AND NOT EXISTS (SELECT 1 FROM {{table}} h
+                              WHERE h.aggregate_id = o.aggregate_id AND h.id < o.id AND h.state IN ('pending', 'claimed')
+                                AND h.not_before > ? AND h.retry_at > ?)),
+    UTC_TIMESTAMP(6)`
+
+// MySQLTestAdvance is TestAdvance on MySQL: it makes the unpublished rows
+// scheduled no later than the time bound (MySQLTestDrainArgs) due now by
+// moving retry_at, which the claim reads, and leaves not_before (and
+// due_at, which follows it) as written.
+const MySQLTestAdvance = `UPDATE {{table}} SET retry_at = UTC_TIMESTAMP(6)
+WHERE state IN ('pending', 'claimed') AND not_before > UTC_TIMESTAMP(6) AND not_before <= ? AND retry_at = not_before`
+
+// MySQLTestDrainArgs binds MySQLTestDrainable (Drainable) and
+// MySQLTestAdvance.
+type MySQLTestDrainArgs struct {
+	Time      time.Time // Drain's deadline (MySQLTestDrainable), the test's clock (MySQLTestAdvance)
+	Drainable bool
+}
+
+// Args returns the parameters in order, the time in UTC as the columns
+// hold it.
+func (a MySQLTestDrainArgs) Args() []any {
+	t := a.Time.UTC()
+	if a.Drainable {
+		return []any{t, t, t, t}
+	}
+	return []any{t}
+}
+
 // The migrator's statements. MySQL commits before and after every DDL
 // statement, so a migration is not one transaction as on PostgreSQL: the
 // migrator serializes runs with a named lock (GET_LOCK, held by its
@@ -216,6 +252,8 @@ func MySQLStatements() map[string]string {
 		"MySQLInboxClaim":    inbox.Render(MySQLInboxClaim),
 		"MySQLInboxPrune":    inbox.Render(MySQLInboxPrune),
 		"MySQLTestEvents":    n.Render(MySQLTestEvents),
+		"MySQLTestDrainable": n.Render(MySQLTestDrainable),
+		"MySQLTestAdvance":   n.Render(MySQLTestAdvance),
 		"MySQLMigrateLock":   MySQLMigrateLock,
 		"MySQLMigrateUnlock": MySQLMigrateUnlock,
 		"MySQLVersionTable":  n.Render(MySQLVersionTable),

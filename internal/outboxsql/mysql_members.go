@@ -354,17 +354,44 @@ const MySQLStatsLags = `SELECT ` + mysqlOldestUnpublished + `,
 // table, published ones too, so it estimates neither. Binds
 // MySQLCountArgs.
 const MySQLStatsBacklogScheduled = `SELECT
-  (SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_fresh_idx) WHERE lane IN (1, 2) LIMIT ?) b),
-  (SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_due_idx)
+  ` + mysqlUnpublishedCount + `,
+  ` + mysqlScheduledCount + ``
+
+// mysqlUnpublishedCount and mysqlScheduledCount are
+// MySQLStatsBacklogScheduled's counts, each binding its cap.
+const (
+	mysqlUnpublishedCount = `(SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_fresh_idx) WHERE lane IN (1, 2) LIMIT ?) b)`
+	mysqlScheduledCount   = `(SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_due_idx)
        WHERE lane = 2 AND due_at > UTC_TIMESTAMP(6) AND not_before > UTC_TIMESTAMP(6) LIMIT ?) s)`
+)
 
 // MySQLStatsDead is StatsDead: the dead rows, counted on outbox_state_idx
 // up to Cap, with no estimate beyond (see MySQLStatsBacklogScheduled).
 // Binds MySQLCountArgs.
-const MySQLStatsDead = `SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_state_idx) WHERE state = 'dead' LIMIT ?) d`
+const MySQLStatsDead = `SELECT ` + mysqlDeadCount
+
+// mysqlDeadCount is MySQLStatsDead's count, as a scalar subquery.
+const mysqlDeadCount = `(SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_state_idx) WHERE state = 'dead' LIMIT ?) d)`
+
+// MySQLStats is txoutbox.ReadStats on MySQL, in one statement: the
+// unpublished, dead and scheduled rows counted up to a cap each
+// (MySQLCountArgs, Counts 3; no estimate beyond, see
+// MySQLStatsBacklogScheduled), the earliest due time of the unpublished
+// rows, that of the due rows not held behind a scheduled row
+// (mysqlOldestDue, whose walk has no cap), when the next scheduled row is
+// due (as MySQLOpsCounts reads it), and the database clock. NULL times
+// when there is none.
+const MySQLStats = `SELECT
+  ` + mysqlUnpublishedCount + `,
+  ` + mysqlDeadCount + `,
+  ` + mysqlScheduledCount + `,
+  ` + mysqlOldestUnpublished + `,
+  ` + mysqlOldestDue + `,
+  ` + mysqlNextScheduled + `,
+  UTC_TIMESTAMP(6)`
 
 // MySQLCountArgs binds MySQLStatsBacklogScheduled (Counts 2),
-// MySQLStatsDead (Counts 1) and MySQLOpsCounts (Counts 3): the cap, once
+// MySQLStatsDead (Counts 1), MySQLStats and MySQLOpsCounts (Counts 3): the cap, once
 // per count.
 type MySQLCountArgs struct {
 	Cap    int
@@ -522,6 +549,7 @@ func mysqlMemberStatements(n Names) map[string]string {
 		"MySQLStatsLags":             n.Render(MySQLStatsLags),
 		"MySQLStatsBacklogScheduled": n.Render(MySQLStatsBacklogScheduled),
 		"MySQLStatsDead":             n.Render(MySQLStatsDead),
+		"MySQLStats":                 n.Render(MySQLStats),
 		"MySQLLockWaits":             MySQLLockWaits,
 		"MySQLLockProbe[0]":          n.Render(MySQLLockProbe[0]),
 		"MySQLLockProbe[1]":          n.Render(MySQLLockProbe[1]),

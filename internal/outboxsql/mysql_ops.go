@@ -448,7 +448,7 @@ const MySQLOpsCounts = `SELECT
     (SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_due_idx)
         WHERE lane IN (1, 2) AND due_at > UTC_TIMESTAMP(6) AND not_before > UTC_TIMESTAMP(6) LIMIT ?) s),
     LEAST(COALESCE(` + mysqlOldestDue1 + `, ` + mysqlOldestDue2 + `), COALESCE(` + mysqlOldestDue2 + `, ` + mysqlOldestDue1 + `)),
-    LEAST(COALESCE(` + mysqlNextScheduled1 + `, ` + mysqlNextScheduled2 + `), COALESCE(` + mysqlNextScheduled2 + `, ` + mysqlNextScheduled1 + `)),
+    ` + mysqlNextScheduled + `,
     (SELECT COALESCE(MAX(id), 0) FROM {{table}}),
     UTC_TIMESTAMP(6)`
 
@@ -460,6 +460,10 @@ const (
 	mysqlOldestDue1 = `(SELECT MIN(due_at) FROM {{table}} FORCE INDEX (outbox_due_idx) WHERE lane = 1)`
 	mysqlOldestDue2 = `(SELECT MIN(due_at) FROM {{table}} FORCE INDEX (outbox_due_idx) WHERE lane = 2)`
 )
+
+// mysqlNextScheduled is when the next scheduled row is due, of both
+// lanes (see mysqlOldestDue1 for the COALESCEs).
+const mysqlNextScheduled = `LEAST(COALESCE(` + mysqlNextScheduled1 + `, ` + mysqlNextScheduled2 + `), COALESCE(` + mysqlNextScheduled2 + `, ` + mysqlNextScheduled1 + `))`
 
 // mysqlNextScheduled1 and mysqlNextScheduled2 are the due time of the
 // next scheduled first attempt and retry: outbox_due_idx from now on, up

@@ -95,13 +95,14 @@ func WithClock(now func() time.Time) DrainOption {
 // scheduled after the deadline, and events held behind them, it returns at
 // once an error matching ErrScheduled too. An invalid cfg is relay.New's
 // error.
+//
+// db is a PostgreSQL or a MySQL/MariaDB database, told apart as
+// txoutbox.DetectDialect does; Drain, its errors and WithClock are the
+// same on both.
 func Drain(ctx context.Context, db *sql.DB, pub message.Publisher, cfg relay.Config, opts ...DrainOption) error {
 	setDefaults(&cfg)
 	if db == nil {
 		return fmt.Errorf("%w: db is nil", relay.ErrInvalidConfig)
-	}
-	if d, err := txoutbox.DialectOf(db); err == nil && d == txoutbox.MySQL {
-		return fmt.Errorf("%w: relaytest.Drain does not run on MySQL yet: run relay.New's relay and wait for the events (see docs/mysql.md)", relay.ErrInvalidConfig)
 	}
 	var o drainOptions
 	for _, opt := range opts {
@@ -111,7 +112,11 @@ func Drain(ctx context.Context, db *sql.DB, pub message.Publisher, cfg relay.Con
 	if err != nil {
 		return err
 	}
-	names, err := outboxsql.NamesFor(cfg.Table.Schema, cfg.Table.Name)
+	dialect, err := txoutbox.DetectDialect(ctx, db)
+	if err != nil {
+		return fmt.Errorf("%w: %w", relay.ErrInvalidConfig, err)
+	}
+	names, err := outboxsql.NamesForDialect(outboxsql.Dialect(dialect), cfg.Table.Schema, cfg.Table.Name)
 	if err != nil {
 		return fmt.Errorf("%w: %w", relay.ErrInvalidConfig, err)
 	}
@@ -121,7 +126,7 @@ func Drain(ctx context.Context, db *sql.DB, pub message.Publisher, cfg relay.Con
 		defer cancel()
 	}
 	deadline, _ := ctx.Deadline()
-	w := waiter{db: db, table: cfg.Table, names: names, deadline: deadline, clock: o.clock}
+	w := waiter{db: db, table: cfg.Table, names: names, mysql: dialect == txoutbox.MySQL, deadline: deadline, clock: o.clock}
 	q := outboxtest.InTable(db, cfg.Table)
 	dead, err := deadEvents(ctx, db, q, cfg.Table, nil)
 	if err != nil {
@@ -184,6 +189,7 @@ type waiter struct {
 	db       *sql.DB
 	table    txoutbox.Table
 	names    outboxsql.Names
+	mysql    bool // the outbox is MySQL's: its statements are outboxsql.MySQLTest*
 	deadline time.Time
 	clock    func() time.Time // WithClock's, or nil
 }
@@ -240,7 +246,11 @@ func (w waiter) check(ctx context.Context) (outcome, error) {
 		return waiting, nil
 	}
 	if w.clock != nil {
-		if _, err := w.db.ExecContext(ctx, w.names.Render(outboxsql.TestAdvance), outboxsql.TestDrainArgs{Time: w.clock()}.Args()...); err != nil {
+		query, args := outboxsql.TestAdvance, outboxsql.TestDrainArgs{Time: w.clock()}.Args()
+		if w.mysql {
+			query, args = outboxsql.MySQLTestAdvance, outboxsql.MySQLTestDrainArgs{Time: w.clock()}.Args()
+		}
+		if _, err := w.db.ExecContext(ctx, w.names.Render(query), args...); err != nil {
 			return waiting, fmt.Errorf("make the events due by the clock: %w", err)
 		}
 	}
@@ -265,6 +275,16 @@ type leftRows struct {
 // may still be published before the deadline.
 func (w waiter) left(ctx context.Context) (leftRows, error) {
 	var l leftRows
+	if w.mysql {
+		var now outboxsql.MySQLTime // the DSN need not say parseTime=true
+		err := w.db.QueryRowContext(ctx, w.names.Render(outboxsql.MySQLTestDrainable), outboxsql.MySQLTestDrainArgs{Time: w.deadline, Drainable: true}.Args()...).
+			Scan(&l.any, &l.drainable, &now)
+		if err != nil {
+			return leftRows{}, fmt.Errorf("look for events to wait for: %w", err)
+		}
+		l.now = now.Time
+		return l, nil
+	}
 	err := w.db.QueryRowContext(ctx, w.names.Render(outboxsql.TestDrainable), outboxsql.TestDrainArgs{Time: w.deadline}.Args()...).
 		Scan(&l.any, &l.drainable, &l.now)
 	if err != nil {
