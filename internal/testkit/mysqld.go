@@ -50,7 +50,7 @@ func (m MySQLd) Lock(ctx context.Context) (unlock func(), err error) {
 	return Cluster{Version: "mariadb", Name: "chaos", Port: m.Port}.Lock(ctx)
 }
 
-func (m MySQLd) socket() string { return filepath.Join(m.Dir, "mysqld.sock") }
+func (m MySQLd) socket() string  { return filepath.Join(m.Dir, "mysqld.sock") }
 func (m MySQLd) pidFile() string { return filepath.Join(m.Dir, "mysqld.pid") }
 
 // Ensure creates the data directory if it does not exist, starts the
