@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
 )
 
 // World is a running scenario, handed to its fault.
@@ -191,6 +190,9 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 	res.Scenario = plan.Name
 	res.Mode = plan.Flags.Mode
 	res.Broker = broker.Name()
+	if env.MySQL() {
+		res.DB = "mariadb"
+	}
 	res.RolledBack = writers.RolledBack()
 	res.Crashes = fleet.Kills()
 	res.SameIDRestarts = fleet.Restarts()

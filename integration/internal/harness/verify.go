@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"time"
-
 )
 
 // dbRow is what the verifier needs of an outbox row.
