@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 	gormmysql "gorm.io/driver/mysql"
 	gormpg "gorm.io/driver/postgres"
@@ -177,6 +180,9 @@ func newMySQLWriters(ctx context.Context, env *Env, cfg WriteConfig) (*Writers, 
 	if cfg.AsyncCommit {
 		return nil, errors.New("writers: AsyncCommit is PostgreSQL's synchronous_commit = off")
 	}
+	// The driver logs every connection a database crash or a partition
+	// breaks, to stderr; the writers book those failures themselves.
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
 	gdb, err := gorm.Open(gormmysql.Open(env.DB.DSN()), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return nil, fmt.Errorf("open gorm: %w", err)
