@@ -69,8 +69,13 @@ func newLargeStore(ctx context.Context, env *Env, cfg LargeConfig) (*largeStore,
 	if err != nil {
 		return nil, err
 	}
-	// The keys claimcheck.Store.Key gives the scenario's table.
+	// The keys claimcheck.Store.Key gives the scenario's table: on MySQL
+	// the table has no schema (the relay's Table.Schema is empty; its
+	// database is the connection's).
 	prefix := claimcheck.PrefixDefault + url.PathEscape(env.DB.Schema) + "." + url.PathEscape(txoutbox.TableNameDefault) + "/"
+	if env.MySQL() {
+		prefix = claimcheck.PrefixDefault + url.PathEscape(txoutbox.TableNameDefault) + "/"
+	}
 	return &largeStore{cfg: cfg, s3: s3, bucket: bucket, prefix: prefix, proxies: map[string]*Proxy{}}, nil
 }
 
