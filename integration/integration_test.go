@@ -200,6 +200,12 @@ func runIn(t *testing.T, plan harness.Plan, kafka []string, lane slots) harness.
 		Cluster: cluster,
 		Kafka:   kafka,
 	}
+	return runEnv(t, env, plan)
+}
+
+// runEnv runs plan in env, set up by the caller, which holds its lane.
+func runEnv(t *testing.T, env *harness.Env, plan harness.Plan) harness.Result {
+	t.Helper()
 	limit := 4 * time.Minute
 	if *soak {
 		limit = 3 * time.Hour // run with -timeout 4h

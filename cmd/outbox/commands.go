@@ -58,7 +58,7 @@ var commands = []*command{
 		{name: "partition", usage: "[--size 1000000]", run: withAction("partition", runMigrate), mysql: true},
 	}},
 	{name: "relay", summary: "run the relay: publish the outbox to Kafka until SIGINT/SIGTERM",
-		usage: "--brokers B | --dev-broker [--schemas PATTERN] [--tls-ca F] [--sasl-mechanism M] [--metrics-addr :9464]", run: runRelay},
+		usage: "--brokers B | --dev-broker [--schemas PATTERN] [--tls-ca F] [--sasl-mechanism M] [--metrics-addr :9464]", run: runRelay, mysql: true},
 	{name: "replay", summary: "publish again the events published since a time, through the relays",
 		usage: "--since 2h [--topic T] [--aggregate A] [--dry-run]", run: runReplay},
 	{name: "status", summary: "show backlog, lag and dead events, and the relays with their shards",

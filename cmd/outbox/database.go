@@ -53,7 +53,7 @@ func refuseMySQL(fs *flag.FlagSet) error {
 	if f == nil || !isMySQL(f.Value.String()) {
 		return nil
 	}
-	return usagef("%s does not run on MySQL/MariaDB (docs/mysql.md says what does); outbox migrate up, status, down and export do", fs.Name())
+	return usagef("%s does not run on MySQL/MariaDB (docs/mysql.md says what does); outbox migrate up, status, down and export, and outbox relay, do", fs.Name())
 }
 
 // redactMySQLDSN is the driver's DSN without its password: it sits between

@@ -124,6 +124,16 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	if *claimConns > 0 && !schemas.set() {
 		return usagef("--claim-conns is for a relay of many tables (--schemas); one table's claims take the pool's connections")
 	}
+	if common.mysql() {
+		// The polling relay runs on MySQL/MariaDB; a group of tables and
+		// the WAL relay do not (yet).
+		switch {
+		case *mode == "wal":
+			return usagef("--mode wal: reads PostgreSQL's write-ahead log; on MySQL/MariaDB run --mode poll (see docs/mysql.md)")
+		case schemas.set():
+			return usagef("--schemas: a relay of many tables does not run on MySQL/MariaDB yet, where a schema is a database: run a relay per database, each named in --database-url (see docs/mysql.md)")
+		}
+	}
 	var gcfg relay.GroupConfig
 	if schemas.set() {
 		if *mode != "poll" {
@@ -194,19 +204,23 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 			return err
 		}
 	case *mode == "wal":
-		if err := checkRelaySchema(ctx, db, table, cfg.StatementTimeout); err != nil {
+		if err := checkRelaySchema(ctx, db, common.databaseURL, table, cfg.StatementTimeout); err != nil {
 			return err
 		}
 		db.Close() // the WAL relay opens connections of its own
 	default:
-		names, err := outboxsql.NamesFor(table.Schema, table.Name)
-		if err != nil {
-			return usagef("%v", err)
+		// grants.Check reads PostgreSQL's catalogs; on MySQL the relay's
+		// first statements name a missing privilege.
+		if !common.mysql() {
+			names, err := outboxsql.NamesFor(table.Schema, table.Name)
+			if err != nil {
+				return usagef("%v", err)
+			}
+			if err := grants.Check(ctx, db, "the relay", grants.Relay(names)); err != nil {
+				return err
+			}
 		}
-		if err := grants.Check(ctx, db, "the relay", grants.Relay(names)); err != nil {
-			return err
-		}
-		if err := checkRelaySchema(ctx, db, table, cfg.StatementTimeout); err != nil {
+		if err := checkRelaySchema(ctx, db, common.databaseURL, table, cfg.StatementTimeout); err != nil {
 			return err
 		}
 	}
@@ -248,14 +262,18 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 // checkRelaySchema refuses, before any broker is touched, a table whose
 // schema the relays refuse: they need this release's newest version, and
 // Run checks it again.
-func checkRelaySchema(ctx context.Context, db *sql.DB, table txoutbox.Table, timeout time.Duration) error {
+func checkRelaySchema(ctx context.Context, db *sql.DB, databaseURL string, table txoutbox.Table, timeout time.Duration) error {
 	m, err := migrations.New(db, migrations.Config{Table: table})
 	if err != nil {
 		return usagef("%v", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return m.Check(ctx, migrations.Outbox.Latest())
+	need := migrations.Outbox.Latest()
+	if isMySQL(databaseURL) {
+		need = migrations.Outbox.MySQLLatest()
+	}
+	return m.Check(ctx, need)
 }
 
 // publishing is what a relay and a group of relays share to run: where

@@ -6,6 +6,7 @@
 //	go run ./integration/chaos -soak           # every fault at once over 1,000,000 events
 //	go run ./integration/chaos -run crash -seed 42
 //	go run ./integration/chaos -broker kafka   # the same faults on the real 3-node Apache Kafka cluster
+//	go run ./integration/chaos -db mariadb     # the faults that apply on MariaDB, on a mariadbd of its own (see mariaDBPlans)
 //	go run ./integration/chaos -scale          # the scale scenarios, about an hour (see harness.Scale), and the store's two-minute outage
 //
 //	chaos: committed=N rolled_back=M delivered_unique=N lost=0 phantom=0 order_violations=0 duplicates=D dead=P crashes=K same_id_restarts=S pauses=Z partitions=X admin_ops=A db_crashes=C broker=kfake
@@ -33,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/txoutbox/txoutbox/integration/internal/harness"
@@ -44,15 +46,16 @@ const database = "txoutbox_chaos"
 
 func main() {
 	var (
-		dbURL = flag.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server URL (default $DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres)")
-		soak  = flag.Bool("soak", false, "run only the crash scenario, with 1,000,000 events")
-		scale = flag.Bool("scale", false, "run the scale scenarios instead: a 15-minute broker outage, 50,000 aggregates in backoff, 1,000,000 dead rows under pruning, a 10,000,000-row backlog, asynchronous commits under database crashes, a 1,000,000-event transaction and a DBA at work in WAL mode, 99 tenants writing beside one with a 1,000,000-event backlog, and 185 tenants writing beside 15 held locked for a minute (about an hour)")
-		seed  = flag.Uint64("seed", 0, "random seed (default: the clock)")
-		only  = flag.String("run", "", "run only the scenarios whose name contains this")
-		keep  = flag.Bool("keep", false, "keep the scenario directories (logs, broker data) and schemas")
-		mode  = flag.String("mode", "poll", "relay mode: poll, or wal (the WAL relay's scenarios: kills, same-id restarts, database crashes, partitions, broker outage, slow broker, commit order without row locks, two databases with takeovers)")
-		cport = flag.Int("cluster-port", testkit.ChaosCluster.Port, "port of the PostgreSQL cluster \"chaos\" the database-crash scenarios run on (created if missing)")
-		brk   = flag.String("broker", harness.BrokerKfake, "the broker: kfake (a kfakeproc child per scenario) or kafka (the real 3-node Apache Kafka cluster of .ci/services, or "+kafkatest.EnvClusterBrokers+"; its nodes are killed, paused and partitioned)")
+		dbURL  = flag.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server URL (default $DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres)")
+		soak   = flag.Bool("soak", false, "run only the crash scenario, with 1,000,000 events")
+		scale  = flag.Bool("scale", false, "run the scale scenarios instead: a 15-minute broker outage, 50,000 aggregates in backoff, 1,000,000 dead rows under pruning, a 10,000,000-row backlog, asynchronous commits under database crashes, a 1,000,000-event transaction and a DBA at work in WAL mode, 99 tenants writing beside one with a 1,000,000-event backlog, and 185 tenants writing beside 15 held locked for a minute (about an hour)")
+		seed   = flag.Uint64("seed", 0, "random seed (default: the clock)")
+		only   = flag.String("run", "", "run only the scenarios whose name contains this")
+		keep   = flag.Bool("keep", false, "keep the scenario directories (logs, broker data) and schemas")
+		mode   = flag.String("mode", "poll", "relay mode: poll, or wal (the WAL relay's scenarios: kills, same-id restarts, database crashes, partitions, broker outage, slow broker, commit order without row locks, two databases with takeovers)")
+		cport  = flag.Int("cluster-port", testkit.ChaosCluster.Port, "port of the PostgreSQL cluster \"chaos\" the database-crash scenarios run on (created if missing)")
+		dbKind = flag.String("db", "postgres", "the database: postgres, or mariadb (the polling relay's scenarios whose faults apply on MySQL/MariaDB, on a mariadbd of the suite's own, port 3307, created in "+testkit.ChaosMySQLd.Dir+" on first use and SIGKILLed by db-crash and mixed)")
+		brk    = flag.String("broker", harness.BrokerKfake, "the broker: kfake (a kfakeproc child per scenario) or kafka (the real 3-node Apache Kafka cluster of .ci/services, or "+kafkatest.EnvClusterBrokers+"; its nodes are killed, paused and partitioned)")
 	)
 	flag.Parse()
 	if *dbURL == "" {
@@ -87,7 +90,18 @@ func main() {
 	if *scale {
 		ps, scales = scalePlans()
 	}
-	if err := run(ctx, *dbURL, cluster, kafka, *seed, ps, scales, *only, *keep); err != nil {
+	var mysqld *testkit.MySQLd
+	switch *dbKind {
+	case "postgres":
+	case "mariadb":
+		if *mode != "poll" || *scale {
+			log.Fatalf("chaos: -db mariadb runs the polling relay's scenarios: no -mode wal, no -scale")
+		}
+		ps, mysqld = mariaDBPlans(*soak), &testkit.ChaosMySQLd
+	default:
+		log.Fatalf("chaos: -db %q: want postgres or mariadb", *dbKind)
+	}
+	if err := run(ctx, *dbURL, cluster, mysqld, kafka, *seed, ps, scales, *only, *keep); err != nil {
 		log.SetFlags(0)
 		log.Fatalf("chaos: %v", err)
 	}
@@ -119,6 +133,40 @@ func plans(soak bool, mode string) []harness.Plan {
 		harness.DBCrash(harness.Size{Events: 3000, Over: 15 * time.Second}, 3, 4*time.Second),
 		harness.LeaderElection(harness.Size{Events: 4000, Over: 16 * time.Second}, 3, 5*time.Second, 1500*time.Millisecond),
 		harness.Mixed(harness.Size{Events: 5000, Over: 20 * time.Second}),
+		harness.LargePayloads(harness.Size{Events: 8000, Over: 25 * time.Second}, 10, 3),
+		harness.StoreOutageLarge(harness.Size{Events: 4000, Over: 24 * time.Second}, 15*time.Second),
+	}
+}
+
+// mariaDBPlans are the scenarios of -db mariadb: every fault of the
+// polling relay's that applies on MySQL/MariaDB, each scenario in a
+// database of its own on the suite's mariadbd. Left out:
+//   - db-connection-loss: it finds the relays' connections by
+//     application_name, which MySQL has not (partitions cut them instead);
+//   - admin, and the operators of mixed: outbox dead and replay refuse a
+//     MySQL database yet;
+//   - inbox: the scenario's consumer records its effects in PostgreSQL SQL;
+//   - -mode wal: the WAL relay reads PostgreSQL's write-ahead log;
+//   - the scale scenarios, the tenants' (--schemas) and partitioned
+//     outboxes: a relay group and partitions do not run on MySQL yet.
+func mariaDBPlans(soak bool) []harness.Plan {
+	if soak {
+		return []harness.Plan{harness.MixedMySQL(harness.Size{Events: 1_000_000})}
+	}
+	return []harness.Plan{
+		harness.Crash(harness.Size{Events: 8000, Over: 25 * time.Second}, 10),
+		harness.CommitGap(harness.Size{Events: 2500, Over: 12 * time.Second}),
+		harness.Delayed(harness.Size{Events: 3000, Over: 12 * time.Second}, 4, 3*time.Second),
+		harness.BrokerOutage(harness.Size{Events: 4000, Over: 24 * time.Second}, 10*time.Second),
+		harness.Poison(harness.Size{Events: 2000, Over: 10 * time.Second}, 3),
+		harness.Rebalance(harness.Size{Events: 4000, Over: 20 * time.Second}, 8),
+		harness.SameIDRestart(harness.Size{Events: 5000, Over: 15 * time.Second}, 10, 1200*time.Millisecond),
+		harness.PauseSlowBroker(harness.Size{Events: 3000, Over: 10 * time.Second}, 1, 4*time.Second),
+		harness.SlowBrokerSameID(harness.Size{Events: 4000, Over: 14 * time.Second}, 6*time.Second, 2*time.Second),
+		harness.Partition(harness.Size{Events: 3000, Over: 16 * time.Second}, 2),
+		harness.DBCrash(harness.Size{Events: 3000, Over: 15 * time.Second}, 3, 4*time.Second),
+		harness.LeaderElection(harness.Size{Events: 4000, Over: 16 * time.Second}, 3, 5*time.Second, 1500*time.Millisecond),
+		harness.MixedMySQL(harness.Size{Events: 5000, Over: 20 * time.Second}),
 		harness.LargePayloads(harness.Size{Events: 8000, Over: 25 * time.Second}, 10, 3),
 		harness.StoreOutageLarge(harness.Size{Events: 4000, Over: 24 * time.Second}, 15*time.Second),
 	}
@@ -158,7 +206,7 @@ func walPlans() []harness.Plan {
 	}
 }
 
-func run(ctx context.Context, dbURL string, cluster testkit.Cluster, kafka []string, seed uint64, plans []harness.Plan, scales []harness.Scale, only string, keep bool) error {
+func run(ctx context.Context, dbURL string, cluster testkit.Cluster, mysqld *testkit.MySQLd, kafka []string, seed uint64, plans []harness.Plan, scales []harness.Scale, only string, keep bool) error {
 	dir, err := os.MkdirTemp("", "txoutbox-chaos-")
 	if err != nil {
 		return err
@@ -170,9 +218,23 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, kafka []str
 	if err != nil {
 		return err
 	}
-	serverDB, err := testkit.EnsureDatabase(ctx, dbURL, database)
-	if err != nil {
-		return err
+	if mysqld != nil {
+		// Every MariaDB scenario runs on the suite's own server, taken
+		// for the run: two of them crash it.
+		unlock, err := mysqld.Lock(ctx)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		if _, err := mysqld.Ensure(ctx); err != nil {
+			return fmt.Errorf("-db mariadb needs a server of its own: %w", err)
+		}
+	}
+	serverDB := ""
+	if mysqld == nil {
+		if serverDB, err = testkit.EnsureDatabase(ctx, dbURL, database); err != nil {
+			return err
+		}
 	}
 	var clusterDB string // the chaos cluster's database, set up on first use
 	var (
@@ -187,7 +249,7 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, kafka []str
 		ran++
 		db, own := serverDB, (*testkit.Cluster)(nil)
 		unlock := func() {}
-		if plan.OwnCluster {
+		if plan.OwnCluster && mysqld == nil {
 			// Another process (a test run) may be crashing the cluster.
 			if unlock, err = cluster.Lock(ctx); err != nil {
 				return err
@@ -203,7 +265,7 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, kafka []str
 			}
 			db, own = clusterDB, &cluster
 		}
-		res, err := runOne(ctx, db, own, kafka, bin, dir, seed+uint64(i), plan, keep)
+		res, err := runOne(ctx, db, own, mysqld, kafka, bin, dir, seed+uint64(i), plan, keep)
 		unlock()
 		if err == nil {
 			err = res.Check()
@@ -267,9 +329,10 @@ func runScale(ctx context.Context, serverDB string, kafka []string, bin harness.
 	return line, err
 }
 
-// runOne runs plan in a fresh schema and scenario directory.
-func runOne(ctx context.Context, serverDB string, cluster *testkit.Cluster, kafka []string, bin harness.Binaries, dir string, seed uint64, plan harness.Plan, keep bool) (res harness.Result, err error) {
-	env := &harness.Env{Bin: bin, Seed: seed, Cluster: cluster, Kafka: kafka}
+// runOne runs plan in a fresh schema and scenario directory, or with
+// mysqld in a fresh database on it.
+func runOne(ctx context.Context, serverDB string, cluster *testkit.Cluster, mysqld *testkit.MySQLd, kafka []string, bin harness.Binaries, dir string, seed uint64, plan harness.Plan, keep bool) (res harness.Result, err error) {
+	env := &harness.Env{Bin: bin, Seed: seed, Cluster: cluster, MySQLd: mysqld, Kafka: kafka}
 	err = inScenario(ctx, serverDB, dir, "chaos_", plan.Name, keep, env, func() error {
 		var err error
 		res, err = harness.Run(ctx, env, plan)
@@ -283,6 +346,23 @@ func runOne(ctx context.Context, serverDB string, cluster *testkit.Cluster, kafk
 // schema is dropped after a success unless keep; with keep, a failure
 // says where the logs are.
 func inScenario(ctx context.Context, serverDB, dir, prefix, name string, keep bool, env *harness.Env, run func() error) (err error) {
+	if env.MySQLd != nil {
+		db, drop, err := testkit.CreateMySQLDatabase(ctx, env.MySQLd.URL(), testkit.SchemaName(prefix+name), true)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err == nil && !keep {
+				dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				_ = drop(dctx)
+			} else {
+				db.SQL.Close()
+			}
+		}()
+		env.DB = *db
+		return inDir(dir, name, keep, env, run)
+	}
 	db, err := testkit.CreateSchema(ctx, serverDB, testkit.SchemaName(prefix+name), true)
 	if err != nil {
 		return err
@@ -294,10 +374,16 @@ func inScenario(ctx context.Context, serverDB, dir, prefix, name string, keep bo
 			db.SQL.Close()
 		}
 	}()
+	env.DB = harness.DB{SQL: db.SQL, URL: db.URL, Schema: db.Name}
+	return inDir(dir, name, keep, env, run)
+}
+
+// inDir makes the scenario directory under dir, for the scenario's logs,
+// and calls run.
+func inDir(dir, name string, keep bool, env *harness.Env, run func() error) (err error) {
 	if env.Dir, err = os.MkdirTemp(dir, name+"-"); err != nil {
 		return err
 	}
-	env.DB = harness.DB{SQL: db.SQL, URL: db.URL, Schema: db.Name}
 	env.Logf = func(format string, args ...any) {
 		fmt.Printf("  %s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 	}

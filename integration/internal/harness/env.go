@@ -8,7 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/kafkatest"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
@@ -51,6 +53,9 @@ type Env struct {
 	// Cluster is the PostgreSQL cluster DB lives on, when the scenario
 	// has one of its own (Plan.OwnCluster): the one it may crash.
 	Cluster *testkit.Cluster
+	// MySQLd is the MariaDB server DB lives on, in MariaDB mode (DB is
+	// then a database on it): the server a DBCrashes fault SIGKILLs.
+	MySQLd *testkit.MySQLd
 	// Kafka, if set, is the real Apache Kafka cluster of .ci/services
 	// (kafkatest.ClusterBrokers): the scenario's broker and its faults are
 	// that cluster's nodes instead of a kfakeproc child. The caller holds
@@ -61,6 +66,23 @@ type Env struct {
 	mu   sync.Mutex
 	rng  *rand.Rand
 }
+
+// MySQL reports whether the scenario runs on MySQL/MariaDB (Env.DB is a
+// database there) rather than PostgreSQL.
+func (e *Env) MySQL() bool { return e.DB.Dialect() == txoutbox.MySQL }
+
+// names are the outbox's tables in the scenario's schema, or on MySQL its
+// database.
+func (e *Env) names() (outboxsql.Names, error) {
+	if e.MySQL() {
+		return outboxsql.NamesForDialect(outboxsql.MySQL, "", "")
+	}
+	return outboxsql.NamesFor(e.DB.Schema, "")
+}
+
+// q renders one of the harness's statements for the database: "$1"
+// placeholders become "?" on MySQL and "::text" casts go (testkit.DB.Q).
+func (e *Env) q(query string) string { return e.DB.Q(query) }
 
 // Intn returns a random int in [0, n) from the scenario's seeded source.
 func (e *Env) Intn(n int) int {

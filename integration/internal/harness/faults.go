@@ -318,23 +318,31 @@ func Partitions(min int) Fault {
 	}
 }
 
-// DBCrashes crashes PostgreSQL (stop -m immediate, start) about every
-// period (±30%), at least min times. The scenario runs on a cluster of its
-// own (Plan.OwnCluster), and the writers must book failed commits as
+// DBCrashes crashes PostgreSQL (stop -m immediate, start), or in MariaDB
+// mode the suite's mariadbd (SIGKILL, start), about every period (±30%), at
+// least min times. The scenario runs on a server of its own
+// (Plan.OwnCluster), and the writers must book failed commits as
 // unknown (WriteConfig.UnknownOutcomes). One window per live relay per
 // crash.
 func DBCrashes(min int, period time.Duration) Fault {
 	return func(ctx context.Context, w *World) (int, error) {
-		if w.Env.Cluster == nil {
-			return 0, errors.New("db crashes: the scenario has no cluster of its own (Env.Cluster)")
+		if w.Env.Cluster == nil && w.Env.MySQLd == nil {
+			return 0, errors.New("db crashes: the scenario has no server of its own (Env.Cluster or Env.MySQLd)")
 		}
 		n := 0
 		err := until(ctx, w, min, period*7/10, period*13/10, func(int) error {
 			start := time.Now()
-			if err := w.Env.Cluster.Crash(ctx); err != nil {
-				return err
+			if w.Env.MySQLd != nil {
+				if err := w.Env.MySQLd.Crash(ctx); err != nil {
+					return err
+				}
+				w.Env.Logf("db crash: mariadbd SIGKILLed and back after %s", time.Since(start).Round(time.Millisecond))
+			} else {
+				if err := w.Env.Cluster.Crash(ctx); err != nil {
+					return err
+				}
+				w.Env.Logf("db crash: PostgreSQL stopped with -m immediate and back after %s", time.Since(start).Round(time.Millisecond))
 			}
-			w.Env.Logf("db crash: PostgreSQL stopped with -m immediate and back after %s", time.Since(start).Round(time.Millisecond))
 			w.Tally.add(func(t *Tally) { t.dbCrashes++ })
 			n += len(w.Fleet.Live())
 			return nil

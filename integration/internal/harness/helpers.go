@@ -3,7 +3,6 @@ package harness
 import (
 	"context"
 	"fmt"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"strings"
 	"time"
 
@@ -60,12 +59,12 @@ func holdsClaims(ctx context.Context, env *Env, id string) bool {
 // outboxHas reports whether an outbox row matches the SQL condition where
 // (false if the query fails, as while PostgreSQL is down).
 func outboxHas(ctx context.Context, env *Env, where string, args ...any) bool {
-	names, err := outboxsql.NamesFor(env.DB.Schema, "")
+	names, err := env.names()
 	if err != nil {
 		return false
 	}
 	var ok bool
-	err = env.DB.SQL.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+names.Table+` WHERE `+where+`)`, args...).Scan(&ok)
+	err = env.DB.SQL.QueryRowContext(ctx, env.q(`SELECT EXISTS (SELECT 1 FROM `+names.Table+` WHERE `+where+`)`), args...).Scan(&ok)
 	return err == nil && ok
 }
 

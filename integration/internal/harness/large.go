@@ -19,7 +19,6 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/claimcheck"
 	"github.com/txoutbox/txoutbox/internal/kafkatest"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
@@ -70,8 +69,13 @@ func newLargeStore(ctx context.Context, env *Env, cfg LargeConfig) (*largeStore,
 	if err != nil {
 		return nil, err
 	}
-	// The keys claimcheck.Store.Key gives the scenario's table.
+	// The keys claimcheck.Store.Key gives the scenario's table: on MySQL
+	// the table has no schema (the relay's Table.Schema is empty; its
+	// database is the connection's).
 	prefix := claimcheck.PrefixDefault + url.PathEscape(env.DB.Schema) + "." + url.PathEscape(txoutbox.TableNameDefault) + "/"
+	if env.MySQL() {
+		prefix = claimcheck.PrefixDefault + url.PathEscape(txoutbox.TableNameDefault) + "/"
+	}
 	return &largeStore{cfg: cfg, s3: s3, bucket: bucket, prefix: prefix, proxies: map[string]*Proxy{}}, nil
 }
 
@@ -256,12 +260,12 @@ func emitOrphans(ctx context.Context, w *World, n int) error {
 // events; and once past its retention, Prune removes them.
 func checkLarge(ctx context.Context, w *World, res *Result) error {
 	l := w.large
-	names, err := outboxsql.NamesFor(w.Env.DB.Schema, "")
+	names, err := w.Env.names()
 	if err != nil {
 		return err
 	}
 	digests := map[string]string{} // event id -> the row's SHA-256, for rows over the threshold
-	rows, err := w.Env.DB.SQL.QueryContext(ctx, `SELECT event_id::text, encode(sha256(payload), 'hex') FROM `+names.Table+` WHERE octet_length(payload) > $1`, l.cfg.Over/2)
+	rows, err := w.Env.DB.SQL.QueryContext(ctx, largeRowsQuery(w.Env, names.Table), l.cfg.Over/2)
 	if err != nil {
 		return fmt.Errorf("read the large rows: %w", err)
 	}
@@ -405,4 +409,13 @@ func (l *largeStore) orphans(ctx context.Context, referenced map[string]bool) ([
 		}
 	}
 	return out, newest, nil
+}
+
+// largeRowsQuery selects the event id and the hex SHA-256 of the payload
+// of the rows whose payload is over $1 bytes.
+func largeRowsQuery(env *Env, table string) string {
+	if env.MySQL() {
+		return `SELECT event_id, LOWER(SHA2(payload, 256)) FROM ` + table + ` WHERE LENGTH(payload) > ?`
+	}
+	return `SELECT event_id::text, encode(sha256(payload), 'hex') FROM ` + table + ` WHERE octet_length(payload) > $1`
 }

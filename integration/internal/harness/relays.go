@@ -137,9 +137,13 @@ func NewFleet(env *Env, brokers string, flags RelayFlags) (*Fleet, error) {
 	if len(app) > 63 {
 		app = app[:63]
 	}
-	q := u.Query()
-	q.Set("application_name", app)
-	u.RawQuery = q.Encode()
+	if !env.MySQL() {
+		// The driver would take an unknown parameter as a session
+		// variable: MySQL has no application_name.
+		q := u.Query()
+		q.Set("application_name", app)
+		u.RawQuery = q.Encode()
+	}
 	return &Fleet{env: env, flags: flags, brokers: brokers, dbURL: u.String(), appName: app,
 		live: map[string]*relayProc{}, proxies: map[string]*Proxy{}}, nil
 }
@@ -207,6 +211,9 @@ func (f *Fleet) StartAs(id string) error {
 	}
 	fl := f.flags
 	schema := []string{"--schema", f.env.DB.Schema}
+	if f.env.MySQL() {
+		schema = nil // the database in the URL is the scenario's
+	}
 	if fl.Schemas != "" {
 		schema = []string{"--schemas", fl.Schemas}
 	}

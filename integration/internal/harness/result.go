@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +13,7 @@ type Result struct {
 	Scenario    string
 	Mode        string // the relay mode: "" (poll) or "wal"
 	Broker      string // BrokerKfake ("" too) or BrokerKafka
+	DB          string // "" (PostgreSQL) or "mariadb"
 	LeaderKills int    // brokers leading partitions killed (LeaderKills)
 	// The claim check's (Plan.Large): events delivered by reference,
 	// relays killed right after an upload, store outages, objects no
@@ -80,7 +82,7 @@ func (r *Result) noteDuplicate(f, d Delivery, row dbRow) {
 func (r Result) Line() string {
 	return fmt.Sprintf("chaos: committed=%d rolled_back=%d delivered_unique=%d lost=%d phantom=%d order_violations=%d duplicates=%d dead=%d crashes=%d same_id_restarts=%d pauses=%d partitions=%d admin_ops=%d db_crashes=%d",
 		r.Committed, r.RolledBack, r.DeliveredUnique, r.Lost, r.Phantom, r.OrderViolations, r.Duplicates, r.Dead, r.Crashes,
-		r.SameIDRestarts, r.Pauses, r.Partitions, r.AdminOps, r.DBCrashes) + r.leaderTag() + r.largeTag() + r.modeTag() + " broker=" + r.brokerName()
+		r.SameIDRestarts, r.Pauses, r.Partitions, r.AdminOps, r.DBCrashes) + r.leaderTag() + r.largeTag() + r.modeTag() + r.dbTag() + " broker=" + r.brokerName()
 }
 
 // largeTag counts what the claim check did where a scenario turned it on.
@@ -107,6 +109,14 @@ func (r Result) brokerName() string {
 }
 
 // Add sums two results, for the suite's total line.
+// dbTag tags a MariaDB line; PostgreSQL's is unchanged.
+func (r Result) dbTag() string {
+	if r.DB == "" {
+		return ""
+	}
+	return " db=" + r.DB
+}
+
 // modeTag tags a WAL-mode line; the polling relay's line is unchanged.
 func (r Result) modeTag() string {
 	if r.Mode == "" {
@@ -145,6 +155,7 @@ func (r Result) Add(o Result) Result {
 	r.Delayed += o.Delayed
 	r.HeldBehindDelay += o.HeldBehindDelay
 	r.DupBound += o.DupBound
+	r.DB = cmp.Or(r.DB, o.DB)
 	return r
 }
 

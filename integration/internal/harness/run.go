@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // World is a running scenario, handed to its fault.
@@ -69,7 +67,7 @@ type Plan struct {
 // error means the scenario could not run or a component failed outright.
 func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 	env.Logf("%s: seed %d, %d relays, %d writers, %d events", plan.Name, env.Seed, plan.Relays, plan.Write.Writers, plan.Write.Events)
-	if plan.OwnCluster && env.Cluster == nil {
+	if plan.OwnCluster && env.Cluster == nil && env.MySQLd == nil {
 		return res, fmt.Errorf("%s: needs a PostgreSQL cluster of its own (Env.Cluster)", plan.Name)
 	}
 	broker, err := StartBroker(ctx, env, plan.Broker)
@@ -192,6 +190,9 @@ func Run(ctx context.Context, env *Env, plan Plan) (res Result, err error) {
 	res.Scenario = plan.Name
 	res.Mode = plan.Flags.Mode
 	res.Broker = broker.Name()
+	if env.MySQL() {
+		res.DB = "mariadb"
+	}
 	res.RolledBack = writers.RolledBack()
 	res.Crashes = fleet.Kills()
 	res.SameIDRestarts = fleet.Restarts()
@@ -234,7 +235,7 @@ func dedupe(s []string) []string {
 
 // Backlog counts the outbox rows not yet published or dead.
 func Backlog(ctx context.Context, env *Env) (int, error) {
-	names, err := outboxsql.NamesFor(env.DB.Schema, "")
+	names, err := env.names()
 	if err != nil {
 		return 0, err
 	}
@@ -276,7 +277,7 @@ func waitDrained(ctx context.Context, env *Env, limit time.Duration) error {
 }
 
 func describeStuck(ctx context.Context, env *Env) string {
-	names, err := outboxsql.NamesFor(env.DB.Schema, "")
+	names, err := env.names()
 	if err != nil {
 		return err.Error()
 	}
@@ -299,6 +300,10 @@ func describeStuck(ctx context.Context, env *Env) string {
 		out += fmt.Sprintf("\n  %s %s %d %d %d..%d %q", state, owner, attempts, n, lo, hi, lastErr)
 	}
 	var relays string
-	_ = env.DB.SQL.QueryRowContext(ctx, `SELECT coalesce(string_agg(id || ' ' || (now() - heartbeat_at)::text, ', '), 'none') FROM `+names.Relays).Scan(&relays)
+	live := `SELECT coalesce(string_agg(id || ' ' || (now() - heartbeat_at)::text, ', '), 'none') FROM ` + names.Relays
+	if env.MySQL() {
+		live = `SELECT coalesce(GROUP_CONCAT(CONCAT(id, ' ', TIMESTAMPDIFF(MICROSECOND, heartbeat_at, NOW(6)) / 1e6, 's') SEPARATOR ', '), 'none') FROM ` + names.Relays
+	}
+	_ = env.DB.SQL.QueryRowContext(ctx, live).Scan(&relays)
 	return out + "\n  live relays: " + relays
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // Size scales a scenario: Events committed over about Over.
@@ -105,7 +104,7 @@ func StoreOutageLarge(s Size, outage time.Duration) Plan {
 			if res.Dead != 0 {
 				return fmt.Errorf("store-outage: dead=%d, want 0", res.Dead)
 			}
-			names, err := outboxsql.NamesFor(w.Env.DB.Schema, "")
+			names, err := w.Env.names()
 			if err != nil {
 				return err
 			}

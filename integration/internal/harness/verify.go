@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"time"
-
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // dbRow is what the verifier needs of an outbox row.
@@ -24,11 +22,11 @@ type dbRow struct {
 
 // readOutbox returns the outbox rows by event id.
 func readOutbox(ctx context.Context, env *Env) (map[string]dbRow, error) {
-	names, err := outboxsql.NamesFor(env.DB.Schema, "")
+	names, err := env.names()
 	if err != nil {
 		return nil, err
 	}
-	rows, err := env.DB.SQL.QueryContext(ctx, `SELECT id, event_id::text, topic, aggregate_id, state, attempts, coalesce(last_error, ''), created_at, not_before FROM `+names.Table)
+	rows, err := env.DB.SQL.QueryContext(ctx, env.q(`SELECT id, event_id::text, topic, aggregate_id, state, attempts, coalesce(last_error, ''), created_at, not_before FROM `+names.Table))
 	if err != nil {
 		return nil, fmt.Errorf("read outbox: %w", err)
 	}

@@ -8,7 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"io"
+	"log"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +17,9 @@ import (
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
+	gormmysql "gorm.io/driver/mysql"
 	gormpg "gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -137,6 +140,9 @@ var entSchema sync.Mutex
 // NewWriters opens the GORM and ent clients on env's schema and creates
 // their tables.
 func NewWriters(ctx context.Context, env *Env, cfg WriteConfig) (*Writers, error) {
+	if env.MySQL() {
+		return newMySQLWriters(ctx, env, cfg)
+	}
 	dbURL := env.DB.URL
 	if cfg.AsyncCommit {
 		// pgx takes an unknown URL parameter as a session setting.
@@ -164,9 +170,46 @@ func NewWriters(ctx context.Context, env *Env, cfg WriteConfig) (*Writers, error
 	if err != nil {
 		return nil, err
 	}
-	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, sqlDB)))
+	return newWriters(ctx, env, cfg, gdb, sqlDB, dialect.Postgres)
+}
+
+// newMySQLWriters is NewWriters in MariaDB mode: GORM's MySQL driver and
+// ent's MySQL dialect on go-sql-driver/mysql, on the scenario's database.
+// The Writers find the dialect themselves (gormoutbox, entoutbox).
+func newMySQLWriters(ctx context.Context, env *Env, cfg WriteConfig) (*Writers, error) {
+	if cfg.AsyncCommit {
+		return nil, errors.New("writers: AsyncCommit is PostgreSQL's synchronous_commit = off")
+	}
+	// The driver logs every connection a database crash or a partition
+	// breaks, to stderr; the writers book those failures themselves.
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
+	gdb, err := gorm.Open(gormmysql.Open(env.DB.DSN()), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return nil, fmt.Errorf("open gorm: %w", err)
+	}
+	p, err := gormoutbox.New(gormoutbox.Config{})
+	if err != nil {
+		return nil, err
+	}
+	if err := gdb.Use(p); err != nil {
+		return nil, fmt.Errorf("register gormoutbox: %w", err)
+	}
+	if err := gdb.WithContext(ctx).AutoMigrate(&gormOrder{}); err != nil {
+		return nil, fmt.Errorf("gorm automigrate: %w", err)
+	}
+	sqlDB, err := sql.Open("mysql", env.DB.DSN())
+	if err != nil {
+		return nil, err
+	}
+	return newWriters(ctx, env, cfg, gdb, sqlDB, dialect.MySQL)
+}
+
+// newWriters completes NewWriters with the ent client on sqlDB, of
+// dialect d, and its schema.
+func newWriters(ctx context.Context, env *Env, cfg WriteConfig, gdb *gorm.DB, sqlDB *sql.DB, d string) (*Writers, error) {
+	client := ent.NewClient(ent.Driver(entsql.OpenDB(d, sqlDB)))
 	entSchema.Lock()
-	err = client.Schema.Create(ctx)
+	err := client.Schema.Create(ctx)
 	entSchema.Unlock()
 	if err != nil {
 		client.Close()
@@ -499,7 +542,7 @@ func (w *Writers) entTx(ctx context.Context, open []*ent.Order, hold time.Durati
 // higher than those of the transaction about to commit: proof that the
 // commit-order gap happened, and that the relays did not wait for it.
 func (w *Writers) countOvertaken(ctx context.Context, tx *gorm.DB, ids []uuid.UUID) error {
-	names, err := outboxsql.NamesFor(w.env.DB.Schema, "")
+	names, err := w.env.names()
 	if err != nil {
 		return err
 	}
@@ -508,12 +551,12 @@ func (w *Writers) countOvertaken(ctx context.Context, tx *gorm.DB, ids []uuid.UU
 		strs[i] = id.String()
 	}
 	var mine int64
-	if err := tx.Raw(`SELECT min(id) FROM `+names.Table+` WHERE event_id::text IN ?`, strs).Scan(&mine).Error; err != nil {
+	if err := tx.Raw(w.env.q(`SELECT min(id) FROM `+names.Table+` WHERE event_id::text IN ?`), strs).Scan(&mine).Error; err != nil {
 		return fmt.Errorf("own outbox ids: %w", err)
 	}
 	var n int64
 	// Through the pool, not tx: what other sessions see committed.
-	if err := w.env.DB.SQL.QueryRowContext(ctx, `SELECT count(*) FROM `+names.Table+` WHERE id > $1 AND state = 'published'`, mine).Scan(&n); err != nil {
+	if err := w.env.DB.SQL.QueryRowContext(ctx, w.env.q(`SELECT count(*) FROM `+names.Table+` WHERE id > $1 AND state = 'published'`), mine).Scan(&n); err != nil {
 		return fmt.Errorf("count overtaking events: %w", err)
 	}
 	w.overtaken.Add(n)
