@@ -152,7 +152,21 @@ func NewWriters(ctx context.Context, env *Env, cfg WriteConfig) (*Writers, error
 		}
 		dbURL += sep + "synchronous_commit=off"
 	}
-	gdb, err := gorm.Open(gormpg.Open(dbURL), &gorm.Config{Logger: logger.Discard})
+	gdb, err := openGORM(ctx, gormpg.Open(dbURL))
+	if err != nil {
+		return nil, err
+	}
+	sqlDB, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		return nil, err
+	}
+	return newWriters(ctx, env, cfg, gdb, sqlDB, dialect.Postgres)
+}
+
+// openGORM opens GORM on d with the outbox plugin and the writers' model
+// table.
+func openGORM(ctx context.Context, d gorm.Dialector) (*gorm.DB, error) {
+	gdb, err := gorm.Open(d, &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return nil, fmt.Errorf("open gorm: %w", err)
 	}
@@ -166,11 +180,7 @@ func NewWriters(ctx context.Context, env *Env, cfg WriteConfig) (*Writers, error
 	if err := gdb.WithContext(ctx).AutoMigrate(&gormOrder{}); err != nil {
 		return nil, fmt.Errorf("gorm automigrate: %w", err)
 	}
-	sqlDB, err := sql.Open("pgx", dbURL)
-	if err != nil {
-		return nil, err
-	}
-	return newWriters(ctx, env, cfg, gdb, sqlDB, dialect.Postgres)
+	return gdb, nil
 }
 
 // newMySQLWriters is NewWriters in MariaDB mode: GORM's MySQL driver and
@@ -183,19 +193,9 @@ func newMySQLWriters(ctx context.Context, env *Env, cfg WriteConfig) (*Writers, 
 	// The driver logs every connection a database crash or a partition
 	// breaks, to stderr; the writers book those failures themselves.
 	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
-	gdb, err := gorm.Open(gormmysql.Open(env.DB.DSN()), &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		return nil, fmt.Errorf("open gorm: %w", err)
-	}
-	p, err := gormoutbox.New(gormoutbox.Config{})
+	gdb, err := openGORM(ctx, gormmysql.Open(env.DB.DSN()))
 	if err != nil {
 		return nil, err
-	}
-	if err := gdb.Use(p); err != nil {
-		return nil, fmt.Errorf("register gormoutbox: %w", err)
-	}
-	if err := gdb.WithContext(ctx).AutoMigrate(&gormOrder{}); err != nil {
-		return nil, fmt.Errorf("gorm automigrate: %w", err)
 	}
 	sqlDB, err := sql.Open("mysql", env.DB.DSN())
 	if err != nil {
