@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/internal/mysqlgrammar
 go 1.26.8
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207040645-6c3ffbd193b8
+	github.com/txoutbox/txoutbox v0.0.0-20261207063256-d73fb0e3dc59
 	vitess.io/vitess v0.24.4
 )
 
