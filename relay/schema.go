@@ -21,10 +21,11 @@ func schemaErr(err error) bool {
 // checkSchema checks the table's schema version once, under
 // StatementTimeout (tableDB.checkSchema).
 func (r *Relay) checkSchema(ctx context.Context) error {
-	if err := r.tables.checkSchema(ctx); err != nil {
+	err := r.tables.checkSchema(ctx)
+	if err != nil && !errors.Is(err, ErrInvalidConfig) { // that one already says "relay:"
 		return fmt.Errorf("relay: %w", err)
 	}
-	return nil
+	return err
 }
 
 // awaitSchema checks the table's schema before Run does anything else: it

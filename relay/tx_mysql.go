@@ -11,10 +11,10 @@ import (
 )
 
 // mysqlTx runs the relay's transactions on MySQL and MariaDB, each on a
-// connection of its own: it sets the session's lock waits
-// (outboxsql.MySQLLockWaits, from Config.LockTimeout, whole seconds, at
-// least one) and the server's statement time limit (MySQLServer's
-// StatementTime, from Config.StatementTimeout), then runs the statements
+// connection of its own: it sets the session's lock waits (from
+// Config.LockTimeout, whole seconds, at least one) and the server's
+// statement time limit (from Config.StatementTimeout) in one statement
+// (MySQLServer's SessionLimits), then runs the statements
 // in a READ COMMITTED transaction. Neither server has a per-transaction
 // form of either setting, so they are the connection's, set again before
 // every transaction. The client's deadline is a backstop: MySQL's limit
@@ -46,18 +46,16 @@ func (t *mysqlTx) conn(ctx context.Context) (*sql.Conn, error) {
 	return conn, nil
 }
 
-// session sets conn's lock waits to lock and its statement time limit.
+// session sets conn's lock waits to lock and its statement time limit,
+// in one statement.
 func (t *mysqlTx) session(ctx context.Context, conn *sql.Conn, lock time.Duration) error {
-	if _, err := conn.ExecContext(ctx, outboxsql.MySQLLockWaits, outboxsql.MySQLLockWaitsArgs{Wait: lock}.Args()...); err != nil {
-		return fmt.Errorf("set the lock waits: %w", err)
-	}
 	server, err := t.serverOf(ctx, conn)
 	if err != nil {
 		return err
 	}
-	limit := outboxsql.MySQLStatementTimeArgs{Server: server, Limit: t.timeout}
-	if _, err := conn.ExecContext(ctx, server.StatementTime(), limit.Args()...); err != nil {
-		return fmt.Errorf("set the statement time limit: %w", err)
+	args := append(outboxsql.MySQLLockWaitsArgs{Wait: lock}.Args(), outboxsql.MySQLStatementTimeArgs{Server: server, Limit: t.timeout}.Args()...)
+	if _, err := conn.ExecContext(ctx, server.SessionLimits(), args...); err != nil {
+		return fmt.Errorf("set the lock waits and statement time limit: %w", err)
 	}
 	return nil
 }

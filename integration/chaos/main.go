@@ -153,23 +153,17 @@ func mariaDBPlans(soak bool) []harness.Plan {
 	if soak {
 		return []harness.Plan{harness.MixedMySQL(harness.Size{Events: 1_000_000})}
 	}
-	return []harness.Plan{
-		harness.Crash(harness.Size{Events: 8000, Over: 25 * time.Second}, 10),
-		harness.CommitGap(harness.Size{Events: 2500, Over: 12 * time.Second}),
-		harness.Delayed(harness.Size{Events: 3000, Over: 12 * time.Second}, 4, 3*time.Second),
-		harness.BrokerOutage(harness.Size{Events: 4000, Over: 24 * time.Second}, 10*time.Second),
-		harness.Poison(harness.Size{Events: 2000, Over: 10 * time.Second}, 3),
-		harness.Rebalance(harness.Size{Events: 4000, Over: 20 * time.Second}, 8),
-		harness.SameIDRestart(harness.Size{Events: 5000, Over: 15 * time.Second}, 10, 1200*time.Millisecond),
-		harness.PauseSlowBroker(harness.Size{Events: 3000, Over: 10 * time.Second}, 1, 4*time.Second),
-		harness.SlowBrokerSameID(harness.Size{Events: 4000, Over: 14 * time.Second}, 6*time.Second, 2*time.Second),
-		harness.Partition(harness.Size{Events: 3000, Over: 16 * time.Second}, 2),
-		harness.DBCrash(harness.Size{Events: 3000, Over: 15 * time.Second}, 3, 4*time.Second),
-		harness.LeaderElection(harness.Size{Events: 4000, Over: 16 * time.Second}, 3, 5*time.Second, 1500*time.Millisecond),
-		harness.MixedMySQL(harness.Size{Events: 5000, Over: 20 * time.Second}),
-		harness.LargePayloads(harness.Size{Events: 8000, Over: 25 * time.Second}, 10, 3),
-		harness.StoreOutageLarge(harness.Size{Events: 4000, Over: 24 * time.Second}, 15*time.Second),
+	var out []harness.Plan
+	for _, p := range plans(false, "") {
+		switch {
+		case p.Name == "db-connection-loss", p.Name == "admin-ops", strings.HasSuffix(p.Name, "+inbox"):
+			continue
+		case p.Name == "mixed":
+			p = harness.MixedMySQL(harness.Size{Events: 5000, Over: 20 * time.Second})
+		}
+		out = append(out, p)
 	}
+	return out
 }
 
 // scalePlans are the scale scenarios (see harness.Scale): the crash

@@ -473,6 +473,13 @@ func (s MySQLServer) StatementTime() string {
 	return MySQLMaxExecutionTime
 }
 
+// SessionLimits is MySQLLockWaits and StatementTime in one statement, so
+// that the relay sets both before each transaction in one round trip. It
+// binds MySQLLockWaitsArgs' parameters, then MySQLStatementTimeArgs'.
+func (s MySQLServer) SessionLimits() string {
+	return MySQLLockWaits + ", " + strings.TrimPrefix(s.StatementTime(), "SET SESSION ")
+}
+
 // MySQLStatementTimeArgs binds Server's StatementTime.
 type MySQLStatementTimeArgs struct {
 	Server MySQLServer
@@ -560,5 +567,7 @@ func mysqlMemberStatements(n Names) map[string]string {
 		"MySQLFlushLogAtTrxCommit":   MySQLFlushLogAtTrxCommit,
 		"MySQLMaxExecutionTime":      MySQLMaxExecutionTime,
 		"MariaDBMaxStatementTime":    MariaDBMaxStatementTime,
+		"SessionLimits(MySQL)":       ServerMySQL.SessionLimits(),
+		"SessionLimits(MariaDB)":     ServerMariaDB.SessionLimits(),
 	}
 }
