@@ -41,6 +41,16 @@ type claimDB interface {
 	release(ctx context.Context, rows []claimRef) (int64, error)
 }
 
+// dueProber is the part of a claimDB, optional, that tells in one cheap
+// statement whether a claim could take anything: on a database without
+// LISTEN/NOTIFY the relay polls often, and a poll that finds nothing then
+// costs that statement instead of a claim's transaction. It may answer
+// true when a claim would take nothing (rows held under a live lease),
+// never false when one would take something.
+type dueProber interface {
+	anyDue(ctx context.Context) (bool, error)
+}
+
 // claimParams are a claim's parameters.
 type claimParams struct {
 	owner  string        // the claiming incarnation (its token)

@@ -28,7 +28,10 @@ type mysqlClaimDB struct {
 	last map[string]time.Time // the version of each incarnation's last claim
 }
 
-var _ claimDB = (*mysqlClaimDB)(nil)
+var (
+	_ claimDB   = (*mysqlClaimDB)(nil)
+	_ dueProber = (*mysqlClaimDB)(nil)
+)
 
 func newMySQLClaimDB(tx *mysqlTx, names outboxsql.Names) *mysqlClaimDB {
 	return &mysqlClaimDB{tx: tx, names: names, last: map[string]time.Time{}}
@@ -79,6 +82,18 @@ func (m *mysqlClaimDB) claim(ctx context.Context, cp claimParams) ([]*claimedRow
 		bad = append(bad, undecodableRow{id: d.ID, err: d.Err})
 	}
 	return out, bad, nil
+}
+
+// anyDue runs MySQLAnyDue on a connection of the pool, outside any
+// transaction: a consistent read, which waits on no row lock.
+func (m *mysqlClaimDB) anyDue(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.tx.timeout)
+	defer cancel()
+	var due bool
+	if err := m.tx.db.QueryRowContext(ctx, m.names.Render(outboxsql.MySQLAnyDue)).Scan(&due); err != nil {
+		return false, fmt.Errorf("look for due rows: %w", err)
+	}
+	return due, nil
 }
 
 // mysqlUndecodable says why r cannot become a message, "" when it can.

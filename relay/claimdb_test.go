@@ -136,3 +136,75 @@ func TestClaimCycleCarriesTheClaimsVersion(t *testing.T) {
 		t.Fatalf("calls %q, want %q", db.calls, want)
 	}
 }
+
+// probingClaimDB is a claimDB whose claims take nothing and that tells,
+// through anyDue, what its due channel says (an error when it sends nil).
+type probingClaimDB struct {
+	fakeClaimDB
+	due    chan *bool    // the answers anyDue gives, in turn
+	claims atomic.Int64  // claims run
+	probed chan struct{} // signalled after each answer
+}
+
+func (p *probingClaimDB) claim(context.Context, claimParams) ([]*claimedRow, []undecodableRow, error) {
+	p.claims.Add(1)
+	return nil, nil, nil
+}
+
+func (p *probingClaimDB) anyDue(ctx context.Context) (bool, error) {
+	defer func() { p.probed <- struct{}{} }()
+	select {
+	case due := <-p.due:
+		if due == nil {
+			return false, errors.New("connection refused")
+		}
+		return *due, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// On a database without NOTIFY the claimer asks the claimDB before each
+// poll's claim whether anything is due: a poll that finds nothing runs no
+// claim, one that finds something, or whose probe fails, claims.
+func TestPollClaimsOnlyWhatTheProbeFindsDue(t *testing.T) {
+	t.Parallel()
+	db := &probingClaimDB{due: make(chan *bool), probed: make(chan struct{})}
+	cfg := Config{StatementTimeout: time.Second, LeaseDuration: time.Minute, HeartbeatInterval: time.Second,
+		BatchSize: 10, MaxInFlight: 20, BatchBytes: 1 << 20, MaxInFlightBytes: 2 << 20,
+		PollInterval: 10 * time.Millisecond, ClaimCooldown: time.Millisecond}
+	c := newClaimer(claimerDeps{db: db, cfg: cfg, log: slog.New(slog.DiscardHandler), met: fakeMetrics(t),
+		clock: &clock{base: time.Now()}, members: fakeMembers{&incarnation{token: "r1#a"}}, stalled: func() bool { return false },
+		budget: newBudget(cfg.MaxInFlight, cfg.MaxInFlightBytes), outage: &outage{}, lockout: &lockout{}, claimed: new(atomic.Int64)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.run(ctx, nil) }()
+	defer func() { cancel(); <-done }()
+
+	answer := func(due *bool) {
+		t.Helper()
+		select {
+		case db.due <- due:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the claimer did not ask whether anything is due within 10s of a poll")
+		}
+		<-db.probed
+	}
+	no, yes := false, true
+	answer(&no) // the first poll after the claim at start
+	answer(&no)
+	answer(&no)
+	if n := db.claims.Load(); n != 1 {
+		t.Fatalf("%d claims after three polls found nothing due, want only the one at start", n)
+	}
+	answer(&yes)
+	answer(&no) // the next poll: the claim after the yes has run
+	if n := db.claims.Load(); n != 2 {
+		t.Fatalf("%d claims after a poll found rows due, want 2", n)
+	}
+	answer(nil)
+	answer(&no)
+	if n := db.claims.Load(); n != 3 {
+		t.Fatalf("%d claims after a probe failed, want 3: a failed probe claims", n)
+	}
+}

@@ -141,14 +141,19 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 			if wait := time.Until(hotUntil); wait > 0 {
 				hot.Reset(min(wait, hotEvery))
 			}
+			polled := false
 			select {
 			case <-c.wake:
 				hotUntil = time.Now().Add(hotPollWindow)
 				hotEvery = hotPoll
 			case <-hot.C:
 			case <-poll.C:
+				polled = true
 			case <-ctx.Done():
 				return
+			}
+			if polled && !c.anyDue(ctx) {
+				continue
 			}
 			// Under a steady stream of writes every NOTIFY would start a
 			// claim of the few rows since the last: gather them instead.
@@ -212,6 +217,19 @@ func (c *claimer) run(ctx context.Context, lanes laneSet) {
 			lanes.queue(row)
 		}
 	}
+}
+
+// anyDue reports whether a poll should claim: false only when the claimDB
+// is a dueProber that found nothing a claim could take. A probe that
+// fails claims, whose own errors are logged and retried; so does a claim
+// whose commit was not confirmed, whose rows the next claim releases.
+func (c *claimer) anyDue(ctx context.Context) bool {
+	p, ok := c.db.(dueProber)
+	if !ok || len(c.unconfirmed) > 0 {
+		return true
+	}
+	due, err := p.anyDue(ctx)
+	return err != nil || due
 }
 
 // claimAt is the room in flight (MaxInFlight less the rows held) the

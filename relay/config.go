@@ -40,6 +40,13 @@ const (
 	PublishTimeoutDefault    = time.Minute
 )
 
+// PollIntervalMySQLDefault is PollInterval's default on MySQL and
+// MariaDB, which have no LISTEN/NOTIFY: polling is the relay's only way to
+// find new rows there, so its interval is the latency a quiet outbox adds
+// from commit to publish. A poll that finds nothing due is one indexed
+// statement outside any transaction.
+const PollIntervalMySQLDefault = 50 * time.Millisecond
+
 // Floors of Config: the least value of a field that Validate and New
 // accept (zero takes the default). Every count's floor is 1, and a field
 // bounded by another is at least that one: MaxInFlight BatchSize,
@@ -146,7 +153,9 @@ type Config struct {
 	// woke it: the fallback behind LISTEN/NOTIFY, and the only way rows in
 	// retry backoff and events scheduled for later (txoutbox.Event.NotBefore)
 	// are found once due, so it is the precision of their timing. Default
-	// 1s; at least PollIntervalFloor (10ms).
+	// 1s on PostgreSQL; on MySQL and MariaDB, which have no NOTIFY,
+	// PollIntervalMySQLDefault (50ms), or ClaimCooldown if longer. At
+	// least PollIntervalFloor (10ms).
 	PollInterval time.Duration
 
 	// ClaimCooldown is the least time from the start of a claim that came

@@ -294,7 +294,9 @@
 // (internal/outboxsql/claim_mysql.md). What differs, and why, is in
 // docs/mysql.md:
 //   - it polls: there is no LISTEN/NOTIFY (DisableListen is implied), so an
-//     event waits up to PollInterval;
+//     event on a quiet outbox waits up to PollInterval, whose default there
+//     is PollIntervalMySQLDefault (50ms); a poll that finds nothing due
+//     costs one indexed statement outside any transaction, not a claim;
 //   - LockTimeout is rounded down to whole seconds, at least one
 //     (innodb_lock_wait_timeout and lock_wait_timeout), and StatementTimeout
 //     bounds MySQL's SELECTs only (max_execution_time), MariaDB's every

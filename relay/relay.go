@@ -111,10 +111,6 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 	if pub == nil {
 		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
 	}
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
 	dialect, err := detectDialect(db)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -125,6 +121,13 @@ func newRelay(db *sql.DB, pub message.Publisher, cfg Config, conns *claimConns) 
 			return nil, fmt.Errorf("%w: a Group does not run on MySQL yet (see docs/mysql.md)", ErrInvalidConfig)
 		}
 		cfg.DisableListen = true // no LISTEN/NOTIFY: the relay polls
+		if cfg.PollInterval == 0 {
+			cfg.PollInterval = max(PollIntervalMySQLDefault, cfg.ClaimCooldown)
+		}
+	}
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	if err := checkPool(db, cfg.DisableListen); err != nil {
 		return nil, err

@@ -54,7 +54,7 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	fs.IntVar(&cfg.Lanes, "lanes", relay.LanesDefault, "events published concurrently")
 	fs.IntVar(&cfg.LaneBatch, "lane-batch", relay.LaneBatchDefault, "most events a lane sends to Kafka at once, of distinct aggregates (1: one at a time)")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", relay.MaxAttemptsDefault, "failed publishes before an event the broker refuses is dead (an outage never makes one dead)")
-	fs.DurationVar(&cfg.PollInterval, "poll-interval", relay.PollIntervalDefault, "poll for due rows this often when not woken by NOTIFY")
+	fs.DurationVar(&cfg.PollInterval, "poll-interval", 0, "poll for due rows this often when not woken by NOTIFY (0: 1s on PostgreSQL, 50ms on MySQL/MariaDB, which have no NOTIFY)")
 	fs.DurationVar(&cfg.ClaimCooldown, "claim-cooldown", 0, "least time after a claim that came back short before the next, to gather a steady stream's rows (0: 25ms, or --poll-interval if shorter)")
 	fs.BoolVar(&cfg.DisableListen, "no-listen", false, "do not LISTEN; poll only (for PgBouncer in transaction mode)")
 	fs.DurationVar(&cfg.LeaseDuration, "lease", relay.LeaseDurationDefault, "how long a claim holds rows")

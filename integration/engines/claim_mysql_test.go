@@ -722,3 +722,68 @@ func TestMySQLFailTxManyInCallersTransaction(t *testing.T) {
 		t.Fatalf("%d rows failed once after the commit, want %d", n, k)
 	}
 }
+
+// MySQLAnyDue, the relay's idle poll on MySQL, is true whenever a claim
+// could take a row (a first attempt, a retry or scheduled event whose
+// time has come, a row held by a live lease too: it errs towards
+// claiming), and false when none is: an empty outbox, rows published or
+// dead, rows in backoff, events scheduled for later.
+func TestMySQLAnyDue(t *testing.T) {
+	t.Parallel()
+	b := setupMySQLClaim(t)
+	b.register(t, "r1")
+	ctx := context.Background()
+	anyDue := func(what string, want bool) {
+		t.Helper()
+		var due bool
+		if err := b.db.QueryRow(b.names.Render(outboxsql.MySQLAnyDue)).Scan(&due); err != nil {
+			t.Fatal(err)
+		}
+		if due != want {
+			t.Fatalf("%s: any due = %t, want %t", what, due, want)
+		}
+	}
+	anyDue("an empty outbox", false)
+	a := b.write(t, "a", 1)
+	anyDue("a first attempt", true)
+	c := b.claim(t, "r1", 1)
+	anyDue("a row held under a live lease", true)
+	if _, err := mysqlclaim.Mark(ctx, b.db, b.names, "r1", c.Version, a); err != nil {
+		t.Fatal(err)
+	}
+	anyDue("a published row", false)
+
+	a = b.write(t, "a", 1)
+	c = b.claim(t, "r1", 1)
+	fail := func(permanent bool) {
+		t.Helper()
+		if _, err := mysqlclaim.Fail(ctx, b.db, b.names, 2, []mysqlclaim.Failure{
+			{ID: a[0], Owner: "r1", Version: c.Version, Err: "broker down", Permanent: permanent, Delay: time.Hour}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fail(false)
+	anyDue("a row in backoff", false)
+	b.exec(t, `UPDATE outbox SET retry_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?`, a[0])
+	anyDue("a retry whose backoff is over", true)
+	c = b.claim(t, "r1", 1)
+	fail(true)
+	anyDue("a dead row", false)
+
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	e := event("s", 0)
+	e.NotBefore = time.Now().Add(time.Hour)
+	if err := b.w.Write(ctx, tx, e); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	anyDue("an event scheduled an hour ahead", false)
+	b.exec(t, `UPDATE outbox SET retry_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE aggregate_id = 's'`)
+	anyDue("a scheduled event whose time has come", true)
+}

@@ -27,6 +27,16 @@ import (
 // missing.
 const MySQLClaimGate = `SELECT floor, UTC_TIMESTAMP(6) FROM {{floor}} WHERE one = 1 LOCK IN SHARE MODE`
 
+// MySQLAnyDue tells, in one statement of one round trip (no parameters,
+// so the driver sends it as text, outside any transaction), whether a
+// claim could take anything: a first attempt (lane 1, due on commit) or a
+// retry or scheduled event whose retry_at has passed (lane 2). Rows held
+// under a live lease count too, so it errs only towards claiming. With no
+// LISTEN/NOTIFY the relay polls often; an idle poll costs this one index
+// probe of each lane instead of a claim's transaction.
+const MySQLAnyDue = `SELECT EXISTS (SELECT 1 FROM {{table}} FORCE INDEX (outbox_fresh_idx) WHERE lane = 1)
+    OR EXISTS (SELECT 1 FROM {{table}} FORCE INDEX (outbox_retry_idx) WHERE lane = 2 AND retry_at <= UTC_TIMESTAMP(6))`
+
 // MySQLLockWait bounds how long the statements after it in the session
 // wait for a row lock (whole seconds, at least 1; MySQLLockWaitArgs): a
 // claim's wait for the claim gate. It is a session setting: both servers
@@ -373,6 +383,7 @@ func (a MySQLIDsArgs[T]) Args() []any {
 func mysqlRelayStatements(n Names) map[string]string {
 	return map[string]string{
 		"MySQLClaimGate":        n.Render(MySQLClaimGate),
+		"MySQLAnyDue":           n.Render(MySQLAnyDue),
 		"MySQLLockWait":         MySQLLockWait,
 		"MySQLClaimFresh(0,0)":  MySQLClaimFresh(n, 0, 0),
 		"MySQLClaimFresh(3,2)":  MySQLClaimFresh(n, 3, 2),
