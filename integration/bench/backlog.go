@@ -53,7 +53,16 @@ FROM generate_series($6::bigint, $6::bigint + $2 - 1) AS g`
 // first, then vacuums and analyzes the table so the planner sees what a
 // relay would see on a table autovacuum keeps up with. It checkpoints
 // first (see checkpoint).
+//
+// On MySQL it writes them through txoutbox.Writer (insertMySQLBacklog), in
+// state pending only.
 func insertBacklog(ctx context.Context, s *schemaDB, topic string, n, aggregates int, state string, first int) error {
+	if s.mysql {
+		if state != "pending" {
+			return fmt.Errorf("a backlog of %s events on MySQL: not ported", state)
+		}
+		return insertMySQLBacklog(ctx, s, topic, n, aggregates, first)
+	}
 	checkpoint(ctx, s.SQL)
 	q := s.Names.Render(insertBacklogSQL)
 	const chunk = 200_000 // no statement runs for long
@@ -161,10 +170,17 @@ type rowQuerier interface {
 // them to see that nothing is left cost more than 0.5 µs per event, which
 // the relay does not do and the plain loop, which counts its own marks,
 // does not pay.
+//
+// On MySQL, whose connections are threads of one process, the poller's
+// share of mysqld's CPU is not left out: meteredDrain counts the backlog
+// before the meter starts, and a drain polls only once its events are
+// acknowledged (relayRun.drain), on an index of the unpublished rows.
 type poller struct {
 	s    *schemaDB
 	conn *sql.Conn
-	pid  int
+	pid  int // the connection's backend (0 on MySQL)
+	// counted is the backlog, once counted: a poller serves one drain.
+	counted *int64
 }
 
 func newPoller(ctx context.Context, s *schemaDB) (*poller, error) {
@@ -173,6 +189,9 @@ func newPoller(ctx context.Context, s *schemaDB) (*poller, error) {
 		return nil, fmt.Errorf("poller connection: %w", err)
 	}
 	p := &poller{s: s, conn: conn}
+	if s.mysql {
+		return p, nil
+	}
 	if err := conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&p.pid); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("poller backend: %w", err)
@@ -180,7 +199,12 @@ func newPoller(ctx context.Context, s *schemaDB) (*poller, error) {
 	return p, nil
 }
 
+// backlog counts the rows the drain must publish, the first time it is
+// called.
 func (p *poller) backlog(ctx context.Context) (int64, error) {
+	if p.counted != nil {
+		return *p.counted, nil
+	}
 	var n int64
 	q := backlogSQL
 	if p.s.scheduled > 0 {
@@ -189,6 +213,7 @@ func (p *poller) backlog(ctx context.Context) (int64, error) {
 	if err := p.conn.QueryRowContext(ctx, p.s.Names.Render(q)).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count backlog: %w", err)
 	}
+	p.counted = &n
 	return n, nil
 }
 

@@ -18,11 +18,13 @@ import (
 const clockTick = 10 * time.Millisecond
 
 // cost is what a drain cost per event: CPU of the process that moved the
-// events (this one), of PostgreSQL and of the broker, and the WAL
-// PostgreSQL wrote. A figure that could not be read is absent.
+// events (this one), of the database server (PostgreSQL, or mysqld) and
+// of the broker, and the WAL PostgreSQL wrote. A figure that could not be
+// read is absent.
 type cost struct {
 	RelayUS  *float64 `json:"relay_cpu_us_per_event,omitempty"`
 	PGUS     *float64 `json:"pg_cpu_us_per_event,omitempty"`
+	MySQLdUS *float64 `json:"mysqld_cpu_us_per_event,omitempty"`
 	BrokerUS *float64 `json:"broker_cpu_us_per_event,omitempty"`
 	TotalUS  *float64 `json:"total_cpu_us_per_event,omitempty"`
 	WALBytes *float64 `json:"wal_bytes_per_event,omitempty"`
@@ -30,6 +32,9 @@ type cost struct {
 	Statements []stmtStat `json:"statements,omitempty"`
 	// PGParts is PostgreSQL's CPU per event by kind of process (-statements).
 	PGParts map[string]float64 `json:"pg_parts_us_per_event,omitempty"`
+	// MySQLdStatus is mysqld's counters per event (mysqldStatusSQL),
+	// server-wide.
+	MySQLdStatus map[string]float64 `json:"mysqld_status_per_event,omitempty"`
 }
 
 // procStat is the part of /proc/<pid>/stat (or a thread's
@@ -240,6 +245,10 @@ type meter struct {
 	db                    *sql.DB
 	broker                []int // the broker's processes (none: not measurable here)
 	postmaster            int   // 0: not measurable here
+	mysqld                int   // 0: not measurable here, or PostgreSQL's run
+	mysqld0               time.Duration
+	mysqldOK              bool
+	status0               map[string]int64 // mysqld's counters at the start
 	self                  int
 	wal0                  string
 	pg0, broker0, self0   time.Duration
@@ -270,7 +279,25 @@ func (m *meter) exclude(pid int) *meter {
 // this process's own, so reading /proc is not counted as the relay's work.
 // A counter that cannot be read is left out of the cost, with a log line.
 func (e *env) startMeter(ctx context.Context, db *sql.DB) *meter {
-	m := &meter{db: db, broker: e.brokerPids, postmaster: e.postmaster, self: os.Getpid()}
+	m := &meter{db: db, broker: e.brokerPids, postmaster: e.postmaster, mysqld: e.mysqld, self: os.Getpid()}
+	if e.mysql {
+		var err error
+		if m.status0, err = mysqldStatus(ctx, db); err != nil {
+			logf("%v", err)
+		}
+		// mysqld's threads, live and ended, are one process's CPU: one
+		// reading of /proc/<pid>/stat has them all.
+		if m.mysqld != 0 {
+			if m.mysqld0, err = processCPU(m.mysqld); err == nil {
+				m.mysqldOK = true
+			} else {
+				logf("mysqld CPU not measured: %v", err)
+			}
+		}
+		m.readBroker()
+		m.self0, _ = m.relayCPU()
+		return m
+	}
 	if e.opts.statements {
 		if err := statementsReset(ctx, db); err != nil {
 			logf("%v", err)
@@ -296,16 +323,22 @@ func (e *env) startMeter(ctx context.Context, db *sql.DB) *meter {
 			logf("PostgreSQL CPU not measured: %v", err)
 		}
 	}
-	if len(m.broker) > 0 {
-		var err error
-		if m.broker0, err = processesCPU(m.broker); err == nil {
-			m.brokerOK = true
-		} else {
-			logf("broker CPU not measured: %v", err)
-		}
-	}
+	m.readBroker()
 	m.self0, _ = m.relayCPU()
 	return m
+}
+
+// readBroker takes the broker's first reading.
+func (m *meter) readBroker() {
+	if len(m.broker) == 0 {
+		return
+	}
+	var err error
+	if m.broker0, err = processesCPU(m.broker); err == nil {
+		m.brokerOK = true
+	} else {
+		logf("broker CPU not measured: %v", err)
+	}
 }
 
 // relayPID makes the relay's CPU that of process pid (a relay in its own
@@ -342,6 +375,15 @@ func (m *meter) stop(ctx context.Context, events int) *cost {
 			logf("broker CPU not measured: %v", err)
 		}
 	}
+	if m.mysqldOK {
+		if d1, err := processCPU(m.mysqld); err == nil {
+			c.MySQLdUS = per(d1 - m.mysqld0)
+			total += d1 - m.mysqld0
+			parts++
+		} else {
+			logf("mysqld CPU not measured: %v", err)
+		}
+	}
 	if m.pgOK {
 		if p1, err := clusterCPU(m.postmaster); err == nil {
 			for pid, cpu0 := range m.excluded {
@@ -360,6 +402,13 @@ func (m *meter) stop(ctx context.Context, events int) *cost {
 	}
 	if parts == 3 {
 		c.TotalUS = per(total)
+	}
+	if m.status0 != nil {
+		if st, err := mysqldStatus(ctx, m.db); err == nil {
+			c.MySQLdStatus = statusPerEvent(m.status0, st, events)
+		} else {
+			logf("%v", err)
+		}
 	}
 	if m.statements {
 		var err error

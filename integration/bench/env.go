@@ -22,10 +22,15 @@ import (
 // application data on the server.
 const benchDatabase = "txoutbox_bench"
 
-// env is what every scenario shares: the PostgreSQL database, the broker
-// process and a scratch directory.
+// env is what every scenario shares: the database, the broker process and
+// a scratch directory.
 type env struct {
-	dbURL   string   // the bench database on the -database-url server
+	// dbURL is the bench database on the -database-url server; with -db
+	// mariadb the server's URL, on which each scenario creates a database
+	// of its own.
+	dbURL string
+	// mysql: the server is MySQL or MariaDB (-db mariadb).
+	mysql   bool
 	brokers []string // the kfake broker process's address, or the real cluster's
 	// real: brokers are the Apache Kafka cluster of .ci/services, whose
 	// topics are made anew before each drain (it creates none on use).
@@ -34,21 +39,29 @@ type env struct {
 	// scenarios read in /proc (none, 0: not on this host).
 	brokerPids []int
 	postmaster int
-	tmp        string // scratch directory for built binaries and profiles
-	opts       options
+	// mysqld is the MySQL server's process (0: not measurable here).
+	mysqld int
+	tmp    string // scratch directory for built binaries and profiles
+	opts   options
 	// topics are the topics the run made on the real cluster, which
 	// dropTopics deletes at its end.
 	topics []string
 }
 
-// schemaDB is one scenario's fresh, migrated schema, dropped by close.
+// schemaDB is one scenario's fresh, migrated schema, dropped by close; on
+// MySQL a database of its own.
 type schemaDB struct {
-	SQL    *sql.DB
-	URL    string // the same database with search_path set to Schema
-	Schema string
-	Table  txoutbox.Table
-	Names  outboxsql.Names
-	ts     *testkit.Schema
+	SQL *sql.DB
+	// URL is the same database with search_path set to Schema; on MySQL
+	// the database's mysql:// URL, and DSN the driver's form of it.
+	URL, DSN string
+	Schema   string
+	Table    txoutbox.Table
+	Names    outboxsql.Names
+	ts       *testkit.Schema
+	// mysql: the database is MySQL's, dropped by drop.
+	mysql bool
+	drop  func(context.Context) error
 	// scheduled counts the rows insertScheduled wrote, which no drain
 	// waits for.
 	scheduled int
@@ -57,6 +70,9 @@ type schemaDB struct {
 // newSchema creates a fresh schema named after the scenario and migrates
 // the outbox into it.
 func (e *env) newSchema(ctx context.Context, scenario string) (*schemaDB, error) {
+	if e.mysql {
+		return e.newMySQLSchema(ctx, scenario)
+	}
 	ts, err := testkit.CreateSchema(ctx, e.dbURL, testkit.SchemaName("bench_"+scenario), true)
 	if err != nil {
 		return nil, err
@@ -131,7 +147,11 @@ func (e *env) dropTopics() {
 func (s *schemaDB) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := s.ts.Drop(ctx); err != nil {
+	drop := s.drop
+	if drop == nil {
+		drop = s.ts.Drop
+	}
+	if err := drop(ctx); err != nil {
 		logf("%v", err)
 	}
 }

@@ -213,3 +213,48 @@ func TestProfiles(t *testing.T) {
 		t.Errorf("unknown profile: %v, want an error naming it", err)
 	}
 }
+
+// With -db mariadb a profile runs its scenarios that apply on MariaDB, and
+// the flags that have no meaning there are refused with a reason.
+func TestMariaDBProfiles(t *testing.T) {
+	t.Parallel()
+	on := func(profile string) options {
+		t.Helper()
+		p, err := profileNamed(profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return options{db: dbMariaDB, profile: p, databaseURL: "mysql://u:secret@127.0.0.1:3306/db"}
+	}
+	o := on("default")
+	if got := strings.Join(o.runs(), ","); got != "relay,relay3,plain,naive,forwarder,dblimit,kafkalimit,latency" {
+		t.Errorf("default on MariaDB runs %s", got)
+	}
+	if got := strings.Join(o.leftOutOnMariaDB(), ","); got != "write,claim,memory,wal" {
+		t.Errorf("default on MariaDB leaves out %s, want write,claim,memory,wal", got)
+	}
+	if err := o.validateMariaDB(); err != nil {
+		t.Errorf("default on MariaDB: %v", err)
+	}
+	if got := strings.Join(on("peers").runs(), ","); got != "relay,relay3,plain,kafkalimit" {
+		t.Errorf("peers on MariaDB runs %s", got)
+	}
+	if got := strings.Join(on("large").runs(), ","); got != "" {
+		t.Errorf("large on MariaDB runs %s, want nothing", got)
+	}
+	o = on("cost")
+	o.statements, o.ownCluster = true, true // as the profile's flags set them
+	if err := o.validateMariaDB(); err == nil || !strings.Contains(err.Error(), "-own-cluster with -db mariadb") {
+		t.Errorf("cost on MariaDB: %v, want -own-cluster refused", err)
+	}
+	o = on("default")
+	o.databaseURL = "postgres://u:secret@127.0.0.1/db"
+	if err := o.validateMariaDB(); err == nil || !strings.Contains(err.Error(), "mysql://") || strings.Contains(err.Error(), "secret") {
+		t.Errorf("a PostgreSQL URL with -db mariadb: %v, want it refused, without its password", err)
+	}
+	o = on("default")
+	o.partitionSize = 1000
+	if err := o.validateMariaDB(); err == nil || !strings.Contains(err.Error(), "-partition-size") {
+		t.Errorf("-partition-size on MariaDB: %v, want it refused", err)
+	}
+}

@@ -1,8 +1,10 @@
 // Command bench measures txoutbox's relay and write path side by side with
 // the alternatives a Go user would otherwise pick, in one run on the same
-// PostgreSQL and broker, so the ratios hold on a noisy machine.
+// PostgreSQL (or MariaDB, -db mariadb) and broker, so the ratios hold on a
+// noisy machine.
 //
 //	go run ./integration/bench                       # the default profile: meant to take under 10 minutes on 2 cores
+//	go run ./integration/bench -db mariadb           # the same on MariaDB or MySQL ($MYSQL_URL), the scenarios that apply there
 //	go run ./integration/bench -events 50000 -skip memory,claim
 //	go run ./integration/bench -profile peers         # the relays against River (kfake)
 //	go run ./integration/bench -profile peers -broker kafka # on the real 3-node cluster, with Debezium
@@ -36,6 +38,51 @@
 // figures, which changes in the machine's speed from one round to the next
 // do not move (see pairedRatio). A figure of a scenario that did not run
 // is "-".
+//
+// With -db mariadb the bench runs on MariaDB or MySQL (-database-url a
+// mysql:// URL, default $MYSQL_URL, of a user that may create databases):
+// each scenario in a database of its own, created and dropped by the bench,
+// its outbox made by the migrations package and its backlog written
+// through txoutbox.Writer. Of a profile's scenarios it runs relay, relay3,
+// plain, naive, forwarder, dblimit, kafkalimit and latency, and leaves out
+// the others, saying which: wal, debezium and river are PostgreSQL's (its
+// write-ahead log, River's driver), idle needs relay groups and prune
+// partitions, neither of which runs on MySQL, write measures NOTIFY beside
+// GORM and ent, and claim, memory, large and steady are not ported. The
+// flags of PostgreSQL alone (-own-cluster, -statements, -sql-stats,
+// -partition-size, -scheduled, -claim-backoff) are refused. What differs:
+//
+//   - plain: the same lean table, with an index on (status, id) where
+//     PostgreSQL has a partial one. MySQL has no UPDATE ... RETURNING, so
+//     the claim is SELECT ... WHERE status = 'pending' ORDER BY id LIMIT
+//     1000 FOR UPDATE SKIP LOCKED and an UPDATE of the ids it returned, in
+//     one READ COMMITTED transaction (as the relay's claim runs), and the
+//     mark is one UPDATE ... WHERE id IN (...).
+//   - naive: the same, 100 rows a claim, one UPDATE per row to mark.
+//   - forwarder: watermill-sql's MySQL schema and offsets adapters
+//     (DefaultMySQLSchema, DefaultMySQLOffsetsAdapter).
+//   - latency: polling only (MySQL has no NOTIFY), at the relay's default
+//     poll interval on MySQL, and at half the relay's median events/s of
+//     the run unless -latency-rate is given.
+//   - the server's cost: mysqld_cpu_us_per_event, the mysqld process's
+//     utime + stime (all its threads, those that ended too), the process
+//     found listening on the URL's port, or by the server's pid_file; and
+//     mysqld_status_per_event, counters of SHOW GLOBAL STATUS per event
+//     (statements, index and row reads, row updates, buffer pool reads,
+//     redo bytes). Both are server-wide: the first line (mysqld_idle) says
+//     what other sessions use. A connection is a thread there, not a
+//     process, so the harness's poll for a relay drain's end is not left
+//     out; it counts the backlog before the meter starts, and polls only
+//     once every event is acknowledged.
+//
+// The summary line is then
+//
+//	bench: db=mariadb relay_eps=… relay3_eps=… plain_eps=… naive_eps=… forwarder_eps=… dblimit_eps=… kafkalimit_eps=… ceiling_eps=… relay_vs_plain=… relay3_vs_plain=… relay_vs_forwarder=… relay_vs_naive=… relay_vs_ceiling=… order_violations=… latency_rate=… p50_ms=… p99_ms=… mysqld_us_per_event=… plain_mysqld_us_per_event=… cpu_us_per_event=… plain_cpu_us_per_event=… db_cpu_vs_plain=… cpu_vs_plain=… kafkabatch_eps=… relay_vs_kafkabatch=… broker=…
+//
+// with PostgreSQL's keys where they apply, mysqld's CPU per event where
+// PostgreSQL's would be, db_cpu_vs_plain the median of the rounds' relay ÷
+// plain mysqld CPU per event (pg_vs_plain's counterpart), and latency_rate
+// the latency scenario's events/s.
 //
 // A scenario that fails, a drain past -timeout among them, does not end
 // the run: its JSON object has the error, the scenarios after it run, and
@@ -198,6 +245,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -206,6 +254,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -218,6 +267,7 @@ import (
 
 // options are the command's flags.
 type options struct {
+	db              string // -db: dbPostgres or dbMariaDB
 	databaseURL     string
 	partitionSize   int64
 	partitionsAhead bool
@@ -229,6 +279,7 @@ type options struct {
 	claimRows       int
 	claimRounds     int
 	latencyRate     int
+	latencyRateSet  bool // -latency-rate given on the command line
 	latencyDuration time.Duration
 	writeOps        int
 	notifyRounds    int
@@ -267,11 +318,10 @@ var scenarioNames = []string{"relay", "relay3", "plain", "naive", "forwarder", "
 
 func main() {
 	var o options
-	defaultURL := os.Getenv("DATABASE_URL")
-	if defaultURL == "" {
-		defaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	flag.StringVar(&o.databaseURL, "database-url", defaultURL, "PostgreSQL server; scenarios use schemas of its database "+benchDatabase)
+	flag.StringVar(&o.db, "db", dbPostgres, "the database: postgres, or mariadb (MariaDB or MySQL: the scenarios of "+strings.Join(mariaDBScenarios, ",")+
+		" alone, each in a database of its own on the server; the others are PostgreSQL's or not ported, and -own-cluster, -statements, -sql-stats, -partition-size, -scheduled and -claim-backoff are refused)")
+	flag.StringVar(&o.databaseURL, "database-url", "", "the server: PostgreSQL's (default $DATABASE_URL or the local server with trust auth), where scenarios use schemas of its database "+benchDatabase+
+		"; with -db mariadb a mysql:// URL (default $MYSQL_URL or "+testkit.MySQLURLDefault+") of a user that may create databases")
 	flag.IntVar(&o.events, "events", 100_000, "backlog of the relay, relay3, dblimit and kafkalimit scenarios")
 	flag.IntVar(&o.aggregates, "aggregates", 1000, "aggregates the events are spread over (round-robin)")
 	flag.IntVar(&o.naiveEvents, "naive-events", 20_000, "backlog of the naive scenario (it runs at about 1k/s)")
@@ -282,7 +332,7 @@ func main() {
 	flag.IntVar(&o.scheduled, "scheduled", 0, "rows scheduled a week ahead (Event.NotBefore, each of an aggregate of its own): each relay round drains the backlog again beside them, and the claim scenario keeps them beside its retained rows; they must cost neither")
 	flag.IntVar(&o.claimBackoff, "claim-backoff", 0, "rows in retry backoff (each of an aggregate of its own) beside the retained rows in the claim scenario")
 	flag.IntVar(&o.pruneDayRows, "prune-day-rows", 200_000, "published events a simulated day in the prune scenario (nine days, a week retained)")
-	flag.IntVar(&o.latencyRate, "latency-rate", 1000, "events committed per second in the latency scenario")
+	flag.IntVar(&o.latencyRate, "latency-rate", 1000, "events committed per second in the latency scenario (with -db mariadb, unless given: half the relay's median events/s of the run, this when the relay did not run)")
 	flag.IntVar(&o.largeEvents, "large-events", 100, "events the large scenario drains on each side")
 	flag.IntVar(&o.largeBytes, "large-bytes", 2<<20, "payload bytes of each of the large scenario's events (at most 4 MiB)")
 	flag.IntVar(&o.largeRate, "large-rate", 5, "events committed per second for the large scenario's latency (10 seconds on each side)")
@@ -316,6 +366,8 @@ func main() {
 	flag.IntVar(&o.river1Events, "river1-events", 10_000, "backlog of the river scenario's one-worker drain (it runs at a few hundred events/s); the unordered drain takes -events")
 	flag.StringVar(&o.broker, "broker", "kfake", "the broker: kfake (a kfakeproc process of the bench's own) or kafka (the 3-node Apache Kafka cluster of .ci/services, or "+kafkatest.EnvClusterBrokers+"; topics of three replicas, made anew per drain)")
 	flag.Parse()
+	o.databaseURL = cmp.Or(o.databaseURL, defaultDatabaseURL(o.db))
+	flag.Visit(func(f *flag.Flag) { o.latencyRateSet = o.latencyRateSet || f.Name == "latency-rate" })
 	var err error
 	if o.profile, err = profileNamed(*profileName); err == nil {
 		err = o.profile.apply(flag.CommandLine)
@@ -336,6 +388,15 @@ func main() {
 }
 
 func (o options) validate() error {
+	switch o.db {
+	case dbPostgres:
+	case dbMariaDB:
+		if err := o.validateMariaDB(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("-db %q: want %s or %s", o.db, dbPostgres, dbMariaDB)
+	}
 	for _, f := range []struct {
 		name string
 		v    int
@@ -396,9 +457,9 @@ func (o options) runs() []string {
 }
 
 // skipped reports whether the scenario is left out of the run: not in the
-// profile, or named in -skip.
+// profile, named in -skip, or not one of MariaDB's under -db mariadb.
 func (o options) skipped(name string) bool {
-	if !o.profile.runs(name) {
+	if !o.profile.runs(name) || o.db == dbMariaDB && !slices.Contains(mariaDBScenarios, name) {
 		return true
 	}
 	for _, s := range strings.Split(o.skip, ",") {
@@ -424,16 +485,23 @@ func run(ctx context.Context, o options) error {
 		o.databaseURL = url
 	}
 	logf("profile %s: %s", o.profile.name, strings.Join(o.runs(), ","))
-	dbURL, err := testkit.EnsureDatabase(ctx, o.databaseURL, benchDatabase)
-	if err != nil {
-		return err
+	dbURL := o.databaseURL
+	if o.db == dbMariaDB {
+		if out := o.leftOutOnMariaDB(); len(out) > 0 {
+			logf("-db mariadb: the profile's %s left out (PostgreSQL's, or not ported to MariaDB)", strings.Join(out, ","))
+		}
+	} else {
+		var err error
+		if dbURL, err = testkit.EnsureDatabase(ctx, o.databaseURL, benchDatabase); err != nil {
+			return err
+		}
 	}
 	tmp, err := os.MkdirTemp("", "txoutbox-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	e := &env{dbURL: dbURL, tmp: tmp, opts: o}
+	e := &env{dbURL: dbURL, tmp: tmp, opts: o, mysql: o.db == dbMariaDB}
 
 	logf("building the broker and the outbox CLI")
 	var outboxBin string
@@ -495,12 +563,12 @@ func run(ctx context.Context, o options) error {
 	default:
 		return fmt.Errorf("-broker %q: want kfake or kafka", o.broker)
 	}
-	if err := e.findPostmaster(ctx); err != nil {
+	if err := e.findServer(ctx); err != nil {
 		return err
 	}
 
 	sum := newSummary()
-	sum.Broker = o.broker
+	sum.Broker, sum.DB = o.broker, o.db
 	out := json.NewEncoder(os.Stdout)
 	emit := func(v any) error {
 		if t, ok := v.(throughput); ok && t.Cost != nil && len(t.Cost.Statements) > 0 {
@@ -509,7 +577,8 @@ func run(ctx context.Context, o options) error {
 		}
 		return out.Encode(v)
 	}
-	if e.postmaster != 0 {
+	switch {
+	case e.postmaster != 0:
 		// What the server does without the bench: every PostgreSQL CPU
 		// figure below includes it.
 		idle, err := e.idleCluster(2 * time.Second)
@@ -520,7 +589,20 @@ func run(ctx context.Context, o options) error {
 		if err := emit(map[string]any{"scenario": "pg_idle", "seconds": 2, "pg_cpu_ms_per_s": math.Round(idle/100) / 10}); err != nil {
 			return err
 		}
-	} else {
+	case e.mysqld != 0:
+		// Likewise: the other sessions on the server are in every
+		// mysqld figure.
+		idle, err := e.idleMySQLd(2 * time.Second)
+		if err != nil {
+			return err
+		}
+		logf("mysqld (pid %d) uses %.1f ms CPU per second while the bench is idle", e.mysqld, idle/1000)
+		if err := emit(map[string]any{"scenario": "mysqld_idle", "seconds": 2, "mysqld_cpu_ms_per_s": math.Round(idle/100) / 10}); err != nil {
+			return err
+		}
+	case e.mysql:
+		logf("mysqld is not on this host: its CPU is not measured")
+	default:
 		logf("PostgreSQL is not on this host: its CPU is not measured")
 	}
 	cpuprofile := ""
@@ -541,7 +623,7 @@ func run(ctx context.Context, o options) error {
 			}
 			if len(plains) > 0 {
 				sum.PlainEPS, sum.Plain = medianDrain(plains)
-				sum.PGVsPlain = pairedRatio(relays, plains, pgUS)
+				sum.DBVsPlain = pairedRatio(relays, plains, serverUS)
 				sum.CPUVsPlain = pairedRatio(relays, plains, totalUS)
 			}
 			for _, r := range append(relays, plains...) {
@@ -670,12 +752,22 @@ func run(ctx context.Context, o options) error {
 			return err
 		}},
 		{"latency", func() error {
-			for _, notify := range []bool{true, false} {
-				r, err := runLatency(ctx, e, notify)
+			modes, rate := []bool{true, false}, o.latencyRate
+			if e.mysql {
+				// No NOTIFY: the relay polls. At half the relay's
+				// events/s of the run unless -latency-rate says.
+				modes = []bool{false}
+				if !o.latencyRateSet && !math.IsNaN(sum.RelayEPS) {
+					rate = max(int(math.Round(sum.RelayEPS/2)), 1)
+				}
+			}
+			sum.LatencyRate = float64(rate)
+			for _, notify := range modes {
+				r, err := runLatency(ctx, e, notify, rate)
 				if err != nil {
 					return err
 				}
-				if notify {
+				if notify || e.mysql {
 					sum.P50MS, sum.P99MS = r.P50MS, r.P99MS
 				}
 				if err := emit(r); err != nil {

@@ -150,6 +150,9 @@ func (e *env) meteredDrain(ctx context.Context, rr *relayRun, s *schemaDB) (time
 		return 0, nil, err
 	}
 	defer p.close()
+	if _, err := p.backlog(ctx); err != nil {
+		return 0, nil, err
+	}
 	m := e.startMeter(ctx, s.SQL).exclude(p.pid)
 	took, err := rr.drain(ctx, s, p, e.opts.timeout)
 	if err != nil {

@@ -20,7 +20,8 @@ import (
 const forwarderTopic = "bench_outbox"
 
 // runForwarder drains a backlog with Watermill's own outbox: messages
-// written by the watermill-sql Postgres publisher inside transactions, and
+// written by the watermill-sql publisher (its PostgreSQL or MySQL schema
+// adapter, by the database) inside transactions, and
 // components/forwarder reading them with the watermill-sql subscriber and
 // publishing to Kafka through watermill-kafka (the relay's publisher
 // configuration). batch is the subscriber's SubscribeBatchSize.
@@ -38,10 +39,17 @@ func runForwarder(ctx context.Context, e *env, batch int) (throughput, error) {
 	}
 	logger := watermill.NopLogger{}
 
-	schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: batch}
+	var (
+		schema      wsql.SchemaAdapter  = wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: batch}
+		offsets     wsql.OffsetsAdapter = wsql.DefaultPostgreSQLOffsetsAdapter{}
+		offsetsName                     = "DefaultPostgreSQLOffsetsAdapter"
+	)
+	if s.mysql {
+		schema, offsets, offsetsName = wsql.DefaultMySQLSchema{SubscribeBatchSize: batch}, wsql.DefaultMySQLOffsetsAdapter{}, "DefaultMySQLOffsetsAdapter"
+	}
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(s.SQL), wsql.SubscriberConfig{
 		SchemaAdapter:    schema,
-		OffsetsAdapter:   wsql.DefaultPostgreSQLOffsetsAdapter{},
+		OffsetsAdapter:   offsets,
 		InitializeSchema: true,
 	}, logger)
 	if err != nil {
@@ -92,7 +100,7 @@ func runForwarder(ctx context.Context, e *env, batch int) (throughput, error) {
 	}
 	res := newThroughput("forwarder", n, end.Sub(start), map[string]any{
 		"subscribe_batch_size": batch, "poll_interval": "1s (default)", "ack_deadline": "30s (default)",
-		"offsets": "DefaultPostgreSQLOffsetsAdapter", "publisher": "kafkapub.Publisher.Publish (one message per call, as watermill-kafka's Publish)",
+		"offsets": offsetsName, "publisher": "kafkapub.Publisher.Publish (one message per call, as watermill-kafka's Publish)",
 	})
 	res.Cost = c
 	return e.withDelivery(ctx, res, topic)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -51,9 +52,10 @@ type latency struct {
 // runLatency commits events at a steady rate through the GORM plugin while
 // one relay publishes them, and measures each event's time from the
 // writer's commit returning to the publisher's Publish returning (the
-// broker's ack). notify selects LISTEN/NOTIFY, or polling only at the
-// relay's default PollInterval.
-func runLatency(ctx context.Context, e *env, notify bool) (latency, error) {
+// broker's ack), rate events a second. notify selects LISTEN/NOTIFY, or
+// polling only at the relay's default PollInterval (on MySQL, which has no
+// NOTIFY, PollIntervalMySQLDefault).
+func runLatency(ctx context.Context, e *env, notify bool, rate int) (latency, error) {
 	mode := "notify"
 	if !notify {
 		mode = "poll"
@@ -68,7 +70,11 @@ func runLatency(ctx context.Context, e *env, notify bool) (latency, error) {
 		return latency{}, err
 	}
 
-	db, err := gorm.Open(postgres.Open(s.URL), &gorm.Config{Logger: logger.Discard})
+	dialector := postgres.Open(s.URL)
+	if s.mysql {
+		dialector = gormmysql.Open(s.DSN)
+	}
+	db, err := gorm.Open(dialector, &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return latency{}, err
 	}
@@ -97,14 +103,14 @@ func runLatency(ctx context.Context, e *env, notify bool) (latency, error) {
 	cfg := relay.Config{DisableListen: !notify}
 	rr := relayRun{replicas: 1, cfg: cfg, publisher: func() (message.Publisher, error) { return nopCloser{acks}, nil }}
 
-	n := e.opts.latencyRate * int(e.opts.latencyDuration/time.Second)
+	n := rate * int(e.opts.latencyDuration/time.Second)
 	runCtx, stopRelay := context.WithCancel(ctx)
 	defer stopRelay()
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- rr.runUntil(runCtx, s) }()
 	time.Sleep(500 * time.Millisecond) // the relay's first heartbeat takes its shards
 
-	commits, behind, err := paceCommits(e.opts.latencyRate, n, func(i int) (uuid.UUID, error) {
+	commits, behind, err := paceCommits(rate, n, func(i int) (uuid.UUID, error) {
 		ev := benchEvent(topic, i, e.opts.aggregates)
 		ev.Topic, ev.AggregateID = "", "" // the plugin fills them from the model
 		o := BenchOrder{Total: int64(i), Status: "placed"}
@@ -129,14 +135,14 @@ func runLatency(ctx context.Context, e *env, notify bool) (latency, error) {
 	if err != nil {
 		return latency{}, fmt.Errorf("latency %s: %w", mode, err)
 	}
-	settings := relaySettings(cfg, 1)
+	settings := s.relaySettings(cfg, 1)
 	settings["writers"] = latencyWriters
-	settings["writer_notify"] = notify
-	if !notify {
+	settings["writer_notify"] = notify && !s.mysql
+	if !notify && !s.mysql {
 		settings["poll_interval"] = relay.PollIntervalDefault.String()
 	}
 	return latency{
-		Scenario: "latency", Mode: mode, Rate: e.opts.latencyRate, Events: len(lat),
+		Scenario: "latency", Mode: mode, Rate: rate, Events: len(lat),
 		P50MS: quantile(lat, 0.50), P90MS: quantile(lat, 0.90), P99MS: quantile(lat, 0.99), MaxMS: lat[len(lat)-1],
 		Behind: behind, Settings: settings,
 	}, nil

@@ -28,6 +28,20 @@ RETURNING id, event_id::text, topic, aggregate_type, aggregate_id, event_type, c
 	naiveMarkSQL = `UPDATE {{table}} SET state = 'published', published_at = now() WHERE id = $1`
 )
 
+// The naive relay on MySQL, which has no UPDATE ... RETURNING: the claim is
+// a locking read and an UPDATE of the ids it returned in one short READ
+// COMMITTED transaction (claimLocked).
+const (
+	naiveClaimMySQL = `
+SELECT id, event_id, topic, aggregate_type, aggregate_id, event_type, content_type, payload, created_at
+FROM {{table}} WHERE state = 'pending'
+ORDER BY id LIMIT ?
+FOR UPDATE SKIP LOCKED`
+	// naiveClaimedMySQL ends in "IN": inList adds the ids.
+	naiveClaimedMySQL = `UPDATE {{table}} SET state = 'claimed' WHERE id IN`
+	naiveMarkMySQL    = `UPDATE {{table}} SET state = 'published', published_at = UTC_TIMESTAMP(6) WHERE id = ?`
+)
+
 // naiveBatch is the sketch's batch size.
 const naiveBatch = 100
 
@@ -57,7 +71,10 @@ func runNaive(ctx context.Context, e *env) (throughput, error) {
 		return throughput{}, err
 	}
 	defer pub.Close()
-	claim, mark := s.Names.Render(naiveClaimSQL), s.Names.Render(naiveMarkSQL)
+	mark := s.Names.Render(naiveMarkSQL)
+	if s.mysql {
+		mark = s.Names.Render(naiveMarkMySQL)
+	}
 
 	m := e.startMeter(ctx, s.SQL)
 	start := time.Now()
@@ -67,7 +84,7 @@ func runNaive(ctx context.Context, e *env) (throughput, error) {
 		if time.Now().After(deadline) {
 			return throughput{}, fmt.Errorf("naive: %w", &incompleteError{Published: int64(marked), Backlog: int64(n), Elapsed: time.Since(start)})
 		}
-		rows, err := naiveClaim(ctx, s, claim)
+		rows, err := naiveClaim(ctx, s)
 		if err != nil {
 			return throughput{}, err
 		}
@@ -91,10 +108,11 @@ func runNaive(ctx context.Context, e *env) (throughput, error) {
 	return e.withDelivery(ctx, res, topic)
 }
 
-// naiveClaim runs the claim in its own short transaction (the statement's)
-// and returns the rows oldest first, as the sketch publishes them.
-func naiveClaim(ctx context.Context, s *schemaDB, claim string) ([]naiveRow, error) {
-	out, err := claimSorted(ctx, s, claim, naiveBatch, func(rows *sql.Rows) (naiveRow, error) {
+// naiveClaim runs the claim in its own short transaction (the statement's;
+// on MySQL, naiveClaimMySQL's) and returns the rows oldest first, as the
+// sketch publishes them.
+func naiveClaim(ctx context.Context, s *schemaDB) ([]naiveRow, error) {
+	scan := func(rows *sql.Rows) (naiveRow, error) {
 		var (
 			r  naiveRow
 			id string
@@ -108,7 +126,17 @@ func naiveClaim(ctx context.Context, s *schemaDB, claim string) ([]naiveRow, err
 			return r, fmt.Errorf("event id: %w", err)
 		}
 		return r, nil
-	}, func(r naiveRow) int64 { return r.id })
+	}
+	id := func(r naiveRow) int64 { return r.id }
+	var (
+		out []naiveRow
+		err error
+	)
+	if s.mysql {
+		out, err = claimLocked(ctx, s, s.Names.Render(naiveClaimMySQL), s.Names.Render(naiveClaimedMySQL), naiveBatch, scan, id)
+	} else {
+		out, err = claimSorted(ctx, s, s.Names.Render(naiveClaimSQL), naiveBatch, scan, id)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("naive: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/kafkatest"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/relay/walrelay"
@@ -18,24 +19,42 @@ import (
 // broker, with opts and the producer's defaults.
 func testEnv(ctx context.Context, t *testing.T, opts options) *env {
 	t.Helper()
-	dbURL, err := testkit.EnsureDatabase(ctx, testkit.ServerURL(), benchDatabase)
-	if err != nil {
-		t.Fatal(err)
+	return testEnvOn(ctx, t, testkit.Postgres, opts)
+}
+
+// testEnvOn is testEnv on engine eng: on MySQL, the test server of
+// testkit.MySQLURL, on which each scenario makes a database of its own
+// (-db mariadb).
+func testEnvOn(ctx context.Context, t *testing.T, eng testkit.Engine, opts options) *env {
+	t.Helper()
+	e := &env{opts: opts}
+	if eng.Dialect == txoutbox.MySQL {
+		e.dbURL, e.mysql, e.opts.db = testkit.MySQLURL(t), true, dbMariaDB
+	} else {
+		var err error
+		if e.dbURL, err = testkit.EnsureDatabase(ctx, testkit.ServerURL(), benchDatabase); err != nil {
+			t.Fatal(err)
+		}
 	}
 	c := kafkatest.New(t)
-	opts.timeout, opts.maxOpenRequests, opts.idempotent = time.Minute, 1, true
-	return &env{dbURL: dbURL, brokers: c.ListenAddrs(), brokerPids: []int{os.Getpid()}, opts: opts}
+	e.brokers, e.brokerPids = c.ListenAddrs(), []int{os.Getpid()}
+	e.opts.timeout, e.opts.maxOpenRequests, e.opts.idempotent = time.Minute, 1, true
+	return e
 }
 
 // TestPlainDrains runs the plain loop on a small backlog against the test
-// server and an in-process broker: every event arrives once, in per-key
-// order, and the drain's cost figures are read.
+// server and an in-process broker, on each database: every event arrives
+// once, in per-key order, and the drain's cost figures are read.
 func TestPlainDrains(t *testing.T) {
 	t.Parallel()
+	testkit.ForEachEngine(t, testPlainDrains)
+}
+
+func testPlainDrains(t *testing.T, eng testkit.Engine) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	e := testEnv(ctx, t, options{events: 2500, aggregates: 40})
-	if err := e.findPostmaster(ctx); err != nil {
+	e := testEnvOn(ctx, t, eng, options{events: 2500, aggregates: 40})
+	if err := e.findServer(ctx); err != nil {
 		t.Fatal(err)
 	}
 	r, err := runPlain(ctx, e, 0)
@@ -51,6 +70,10 @@ func TestPlainDrains(t *testing.T) {
 	if r.Cost == nil || r.Cost.RelayUS == nil || *r.Cost.RelayUS <= 0 {
 		t.Fatalf("cost %+v: no CPU of this process", r.Cost)
 	}
+	if e.mysql {
+		checkMySQLdCost(t, e, r.Cost)
+		return
+	}
 	if r.Cost.WALBytes == nil || *r.Cost.WALBytes < 50 {
 		t.Errorf("WAL per event %v, want at least 50 bytes (two updates of each row)", r.Cost.WALBytes)
 	}
@@ -62,6 +85,24 @@ func TestPlainDrains(t *testing.T) {
 	if r.Cost.PGUS == nil || *r.Cost.PGUS <= 0 || r.Cost.TotalUS == nil || *r.Cost.TotalUS < *r.Cost.PGUS+*r.Cost.RelayUS {
 		t.Errorf("cost %+v: want PostgreSQL CPU and a total of the three", r.Cost)
 	}
+}
+
+// checkMySQLdCost checks a MySQL drain's cost: mysqld's CPU, in the total,
+// and its counters, the two updates of every row among them. The test
+// server runs on this host in development and in CI.
+func checkMySQLdCost(t *testing.T, e *env, c *cost) {
+	t.Helper()
+	if e.mysqld == 0 {
+		t.Fatal("the test server's mysqld was not found among this host's processes")
+	}
+	if c.MySQLdUS == nil || *c.MySQLdUS <= 0 || c.TotalUS == nil || *c.TotalUS < *c.MySQLdUS+*c.RelayUS || c.PGUS != nil || c.WALBytes != nil {
+		t.Errorf("cost %+v: want mysqld's CPU and a total of the three, nothing of PostgreSQL's", c)
+	}
+	// Other sessions on the server add to the counters, never take away.
+	if got := c.MySQLdStatus["handler_update"]; got < 2 {
+		t.Errorf("mysqld's row updates per event %v (counters %v), want at least 2: each row claimed and marked", got, c.MySQLdStatus)
+	}
+	t.Logf("cost: relay %.1f µs, mysqld %.1f µs per event; mysqld's counters per event %v", *c.RelayUS, *c.MySQLdUS, c.MySQLdStatus)
 }
 
 // checkDrains returns an emit for runRelayRounds that notes each drain as
@@ -83,9 +124,13 @@ func checkDrains(t *testing.T, order *[]string) func(any) error {
 // relay, and every drain reads back exactly its own events.
 func TestRelayRoundsInterleave(t *testing.T) {
 	t.Parallel()
+	testkit.ForEachEngine(t, testRelayRoundsInterleave)
+}
+
+func testRelayRoundsInterleave(t *testing.T, eng testkit.Engine) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	e := testEnv(ctx, t, options{events: 1500, aggregates: 30, rounds: 2})
+	e := testEnvOn(ctx, t, eng, options{events: 1500, aggregates: 30, rounds: 2})
 	var order []string
 	emit := checkDrains(t, &order)
 	relays, plains, scheds, err := runRelayRounds(ctx, e, "", true, emit)

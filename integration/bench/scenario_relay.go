@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -54,6 +55,17 @@ func relaySettings(cfg relay.Config, replicas int) map[string]any {
 		inflight = 2 * batch
 	}
 	return map[string]any{"replicas": replicas, "batch": batch, "lanes": lanes, "lane_batch": laneBatch, "max_in_flight": inflight, "listen": !cfg.DisableListen}
+}
+
+// relaySettings is relaySettings for a relay on s: on MySQL it polls,
+// every PollIntervalMySQLDefault unless cfg says.
+func (s *schemaDB) relaySettings(cfg relay.Config, replicas int) map[string]any {
+	settings := relaySettings(cfg, replicas)
+	if s.mysql {
+		settings["listen"] = false
+		settings["poll_interval"] = cmp.Or(cfg.PollInterval, relay.PollIntervalMySQLDefault).String()
+	}
+	return settings
 }
 
 // runRelayRounds drains the backlog -rounds times with one relay and, with
@@ -145,6 +157,7 @@ func medianCost(costs []*cost) *cost {
 	return &cost{
 		RelayUS:  pick(func(c *cost) *float64 { return c.RelayUS }),
 		PGUS:     pick(pgUS),
+		MySQLdUS: pick(mysqldUS),
 		BrokerUS: pick(func(c *cost) *float64 { return c.BrokerUS }),
 		TotalUS:  pick(totalUS),
 		WALBytes: pick(walBytes),
@@ -182,7 +195,7 @@ func runRelayScenario(ctx context.Context, e *env, replicas, round int, cpuprofi
 		return throughput{}, fmt.Errorf("%s: %w", name, err)
 	}
 	scenario := "relay"
-	settings := e.producerSettings(relaySettings(rr.cfg, replicas))
+	settings := e.producerSettings(s.relaySettings(rr.cfg, replicas))
 	if scheduled > 0 {
 		scenario, settings["scheduled"] = "relay_scheduled", scheduled
 	}
@@ -211,7 +224,7 @@ func runDBLimit(ctx context.Context, e *env) (throughput, error) {
 	if err != nil {
 		return throughput{}, fmt.Errorf("dblimit: %w", err)
 	}
-	settings := relaySettings(cfg, 1)
+	settings := s.relaySettings(cfg, 1)
 	settings["publisher"] = "no-op"
 	res := newThroughput("dblimit", e.opts.events, took, settings)
 	res.Cost = c

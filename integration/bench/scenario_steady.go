@@ -4,12 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/txoutbox/txoutbox"
 )
@@ -57,11 +55,10 @@ func runSteady(ctx context.Context, e *env, plain bool) (steadyBench, error) {
 	if err != nil {
 		return steadyBench{}, err
 	}
-	plainTable := pgx.Identifier{s.Schema, "plain_outbox"}.Sanitize()
-	render := func(q string) string { return strings.ReplaceAll(q, "{{plain}}", plainTable) }
+	var pt plainTable
 	if plain {
-		if _, err := s.SQL.ExecContext(ctx, render(plainTableSQL)); err != nil {
-			return steadyBench{}, fmt.Errorf("steady: create the plain table: %w", err)
+		if pt, err = newPlainTable(ctx, s); err != nil {
+			return steadyBench{}, fmt.Errorf("steady: %w", err)
 		}
 	}
 	writers, pids, err := steadyWriterPool(ctx, s.URL)
@@ -76,7 +73,7 @@ func runSteady(ctx context.Context, e *env, plain bool) (steadyBench, error) {
 	commit := func(i int) (uuid.UUID, error) {
 		ev := benchEvent(topic, i, e.opts.aggregates)
 		if plain {
-			_, err := writers.ExecContext(ctx, render(`INSERT INTO {{plain}} (aggregate_id, payload) VALUES ($1, $2)`), ev.AggregateID, string(ev.Payload))
+			_, err := writers.ExecContext(ctx, pt.render(`INSERT INTO {{plain}} (aggregate_id, payload) VALUES ($1, $2)`), ev.AggregateID, string(ev.Payload))
 			return ev.ID, err
 		}
 		tx, err := writers.BeginTx(ctx, nil)
@@ -111,14 +108,14 @@ func runSteady(ctx context.Context, e *env, plain bool) (steadyBench, error) {
 		done := make(chan error, 1)
 		total := make(chan int, 1)
 		go func() {
-			k, err := plainLoop(runCtx, s, pub, render(plainClaimSQL), render(plainMarkSQL), topic, time.Now().Add(e.opts.timeout+e.opts.steadyDuration), steadyPlainPoll)
+			k, err := plainLoop(runCtx, pt, pub, topic, time.Now().Add(e.opts.timeout+e.opts.steadyDuration), steadyPlainPoll)
 			total <- k
 			done <- err
 		}()
 		stopDrainer = func() error { cancel(); <-total; return <-done }
 		published = func(ctx context.Context) (int64, error) {
 			var k int64
-			err := p.conn.QueryRowContext(ctx, render(`SELECT count(*) FROM {{plain}} WHERE status = 'published'`)).Scan(&k)
+			err := p.conn.QueryRowContext(ctx, pt.render(`SELECT count(*) FROM {{plain}} WHERE status = 'published'`)).Scan(&k)
 			return k, err
 		}
 	} else {

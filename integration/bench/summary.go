@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -26,9 +27,15 @@ type summary struct {
 	// Relay and Plain are the costs of the one-replica relay's and the
 	// plain loop's drains; nil when they did not run.
 	Relay, Plain *cost
-	// PGVsPlain and CPUVsPlain are the medians of each round's relay ÷
-	// plain PostgreSQL and total CPU per event (see pairedRatio).
-	PGVsPlain, CPUVsPlain float64
+	// DBVsPlain and CPUVsPlain are the medians of each round's relay ÷
+	// plain database server (PostgreSQL's or mysqld's) and total CPU per
+	// event (see pairedRatio).
+	DBVsPlain, CPUVsPlain float64
+	// LatencyRate is the latency scenario's events/s.
+	LatencyRate float64
+	// DB is the -db the run used: postgres or mariadb, whose line has
+	// the keys that apply there (mariaDBFields).
+	DB string
 	// ScheduledVsRelay and ScheduledPGVsRelay compare the relay's drains
 	// beside -scheduled rows with its drains without them: events/s
 	// (medians) and PostgreSQL CPU per event (paired by round).
@@ -113,7 +120,7 @@ func newSummary() summary {
 	nan := math.NaN()
 	return summary{RelayEPS: nan, Relay3EPS: nan, NaiveEPS: nan, ForwarderEPS: nan, DBLimitEPS: nan, KafkaLimitEPS: nan, KafkaBatchEPS: nan,
 		OrderViolations: nan, P50MS: nan, P99MS: nan, GormOverhead: nan, EntOverhead: nan, ClaimFlatness: nan, RelayRSSMiB: nan,
-		PlainEPS: nan, PGVsPlain: nan, CPUVsPlain: nan, ScheduledVsRelay: nan, ScheduledPGVsRelay: nan,
+		PlainEPS: nan, DBVsPlain: nan, CPUVsPlain: nan, LatencyRate: nan, ScheduledVsRelay: nan, ScheduledPGVsRelay: nan,
 		walSummary:      walSummary{nan, nan, nan, nan, nan, nan},
 		debeziumSummary: debeziumSummary{nan, nan, nan},
 		riverSummary:    riverSummary{nan, nan, nan, nan},
@@ -133,27 +140,92 @@ func figure(c *cost, pick func(*cost) *float64) float64 {
 // 1/(1/dblimit + 1/kafkalimit).
 func (s summary) ceiling() float64 { return 1 / (1/s.DBLimitEPS + 1/s.KafkaLimitEPS) }
 
+// field is one key=value of the summary line.
+type field struct{ name, value string }
+
+// eps renders a rate (or a count) rounded to a whole number, "-" for NaN.
+func eps(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "-"
+	}
+	return strconv.FormatFloat(math.Round(v), 'f', 0, 64)
+}
+
+// ratio renders a figure with two decimals, "-" for NaN.
+func ratio(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
 // String renders the summary line.
 func (s summary) String() string {
-	eps := func(v float64) string {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return "-"
+	fields := s.postgresFields()
+	if s.DB == dbMariaDB {
+		fields = s.mariaDBFields()
+	}
+	var b strings.Builder
+	b.WriteString("bench:")
+	for _, f := range fields {
+		fmt.Fprintf(&b, " %s=%s", f.name, f.value)
+	}
+	for _, f := range s.failures {
+		for _, field := range f.fields() {
+			b.WriteString(" " + field)
 		}
-		return strconv.FormatFloat(math.Round(v), 'f', 0, 64)
 	}
-	ratio := func(v float64) string {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return "-"
-		}
-		return strconv.FormatFloat(v, 'f', 2, 64)
+	return b.String()
+}
+
+// broker is the line's broker key: kfake unless the run said.
+func (s summary) broker() string {
+	if s.Broker == "" {
+		return "kfake"
 	}
-	broker := s.Broker
-	if broker == "" {
-		broker = "kfake"
+	return s.Broker
+}
+
+// mariaDBFields are the line of -db mariadb: PostgreSQL's keys of the
+// scenarios it runs, with mysqld's CPU where PostgreSQL's would be
+// (mysqld_us_per_event, plain_mysqld_us_per_event, and db_cpu_vs_plain,
+// the median of the rounds' relay ÷ plain), and the latency scenario's
+// rate (latency_rate: half the relay's events/s unless -latency-rate said).
+func (s summary) mariaDBFields() []field {
+	return []field{
+		{"db", dbMariaDB},
+		{"relay_eps", eps(s.RelayEPS)},
+		{"relay3_eps", eps(s.Relay3EPS)},
+		{"plain_eps", eps(s.PlainEPS)},
+		{"naive_eps", eps(s.NaiveEPS)},
+		{"forwarder_eps", eps(s.ForwarderEPS)},
+		{"dblimit_eps", eps(s.DBLimitEPS)},
+		{"kafkalimit_eps", eps(s.KafkaLimitEPS)},
+		{"ceiling_eps", eps(s.ceiling())},
+		{"relay_vs_plain", ratio(s.RelayEPS / s.PlainEPS)},
+		{"relay3_vs_plain", ratio(s.Relay3EPS / s.PlainEPS)},
+		{"relay_vs_forwarder", ratio(s.RelayEPS / s.ForwarderEPS)},
+		{"relay_vs_naive", ratio(s.RelayEPS / s.NaiveEPS)},
+		{"relay_vs_ceiling", ratio(s.RelayEPS / s.ceiling())},
+		{"order_violations", eps(s.OrderViolations)},
+		{"latency_rate", eps(s.LatencyRate)},
+		{"p50_ms", ratio(s.P50MS)},
+		{"p99_ms", ratio(s.P99MS)},
+		{"mysqld_us_per_event", ratio(figure(s.Relay, mysqldUS))},
+		{"plain_mysqld_us_per_event", ratio(figure(s.Plain, mysqldUS))},
+		{"cpu_us_per_event", ratio(figure(s.Relay, totalUS))},
+		{"plain_cpu_us_per_event", ratio(figure(s.Plain, totalUS))},
+		{"db_cpu_vs_plain", ratio(s.DBVsPlain)},
+		{"cpu_vs_plain", ratio(s.CPUVsPlain)},
+		{"kafkabatch_eps", eps(s.KafkaBatchEPS)},
+		{"relay_vs_kafkabatch", ratio(s.RelayEPS / s.KafkaBatchEPS)},
+		{"broker", s.broker()},
 	}
-	fields := []struct {
-		name, value string
-	}{
+}
+
+// postgresFields are the line of a PostgreSQL run.
+func (s summary) postgresFields() []field {
+	return []field{
 		{"relay_eps", eps(s.RelayEPS)},
 		{"relay3_eps", eps(s.Relay3EPS)},
 		{"naive_eps", eps(s.NaiveEPS)},
@@ -185,9 +257,9 @@ func (s summary) String() string {
 		{"wal_pg_us_per_event", ratio(s.WALPGUSPerEvent)},
 		{"wal_wal_bytes_per_event", ratio(s.WALWALBytesPerEvent)},
 		{"wal_p99_ms", ratio(s.WALP99MS)},
-		{"pg_vs_plain", ratio(s.PGVsPlain)},
+		{"pg_vs_plain", ratio(s.DBVsPlain)},
 		{"cpu_vs_plain", ratio(s.CPUVsPlain)},
-		{"broker", broker},
+		{"broker", s.broker()},
 		{"debezium_eps", eps(s.DebeziumEPS)},
 		{"wal_vs_debezium", ratio(s.WALEPS / s.DebeziumEPS)},
 		{"wal_cpu_vs_debezium", ratio(s.WALTotalUS / s.DebeziumTotalUS)},
@@ -220,17 +292,6 @@ func (s summary) String() string {
 		{"steady_plain_pg_us_per_event", ratio(s.SteadyPlainPGUS)},
 		{"steady_pg_vs_plain", ratio(s.SteadyPGUS / s.SteadyPlainPGUS)},
 	}
-	var b strings.Builder
-	b.WriteString("bench:")
-	for _, f := range fields {
-		fmt.Fprintf(&b, " %s=%s", f.name, f.value)
-	}
-	for _, f := range s.failures {
-		for _, field := range f.fields() {
-			b.WriteString(" " + field)
-		}
-	}
-	return b.String()
 }
 
 // addViolations adds a scenario's order violations to the total.
@@ -242,6 +303,11 @@ func (s *summary) addViolations(n int) {
 }
 
 func pgUS(c *cost) *float64     { return c.PGUS }
+func mysqldUS(c *cost) *float64 { return c.MySQLdUS }
+
+// serverUS is the database server's CPU per event: PostgreSQL's, or
+// mysqld's.
+func serverUS(c *cost) *float64 { return cmp.Or(c.PGUS, c.MySQLdUS) }
 func totalUS(c *cost) *float64  { return c.TotalUS }
 func walBytes(c *cost) *float64 { return c.WALBytes }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"math"
 	"testing"
 )
@@ -28,7 +29,7 @@ func TestSummaryLine(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	s.Relay = &cost{PGUS: f(25.04), TotalUS: f(52.5), WALBytes: f(612.4)}
 	s.Plain = &cost{PGUS: f(13.7), TotalUS: f(36.6), WALBytes: f(401)}
-	s.PGVsPlain, s.CPUVsPlain = 0.914, 0.8
+	s.DBVsPlain, s.CPUVsPlain = 0.914, 0.8
 	s.addSteady(steadyBench{Cost: &cost{PGUS: f(18)}}, steadyBench{Cost: &cost{PGUS: f(12)}})
 	s.ScheduledVsRelay, s.ScheduledPGVsRelay = 0.987, 1.024
 	want := "bench: relay_eps=30000 relay3_eps=28000 naive_eps=1200 forwarder_eps=4000 dblimit_eps=50000 kafkalimit_eps=40000 ceiling_eps=22222" +
@@ -62,6 +63,46 @@ func TestSummaryLineMissing(t *testing.T) {
 	if !math.IsNaN(s.ceiling()) {
 		t.Errorf("ceiling without its inputs = %v, want NaN", s.ceiling())
 	}
+}
+
+// The line of -db mariadb: db=mariadb first, PostgreSQL's keys of the
+// scenarios it runs, mysqld's CPU where PostgreSQL's would be, and the
+// latency scenario's rate.
+func TestSummaryLineMariaDB(t *testing.T) {
+	s := newSummary()
+	s.DB = dbMariaDB
+	s.RelayEPS, s.Relay3EPS, s.PlainEPS, s.NaiveEPS, s.ForwarderEPS = 13000, 12000.4, 10000, 1000, 1300
+	s.DBLimitEPS, s.KafkaLimitEPS, s.KafkaBatchEPS = 20000, 80000, 130000
+	s.addViolations(0)
+	s.LatencyRate, s.P50MS, s.P99MS = 6500, 31.234, 88
+	f := func(v float64) *float64 { return &v }
+	s.Relay = &cost{MySQLdUS: f(40.5), TotalUS: f(70)}
+	s.Plain = &cost{MySQLdUS: f(45), TotalUS: f(80)}
+	s.DBVsPlain, s.CPUVsPlain = 0.9, 0.875
+	// PostgreSQL's figures are not on this line, whatever is set.
+	s.addWAL(walBench{WALEPS: 60000, RelayEPS: 30000})
+	s.SteadyPGUS = 18
+	want := "bench: db=mariadb relay_eps=13000 relay3_eps=12000 plain_eps=10000 naive_eps=1000 forwarder_eps=1300" +
+		" dblimit_eps=20000 kafkalimit_eps=80000 ceiling_eps=16000" +
+		" relay_vs_plain=1.30 relay3_vs_plain=1.20 relay_vs_forwarder=10.00 relay_vs_naive=13.00 relay_vs_ceiling=0.81" +
+		" order_violations=0 latency_rate=6500 p50_ms=31.23 p99_ms=88.00" +
+		" mysqld_us_per_event=40.50 plain_mysqld_us_per_event=45.00 cpu_us_per_event=70.00 plain_cpu_us_per_event=80.00" +
+		" db_cpu_vs_plain=0.90 cpu_vs_plain=0.88 kafkabatch_eps=130000 relay_vs_kafkabatch=0.10 broker=kfake"
+	wantLine(t, s, want)
+
+	// A scenario that did not run reads "-", and a failure's entries
+	// come last, as on PostgreSQL's line.
+	s = newSummary()
+	s.DB, s.Broker = dbMariaDB, "kafka"
+	s.RelayEPS = 13000
+	s.failures = append(s.failures, newFailure("plain", errors.New("plain: create table: boom")))
+	want = "bench: db=mariadb relay_eps=13000 relay3_eps=- plain_eps=- naive_eps=- forwarder_eps=- dblimit_eps=- kafkalimit_eps=- ceiling_eps=-" +
+		" relay_vs_plain=- relay3_vs_plain=- relay_vs_forwarder=- relay_vs_naive=- relay_vs_ceiling=-" +
+		" order_violations=- latency_rate=- p50_ms=- p99_ms=-" +
+		" mysqld_us_per_event=- plain_mysqld_us_per_event=- cpu_us_per_event=- plain_cpu_us_per_event=-" +
+		" db_cpu_vs_plain=- cpu_vs_plain=- kafkabatch_eps=- relay_vs_kafkabatch=- broker=kafka" +
+		` plain_error="plain: create table: boom"`
+	wantLine(t, s, want)
 }
 
 func TestQuantile(t *testing.T) {
