@@ -378,7 +378,7 @@ func statusPerEvent(a, b map[string]int64, events int) map[string]float64 {
 	out := make(map[string]float64, len(b))
 	for name, v := range b {
 		if v0, ok := a[name]; ok {
-			out[name] = math.Round(float64(v-v0)/float64(events)*100) / 100
+			out[name] = math.Round(float64(v-v0)/float64(events)*1000) / 1000
 		}
 	}
 	return out
