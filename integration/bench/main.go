@@ -46,9 +46,10 @@
 // through txoutbox.Writer. Of a profile's scenarios it runs relay, relay3,
 // plain, naive, forwarder, dblimit, kafkalimit and latency, and leaves out
 // the others, saying which: wal, debezium and river are PostgreSQL's (its
-// write-ahead log, River's driver), idle needs relay groups and prune
-// partitions, neither of which runs on MySQL, write measures NOTIFY beside
-// GORM and ent, and claim, memory, large and steady are not ported. The
+// write-ahead log, River's driver), idle's relay groups over 100 tables
+// and prune's partitioned outbox do not run on MySQL, write measures
+// NOTIFY beside GORM and ent, and claim, memory, large and steady are not
+// ported. The
 // flags of PostgreSQL alone (-own-cluster, -statements, -sql-stats,
 // -partition-size, -scheduled, -claim-backoff) are refused. What differs:
 //

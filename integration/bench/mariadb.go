@@ -31,8 +31,9 @@ const (
 // mariaDBScenarios are the scenarios -db mariadb runs, where the profile
 // has them. The others are left out: wal, debezium and river are
 // PostgreSQL's (its write-ahead log, River's driver), idle's relay groups
-// and prune's partitions do not run on MySQL, write measures NOTIFY, and
-// claim, memory, large and steady are not ported yet.
+// over 100 tables and prune's partitioned outbox do not run on MySQL,
+// write measures NOTIFY, and claim, memory, large and steady are not
+// ported yet.
 var mariaDBScenarios = []string{"relay", "relay3", "plain", "naive", "forwarder", "dblimit", "kafkalimit", "latency"}
 
 // defaultDatabaseURL is -database-url's default for db.
@@ -57,12 +58,20 @@ func (o options) validateMariaDB() error {
 		{o.scheduled > 0, "scheduled", "not ported to MariaDB"},
 		{o.claimBackoff > 0, "claim-backoff", "the claim scenario is not ported to MariaDB"},
 	} {
-		if f.set {
+		if !f.set {
+			continue
+		}
+		if _, ok := o.profile.flags[f.name]; ok {
 			return fmt.Errorf("-%s with -db mariadb: %s (-profile %s sets it: pick another profile)", f.name, f.why, o.profile.name)
 		}
+		return fmt.Errorf("-%s with -db mariadb: %s", f.name, f.why)
 	}
 	if !strings.HasPrefix(o.databaseURL, "mysql://") && !strings.HasPrefix(o.databaseURL, "mariadb://") {
 		return fmt.Errorf("-db mariadb takes a mysql:// -database-url, got %s", redactedURL(o.databaseURL))
+	}
+	if len(o.leftOutOnMariaDB()) == len(o.profile.scenarios) {
+		return fmt.Errorf("-profile %s with -db mariadb leaves no scenario to run: %s do not run on MariaDB (%s do)",
+			o.profile.name, strings.Join(o.leftOutOnMariaDB(), ","), strings.Join(mariaDBScenarios, ","))
 	}
 	return nil
 }
