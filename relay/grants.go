@@ -10,8 +10,10 @@ import "context"
 // DELETE on its relays table, SELECT and UPDATE on its shards and claim
 // floor tables, SELECT on the version table (<table>_schema_migrations,
 // which Run reads at start, when it exists), and USAGE on their schema.
-// On MySQL it checks nothing and returns nil (see docs/mysql.md for the
-// grants a relay needs there).
+// On MySQL and MariaDB it needs the same privileges on the tables, and
+// names every one missing; it reads them from information_schema, which
+// shows no role's grants, so with a role enabled in the session it
+// refuses nothing (see docs/mysql.md).
 func (r *Relay) CheckGrants(ctx context.Context) error {
 	return r.tables.checkGrants(ctx)
 }
