@@ -308,7 +308,9 @@
 //     writers' commits of the rows it took, as on PostgreSQL;
 //   - refused with ErrInvalidConfig: Table.Schema (a schema is a database
 //     in MySQL), a partitioned outbox (at Run), NewGroup and FindTables;
-//     CheckGrants checks nothing and returns nil.
+//   - CheckGrants reads the privileges from information_schema, which
+//     shows an account no role's grants: with a role enabled in the
+//     session it refuses nothing.
 //
 // relaytest.Drain runs this relay on MySQL as on PostgreSQL, and
 // txoutbox.ReadStats reads a MySQL outbox's figures (its counts stop at

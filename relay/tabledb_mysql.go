@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/txoutbox/txoutbox/internal/grants"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/migrations"
 )
@@ -29,9 +30,8 @@ const (
 // lockout's probe (MySQLLockProbe and MySQLLockProbeGate), errors 1205
 // and 3572 for a lock given up on, and the schema check through
 // migrations.Migrator with the refusals of what the relay cannot run on
-// (a partitioned outbox, a server whose commits are not durable). The
-// grants are not checked on MySQL: checkGrants answers nil (see
-// docs/mysql.md).
+// (a partitioned outbox, a server whose commits are not durable), and
+// the grants read from information_schema (grants.CheckMySQL).
 type mysqlTableDB struct {
 	tx     *mysqlTx
 	names  outboxsql.Names
@@ -126,6 +126,10 @@ func checkDurable(flush string) error {
 		"(SET GLOBAL innodb_flush_log_at_trx_commit = 1; see docs/mysql.md)", ErrInvalidConfig, flush)
 }
 
-// checkGrants answers nil: the grants are not checked on MySQL (see
-// Relay.CheckGrants and docs/mysql.md).
-func (m *mysqlTableDB) checkGrants(context.Context) error { return nil }
+// checkGrants reads the account's privileges on the outbox tables from
+// information_schema (grants.CheckMySQL), bounded by StatementTimeout.
+func (m *mysqlTableDB) checkGrants(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, m.tx.timeout)
+	defer cancel()
+	return grants.CheckMySQL(ctx, m.tx.db, "the relay", grants.Relay(m.names))
+}

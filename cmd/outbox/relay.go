@@ -209,16 +209,8 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 		}
 		db.Close() // the WAL relay opens connections of its own
 	default:
-		// grants.Check reads PostgreSQL's catalogs; on MySQL the relay's
-		// first statements name a missing privilege.
-		if !common.mysql() {
-			names, err := outboxsql.NamesFor(table.Schema, table.Name)
-			if err != nil {
-				return usagef("%v", err)
-			}
-			if err := grants.Check(ctx, db, "the relay", grants.Relay(names)); err != nil {
-				return err
-			}
+		if err := checkRelayGrants(ctx, db, common.mysql(), table, cfg.StatementTimeout); err != nil {
+			return err
 		}
 		if err := checkRelaySchema(ctx, db, common.databaseURL, table, cfg.StatementTimeout); err != nil {
 			return err
@@ -257,6 +249,27 @@ func runRelay(ctx context.Context, proc *process, fs *flag.FlagSet, args []strin
 	return publish(ctx, out, table.String(),
 		func(pub *kafkapub.Publisher) (*relay.Relay, error) { return relay.New(db, pub, cfg) },
 		func(r *relay.Relay) { metricsSrv.serve(r, db, logger) })
+}
+
+// checkRelayGrants refuses, before any broker is touched, a database
+// user that lacks a privilege the relay needs on the outbox tables, naming
+// each with the GRANT that gives it: PostgreSQL's catalogs answer
+// (grants.Check), or MySQL's information_schema (grants.CheckMySQL).
+func checkRelayGrants(ctx context.Context, db *sql.DB, mysql bool, table txoutbox.Table, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if mysql {
+		names, err := outboxsql.MySQLNamesFor(table.Schema, table.Name)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		return grants.CheckMySQL(ctx, db, "the relay", grants.Relay(names))
+	}
+	names, err := outboxsql.NamesFor(table.Schema, table.Name)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	return grants.Check(ctx, db, "the relay", grants.Relay(names))
 }
 
 // checkRelaySchema refuses, before any broker is touched, a table whose

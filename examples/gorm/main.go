@@ -5,9 +5,12 @@
 // embedded Kafka-protocol broker (kfake) when that is empty.
 //
 //	go run ./examples/gorm
+//	DATABASE_URL=mysql://USER:PASSWORD@HOST:PORT/DATABASE go run ./examples/gorm
 //
 // It uses DATABASE_URL, or the local PostgreSQL with trust auth, and works
-// in its own schema "txoutbox_gorm_example", recreated on every run.
+// in its own schema "txoutbox_gorm_example", recreated on every run; with
+// a mysql:// (or mariadb://) DATABASE_URL, on MySQL or MariaDB through
+// GORM's MySQL driver, in a database of that name on that server.
 package main
 
 import (
@@ -17,6 +20,7 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -33,20 +37,24 @@ func main() {
 	demo.Main(context.Background(), run)
 }
 
-func run(ctx context.Context) error {
+func run(ctx context.Context, databaseURL string) error {
 	started := time.Now()
-	sqlDB, _, table, err := demo.Schema(ctx, schema)
+	o, err := demo.Schema(ctx, databaseURL, schema)
 	if err != nil {
 		return err
 	}
-	defer sqlDB.Close()
+	defer o.DB.Close()
 
-	// The three lines of setup.
-	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), &gorm.Config{Logger: logger.Discard})
+	// The three lines of setup (the plugin takes the dialect from GORM's).
+	dialector := postgres.New(postgres.Config{Conn: o.DB})
+	if o.Dialect == txoutbox.MySQL {
+		dialector = mysql.New(mysql.Config{Conn: o.DB})
+	}
+	db, err := gorm.Open(dialector, &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return err
 	}
-	plugin, err := gormoutbox.New(gormoutbox.Config{Writer: txoutbox.WriterConfig{Table: table}, DefaultTopic: "orders"})
+	plugin, err := gormoutbox.New(gormoutbox.Config{Writer: txoutbox.WriterConfig{Table: o.Table}, DefaultTopic: "orders"})
 	if err != nil {
 		return err
 	}
@@ -80,7 +88,7 @@ func run(ctx context.Context) error {
 	fmt.Printf("order %d: pay refused (%v); nothing written\n", b.ID, err)
 
 	// The relay publishes the events; an independent consumer reads them.
-	return demo.RelayAndPrint(ctx, sqlDB, table, "orders", "order", started)
+	return demo.RelayAndPrint(ctx, o, "orders", "order", started)
 }
 
 // ErrNotPayable is returned by Pay for an order that is not awaiting payment.

@@ -6,7 +6,8 @@
 //	go run ./examples/metrics -once          # print one scrape after a few seconds and exit
 //
 // It uses DATABASE_URL, or the local PostgreSQL with trust auth, and works in
-// its own schema "txoutbox_metrics_example", recreated on every run. It
+// its own schema "txoutbox_metrics_example", recreated on every run (a
+// database of that name with a mysql:// DATABASE_URL). It
 // publishes to KAFKA_BROKERS, or to an embedded Kafka-protocol broker (kfake)
 // on a loopback port when that is empty.
 //
@@ -53,14 +54,15 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	demo.Main(ctx, func(ctx context.Context) error { return run(ctx, *addr, *once) })
+	demo.Main(ctx, func(ctx context.Context, databaseURL string) error { return run(ctx, databaseURL, *addr, *once) })
 }
 
-func run(ctx context.Context, addr string, once bool) error {
-	db, _, table, err := demo.Schema(ctx, schema)
+func run(ctx context.Context, databaseURL, addr string, once bool) error {
+	o, err := demo.Schema(ctx, databaseURL, schema)
 	if err != nil {
 		return err
 	}
+	db, table := o.DB, o.Table
 	defer db.Close()
 
 	// Metrics: an OpenTelemetry MeterProvider read by the Prometheus
@@ -108,7 +110,7 @@ func run(ctx context.Context, addr string, once bool) error {
 		return err
 	}
 
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: table})
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: table, Dialect: o.Dialect})
 	if err != nil {
 		return err
 	}

@@ -4,12 +4,16 @@
 // existed.
 //
 //	go run ./examples/quickstart
+//	DATABASE_URL=mysql://USER:PASSWORD@HOST:PORT/DATABASE go run ./examples/quickstart
 //
 // It uses DATABASE_URL, or the local PostgreSQL with trust auth, or an
 // embedded PostgreSQL started from the machine's installation, and works in
-// its own schema "txoutbox_quickstart". It publishes to KAFKA_BROKERS, or to
-// an embedded Kafka-protocol broker (kfake) on a loopback port when that is
-// empty.
+// its own schema "txoutbox_quickstart", recreated on every run. With a
+// mysql:// (or mariadb://) DATABASE_URL it runs on MySQL or MariaDB, in a
+// database "txoutbox_quickstart" of its own on that server (a schema is a
+// database there), which the URL's user must be allowed to create. It
+// publishes to KAFKA_BROKERS, or to an embedded Kafka-protocol broker
+// (kfake) on a loopback port when that is empty.
 package main
 
 import (
@@ -20,8 +24,6 @@ import (
 	"log/slog"
 	"os"
 	"time"
-
-	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/examples/internal/demo"
@@ -34,30 +36,30 @@ func main() {
 	demo.Main(context.Background(), run)
 }
 
-func run(ctx context.Context) error {
+func run(ctx context.Context, databaseURL string) error {
 	started := time.Now()
-	db, err := sql.Open("pgx", demo.DatabaseURL())
+	// An empty schema of the example's own: every run shows the same thing.
+	o, err := demo.Fresh(ctx, databaseURL, "txoutbox_quickstart")
 	if err != nil {
 		return err
 	}
+	db := o.DB
 	defer db.Close()
 
-	// Start from a clean schema so every run shows the same thing.
-	if _, err := db.ExecContext(ctx, `DROP SCHEMA IF EXISTS txoutbox_quickstart CASCADE`); err != nil {
-		return err
-	}
-	table := txoutbox.Table{Schema: "txoutbox_quickstart"}
-	m, err := migrations.New(db, migrations.Config{Table: table})
+	// The outbox table and its companions; the migrator detects the
+	// database from db.
+	m, err := migrations.New(db, migrations.Config{Table: o.Table})
 	if err != nil {
 		return err
 	}
 	if _, err := m.Up(ctx); err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS txoutbox_quickstart.orders (id bigserial PRIMARY KEY, total bigint NOT NULL)`); err != nil {
+	if _, err := db.ExecContext(ctx, createOrders[o.Dialect]); err != nil {
 		return err
 	}
-	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: table})
+	// The Writer is built without a connection: it is told the dialect.
+	w, err := txoutbox.NewWriter(txoutbox.WriterConfig{Table: o.Table, Dialect: o.Dialect})
 	if err != nil {
 		return err
 	}
@@ -65,7 +67,7 @@ func run(ctx context.Context) error {
 	// Two orders commit with their events; a third rolls back with its event.
 	for i, total := range []int64{1250, 990, 4200} {
 		rollback := i == 2
-		if err := placeOrder(ctx, db, w, total, rollback); err != nil && !errors.Is(err, errRolledBack) {
+		if err := placeOrder(ctx, db, o.Dialect, w, total, rollback); err != nil && !errors.Is(err, errRolledBack) {
 			return err
 		}
 	}
@@ -81,7 +83,8 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer pub.Close()
-	r, err := relay.New(db, pub, relay.Config{Table: table, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	// The relay detects the database from db (on MySQL it polls).
+	r, err := relay.New(db, pub, relay.Config{Table: o.Table, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err
 	}
@@ -113,16 +116,22 @@ func run(ctx context.Context) error {
 
 var errRolledBack = errors.New("rolled back on purpose")
 
+// createOrders is the example's own table, in each database's SQL.
+var createOrders = map[txoutbox.Dialect]string{
+	txoutbox.PostgreSQL: `CREATE TABLE orders (id bigserial PRIMARY KEY, total bigint NOT NULL)`,
+	txoutbox.MySQL:      `CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, total BIGINT NOT NULL)`,
+}
+
 // placeOrder inserts an order and its event in one transaction.
-func placeOrder(ctx context.Context, db *sql.DB, w *txoutbox.Writer, total int64, rollback bool) error {
+func placeOrder(ctx context.Context, db *sql.DB, dialect txoutbox.Dialect, w *txoutbox.Writer, total int64, rollback bool) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback() // a no-op after Commit
 
-	var id int64
-	if err := tx.QueryRowContext(ctx, `INSERT INTO txoutbox_quickstart.orders (total) VALUES ($1) RETURNING id`, total).Scan(&id); err != nil {
+	id, err := insertOrder(ctx, tx, dialect, total)
+	if err != nil {
 		return err
 	}
 	ev, err := txoutbox.NewEvent("orders", "order", fmt.Sprint(id), "order.placed", map[string]any{"id": id, "total": total})
@@ -138,4 +147,19 @@ func placeOrder(ctx context.Context, db *sql.DB, w *txoutbox.Writer, total int64
 	}
 	fmt.Printf("order %d: committed with event %s\n", id, ev.ID)
 	return tx.Commit()
+}
+
+// insertOrder inserts an order row and returns its id: PostgreSQL returns
+// it, MySQL reports it (it has no RETURNING).
+func insertOrder(ctx context.Context, tx *sql.Tx, dialect txoutbox.Dialect, total int64) (int64, error) {
+	if dialect == txoutbox.MySQL {
+		res, err := tx.ExecContext(ctx, `INSERT INTO orders (total) VALUES (?)`, total)
+		if err != nil {
+			return 0, err
+		}
+		return res.LastInsertId()
+	}
+	var id int64
+	err := tx.QueryRowContext(ctx, `INSERT INTO orders (total) VALUES ($1) RETURNING id`, total).Scan(&id)
+	return id, err
 }

@@ -238,11 +238,11 @@ const MySQLVersionRecord = `INSERT INTO {{versions}} (version, name, applied_at)
 const MySQLVersionForget = `DELETE FROM {{versions}} WHERE version = ?`
 
 // MySQLStatements is every statement above and in mysql_relay.go,
-// mysql_members.go and mysql_ops.go, rendered for the default table, with
+// mysql_members.go, mysql_ops.go and mysql_grants.go, rendered for the default table, with
 // inserts of one and of three rows and the relay's lists at small lengths:
 // what the grammar test (internal/mysqlgrammar) parses. A statement added
 // to any of the files must be added here (or to mysqlRelayStatements,
-// mysqlMemberStatements or mysqlOpsStatements).
+// mysqlMemberStatements, mysqlOpsStatements or mysqlGrantStatements).
 func MySQLStatements() map[string]string {
 	n, _ := MySQLNamesFor("", "")
 	inbox, _ := MySQLNamesFor("", "inbox")
@@ -269,6 +269,9 @@ func MySQLStatements() map[string]string {
 		out[name] = stmt
 	}
 	for name, stmt := range mysqlMemberStatements(n) {
+		out[name] = stmt
+	}
+	for name, stmt := range mysqlGrantStatements() {
 		out[name] = stmt
 	}
 	return out

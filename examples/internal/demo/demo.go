@@ -1,7 +1,8 @@
 // Package demo is the plumbing the examples share, so each example shows
 // only what a user of its integration writes: a fresh schema with the
-// outbox migrated, a broker (KAFKA_BROKERS, or an embedded one), a running
-// relay, and a consumer that prints what arrived.
+// outbox migrated (a database of its own on MySQL), a broker
+// (KAFKA_BROKERS, or an embedded one), a running relay, and a consumer
+// that prints what arrived.
 package demo
 
 import (
@@ -9,11 +10,13 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql" // the "mysql" database/sql driver
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -21,6 +24,7 @@ import (
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/ident"
 	"github.com/txoutbox/txoutbox/internal/kafkatest"
+	"github.com/txoutbox/txoutbox/internal/mysqldsn"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/migrations"
@@ -28,35 +32,110 @@ import (
 	"github.com/txoutbox/txoutbox/relay/kafkapub"
 )
 
-// Schema drops and recreates schema, migrates the outbox into it, and
-// returns a pool whose connections use it as their search_path, with its URL
-// (for GORM or ent) and the outbox table.
-func Schema(ctx context.Context, schema string) (*sql.DB, string, txoutbox.Table, error) {
-	table := txoutbox.Table{Schema: schema}
-	admin, err := sql.Open("pgx", DatabaseURL())
+// Outbox is an example's database: a pool on a schema of its own, and the
+// outbox table there.
+type Outbox struct {
+	// DB is a pool whose connections use the example's schema: as their
+	// search_path on PostgreSQL, as their database on MySQL.
+	DB *sql.DB
+	// Dialect is the database's: what the Writer needs told, and GORM and
+	// ent their dialect.
+	Dialect txoutbox.Dialect
+	// Table is the outbox table: in the example's schema on PostgreSQL,
+	// unqualified on MySQL (where a schema is a database: the
+	// connection's).
+	Table txoutbox.Table
+}
+
+// Fresh drops the example's schema name at databaseURL and creates it
+// empty, so that every run shows the same thing, and returns a pool that
+// uses it. databaseURL is PostgreSQL's, or MySQL's or MariaDB's as a
+// mysql:// (or mariadb://) URL; on MySQL the schema is a database of the
+// example's own on that server, which the URL's user must be allowed to
+// create.
+func Fresh(ctx context.Context, databaseURL, name string) (*Outbox, error) {
+	if mysqldsn.IsURL(databaseURL) {
+		return freshMySQL(ctx, databaseURL, name)
+	}
+	admin, err := sql.Open("pgx", databaseURL)
 	if err != nil {
-		return nil, "", table, err
+		return nil, err
 	}
 	defer admin.Close()
-	if _, err := admin.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+ident.Quote(schema)+" CASCADE"); err != nil {
-		return nil, "", table, fmt.Errorf("reset schema (is PostgreSQL running at %s?): %w", DatabaseURL(), err)
+	for _, stmt := range []string{"DROP SCHEMA IF EXISTS " + ident.Quote(name) + " CASCADE", "CREATE SCHEMA " + ident.Quote(name)} {
+		if _, err := admin.ExecContext(ctx, stmt); err != nil {
+			return nil, fmt.Errorf("reset schema %s (is PostgreSQL running at %s?): %w", name, redact(databaseURL), err)
+		}
 	}
-	m, err := migrations.New(admin, migrations.Config{Table: table})
+	u, err := testkit.SearchPathURL(databaseURL, name)
 	if err != nil {
-		return nil, "", table, err
-	}
-	if _, err := m.Up(ctx); err != nil {
-		return nil, "", table, err
-	}
-	u, err := testkit.SearchPathURL(DatabaseURL(), schema)
-	if err != nil {
-		return nil, "", table, err
+		return nil, err
 	}
 	db, err := sql.Open("pgx", u)
-	if err == nil {
-		db.SetMaxIdleConns(10) // the relay's loops use up to eight connections at once
+	if err != nil {
+		return nil, err
 	}
-	return db, u, table, err
+	db.SetMaxIdleConns(10) // the relay's loops use up to eight connections at once
+	return &Outbox{DB: db, Dialect: txoutbox.PostgreSQL, Table: txoutbox.Table{Schema: name}}, nil
+}
+
+// freshMySQL is Fresh on MySQL: database name, recreated, on the server
+// of databaseURL.
+func freshMySQL(ctx context.Context, databaseURL, name string) (*Outbox, error) {
+	dsn, err := mysqldsn.FromURL(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	admin, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	for _, stmt := range []string{"DROP DATABASE IF EXISTS " + outboxsql.MySQLQuote(name), "CREATE DATABASE " + outboxsql.MySQLQuote(name)} {
+		if _, err := admin.ExecContext(ctx, stmt); err != nil {
+			return nil, fmt.Errorf("reset database %s (is MySQL running at %s, and may its user create databases?): %w", name, redact(databaseURL), err)
+		}
+	}
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	u.Path = "/" + name
+	if dsn, err = mysqldsn.FromURL(u.String()); err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxIdleConns(10)
+	return &Outbox{DB: db, Dialect: txoutbox.MySQL}, nil
+}
+
+// Schema is Fresh with the outbox migrated into the schema.
+func Schema(ctx context.Context, databaseURL, name string) (*Outbox, error) {
+	o, err := Fresh(ctx, databaseURL, name)
+	if err != nil {
+		return nil, err
+	}
+	m, err := migrations.New(o.DB, migrations.Config{Table: o.Table})
+	if err == nil {
+		_, err = m.Up(ctx)
+	}
+	if err != nil {
+		o.DB.Close()
+		return nil, err
+	}
+	return o, nil
+}
+
+// redact is a database URL without its password, for messages.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 // Brokers returns KAFKA_BROKERS, or starts an embedded Kafka-protocol broker
@@ -148,17 +227,17 @@ func PrintByKey(topic, keyName string, records []Record) {
 }
 
 // RelayAndPrint shows the outbox at work: it counts the pending events in
-// table, runs a relay on KAFKA_BROKERS (or an embedded broker) until a
+// o's table, runs a relay on KAFKA_BROKERS (or an embedded broker) until a
 // consumer of topic has read them all, and prints them grouped by key.
 // since is when the example started, to skip older records of a real
 // cluster.
-func RelayAndPrint(ctx context.Context, db *sql.DB, table txoutbox.Table, topic, keyName string, since time.Time) error {
-	names, err := outboxsql.NamesFor(table.Schema, table.Name)
+func RelayAndPrint(ctx context.Context, o *Outbox, topic, keyName string, since time.Time) error {
+	names, err := outboxsql.NamesForDialect(outboxsql.Dialect(o.Dialect), o.Table.Schema, o.Table.Name)
 	if err != nil {
 		return err
 	}
 	var pending int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+names.Table+` WHERE state = 'pending'`).Scan(&pending); err != nil {
+	if err := o.DB.QueryRowContext(ctx, `SELECT count(*) FROM `+names.Table+` WHERE state = 'pending'`).Scan(&pending); err != nil {
 		return err
 	}
 	fmt.Printf("outbox: %d pending events\n", pending)
@@ -168,7 +247,7 @@ func RelayAndPrint(ctx context.Context, db *sql.DB, table txoutbox.Table, topic,
 		return err
 	}
 	defer stopBroker()
-	_, stopRelay, err := StartRelay(ctx, db, table, brokers)
+	_, stopRelay, err := StartRelay(ctx, o.DB, o.Table, brokers)
 	if err != nil {
 		return err
 	}

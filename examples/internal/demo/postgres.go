@@ -26,12 +26,13 @@ var (
 	embedded *embeddedPostgres // set when findDatabase started one
 )
 
-// DatabaseURL is DATABASE_URL; or the local PostgreSQL at 127.0.0.1:5432
-// (user postgres, trust auth) when it answers; or else an embedded one: a
-// throwaway server started from this machine's own PostgreSQL installation
-// (initdb and postgres on PATH or under /usr/lib/postgresql) in a
-// temporary directory, as the examples start an embedded broker when
-// KAFKA_BROKERS is empty. Shutdown stops it and removes its files. When
+// DatabaseURL is DATABASE_URL (PostgreSQL's, or a mysql:// URL of MySQL or
+// MariaDB); or the local PostgreSQL at 127.0.0.1:5432 (user postgres,
+// trust auth) when it answers; or else an embedded one: a throwaway server
+// started from this machine's own PostgreSQL installation (initdb and
+// postgres on PATH or under /usr/lib/postgresql) in a temporary
+// directory, as the examples start an embedded broker when KAFKA_BROKERS
+// is empty. Shutdown stops it and removes its files. When
 // none of the three can be had it returns localURL, whose connection error
 // then says what is missing, and prints why.
 func DatabaseURL() string {
@@ -52,10 +53,11 @@ func Shutdown() {
 	}
 }
 
-// Main is an example's main: it calls run with ctx, stops the embedded
-// PostgreSQL if one was started, and then exits on run's error, if any.
-func Main(ctx context.Context, run func(context.Context) error) {
-	err := run(ctx)
+// Main is an example's main: it calls run with ctx and DatabaseURL, stops
+// the embedded PostgreSQL if one was started, and then exits on run's
+// error, if any.
+func Main(ctx context.Context, run func(ctx context.Context, databaseURL string) error) {
+	err := run(ctx, DatabaseURL())
 	Shutdown()
 	if err != nil {
 		log.Fatal(err)
