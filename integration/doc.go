@@ -47,8 +47,9 @@
 //
 //	chaos: committed=N rolled_back=M delivered_unique=N lost=0 phantom=0 order_violations=0 duplicates=D dead=P crashes=K same_id_restarts=S pauses=Z partitions=X admin_ops=A db_crashes=C broker=kfake
 //
-// (with leader_kills=L where a scenario killed leaders, mode=wal in WAL
-// mode, broker=kafka on the real cluster) and fails on any lost, phantom or
+// (with leader_kills=L where a scenario killed leaders, conn_losses=R
+// where the server ended the relays' connections, mode=wal in WAL mode,
+// db=mariadb on MariaDB, broker=kafka on the real cluster) and fails on any lost, phantom or
 // out-of-order event. Order is judged on first deliveries per key; events
 // an operator retried from dead are left out of it (a dead event does not
 // block its aggregate, so it arrives after later events of its key when

@@ -7,6 +7,7 @@
 //	go run ./integration/chaos -run crash -seed 42
 //	go run ./integration/chaos -broker kafka   # the same faults on the real 3-node Apache Kafka cluster
 //	go run ./integration/chaos -db mariadb     # the faults that apply on MariaDB, on a mariadbd of its own (see mariaDBPlans)
+//	go run ./integration/chaos -db mariadb -scale  # dead-prune on MariaDB at full size (mariaDBScales)
 //	go run ./integration/chaos -scale          # the scale scenarios, about an hour (see harness.Scale), and the store's two-minute outage
 //
 //	chaos: committed=N rolled_back=M delivered_unique=N lost=0 phantom=0 order_violations=0 duplicates=D dead=P crashes=K same_id_restarts=S pauses=Z partitions=X admin_ops=A db_crashes=C broker=kfake
@@ -54,7 +55,7 @@ func main() {
 		keep   = flag.Bool("keep", false, "keep the scenario directories (logs, broker data) and schemas")
 		mode   = flag.String("mode", "poll", "relay mode: poll, or wal (the WAL relay's scenarios: kills, same-id restarts, database crashes, partitions, broker outage, slow broker, commit order without row locks, two databases with takeovers)")
 		cport  = flag.Int("cluster-port", testkit.ChaosCluster.Port, "port of the PostgreSQL cluster \"chaos\" the database-crash scenarios run on (created if missing)")
-		dbKind = flag.String("db", "postgres", "the database: postgres, or mariadb (the polling relay's scenarios whose faults apply on MySQL/MariaDB, on a mariadbd of the suite's own, port 3307, created in "+testkit.ChaosMySQLd.Dir+" on first use and SIGKILLed by db-crash and mixed)")
+		dbKind = flag.String("db", "postgres", "the database: postgres, or mariadb (the polling relay's scenarios whose faults apply on MySQL/MariaDB, on a mariadbd of the suite's own, port 3307, created in "+testkit.ChaosMySQLd.Dir+" on first use and SIGKILLed by db-crash and mixed; with -scale, dead-prune)")
 		brk    = flag.String("broker", harness.BrokerKfake, "the broker: kfake (a kfakeproc child per scenario) or kafka (the real 3-node Apache Kafka cluster of .ci/services, or "+kafkatest.EnvClusterBrokers+"; its nodes are killed, paused and partitioned)")
 	)
 	flag.Parse()
@@ -94,10 +95,13 @@ func main() {
 	switch *dbKind {
 	case "postgres":
 	case "mariadb":
-		if *mode != "poll" || *scale {
-			log.Fatalf("chaos: -db mariadb runs the polling relay's scenarios: no -mode wal, no -scale")
+		if *mode != "poll" {
+			log.Fatalf("chaos: -db mariadb runs the polling relay's scenarios: no -mode wal")
 		}
 		ps, mysqld = mariaDBPlans(*soak), &testkit.ChaosMySQLd
+		if *scale {
+			ps, scales = nil, mariaDBScales()
+		}
 	default:
 		log.Fatalf("chaos: -db %q: want postgres or mariadb", *dbKind)
 	}
@@ -140,30 +144,38 @@ func plans(soak bool, mode string) []harness.Plan {
 
 // mariaDBPlans are the scenarios of -db mariadb: every fault of the
 // polling relay's that applies on MySQL/MariaDB, each scenario in a
-// database of its own on the suite's mariadbd. Left out:
-//   - db-connection-loss: it finds the relays' connections by
-//     application_name, which MySQL has not (partitions cut them instead);
+// database of its own on the suite's mariadbd. db-connection-loss finds
+// the relays' connections by their account (MySQL has no
+// application_name) and KILLs them; the inbox's consumer records its
+// effects through the inbox's MySQL dialect. Left out:
 //   - admin, and the operators of mixed: outbox dead and replay refuse a
 //     MySQL database yet;
-//   - inbox: the scenario's consumer records its effects in PostgreSQL SQL;
 //   - -mode wal: the WAL relay reads PostgreSQL's write-ahead log;
-//   - the scale scenarios, the tenants' (--schemas) and partitioned
-//     outboxes: a relay group and partitions do not run on MySQL yet.
+//   - the scale scenarios but dead-prune (-scale), the tenants'
+//     (--schemas) and partitioned outboxes: a relay group and partitions
+//     do not run on MySQL yet.
 func mariaDBPlans(soak bool) []harness.Plan {
 	if soak {
 		return []harness.Plan{harness.MixedMySQL(harness.Size{Events: 1_000_000})}
 	}
 	var out []harness.Plan
 	for _, p := range plans(false, "") {
-		switch {
-		case p.Name == "db-connection-loss", p.Name == "admin-ops", strings.HasSuffix(p.Name, "+inbox"):
+		switch p.Name {
+		case "admin-ops":
 			continue
-		case p.Name == "mixed":
+		case "mixed":
 			p = harness.MixedMySQL(harness.Size{Events: 5000, Over: 20 * time.Second})
 		}
 		out = append(out, p)
 	}
 	return out
+}
+
+// mariaDBScales are the scale scenarios of -db mariadb -scale: those whose
+// setup and checks have MySQL's SQL. The others need a relay group
+// (tenants), the WAL relay, or PostgreSQL's SQL in their setup.
+func mariaDBScales() []harness.Scale {
+	return []harness.Scale{harness.DeadPrune(1_000_000, 2000, 3*time.Minute, time.Minute)}
 }
 
 // scalePlans are the scale scenarios (see harness.Scale): the crash
@@ -280,7 +292,7 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, mysqld *tes
 			continue
 		}
 		ran++
-		line, err := runScale(ctx, serverDB, kafka, bin, dir, seed, sc, keep)
+		line, err := runScale(ctx, serverDB, mysqld, kafka, bin, dir, seed, sc, keep)
 		if err != nil {
 			fmt.Printf("scale: %s FAILED: %v %s\n", sc.Name, err, line)
 			failed = append(failed, sc.Name)
@@ -310,9 +322,10 @@ func run(ctx context.Context, dbURL string, cluster testkit.Cluster, mysqld *tes
 	return nil
 }
 
-// runScale runs a scale scenario in a fresh schema and scenario directory.
-func runScale(ctx context.Context, serverDB string, kafka []string, bin harness.Binaries, dir string, seed uint64, sc harness.Scale, keep bool) (line string, err error) {
-	env := &harness.Env{Bin: bin, Seed: seed, Kafka: kafka}
+// runScale runs a scale scenario in a fresh schema and scenario directory,
+// or with mysqld in a fresh database on it.
+func runScale(ctx context.Context, serverDB string, mysqld *testkit.MySQLd, kafka []string, bin harness.Binaries, dir string, seed uint64, sc harness.Scale, keep bool) (line string, err error) {
+	env := &harness.Env{Bin: bin, Seed: seed, MySQLd: mysqld, Kafka: kafka}
 	err = inScenario(ctx, serverDB, dir, "scale_", sc.Name, keep, env, func() error {
 		start := time.Now()
 		var err error

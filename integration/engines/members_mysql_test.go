@@ -586,44 +586,6 @@ func TestMySQLPrune(t *testing.T) {
 	}
 }
 
-// Prune reads its batch, not the table: its reads are the same with
-// 1,000 or 100,000 published rows retained.
-func TestMySQLPruneCostIsItsBatch(t *testing.T) {
-	t.Parallel()
-	cost := func(t *testing.T, kept int) (total int64, reads map[string]int64) {
-		b := setupMySQLClaim(t)
-		b.bulkRows(t, 50, "old", "published", "'"+outboxsql.MySQLNeverRetried+"'")
-		b.exec(t, `UPDATE outbox SET published_at = UTC_TIMESTAMP(6) - INTERVAL 2 DAY`)
-		b.bulkRows(t, kept, "kept", "published", "'"+outboxsql.MySQLNeverRetried+"'")
-		ctx := context.Background()
-		conn, err := b.db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		before := handlerReads(t, conn)
-		ids, n := b.prune(t, conn, 24*time.Hour, 20, nil)
-		after := handlerReads(t, conn)
-		if len(ids) != 20 || n != 20 {
-			t.Fatalf("pruned %d of %d read, want 20", n, len(ids))
-		}
-		reads = map[string]int64{}
-		for k, v := range after {
-			if d := v - before[k]; d != 0 {
-				reads[k] = d
-				total += d
-			}
-		}
-		return total, reads
-	}
-	small, smallReads := cost(t, 1_000)
-	large, largeReads := cost(t, 100_000)
-	t.Logf("row reads: %d %v with 1,000 kept, %d %v with 100,000", small, smallReads, large, largeReads)
-	if large > small+5 {
-		t.Fatalf("prune read %d rows and entries with 100,000 published rows kept, %d with 1,000: it walks them", large, small)
-	}
-}
-
 // The stats readings on a small table of known rows: the counts, capped,
 // and the two lags.
 func TestMySQLStats(t *testing.T) {

@@ -33,16 +33,26 @@ type MySQLd struct {
 // port 3307.
 var ChaosMySQLd = MySQLd{Dir: "/var/lib/txoutbox-chaos-mariadb", Port: 3307}
 
-// mysqldUser and mysqldPassword are the suite's account on the server
-// (created with every privilege on first use; loopback only).
+// mysqldUser and mysqldPassword are the suite's account on the server,
+// and mysqldRelayUser (same password) the relays' (both with every
+// privilege; loopback only).
 const (
-	mysqldUser     = "chaos"
-	mysqldPassword = "chaos-test-secret"
+	mysqldUser      = "chaos"
+	mysqldRelayUser = "chaos_relay"
+	mysqldPassword  = "chaos-test-secret"
 )
 
 // URL is the server's URL, on its mysql database.
 func (m MySQLd) URL() string {
 	return fmt.Sprintf("mysql://%s:%s@127.0.0.1:%d/mysql", mysqldUser, mysqldPassword, m.Port)
+}
+
+// RelayAccount is the account the crash suite's relays connect as, to
+// put in their URL: MySQL has no application_name, and a scenario finds
+// the relays' connections by their account (the USER of
+// information_schema.PROCESSLIST), as an operator finds an application's.
+func (m MySQLd) RelayAccount() *url.Userinfo {
+	return url.UserPassword(mysqldRelayUser, mysqldPassword)
 }
 
 // Lock takes the server for the caller across processes, as Cluster.Lock.
@@ -60,7 +70,6 @@ func (m MySQLd) Ensure(ctx context.Context) (string, error) {
 	if !slices.Contains(sql.Drivers(), "mysql") {
 		return "", fmt.Errorf("no %q database/sql driver in this binary: import _ \"github.com/go-sql-driver/mysql\"", "mysql")
 	}
-	fresh := false
 	if _, err := os.Stat(filepath.Join(m.Dir, "mysql")); errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(m.Dir, 0o750); err != nil {
 			return "", err
@@ -72,19 +81,22 @@ func (m MySQLd) Ensure(ctx context.Context) (string, error) {
 			"--auth-root-authentication-method=socket", "--skip-test-db"); err != nil {
 			return "", err
 		}
-		fresh = true
 	}
 	if !m.running() {
 		if err := m.Start(ctx); err != nil {
 			return "", err
 		}
 	}
-	if fresh {
-		grant := fmt.Sprintf("CREATE USER IF NOT EXISTS '%[1]s'@'127.0.0.1' IDENTIFIED BY '%[2]s'; GRANT ALL ON *.* TO '%[1]s'@'127.0.0.1'; FLUSH PRIVILEGES;",
-			mysqldUser, mysqldPassword)
-		if err := run(ctx, "mariadb", "--no-defaults", "--protocol=socket", "-S", m.socket(), "-u", "root", "-e", grant); err != nil {
-			return "", err
-		}
+	// The accounts, on a fresh server and on one made before an account
+	// was added (the statements change nothing once they exist). Only
+	// root can grant: the suite's account has no GRANT OPTION.
+	var grant strings.Builder
+	for _, user := range []string{mysqldUser, mysqldRelayUser} {
+		fmt.Fprintf(&grant, "CREATE USER IF NOT EXISTS '%[1]s'@'127.0.0.1' IDENTIFIED BY '%[2]s'; GRANT ALL ON *.* TO '%[1]s'@'127.0.0.1'; ",
+			user, mysqldPassword)
+	}
+	if err := run(ctx, "mariadb", "--no-defaults", "--protocol=socket", "-S", m.socket(), "-u", "root", "-e", grant.String()); err != nil {
+		return "", err
 	}
 	return m.URL(), m.wait(ctx, 60*time.Second)
 }

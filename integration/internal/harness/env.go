@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -83,6 +84,14 @@ func (e *Env) names() (outboxsql.Names, error) {
 // q renders one of the harness's statements for the database: "$1"
 // placeholders become "?" on MySQL and "::text" casts go (testkit.DB.Q).
 func (e *Env) q(query string) string { return e.DB.Q(query) }
+
+// ago is the SQL expression of the database's clock d ago.
+func (e *Env) ago(d time.Duration) string {
+	if e.MySQL() {
+		return fmt.Sprintf("UTC_TIMESTAMP(6) - INTERVAL %d MICROSECOND", d.Microseconds())
+	}
+	return fmt.Sprintf("now() - interval '%d microseconds'", d.Microseconds())
+}
 
 // Intn returns a random int in [0, n) from the scenario's seeded source.
 func (e *Env) Intn(n int) int {

@@ -31,6 +31,7 @@ type Tally struct {
 	dbCrashes   int
 	slowBroker  int
 	leaderKills int
+	connLosses  int
 	replayed    int             // rows replayed: each may be delivered once more
 	retried     map[string]bool // event ids that were dead and retried
 }
@@ -49,7 +50,7 @@ func (t *Tally) fill(res *Result) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	res.Pauses, res.Partitions, res.AdminOps, res.DBCrashes, res.SlowBroker = t.pauses, t.partitions, t.adminOps, t.dbCrashes, t.slowBroker
-	res.LeaderKills = t.leaderKills
+	res.LeaderKills, res.ConnLosses = t.leaderKills, t.connLosses
 }
 
 // unordered returns the events the order check leaves out (see Verify).
@@ -315,6 +316,32 @@ func Partitions(min int) Fault {
 			return nil
 		})
 		return n, err
+	}
+}
+
+// ConnLosses ends every relay connection to the database from the
+// server's side (as an operator's kill, a proxy's or a failover's does)
+// every 1-4 s, at least min times: on PostgreSQL pg_terminate_backend of
+// the fleet's application_name, on MySQL KILL CONNECTION of its account.
+// The relays must reconnect by themselves. A round that fails (the
+// server crashed by another fault meanwhile) counts for nothing. One
+// window per live relay per round.
+func ConnLosses(min int) Fault {
+	return func(ctx context.Context, w *World) (int, error) {
+		windows := 0
+		err := until(ctx, w, min, time.Second, 4*time.Second, func(k int) error {
+			n, err := endRelayConns(ctx, w)
+			if err != nil {
+				w.Env.Logf("connection losses: round %d: %v", k, err)
+				return nil
+			}
+			if n > 0 {
+				w.Tally.add(func(t *Tally) { t.connLosses++ })
+				windows += len(w.Fleet.Live())
+			}
+			return nil
+		})
+		return windows, err
 	}
 }
 

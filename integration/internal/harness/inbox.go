@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/inbox"
 	"github.com/txoutbox/txoutbox/migrations"
 )
@@ -18,9 +17,10 @@ import (
 // WithInbox adds a consumer-side check to a plan: after the verifier, two
 // consumers read the whole broker at the same time, so every event arrives
 // at least twice (plus the relays' own duplicates), often concurrently, and
-// each processes every record through the inbox in PostgreSQL, with an
-// effect (a row in chaos_effects) written in the inbox's transaction. Every
-// delivered event must have exactly one effect.
+// each processes every record through the inbox in the scenario's
+// database (PostgreSQL, or MySQL/MariaDB with the inbox's MySQL dialect),
+// with an effect (a row in chaos_effects) written in the inbox's
+// transaction. Every delivered event must have exactly one effect.
 func WithInbox(plan Plan) Plan {
 	check := plan.Check
 	plan.Name += "+inbox"
@@ -37,7 +37,8 @@ func WithInbox(plan Plan) Plan {
 
 func inboxCheck(ctx context.Context, w *World, res *Result) error {
 	db := w.Env.DB.SQL
-	table := txoutbox.Table{Schema: w.Env.DB.Schema, Name: inbox.TableNameDefault}
+	table := w.Env.DB.Table() // on MySQL the connection's database, no schema
+	table.Name = inbox.TableNameDefault
 	m, err := migrations.New(db, migrations.Config{Set: migrations.Inbox, Table: table})
 	if err != nil {
 		return err
@@ -45,10 +46,14 @@ func inboxCheck(ctx context.Context, w *World, res *Result) error {
 	if _, err := m.Up(ctx); err != nil {
 		return fmt.Errorf("migrate inbox: %w", err)
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE chaos_effects (event_id uuid NOT NULL, consumer_run int NOT NULL)`); err != nil {
+	effectsTable := `CREATE TABLE chaos_effects (event_id uuid NOT NULL, consumer_run int NOT NULL)`
+	if w.Env.MySQL() {
+		effectsTable = `CREATE TABLE chaos_effects (event_id CHAR(36) NOT NULL, consumer_run INT NOT NULL) ENGINE = InnoDB`
+	}
+	if _, err := db.ExecContext(ctx, effectsTable); err != nil {
 		return fmt.Errorf("create effects table: %w", err)
 	}
-	ib, err := inbox.New(inbox.Config{Table: table})
+	ib, err := inbox.New(inbox.Config{Table: table, Dialect: w.Env.DB.Dialect()})
 	if err != nil {
 		return err
 	}
@@ -67,7 +72,7 @@ func inboxCheck(ctx context.Context, w *World, res *Result) error {
 					return fmt.Errorf("record %s/%d@%d: event id %q: %w", d.Topic, d.Partition, d.Offset, d.EventID, err)
 				}
 				first, err := ib.Run(ctx, db, "chaos-verifier", id, func(tx *sql.Tx) error {
-					_, err := tx.ExecContext(ctx, `INSERT INTO chaos_effects (event_id, consumer_run) VALUES ($1, $2)`, id.String(), run)
+					_, err := tx.ExecContext(ctx, w.Env.q(`INSERT INTO chaos_effects (event_id, consumer_run) VALUES ($1, $2)`), id.String(), run)
 					return err
 				})
 				if err != nil {

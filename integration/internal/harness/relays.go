@@ -92,6 +92,12 @@ func (f RelayFlags) MaxInFlight() int { return 2 * f.Batch }
 // the fleet, by which the DB connection-loss scenario finds them.
 func (f *Fleet) AppName() string { return f.appName }
 
+// Account is the MySQL user every relay of the fleet connects as, by
+// which the DB connection-loss scenario finds their connections on
+// MySQL: the relay account of Env.MySQLd, or "" when the fleet's relays
+// share the scenario's account.
+func (f *Fleet) Account() string { return f.account }
+
 // Fleet runs the scenario's relay processes.
 type Fleet struct {
 	env     *Env
@@ -99,6 +105,7 @@ type Fleet struct {
 	brokers string
 	dbURL   string
 	appName string
+	account string
 
 	mu         sync.Mutex
 	seq        int
@@ -137,14 +144,20 @@ func NewFleet(env *Env, brokers string, flags RelayFlags) (*Fleet, error) {
 	if len(app) > 63 {
 		app = app[:63]
 	}
-	if !env.MySQL() {
-		// The driver would take an unknown parameter as a session
-		// variable: MySQL has no application_name.
+	account := ""
+	switch {
+	case !env.MySQL():
 		q := u.Query()
 		q.Set("application_name", app)
 		u.RawQuery = q.Encode()
+	case env.MySQLd != nil:
+		// MySQL has no application_name (the driver would take an unknown
+		// parameter as a session variable): the relays connect as an
+		// account of their own, as a deployment gives them.
+		u.User = env.MySQLd.RelayAccount()
+		account = u.User.Username()
 	}
-	return &Fleet{env: env, flags: flags, brokers: brokers, dbURL: u.String(), appName: app,
+	return &Fleet{env: env, flags: flags, brokers: brokers, dbURL: u.String(), appName: app, account: account,
 		live: map[string]*relayProc{}, proxies: map[string]*Proxy{}}, nil
 }
 

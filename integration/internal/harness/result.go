@@ -34,6 +34,7 @@ type Result struct {
 	AdminOps                                              int // outbox CLI runs (dead retry, dead drop, replay, dry runs)
 	DBCrashes                                             int // PostgreSQL stopped with -m immediate and started again
 	SlowBroker                                            int // windows in which the broker held every produce past the lease
+	ConnLosses                                            int // rounds in which the server ended every relay connection to the database
 
 	Records   int // records read from the broker
 	Unordered int // first deliveries left out of the order check: events that were dead once and retried
@@ -82,7 +83,16 @@ func (r *Result) noteDuplicate(f, d Delivery, row dbRow) {
 func (r Result) Line() string {
 	return fmt.Sprintf("chaos: committed=%d rolled_back=%d delivered_unique=%d lost=%d phantom=%d order_violations=%d duplicates=%d dead=%d crashes=%d same_id_restarts=%d pauses=%d partitions=%d admin_ops=%d db_crashes=%d",
 		r.Committed, r.RolledBack, r.DeliveredUnique, r.Lost, r.Phantom, r.OrderViolations, r.Duplicates, r.Dead, r.Crashes,
-		r.SameIDRestarts, r.Pauses, r.Partitions, r.AdminOps, r.DBCrashes) + r.leaderTag() + r.largeTag() + r.modeTag() + r.dbTag() + " broker=" + r.brokerName()
+		r.SameIDRestarts, r.Pauses, r.Partitions, r.AdminOps, r.DBCrashes) + r.leaderTag() + r.largeTag() + r.modeTag() + r.connTag() + r.dbTag() + " broker=" + r.brokerName()
+}
+
+// connTag counts the rounds of connection losses where a scenario made
+// some.
+func (r Result) connTag() string {
+	if r.ConnLosses == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" conn_losses=%d", r.ConnLosses)
 }
 
 // largeTag counts what the claim check did where a scenario turned it on.
@@ -141,6 +151,7 @@ func (r Result) Add(o Result) Result {
 	r.AdminOps += o.AdminOps
 	r.DBCrashes += o.DBCrashes
 	r.SlowBroker += o.SlowBroker
+	r.ConnLosses += o.ConnLosses
 	r.LeaderKills += o.LeaderKills
 	r.LargeRefs += o.LargeRefs
 	r.UploadKills += o.UploadKills

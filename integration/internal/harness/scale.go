@@ -97,6 +97,33 @@ SELECT gen_random_uuid(), $1, $2 || (g % $3), 'scale.event',
        CASE WHEN $4 = 'published' THEN now() END, CASE WHEN $5 > 0 THEN 'scale: failed before' END
 FROM generate_series($7::bigint, $8::bigint) g`
 
+// scaleInsertMySQL is scaleInsert on MySQL/MariaDB: the numbers come
+// from a cross join of digits (scaleDigits), which both servers run, and
+// the delay is in microseconds.
+const scaleInsertMySQL = `
+INSERT INTO {{table}} (event_id, topic, aggregate_id, event_type, payload, headers, created_at, state, attempts, retry_at, published_at, last_error)
+SELECT UUID(), ?, CONCAT(?, g MOD ?), 'scale.event',
+       CONCAT('{"seq":', g, ',"pad":"', REPEAT('x', ?), '"}'), '{}', UTC_TIMESTAMP(6), ?, ?,
+       CASE WHEN ? > 0 AND ? = 'pending' THEN UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND ELSE '1000-01-01 00:00:00' END,
+       CASE WHEN ? = 'published' THEN UTC_TIMESTAMP(6) END, CASE WHEN ? > 0 THEN 'scale: failed before' END
+FROM (SELECT ? + %s AS g FROM %s) s
+WHERE g < ?`
+
+// scaleDigits is the number expression and the FROM list of a cross join
+// of digit tables numbering at least n rows from 0: MariaDB's
+// seq_0_to_N tables are not MySQL's, and MySQL stops a recursive CTE at
+// 1,000 levels by default.
+func scaleDigits(n int) (expr, from string) {
+	const digit = `(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+     UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)`
+	var terms, tables []string
+	for place := 1; place < n || len(tables) == 0; place *= 10 {
+		terms = append(terms, fmt.Sprintf("%d * d%d.d", place, len(tables)))
+		tables = append(tables, fmt.Sprintf("%s d%d", digit, len(tables)))
+	}
+	return strings.Join(terms, " + "), strings.Join(tables, ", ")
+}
+
 type scaleRows struct {
 	topic, prefix string
 	aggregates    int
@@ -107,14 +134,24 @@ type scaleRows struct {
 }
 
 func (r scaleRows) insert(ctx context.Context, env *Env, first, n int) error {
-	names, err := outboxsql.NamesFor(env.DB.Schema, "")
+	names, err := env.names()
 	if err != nil {
 		return err
+	}
+	if env.MySQL() {
+		expr, from := scaleDigits(n)
+		_, err := env.DB.SQL.ExecContext(ctx, names.Render(fmt.Sprintf(scaleInsertMySQL, expr, from)),
+			r.topic, r.prefix, max(r.aggregates, 1), r.pad, r.state, r.attempts,
+			r.attempts, r.state, r.delay.Microseconds(), r.state, r.attempts, first, first+n)
+		if err != nil {
+			return fmt.Errorf("insert %d rows: %w", n, err)
+		}
+		return nil
 	}
 	return r.insertInto(ctx, env, names, first, n)
 }
 
-// insertInto is insert into the outbox table names.
+// insertInto is insert into the outbox table names (PostgreSQL).
 func (r scaleRows) insertInto(ctx context.Context, env *Env, names outboxsql.Names, first, n int) error {
 	_, err := env.DB.SQL.ExecContext(ctx, names.Render(scaleInsert), r.topic, r.prefix, max(r.aggregates, 1), r.state, r.attempts,
 		fmt.Sprintf("%d milliseconds", r.delay.Milliseconds()), first, first+n-1, r.pad)
@@ -135,7 +172,7 @@ func (r scaleRows) insertChunked(ctx context.Context, env *Env, n, chunk int) er
 }
 
 func scaleCount(ctx context.Context, env *Env, where string) (int, error) {
-	names, err := outboxsql.NamesFor(env.DB.Schema, "")
+	names, err := env.names()
 	if err != nil {
 		return 0, err
 	}
@@ -200,8 +237,12 @@ func waitEmpty(ctx context.Context, env *Env, limit time.Duration) (time.Duratio
 }
 
 func analyze(ctx context.Context, env *Env) error {
-	names, err := outboxsql.NamesFor(env.DB.Schema, "")
+	names, err := env.names()
 	if err != nil {
+		return err
+	}
+	if env.MySQL() {
+		_, err := env.DB.SQL.ExecContext(ctx, "ANALYZE TABLE "+names.Table)
 		return err
 	}
 	if _, err := env.DB.SQL.ExecContext(ctx, "VACUUM ANALYZE "+names.Table); err != nil {
@@ -272,8 +313,10 @@ func BackoffAggregates(aggregates, healthy int, limit time.Duration) Scale {
 // DeadPrune: dead rows are kept (a poison topic's, for weeks) while events
 // are written at rate per second for d with a short retention, the relay
 // pruning every interval: pruning keeps up, no published row outlives the
-// retention by more than the prune interval, and the dead rows stay. d
-// should exceed retention (5s), interval and a 10s margin.
+// retention by more than the prune interval (so the table holds that
+// window's worth of writes, whatever it has written), and the dead rows
+// stay. d should exceed retention (5s), interval and a 10s margin. On
+// PostgreSQL and MySQL alike.
 func DeadPrune(dead, rate int, d, interval time.Duration) Scale {
 	return Scale{Name: "dead-prune", Run: func(ctx context.Context, env *Env) (string, error) {
 		rows := scaleRows{topic: TopicGorm, prefix: "dead-", aggregates: dead, state: "dead", attempts: 10}
@@ -306,9 +349,10 @@ func DeadPrune(dead, rate int, d, interval time.Duration) Scale {
 		}
 		elapsed := time.Since(start)
 		// Every published row older than the retention plus a prune
-		// interval and a margin must be gone.
-		stale, err := scaleCount(ctx, env, `state = 'published' AND published_at < now() - `+
-			fmt.Sprintf("interval '%d milliseconds'", (retention+interval+10*time.Second).Milliseconds()))
+		// interval and a margin must be gone: the table holds no more
+		// published rows than that window's worth of writes.
+		window := retention + interval + 10*time.Second
+		stale, err := scaleCount(ctx, env, `state = 'published' AND published_at < `+env.ago(window))
 		if err != nil {
 			return "", err
 		}
@@ -320,11 +364,14 @@ func DeadPrune(dead, rate int, d, interval time.Duration) Scale {
 		if err != nil {
 			return "", err
 		}
-		line := fmt.Sprintf("dead=%d insert_eps=%.0f written=%d published_left=%d stale_published=%d dead_left=%d",
-			dead, float64(written)/elapsed.Seconds(), written, published, stale, deadLeft)
+		bound := int(float64(rate) * window.Seconds())
+		line := fmt.Sprintf("dead=%d insert_eps=%.0f written=%d published_left=%d published_bound=%d stale_published=%d dead_left=%d",
+			dead, float64(written)/elapsed.Seconds(), written, published, bound, stale, deadLeft)
 		switch {
 		case stale != 0:
 			return line, fmt.Errorf("dead-prune: %d published rows outlived retention and a prune interval: pruning fell behind", stale)
+		case published > bound:
+			return line, fmt.Errorf("dead-prune: %d published rows left, more than the %s of writes the retention and a prune interval keep (%d)", published, window, bound)
 		case deadLeft != dead:
 			return line, fmt.Errorf("dead-prune: %d of %d dead rows left", deadLeft, dead)
 		case published >= written:

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/txoutbox/txoutbox"
 )
 
@@ -227,9 +229,11 @@ func BrokerOutage(s Size, outage time.Duration) Plan {
 	}
 }
 
-// DBConnLoss: every relay connection (found by application_name) is
-// terminated with pg_terminate_backend, rounds times, mid-run. The relays
-// must reconnect by themselves and keep running.
+// DBConnLoss: every relay connection is ended by the server, rounds
+// times, mid-run: on PostgreSQL found by application_name and ended with
+// pg_terminate_backend; on MySQL found by the relays' account
+// (Fleet.Account) in the process list and ended with KILL CONNECTION. The
+// relays must reconnect by themselves and keep running.
 func DBConnLoss(s Size, rounds int) Plan {
 	return Plan{
 		Name:   "db-connection-loss",
@@ -242,22 +246,68 @@ func DBConnLoss(s Size, rounds int) Plan {
 				if !sleep(ctx, w.Env.Duration(s.Over/time.Duration(2*rounds), s.Over/time.Duration(rounds))) {
 					return 0, ctx.Err()
 				}
-				var n int
-				err := w.Env.DB.SQL.QueryRowContext(ctx,
-					`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database() AND pid <> pg_backend_pid()`,
-					w.Fleet.AppName()).Scan(&n)
+				n, err := endRelayConns(ctx, w)
 				if err != nil {
-					return 0, fmt.Errorf("terminate relay connections: %w", err)
+					return 0, fmt.Errorf("round %d: end the relays' connections: %w", i, err)
 				}
 				if n == 0 {
-					return 0, fmt.Errorf("round %d: no relay connection found with application_name %q", i, w.Fleet.AppName())
+					return 0, fmt.Errorf("round %d: no relay connection found", i)
 				}
 				total += n
+				w.Tally.add(func(t *Tally) { t.connLosses++ })
 			}
-			w.Env.Logf("db-connection-loss: terminated %d relay connections in %d rounds", total, rounds)
+			w.Env.Logf("db-connection-loss: ended %d relay connections in %d rounds", total, rounds)
 			return rounds * len(w.Fleet.Live()), nil
 		},
 	}
+}
+
+// endRelayConns ends every connection of the fleet's relays to the
+// scenario's database from the server's side, and returns how many.
+func endRelayConns(ctx context.Context, w *World) (int, error) {
+	db := w.Env.DB.SQL
+	if !w.Env.MySQL() {
+		var n int
+		err := db.QueryRowContext(ctx,
+			`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database() AND pid <> pg_backend_pid()`,
+			w.Fleet.AppName()).Scan(&n)
+		return n, err
+	}
+	if w.Fleet.Account() == "" {
+		return 0, errors.New("the relays share the scenario's account: run on a server of the suite's own (Env.MySQLd)")
+	}
+	rows, err := db.QueryContext(ctx, `SELECT ID FROM information_schema.PROCESSLIST WHERE USER = ? AND DB = DATABASE() AND ID <> CONNECTION_ID()`,
+		w.Fleet.Account())
+	if err != nil {
+		return 0, err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		// KILL takes no placeholder; id is the server's own number.
+		_, err := db.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id))
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == 1094 { // unknown thread: it ended meanwhile
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // Rebalance: relays join and leave (SIGTERM, a clean shutdown) while the
