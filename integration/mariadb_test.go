@@ -14,13 +14,14 @@ import (
 // TestMariaDBCrash is the crash suite on MariaDB at CI's size: the relays
 // (outbox relay on a mysql:// URL) SIGKILLed, restarted under their ids,
 // paused and partitioned from the database and the broker, the broker
-// slowed, and the suite's own mariadbd (port 3307, testkit.ChaosMySQLd)
-// SIGKILLed and started again, all at once under load
-// (harness.MixedMySQL). `go run ./integration/chaos -db mariadb` runs
+// slowed, operators retrying, dropping and replaying events (outbox dead
+// and replay), and the suite's own mariadbd (port 3307,
+// testkit.ChaosMySQLd) SIGKILLed and started again, all at once under load
+// (harness.Mixed). `go run ./integration/chaos -db mariadb` runs
 // every scenario that applies on MariaDB, at full size. It runs in the
 // cluster lane: one scenario that crashes a server of its own at a time.
 func TestMariaDBCrash(t *testing.T) {
-	plan := harness.MixedMySQL(harness.Size{Events: 3000, Over: 15 * time.Second})
+	plan := harness.Mixed(harness.Size{Events: 3000, Over: 15 * time.Second})
 	defer enterLane(t, "the crash suite's scenario on MariaDB", clusterLane, false)()
 	m := testkit.ChaosMySQLd
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -50,8 +51,8 @@ func TestMariaDBCrash(t *testing.T) {
 	})
 	env := &harness.Env{DB: *db, Bin: bin, Dir: t.TempDir(), Logf: t.Logf, Seed: seed(), MySQLd: &m}
 	res := runEnv(t, env, plan)
-	if res.DBCrashes < 1 || res.Crashes < 2 || res.SameIDRestarts < 3 || res.Partitions < 2 {
-		t.Fatalf("faults injected: %d mariadbd crashes, %d kills, %d same-id restarts, %d partitions; want at least 1, 2, 3, 2",
-			res.DBCrashes, res.Crashes, res.SameIDRestarts, res.Partitions)
+	if res.DBCrashes < 1 || res.Crashes < 2 || res.SameIDRestarts < 3 || res.Partitions < 2 || res.AdminOps < 10 {
+		t.Fatalf("faults injected: %d mariadbd crashes, %d kills, %d same-id restarts, %d partitions, %d operator commands; want at least 1, 2, 3, 2, 10",
+			res.DBCrashes, res.Crashes, res.SameIDRestarts, res.Partitions, res.AdminOps)
 	}
 }

@@ -140,26 +140,22 @@ func plans(soak bool, mode string) []harness.Plan {
 
 // mariaDBPlans are the scenarios of -db mariadb: every fault of the
 // polling relay's that applies on MySQL/MariaDB, each scenario in a
-// database of its own on the suite's mariadbd. Left out:
+// database of its own on the suite's mariadbd, the operators' (admin-ops,
+// and mixed's) with outbox dead and replay on a mysql:// URL. Left out:
 //   - db-connection-loss: it finds the relays' connections by
 //     application_name, which MySQL has not (partitions cut them instead);
-//   - admin, and the operators of mixed: outbox dead and replay refuse a
-//     MySQL database yet;
 //   - inbox: the scenario's consumer records its effects in PostgreSQL SQL;
 //   - -mode wal: the WAL relay reads PostgreSQL's write-ahead log;
 //   - the scale scenarios, the tenants' (--schemas) and partitioned
 //     outboxes: a relay group and partitions do not run on MySQL yet.
 func mariaDBPlans(soak bool) []harness.Plan {
 	if soak {
-		return []harness.Plan{harness.MixedMySQL(harness.Size{Events: 1_000_000})}
+		return plans(true, "")
 	}
 	var out []harness.Plan
 	for _, p := range plans(false, "") {
-		switch {
-		case p.Name == "db-connection-loss", p.Name == "admin-ops", strings.HasSuffix(p.Name, "+inbox"):
+		if p.Name == "db-connection-loss" || strings.HasSuffix(p.Name, "+inbox") {
 			continue
-		case p.Name == "mixed":
-			p = harness.MixedMySQL(harness.Size{Events: 5000, Over: 20 * time.Second})
 		}
 		out = append(out, p)
 	}

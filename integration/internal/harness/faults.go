@@ -431,7 +431,10 @@ var adminOpsMenu = [][]string{
 
 // adminOp runs one CLI command and books its effect.
 func adminOp(ctx context.Context, w *World, op []string) error {
-	args := append(append([]string{}, op...), "--database-url", w.Env.DB.URL, "--schema", w.Env.DB.Schema, "--json")
+	args := append(append([]string{}, op...), "--database-url", w.Env.DB.URL, "--json")
+	if !w.Env.MySQL() {
+		args = append(args, "--schema", w.Env.DB.Schema) // on MySQL the database in the URL is the scenario's
+	}
 	var (
 		out []byte
 		err error
