@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
@@ -21,7 +22,8 @@ import (
 // SELECTs, MariaDB's max_statement_time every statement, lock waits
 // included), so a statement the caller's context gives up on does not
 // run on in the server; operator transactions are READ COMMITTED and set
-// their lock waits and idle limit too (MySQLOpsTimeouts). Lists of ids and
+// their lock waits and idle limit too (MySQLOpsTimeouts). The connection
+// goes back to the pool with those set back (release). Lists of ids and
 // aggregates are bound one placeholder each, outboxsql.MySQLOpsMaxIDs per
 // statement at most.
 //
@@ -101,14 +103,29 @@ func (m *mysqlAdminDB) serverOf(ctx context.Context, conn *sql.Conn) (outboxsql.
 	return s, nil
 }
 
-// withConn runs fn on a connection with the session's limits (conn).
+// withConn runs fn on a connection with the session's limits (conn), and
+// gives the connection back to the pool with them set back (release).
 func (m *mysqlAdminDB) withConn(ctx context.Context, fn func(*sql.Conn) error) error {
 	conn, err := m.conn(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer m.release(ctx, conn)
 	return fn(conn)
+}
+
+// release sets the session's limits back to the server's defaults
+// (MySQLOpsSessionReset) and gives conn back to the pool, which the
+// application may share; a connection it cannot set back is closed.
+func (m *mysqlAdminDB) release(ctx context.Context, conn *sql.Conn) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.timeout)
+	defer cancel()
+	reset := outboxsql.MySQLOpsSessionReset(outboxsql.MySQLServer(m.server.Load()))
+	if _, err := conn.ExecContext(rctx, reset); err != nil {
+		// database/sql closes a connection whose Raw returns ErrBadConn.
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	conn.Close()
 }
 
 // mysqlScanRow reads the columns of outboxsql's mysqlOpsRowColumns, then

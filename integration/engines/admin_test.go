@@ -593,6 +593,36 @@ func TestAdminRetryAndReplayTakeTheClaimGate(t *testing.T) {
 	})
 }
 
+// An Admin gives its connections back to the pool, which the application
+// may share, with the session's settings as they were: its limits are its
+// transactions' (PostgreSQL), or set back once it is done (MySQL).
+func TestAdminLeavesThePoolsSessionsAlone(t *testing.T) {
+	t.Parallel()
+	testkit.ForEachEngine(t, func(t *testing.T, e testkit.Engine) {
+		c := newAdminCase(t, e, outboxadmin.Config{StatementTimeout: 7 * time.Second})
+		ctx := context.Background()
+		dead, _ := c.write(t, "orders", "o-1", "order.placed")
+		c.kill(t, dead)
+		c.db.SQL.SetMaxOpenConns(1) // the connection the Admin uses is the one read below
+		if _, err := c.adm.Retry(ctx, outboxadmin.Filter{All: true}, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.adm.Status(ctx); err != nil {
+			t.Fatal(err)
+		}
+		asDefault := `SELECT bool_and(setting = reset_val) FROM pg_settings
+			WHERE name IN ('statement_timeout', 'lock_timeout', 'idle_in_transaction_session_timeout')`
+		if c.mysql() { // MariaDB's statement time limit: the tests' server
+			asDefault = `SELECT @@SESSION.innodb_lock_wait_timeout = @@GLOBAL.innodb_lock_wait_timeout
+				AND @@SESSION.wait_timeout = @@GLOBAL.wait_timeout AND @@SESSION.max_statement_time = @@GLOBAL.max_statement_time`
+		}
+		var same bool
+		if err := c.db.SQL.QueryRow(asDefault).Scan(&same); err != nil || !same {
+			t.Fatalf("the session's limits after the Admin used it: as the server's defaults %v (%v), want true", same, err)
+		}
+	})
+}
+
 // Retries and replays while two relays drain the outbox and events are
 // written keep each aggregate's order:
 //   - a retried event goes out before every later event of its aggregate

@@ -236,14 +236,26 @@ const MySQLOpsClaimGate = `SELECT floor FROM {{floor}} WHERE one = 1 FOR UPDATE`
 // operator, and a session left idle longer (a tool frozen or cut off, in
 // or out of a transaction) is closed by the server, releasing its locks.
 // Both are session settings (neither server has a per-transaction form
-// both accept), so they stay the connection's after the transaction: a
-// pool that keeps it idle longer finds it closed (go-sql-driver/mysql
-// then takes another; sql.DB.SetConnMaxIdleTime below the timeout avoids
-// it). No
-// statement time limit: MySQL's (max_execution_time, SELECT only, in
-// milliseconds) and MariaDB's (max_statement_time, in seconds) differ;
-// the caller's context bounds the client's wait.
+// both accept), so they stay the connection's after the transaction until
+// MySQLOpsSessionReset sets them back. The statement time limit is the
+// server's own statement (MySQLServer.StatementTime): MySQL's
+// (max_execution_time, SELECT only, in milliseconds) and MariaDB's
+// (max_statement_time, in seconds) differ.
 const MySQLOpsTimeouts = `SET SESSION innodb_lock_wait_timeout = ?, SESSION wait_timeout = ?`
+
+// MySQLOpsSessionReset sets back to the server's defaults (DEFAULT: the
+// global value) the session settings an operator's connection changed:
+// MySQLOpsTimeouts' and the statement time limit of server s. An
+// operator's tool often shares its application's pool, whose later users
+// of the connection must not inherit a 30-second statement limit or an
+// idle limit that closes it.
+func MySQLOpsSessionReset(s MySQLServer) string {
+	limit := "max_execution_time"
+	if s == ServerMariaDB {
+		limit = "max_statement_time"
+	}
+	return `SET SESSION innodb_lock_wait_timeout = DEFAULT, SESSION wait_timeout = DEFAULT, SESSION ` + limit + ` = DEFAULT`
+}
 
 // MySQLOpsTimeoutsArgs binds MySQLOpsTimeouts.
 type MySQLOpsTimeoutsArgs struct {
@@ -528,24 +540,26 @@ func (a MySQLHandoversArgs) Args() []any { return []any{a.Window, a.Window, a.Wi
 // ids or none.
 func mysqlOpsStatements(n Names) map[string]string {
 	out := map[string]string{
-		"MySQLOpsRow":                n.Render(MySQLOpsRow),
-		"MySQLOpsClaimGate":          n.Render(MySQLOpsClaimGate),
-		"MySQLOpsTimeouts":           MySQLOpsTimeouts,
-		"MySQLOpsLockUnpublished(1)": MySQLOpsLockUnpublished(n, 1),
-		"MySQLOpsLockUnpublished(3)": MySQLOpsLockUnpublished(n, 3),
-		"MySQLOpsRetry(3)":           MySQLOpsRetry(n, 3),
-		"MySQLOpsLowerFloor":         n.Render(MySQLOpsLowerFloor),
-		"MySQLOpsDrop(3)":            MySQLOpsDrop(n, 3),
-		"MySQLOpsReplaySelect":       n.Render(MySQLOpsReplaySelect),
-		"MySQLOpsReplayLock(3)":      MySQLOpsReplayLock(n, 3),
-		"MySQLOpsReplay(3)":          MySQLOpsReplay(n, 3),
-		"MySQLOpsLookupEventID":      n.Render(MySQLOpsLookupEventID),
-		"MySQLOpsLookupAggregate":    n.Render(MySQLOpsLookupAggregate),
-		"MySQLOpsCounts":             n.Render(MySQLOpsCounts),
-		"MySQLOpsLag":                n.Render(MySQLOpsLag),
-		"MySQLOpsRelays":             n.Render(MySQLOpsRelays),
-		"MySQLOpsShards":             n.Render(MySQLOpsShards),
-		"MySQLOpsHandovers":          n.Render(MySQLOpsHandovers),
+		"MySQLOpsRow":                 n.Render(MySQLOpsRow),
+		"MySQLOpsClaimGate":           n.Render(MySQLOpsClaimGate),
+		"MySQLOpsTimeouts":            MySQLOpsTimeouts,
+		"MySQLOpsSessionReset":        MySQLOpsSessionReset(ServerMySQL),
+		"MySQLOpsSessionReset(maria)": MySQLOpsSessionReset(ServerMariaDB),
+		"MySQLOpsLockUnpublished(1)":  MySQLOpsLockUnpublished(n, 1),
+		"MySQLOpsLockUnpublished(3)":  MySQLOpsLockUnpublished(n, 3),
+		"MySQLOpsRetry(3)":            MySQLOpsRetry(n, 3),
+		"MySQLOpsLowerFloor":          n.Render(MySQLOpsLowerFloor),
+		"MySQLOpsDrop(3)":             MySQLOpsDrop(n, 3),
+		"MySQLOpsReplaySelect":        n.Render(MySQLOpsReplaySelect),
+		"MySQLOpsReplayLock(3)":       MySQLOpsReplayLock(n, 3),
+		"MySQLOpsReplay(3)":           MySQLOpsReplay(n, 3),
+		"MySQLOpsLookupEventID":       n.Render(MySQLOpsLookupEventID),
+		"MySQLOpsLookupAggregate":     n.Render(MySQLOpsLookupAggregate),
+		"MySQLOpsCounts":              n.Render(MySQLOpsCounts),
+		"MySQLOpsLag":                 n.Render(MySQLOpsLag),
+		"MySQLOpsRelays":              n.Render(MySQLOpsRelays),
+		"MySQLOpsShards":              n.Render(MySQLOpsShards),
+		"MySQLOpsHandovers":           n.Render(MySQLOpsHandovers),
 	}
 	for f := DeadFilters(0); f < DeadForms; f++ {
 		ids := 0
