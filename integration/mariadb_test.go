@@ -14,16 +14,16 @@ import (
 // TestMariaDBCrash is the crash suite on MariaDB at CI's size: the relays
 // (outbox relay on a mysql:// URL) SIGKILLed, restarted under their ids,
 // paused and partitioned from the database and the broker, their
-// connections KILLed by the server, the broker slowed, and the suite's
+// connections KILLed by the server, the broker slowed, operators retrying,
+// dropping and replaying events (outbox dead and replay), and the suite's
 // own mariadbd (port 3307, testkit.ChaosMySQLd) SIGKILLed and started
-// again, all at once under load (harness.MixedMySQL and
-// harness.ConnLosses); then two consumers process every record through
-// the inbox on MariaDB (harness.WithInbox). `go run ./integration/chaos
-// -db mariadb` runs every scenario that applies on MariaDB, at full size.
-// It runs in the cluster lane: one scenario that crashes a server of its
-// own at a time.
+// again, all at once under load (harness.Mixed and harness.ConnLosses);
+// then two consumers process every record through the inbox on MariaDB
+// (harness.WithInbox). `go run ./integration/chaos -db mariadb` runs every
+// scenario that applies on MariaDB, at full size. It runs in the cluster
+// lane: one scenario that crashes a server of its own at a time.
 func TestMariaDBCrash(t *testing.T) {
-	plan := harness.MixedMySQL(harness.Size{Events: 3000, Over: 15 * time.Second})
+	plan := harness.Mixed(harness.Size{Events: 3000, Over: 15 * time.Second})
 	plan.Fault = harness.Mix(plan.Fault, harness.ConnLosses(2))
 	plan = harness.WithInbox(plan)
 	defer enterLane(t, "the crash suite's scenario on MariaDB", clusterLane, false)()
@@ -55,8 +55,8 @@ func TestMariaDBCrash(t *testing.T) {
 	})
 	env := &harness.Env{DB: *db, Bin: bin, Dir: t.TempDir(), Logf: t.Logf, Seed: seed(), MySQLd: &m}
 	res := runEnv(t, env, plan)
-	if res.DBCrashes < 1 || res.Crashes < 2 || res.SameIDRestarts < 3 || res.Partitions < 2 || res.ConnLosses < 2 {
-		t.Fatalf("faults injected: %d mariadbd crashes, %d kills, %d same-id restarts, %d partitions, %d connection losses; want at least 1, 2, 3, 2, 2",
-			res.DBCrashes, res.Crashes, res.SameIDRestarts, res.Partitions, res.ConnLosses)
+	if res.DBCrashes < 1 || res.Crashes < 2 || res.SameIDRestarts < 3 || res.Partitions < 2 || res.ConnLosses < 2 || res.AdminOps < 10 {
+		t.Fatalf("faults injected: %d mariadbd crashes, %d kills, %d same-id restarts, %d partitions, %d connection losses, %d operator commands; want at least 1, 2, 3, 2, 2, 10",
+			res.DBCrashes, res.Crashes, res.SameIDRestarts, res.Partitions, res.ConnLosses, res.AdminOps)
 	}
 }

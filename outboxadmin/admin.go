@@ -55,7 +55,8 @@ var (
 
 // Config configures an Admin. The zero value is valid.
 type Config struct {
-	// Table is the outbox table. Default: "outbox" on the search_path.
+	// Table is the outbox table. Default: "outbox" on the search_path
+	// (on MySQL, in the connection's database: Table.Schema is refused).
 	Table txoutbox.Table
 
 	// Slot is the WAL relay's replication slot, which Status reports when
@@ -66,7 +67,8 @@ type Config struct {
 	// (txoutbox_<schema>_<table>), or named in the marker a WAL relay
 	// keeps on a publication of the table, whatever its name. Set it for a
 	// slot of another name made by a relay of a version before the
-	// marker. A slot of another database is never this one's.
+	// marker. A slot of another database is never this one's. MySQL has
+	// no WAL relay: New refuses a Slot there.
 	Slot string
 
 	// StaleAfter is how old a relay's heartbeat may be for Status to count
@@ -80,37 +82,61 @@ type Config struct {
 
 	// LookupWindow is how many of the newest rows Lookup searches for
 	// published events (it finds unpublished and dead ones anywhere).
-	// Default LookupWindowDefault.
+	// Default LookupWindowDefault. On MySQL FindEvents finds published
+	// events of any age, and LookupWindow has no effect.
 	LookupWindow int
 
 	// StatementTimeout bounds each statement, lock wait and idle moment of
 	// the operator transactions (retry, drop, replay), so an operator
-	// never holds rows the relays wait behind for long. Default 30s.
+	// never holds rows the relays wait behind for long, and each read.
+	// Default 30s. On MySQL the lock waits and the idle limit are whole
+	// seconds, at least one (innodb_lock_wait_timeout, wait_timeout), and
+	// the statement time limit is the server's (MySQL's
+	// max_execution_time bounds SELECTs, MariaDB's max_statement_time
+	// every statement).
 	StatementTimeout time.Duration
 }
 
-// schemaVersion is the outbox schema version an Admin needs: Status reads
-// version 7's not_before, and Retry and Replay lower version 8's claim
-// floor.
+// schemaVersion is the outbox schema version an Admin needs on
+// PostgreSQL: Status reads version 7's not_before, and Retry and Replay
+// lower version 8's claim floor.
 const schemaVersion = 8
+
+// mysqlSchemaVersion is the MySQL outbox schema version an Admin needs:
+// the first, which has every column and index its statements read.
+const mysqlSchemaVersion = 1
 
 // Admin runs operator tasks on one outbox. It is safe for concurrent use.
 type Admin struct {
-	db       *sql.DB
+	db       adminDB
+	dialect  txoutbox.Dialect
 	cfg      Config
-	sql      statements
 	schema   *migrations.Migrator // checks the table's schema version
 	schemaOK atomic.Bool          // a check passed
 }
 
-// New validates cfg and returns an Admin working on db.
+// New validates cfg and returns an Admin working on db. The database is
+// PostgreSQL, or MySQL 8.0+ or MariaDB 10.6+, detected as
+// txoutbox.DetectDialect does (the driver's type; for a driver it does
+// not know, one query of the server's version, bounded by 10 seconds).
 func New(db *sql.DB, cfg Config) (*Admin, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil *sql.DB", ErrInvalidConfig)
 	}
-	names, err := outboxsql.NamesFor(cfg.Table.Schema, cfg.Table.Name)
+	dialect, err := detectDialect(db)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	onMySQL := dialect == txoutbox.MySQL
+	names, err := outboxsql.NamesForDialect(outboxsql.Dialect(dialect), cfg.Table.Schema, cfg.Table.Name)
+	if err != nil {
+		if onMySQL {
+			return nil, fmt.Errorf("%w: %w (see docs/mysql.md)", ErrInvalidConfig, err)
+		}
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if onMySQL && cfg.Slot != "" {
+		return nil, fmt.Errorf("%w: Slot %q: MySQL has no WAL relay (see docs/mysql.md)", ErrInvalidConfig, cfg.Slot)
 	}
 	if cfg.StaleAfter < 0 {
 		return nil, fmt.Errorf("%w: StaleAfter is negative (%s)", ErrInvalidConfig, cfg.StaleAfter)
@@ -136,16 +162,42 @@ func New(db *sql.DB, cfg Config) (*Admin, error) {
 	if cfg.StatementTimeout == 0 {
 		cfg.StatementTimeout = StatementTimeoutDefault
 	}
-	schema, err := migrations.New(db, migrations.Config{Table: cfg.Table})
+	schema, err := migrations.New(db, migrations.Config{Table: cfg.Table, Dialect: dialect})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Admin{db: db, cfg: cfg, sql: render(names), schema: schema}, nil
+	a := &Admin{dialect: dialect, cfg: cfg, schema: schema}
+	if onMySQL {
+		a.db = newMySQLAdminDB(db, names, cfg.StatementTimeout)
+	} else {
+		a.db = &pgAdminDB{db: db, table: cfg.Table, slotName: a.slotName(), configSlot: cfg.Slot, sql: render(names)}
+	}
+	return a, nil
+}
+
+// detectDialect is txoutbox.DetectDialect, bounded: a probe of the server
+// for a driver DialectOf does not know, as migrations.New makes.
+func detectDialect(db *sql.DB) (txoutbox.Dialect, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return txoutbox.DetectDialect(ctx, db)
+}
+
+// slotName is the slot name OpsWALSlots looks for besides those it finds
+// through the table: Config.Slot, or the WAL relay's default name of
+// before the names were keyed by the database (OpsWALSlots computes
+// today's).
+func (a *Admin) slotName() string {
+	if a.cfg.Slot != "" {
+		return a.cfg.Slot
+	}
+	return outboxsql.WALLegacyName(a.cfg.Table.Schema, a.cfg.Table.Name)
 }
 
 // CheckSchema checks the table's schema: it returns an error matching
-// migrations.ErrSchemaTooOld when a version up to 8 is not applied (run
-// `outbox migrate up`), and one matching migrations.ErrSchemaTooNew,
+// migrations.ErrSchemaTooOld when a version up to 8 (on MySQL, version 1
+// of its series) is not applied (run `outbox migrate up`), and one
+// matching migrations.ErrSchemaTooNew,
 // naming the version, when a version this release does not know is (see
 // migrations.Migrator.Check). Every other method calls it first and
 // returns its error, before it reads or changes anything; once a check has
@@ -156,58 +208,13 @@ func (a *Admin) CheckSchema(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
-	if err := a.schema.Check(ctx, schemaVersion); err != nil {
+	need := schemaVersion
+	if a.dialect == txoutbox.MySQL {
+		need = mysqlSchemaVersion
+	}
+	if err := a.schema.Check(ctx, need); err != nil {
 		return fmt.Errorf("outboxadmin: %w", err)
 	}
 	a.schemaOK.Store(true)
 	return nil
-}
-
-// statements are the operator statements rendered for one table.
-type statements struct {
-	row, lockUnpublished, retry, lowerFloor, drop, wake, pruneLock string
-	replaySelect, replay, timeouts, claimGate, relays, shards      string
-	handovers, snapshot, lookupAggregate, lookupEventID            string
-	walGate, walSlots, walSlot, table, lag, topicStats             string
-	locks                                                          string
-	// deadList, deadLock and deadCount are in one form per set of
-	// filters (outboxsql.DeadFilters), each naming only those.
-	deadList, deadLock, deadCount [outboxsql.DeadForms]string
-}
-
-// render renders the operator statements for the table of n, once, when
-// the Admin is built.
-func render(n outboxsql.Names) statements {
-	st := statements{
-		row:             n.Render(outboxsql.OpsRow),
-		lockUnpublished: n.Render(outboxsql.OpsLockUnpublished),
-		retry:           n.Render(outboxsql.OpsRetry),
-		lowerFloor:      n.Render(outboxsql.OpsLowerFloor),
-		drop:            n.Render(outboxsql.OpsDrop),
-		wake:            n.Render(outboxsql.OpsWake),
-		pruneLock:       n.Render(outboxsql.OpsPruneLock),
-		replaySelect:    n.Render(outboxsql.OpsReplaySelect),
-		replay:          n.Render(outboxsql.OpsReplay),
-		timeouts:        outboxsql.OpsTimeouts,
-		claimGate:       n.Render(outboxsql.OpsClaimGate),
-		relays:          n.Render(outboxsql.OpsRelays),
-		shards:          n.Render(outboxsql.OpsShards),
-		handovers:       n.Render(outboxsql.OpsHandovers),
-		snapshot:        n.Render(outboxsql.OpsSnapshotScheduled),
-		lookupAggregate: n.Render(outboxsql.OpsLookupAggregate),
-		lookupEventID:   n.Render(outboxsql.OpsLookupEventID),
-		walGate:         outboxsql.OpsWALGate,
-		walSlots:        outboxsql.OpsWALSlots,
-		walSlot:         outboxsql.WALSlot,
-		table:           n.Table,
-		lag:             n.Render(outboxsql.StatsLag),
-		topicStats:      n.Render(outboxsql.TopicStats),
-		locks:           n.Render(outboxsql.OpsLocks),
-	}
-	for f := range st.deadList {
-		st.deadList[f] = n.Render(outboxsql.OpsDeadList(outboxsql.DeadFilters(f)))
-		st.deadLock[f] = n.Render(outboxsql.OpsDeadLock(outboxsql.DeadFilters(f)))
-		st.deadCount[f] = n.Render(outboxsql.OpsDeadCount(outboxsql.DeadFilters(f)))
-	}
-	return st
 }

@@ -70,8 +70,7 @@ func (a *Admin) ListDead(ctx context.Context, f Filter, after int64, limit int) 
 	if limit < 0 || limit > DeadPageMax {
 		return nil, fmt.Errorf("outboxadmin: list dead events: limit %d is outside 1..%d", limit, DeadPageMax)
 	}
-	args := outboxsql.DeadListArgs{DeadArgs: f.bind(), After: after, Limit: limit}
-	out, err := queryRows(ctx, a.db, a.sql.deadList[args.Filters()], args.Args()...)
+	out, err := a.db.deadList(ctx, f.bind(), after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("outboxadmin: list dead events: %w", err)
 	}
@@ -91,9 +90,8 @@ func (a *Admin) CountDead(ctx context.Context, f Filter) (int64, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
-	var n int64
-	args := outboxsql.DeadCountArgs{DeadArgs: f.bind(), Cap: CountDeadMax}
-	if err := a.db.QueryRowContext(ctx, a.sql.deadCount[args.Filters()], args.Args()...).Scan(&n); err != nil {
+	n, err := a.db.deadCount(ctx, f.bind(), CountDeadMax)
+	if err != nil {
 		return 0, fmt.Errorf("outboxadmin: count dead events: %w", err)
 	}
 	return n, nil
@@ -107,15 +105,13 @@ func (a *Admin) Event(ctx context.Context, id int64) (Row, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
-	var payload []byte
-	r, err := scanRow(a.db.QueryRowContext(ctx, a.sql.row, id), &payload)
+	r, err := a.db.row(ctx, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Row{}, fmt.Errorf("%w: %d", ErrNotFound, id)
 	}
 	if err != nil {
 		return Row{}, fmt.Errorf("outboxadmin: read event %d: %w", id, err)
 	}
-	r.Payload = payload
 	return r, nil
 }
 
@@ -141,10 +137,11 @@ type Retried struct {
 // progress finishes first), so no claim sees the aggregate's later rows
 // without the retried one; the ones already claimed (in flight) are
 // reported in Overtaken.
-// Retried rows wake the relays (NOTIFY) when the retry commits.
+// Retried rows wake the relays (NOTIFY) when the retry commits; on MySQL,
+// which has no NOTIFY, the relays find them at their next poll.
 //
 // While a WAL relay's slot streams the table, Retry changes nothing and
-// returns ErrWALStreamed.
+// returns ErrWALStreamed (never on MySQL, which has no WAL relay).
 func (a *Admin) Retry(ctx context.Context, f Filter, dryRun bool) ([]Retried, error) {
 	if f.empty() && !f.All {
 		return nil, ErrNoSelection
@@ -153,11 +150,11 @@ func (a *Admin) Retry(ctx context.Context, f Filter, dryRun bool) ([]Retried, er
 		return nil, err
 	}
 	var out []Retried
-	err := a.inTx(ctx, dryRun, func(tx *sql.Tx) error {
-		if err := a.refuseWhileStreamed(ctx, tx); err != nil {
+	err := a.db.inTx(ctx, a.cfg.StatementTimeout, !dryRun, func(tx opTx) error {
+		if err := refuseWhileStreamed(tx.walSlots(ctx)); err != nil {
 			return err
 		}
-		dead, err := lockDead(ctx, tx, &a.sql.deadLock, f.bind())
+		dead, err := lockDead(ctx, tx, f.bind())
 		if err != nil || len(dead) == 0 {
 			return err
 		}
@@ -175,13 +172,13 @@ func (a *Admin) Retry(ctx context.Context, f Filter, dryRun bool) ([]Retried, er
 			// No claim runs from here to the commit: each sees the
 			// retry whole or not at all (see outboxsql.OpsClaimGate),
 			// and the rows in flight found next are all there are.
-			if _, err := tx.ExecContext(ctx, a.sql.claimGate); err != nil {
+			if err := tx.claimGate(ctx); err != nil {
 				return fmt.Errorf("hold claims back: %w", err)
 			}
 		}
-		claimed, err := lockClaimed(ctx, tx, a.sql.lockUnpublished, aggregates)
+		claimed, err := tx.lockUnpublished(ctx, aggregates)
 		if err != nil {
-			return err
+			return fmt.Errorf("lock later events: %w", err)
 		}
 		for _, r := range dead {
 			rt := Retried{Row: r}
@@ -192,13 +189,25 @@ func (a *Admin) Retry(ctx context.Context, f Filter, dryRun bool) ([]Retried, er
 			}
 			out = append(out, rt)
 		}
-		if _, err := tx.ExecContext(ctx, a.sql.retry, outboxsql.Int64Array(ids)); err != nil {
+		// The rows are locked, so a shortfall cannot happen short of a
+		// bug; a report that overstated the retry would be worse than an
+		// error.
+		n, err := tx.retry(ctx, ids)
+		if err != nil {
 			return fmt.Errorf("reset to pending: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, a.sql.lowerFloor, outboxsql.Int64Array(ids)); err != nil {
+		if n != int64(len(ids)) {
+			return fmt.Errorf("reset to pending: %d of %d rows reset", n, len(ids))
+		}
+		if dryRun {
+			// The claim floor is the claim gate's row on MySQL: a dry
+			// run, which holds claims back nowhere, leaves it alone.
+			return nil
+		}
+		if err := tx.lowerFloor(ctx, ids); err != nil {
 			return fmt.Errorf("lower the claim floor: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, a.sql.wake); err != nil {
+		if err := tx.wake(ctx); err != nil {
 			return fmt.Errorf("notify relays: %w", err)
 		}
 		return nil
@@ -212,26 +221,14 @@ func (a *Admin) Retry(ctx context.Context, f Filter, dryRun bool) ([]Retried, er
 	return out, nil
 }
 
-// querier is what refuseWhileStreamed runs its statements on: a
-// transaction, or the pool for a dry run that opens none.
-type querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
 // refuseWhileStreamed returns ErrWALStreamed while a WAL relay's slot may
-// stream the table. In a transaction it first takes the WAL gate (see
-// outboxsql.OpsWALGate), so a slot created after the check sees the
-// transaction's rows as pending when it is made; it must run before the
-// transaction takes any row lock.
-func (a *Admin) refuseWhileStreamed(ctx context.Context, q querier) error {
-	if _, ok := q.(*sql.Tx); ok {
-		if _, err := q.ExecContext(ctx, a.sql.walGate, a.sql.table); err != nil {
-			return fmt.Errorf("take the WAL gate: %w", err)
-		}
-	}
-	var slots string
-	if err := q.QueryRowContext(ctx, a.sql.walSlots, outboxsql.WALSlotsArgs{Table: a.sql.table, Slot: a.slotName()}.Args()...).Scan(&slots); err != nil {
+// stream the table: slots are those adminDB.walSlots or, in a
+// transaction, opTx.walSlots found (the latter after taking the WAL gate,
+// so a slot created after the check sees the transaction's rows as
+// pending when it is made: it runs before the transaction takes any row
+// lock).
+func refuseWhileStreamed(slots string, err error) error {
+	if err != nil {
 		return fmt.Errorf("look for WAL relays' slots: %w", err)
 	}
 	if slots != "" {
@@ -250,8 +247,8 @@ func (a *Admin) Drop(ctx context.Context, f Filter, dryRun bool) ([]Row, error) 
 		return nil, err
 	}
 	var out []Row
-	err := a.inTx(ctx, dryRun, func(tx *sql.Tx) error {
-		dead, err := lockDead(ctx, tx, &a.sql.deadLock, f.bind())
+	err := a.db.inTx(ctx, a.cfg.StatementTimeout, !dryRun, func(tx opTx) error {
+		dead, err := lockDead(ctx, tx, f.bind())
 		if err != nil || len(dead) == 0 {
 			return err
 		}
@@ -259,14 +256,15 @@ func (a *Admin) Drop(ctx context.Context, f Filter, dryRun bool) ([]Row, error) 
 		for i, r := range dead {
 			ids[i] = r.ID
 		}
-		res, err := tx.ExecContext(ctx, a.sql.drop, outboxsql.Int64Array(ids))
+		// The rows are locked, so a shortfall cannot happen short of a
+		// bug; a report that overstated the deletion would be worse than
+		// an error.
+		n, err := tx.drop(ctx, ids)
 		if err != nil {
 			return fmt.Errorf("delete: %w", err)
 		}
-		// The rows are locked, so this cannot happen short of a bug; a
-		// report that overstated the deletion would be worse than an error.
-		if n, err := res.RowsAffected(); err != nil || n != int64(len(ids)) {
-			return fmt.Errorf("delete: %d of %d rows deleted (%v)", n, len(ids), err)
+		if n != int64(len(ids)) {
+			return fmt.Errorf("delete: %d of %d rows deleted", n, len(ids))
 		}
 		out = dead
 		return nil
@@ -280,33 +278,10 @@ func (a *Admin) Drop(ctx context.Context, f Filter, dryRun bool) ([]Row, error) 
 	return out, nil
 }
 
-// inTx runs fn in a transaction, committed unless dryRun (then rolled
-// back, so a dry run takes the same locks and sees the same rows).
-func (a *Admin) inTx(ctx context.Context, dryRun bool, fn func(*sql.Tx) error) error {
-	tx, err := a.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, a.sql.timeouts, outboxsql.TimeoutArgs{Timeout: a.cfg.StatementTimeout}.Args()...); err != nil {
-		return fmt.Errorf("set timeouts: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if dryRun {
-		return nil
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
-}
-
 // lockDead locks the dead rows f selects, failing with ErrNotDead if an id
 // of f.IDs is not among them.
-func lockDead(ctx context.Context, tx *sql.Tx, forms *[outboxsql.DeadForms]string, f outboxsql.DeadArgs) ([]Row, error) {
-	out, err := queryRows(ctx, tx, forms[f.Filters()], f.Args()...)
+func lockDead(ctx context.Context, tx opTx, f outboxsql.DeadArgs) ([]Row, error) {
+	out, err := tx.lockDead(ctx, f)
 	if err != nil {
 		return nil, fmt.Errorf("select: %w", err)
 	}
@@ -336,31 +311,4 @@ func joinIDs(ids []int64) string {
 		s[i] = strconv.FormatInt(id, 10)
 	}
 	return strings.Join(s, ", ")
-}
-
-// lockClaimed locks the unpublished rows of the aggregates and returns the
-// ids of those claimed, per aggregate.
-func lockClaimed(ctx context.Context, tx *sql.Tx, query string, aggregates []string) (map[string][]int64, error) {
-	rows, err := tx.QueryContext(ctx, query, outboxsql.TextArray(aggregates))
-	if err != nil {
-		return nil, fmt.Errorf("lock later events: %w", err)
-	}
-	defer rows.Close()
-	claimed := map[string][]int64{}
-	for rows.Next() {
-		var (
-			id         int64
-			agg, state string
-		)
-		if err := rows.Scan(&id, &agg, &state); err != nil {
-			return nil, fmt.Errorf("lock later events: %w", err)
-		}
-		if state == "claimed" {
-			claimed[agg] = append(claimed[agg], id)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("lock later events: %w", err)
-	}
-	return claimed, nil
 }

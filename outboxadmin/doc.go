@@ -45,4 +45,14 @@
 // Retention) to pending, so the relays publish them again with their
 // original event ids, in order per aggregate. Consumers that deduplicate on
 // the event id (package inbox) skip what they already have.
+//
+// # MySQL and MariaDB
+//
+// New detects the database (txoutbox.DetectDialect). On MySQL 8.0+ and
+// MariaDB 10.6+ every method runs, with the same guarantees, but for what
+// the database cannot tell: TopicStats, TopicSnapshot and Locks return an
+// error matching errors.ErrUnsupported (Status reads the totals alone),
+// there is no WAL relay (no Slot, no ErrWALStreamed) and no NOTIFY (the
+// relays find retried and replayed events at their next poll). See
+// docs/mysql.md.
 package outboxadmin

@@ -39,34 +39,33 @@ type Lock struct {
 // relay.Health.Locked) and publish nothing from it. It reads pg_locks and
 // pg_stat_activity only, so it answers while the tables are locked; a
 // role without pg_read_all_stats sees other roles' queries as
-// "<insufficient privilege>".
+// "<insufficient privilege>". On MySQL it returns an error matching
+// errors.ErrUnsupported: the servers' views of the tables' metadata locks
+// differ, and neither is there by default on both.
 func (a *Admin) Locks(ctx context.Context) ([]Lock, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
-	rows, err := a.db.QueryContext(ctx, a.sql.locks)
+	out, err := a.db.locks(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("outboxadmin: read locks: %w", err)
-	}
-	defer rows.Close()
-	var out []Lock
-	for rows.Next() {
-		var (
-			l       Lock
-			seconds float64
-		)
-		if err := rows.Scan(&l.PID, &l.Relation, &l.Mode, &l.Granted, &l.Application, &l.State, &seconds, &l.Query); err != nil {
-			return nil, fmt.Errorf("outboxadmin: read locks: %w", err)
-		}
-		l.For = max(time.Duration(seconds*float64(time.Second)), 0)
-		out = append(out, l)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("outboxadmin: read locks: %w", err)
 	}
 	return out, nil
 }
 
 // IsLockTimeout reports whether err is a statement's that gave up on a
-// lock another session holds (SQLSTATE 55P03, lock_not_available): the
-// table is locked, and Locks says by whom.
-func IsLockTimeout(err error) bool { return outboxsql.IsLockNotAvailable(err) }
+// lock another session holds (SQLSTATE 55P03, lock_not_available; on
+// MySQL error 1205, ER_LOCK_WAIT_TIMEOUT, or 3572, ER_LOCK_NOWAIT): the
+// table is locked, and Locks says by whom (on PostgreSQL).
+func IsLockTimeout(err error) bool {
+	if outboxsql.IsLockNotAvailable(err) {
+		return true
+	}
+	n := outboxsql.MySQLErrorNumber(err)
+	return n == mysqlLockWaitTimeout || n == mysqlLockNowait
+}
+
+// MySQL's error numbers for a lock given up on (see IsLockTimeout).
+const (
+	mysqlLockWaitTimeout = 1205
+	mysqlLockNowait      = 3572
+)

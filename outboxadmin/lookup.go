@@ -2,14 +2,12 @@ package outboxadmin
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/txoutbox/txoutbox"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // Lookup selects the events to find: by event id or by aggregate id.
@@ -32,6 +30,8 @@ const LookupLimitDefault = 100
 // takes is an index, and no index covers the published rows by event or
 // aggregate id (one would cost every insert, claim and publish another
 // index write). Read an older published event by its row id with Event.
+// On MySQL the schema's event and aggregate indexes cover every row, and
+// it finds published events of any age.
 func (a *Admin) FindEvents(ctx context.Context, q Lookup) ([]Row, error) {
 	if err := a.CheckSchema(ctx); err != nil {
 		return nil, err
@@ -43,17 +43,15 @@ func (a *Admin) FindEvents(ctx context.Context, q Lookup) ([]Row, error) {
 	if limit < 0 || limit > DeadPageMax {
 		return nil, fmt.Errorf("outboxadmin: find events: limit %d is outside 1..%d", limit, DeadPageMax)
 	}
-	query, key := a.sql.lookupEventID, q.EventID.String()
-	if q.EventID == uuid.Nil {
-		if q.AggregateID == "" {
-			return nil, errors.New("outboxadmin: find events: no event id or aggregate id given")
-		}
-		query, key = a.sql.lookupAggregate, q.AggregateID
+	lq := lookupQuery{recent: a.cfg.LookupWindow, limit: limit}
+	if q.EventID != uuid.Nil {
+		lq.eventID = q.EventID.String()
+	} else if lq.aggregate = q.AggregateID; lq.aggregate == "" {
+		return nil, errors.New("outboxadmin: find events: no event id or aggregate id given")
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
-	args := outboxsql.LookupArgs{Key: key, Recent: a.cfg.LookupWindow, Limit: limit}
-	out, err := queryRows(ctx, a.db, query, args.Args()...)
+	out, err := a.db.lookup(ctx, lq)
 	if err != nil {
 		return nil, fmt.Errorf("outboxadmin: find events: %w", err)
 	}
@@ -77,39 +75,27 @@ type Snapshot struct {
 // Snapshot reads the totals and the highest row id in one statement on
 // the claim, lag, dead-letter and primary-key indexes: at most
 // txoutbox.StatsExactMax entries of each count, estimated beyond (see
-// txoutbox.Stats), whatever the backlog and the dead letters.
+// txoutbox.Stats), whatever the backlog and the dead letters. On MySQL a
+// count that reaches the cap stays there, flagged as estimated (at least
+// that many), and DueLag's walk has no cap, as txoutbox.ReadStats reads
+// them there.
 func (a *Admin) Snapshot(ctx context.Context) (Snapshot, error) {
 	if err := a.CheckSchema(ctx); err != nil {
 		return Snapshot{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
-	var (
-		s                 Snapshot
-		oldest, next, due sql.NullTime
-	)
-	args := outboxsql.CountArgs{Cap: txoutbox.StatsExactMax}.Args()
-	if err := a.db.QueryRowContext(ctx, a.sql.snapshot, args...).Scan(&s.Backlog, &oldest, &s.Dead, &s.LastID, &s.At, &s.Scheduled, &next, &due); err != nil {
+	c, err := a.db.counts(ctx)
+	if err != nil {
 		return Snapshot{}, fmt.Errorf("outboxadmin: snapshot: %w", err)
 	}
-	c := outboxsql.CountsOf(s.Backlog, s.Dead, s.Scheduled)
-	s.Backlog, s.Dead, s.Scheduled = c.Backlog, c.Dead, c.Scheduled
-	s.BacklogEstimated, s.DeadEstimated, s.ScheduledEstimated = c.BacklogEstimated, c.DeadEstimated, c.ScheduledEstimated
-	if oldest.Valid {
-		s.Lag = max(s.At.Sub(oldest.Time), 0)
-	}
-	if due.Valid {
-		s.DueLag = max(s.At.Sub(due.Time), 0)
-	}
-	if next.Valid {
-		s.NextScheduled = next.Time
-	}
-	return s, nil
+	return c.snapshot(), nil
 }
 
 // TopicSnapshot is Snapshot with the per-topic figures (TopicStats) in
 // Stats.Topics. The totals are Snapshot's, not the topics' sum: a topic's
-// figures stop at txoutbox.TopicStatsMax.
+// figures stop at txoutbox.TopicStatsMax. On MySQL it returns TopicStats'
+// error, matching errors.ErrUnsupported: Snapshot reads the totals.
 func (a *Admin) TopicSnapshot(ctx context.Context) (Snapshot, error) {
 	if err := a.CheckSchema(ctx); err != nil {
 		return Snapshot{}, err

@@ -2,13 +2,10 @@ package outboxadmin
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"sort"
 	"time"
-
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // ErrNoSince is returned by Replay without ReplayFilter.Since.
@@ -58,11 +55,13 @@ type TopicCount struct {
 //
 // Replay first reads the selected rows' ids into memory (16 bytes and the
 // aggregate id per row). Each transaction takes the relays' prune lock, so
-// pruning cannot delete a row the replay has just reset. With dryRun
-// nothing changes and the result says what would be replayed.
+// pruning cannot delete a row the replay has just reset (on MySQL, which
+// has none, the replay's row locks hold a prune back, and the prune then
+// finds the rows no longer published). With dryRun nothing changes and
+// the result says what would be replayed.
 //
 // While a WAL relay's slot streams the table, Replay changes nothing and
-// returns ErrWALStreamed.
+// returns ErrWALStreamed (never on MySQL, which has no WAL relay).
 func (a *Admin) Replay(ctx context.Context, f ReplayFilter, dryRun bool) (ReplayResult, error) {
 	if f.Since.IsZero() {
 		return ReplayResult{}, ErrNoSince
@@ -71,7 +70,7 @@ func (a *Admin) Replay(ctx context.Context, f ReplayFilter, dryRun bool) (Replay
 		return ReplayResult{}, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
-	err := a.refuseWhileStreamed(sctx, a.db)
+	err := refuseWhileStreamed(a.db.walSlots(sctx))
 	var groups []replayGroup
 	if err == nil {
 		groups, err = a.replaySelection(sctx, f)
@@ -108,44 +107,31 @@ func (a *Admin) Replay(ctx context.Context, f ReplayFilter, dryRun bool) (Replay
 			batch = append(batch, groups[0].ids...)
 			groups = groups[1:]
 		}
-		err := a.inTx(ctx, false, func(tx *sql.Tx) error {
-			if err := a.refuseWhileStreamed(ctx, tx); err != nil {
+		var done []replayRow // the rows this transaction reset
+		err := a.db.inTx(ctx, a.cfg.StatementTimeout, true, func(tx opTx) error {
+			if err := refuseWhileStreamed(tx.walSlots(ctx)); err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, a.sql.pruneLock); err != nil {
+			if err := tx.pruneLock(ctx); err != nil {
 				return fmt.Errorf("take the prune lock: %w", err)
 			}
-			if _, err := tx.ExecContext(ctx, a.sql.claimGate); err != nil {
+			if err := tx.claimGate(ctx); err != nil {
 				return fmt.Errorf("hold claims back: %w", err)
 			}
-			rows, err := tx.QueryContext(ctx, a.sql.replay, outboxsql.Int64Array(batch))
+			reset, err := tx.replay(ctx, batch)
 			if err != nil {
 				return fmt.Errorf("reset to pending: %w", err)
 			}
-			defer rows.Close()
-			n := 0
-			for rows.Next() {
-				var (
-					id    int64
-					topic string
-				)
-				if err := rows.Scan(&id, &topic); err != nil {
-					return fmt.Errorf("reset to pending: %w", err)
-				}
-				count(id, topic)
-				n++
+			if len(reset) == 0 {
+				return nil
 			}
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("reset to pending: %w", err)
+			if err := tx.lowerFloor(ctx, batch); err != nil {
+				return fmt.Errorf("lower the claim floor: %w", err)
 			}
-			if n > 0 {
-				if _, err := tx.ExecContext(ctx, a.sql.lowerFloor, outboxsql.Int64Array(batch)); err != nil {
-					return fmt.Errorf("lower the claim floor: %w", err)
-				}
-				if _, err := tx.ExecContext(ctx, a.sql.wake); err != nil {
-					return fmt.Errorf("notify relays: %w", err)
-				}
+			if err := tx.wake(ctx); err != nil {
+				return fmt.Errorf("notify relays: %w", err)
 			}
+			done = reset
 			return nil
 		})
 		if errors.Is(err, ErrWALStreamed) {
@@ -153,6 +139,9 @@ func (a *Admin) Replay(ctx context.Context, f ReplayFilter, dryRun bool) (Replay
 		}
 		if err != nil {
 			return res, fmt.Errorf("outboxadmin: replay (after %d events): %w", res.Events, err)
+		}
+		for _, r := range done {
+			count(r.id, r.topic)
 		}
 	}
 	for t, n := range topics {
@@ -168,35 +157,29 @@ type replayGroup struct {
 	topics []string
 }
 
+// replaySelection reads the rows f selects and groups them by aggregate,
+// in the order of each one's first row, each aggregate's in id order:
+// adminDB.replaySelect gives them grouped so (PostgreSQL) or in id order
+// (MySQL), which group alike.
 func (a *Admin) replaySelection(ctx context.Context, f ReplayFilter) ([]replayGroup, error) {
-	rows, err := a.db.QueryContext(ctx, a.sql.replaySelect,
-		outboxsql.ReplaySelectArgs{Since: f.Since, Topic: f.Topic, Aggregate: f.AggregateID}.Args()...)
+	rows, err := a.db.replaySelect(ctx, f)
 	if err != nil {
 		return nil, fmt.Errorf("select: %w", err)
 	}
-	defer rows.Close()
 	var (
 		groups []replayGroup
-		last   string
+		index  = map[string]int{} // aggregate -> its group
 	)
-	for rows.Next() {
-		var (
-			agg, topic string
-			id         int64
-		)
-		if err := rows.Scan(&agg, &id, &topic); err != nil {
-			return nil, fmt.Errorf("select: %w", err)
-		}
-		if len(groups) == 0 || agg != last {
+	for _, r := range rows {
+		i, ok := index[r.aggregate]
+		if !ok {
+			i = len(groups)
+			index[r.aggregate] = i
 			groups = append(groups, replayGroup{})
-			last = agg
 		}
-		g := &groups[len(groups)-1]
-		g.ids = append(g.ids, id)
-		g.topics = append(g.topics, topic)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("select: %w", err)
+		g := &groups[i]
+		g.ids = append(g.ids, r.id)
+		g.topics = append(g.topics, r.topic)
 	}
 	return groups, nil
 }

@@ -45,13 +45,13 @@ type Row struct {
 // scanner is *sql.Row or *sql.Rows.
 type scanner interface{ Scan(dest ...any) error }
 
-// rowsQuerier is *sql.DB or *sql.Tx.
+// rowsQuerier is *sql.DB, *sql.Conn or *sql.Tx.
 type rowsQuerier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// queryRows runs query and reads every row it returns with scanRow.
-func queryRows(ctx context.Context, q rowsQuerier, query string, args ...any) ([]Row, error) {
+// queryRows runs query and reads every row it returns with scan.
+func queryRows(ctx context.Context, q rowsQuerier, scan func(scanner, ...any) (Row, error), query string, args ...any) ([]Row, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -59,7 +59,7 @@ func queryRows(ctx context.Context, q rowsQuerier, query string, args ...any) ([
 	defer rows.Close()
 	var out []Row
 	for rows.Next() {
-		r, err := scanRow(rows)
+		r, err := scan(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -71,23 +71,13 @@ func queryRows(ctx context.Context, q rowsQuerier, query string, args ...any) ([
 	return out, nil
 }
 
-// scanRow reads the columns of outboxsql's opsRowColumns, then extra.
-func scanRow(s scanner, extra ...any) (Row, error) {
-	var (
-		r         Row
-		eventID   string
-		headers   string
-		published sql.NullTime
-	)
-	dest := append([]any{&r.ID, &eventID, &r.Topic, &r.AggregateType, &r.AggregateID, &r.Type, &r.ContentType,
-		&r.PayloadBytes, &headers, &r.CreatedAt, &r.State, &r.Attempts, &r.NextAttemptAt,
-		&r.LastError, &published, &r.LeaseOwner}, extra...)
-	if err := s.Scan(dest...); err != nil {
-		return Row{}, err
-	}
+// decode sets r's EventID and Headers from the stored event id and
+// headers: headers that are not a JSON object of strings go to
+// RawHeaders, with why in HeadersError.
+func (r *Row) decode(eventID, headers string) error {
 	id, err := uuid.Parse(eventID)
 	if err != nil {
-		return Row{}, fmt.Errorf("row %d: event id: %w", r.ID, err)
+		return fmt.Errorf("row %d: event id: %w", r.ID, err)
 	}
 	r.EventID = id
 	if err := json.Unmarshal([]byte(headers), &r.Headers); err != nil {
@@ -95,9 +85,22 @@ func scanRow(s scanner, extra ...any) (Row, error) {
 		r.RawHeaders = json.RawMessage(headers)
 		r.HeadersError = "not a JSON object of strings: " + err.Error()
 	}
-	if published.Valid {
-		t := published.Time
-		r.PublishedAt = &t
+	return nil
+}
+
+// eachRow is a statement's rows (the results of QueryContext) read one by
+// one with fn, then closed.
+func eachRow(rows *sql.Rows, err error) func(fn func(scanner) error) error {
+	return func(fn func(scanner) error) error {
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := fn(rows); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
 	}
-	return r, nil
 }

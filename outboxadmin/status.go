@@ -2,14 +2,10 @@ package outboxadmin
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/txoutbox/txoutbox"
-	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // Status is the state of an outbox and its relays.
@@ -28,7 +24,8 @@ type Status struct {
 	// are done; a shard that stays here points at a stuck relay.
 	Handovers []int
 	// Slot is the WAL relay's replication slot (Config.Slot), nil when it
-	// does not exist in the database (the polling relay publishes).
+	// does not exist in the database (the polling relay publishes; always
+	// on MySQL, which has no WAL relay).
 	Slot *SlotStatus
 }
 
@@ -66,14 +63,17 @@ type RelayStatus struct {
 // their shards: Fleet, TopicStats and Handovers at once. Its counts read a
 // bounded number of index entries (txoutbox.StatsExactMax, and
 // txoutbox.TopicStatsMax per topic); a dashboard that polls reads Lag and
-// Fleet often and the others less often, as the console does.
+// Fleet often and the others less often, as the console does. On MySQL
+// it reads the totals alone (txoutbox.ReadStats' fields; Stats.Topics is
+// empty): the MySQL schema has no index of the dead events by topic (see
+// TopicStats).
 func (a *Admin) Status(ctx context.Context) (Status, error) {
 	if err := a.CheckSchema(ctx); err != nil {
 		return Status{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
-	stats, err := txoutbox.ReadTopicStats(ctx, a.db, a.cfg.Table)
+	stats, err := a.db.stats(ctx)
 	if err != nil {
 		return Status{}, fmt.Errorf("outboxadmin: status: %w", err)
 	}
@@ -101,40 +101,30 @@ func (a *Admin) Fleet(ctx context.Context) (Status, error) {
 		st  Status
 		err error
 	)
-	if st.Slot, err = a.slot(ctx); err != nil {
+	if st.Slot, err = a.db.slot(ctx); err != nil {
 		return Status{}, fmt.Errorf("outboxadmin: status: %w", err)
 	}
-	relays, err := a.relays(ctx)
+	relays, err := a.db.relays(ctx)
 	if err != nil {
-		return Status{}, fmt.Errorf("outboxadmin: status: %w", err)
+		return Status{}, fmt.Errorf("outboxadmin: status: read relays: %w", err)
 	}
 	byID := map[string]int{}
-	for i, r := range relays {
-		byID[r.ID] = i
+	for i := range relays {
+		relays[i].Alive = relays[i].HeartbeatAge < a.cfg.StaleAfter
+		byID[relays[i].ID] = i
 	}
-	rows, err := a.db.QueryContext(ctx, a.sql.shards)
+	shards, err := a.db.shards(ctx)
 	if err != nil {
 		return Status{}, fmt.Errorf("outboxadmin: status: read shards: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			shard int
-			owner string
-		)
-		if err := rows.Scan(&shard, &owner); err != nil {
-			return Status{}, fmt.Errorf("outboxadmin: status: read shards: %w", err)
-		}
-		i, ok := byID[owner]
+	for _, s := range shards {
+		i, ok := byID[s.owner]
 		if ok {
-			relays[i].Shards = append(relays[i].Shards, shard)
+			relays[i].Shards = append(relays[i].Shards, s.shard)
 		}
 		if !ok || !relays[i].Alive {
-			st.Unowned = append(st.Unowned, shard)
+			st.Unowned = append(st.Unowned, s.shard)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return Status{}, fmt.Errorf("outboxadmin: status: read shards: %w", err)
 	}
 	st.Relays = relays
 	return st, nil
@@ -144,18 +134,15 @@ func (a *Admin) Fleet(ctx context.Context) (Status, error) {
 // its created_at, or its NotBefore if later), by the database clock (zero
 // when there is none; an event scheduled for later is not lag): the lag of
 // Status, Snapshot, the relays' metrics and txoutbox.ReadStats, from one
-// entry of the due index (schema version 7).
+// entry of the due index (schema version 7; on MySQL one per lane).
 func (a *Admin) Lag(ctx context.Context) (time.Duration, error) {
 	if err := a.CheckSchema(ctx); err != nil {
 		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
-	var (
-		oldest sql.NullTime
-		now    time.Time
-	)
-	if err := a.db.QueryRowContext(ctx, a.sql.lag).Scan(&oldest, &now); err != nil {
+	oldest, now, err := a.db.lag(ctx)
+	if err != nil {
 		return 0, fmt.Errorf("outboxadmin: read lag: %w", err)
 	}
 	if !oldest.Valid {
@@ -167,34 +154,18 @@ func (a *Admin) Lag(ctx context.Context) (time.Duration, error) {
 // TopicStats reads backlog, lag, dead and scheduled counts per topic, in
 // topic order, each count up to txoutbox.TopicStatsMax (see
 // txoutbox.ReadTopicStats); the backlog does not count the scheduled
-// events. Its cost grows with the number of topics, not of events.
+// events. Its cost grows with the number of topics, not of events. On
+// MySQL it returns an error matching errors.ErrUnsupported and reads
+// nothing, as txoutbox.ReadTopicStats does: the schema has no index of the
+// dead events by topic.
 func (a *Admin) TopicStats(ctx context.Context) ([]txoutbox.TopicStats, error) {
 	if err := a.CheckSchema(ctx); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
-	rows, err := a.db.QueryContext(ctx, a.sql.topicStats, outboxsql.CountArgs{Cap: txoutbox.TopicStatsMax}.Args()...)
+	out, err := a.db.topicStats(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("outboxadmin: read topic stats: %w", err)
-	}
-	defer rows.Close()
-	var out []txoutbox.TopicStats
-	for rows.Next() {
-		var (
-			t   txoutbox.TopicStats
-			lag sql.NullFloat64
-		)
-		if err := rows.Scan(&t.Topic, &t.Backlog, &lag, &t.Dead, &t.Scheduled); err != nil {
-			return nil, fmt.Errorf("outboxadmin: read topic stats: %w", err)
-		}
-		if lag.Valid {
-			t.Lag = max(time.Duration(lag.Float64*float64(time.Second)), 0)
-		}
-		t.BacklogAtLeast, t.DeadAtLeast = t.Backlog >= txoutbox.TopicStatsMax, t.Dead >= txoutbox.TopicStatsMax
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("outboxadmin: read topic stats: %w", err)
 	}
 	return out, nil
@@ -202,101 +173,17 @@ func (a *Admin) TopicStats(ctx context.Context) ([]txoutbox.TopicStats, error) {
 
 // Handovers reads the shards in handover (Status.Handovers) among the
 // oldest 10,000 unpublished events (ten default claim batches), where a
-// claim looks first: it reads that many claim index entries at most,
-// whatever the backlog.
+// claim looks first: it reads that many claim index entries at most
+// (on MySQL, that many of each lane's), whatever the backlog.
 func (a *Admin) Handovers(ctx context.Context) ([]int, error) {
 	if err := a.CheckSchema(ctx); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatementTimeout)
 	defer cancel()
-	out, err := a.handovers(ctx)
+	out, err := a.db.handovers(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("outboxadmin: status: %w", err)
+		return nil, fmt.Errorf("outboxadmin: status: read handovers: %w", err)
 	}
 	return out, nil
-}
-
-func (a *Admin) handovers(ctx context.Context) ([]int, error) {
-	rows, err := a.db.QueryContext(ctx, a.sql.handovers, outboxsql.OpsHandoverWindow)
-	if err != nil {
-		return nil, fmt.Errorf("read handovers: %w", err)
-	}
-	defer rows.Close()
-	var out []int
-	for rows.Next() {
-		var shard int
-		if err := rows.Scan(&shard); err != nil {
-			return nil, fmt.Errorf("read handovers: %w", err)
-		}
-		out = append(out, shard)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read handovers: %w", err)
-	}
-	return out, nil
-}
-
-func (a *Admin) relays(ctx context.Context) ([]RelayStatus, error) {
-	rows, err := a.db.QueryContext(ctx, a.sql.relays)
-	if err != nil {
-		return nil, fmt.Errorf("read relays: %w", err)
-	}
-	defer rows.Close()
-	var out []RelayStatus
-	for rows.Next() {
-		var (
-			r   RelayStatus
-			age float64
-		)
-		if err := rows.Scan(&r.ID, &r.Host, &r.StartedAt, &r.HeartbeatAt, &age); err != nil {
-			return nil, fmt.Errorf("read relays: %w", err)
-		}
-		r.HeartbeatAge = max(time.Duration(age*float64(time.Second)), 0)
-		r.Alive = r.HeartbeatAge < a.cfg.StaleAfter
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read relays: %w", err)
-	}
-	return out, nil
-}
-
-// slotName is the slot name OpsWALSlots looks for besides those it finds
-// through the table: Config.Slot, or the WAL relay's default name of
-// before the names were keyed by the database (OpsWALSlots computes
-// today's).
-func (a *Admin) slotName() string {
-	if a.cfg.Slot != "" {
-		return a.cfg.Slot
-	}
-	return outboxsql.WALLegacyName(a.cfg.Table.Schema, a.cfg.Table.Name)
-}
-
-// slot reads the WAL relay's slot in this database, nil when there is
-// none: Config.Slot, or the first slot found through the table.
-func (a *Admin) slot(ctx context.Context) (*SlotStatus, error) {
-	s := SlotStatus{Name: a.cfg.Slot}
-	if s.Name == "" {
-		var found string
-		if err := a.db.QueryRowContext(ctx, a.sql.walSlots, outboxsql.WALSlotsArgs{Table: a.sql.table, Slot: a.slotName()}.Args()...).Scan(&found); err != nil {
-			return nil, fmt.Errorf("look for the WAL relay's slot: %w", err)
-		}
-		if found == "" {
-			return nil, nil
-		}
-		s.Name, _, _ = strings.Cut(found, ", ")
-	}
-	var (
-		confirmed, plugin, database string
-		here                        bool
-	)
-	err := a.db.QueryRowContext(ctx, a.sql.walSlot, s.Name).Scan(&s.Active, &s.WALStatus, &confirmed, &plugin, &database, &s.LagBytes, &here)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && !here {
-		return nil, nil // a slot of another database streams another outbox
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read replication slot %s: %w", s.Name, err)
-	}
-	return &s, nil
 }

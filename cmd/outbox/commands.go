@@ -45,10 +45,10 @@ func withAction(action string, run func(context.Context, *process, *flag.FlagSet
 // commands is the command table, in the order `outbox help` lists it.
 var commands = []*command{
 	{name: "dead", summary: "list, show, retry or drop dead events", subcommands: []*command{
-		{name: "list", usage: "[--topic T] [--aggregate A] [--type E] [--since 24h] [--limit N] [--after ID]", run: runDeadList},
-		{name: "show", usage: "ID [--full]", run: runDeadShow},
-		{name: "retry", usage: "ID... | --topic T ... | --all [--dry-run]", run: withAction("retry", runDeadChange)},
-		{name: "drop", usage: "ID... | --topic T ... | --all --yes|--dry-run", run: withAction("drop", runDeadChange)},
+		{name: "list", usage: "[--topic T] [--aggregate A] [--type E] [--since 24h] [--limit N] [--after ID]", run: runDeadList, mysql: true},
+		{name: "show", usage: "ID [--full]", run: runDeadShow, mysql: true},
+		{name: "retry", usage: "ID... | --topic T ... | --all [--dry-run]", run: withAction("retry", runDeadChange), mysql: true},
+		{name: "drop", usage: "ID... | --topic T ... | --all --yes|--dry-run", run: withAction("drop", runDeadChange), mysql: true},
 	}},
 	{name: "migrate", summary: "apply, revert, show or export the schema migrations (outbox or inbox); partition the outbox", unknownAsMissing: true, subcommands: []*command{
 		{name: "up", usage: "[--set outbox|inbox] [--schemas PATTERN]", run: withAction("up", runMigrate), mysql: true},
@@ -60,11 +60,11 @@ var commands = []*command{
 	{name: "relay", summary: "run the relay: publish the outbox to Kafka until SIGINT/SIGTERM",
 		usage: "--brokers B | --dev-broker [--schemas PATTERN] [--tls-ca F] [--sasl-mechanism M] [--metrics-addr :9464]", run: runRelay, mysql: true},
 	{name: "replay", summary: "publish again the events published since a time, through the relays",
-		usage: "--since 2h [--topic T] [--aggregate A] [--dry-run]", run: runReplay},
+		usage: "--since 2h [--topic T] [--aggregate A] [--dry-run]", run: runReplay, mysql: true},
 	{name: "status", summary: "show backlog, lag and dead events, and the relays with their shards",
-		usage: "[--schemas PATTERN] [--max-lag 1m] [--stale-after 15s]", run: runStatus},
+		usage: "[--schemas PATTERN] [--max-lag 1m] [--stale-after 15s]", run: runStatus, mysql: true},
 	{name: "ui", summary: "serve the web console: overview, relays, dead letters, events, replay",
-		usage: "[--schemas PATTERN] [--listen 127.0.0.1:8080] [--allow-writes] [--allow-host H --token-file F | --behind-auth-proxy]", run: runUI},
+		usage: "[--schemas PATTERN] [--listen 127.0.0.1:8080] [--allow-writes] [--allow-host H --token-file F | --behind-auth-proxy]", run: runUI, mysql: true},
 	{name: "wal", summary: "WAL mode: takeover hands the outbox from the WAL relays back to the polling relay", subcommands: []*command{
 		{name: "takeover", usage: "[--slot S] [--publication P] [--force]", run: runWALTakeover},
 	}},

@@ -4,9 +4,11 @@ import (
 	"database/sql"
 	"flag"
 	"regexp"
+	"strconv"
 	"strings"
+	"time"
 
-	_ "github.com/go-sql-driver/mysql" // registers the "mysql" database/sql driver
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/txoutbox/txoutbox/internal/mysqldsn"
 )
@@ -29,8 +31,11 @@ var keywordValue = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
 
 // openMySQL opens raw, a mysql:// URL or the driver's DSN, without
 // connecting. The URL gets the DSN parameters txoutbox reads times with
-// (mysqldsn.Defaults); a DSN is taken as given.
-func openMySQL(raw string) (*sql.DB, error) {
+// (mysqldsn.Defaults); a DSN is taken as given. lockTimeout, when
+// positive, bounds every wait of the pool's sessions for a table's
+// metadata lock (lock_wait_timeout, whole seconds, at least one), as
+// status's --lock-timeout does on PostgreSQL.
+func openMySQL(raw string, lockTimeout time.Duration) (*sql.DB, error) {
 	dsn := raw
 	if mysqldsn.IsURL(raw) {
 		var err error
@@ -38,11 +43,21 @@ func openMySQL(raw string) (*sql.DB, error) {
 			return nil, usagef("--database-url: %v", err)
 		}
 	}
-	db, err := sql.Open("mysql", dsn)
+	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, usagef("--database-url: %v", err)
 	}
-	return db, nil
+	if lockTimeout > 0 {
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["lock_wait_timeout"] = strconv.FormatInt(max(int64(lockTimeout/time.Second), 1), 10)
+	}
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, usagef("--database-url: %v", err)
+	}
+	return sql.OpenDB(connector), nil
 }
 
 // refuseMySQL is the start-up check of a command that does not run on
@@ -53,7 +68,7 @@ func refuseMySQL(fs *flag.FlagSet) error {
 	if f == nil || !isMySQL(f.Value.String()) {
 		return nil
 	}
-	return usagef("%s does not run on MySQL/MariaDB (docs/mysql.md says what does); outbox migrate up, status, down and export, and outbox relay, do", fs.Name())
+	return usagef("%s does not run on MySQL/MariaDB (docs/mysql.md says what does); outbox migrate up, status, down and export, relay, status, dead, replay and ui do", fs.Name())
 }
 
 // redactMySQLDSN is the driver's DSN without its password: it sits between

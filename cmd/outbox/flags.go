@@ -32,8 +32,9 @@ type commonFlags struct {
 	json        bool
 	// lockTimeout, when set by the command, is the lock_timeout of every
 	// session open opens: a statement waiting longer for a lock another
-	// session holds fails (SQLSTATE 55P03) rather than hang. PostgreSQL's
-	// only: the command that sets it (status) refuses MySQL.
+	// session holds fails (SQLSTATE 55P03) rather than hang. On MySQL it
+	// is lock_wait_timeout, a table's metadata lock's (error 1205), in
+	// whole seconds, at least one.
 	lockTimeout time.Duration
 }
 
@@ -67,7 +68,7 @@ func (c *commonFlags) open(ctx context.Context) (*sql.DB, error) {
 	var db *sql.DB
 	if c.mysql() {
 		var err error
-		if db, err = openMySQL(c.databaseURL); err != nil {
+		if db, err = openMySQL(c.databaseURL, c.lockTimeout); err != nil {
 			return nil, err
 		}
 	} else if c.lockTimeout > 0 {

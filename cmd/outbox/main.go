@@ -30,10 +30,11 @@
 // --database-url names PostgreSQL (a postgres:// URL or a keyword/value
 // string) or MySQL/MariaDB: mysql://USER:PASSWORD@HOST:PORT/DATABASE, or
 // go-sql-driver/mysql's own USER:PASSWORD@tcp(HOST:PORT)/DATABASE (told by
-// its @tcp( or @unix( address). On MySQL only migrate up, status, down and
-// export run yet, without --schema or --schemas (a schema is a database
-// there); the other commands refuse a MySQL URL at start-up (exit 2). See
-// docs/mysql.md.
+// its @tcp( or @unix( address). On MySQL migrate up, status, down and
+// export, relay (--mode poll), status, dead, replay and ui run, without
+// --schema or --schemas (a schema is a database there) and without --slot
+// (no WAL relay); wal and migrate partition refuse a MySQL URL at
+// start-up (exit 2). See docs/mysql.md.
 //
 // Every command takes --database-url, --schema and --table. Output is for
 // humans unless --json is given; values from the database are printed with

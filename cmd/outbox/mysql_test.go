@@ -84,20 +84,14 @@ func TestMigrateExportForMySQL(t *testing.T) {
 }
 
 // TestMySQLRefusedWhereItDoesNotRunYet: every command that does not run on
-// MySQL refuses a MySQL database at once (exit 2, one line naming
-// docs/mysql.md), in either spelling and from DATABASE_URL too, before it
-// connects: the server named here does not exist.
+// MySQL (outbox wal) refuses a MySQL database at once (exit 2, one line
+// naming docs/mysql.md), in either spelling and from DATABASE_URL too,
+// before it connects: the server named here does not exist; and so do the
+// flags of PostgreSQL alone on the commands that run there.
 func TestMySQLRefusedWhereItDoesNotRunYet(t *testing.T) {
 	t.Parallel()
 	for _, url := range []string{"mysql://app:secret@127.0.0.1:1/shop", "app:secret@tcp(127.0.0.1:1)/shop"} {
 		commands := [][]string{
-			{"status"},
-			{"dead", "list"},
-			{"dead", "show", "1"},
-			{"dead", "retry", "1"},
-			{"dead", "drop", "1", "--yes"},
-			{"replay", "--since", "1h"},
-			{"ui"},
 			{"wal", "takeover"},
 		}
 		var cases []usageCase
@@ -108,6 +102,12 @@ func TestMySQLRefusedWhereItDoesNotRunYet(t *testing.T) {
 			usageCase{args: []string{"migrate", "up", "--schemas", "tenant_*", "--database-url", url}, msg: "--schemas: not on MySQL/MariaDB"},
 			usageCase{args: []string{"migrate", "status", "--schema", "shop", "--database-url", url}, msg: "--schema: on MySQL/MariaDB a schema is a database"},
 			usageCase{args: []string{"migrate", "partition", "--database-url", url}, msg: "not partitioned (see docs/mysql.md)"},
+			usageCase{args: []string{"status", "--schemas", "tenant_*", "--database-url", url}, msg: "--schemas: not on MySQL/MariaDB"},
+			usageCase{args: []string{"ui", "--schemas", "tenant_*", "--database-url", url}, msg: "--schemas: not on MySQL/MariaDB"},
+			usageCase{args: []string{"status", "--slot", "s", "--database-url", url}, msg: "--slot: MySQL/MariaDB has no WAL relay"},
+			usageCase{args: []string{"dead", "retry", "1", "--slot", "s", "--database-url", url}, msg: "--slot: MySQL/MariaDB has no WAL relay"},
+			usageCase{args: []string{"replay", "--since", "1h", "--slot", "s", "--database-url", url}, msg: "--slot: MySQL/MariaDB has no WAL relay"},
+			usageCase{args: []string{"ui", "--slot", "s", "--database-url", url}, msg: "--slot: MySQL/MariaDB has no WAL relay"},
 		)
 		wantUsageErrors(t, outbox, cases)
 		for _, c := range commands {
@@ -194,4 +194,37 @@ func TestRelayOnMySQLRefusals(t *testing.T) {
 		{args: []string{"relay", "--dev-broker", "--schemas", "tenant_*", "--database-url", url}, msg: "--schemas: a relay of many tables does not run on MySQL/MariaDB yet"},
 		{args: []string{"relay", "--dev-broker", "--schema", "shop", "--database-url", url}, msg: "--schema: on MySQL/MariaDB a schema is a database"},
 	})
+}
+
+// TestStatusOnALockedMySQLTable: status on a MySQL table another session
+// holds (LOCK TABLES ... WRITE, as an ALTER TABLE's exclusive phase does)
+// answers within --lock-timeout (whole seconds there) and fails (exit 1),
+// saying who holds the lock cannot be listed on MySQL.
+func TestStatusOnALockedMySQLTable(t *testing.T) {
+	t.Parallel()
+	e := newOpsOn(t, testkit.MySQL)
+	e.write(t, "orders", "o-1", "order.placed")
+	ctx := context.Background()
+	conn, err := e.db.SQL.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `LOCK TABLES outbox WRITE`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := statusWithin(t, 15*time.Second, append([]string{"--lock-timeout", "1s"}, e.flags...)...)
+	if code != 1 || !strings.Contains(errOut, "is locked by another session") || !strings.Contains(out, "not listed on MySQL/MariaDB") {
+		t.Errorf("status of a locked table: exit %d, stdout %q, stderr %q; want exit 1, the lock said, its holder not listed", code, out, errOut)
+	}
+	code, out, _ = statusWithin(t, 15*time.Second, append([]string{"--lock-timeout", "1s", "--json"}, e.flags...)...)
+	if code != 1 || !strings.Contains(out, `"locked": true`) {
+		t.Errorf("status --json of a locked table: exit %d, stdout %q", code, out)
+	}
+	if _, err := conn.ExecContext(ctx, `UNLOCK TABLES`); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := statusWithin(t, 15*time.Second, e.flags...); code != 0 {
+		t.Errorf("status once the table is free: exit %d, %s", code, errOut)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/testkit"
@@ -16,11 +17,25 @@ type opsEnv struct {
 	writer *txoutbox.Writer
 }
 
+// newOps is newOpsOn PostgreSQL.
 func newOps(t *testing.T) *opsEnv {
 	t.Helper()
-	db := testkit.NewOutbox(t)
-	return &opsEnv{db: db, flags: []string{"--database-url", db.URL, "--schema", db.Schema}, writer: testkit.NewWriter(t, db.Table())}
+	return newOpsOn(t, testkit.Postgres)
 }
+
+// newOpsOn is an outbox of the test's own on engine e: on PostgreSQL the
+// commands name its schema, on MySQL its database, in a mysql:// URL.
+func newOpsOn(t *testing.T, e testkit.Engine) *opsEnv {
+	t.Helper()
+	db := testkit.NewOutboxOn(t, e)
+	flags := []string{"--database-url", db.URL}
+	if e.Dialect != txoutbox.MySQL {
+		flags = append(flags, "--schema", db.Schema)
+	}
+	return &opsEnv{db: db, flags: flags, writer: db.Writer(t)}
+}
+
+func (e *opsEnv) mysql() bool { return e.db.Dialect() == txoutbox.MySQL }
 
 // write commits one event and returns its row id and event id.
 func (e *opsEnv) write(t *testing.T, topic, aggregate, eventType string) (int64, string) {
@@ -33,7 +48,7 @@ func (e *opsEnv) write(t *testing.T, topic, aggregate, eventType string) (int64,
 	ev.Headers = map[string]string{"tenant": "acme"}
 	testkit.Commit(t, ctx, e.db.SQL, e.writer, ev)
 	var id int64
-	if err := e.db.SQL.QueryRow(`SELECT id FROM outbox WHERE event_id = $1`, ev.ID.String()).Scan(&id); err != nil {
+	if err := e.db.SQL.QueryRow(e.db.Q(`SELECT id FROM outbox WHERE event_id = $1`), ev.ID.String()).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	return id, ev.ID.String()
@@ -48,17 +63,25 @@ func (e *opsEnv) writeDead(t *testing.T, topic, aggregate, eventType string) int
 	return id
 }
 
-// kill makes rows dead as the relay does after MaxAttempts.
+// kill makes rows dead as the relay does after MaxAttempts, its backoff
+// kept (next_attempt_at on PostgreSQL, retry_at on MySQL).
 func (e *opsEnv) kill(t *testing.T, ids ...int64) {
 	t.Helper()
+	backoff := `next_attempt_at = $1`
+	if e.mysql() {
+		backoff = `retry_at = $1`
+	}
 	for _, id := range ids {
-		e.exec(t, `UPDATE outbox SET state = 'dead', attempts = 10, last_error = 'publish: broker said no', next_attempt_at = now() + interval '5 minutes' WHERE id = $1`, id)
+		e.exec(t, `UPDATE outbox SET state = 'dead', attempts = 10, last_error = 'publish: broker said no', `+backoff+` WHERE id = $2`,
+			time.Now().UTC().Add(5*time.Minute), id)
 	}
 }
 
+// exec runs a statement, its $n placeholders ? on MySQL: args bind them
+// in the order they appear.
 func (e *opsEnv) exec(t *testing.T, query string, args ...any) {
 	t.Helper()
-	if _, err := e.db.SQL.Exec(query, args...); err != nil {
+	if _, err := e.db.SQL.Exec(e.db.Q(query), args...); err != nil {
 		t.Fatalf("%s: %v", query, err)
 	}
 }
@@ -70,7 +93,7 @@ func (e *opsEnv) state(t *testing.T, id int64) (string, int) {
 		state    string
 		attempts int
 	)
-	err := e.db.SQL.QueryRow(`SELECT state, attempts FROM outbox WHERE id = $1`, id).Scan(&state, &attempts)
+	err := e.db.SQL.QueryRow(e.db.Q(`SELECT state, attempts FROM outbox WHERE id = $1`), id).Scan(&state, &attempts)
 	if err != nil {
 		return "gone", 0
 	}

@@ -152,13 +152,20 @@ func openAdmin(ctx context.Context, common *commonFlags, cfg outboxadmin.Config,
 	if cfg.StaleAfter < 0 {
 		return nil, nil, usagef("--stale-after is negative (%s)", cfg.StaleAfter)
 	}
+	if common.mysql() && cfg.Slot != "" {
+		return nil, nil, usagef("--slot: MySQL/MariaDB has no WAL relay (see docs/mysql.md)")
+	}
 	db, err := common.open(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := need.check(ctx, db, table); err != nil {
-		db.Close()
-		return nil, nil, err
+	// The grants are PostgreSQL's catalog's: not checked on MySQL, as
+	// the relay's are not (docs/mysql.md).
+	if !common.mysql() {
+		if err := need.check(ctx, db, table); err != nil {
+			db.Close()
+			return nil, nil, err
+		}
 	}
 	adm, err := outboxadmin.New(db, cfg)
 	if err != nil {

@@ -35,7 +35,7 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 		slot = fs.String("slot", "", "WAL mode's replication slot to report, of this database (default: the WAL relay's slot of the table; shown if it exists)")
 	)
 	fs.DurationVar(&common.lockTimeout, "lock-timeout", statusLockTimeoutDefault,
-		"a table another session holds locked (ALTER TABLE, VACUUM FULL, a migration) longer than this is reported locked, with who holds the lock, and fails status (exit 1), instead of waited for")
+		"a table another session holds locked (ALTER TABLE, VACUUM FULL, a migration) longer than this is reported locked, with who holds the lock (not on MySQL/MariaDB, where it is whole seconds), and fails status (exit 1), instead of waited for")
 	var schemas schemasFlag
 	common.register(fs)
 	schemas.register(fs)
@@ -47,6 +47,14 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 	}
 	if common.lockTimeout <= 0 {
 		return usagef("--lock-timeout must be positive (%s)", common.lockTimeout)
+	}
+	if common.mysql() {
+		switch {
+		case schemas.set():
+			return usagef("--schemas: not on MySQL/MariaDB, where a schema is a database: run status once per database, each named in --database-url (see docs/mysql.md)")
+		case *slot != "":
+			return usagef("--slot: MySQL/MariaDB has no WAL relay (see docs/mysql.md)")
+		}
 	}
 	if schemas.set() {
 		if *slot != "" {
@@ -156,7 +164,10 @@ func printStatus(w io.Writer, st outboxadmin.Status, staleAfter time.Duration) e
 // and fails (exit 1).
 func statusLocked(ctx context.Context, stdout io.Writer, adm *outboxadmin.Admin, waited time.Duration, asJSON bool) error {
 	locks, err := adm.Locks(ctx)
-	if err != nil {
+	// MySQL has no view of who holds a table's metadata lock common to
+	// its servers (outboxadmin.Admin.Locks): the lock is reported alone.
+	unlisted := errors.Is(err, errors.ErrUnsupported)
+	if err != nil && !unlisted {
 		return err
 	}
 	msg := fmt.Sprintf("the outbox table is locked by another session: its figures were not read within --lock-timeout %s, "+
@@ -167,7 +178,12 @@ func statusLocked(ctx context.Context, stdout io.Writer, adm *outboxadmin.Admin,
 		}
 		return errors.New(msg)
 	}
-	if err := printLocks(stdout, locks); err != nil {
+	if unlisted {
+		_, err = fmt.Fprintln(stdout, "who holds the lock is not listed on MySQL/MariaDB: SHOW PROCESSLIST shows the sessions, those waiting for it in state \"Waiting for table metadata lock\"")
+	} else {
+		err = printLocks(stdout, locks)
+	}
+	if err != nil {
 		return err
 	}
 	return errors.New(msg)

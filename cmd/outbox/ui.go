@@ -99,6 +99,9 @@ func runUI(ctx context.Context, proc *process, fs *flag.FlagSet, args []string) 
 	if schemas.set() && *slot != "" {
 		return usagef("--slot: WAL mode serves one table; not with --schemas")
 	}
+	if common.mysql() && schemas.set() {
+		return usagef("--schemas: not on MySQL/MariaDB, where a schema is a database: run a console per database, each named in --database-url (see docs/mysql.md)")
+	}
 	opts.SampleEvery = *sampleEvery
 	logger := slog.New(slog.NewTextHandler(proc.stderr, &slog.HandlerOptions{Level: level}))
 	if common.json {

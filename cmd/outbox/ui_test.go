@@ -4,44 +4,91 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
+// ui serves the console's pages, read-only unless --allow-writes, and
+// with it retries through a form; on MySQL the overview says the
+// per-topic figures are not read there.
 func TestUIServesTheConsole(t *testing.T) {
 	t.Parallel()
-	e := newOps(t)
-	e.write(t, "orders", "o-1", "order.placed")
-	e.writeDead(t, "orders", "o-2", "order.placed")
-	// --allow-writes is read from the command line only: a variable left in
-	// the environment does not open the console to writes.
-	b := startOutbox(t, map[string]string{"OUTBOX_ALLOW_WRITES": "true"}, append([]string{"ui", "--listen", "127.0.0.1:0"}, e.flags...)...)
-	b.waitOutput(t, "serving the outbox console (read-only) on http://")
-	base := regexp.MustCompile(`http://\S+/`).FindString(b.stdout.String())
-	resp, err := http.Get(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), "read-only") || strings.Contains(string(page), e.db.URL) {
-		t.Fatalf("GET / = %d:\n%s", resp.StatusCode, page)
-	}
-	resp, err = http.Get(base + "api/overview")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ov struct{ Backlog, Dead int64 }
-	err = json.NewDecoder(resp.Body).Decode(&ov)
-	resp.Body.Close()
-	if err != nil || ov.Backlog != 1 || ov.Dead != 1 {
-		t.Errorf("api/overview = %+v, %v; want backlog 1, dead 1", ov, err)
-	}
-	b.wantCleanStop(t)
+	testkit.ForEachEngine(t, func(t *testing.T, engine testkit.Engine) {
+		e := newOpsOn(t, engine)
+		pending, _ := e.write(t, "orders", "o-1", "order.placed")
+		dead := e.writeDead(t, "orders", "o-2", "order.placed")
+		published, publishedEvent := e.write(t, "orders", "o-3", "order.placed")
+		e.exec(t, `UPDATE outbox SET state = 'published', published_at = $1 WHERE id = $2`, time.Now().UTC(), published)
+		// --allow-writes is read from the command line only: a variable left in
+		// the environment does not open the console to writes.
+		b := startOutbox(t, map[string]string{"OUTBOX_ALLOW_WRITES": "true"}, append([]string{"ui", "--listen", "127.0.0.1:0"}, e.flags...)...)
+		b.waitOutput(t, "serving the outbox console (read-only) on http://")
+		base := regexp.MustCompile(`http://\S+/`).FindString(b.stdout.String())
+		code, page := get(t, base)
+		if code != http.StatusOK || !strings.Contains(page, "read-only") || strings.Contains(page, e.db.URL) ||
+			e.mysql() != strings.Contains(page, "Not read on MySQL/MariaDB") {
+			t.Fatalf("GET / = %d:\n%s", code, page)
+		}
+		code, body := get(t, base+"api/overview")
+		var ov struct {
+			Backlog, Dead int64
+			Unsupported   bool `json:"topics_unsupported"`
+		}
+		if err := json.Unmarshal([]byte(body), &ov); code != http.StatusOK || err != nil || ov.Backlog != 1 || ov.Dead != 1 || ov.Unsupported != e.mysql() {
+			t.Errorf("api/overview = %d %s; want backlog 1, dead 1", code, body)
+		}
+		for _, p := range []struct{ path, want string }{
+			{"relays", "Relays"},
+			{"dead", "o-2"},
+			{"dead?topic=orders", "o-2"},
+			{"events?by=aggregate&q=o-1", "o-1"},
+			{"events?by=event&q=" + publishedEvent, "o-3"},
+			{"events/" + strconv.FormatInt(pending, 10), "o-1"},
+			{"events/" + strconv.FormatInt(dead, 10), "broker said no"},
+			{"replay?since=1h", "1 event(s)"},
+		} {
+			if code, body := get(t, base+p.path); code != http.StatusOK || !strings.Contains(body, p.want) {
+				t.Errorf("GET %s = %d, want 200 and %q:\n%.3000s", p.path, code, p.want, body)
+			}
+		}
+		b.wantCleanStop(t)
+
+		// With --allow-writes a retry goes through the confirmation's form.
+		w := startOutbox(t, nil, append([]string{"ui", "--listen", "127.0.0.1:0", "--allow-writes"}, e.flags...)...)
+		w.waitOutput(t, "serving the outbox console (writes allowed) on http://")
+		base = regexp.MustCompile(`http://\S+/`).FindString(w.stdout.String())
+		jar, _ := cookiejar.New(nil)
+		client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := client.Get(base + "dead/confirm?action=retry&ids=" + strconv.FormatInt(dead, 10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		confirm, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		token := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(string(confirm))
+		if resp.StatusCode != http.StatusOK || token == nil {
+			t.Fatalf("GET dead/confirm = %d without a CSRF token:\n%s", resp.StatusCode, confirm)
+		}
+		resp, err = client.PostForm(base+"dead/retry", url.Values{"ids": {strconv.FormatInt(dead, 10)}, "csrf": {token[1]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if s, _ := e.state(t, dead); resp.StatusCode != http.StatusOK || s != "pending" {
+			t.Errorf("POST dead/retry = %d, row %d %s; want 200 and pending:\n%s", resp.StatusCode, dead, s, done)
+		}
+		w.wantCleanStop(t)
+	})
 }
 
 func TestUIUsageErrors(t *testing.T) {

@@ -144,32 +144,16 @@ func plans(soak bool, mode string) []harness.Plan {
 
 // mariaDBPlans are the scenarios of -db mariadb: every fault of the
 // polling relay's that applies on MySQL/MariaDB, each scenario in a
-// database of its own on the suite's mariadbd. db-connection-loss finds
-// the relays' connections by their account (MySQL has no
-// application_name) and KILLs them; the inbox's consumer records its
-// effects through the inbox's MySQL dialect. Left out:
-//   - admin, and the operators of mixed: outbox dead and replay refuse a
-//     MySQL database yet;
+// database of its own on the suite's mariadbd: the operators' (admin-ops,
+// and mixed's) with outbox dead and replay on a mysql:// URL;
+// db-connection-loss finding the relays' connections by their account
+// (MySQL has no application_name) and KILLing them; the inbox's consumer
+// recording its effects through the inbox's MySQL dialect. Left out:
 //   - -mode wal: the WAL relay reads PostgreSQL's write-ahead log;
 //   - the scale scenarios but dead-prune (-scale), the tenants'
 //     (--schemas) and partitioned outboxes: a relay group and partitions
 //     do not run on MySQL yet.
-func mariaDBPlans(soak bool) []harness.Plan {
-	if soak {
-		return []harness.Plan{harness.MixedMySQL(harness.Size{Events: 1_000_000})}
-	}
-	var out []harness.Plan
-	for _, p := range plans(false, "") {
-		switch p.Name {
-		case "admin-ops":
-			continue
-		case "mixed":
-			p = harness.MixedMySQL(harness.Size{Events: 5000, Over: 20 * time.Second})
-		}
-		out = append(out, p)
-	}
-	return out
-}
+func mariaDBPlans(soak bool) []harness.Plan { return plans(soak, "") }
 
 // mariaDBScales are the scale scenarios of -db mariadb -scale: those whose
 // setup and checks have MySQL's SQL. The others need a relay group

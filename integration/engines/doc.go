@@ -1,9 +1,10 @@
-// Package engines holds the write side's tests that run on every engine
+// Package engines holds the tests that run on every engine
 // (testkit.ForEachEngine: PostgreSQL and MySQL/MariaDB): the Writer, the
-// migrator, outboxtest and the inbox here, gormoutbox's and entoutbox's in
-// the packages below; and the relay's claim cycle on MySQL
-// (internal/mysqlclaim) and the operators' MySQL statements
-// (internal/outboxsql/mysql_ops.go), on MySQL only.
+// migrator, outboxtest, the inbox, relaytest.Drain and the operators' API
+// (outboxadmin) here, gormoutbox's and entoutbox's in the packages below;
+// and the relay's claim cycle on MySQL (internal/mysqlclaim) and the
+// operators' MySQL statements (internal/outboxsql/mysql_ops.go), on MySQL
+// only.
 //
 // They live in the integration module, not beside the code they test,
 // because a test on MySQL needs a MySQL driver (go-sql-driver/mysql, GORM's

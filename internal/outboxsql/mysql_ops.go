@@ -236,14 +236,26 @@ const MySQLOpsClaimGate = `SELECT floor FROM {{floor}} WHERE one = 1 FOR UPDATE`
 // operator, and a session left idle longer (a tool frozen or cut off, in
 // or out of a transaction) is closed by the server, releasing its locks.
 // Both are session settings (neither server has a per-transaction form
-// both accept), so they stay the connection's after the transaction: a
-// pool that keeps it idle longer finds it closed (go-sql-driver/mysql
-// then takes another; sql.DB.SetConnMaxIdleTime below the timeout avoids
-// it). No
-// statement time limit: MySQL's (max_execution_time, SELECT only, in
-// milliseconds) and MariaDB's (max_statement_time, in seconds) differ;
-// the caller's context bounds the client's wait.
+// both accept), so they stay the connection's after the transaction until
+// MySQLOpsSessionReset sets them back. The statement time limit is the
+// server's own statement (MySQLServer.StatementTime): MySQL's
+// (max_execution_time, SELECT only, in milliseconds) and MariaDB's
+// (max_statement_time, in seconds) differ.
 const MySQLOpsTimeouts = `SET SESSION innodb_lock_wait_timeout = ?, SESSION wait_timeout = ?`
+
+// MySQLOpsSessionReset sets back to the server's defaults (DEFAULT: the
+// global value) the session settings an operator's connection changed:
+// MySQLOpsTimeouts' and the statement time limit of server s. An
+// operator's tool often shares its application's pool, whose later users
+// of the connection must not inherit a 30-second statement limit or an
+// idle limit that closes it.
+func MySQLOpsSessionReset(s MySQLServer) string {
+	limit := "max_execution_time"
+	if s == ServerMariaDB {
+		limit = "max_statement_time"
+	}
+	return `SET SESSION innodb_lock_wait_timeout = DEFAULT, SESSION wait_timeout = DEFAULT, SESSION ` + limit + ` = DEFAULT`
+}
 
 // MySQLOpsTimeoutsArgs binds MySQLOpsTimeouts.
 type MySQLOpsTimeoutsArgs struct {
@@ -320,19 +332,19 @@ func MySQLOpsDrop(n Names, ids int) string {
 // MySQLOpsReplaySelect is OpsReplaySelect on MySQL: the published rows
 // published at or after a time, of a topic and an aggregate when given,
 // read on outbox_prune_idx (state, published_at) from that time on,
-// however many published rows are retained before it; grouped by
-// aggregate, each aggregate's in id order, aggregates in the order of
-// their first row. Both servers have window functions (MySQL 8.0, MariaDB
-// 10.2). Columns: aggregate_id (bytes), id, topic. Binds
-// MySQLReplaySelectArgs.
-const MySQLOpsReplaySelect = `SELECT aggregate_id, id, topic FROM (
-    SELECT aggregate_id, id, topic, MIN(id) OVER (PARTITION BY aggregate_id) AS first_id
-    FROM {{table}} FORCE INDEX (outbox_prune_idx)
-    WHERE state = 'published' AND published_at >= ?
-      AND (? IS NULL OR topic = ?)
-      AND (? IS NULL OR aggregate_id = ?)
-) s
-ORDER BY first_id, id`
+// however many published rows are retained before it, in id order.
+// Unlike PostgreSQL's it does not group them by aggregate: MariaDB
+// computes MIN(id) OVER (PARTITION BY aggregate_id) by reading the whole
+// partition again for each row (seconds for one aggregate of 5,000 rows),
+// so the caller groups them, each aggregate's rows in id order and the
+// aggregates in the order of their first row, as it reads them. Columns:
+// aggregate_id (bytes), id, topic. Binds MySQLReplaySelectArgs.
+const MySQLOpsReplaySelect = `SELECT aggregate_id, id, topic
+FROM {{table}} FORCE INDEX (outbox_prune_idx)
+WHERE state = 'published' AND published_at >= ?
+  AND (? IS NULL OR topic = ?)
+  AND (? IS NULL OR aggregate_id = ?)
+ORDER BY id`
 
 // MySQLReplaySelectArgs binds MySQLOpsReplaySelect; an empty Topic or
 // Aggregate is unset (NULL). Each is bound twice: MySQL's placeholders are
@@ -432,16 +444,16 @@ func (a MySQLLookupArgs) Args() []any {
 // on outbox_fresh_idx), the dead rows (on outbox_state_idx) and the
 // scheduled rows (unpublished, with a not_before still to come, on
 // outbox_due_idx from now on), each counted up to a cap (MySQLCountArgs,
-// Counts 3:
-// a count of the cap means at least that many); the earliest time an
-// unpublished row became due (OldestUnpublished: the lag), one entry of
-// outbox_due_idx per lane; when the next scheduled row is due; the
-// highest row id; and the database clock (UTC). NULL times when there is
-// none. Beyond the cap PostgreSQL estimates the backlog from ids and the
-// dead and scheduled counts from its statistics; here they stay at the
-// cap (CountsOf marks them estimated), as InnoDB's row estimates are too
-// rough to add. It has no OldestDue (the lag of the rows not held behind a
-// scheduled one): Stats.DueLag is not read on MySQL.
+// Counts 3: a count of the cap means at least that many); the earliest
+// time an unpublished row became due (OldestUnpublished: the lag), one
+// entry of outbox_due_idx per lane; when the next scheduled row is due;
+// the highest row id; the database clock (UTC); and the earliest time a
+// due row not held behind a scheduled row of its aggregate became due
+// (OldestDue: the due lag), walked with no cap as txoutbox.ReadStats
+// walks it (MySQLStats). NULL times when there is none. Beyond the cap
+// PostgreSQL estimates the backlog from ids and the dead and scheduled
+// counts from its statistics; here they stay at the cap (CountsOf marks
+// them estimated), as InnoDB's row estimates are too rough to add.
 const MySQLOpsCounts = `SELECT
     (SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_fresh_idx) WHERE lane IN (1, 2) LIMIT ?) u),
     (SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_state_idx) WHERE state = 'dead' LIMIT ?) d),
@@ -450,7 +462,14 @@ const MySQLOpsCounts = `SELECT
     LEAST(COALESCE(` + mysqlOldestDue1 + `, ` + mysqlOldestDue2 + `), COALESCE(` + mysqlOldestDue2 + `, ` + mysqlOldestDue1 + `)),
     ` + mysqlNextScheduled + `,
     (SELECT COALESCE(MAX(id), 0) FROM {{table}}),
-    UTC_TIMESTAMP(6)`
+    UTC_TIMESTAMP(6),
+    ` + mysqlOldestDue
+
+// MySQLOpsLag is StatsLag on MySQL, what an operator's Lag reads: the
+// earliest time an unpublished row became due (OldestUnpublished: one
+// entry of outbox_due_idx per lane) and the database clock (UTC); NULL
+// when no row is unpublished.
+const MySQLOpsLag = `SELECT ` + mysqlOldestUnpublished + `, UTC_TIMESTAMP(6)`
 
 // mysqlOldestDue1 and mysqlOldestDue2 are the earliest due_at of the first
 // attempts and of the retries: one entry of outbox_due_idx each (a MIN on
@@ -521,23 +540,26 @@ func (a MySQLHandoversArgs) Args() []any { return []any{a.Window, a.Window, a.Wi
 // ids or none.
 func mysqlOpsStatements(n Names) map[string]string {
 	out := map[string]string{
-		"MySQLOpsRow":                n.Render(MySQLOpsRow),
-		"MySQLOpsClaimGate":          n.Render(MySQLOpsClaimGate),
-		"MySQLOpsTimeouts":           MySQLOpsTimeouts,
-		"MySQLOpsLockUnpublished(1)": MySQLOpsLockUnpublished(n, 1),
-		"MySQLOpsLockUnpublished(3)": MySQLOpsLockUnpublished(n, 3),
-		"MySQLOpsRetry(3)":           MySQLOpsRetry(n, 3),
-		"MySQLOpsLowerFloor":         n.Render(MySQLOpsLowerFloor),
-		"MySQLOpsDrop(3)":            MySQLOpsDrop(n, 3),
-		"MySQLOpsReplaySelect":       n.Render(MySQLOpsReplaySelect),
-		"MySQLOpsReplayLock(3)":      MySQLOpsReplayLock(n, 3),
-		"MySQLOpsReplay(3)":          MySQLOpsReplay(n, 3),
-		"MySQLOpsLookupEventID":      n.Render(MySQLOpsLookupEventID),
-		"MySQLOpsLookupAggregate":    n.Render(MySQLOpsLookupAggregate),
-		"MySQLOpsCounts":             n.Render(MySQLOpsCounts),
-		"MySQLOpsRelays":             n.Render(MySQLOpsRelays),
-		"MySQLOpsShards":             n.Render(MySQLOpsShards),
-		"MySQLOpsHandovers":          n.Render(MySQLOpsHandovers),
+		"MySQLOpsRow":                 n.Render(MySQLOpsRow),
+		"MySQLOpsClaimGate":           n.Render(MySQLOpsClaimGate),
+		"MySQLOpsTimeouts":            MySQLOpsTimeouts,
+		"MySQLOpsSessionReset":        MySQLOpsSessionReset(ServerMySQL),
+		"MySQLOpsSessionReset(maria)": MySQLOpsSessionReset(ServerMariaDB),
+		"MySQLOpsLockUnpublished(1)":  MySQLOpsLockUnpublished(n, 1),
+		"MySQLOpsLockUnpublished(3)":  MySQLOpsLockUnpublished(n, 3),
+		"MySQLOpsRetry(3)":            MySQLOpsRetry(n, 3),
+		"MySQLOpsLowerFloor":          n.Render(MySQLOpsLowerFloor),
+		"MySQLOpsDrop(3)":             MySQLOpsDrop(n, 3),
+		"MySQLOpsReplaySelect":        n.Render(MySQLOpsReplaySelect),
+		"MySQLOpsReplayLock(3)":       MySQLOpsReplayLock(n, 3),
+		"MySQLOpsReplay(3)":           MySQLOpsReplay(n, 3),
+		"MySQLOpsLookupEventID":       n.Render(MySQLOpsLookupEventID),
+		"MySQLOpsLookupAggregate":     n.Render(MySQLOpsLookupAggregate),
+		"MySQLOpsCounts":              n.Render(MySQLOpsCounts),
+		"MySQLOpsLag":                 n.Render(MySQLOpsLag),
+		"MySQLOpsRelays":              n.Render(MySQLOpsRelays),
+		"MySQLOpsShards":              n.Render(MySQLOpsShards),
+		"MySQLOpsHandovers":           n.Render(MySQLOpsHandovers),
 	}
 	for f := DeadFilters(0); f < DeadForms; f++ {
 		ids := 0

@@ -103,6 +103,9 @@
 // on the index of one of its filters; and event lookups are bounded (see
 // outboxadmin.Admin.FindEvents). Replay's dry
 // run is the exception: like `outbox replay`, it reads the published rows.
+// On MySQL and MariaDB the overview has no per-topic figures
+// (outboxadmin.Admin.TopicStats is unsupported there) and says so; the
+// other pages are the same.
 //
 // A Multi's index shows 50 tables a page (filtered by name in memory, ?q=)
 // and reads only those, at most 4 at once: each table's backlog, lag and

@@ -31,6 +31,7 @@ type overviewData struct {
 	PublishRate        *float64              `json:"publish_rate"`
 	Topics             []txoutbox.TopicStats `json:"-"`
 	TopicsJSON         []topicJSON           `json:"topics"`
+	NoTopics           bool                  `json:"topics_unsupported,omitempty"` // no per-topic figures (MySQL): topics is empty
 	Relays             int                   `json:"relays_alive"`
 	Unowned            int                   `json:"unowned_shards"`
 	Handovers          int                   `json:"handover_shards"`
@@ -70,7 +71,7 @@ func (c *Console) readOverview(r *http.Request) (overviewData, error) {
 		Backlog: st.Backlog, BacklogEstimated: st.BacklogEstimated, Lag: st.Lag, LagSeconds: st.Lag.Seconds(),
 		Dead: st.Dead, DeadEstimated: st.DeadEstimated,
 		Scheduled: st.Scheduled, ScheduledEstimated: st.ScheduledEstimated, NextSched: st.NextScheduled,
-		Topics: st.Topics, TopicsJSON: []topicJSON{}, Unowned: len(st.Unowned), Handovers: len(st.Handovers),
+		Topics: st.Topics, TopicsJSON: []topicJSON{}, NoTopics: st.NoTopics, Unowned: len(st.Unowned), Handovers: len(st.Handovers),
 		History: c.hist.points(), At: st.Counted, Status: st.Status,
 		PollMillis: c.opts.SampleEvery.Milliseconds(),
 	}

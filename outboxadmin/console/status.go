@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/txoutbox/txoutbox/outboxadmin"
@@ -27,6 +28,7 @@ type statusCache struct {
 	lag        time.Duration
 	fleetAt    time.Time            // local clock of the last fleet reading
 	counts     outboxadmin.Snapshot // with Topics
+	noTopics   bool                 // the database has no per-topic figures (MySQL)
 	handovers  []int
 	countsNext time.Time // local clock of the next count
 	countsErr  error     // the last count's failure, until the next count
@@ -59,6 +61,9 @@ type statusView struct {
 	Counted time.Time
 	// LastID is the highest row id at the last count.
 	LastID int64
+	// NoTopics: the database has no per-topic figures (MySQL; see
+	// outboxadmin.Admin.TopicStats), and Topics is empty.
+	NoTopics bool
 }
 
 // get returns the status, reading what is due. Concurrent callers wait
@@ -106,7 +111,7 @@ func (c *statusCache) get(ctx context.Context) (statusView, error) {
 		}
 		c.fleet, c.lag, c.fleetAt = fleet, lag, time.Now()
 	}
-	v := statusView{Status: c.fleet, Counted: c.counts.At, LastID: c.counts.LastID}
+	v := statusView{Status: c.fleet, Counted: c.counts.At, LastID: c.counts.LastID, NoTopics: c.noTopics}
 	v.Stats = c.counts.Stats
 	v.Lag = c.lag
 	v.Handovers = c.handovers
@@ -144,9 +149,20 @@ func (c *statusCache) readTotals(ctx context.Context) (s outboxadmin.Snapshot, f
 	return s, true, nil
 }
 
-// count reads the figures that count rows (up to their caps).
+// count reads the figures that count rows (up to their caps): the totals
+// alone where the database has no per-topic figures.
 func (c *statusCache) count(ctx context.Context) error {
-	counts, err := c.adm.TopicSnapshot(ctx)
+	var (
+		counts outboxadmin.Snapshot
+		err    error
+	)
+	if !c.noTopics {
+		counts, err = c.adm.TopicSnapshot(ctx)
+		c.noTopics = errors.Is(err, errors.ErrUnsupported)
+	}
+	if c.noTopics {
+		counts, err = c.adm.Snapshot(ctx)
+	}
 	if err != nil {
 		return err
 	}

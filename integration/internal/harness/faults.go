@@ -166,26 +166,50 @@ func Kills(min int) Fault {
 func SameIDRestarts(min int, period time.Duration) Fault {
 	return func(ctx context.Context, w *World) (int, error) {
 		n := 0
-		err := until(ctx, w, min, period*7/10, period*13/10, func(k int) error {
+		// Rounds go on until min of them restarted a relay: a round finds
+		// none running, or its victim killed by another fault first, now
+		// and then when faults are mixed.
+		err := untilCounted(ctx, w, min, period*7/10, period*13/10, func(k int) (bool, error) {
 			id, ok := victim(ctx, w, k, time.Second)
 			if !ok {
-				return nil
+				return false, nil
 			}
 			if err := w.Fleet.Restart(ctx, id); err != nil {
 				if w.Fleet.isLive(id) || errors.Is(err, errStart) {
-					return err
+					return false, err
 				}
 				// Killed by another fault meanwhile; make sure the id
 				// runs again.
 				if err := w.Fleet.startRetry(ctx, id); err != nil && !w.Fleet.isLive(id) {
-					return err
+					return false, err
 				}
+				n++ // a window, if not a restart
+				return false, nil
 			}
 			n++
-			return nil
+			return true, nil
 		})
 		return n, err
 	}
+}
+
+// untilCounted is until, counting toward min only the rounds that say
+// they did what they are for.
+func untilCounted(ctx context.Context, w *World, min int, lo, hi time.Duration, round func(k int) (bool, error)) error {
+	done := 0
+	for k := 0; done < min || w.Writers.Committed() < w.Writers.cfg.Events; k++ {
+		if !sleep(ctx, w.Env.Duration(lo, hi)) {
+			return ctx.Err()
+		}
+		ok, err := round(k)
+		if err != nil {
+			return err
+		}
+		if ok {
+			done++
+		}
+	}
+	return nil
 }
 
 // Pauses SIGSTOPs a random relay for longer than StaleAfter and the lease
@@ -458,7 +482,10 @@ var adminOpsMenu = [][]string{
 
 // adminOp runs one CLI command and books its effect.
 func adminOp(ctx context.Context, w *World, op []string) error {
-	args := append(append([]string{}, op...), "--database-url", w.Env.DB.URL, "--schema", w.Env.DB.Schema, "--json")
+	args := append(append([]string{}, op...), "--database-url", w.Env.DB.URL, "--json")
+	if !w.Env.MySQL() {
+		args = append(args, "--schema", w.Env.DB.Schema) // on MySQL the database in the URL is the scenario's
+	}
 	var (
 		out []byte
 		err error

@@ -177,20 +177,3 @@ func LeaderElection(s Size, kills int, killEvery, restartEvery time.Duration) Pl
 		Check: wantNoDead("leader-election"),
 	}
 }
-
-// MixedMySQL is Mixed in MariaDB mode: every fault of Mixed but the
-// operators at work (outbox dead and replay refuse a MySQL database yet);
-// the database crashes SIGKILL the suite's own mariadbd.
-func MixedMySQL(s Size) Plan {
-	p := Mixed(s)
-	p.Broker, p.ExtraTopics = BrokerConfig{Proxy: true, Control: true}, nil // no poison: no operator retries it
-	p.Fault = Mix(
-		Kills(2),
-		SameIDRestarts(3, 3*time.Second),
-		Pauses(1),
-		SlowBroker(1, 20*time.Second),
-		Partitions(2),
-		DBCrashes(1, 15*time.Second),
-	)
-	return p
-}
