@@ -12,7 +12,8 @@ import (
 // rows to take in Go between them. Every locking read is a plain
 // single-table SELECT by primary key. claim_mysql.md beside this file
 // gives the reasons, fact by fact. Lists of ids, shards and aggregates are
-// bound one placeholder each: the builders below take their lengths.
+// one placeholder each: the builders below take their lengths.
+// internal/mysqlclaim sends them with the arguments inlined (MySQLInline).
 //
 // A claim's version, which fences the statements that settle its rows, is
 // the lease_expires_at it wrote (the schema has no xmin): every change a
@@ -400,5 +401,32 @@ func mysqlRelayStatements(n Names) map[string]string {
 		"MySQLFail":             n.Render(MySQLFail),
 		"MySQLFailOutcome(3)":   MySQLFailOutcome(n, 3),
 		"MySQLMarkUndecodable":  n.Render(MySQLMarkUndecodable),
+
+		// As the claim cycle sends them: with their arguments inlined.
+		"MySQLClaimFresh(3,2) inlined": inlined(MySQLClaimFresh(n, 3, 2), MySQLClaimReadArgs{Floor: 1, Now: at,
+			Shards: []int16{1, 2, 3}, Owner: "r-1", Retries: []int64{4, 5}, Limit: 10}.Args()),
+		"MySQLClaimRetry(1) inlined": inlined(MySQLClaimRetry(n, 1), MySQLClaimReadArgs{Retry: true, Now: at,
+			Shards: []int16{7}, Owner: "r-1", Limit: 10}.Args()),
+		"MySQLClaimLive(2) inlined": inlined(MySQLClaimLive(n, 2), MySQLIDsArgs[string]{IDs: []string{"r-1", "it's"}}.Args()),
+		"MySQLClaimBlockers(2) inlined": inlined(MySQLClaimBlockers(n, 2), MySQLClaimBlockersArgs{Owner: "r-1", Now: at,
+			Aggregates: []MySQLAggregateProbe{{AggregateID: "a", Below: 9, Candidates: 2}, {AggregateID: "", Below: 3, Candidates: 1}}}.Args()),
+		"MySQLClaimLock(2,1) inlined":   inlined(MySQLClaimLock(n, 2, 1), MySQLClaimLockArgs{IDs: []int64{1, 2}, Now: at, Gone: []string{"r-2"}}.Args()),
+		"MySQLClaimTake(2) inlined":     inlined(MySQLClaimTake(n, 2), MySQLSettleArgs{Owner: "r-1", Version: at, IDs: []int64{1, 2}}.Args()),
+		"MySQLMarkPublished(2) inlined": inlined(MySQLMarkPublished(n, 2), MySQLSettleArgs{Owner: "r-1", Version: at, IDs: []int64{1, 2}}.Args()),
+		"MySQLFail inlined": inlined(n.Render(MySQLFail), MySQLFailArgs{MySQLFailure: MySQLFailure{ID: 1, Owner: "r-1", Version: at,
+			Err: "boom", Permanent: true, Delay: time.Second}, MaxAttempts: 3}.Args()),
+		"MySQLLockWait inlined": inlined(MySQLLockWait, MySQLLockWaitArgs{Wait: time.Second}.Args()),
 	}
+}
+
+// at is a time the inlined statements above bind.
+var at = time.Date(2025, 1, 2, 3, 4, 5, 678900000, time.UTC)
+
+// inlined is MySQLInline's text, or its error, which does not parse.
+func inlined(stmt string, args []any) string {
+	s, err := MySQLInline(stmt, args)
+	if err != nil {
+		return err.Error()
+	}
+	return s
 }
