@@ -131,6 +131,7 @@ type candidate struct {
 	owner     sql.NullString
 	expires   outboxsql.MySQLTime
 	bytes     int64
+	retry     bool // read by MySQLClaimRetry
 }
 
 // Claim takes up to p.Limit due rows for p.Owner, in one READ COMMITTED
@@ -334,7 +335,7 @@ func candidates(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Params, fl
 				rows.Close()
 				return nil, fmt.Errorf("mysqlclaim: read candidates: %w", err)
 			}
-			c.aggregate = string(agg)
+			c.aggregate, c.retry = string(agg), retry
 			if retry {
 				retries = append(retries, c.id)
 			}
@@ -393,15 +394,31 @@ func liveness(ctx context.Context, tx *sql.Tx, n outboxsql.Names, owner string, 
 	return gone, ok, nil
 }
 
-// blockers returns, per candidate aggregate, the id of its first
-// unpublished row below its last candidate that is neither a candidate
-// nor held by owner under a live lease: no candidate after it is taken.
+// blockers returns, per candidate aggregate with a retry among its
+// candidates, the id of its first unpublished row below its last
+// candidate that is neither a candidate nor held by owner under a live
+// lease: no candidate after it is taken. An aggregate whose candidates
+// are all first attempts has none, by the fresh read alone (see
+// claim_mysql.md, "Blockers"), and is not probed; with no retry among the
+// candidates, no statement is sent.
 func blockers(ctx context.Context, tx *sql.Tx, n outboxsql.Names, owner string, cands []candidate, now time.Time) (map[string]int64, error) {
 	isCand := make(map[int64]bool, len(cands))
+	probed := map[string]bool{}
+	for _, c := range cands {
+		isCand[c.id] = true
+		if c.retry {
+			probed[c.aggregate] = true
+		}
+	}
+	if len(probed) == 0 {
+		return nil, nil
+	}
 	index := map[string]int{}
 	var probes []outboxsql.MySQLAggregateProbe
 	for _, c := range cands {
-		isCand[c.id] = true
+		if !probed[c.aggregate] {
+			continue
+		}
 		i, ok := index[c.aggregate]
 		if !ok {
 			i = len(probes)
