@@ -66,7 +66,10 @@ const mysqlNotOwnLive = `(lease_owner IS NULL OR lease_owner <> ? OR lease_expir
 // outbox_aggregate_idx per row, a scalar subquery, which both servers run
 // per row and stop at its first match. So an aggregate in backoff cannot
 // fill the window and hold back every other, and a first attempt is never
-// a candidate while an earlier retry of its aggregate is not. Columns: id,
+// a candidate while an earlier retry of its aggregate is not. While the
+// table has no retry at all, which one probe of outbox_retry_idx tells
+// (uncorrelated: both servers evaluate it once, in the statement's read
+// view), the per-row probes are not run: OR stops at it. Columns: id,
 // aggregate_id, lease_owner, lease_expires_at, payload bytes. Binds
 // MySQLClaimReadArgs.
 func MySQLClaimFresh(n Names, shards, retries int) string {
@@ -77,10 +80,11 @@ func MySQLClaimFresh(n Names, shards, retries int) string {
 	return n.Render(`SELECT o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at, LENGTH(o.payload)
 FROM {{table}} o FORCE INDEX (outbox_fresh_idx)
 WHERE o.lane = 1 AND o.id >= ?` + mysqlShardFilter("o", shards) + ` AND ` + strings.ReplaceAll(mysqlNotOwnLive, "lease_", "o.lease_") + `
-  AND (SELECT 1 FROM {{table}} b FORCE INDEX (outbox_aggregate_idx)
+  AND (NOT EXISTS (SELECT 1 FROM {{table}} r FORCE INDEX (outbox_retry_idx) WHERE r.lane = 2)
+    OR (SELECT 1 FROM {{table}} b FORCE INDEX (outbox_aggregate_idx)
        WHERE b.aggregate_id = o.aggregate_id AND b.lane = 2 AND b.id < o.id` + notRead + `
          AND ` + strings.ReplaceAll(mysqlNotOwnLive, "lease_", "b.lease_") + `
-       LIMIT 1) IS NULL
+       LIMIT 1) IS NULL)
 ORDER BY o.lane, o.id
 LIMIT ?`)
 }
