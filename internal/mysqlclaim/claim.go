@@ -130,7 +130,6 @@ type candidate struct {
 	aggregate string
 	owner     sql.NullString
 	expires   outboxsql.MySQLTime
-	bytes     int64
 	retry     bool // read by MySQLClaimRetry
 }
 
@@ -331,7 +330,7 @@ func candidates(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Params, fl
 				c   candidate
 				agg []byte
 			)
-			if err := rows.Scan(&c.id, &agg, &c.owner, &c.expires, &c.bytes); err != nil {
+			if err := rows.Scan(&c.id, &agg, &c.owner, &c.expires); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("mysqlclaim: read candidates: %w", err)
 			}

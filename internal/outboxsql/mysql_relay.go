@@ -70,14 +70,16 @@ const mysqlNotOwnLive = `(lease_owner IS NULL OR lease_owner <> ? OR lease_expir
 // table has no retry at all, which one probe of outbox_retry_idx tells
 // (uncorrelated: both servers evaluate it once, in the statement's read
 // view), the per-row probes are not run: OR stops at it. Columns: id,
-// aggregate_id, lease_owner, lease_expires_at, payload bytes. Binds
+// aggregate_id, lease_owner, lease_expires_at (not the payload's length:
+// the pick counts the bytes of the rows locked, and LENGTH reads a
+// payload stored off-page). Binds
 // MySQLClaimReadArgs.
 func MySQLClaimFresh(n Names, shards, retries int) string {
 	notRead := ""
 	if retries > 0 {
 		notRead = " AND b.id NOT IN (" + mysqlPlaceholders(retries) + ")"
 	}
-	return n.Render(`SELECT o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at, LENGTH(o.payload)
+	return n.Render(`SELECT o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at
 FROM {{table}} o FORCE INDEX (outbox_fresh_idx)
 WHERE o.lane = 1 AND o.id >= ?` + mysqlShardFilter("o", shards) + ` AND ` + strings.ReplaceAll(mysqlNotOwnLive, "lease_", "o.lease_") + `
   AND (NOT EXISTS (SELECT 1 FROM {{table}} r FORCE INDEX (outbox_retry_idx) WHERE r.lane = 2)
@@ -97,7 +99,7 @@ LIMIT ?`)
 // outbox_aggregate_idx) is passed over, as MySQLClaimFresh's rows are.
 // Columns as MySQLClaimFresh's. Binds MySQLClaimReadArgs.
 func MySQLClaimRetry(n Names, shards int) string {
-	return n.Render(`SELECT o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at, LENGTH(o.payload)
+	return n.Render(`SELECT o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at
 FROM {{table}} o FORCE INDEX (outbox_retry_idx)
 WHERE o.lane = 2 AND o.retry_at <= ?` + mysqlShardFilter("o", shards) + ` AND ` + strings.ReplaceAll(mysqlNotOwnLive, "lease_", "o.lease_") + `
   AND ` + mysqlNotInBackoff + `
