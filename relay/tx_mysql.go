@@ -54,7 +54,13 @@ func (t *mysqlTx) session(ctx context.Context, conn *sql.Conn, lock time.Duratio
 		return err
 	}
 	args := append(outboxsql.MySQLLockWaitsArgs{Wait: lock}.Args(), outboxsql.MySQLStatementTimeArgs{Server: server, Limit: t.timeout}.Args()...)
-	if _, err := conn.ExecContext(ctx, server.SessionLimits(), args...); err != nil {
+	// Inlined, the numbers go as text in one round trip, not as a
+	// prepare, an execute and a close before every transaction.
+	stmt, err := outboxsql.MySQLInline(server.SessionLimits(), args)
+	if err != nil {
+		return fmt.Errorf("set the lock waits and statement time limit: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, stmt); err != nil {
 		return fmt.Errorf("set the lock waits and statement time limit: %w", err)
 	}
 	return nil

@@ -854,3 +854,69 @@ func TestMySQLAnyDue(t *testing.T) {
 	b.exec(t, `UPDATE outbox SET retry_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE aggregate_id = 's'`)
 	anyDue("a scheduled event whose time has come", true)
 }
+
+// The claim cycle sends its statements with their arguments inlined: no
+// server-side prepare on the session, and strings that need quoting (an
+// owner, an aggregate, an error) come through as they were, compared
+// byte for byte.
+func TestMySQLClaimCycleInlinesItsArguments(t *testing.T) {
+	t.Parallel()
+	b := setupMySQLClaim(t)
+	const owner, other = `r'1\" é`, `R'1\" é`
+	b.register(t, owner, other)
+	agg := `a'b\c "é" ?`
+	ids := b.write(t, agg, 3)
+	lookalike := b.write(t, `A'b\c "é" ?`, 1)
+	ctx := context.Background()
+	conn, err := b.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	prepares := func() int64 {
+		t.Helper()
+		var (
+			name string
+			v    int64
+		)
+		if err := conn.QueryRowContext(ctx, `SHOW SESSION STATUS LIKE 'Com_stmt_prepare'`).Scan(&name, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := prepares()
+	c, err := mysqlclaim.Claim(ctx, conn, b.names, mysqlclaim.Params{Owner: owner, Limit: 10, Lease: time.Minute, LockWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantClaimed(t, "the claim", c, append(slices.Clone(ids), lookalike...)...)
+	for _, r := range c.Rows {
+		if want := map[bool]string{true: agg, false: `A'b\c "é" ?`}[r.ID != lookalike[0]]; r.AggregateID != want {
+			t.Fatalf("row %d: aggregate %q, want %q", r.ID, r.AggregateID, want)
+		}
+	}
+	if k, err := mysqlclaim.Mark(ctx, conn, b.names, other, c.Version, ids); err != nil || k != 0 {
+		t.Fatalf("a mark by an owner that differs in case marked %d, %v", k, err)
+	}
+	if k, err := mysqlclaim.Mark(ctx, conn, b.names, owner, c.Version, ids[:1]); err != nil || k != 1 {
+		t.Fatalf("the mark marked %d, %v", k, err)
+	}
+	if k, err := mysqlclaim.Release(ctx, conn, b.names, owner, c.Version, lookalike); err != nil || k != 1 {
+		t.Fatalf("the release released %d, %v", k, err)
+	}
+	const why = `it's a \ "failure" ?`
+	out, err := mysqlclaim.Fail(ctx, conn, b.names, 5, []mysqlclaim.Failure{{ID: ids[1], Owner: owner, Version: c.Version, Err: why, Delay: time.Hour}})
+	if err != nil || len(out) != 1 || out[0].State != "pending" {
+		t.Fatalf("Fail = %v, %v", out, err)
+	}
+	if d := prepares() - before; d != 0 {
+		t.Fatalf("the claim cycle prepared %d statements on the server", d)
+	}
+	var lastErr string
+	if err := b.db.QueryRow(`SELECT last_error FROM outbox WHERE id = ?`, ids[1]).Scan(&lastErr); err != nil || lastErr != why {
+		t.Fatalf("last_error %q, %v; want %q", lastErr, err, why)
+	}
+	// The failed row is in backoff and the one behind it still owner's:
+	// owner's next claim takes the released row only.
+	wantClaimed(t, "after the failure", b.claim(t, owner, 10), lookalike...)
+}

@@ -130,7 +130,7 @@ type candidate struct {
 	aggregate string
 	owner     sql.NullString
 	expires   outboxsql.MySQLTime
-	bytes     int64
+	retry     bool // read by MySQLClaimRetry
 }
 
 // Claim takes up to p.Limit due rows for p.Owner, in one READ COMMITTED
@@ -168,7 +168,7 @@ func Claim(ctx context.Context, db TxBeginner, n outboxsql.Names, p Params) (Cla
 
 func claim(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Params) (Claimed, error) {
 	if p.LockWait > 0 {
-		if _, err := tx.ExecContext(ctx, outboxsql.MySQLLockWait, outboxsql.MySQLLockWaitArgs{Wait: p.LockWait}.Args()...); err != nil {
+		if _, err := exec(ctx, tx, outboxsql.MySQLLockWait, outboxsql.MySQLLockWaitArgs{Wait: p.LockWait}.Args()); err != nil {
 			return Claimed{}, fmt.Errorf("mysqlclaim: set lock wait: %w", err)
 		}
 	}
@@ -256,8 +256,8 @@ func claim(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Params) (Claime
 	for i, r := range out.Rows {
 		ids[i] = r.ID
 	}
-	res, err := tx.ExecContext(ctx, outboxsql.MySQLClaimTake(n, len(ids)),
-		outboxsql.MySQLSettleArgs{Owner: p.Owner, Version: version, IDs: ids}.Args()...)
+	res, err := exec(ctx, tx, outboxsql.MySQLClaimTake(n, len(ids)),
+		outboxsql.MySQLSettleArgs{Owner: p.Owner, Version: version, IDs: ids}.Args())
 	if err != nil {
 		return Claimed{}, fmt.Errorf("mysqlclaim: lease %d rows: %w", len(ids), err)
 	}
@@ -289,7 +289,7 @@ func markUndecodable(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Param
 			stmt = n.Render(outboxsql.MySQLMarkUndecodable)
 		}
 		args := outboxsql.MySQLUndecodableArgs{ID: r.ID, Err: why, Owner: p.Owner, Version: out.Version}
-		if _, err := tx.ExecContext(ctx, stmt, args.Args()...); err != nil {
+		if _, err := exec(ctx, tx, stmt, args.Args()); err != nil {
 			return fmt.Errorf("mysqlclaim: make undecodable row %d dead: %w", r.ID, err)
 		}
 		out.Dead = append(out.Dead, Undecodable{ID: r.ID, Err: why})
@@ -315,13 +315,13 @@ func candidates(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Params, fl
 	seen := map[int64]bool{}
 	// Retries first: the first attempts behind them are candidates too.
 	for _, retry := range []bool{true, false} {
-		query := outboxsql.MySQLClaimRetry(n, len(p.Shards))
+		stmt := outboxsql.MySQLClaimRetry(n, len(p.Shards))
 		if !retry {
-			query = outboxsql.MySQLClaimFresh(n, len(p.Shards), len(retries))
+			stmt = outboxsql.MySQLClaimFresh(n, len(p.Shards), len(retries))
 		}
 		args := outboxsql.MySQLClaimReadArgs{Retry: retry, Floor: floor, Now: now, Shards: p.Shards, Owner: p.Owner,
 			Retries: retries, Limit: p.Limit}
-		rows, err := tx.QueryContext(ctx, query, args.Args()...)
+		rows, err := query(ctx, tx, stmt, args.Args())
 		if err != nil {
 			return nil, fmt.Errorf("mysqlclaim: read candidates (retries: %t): %w", retry, err)
 		}
@@ -330,11 +330,11 @@ func candidates(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Params, fl
 				c   candidate
 				agg []byte
 			)
-			if err := rows.Scan(&c.id, &agg, &c.owner, &c.expires, &c.bytes); err != nil {
+			if err := rows.Scan(&c.id, &agg, &c.owner, &c.expires); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("mysqlclaim: read candidates: %w", err)
 			}
-			c.aggregate = string(agg)
+			c.aggregate, c.retry = string(agg), retry
 			if retry {
 				retries = append(retries, c.id)
 			}
@@ -372,7 +372,7 @@ func liveness(ctx context.Context, tx *sql.Tx, n outboxsql.Names, owner string, 
 			asked = append(asked, c.owner.String)
 		}
 	}
-	rows, err := tx.QueryContext(ctx, outboxsql.MySQLClaimLive(n, len(asked)), outboxsql.MySQLIDsArgs[string]{IDs: asked}.Args()...)
+	rows, err := query(ctx, tx, outboxsql.MySQLClaimLive(n, len(asked)), outboxsql.MySQLIDsArgs[string]{IDs: asked}.Args())
 	if err != nil {
 		return nil, false, fmt.Errorf("mysqlclaim: read the live relays: %w", err)
 	}
@@ -393,15 +393,31 @@ func liveness(ctx context.Context, tx *sql.Tx, n outboxsql.Names, owner string, 
 	return gone, ok, nil
 }
 
-// blockers returns, per candidate aggregate, the id of its first
-// unpublished row below its last candidate that is neither a candidate
-// nor held by owner under a live lease: no candidate after it is taken.
+// blockers returns, per candidate aggregate with a retry among its
+// candidates, the id of its first unpublished row below its last
+// candidate that is neither a candidate nor held by owner under a live
+// lease: no candidate after it is taken. An aggregate whose candidates
+// are all first attempts has none, by the fresh read alone (see
+// claim_mysql.md, "Blockers"), and is not probed; with no retry among the
+// candidates, no statement is sent.
 func blockers(ctx context.Context, tx *sql.Tx, n outboxsql.Names, owner string, cands []candidate, now time.Time) (map[string]int64, error) {
 	isCand := make(map[int64]bool, len(cands))
+	probed := map[string]bool{}
+	for _, c := range cands {
+		isCand[c.id] = true
+		if c.retry {
+			probed[c.aggregate] = true
+		}
+	}
+	if len(probed) == 0 {
+		return nil, nil
+	}
 	index := map[string]int{}
 	var probes []outboxsql.MySQLAggregateProbe
 	for _, c := range cands {
-		isCand[c.id] = true
+		if !probed[c.aggregate] {
+			continue
+		}
 		i, ok := index[c.aggregate]
 		if !ok {
 			i = len(probes)
@@ -412,7 +428,7 @@ func blockers(ctx context.Context, tx *sql.Tx, n outboxsql.Names, owner string, 
 		probes[i].Candidates++
 	}
 	args := outboxsql.MySQLClaimBlockersArgs{Aggregates: probes, Owner: owner, Now: now}
-	rows, err := tx.QueryContext(ctx, outboxsql.MySQLClaimBlockers(n, len(probes)), args.Args()...)
+	rows, err := query(ctx, tx, outboxsql.MySQLClaimBlockers(n, len(probes)), args.Args())
 	if err != nil {
 		return nil, fmt.Errorf("mysqlclaim: read the rows that hold back %d aggregates: %w", len(probes), err)
 	}
@@ -447,7 +463,7 @@ func lockDue(ctx context.Context, tx *sql.Tx, n outboxsql.Names, ids []int64, no
 		args.Gone = append(args.Gone, o)
 	}
 	slices.Sort(args.Gone)
-	rows, err := tx.QueryContext(ctx, outboxsql.MySQLClaimLock(n, len(ids), len(args.Gone)), args.Args()...)
+	rows, err := query(ctx, tx, outboxsql.MySQLClaimLock(n, len(ids), len(args.Gone)), args.Args())
 	if err != nil {
 		return nil, fmt.Errorf("mysqlclaim: lock %d rows: %w", len(ids), err)
 	}
@@ -470,4 +486,29 @@ func lockDue(ctx context.Context, tx *sql.Tx, n outboxsql.Names, ids []int64, no
 		return nil, fmt.Errorf("mysqlclaim: read the locked rows: %w", err)
 	}
 	return locked, nil
+}
+
+// querier is what the claim's reads run on: a *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// query and exec send stmt with args inlined (outboxsql.MySQLInline): as
+// text, in one round trip, without the server-side prepare the driver
+// makes of a statement with arguments, which costs most for the lists of
+// ids the claim cycle binds.
+func query(ctx context.Context, q querier, stmt string, args []any) (*sql.Rows, error) {
+	text, err := outboxsql.MySQLInline(stmt, args)
+	if err != nil {
+		return nil, err
+	}
+	return q.QueryContext(ctx, text)
+}
+
+func exec(ctx context.Context, e Execer, stmt string, args []any) (sql.Result, error) {
+	text, err := outboxsql.MySQLInline(stmt, args)
+	if err != nil {
+		return nil, err
+	}
+	return e.ExecContext(ctx, text)
 }

@@ -12,7 +12,8 @@ import (
 // rows to take in Go between them. Every locking read is a plain
 // single-table SELECT by primary key. claim_mysql.md beside this file
 // gives the reasons, fact by fact. Lists of ids, shards and aggregates are
-// bound one placeholder each: the builders below take their lengths.
+// one placeholder each: the builders below take their lengths.
+// internal/mysqlclaim sends them with the arguments inlined (MySQLInline).
 //
 // A claim's version, which fences the statements that settle its rows, is
 // the lease_expires_at it wrote (the schema has no xmin): every change a
@@ -65,21 +66,27 @@ const mysqlNotOwnLive = `(lease_owner IS NULL OR lease_owner <> ? OR lease_expir
 // outbox_aggregate_idx per row, a scalar subquery, which both servers run
 // per row and stop at its first match. So an aggregate in backoff cannot
 // fill the window and hold back every other, and a first attempt is never
-// a candidate while an earlier retry of its aggregate is not. Columns: id,
-// aggregate_id, lease_owner, lease_expires_at, payload bytes. Binds
+// a candidate while an earlier retry of its aggregate is not. While the
+// table has no retry at all, which one probe of outbox_retry_idx tells
+// (uncorrelated: both servers evaluate it once, in the statement's read
+// view), the per-row probes are not run: OR stops at it. Columns: id,
+// aggregate_id, lease_owner, lease_expires_at (not the payload's length:
+// the pick counts the bytes of the rows locked, and LENGTH reads a
+// payload stored off-page). Binds
 // MySQLClaimReadArgs.
 func MySQLClaimFresh(n Names, shards, retries int) string {
 	notRead := ""
 	if retries > 0 {
 		notRead = " AND b.id NOT IN (" + mysqlPlaceholders(retries) + ")"
 	}
-	return n.Render(`SELECT o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at, LENGTH(o.payload)
+	return n.Render(`SELECT o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at
 FROM {{table}} o FORCE INDEX (outbox_fresh_idx)
 WHERE o.lane = 1 AND o.id >= ?` + mysqlShardFilter("o", shards) + ` AND ` + strings.ReplaceAll(mysqlNotOwnLive, "lease_", "o.lease_") + `
-  AND (SELECT 1 FROM {{table}} b FORCE INDEX (outbox_aggregate_idx)
+  AND (NOT EXISTS (SELECT 1 FROM {{table}} r FORCE INDEX (outbox_retry_idx) WHERE r.lane = 2)
+    OR (SELECT 1 FROM {{table}} b FORCE INDEX (outbox_aggregate_idx)
        WHERE b.aggregate_id = o.aggregate_id AND b.lane = 2 AND b.id < o.id` + notRead + `
          AND ` + strings.ReplaceAll(mysqlNotOwnLive, "lease_", "b.lease_") + `
-       LIMIT 1) IS NULL
+       LIMIT 1) IS NULL)
 ORDER BY o.lane, o.id
 LIMIT ?`)
 }
@@ -92,7 +99,7 @@ LIMIT ?`)
 // outbox_aggregate_idx) is passed over, as MySQLClaimFresh's rows are.
 // Columns as MySQLClaimFresh's. Binds MySQLClaimReadArgs.
 func MySQLClaimRetry(n Names, shards int) string {
-	return n.Render(`SELECT o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at, LENGTH(o.payload)
+	return n.Render(`SELECT o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at
 FROM {{table}} o FORCE INDEX (outbox_retry_idx)
 WHERE o.lane = 2 AND o.retry_at <= ?` + mysqlShardFilter("o", shards) + ` AND ` + strings.ReplaceAll(mysqlNotOwnLive, "lease_", "o.lease_") + `
   AND ` + mysqlNotInBackoff + `
@@ -400,5 +407,32 @@ func mysqlRelayStatements(n Names) map[string]string {
 		"MySQLFail":             n.Render(MySQLFail),
 		"MySQLFailOutcome(3)":   MySQLFailOutcome(n, 3),
 		"MySQLMarkUndecodable":  n.Render(MySQLMarkUndecodable),
+
+		// As the claim cycle sends them: with their arguments inlined.
+		"MySQLClaimFresh(3,2) inlined": inlined(MySQLClaimFresh(n, 3, 2), MySQLClaimReadArgs{Floor: 1, Now: at,
+			Shards: []int16{1, 2, 3}, Owner: "r-1", Retries: []int64{4, 5}, Limit: 10}.Args()),
+		"MySQLClaimRetry(1) inlined": inlined(MySQLClaimRetry(n, 1), MySQLClaimReadArgs{Retry: true, Now: at,
+			Shards: []int16{7}, Owner: "r-1", Limit: 10}.Args()),
+		"MySQLClaimLive(2) inlined": inlined(MySQLClaimLive(n, 2), MySQLIDsArgs[string]{IDs: []string{"r-1", "it's"}}.Args()),
+		"MySQLClaimBlockers(2) inlined": inlined(MySQLClaimBlockers(n, 2), MySQLClaimBlockersArgs{Owner: "r-1", Now: at,
+			Aggregates: []MySQLAggregateProbe{{AggregateID: "a", Below: 9, Candidates: 2}, {AggregateID: "", Below: 3, Candidates: 1}}}.Args()),
+		"MySQLClaimLock(2,1) inlined":   inlined(MySQLClaimLock(n, 2, 1), MySQLClaimLockArgs{IDs: []int64{1, 2}, Now: at, Gone: []string{"r-2"}}.Args()),
+		"MySQLClaimTake(2) inlined":     inlined(MySQLClaimTake(n, 2), MySQLSettleArgs{Owner: "r-1", Version: at, IDs: []int64{1, 2}}.Args()),
+		"MySQLMarkPublished(2) inlined": inlined(MySQLMarkPublished(n, 2), MySQLSettleArgs{Owner: "r-1", Version: at, IDs: []int64{1, 2}}.Args()),
+		"MySQLFail inlined": inlined(n.Render(MySQLFail), MySQLFailArgs{MySQLFailure: MySQLFailure{ID: 1, Owner: "r-1", Version: at,
+			Err: "boom", Permanent: true, Delay: time.Second}, MaxAttempts: 3}.Args()),
+		"MySQLLockWait inlined": inlined(MySQLLockWait, MySQLLockWaitArgs{Wait: time.Second}.Args()),
 	}
+}
+
+// at is a time the inlined statements above bind.
+var at = time.Date(2025, 1, 2, 3, 4, 5, 678900000, time.UTC)
+
+// inlined is MySQLInline's text, or its error, which does not parse.
+func inlined(stmt string, args []any) string {
+	s, err := MySQLInline(stmt, args)
+	if err != nil {
+		return err.Error()
+	}
+	return s
 }
