@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207071623-f10753f60b74
+	github.com/txoutbox/txoutbox v0.0.0-20261207125739-98d0fbbb7ccd
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )

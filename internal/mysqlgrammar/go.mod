@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/internal/mysqlgrammar
 go 1.26.8
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207071623-f10753f60b74
+	github.com/txoutbox/txoutbox v0.0.0-20261207125739-98d0fbbb7ccd
 	vitess.io/vitess v0.24.4
 )
 
