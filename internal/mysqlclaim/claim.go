@@ -488,21 +488,16 @@ func lockDue(ctx context.Context, tx *sql.Tx, n outboxsql.Names, ids []int64, no
 	return locked, nil
 }
 
-// querier is what the claim's reads run on: a *sql.Tx.
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
 // query and exec send stmt with args inlined (outboxsql.MySQLInline): as
 // text, in one round trip, without the server-side prepare the driver
 // makes of a statement with arguments, which costs most for the lists of
 // ids the claim cycle binds.
-func query(ctx context.Context, q querier, stmt string, args []any) (*sql.Rows, error) {
+func query(ctx context.Context, tx *sql.Tx, stmt string, args []any) (*sql.Rows, error) {
 	text, err := outboxsql.MySQLInline(stmt, args)
 	if err != nil {
 		return nil, err
 	}
-	return q.QueryContext(ctx, text)
+	return tx.QueryContext(ctx, text)
 }
 
 func exec(ctx context.Context, e Execer, stmt string, args []any) (sql.Result, error) {
