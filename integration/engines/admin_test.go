@@ -359,19 +359,7 @@ func TestAdminManyIDs(t *testing.T) {
 		}
 		testkit.Commit(t, ctx, c.db.SQL, c.w, events...)
 		c.exec(t, `UPDATE outbox SET state = 'dead', attempts = 10, last_error = 'refused'`)
-		var ids []int64
-		rows, err := c.db.SQL.Query(`SELECT id FROM outbox ORDER BY id`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
+		ids := mustColumn[int64](t, c.db.SQL, `SELECT id FROM outbox ORDER BY id`)
 		// The ids given in another order, one of them twice.
 		given := append(slices.Clone(ids[n/2:]), ids[:n/2+1]...)
 		f := outboxadmin.Filter{IDs: given}

@@ -66,21 +66,7 @@ func (b *claimBundle) write(t testing.TB, agg string, k int) []int64 {
 	if err := b.w.Write(ctx, tx, events...); err != nil {
 		t.Fatal(err)
 	}
-	var ids []int64
-	rows, err := tx.Query(`SELECT id FROM outbox WHERE aggregate_id = ? ORDER BY id DESC LIMIT ?`, agg, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	ids := mustColumn[int64](t, tx, `SELECT id FROM outbox WHERE aggregate_id = ? ORDER BY id DESC LIMIT ?`, agg, k)
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +88,12 @@ func (b *claimBundle) exec(t *testing.T, query string, args ...any) {
 	if _, err := b.db.Exec(query, args...); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// anyDue is MySQLAnyDue's answer, read on q: the relay's idle poll.
+func (b *claimBundle) anyDue(t testing.TB, q querier) bool {
+	t.Helper()
+	return mustColumn[bool](t, q, b.names.Render(outboxsql.MySQLAnyDue))[0]
 }
 
 func claimedIDs(c mysqlclaim.Claimed) []int64 {
@@ -632,11 +624,7 @@ func TestMySQLClaimCycleCostIsItsBatch(t *testing.T) {
 		}
 		anyDue := func(want bool) func() {
 			return func() {
-				var due bool
-				if err := conn.QueryRowContext(ctx, b.names.Render(outboxsql.MySQLAnyDue)).Scan(&due); err != nil {
-					t.Fatal(err)
-				}
-				if due != want {
+				if due := b.anyDue(t, conn); due != want {
 					t.Fatalf("any due = %t, want %t", due, want)
 				}
 			}
@@ -802,11 +790,7 @@ func TestMySQLAnyDue(t *testing.T) {
 	ctx := context.Background()
 	anyDue := func(what string, want bool) {
 		t.Helper()
-		var due bool
-		if err := b.db.QueryRow(b.names.Render(outboxsql.MySQLAnyDue)).Scan(&due); err != nil {
-			t.Fatal(err)
-		}
-		if due != want {
+		if due := b.anyDue(t, b.db); due != want {
 			t.Fatalf("%s: any due = %t, want %t", what, due, want)
 		}
 	}

@@ -661,21 +661,7 @@ func TestMySQLOpsDrop(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	var left []int64
-	rows, err := b.db.Query(`SELECT id FROM outbox ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		left = append(left, id)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	left := mustColumn[int64](t, b.db, `SELECT id FROM outbox ORDER BY id`)
 	if !slices.Equal(left, []int64{p, q, d2}) {
 		t.Fatalf("rows left %v, want %v", left, []int64{p, q, d2})
 	}
