@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -842,7 +841,7 @@ func commitOne(ctx context.Context, db *testkit.DB, w *txoutbox.Writer, ev txout
 
 // startRelay runs a relay on db's outbox, paced for tests, with
 // MaxAttempts 1 (an event the broker refuses for its own fault dies at
-// once), until the test ends.
+// once), until the test ends (relayBundle.start, on either engine).
 func startRelay(t *testing.T, db *testkit.DB, pub *relaytest.Publisher, id string) {
 	t.Helper()
 	cfg := relay.Config{
@@ -850,19 +849,7 @@ func startRelay(t *testing.T, db *testkit.DB, pub *relaytest.Publisher, id strin
 		PollInterval: 20 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, StaleAfter: 2 * time.Second,
 		LeaseDuration: 10 * time.Second, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
 		FlushInterval: 5 * time.Millisecond, StatementTimeout: 5 * time.Second, LockTimeout: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger: testLogger(t),
 	}
-	r, err := relay.New(db.SQL, pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("relay %s: Run: %v", id, err)
-		}
-	})
+	(&relayBundle{t: t, db: db.SQL}).start(t, pub, cfg)
 }

@@ -53,7 +53,7 @@ func (b *relayBundle) config(id string) relay.Config {
 		PublishTimeout:    time.Second,
 		StatementTimeout:  5 * time.Second,
 		LockTimeout:       time.Second,
-		Logger:            slog.New(slog.NewTextHandler(testWriter{b.t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:            testLogger(b.t),
 	}
 }
 
@@ -437,6 +437,11 @@ func TestMySQLRelayRefusals(t *testing.T) {
 	if err := r.Run(ctx); !errors.Is(err, relay.ErrInvalidConfig) {
 		t.Fatalf("Run on a partitioned outbox: %v, want ErrInvalidConfig", err)
 	}
+}
+
+// testLogger logs a relay's warnings and errors to the test's log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // testWriter writes a relay's log lines to the test's log.
