@@ -520,25 +520,18 @@ func TestMySQLClaimWaitsForTheGate(t *testing.T) {
 
 // bulkRows inserts k rows (up to 10,000,000) of state state, each of its
 // own aggregate, with retry_at retryAt (an SQL expression), in one
-// statement: INSERT ... SELECT over a cross join of digits, which both
-// servers run (MariaDB's seq_1_to_N tables are not MySQL's, and MySQL
-// stops a recursive CTE at 1,000 levels by default).
+// statement: INSERT ... SELECT over a cross join of digits
+// (testkit.MySQLNumbers).
 func (b *claimBundle) bulkRows(t *testing.T, k int, prefix, state, retryAt string) {
 	t.Helper()
-	const digit = `(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-		UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)`
-	var n, from []string
-	for place := 1; place < k || len(from) == 0; place *= 10 {
-		if len(from) == 7 {
-			t.Fatalf("bulkRows: %d rows, more than 10,000,000", k)
-		}
-		n = append(n, fmt.Sprintf("%d * d%d.d", place, len(from)))
-		from = append(from, fmt.Sprintf("%s d%d", digit, len(from)))
+	if k > 10_000_000 {
+		t.Fatalf("bulkRows: %d rows, more than 10,000,000", k)
 	}
+	n, from := testkit.MySQLNumbers(k)
 	b.exec(t, `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, headers, created_at, state, attempts, retry_at, published_at)
 		SELECT UUID(), 'orders', CONCAT(?, n), 'order.placed', '{}', '{}', UTC_TIMESTAMP(6), ?, IF(? = 'published', 0, 1), `+retryAt+`,
 		       IF(? = 'published', UTC_TIMESTAMP(6), NULL)
-		FROM (SELECT `+strings.Join(n, " + ")+` AS n FROM `+strings.Join(from, ", ")+`) s
+		FROM (SELECT `+n+` AS n FROM `+from+`) s
 		WHERE n < ?`, prefix, state, state, state, k)
 }
 

@@ -142,6 +142,23 @@ func (d *DB) Q(query string) string {
 	return strings.NewReplacer("::text", "", "::jsonb", "").Replace(b.String())
 }
 
+// MySQLNumbers returns an expression and the FROM list it reads, a cross
+// join of digit tables d0, d1, ...: the expression numbers the join's
+// rows from 0 to at least n-1, for a test's INSERT ... SELECT of n rows
+// (with "WHERE expr < n"). Both servers run it: MariaDB's seq_0_to_N
+// tables are not MySQL's, and MySQL stops a recursive CTE at 1,000
+// levels by default.
+func MySQLNumbers(n int) (expr, from string) {
+	const digit = `(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+     UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)`
+	var terms, tables []string
+	for place := 1; place < n || len(tables) == 0; place *= 10 {
+		terms = append(terms, fmt.Sprintf("%d * d%d.d", place, len(tables)))
+		tables = append(tables, fmt.Sprintf("%s d%d", digit, len(tables)))
+	}
+	return strings.Join(terms, " + "), strings.Join(tables, ", ")
+}
+
 // mysqlAdmin is the pool on the MySQL server's database that creates and drops
 // the tests' databases, opened once per test binary.
 var mysqlAdmin = sync.OnceValues(func() (*sql.DB, error) {

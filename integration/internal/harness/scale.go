@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
+	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
 // The scale scenarios: the sizes and durations production brings (an
@@ -98,8 +99,8 @@ SELECT gen_random_uuid(), $1, $2 || (g % $3), 'scale.event',
 FROM generate_series($7::bigint, $8::bigint) g`
 
 // scaleInsertMySQL is scaleInsert on MySQL/MariaDB: the numbers come
-// from a cross join of digits (scaleDigits), which both servers run, and
-// the delay is in microseconds.
+// from a cross join of digits (testkit.MySQLNumbers), which both servers
+// run, and the delay is in microseconds.
 const scaleInsertMySQL = `
 INSERT INTO {{table}} (event_id, topic, aggregate_id, event_type, payload, headers, created_at, state, attempts, retry_at, published_at, last_error)
 SELECT UUID(), ?, CONCAT(?, g MOD ?), 'scale.event',
@@ -108,21 +109,6 @@ SELECT UUID(), ?, CONCAT(?, g MOD ?), 'scale.event',
        CASE WHEN ? = 'published' THEN UTC_TIMESTAMP(6) END, CASE WHEN ? > 0 THEN 'scale: failed before' END
 FROM (SELECT ? + %s AS g FROM %s) s
 WHERE g < ?`
-
-// scaleDigits is the number expression and the FROM list of a cross join
-// of digit tables numbering at least n rows from 0: MariaDB's
-// seq_0_to_N tables are not MySQL's, and MySQL stops a recursive CTE at
-// 1,000 levels by default.
-func scaleDigits(n int) (expr, from string) {
-	const digit = `(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-     UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)`
-	var terms, tables []string
-	for place := 1; place < n || len(tables) == 0; place *= 10 {
-		terms = append(terms, fmt.Sprintf("%d * d%d.d", place, len(tables)))
-		tables = append(tables, fmt.Sprintf("%s d%d", digit, len(tables)))
-	}
-	return strings.Join(terms, " + "), strings.Join(tables, ", ")
-}
 
 type scaleRows struct {
 	topic, prefix string
@@ -139,7 +125,7 @@ func (r scaleRows) insert(ctx context.Context, env *Env, first, n int) error {
 		return err
 	}
 	if env.MySQL() {
-		expr, from := scaleDigits(n)
+		expr, from := testkit.MySQLNumbers(n)
 		_, err := env.DB.SQL.ExecContext(ctx, names.Render(fmt.Sprintf(scaleInsertMySQL, expr, from)),
 			r.topic, r.prefix, max(r.aggregates, 1), r.pad, r.state, r.attempts,
 			r.attempts, r.state, r.delay.Microseconds(), r.state, r.attempts, first, first+n)
