@@ -440,12 +440,18 @@ func (e *env) idleCluster(d time.Duration) (float64, error) {
 	if e.postmaster == 0 {
 		return 0, fmt.Errorf("PostgreSQL is not on this host")
 	}
-	a, err := clusterCPU(e.postmaster)
+	return idleCPU(d, func() (time.Duration, error) { return clusterCPU(e.postmaster) })
+}
+
+// idleCPU is the CPU per second, in µs, that cpu (a server's total)
+// grew by over d.
+func idleCPU(d time.Duration, cpu func() (time.Duration, error)) (float64, error) {
+	a, err := cpu()
 	if err != nil {
 		return 0, err
 	}
 	time.Sleep(d)
-	b, err := clusterCPU(e.postmaster)
+	b, err := cpu()
 	if err != nil {
 		return 0, err
 	}

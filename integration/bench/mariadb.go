@@ -340,16 +340,7 @@ func portListener(port int) int {
 // did nothing: other sessions on a shared server, which every mysqld
 // figure of the run then includes.
 func (e *env) idleMySQLd(d time.Duration) (float64, error) {
-	a, err := processCPU(e.mysqld)
-	if err != nil {
-		return 0, err
-	}
-	time.Sleep(d)
-	b, err := processCPU(e.mysqld)
-	if err != nil {
-		return 0, err
-	}
-	return float64((b - a).Microseconds()) / d.Seconds(), nil
+	return idleCPU(d, func() (time.Duration, error) { return processCPU(e.mysqld) })
 }
 
 // mysqldStatusSQL reads the server's counters a drain's JSON gives per
