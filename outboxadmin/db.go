@@ -3,6 +3,7 @@ package outboxadmin
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"slices"
 	"time"
 
@@ -102,6 +103,29 @@ type opTx interface {
 	lowerFloor(ctx context.Context, ids []int64) error
 	// wake wakes the relays once the transaction commits (OpsWake).
 	wake(ctx context.Context) error
+}
+
+// runTx begins a transaction on b (the pool, or one connection of it)
+// with opts, runs fn in it, and commits it if commit, else rolls it back:
+// adminDB.inTx's frame.
+func runTx(ctx context.Context, b interface {
+	BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+}, opts *sql.TxOptions, commit bool, fn func(*sql.Tx) error) error {
+	tx, err := b.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if !commit {
+		return nil
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
 }
 
 // counts are Snapshot's figures as read: the unpublished rows (scheduled

@@ -327,21 +327,9 @@ func (m *mysqlAdminDB) inTx(ctx context.Context, timeout time.Duration, commit b
 		if _, err := conn.ExecContext(ctx, outboxsql.MySQLOpsTimeouts, outboxsql.MySQLOpsTimeoutsArgs{Timeout: timeout}.Args()...); err != nil {
 			return fmt.Errorf("set timeouts: %w", err)
 		}
-		tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-		if err != nil {
-			return fmt.Errorf("begin: %w", err)
-		}
-		defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-		if err := fn(&mysqlOpTx{tx: tx, m: m}); err != nil {
-			return err
-		}
-		if !commit {
-			return nil
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("commit: %w", err)
-		}
-		return nil
+		return runTx(ctx, conn, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, commit, func(tx *sql.Tx) error {
+			return fn(&mysqlOpTx{tx: tx, m: m})
+		})
 	})
 }
 

@@ -226,24 +226,12 @@ func (p *pgAdminDB) locks(ctx context.Context) ([]Lock, error) {
 // inTx runs fn in a transaction of the pool's default isolation (READ
 // COMMITTED unless the server says otherwise) after OpsTimeouts.
 func (p *pgAdminDB) inTx(ctx context.Context, timeout time.Duration, commit bool, fn func(opTx) error) error {
-	tx, err := p.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, p.sql.timeouts, outboxsql.TimeoutArgs{Timeout: timeout}.Args()...); err != nil {
-		return fmt.Errorf("set timeouts: %w", err)
-	}
-	if err := fn(&pgOpTx{tx: tx, p: p}); err != nil {
-		return err
-	}
-	if !commit {
-		return nil
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
+	return runTx(ctx, p.db, nil, commit, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, p.sql.timeouts, outboxsql.TimeoutArgs{Timeout: timeout}.Args()...); err != nil {
+			return fmt.Errorf("set timeouts: %w", err)
+		}
+		return fn(&pgOpTx{tx: tx, p: p})
+	})
 }
 
 // pgOpTx is an operator transaction on PostgreSQL: each list is bound as
