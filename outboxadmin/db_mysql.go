@@ -79,13 +79,26 @@ func (m *mysqlAdminDB) conn(ctx context.Context) (*sql.Conn, error) {
 	}
 	server, err := m.serverOf(ctx, conn)
 	if err == nil {
-		_, err = conn.ExecContext(ctx, server.StatementTime(), outboxsql.MySQLStatementTimeArgs{Server: server, Limit: m.timeout}.Args()...)
+		err = execInline(ctx, conn, server.StatementTime(), outboxsql.MySQLStatementTimeArgs{Server: server, Limit: m.timeout}.Args())
 	}
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("set the statement time limit: %w", err)
 	}
 	return conn, nil
+}
+
+// execInline runs a session setting with its arguments inlined
+// (outboxsql.MySQLInline), as the relay sets its own: the numbers go as
+// text in one round trip, not as a prepare, an execute and a close before
+// every operation.
+func execInline(ctx context.Context, conn *sql.Conn, query string, args []any) error {
+	stmt, err := outboxsql.MySQLInline(query, args)
+	if err != nil {
+		return err
+	}
+	_, err = conn.ExecContext(ctx, stmt)
+	return err
 }
 
 // serverOf returns which server conn's is, reading its version once.
@@ -324,7 +337,7 @@ func (m *mysqlAdminDB) locks(context.Context) ([]Lock, error) {
 // and InnoDB releases at once the rows they read and do not return.
 func (m *mysqlAdminDB) inTx(ctx context.Context, timeout time.Duration, commit bool, fn func(opTx) error) error {
 	return m.withConn(ctx, func(conn *sql.Conn) error {
-		if _, err := conn.ExecContext(ctx, outboxsql.MySQLOpsTimeouts, outboxsql.MySQLOpsTimeoutsArgs{Timeout: timeout}.Args()...); err != nil {
+		if err := execInline(ctx, conn, outboxsql.MySQLOpsTimeouts, outboxsql.MySQLOpsTimeoutsArgs{Timeout: timeout}.Args()); err != nil {
 			return fmt.Errorf("set timeouts: %w", err)
 		}
 		return runTx(ctx, conn, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, commit, func(tx *sql.Tx) error {
