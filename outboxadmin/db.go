@@ -3,6 +3,8 @@ package outboxadmin
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/txoutbox/txoutbox"
@@ -103,6 +105,29 @@ type opTx interface {
 	wake(ctx context.Context) error
 }
 
+// runTx begins a transaction on b (the pool, or one connection of it)
+// with opts, runs fn in it, and commits it if commit, else rolls it back:
+// adminDB.inTx's frame.
+func runTx(ctx context.Context, b interface {
+	BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+}, opts *sql.TxOptions, commit bool, fn func(*sql.Tx) error) error {
+	tx, err := b.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if !commit {
+		return nil
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
 // counts are Snapshot's figures as read: the unpublished rows (scheduled
 // ones included), dead and scheduled rows, each up to its cap; the due
 // times the lags count from, the next scheduled row's; the highest row id
@@ -151,4 +176,85 @@ type replayRow struct {
 	aggregate string // not read by opTx.replay
 	id        int64
 	topic     string
+}
+
+// The scanners of the statements both databases have, each of one row of
+// the same columns (see collect).
+
+// scanRelay reads a row of OpsRelays or MySQLOpsRelays.
+func scanRelay(s scanner) (RelayStatus, error) {
+	var (
+		r                  RelayStatus
+		started, heartbeat outboxsql.MySQLTime // see scanRow
+		age                float64
+	)
+	if err := s.Scan(&r.ID, &r.Host, &started, &heartbeat, &age); err != nil {
+		return RelayStatus{}, err
+	}
+	r.StartedAt, r.HeartbeatAt = started.Time, heartbeat.Time
+	r.HeartbeatAge = max(time.Duration(age*float64(time.Second)), 0)
+	return r, nil
+}
+
+// scanShard reads a row of OpsShards or MySQLOpsShards.
+func scanShard(s scanner) (shardOwner, error) {
+	var o shardOwner
+	err := s.Scan(&o.shard, &o.owner)
+	return o, err
+}
+
+// scanInt reads a statement's one integer column.
+func scanInt(s scanner) (int, error) {
+	var n int
+	err := s.Scan(&n)
+	return n, err
+}
+
+// scanReplaySelected reads a row of OpsReplaySelect or
+// MySQLOpsReplaySelect.
+func scanReplaySelected(s scanner) (replayRow, error) {
+	var r replayRow
+	err := s.Scan(&r.aggregate, &r.id, &r.topic)
+	return r, err
+}
+
+// scanReplayed reads a row of OpsReplay or MySQLOpsReplayLock.
+func scanReplayed(s scanner) (replayRow, error) {
+	var r replayRow
+	err := s.Scan(&r.id, &r.topic)
+	return r, err
+}
+
+// lockedRow is a row of OpsLockUnpublished or MySQLOpsLockUnpublished.
+type lockedRow struct {
+	id        int64
+	aggregate string
+	claimed   bool
+}
+
+func scanLocked(s scanner) (lockedRow, error) {
+	var (
+		r     lockedRow
+		state string
+	)
+	if err := s.Scan(&r.id, &r.aggregate, &state); err != nil {
+		return lockedRow{}, err
+	}
+	r.claimed = state == "claimed"
+	return r, nil
+}
+
+// claimedByAggregate is the ids of the claimed rows among rows, per
+// aggregate, in id order.
+func claimedByAggregate(rows []lockedRow) map[string][]int64 {
+	claimed := map[string][]int64{}
+	for _, r := range rows {
+		if r.claimed {
+			claimed[r.aggregate] = append(claimed[r.aggregate], r.id)
+		}
+	}
+	for _, ids := range claimed {
+		slices.Sort(ids)
+	}
+	return claimed
 }

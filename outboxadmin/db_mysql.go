@@ -79,13 +79,26 @@ func (m *mysqlAdminDB) conn(ctx context.Context) (*sql.Conn, error) {
 	}
 	server, err := m.serverOf(ctx, conn)
 	if err == nil {
-		_, err = conn.ExecContext(ctx, server.StatementTime(), outboxsql.MySQLStatementTimeArgs{Server: server, Limit: m.timeout}.Args()...)
+		err = execInline(ctx, conn, server.StatementTime(), outboxsql.MySQLStatementTimeArgs{Server: server, Limit: m.timeout}.Args())
 	}
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("set the statement time limit: %w", err)
 	}
 	return conn, nil
+}
+
+// execInline runs a session setting with its arguments inlined
+// (outboxsql.MySQLInline), as the relay sets its own: the numbers go as
+// text in one round trip, not as a prepare, an execute and a close before
+// every operation.
+func execInline(ctx context.Context, conn *sql.Conn, query string, args []any) error {
+	stmt, err := outboxsql.MySQLInline(query, args)
+	if err != nil {
+		return err
+	}
+	_, err = conn.ExecContext(ctx, stmt)
+	return err
 }
 
 // serverOf returns which server conn's is, reading its version once.
@@ -126,29 +139,6 @@ func (m *mysqlAdminDB) release(ctx context.Context, conn *sql.Conn) {
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	}
 	conn.Close()
-}
-
-// mysqlScanRow reads the columns of outboxsql's mysqlOpsRowColumns, then
-// extra. The times scan into MySQLTime, as the DSN need not say
-// parseTime=true.
-func mysqlScanRow(s scanner, extra ...any) (Row, error) {
-	var (
-		r                        Row
-		eventID, headers         string
-		created, next, published outboxsql.MySQLTime
-	)
-	dest := append([]any{&r.ID, &eventID, &r.Topic, &r.AggregateType, &r.AggregateID, &r.Type, &r.ContentType,
-		&r.PayloadBytes, &headers, &created, &r.State, &r.Attempts, &next,
-		&r.LastError, &published, &r.LeaseOwner}, extra...)
-	if err := s.Scan(dest...); err != nil {
-		return Row{}, err
-	}
-	r.CreatedAt, r.NextAttemptAt = created.Time, next.Time
-	if published.Valid {
-		t := published.Time
-		r.PublishedAt = &t
-	}
-	return r, r.decode(eventID, headers)
 }
 
 // stats is Snapshot's totals: the same fields as txoutbox.ReadStats, no
@@ -193,32 +183,17 @@ func (m *mysqlAdminDB) relays(ctx context.Context) ([]RelayStatus, error) {
 	var out []RelayStatus
 	err := m.withConn(ctx, func(conn *sql.Conn) error {
 		rows, err := conn.QueryContext(ctx, m.sql.relays)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				r                  RelayStatus
-				started, heartbeat outboxsql.MySQLTime
-				age                float64
-			)
-			if err := rows.Scan(&r.ID, &r.Host, &started, &heartbeat, &age); err != nil {
-				return err
-			}
-			r.StartedAt, r.HeartbeatAt = started.Time, heartbeat.Time
-			r.HeartbeatAge = max(time.Duration(age*float64(time.Second)), 0)
-			out = append(out, r)
-		}
-		return rows.Err()
+		out, err = collect(rows, err, scanRelay)
+		return err
 	})
 	return out, err
 }
 
 func (m *mysqlAdminDB) shards(ctx context.Context) ([]shardOwner, error) {
 	var out []shardOwner
-	err := m.withConn(ctx, func(conn *sql.Conn) (err error) {
-		out, err = scanShards(conn.QueryContext(ctx, m.sql.shards))
+	err := m.withConn(ctx, func(conn *sql.Conn) error {
+		rows, err := conn.QueryContext(ctx, m.sql.shards)
+		out, err = collect(rows, err, scanShard)
 		return err
 	})
 	return out, err
@@ -226,9 +201,10 @@ func (m *mysqlAdminDB) shards(ctx context.Context) ([]shardOwner, error) {
 
 func (m *mysqlAdminDB) handovers(ctx context.Context) ([]int, error) {
 	var out []int
-	err := m.withConn(ctx, func(conn *sql.Conn) (err error) {
+	err := m.withConn(ctx, func(conn *sql.Conn) error {
 		args := outboxsql.MySQLHandoversArgs{Window: outboxsql.OpsHandoverWindow}.Args()
-		out, err = scanInts(conn.QueryContext(ctx, m.sql.handovers, args...))
+		rows, err := conn.QueryContext(ctx, m.sql.handovers, args...)
+		out, err = collect(rows, err, scanInt)
 		return err
 	})
 	return out, err
@@ -246,7 +222,7 @@ func (m *mysqlAdminDB) row(ctx context.Context, id int64) (Row, error) {
 		payload []byte
 	)
 	err := m.withConn(ctx, func(conn *sql.Conn) (err error) {
-		r, err = mysqlScanRow(conn.QueryRowContext(ctx, m.sql.row, outboxsql.MySQLOpsRowArgs{ID: id}.Args()...), &payload)
+		r, err = scanRow(conn.QueryRowContext(ctx, m.sql.row, outboxsql.MySQLOpsRowArgs{ID: id}.Args()...), &payload)
 		return err
 	})
 	if err != nil {
@@ -262,7 +238,7 @@ func (m *mysqlAdminDB) deadList(ctx context.Context, f outboxsql.DeadArgs, after
 	var out []Row
 	err := m.withConn(ctx, func(conn *sql.Conn) error {
 		for _, part := range deadChunks(f) {
-			rows, err := queryRows(ctx, conn, mysqlScanRow, outboxsql.MySQLOpsDeadList(m.names, part.Filters(), len(part.IDs)),
+			rows, err := queryRows(ctx, conn, outboxsql.MySQLOpsDeadList(m.names, part.Filters(), len(part.IDs)),
 				outboxsql.MySQLDeadListArgs{DeadArgs: part, After: after, Limit: limit}.Args()...)
 			if err != nil {
 				return err
@@ -329,7 +305,7 @@ func (m *mysqlAdminDB) lookup(ctx context.Context, q lookupQuery) ([]Row, error)
 	}
 	var out []Row
 	err := m.withConn(ctx, func(conn *sql.Conn) (err error) {
-		out, err = queryRows(ctx, conn, mysqlScanRow, query, args.Args()...)
+		out, err = queryRows(ctx, conn, query, args.Args()...)
 		return err
 	})
 	return out, err
@@ -340,18 +316,8 @@ func (m *mysqlAdminDB) replaySelect(ctx context.Context, f ReplayFilter) ([]repl
 	err := m.withConn(ctx, func(conn *sql.Conn) error {
 		rows, err := conn.QueryContext(ctx, m.sql.replaySelect,
 			outboxsql.MySQLReplaySelectArgs{Since: f.Since, Topic: f.Topic, Aggregate: f.AggregateID}.Args()...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var r replayRow
-			if err := rows.Scan(&r.aggregate, &r.id, &r.topic); err != nil {
-				return err
-			}
-			out = append(out, r)
-		}
-		return rows.Err()
+		out, err = collect(rows, err, scanReplaySelected)
+		return err
 	})
 	return out, err
 }
@@ -371,24 +337,12 @@ func (m *mysqlAdminDB) locks(context.Context) ([]Lock, error) {
 // and InnoDB releases at once the rows they read and do not return.
 func (m *mysqlAdminDB) inTx(ctx context.Context, timeout time.Duration, commit bool, fn func(opTx) error) error {
 	return m.withConn(ctx, func(conn *sql.Conn) error {
-		if _, err := conn.ExecContext(ctx, outboxsql.MySQLOpsTimeouts, outboxsql.MySQLOpsTimeoutsArgs{Timeout: timeout}.Args()...); err != nil {
+		if err := execInline(ctx, conn, outboxsql.MySQLOpsTimeouts, outboxsql.MySQLOpsTimeoutsArgs{Timeout: timeout}.Args()); err != nil {
 			return fmt.Errorf("set timeouts: %w", err)
 		}
-		tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-		if err != nil {
-			return fmt.Errorf("begin: %w", err)
-		}
-		defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-		if err := fn(&mysqlOpTx{tx: tx, m: m}); err != nil {
-			return err
-		}
-		if !commit {
-			return nil
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("commit: %w", err)
-		}
-		return nil
+		return runTx(ctx, conn, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, commit, func(tx *sql.Tx) error {
+			return fn(&mysqlOpTx{tx: tx, m: m})
+		})
 	})
 }
 
@@ -408,7 +362,7 @@ func (t *mysqlOpTx) walSlots(context.Context) (string, error) { return "", nil }
 func (t *mysqlOpTx) lockDead(ctx context.Context, f outboxsql.DeadArgs) ([]Row, error) {
 	var out []Row
 	for _, part := range deadChunks(f) {
-		rows, err := queryRows(ctx, t.tx, mysqlScanRow, outboxsql.MySQLOpsDeadLock(t.m.names, part.Filters(), len(part.IDs)),
+		rows, err := queryRows(ctx, t.tx, outboxsql.MySQLOpsDeadLock(t.m.names, part.Filters(), len(part.IDs)),
 			outboxsql.MySQLDeadArgs{DeadArgs: part}.Args()...)
 		if err != nil {
 			return nil, err
@@ -431,29 +385,16 @@ func (t *mysqlOpTx) claimGate(ctx context.Context) error {
 }
 
 func (t *mysqlOpTx) lockUnpublished(ctx context.Context, aggregates []string) (map[string][]int64, error) {
-	claimed := map[string][]int64{}
+	var locked []lockedRow
 	for part := range slices.Chunk(aggregates, outboxsql.MySQLOpsMaxIDs) {
-		err := eachRow(t.tx.QueryContext(ctx, outboxsql.MySQLOpsLockUnpublished(t.m.names, len(part)), outboxsql.MySQLIDsArgs[string]{IDs: part}.Args()...))(func(s scanner) error {
-			var (
-				id         int64
-				agg, state string
-			)
-			if err := s.Scan(&id, &agg, &state); err != nil {
-				return err
-			}
-			if state == "claimed" {
-				claimed[agg] = append(claimed[agg], id)
-			}
-			return nil
-		})
+		rows, err := t.tx.QueryContext(ctx, outboxsql.MySQLOpsLockUnpublished(t.m.names, len(part)), outboxsql.MySQLIDsArgs[string]{IDs: part}.Args()...)
+		got, err := collect(rows, err, scanLocked)
 		if err != nil {
 			return nil, err
 		}
+		locked = append(locked, got...)
 	}
-	for agg := range claimed {
-		slices.Sort(claimed[agg])
-	}
-	return claimed, nil
+	return claimedByAggregate(locked), nil
 }
 
 // execChunks runs build's statement for each chunk of ids and returns the
@@ -489,17 +430,12 @@ func (t *mysqlOpTx) pruneLock(context.Context) error { return nil }
 func (t *mysqlOpTx) replay(ctx context.Context, ids []int64) ([]replayRow, error) {
 	var locked []replayRow
 	for part := range slices.Chunk(ids, outboxsql.MySQLOpsMaxIDs) {
-		err := eachRow(t.tx.QueryContext(ctx, outboxsql.MySQLOpsReplayLock(t.m.names, len(part)), outboxsql.MySQLIDsArgs[int64]{IDs: part}.Args()...))(func(s scanner) error {
-			var r replayRow
-			if err := s.Scan(&r.id, &r.topic); err != nil {
-				return err
-			}
-			locked = append(locked, r)
-			return nil
-		})
+		rows, err := t.tx.QueryContext(ctx, outboxsql.MySQLOpsReplayLock(t.m.names, len(part)), outboxsql.MySQLIDsArgs[int64]{IDs: part}.Args()...)
+		got, err := collect(rows, err, scanReplayed)
 		if err != nil {
 			return nil, err
 		}
+		locked = append(locked, got...)
 	}
 	lockedIDs := make([]int64, len(locked))
 	for i, r := range locked {

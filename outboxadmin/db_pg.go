@@ -80,27 +80,6 @@ func render(n outboxsql.Names) statements {
 	return st
 }
 
-// pgScanRow reads the columns of outboxsql's opsRowColumns, then extra.
-func pgScanRow(s scanner, extra ...any) (Row, error) {
-	var (
-		r         Row
-		eventID   string
-		headers   string
-		published sql.NullTime
-	)
-	dest := append([]any{&r.ID, &eventID, &r.Topic, &r.AggregateType, &r.AggregateID, &r.Type, &r.ContentType,
-		&r.PayloadBytes, &headers, &r.CreatedAt, &r.State, &r.Attempts, &r.NextAttemptAt,
-		&r.LastError, &published, &r.LeaseOwner}, extra...)
-	if err := s.Scan(dest...); err != nil {
-		return Row{}, err
-	}
-	if published.Valid {
-		t := published.Time
-		r.PublishedAt = &t
-	}
-	return r, r.decode(eventID, headers)
-}
-
 // stats is txoutbox.ReadTopicStats.
 func (p *pgAdminDB) stats(ctx context.Context) (txoutbox.Stats, error) {
 	return txoutbox.ReadTopicStats(ctx, p.db, p.table)
@@ -108,26 +87,20 @@ func (p *pgAdminDB) stats(ctx context.Context) (txoutbox.Stats, error) {
 
 func (p *pgAdminDB) topicStats(ctx context.Context) ([]txoutbox.TopicStats, error) {
 	rows, err := p.db.QueryContext(ctx, p.sql.topicStats, outboxsql.CountArgs{Cap: txoutbox.TopicStatsMax}.Args()...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []txoutbox.TopicStats
-	for rows.Next() {
+	return collect(rows, err, func(s scanner) (txoutbox.TopicStats, error) {
 		var (
 			t   txoutbox.TopicStats
 			lag sql.NullFloat64
 		)
-		if err := rows.Scan(&t.Topic, &t.Backlog, &lag, &t.Dead, &t.Scheduled); err != nil {
-			return nil, err
+		if err := s.Scan(&t.Topic, &t.Backlog, &lag, &t.Dead, &t.Scheduled); err != nil {
+			return txoutbox.TopicStats{}, err
 		}
 		if lag.Valid {
 			t.Lag = max(time.Duration(lag.Float64*float64(time.Second)), 0)
 		}
 		t.BacklogAtLeast, t.DeadAtLeast = t.Backlog >= txoutbox.TopicStatsMax, t.Dead >= txoutbox.TopicStatsMax
-		out = append(out, t)
-	}
-	return out, rows.Err()
+		return t, nil
+	})
 }
 
 func (p *pgAdminDB) counts(ctx context.Context) (counts, error) {
@@ -144,65 +117,17 @@ func (p *pgAdminDB) lag(ctx context.Context) (oldest sql.NullTime, now time.Time
 
 func (p *pgAdminDB) relays(ctx context.Context) ([]RelayStatus, error) {
 	rows, err := p.db.QueryContext(ctx, p.sql.relays)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []RelayStatus
-	for rows.Next() {
-		var (
-			r   RelayStatus
-			age float64
-		)
-		if err := rows.Scan(&r.ID, &r.Host, &r.StartedAt, &r.HeartbeatAt, &age); err != nil {
-			return nil, err
-		}
-		r.HeartbeatAge = max(time.Duration(age*float64(time.Second)), 0)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return collect(rows, err, scanRelay)
 }
 
 func (p *pgAdminDB) shards(ctx context.Context) ([]shardOwner, error) {
-	return scanShards(p.db.QueryContext(ctx, p.sql.shards))
-}
-
-// scanShards reads OpsShards's rows.
-func scanShards(rows *sql.Rows, err error) ([]shardOwner, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []shardOwner
-	for rows.Next() {
-		var s shardOwner
-		if err := rows.Scan(&s.shard, &s.owner); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+	rows, err := p.db.QueryContext(ctx, p.sql.shards)
+	return collect(rows, err, scanShard)
 }
 
 func (p *pgAdminDB) handovers(ctx context.Context) ([]int, error) {
-	return scanInts(p.db.QueryContext(ctx, p.sql.handovers, outboxsql.OpsHandoverWindow))
-}
-
-// scanInts reads a statement's one integer column.
-func scanInts(rows *sql.Rows, err error) ([]int, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []int
-	for rows.Next() {
-		var n int
-		if err := rows.Scan(&n); err != nil {
-			return nil, err
-		}
-		out = append(out, n)
-	}
-	return out, rows.Err()
+	rows, err := p.db.QueryContext(ctx, p.sql.handovers, outboxsql.OpsHandoverWindow)
+	return collect(rows, err, scanInt)
 }
 
 // slot reads Config.Slot, or the first slot found through the table, nil
@@ -248,7 +173,7 @@ func pgWALSlots(ctx context.Context, q interface {
 
 func (p *pgAdminDB) row(ctx context.Context, id int64) (Row, error) {
 	var payload []byte
-	r, err := pgScanRow(p.db.QueryRowContext(ctx, p.sql.row, id), &payload)
+	r, err := scanRow(p.db.QueryRowContext(ctx, p.sql.row, id), &payload)
 	if err != nil {
 		return Row{}, err
 	}
@@ -258,7 +183,7 @@ func (p *pgAdminDB) row(ctx context.Context, id int64) (Row, error) {
 
 func (p *pgAdminDB) deadList(ctx context.Context, f outboxsql.DeadArgs, after int64, limit int) ([]Row, error) {
 	args := outboxsql.DeadListArgs{DeadArgs: f, After: after, Limit: limit}
-	return queryRows(ctx, p.db, pgScanRow, p.sql.deadList[f.Filters()], args.Args()...)
+	return queryRows(ctx, p.db, p.sql.deadList[f.Filters()], args.Args()...)
 }
 
 func (p *pgAdminDB) deadCount(ctx context.Context, f outboxsql.DeadArgs, limit int) (int64, error) {
@@ -274,69 +199,39 @@ func (p *pgAdminDB) lookup(ctx context.Context, q lookupQuery) ([]Row, error) {
 		query, key = p.sql.lookupAggregate, q.aggregate
 	}
 	args := outboxsql.LookupArgs{Key: key, Recent: q.recent, Limit: q.limit}
-	return queryRows(ctx, p.db, pgScanRow, query, args.Args()...)
+	return queryRows(ctx, p.db, query, args.Args()...)
 }
 
 func (p *pgAdminDB) replaySelect(ctx context.Context, f ReplayFilter) ([]replayRow, error) {
 	rows, err := p.db.QueryContext(ctx, p.sql.replaySelect,
 		outboxsql.ReplaySelectArgs{Since: f.Since, Topic: f.Topic, Aggregate: f.AggregateID}.Args()...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []replayRow
-	for rows.Next() {
-		var r replayRow
-		if err := rows.Scan(&r.aggregate, &r.id, &r.topic); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return collect(rows, err, scanReplaySelected)
 }
 
 func (p *pgAdminDB) locks(ctx context.Context) ([]Lock, error) {
 	rows, err := p.db.QueryContext(ctx, p.sql.locks)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Lock
-	for rows.Next() {
+	return collect(rows, err, func(s scanner) (Lock, error) {
 		var (
 			l       Lock
 			seconds float64
 		)
-		if err := rows.Scan(&l.PID, &l.Relation, &l.Mode, &l.Granted, &l.Application, &l.State, &seconds, &l.Query); err != nil {
-			return nil, err
+		if err := s.Scan(&l.PID, &l.Relation, &l.Mode, &l.Granted, &l.Application, &l.State, &seconds, &l.Query); err != nil {
+			return Lock{}, err
 		}
 		l.For = max(time.Duration(seconds*float64(time.Second)), 0)
-		out = append(out, l)
-	}
-	return out, rows.Err()
+		return l, nil
+	})
 }
 
 // inTx runs fn in a transaction of the pool's default isolation (READ
 // COMMITTED unless the server says otherwise) after OpsTimeouts.
 func (p *pgAdminDB) inTx(ctx context.Context, timeout time.Duration, commit bool, fn func(opTx) error) error {
-	tx, err := p.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, p.sql.timeouts, outboxsql.TimeoutArgs{Timeout: timeout}.Args()...); err != nil {
-		return fmt.Errorf("set timeouts: %w", err)
-	}
-	if err := fn(&pgOpTx{tx: tx, p: p}); err != nil {
-		return err
-	}
-	if !commit {
-		return nil
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
+	return runTx(ctx, p.db, nil, commit, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, p.sql.timeouts, outboxsql.TimeoutArgs{Timeout: timeout}.Args()...); err != nil {
+			return fmt.Errorf("set timeouts: %w", err)
+		}
+		return fn(&pgOpTx{tx: tx, p: p})
+	})
 }
 
 // pgOpTx is an operator transaction on PostgreSQL: each list is bound as
@@ -359,7 +254,7 @@ func (t *pgOpTx) walSlots(ctx context.Context) (string, error) {
 }
 
 func (t *pgOpTx) lockDead(ctx context.Context, f outboxsql.DeadArgs) ([]Row, error) {
-	return queryRows(ctx, t.tx, pgScanRow, t.p.sql.deadLock[f.Filters()], f.Args()...)
+	return queryRows(ctx, t.tx, t.p.sql.deadLock[f.Filters()], f.Args()...)
 }
 
 func (t *pgOpTx) claimGate(ctx context.Context) error {
@@ -369,24 +264,11 @@ func (t *pgOpTx) claimGate(ctx context.Context) error {
 
 func (t *pgOpTx) lockUnpublished(ctx context.Context, aggregates []string) (map[string][]int64, error) {
 	rows, err := t.tx.QueryContext(ctx, t.p.sql.lockUnpublished, outboxsql.TextArray(aggregates))
+	locked, err := collect(rows, err, scanLocked)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	claimed := map[string][]int64{}
-	for rows.Next() {
-		var (
-			id         int64
-			agg, state string
-		)
-		if err := rows.Scan(&id, &agg, &state); err != nil {
-			return nil, err
-		}
-		if state == "claimed" {
-			claimed[agg] = append(claimed[agg], id)
-		}
-	}
-	return claimed, rows.Err()
+	return claimedByAggregate(locked), nil
 }
 
 func (t *pgOpTx) retry(ctx context.Context, ids []int64) (int64, error) {
@@ -412,19 +294,7 @@ func (t *pgOpTx) pruneLock(ctx context.Context) error {
 
 func (t *pgOpTx) replay(ctx context.Context, ids []int64) ([]replayRow, error) {
 	rows, err := t.tx.QueryContext(ctx, t.p.sql.replay, outboxsql.Int64Array(ids))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []replayRow
-	for rows.Next() {
-		var r replayRow
-		if err := rows.Scan(&r.id, &r.topic); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return collect(rows, err, scanReplayed)
 }
 
 func (t *pgOpTx) lowerFloor(ctx context.Context, ids []int64) error {

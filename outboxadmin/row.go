@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // Row is an outbox row as an operator sees it.
@@ -50,20 +52,26 @@ type rowsQuerier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// queryRows runs query and reads every row it returns with scan.
-func queryRows(ctx context.Context, q rowsQuerier, scan func(scanner, ...any) (Row, error), query string, args ...any) ([]Row, error) {
+// queryRows runs query and reads every row it returns with scanRow.
+func queryRows(ctx context.Context, q rowsQuerier, query string, args ...any) ([]Row, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
+	return collect(rows, err, func(s scanner) (Row, error) { return scanRow(s) })
+}
+
+// collect reads every row of a statement (the results of QueryContext)
+// with scan, then closes them.
+func collect[T any](rows *sql.Rows, err error, scan func(scanner) (T, error)) ([]T, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []Row
+	var out []T
 	for rows.Next() {
-		r, err := scan(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, r)
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -71,13 +79,31 @@ func queryRows(ctx context.Context, q rowsQuerier, scan func(scanner, ...any) (R
 	return out, nil
 }
 
-// decode sets r's EventID and Headers from the stored event id and
-// headers: headers that are not a JSON object of strings go to
-// RawHeaders, with why in HeadersError.
-func (r *Row) decode(eventID, headers string) error {
+// scanRow reads the columns of outboxsql's opsRowColumns (PostgreSQL) or
+// mysqlOpsRowColumns, which are the same, then extra. The times scan into
+// MySQLTime, which takes a time.Time as the driver gives it (pgx; MySQL's
+// with parseTime=true) and reads MySQL's text otherwise, as the DSN need
+// not say parseTime=true.
+func scanRow(s scanner, extra ...any) (Row, error) {
+	var (
+		r                        Row
+		eventID, headers         string
+		created, next, published outboxsql.MySQLTime
+	)
+	dest := append([]any{&r.ID, &eventID, &r.Topic, &r.AggregateType, &r.AggregateID, &r.Type, &r.ContentType,
+		&r.PayloadBytes, &headers, &created, &r.State, &r.Attempts, &next,
+		&r.LastError, &published, &r.LeaseOwner}, extra...)
+	if err := s.Scan(dest...); err != nil {
+		return Row{}, err
+	}
+	r.CreatedAt, r.NextAttemptAt = created.Time, next.Time
+	if published.Valid {
+		t := published.Time
+		r.PublishedAt = &t
+	}
 	id, err := uuid.Parse(eventID)
 	if err != nil {
-		return fmt.Errorf("row %d: event id: %w", r.ID, err)
+		return Row{}, fmt.Errorf("row %d: event id: %w", r.ID, err)
 	}
 	r.EventID = id
 	if err := json.Unmarshal([]byte(headers), &r.Headers); err != nil {
@@ -85,22 +111,5 @@ func (r *Row) decode(eventID, headers string) error {
 		r.RawHeaders = json.RawMessage(headers)
 		r.HeadersError = "not a JSON object of strings: " + err.Error()
 	}
-	return nil
-}
-
-// eachRow is a statement's rows (the results of QueryContext) read one by
-// one with fn, then closed.
-func eachRow(rows *sql.Rows, err error) func(fn func(scanner) error) error {
-	return func(fn func(scanner) error) error {
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			if err := fn(rows); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	}
+	return r, nil
 }

@@ -159,8 +159,8 @@ func openAdmin(ctx context.Context, common *commonFlags, cfg outboxadmin.Config,
 	if err != nil {
 		return nil, nil, err
 	}
-	// The grants are PostgreSQL's catalog's: not checked on MySQL, as
-	// the relay's are not (docs/mysql.md).
+	// Not checked on MySQL (docs/mysql.md): a missing grant fails the
+	// first statement that needs it.
 	if !common.mysql() {
 		if err := need.check(ctx, db, table); err != nil {
 			db.Close()

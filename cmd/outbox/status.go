@@ -48,13 +48,9 @@ func runStatus(ctx context.Context, proc *process, fs *flag.FlagSet, args []stri
 	if common.lockTimeout <= 0 {
 		return usagef("--lock-timeout must be positive (%s)", common.lockTimeout)
 	}
-	if common.mysql() {
-		switch {
-		case schemas.set():
-			return usagef("--schemas: not on MySQL/MariaDB, where a schema is a database: run status once per database, each named in --database-url (see docs/mysql.md)")
-		case *slot != "":
-			return usagef("--slot: MySQL/MariaDB has no WAL relay (see docs/mysql.md)")
-		}
+	// openAdmin refuses --slot on MySQL.
+	if common.mysql() && schemas.set() {
+		return usagef("--schemas: not on MySQL/MariaDB, where a schema is a database: run status once per database, each named in --database-url (see docs/mysql.md)")
 	}
 	if schemas.set() {
 		if *slot != "" {

@@ -152,6 +152,9 @@ func CheckMySQL(ctx context.Context, db *sql.DB, who string, needs []Need) error
 	if !database.Valid || database.String == "" {
 		return errors.New("check grants: the connection names no database: name the outbox's in the URL (mysql://USER:PASSWORD@HOST:PORT/DATABASE)")
 	}
+	if roles.Valid && roles.String != "" && roles.String != "NONE" {
+		return nil // a role may grant what the account lacks: see the doc comment
+	}
 	grantee := outboxsql.MySQLGranteeOf(account)
 	held, err := mysqlPrivileges(ctx, db, grantee, database.String)
 	if err != nil {
@@ -172,9 +175,6 @@ func CheckMySQL(ctx context.Context, db *sql.DB, who string, needs []Need) error
 	}
 	if len(lacks) == 0 {
 		return nil
-	}
-	if roles.Valid && roles.String != "" && roles.String != "NONE" {
-		return nil // the role may grant them: see the doc comment
 	}
 	tables := make([]string, len(lacks))
 	for i, l := range lacks {
@@ -244,11 +244,7 @@ func mysqlPrivileges(ctx context.Context, db *sql.DB, grantee, database string) 
 // mysqlVisible reports which of tables (unquoted) the session sees, by
 // name in lower case.
 func mysqlVisible(ctx context.Context, db *sql.DB, tables []string) (map[string]bool, error) {
-	args := make([]any, len(tables))
-	for i, t := range tables {
-		args[i] = t
-	}
-	rows, err := db.QueryContext(ctx, outboxsql.MySQLVisibleTables(len(tables)), args...)
+	rows, err := db.QueryContext(ctx, outboxsql.MySQLVisibleTables(len(tables)), outboxsql.MySQLIDsArgs[string]{IDs: tables}.Args()...)
 	if err != nil {
 		return nil, fmt.Errorf("check grants: %w", err)
 	}
