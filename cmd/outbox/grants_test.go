@@ -55,11 +55,9 @@ func (k roleKit) role(t *testing.T, kind string, grants ...string) ([]string, *s
 
 // The grants of docs/operating.md, as the tests run them.
 var (
-	appGrants      = []string{"INSERT ON outbox"}
-	relayGrants    = []string{"SELECT, UPDATE, DELETE ON outbox", "SELECT, INSERT, UPDATE, DELETE ON outbox_relays", "SELECT, UPDATE ON outbox_shards, outbox_claim_floor", versionsGrant}
-	readerGrantSQL = []string{"SELECT ON outbox, outbox_relays, outbox_shards", versionsGrant}
-	operatorSQL    = []string{"SELECT, UPDATE, DELETE ON outbox", "SELECT ON outbox_relays, outbox_shards", "SELECT, UPDATE ON outbox_claim_floor", versionsGrant}
-	versionsGrant  = "SELECT ON outbox_schema_migrations"
+	appGrants     = []string{"INSERT ON outbox"}
+	relayGrants   = []string{"SELECT, UPDATE, DELETE ON outbox", "SELECT, INSERT, UPDATE, DELETE ON outbox_relays", "SELECT, UPDATE ON outbox_shards, outbox_claim_floor", versionsGrant}
+	versionsGrant = "SELECT ON outbox_schema_migrations"
 )
 
 // The application's role needs INSERT on the outbox alone: the writer's
@@ -139,35 +137,60 @@ func TestRelayRunsWithItsGrants(t *testing.T) {
 }
 
 // status and dead list need SELECT; retry, drop and replay need UPDATE and
-// DELETE on the outbox too, and say so at start-up.
+// DELETE on the outbox too, and say so at start-up, on every engine.
 func TestOperatorGrants(t *testing.T) {
 	t.Parallel()
-	e := newOps(t)
-	id1 := e.writeDead(t, "orders", "o-1", "order.placed")
-	id2 := e.writeDead(t, "orders", "o-2", "order.placed")
-	reader, _ := roleKit{e}.role(t, "reader", readerGrantSQL...)
-	for _, args := range [][]string{{"status"}, {"dead", "list"}, {"dead", "show", fmt.Sprint(id1)}} {
-		if code, _, errOut := outboxEnv(t, nil, append(args, reader...)...); code != 0 {
-			t.Errorf("read-only %v: exit %d, stderr %q", args, code, errOut)
+	testkit.ForEachEngine(t, func(t *testing.T, engine testkit.Engine) {
+		e := newOpsOn(t, engine)
+		id1 := e.writeDead(t, "orders", "o-1", "order.placed")
+		id2 := e.writeDead(t, "orders", "o-2", "order.placed")
+		flags := func(u testkit.User) []string {
+			if e.mysql() {
+				return []string{"--database-url", u.URL}
+			}
+			return []string{"--database-url", u.URL, "--schema", e.db.Schema}
 		}
-	}
-	code, _, errOut := outboxEnv(t, nil, append([]string{"dead", "retry", fmt.Sprint(id1)}, reader...)...)
-	if code != 1 || !strings.Contains(errOut, "needs UPDATE, DELETE on") || !strings.Contains(errOut, "GRANT UPDATE, DELETE ON") {
-		t.Errorf("retry as the read-only role: exit %d, stderr %q", code, errOut)
-	}
-	if s, _ := e.state(t, id1); s != "dead" {
-		t.Errorf("row %d is %s, want dead", id1, s)
-	}
+		// One GRANT a table: MySQL's name one.
+		reader := flags(e.db.NewUser(t, "reader", "SELECT ON outbox", "SELECT ON outbox_relays", "SELECT ON outbox_shards", versionsGrant))
+		for _, args := range [][]string{{"status"}, {"dead", "list"}, {"dead", "show", fmt.Sprint(id1)}} {
+			if code, _, errOut := outboxEnv(t, nil, append(args, reader...)...); code != 0 {
+				t.Errorf("read-only %v: exit %d, stderr %q", args, code, errOut)
+			}
+		}
+		for _, args := range [][]string{{"dead", "retry", fmt.Sprint(id1)}, {"dead", "drop", fmt.Sprint(id1), "--yes"}, {"replay", "--since", "1h"}} {
+			code, _, errOut := outboxEnv(t, nil, append(args, reader...)...)
+			if code != 1 || !strings.Contains(errOut, "needs UPDATE, DELETE on") || !strings.Contains(errOut, "GRANT UPDATE, DELETE ON") {
+				t.Errorf("%v as the read-only user: exit %d, stderr %q", args, code, errOut)
+			}
+		}
+		if s, _ := e.state(t, id1); s != "dead" {
+			t.Errorf("row %d is %s, want dead", id1, s)
+		}
 
-	operator, _ := roleKit{e}.role(t, "operator", operatorSQL...)
-	for _, args := range [][]string{{"dead", "retry", fmt.Sprint(id1)}, {"dead", "drop", fmt.Sprint(id2), "--yes"}, {"replay", "--since", "1h"}} {
-		if code, _, errOut := outboxEnv(t, nil, append(args, operator...)...); code != 0 {
-			t.Errorf("operator %v: exit %d, stderr %q", args, code, errOut)
+		// Without UPDATE on the claim floor, which retry and replay lower:
+		// refused before anything changes.
+		noFloor := flags(e.db.NewUser(t, "nofloor", "SELECT, UPDATE, DELETE ON outbox", "SELECT ON outbox_relays", "SELECT ON outbox_shards", "SELECT ON outbox_claim_floor", versionsGrant))
+		code, _, errOut := outboxEnv(t, nil, append([]string{"dead", "retry", fmt.Sprint(id1)}, noFloor...)...)
+		if code != 1 || !strings.Contains(errOut, "needs UPDATE on") || !strings.Contains(errOut, "outbox_claim_floor") {
+			t.Errorf("retry without UPDATE on the claim floor: exit %d, stderr %q", code, errOut)
 		}
-	}
-	if s, _ := e.state(t, id2); s != "gone" {
-		t.Errorf("row %d is %s after drop, want gone", id2, s)
-	}
+		if s, _ := e.state(t, id1); s != "dead" {
+			t.Errorf("row %d is %s, want dead", id1, s)
+		}
+
+		operator := flags(e.db.NewUser(t, "operator", "SELECT, UPDATE, DELETE ON outbox", "SELECT ON outbox_relays", "SELECT ON outbox_shards", "SELECT, UPDATE ON outbox_claim_floor", versionsGrant))
+		for _, args := range [][]string{{"dead", "retry", fmt.Sprint(id1)}, {"dead", "drop", fmt.Sprint(id2), "--yes"}, {"replay", "--since", "1h"}} {
+			if code, _, errOut := outboxEnv(t, nil, append(args, operator...)...); code != 0 {
+				t.Errorf("operator %v: exit %d, stderr %q", args, code, errOut)
+			}
+		}
+		if s, _ := e.state(t, id1); s != "pending" {
+			t.Errorf("row %d is %s after retry, want pending", id1, s)
+		}
+		if s, _ := e.state(t, id2); s != "gone" {
+			t.Errorf("row %d is %s after drop, want gone", id2, s)
+		}
+	})
 }
 
 // The migrator needs CREATE on the schema its search_path names; the tables

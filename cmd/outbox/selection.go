@@ -131,8 +131,17 @@ type grantsFor struct {
 	needs func(outboxsql.Names) []grants.Need
 }
 
-// check fails with the GRANT to run when the connection lacks a privilege.
-func (g grantsFor) check(ctx context.Context, db *sql.DB, table txoutbox.Table) error {
+// check fails with the GRANT to run when the connection lacks a privilege:
+// PostgreSQL's catalogs answer (grants.Check), or MySQL's
+// information_schema (grants.CheckMySQL).
+func (g grantsFor) check(ctx context.Context, db *sql.DB, mysql bool, table txoutbox.Table) error {
+	if mysql {
+		names, err := outboxsql.MySQLNamesFor(table.Schema, table.Name)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		return grants.CheckMySQL(ctx, db, g.who, g.needs(names))
+	}
 	names, err := outboxsql.NamesFor(table.Schema, table.Name)
 	if err != nil {
 		return usagef("%v", err)
@@ -159,13 +168,9 @@ func openAdmin(ctx context.Context, common *commonFlags, cfg outboxadmin.Config,
 	if err != nil {
 		return nil, nil, err
 	}
-	// Not checked on MySQL (docs/mysql.md): a missing grant fails the
-	// first statement that needs it.
-	if !common.mysql() {
-		if err := need.check(ctx, db, table); err != nil {
-			db.Close()
-			return nil, nil, err
-		}
+	if err := need.check(ctx, db, common.mysql(), table); err != nil {
+		db.Close()
+		return nil, nil, err
 	}
 	adm, err := outboxadmin.New(db, cfg)
 	if err != nil {
