@@ -23,18 +23,22 @@ type mysqlMemberDB struct {
 
 var _ memberDB = (*mysqlMemberDB)(nil)
 
-// register runs MySQLRegister, MySQLPredecessors and MySQLDeleteRelays in
-// one transaction, heeding no lockout.
+// register runs MySQLPredecessors, MySQLRegister and MySQLDeleteRelays in
+// one transaction, heeding no lockout. The predecessors are locked before
+// the incarnation's row is inserted: their locking read waits for a row
+// another relay inserted and has not committed, and that relay's own read
+// would wait for this one's row, were it inserted first (a deadlock,
+// 1213, between relays starting together).
 func (m *mysqlMemberDB) register(ctx context.Context, r registration) ([]string, error) {
 	var replaced []string
 	err := m.tx.run(ctx, false, func(tx *sql.Tx) error {
-		args := outboxsql.RegisterArgs{Owner: r.owner, Name: r.name, Host: r.host}
-		if _, err := tx.ExecContext(ctx, m.names.Render(outboxsql.MySQLRegister), args.Args()...); err != nil {
-			return err
-		}
 		ids, err := queryAll[string](ctx, tx, m.names.Render(outboxsql.MySQLPredecessors), outboxsql.ReplaceArgs{Name: r.name, Owner: r.owner}.Args()...)
 		if err != nil {
 			return fmt.Errorf("replace earlier incarnations: %w", err)
+		}
+		args := outboxsql.RegisterArgs{Owner: r.owner, Name: r.name, Host: r.host}
+		if _, err := tx.ExecContext(ctx, m.names.Render(outboxsql.MySQLRegister), args.Args()...); err != nil {
+			return err
 		}
 		replaced = ids
 		return m.deleteRelays(ctx, tx, ids)

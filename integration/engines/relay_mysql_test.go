@@ -451,3 +451,63 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
 }
+
+// A relay registering beside another relay's registration (its row
+// inserted, not committed) waits for it rather than deadlocking with it:
+// each looks for its name's earlier incarnations with a locking read of
+// outbox_relays, which waits for the other's uncommitted row, so neither
+// may hold a row of its own yet.
+func TestMySQLRelayRegistersBesideAnotherRegistering(t *testing.T) {
+	t.Parallel()
+	b := setupMySQLRelay(t)
+	other := readCommitted(t, b.db)
+	if _, err := other.Exec(`INSERT INTO outbox_relays (id, name, host, started_at, heartbeat_at)
+VALUES ('other-1', 'other', '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`); err != nil {
+		t.Fatal(err)
+	}
+	logs := &warnings{t: t}
+	cfg := b.config("relay")
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.LockTimeout, cfg.StatementTimeout = 20*time.Second, 30*time.Second // the wait outlasts the test's steps
+	pub := relaytest.NewPublisher()
+	r, _ := b.start(t, pub, cfg)
+	testkit.WaitFor(t, 10*time.Second, "the relay's look for its predecessors waiting", func() bool {
+		var n int
+		err := b.db.QueryRow(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
+WHERE ID <> CONNECTION_ID() AND DB = DATABASE() AND INFO LIKE '%outbox_relays%FOR UPDATE%'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	// The other relay's look for its predecessors, as register runs it.
+	if _, err := other.Exec(`SELECT id FROM outbox_relays WHERE name = 'other' AND id <> 'other-1' FOR UPDATE`); err != nil {
+		t.Fatalf("the other registration: %v", err)
+	}
+	if err := other.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the relay heartbeating", func() bool { return r.Health().Heartbeating })
+	ids := b.writeEvents(t, "agg", 0, 3)
+	waitPublished(t, ids, pub)
+	if s := logs.String(); strings.Contains(s, "1213") || strings.Contains(s, "Deadlock") {
+		t.Errorf("the relay's registration deadlocked:\n%s", s)
+	}
+}
+
+// warnings keeps a relay's log lines, and writes them to the test's log.
+type warnings struct {
+	t  *testing.T
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *warnings) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *warnings) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
