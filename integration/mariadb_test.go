@@ -17,13 +17,15 @@ import (
 // connections KILLed by the server, the broker slowed, operators retrying,
 // dropping and replaying events (outbox dead and replay), and the suite's
 // own mariadbd (port 3307, testkit.ChaosMySQLd) SIGKILLed and started
-// again, all at once under load (harness.Mixed and harness.ConnLosses).
-// The inbox on MariaDB is the full suite's crash+inbox. `go run ./integration/chaos -db mariadb` runs every
+// again, all at once under load (harness.Mixed and harness.ConnLosses);
+// then two consumers read everything through the inbox on MariaDB
+// (harness.WithInbox). `go run ./integration/chaos -db mariadb` runs every
 // scenario that applies on MariaDB, at full size. It runs in the cluster
 // lane: one scenario that crashes a server of its own at a time.
 func TestMariaDBCrash(t *testing.T) {
 	plan := harness.Mixed(harness.Size{Events: 3000, Over: 15 * time.Second})
 	plan.Fault = harness.Mix(plan.Fault, harness.ConnLosses(2))
+	plan = harness.WithInbox(plan)
 	defer enterLane(t, "the crash suite's scenario on MariaDB", clusterLane, false)()
 	m := testkit.ChaosMySQLd
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
