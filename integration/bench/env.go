@@ -168,8 +168,9 @@ func (e *env) findPostmaster(ctx context.Context) error {
 	return err
 }
 
-// benchCluster is the cluster -own-cluster runs on.
-var benchCluster = testkit.Cluster{Version: "15", Name: "bench", Port: 5440}
+// benchCluster is the cluster -own-cluster runs on, on a port of its own:
+// the tests' quiet cluster (testkit.QuietCluster) may run meanwhile.
+var benchCluster = testkit.Cluster{Version: "15", Name: "bench", Port: 5441}
 
 // startOwnCluster creates and starts the bench's own cluster, and returns
 // its URL and a function that stops it again if it was down before.

@@ -80,8 +80,12 @@ host    all all ::1/128       trust
 // connections for a few relays and writers, logical decoding for the WAL
 // relay, a bound on the WAL a slot keeps, so a slot a killed test run
 // left behind is given up before it fills the disk, and pg_stat_statements
-// for the bench's -statements.
+// for the bench's -statements. settings adds the port.
 const clusterSettings = "listen_addresses = '127.0.0.1'\nmax_connections = 300\nwal_level = logical\nmax_slot_wal_keep_size = 16GB\nshared_preload_libraries = 'pg_stat_statements'\n"
+
+// settings are clusterSettings and the cluster's port: set here too, so a
+// cluster created with another port moves to c.Port.
+func (c Cluster) settings() string { return clusterSettings + fmt.Sprintf("port = %d\n", c.Port) }
 
 // Ensure creates the cluster if it does not exist (trust authentication on
 // loopback, enough connections for a few relays and writers), starts it if
@@ -105,8 +109,8 @@ func (c Cluster) Ensure(ctx context.Context) (string, error) {
 	// one was added gets it: the WAL relay's scenarios need wal_level =
 	// logical, which takes a restart.
 	extraPath := filepath.Join(conf, "conf.d", "txoutbox-testkit.conf")
-	if old, _ := os.ReadFile(extraPath); string(old) != clusterSettings {
-		if err := os.WriteFile(extraPath, []byte(clusterSettings), 0o644); err != nil {
+	if old, _ := os.ReadFile(extraPath); string(old) != c.settings() {
+		if err := os.WriteFile(extraPath, []byte(c.settings()), 0o644); err != nil {
 			return "", fmt.Errorf("configure cluster %s: %w", c.Name, err)
 		}
 		if c.running(ctx) {
