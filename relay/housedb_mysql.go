@@ -15,7 +15,7 @@ import (
 // one); its writers cannot leave a row due by one column and read by
 // another (there is no next_attempt_at: see mysql_members.go), so there
 // is nothing to repair; and its claim floor is never raised, so its floor
-// proofs are idle. The claim reads first attempts on outbox_fresh_idx,
+// proofs are idle. The claim reads first attempts on outbox_lane_idx,
 // whose lane leaves the published rows out, so it needs no floor to skip
 // them.
 type mysqlHouseDB struct {

@@ -535,6 +535,32 @@ func (b *claimBundle) bulkRows(t *testing.T, k int, prefix, state, retryAt strin
 		WHERE n < ?`, prefix, state, state, state, k)
 }
 
+// drain runs stmt on conn and reads every row it returns.
+func drain(t *testing.T, conn *sql.Conn, stmt string, args []any) {
+	t.Helper()
+	rows, err := conn.QueryContext(context.Background(), stmt, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest := make([]any, len(cols))
+	for i := range dest {
+		dest[i] = new(sql.RawBytes)
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // handlerReads is the session's row reads so far: the Handler_read_*
 // counters, which count index entries and rows read, whatever the plan.
 func handlerReads(t *testing.T, conn *sql.Conn) map[string]int64 {
@@ -581,7 +607,9 @@ func readsOf(t *testing.T, conn *sql.Conn, fn func()) (total int64, reads map[st
 // The claim cycle reads its batch, not the table: the row reads of the
 // idle poll (MySQLAnyDue, with nothing due and with rows due), of a claim
 // of 10 rows (its gate included), of their mark and of a prune batch of
-// 20 are the same with 1,000,000 published rows retained and 50,000 rows
+// 20, and of the other readers of the claim's index (a handover check,
+// the operators' handovers and counts, the stats, each of a window or
+// cap of 10), are the same with 1,000,000 published rows retained and 50,000 rows
 // in backoff, each of its own aggregate, as with a tenth of each. The rows
 // are written published, as the mark's UPDATE leaves them once purge has
 // removed their old index entries: the counters do not count the
@@ -638,6 +666,23 @@ func TestMySQLClaimCycleCostIsItsBatch(t *testing.T) {
 		if len(c.Rows) != batch {
 			t.Fatalf("claimed %d rows, want %d", len(c.Rows), batch)
 		}
+		// The readers of the claim's index beside the claim, with the
+		// batch leased: a new owner's handover check (a peer live), the
+		// operators' handovers and counts, and the stats, each of its
+		// window or cap.
+		b.register(t, "r2")
+		measure("handover check", func() {
+			drain(t, conn, outboxsql.MySQLShardsInHandover(b.names, 0), outboxsql.MySQLHandoverArgs{Owner: "r2", Window: batch}.Args())
+		})
+		measure("operators' handovers", func() {
+			drain(t, conn, b.names.Render(outboxsql.MySQLOpsHandovers), outboxsql.MySQLHandoversArgs{Window: batch}.Args())
+		})
+		measure("operators' counts", func() {
+			drain(t, conn, b.names.Render(outboxsql.MySQLOpsCounts), outboxsql.MySQLCountArgs{Cap: batch, Counts: 3}.Args())
+		})
+		measure("stats", func() {
+			drain(t, conn, b.names.Render(outboxsql.MySQLStats), outboxsql.MySQLCountArgs{Cap: batch, Counts: 3}.Args())
+		})
 		measure("mark", func() {
 			if k, err := mysqlclaim.Mark(ctx, conn, b.names, "r1", c.Version, claimedIDs(c)); err != nil || k != batch {
 				t.Fatalf("marked %d, %v; want %d", k, err, batch)
@@ -663,7 +708,8 @@ func TestMySQLClaimCycleCostIsItsBatch(t *testing.T) {
 			return
 		}
 	}
-	for _, what := range []string{"idle poll, nothing due", "idle poll, rows due", "claim", "mark", "prune"} {
+	for _, what := range []string{"idle poll, nothing due", "idle poll, rows due", "claim", "handover check",
+		"operators' handovers", "operators' counts", "stats", "mark", "prune"} {
 		s, l := totals[0][what], totals[1][what]
 		t.Logf("%s: %d row reads %v at %d published and %d in backoff, %d %v at %d and %d",
 			what, s, reads[0][what], small.published, small.backoff, l, reads[1][what], large.published, large.backoff)

@@ -2,6 +2,7 @@ package engines_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -84,5 +85,63 @@ func TestMySQLMigrationLockIsPerDatabase(t *testing.T) {
 	defer cancel()
 	if _, err := ma.Up(short); err == nil {
 		t.Fatal("database a's migrator ran while its lock was held")
+	}
+}
+
+// TestMySQLVersion2MovesFewerIndexes: the MySQL outbox's version 2 drops
+// the secondary indexes a mark moved and no statement needs, and its
+// down gives version 1's back, with rows in the table either way; a
+// table at version 1 is too old for the relay (MySQLLatest).
+func TestMySQLVersion2MovesFewerIndexes(t *testing.T) {
+	t.Parallel()
+	testkit.MySQLURL(t)
+	ctx := context.Background()
+	db := testkit.NewDBOn(t, testkit.MySQL)
+	m, err := migrations.New(db.SQL, migrations.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2}) {
+		t.Fatalf("Up = %v, %v; want versions 1 and 2", applied, err)
+	}
+	indexes := func() []string {
+		t.Helper()
+		names := mustColumn[string](t, db.SQL, `SELECT DISTINCT index_name FROM information_schema.statistics
+			WHERE table_schema = DATABASE() AND table_name = 'outbox'`)
+		slices.Sort(names)
+		return names
+	}
+	v2 := []string{"PRIMARY", "outbox_aggregate_idx", "outbox_due_idx", "outbox_event_idx", "outbox_lane_idx", "outbox_prune_idx"}
+	v1 := []string{"PRIMARY", "outbox_aggregate_idx", "outbox_due_idx", "outbox_event_idx", "outbox_fresh_idx", "outbox_prune_idx",
+		"outbox_retry_idx", "outbox_state_idx", "outbox_topic_due_idx"}
+	if got := indexes(); !slices.Equal(got, v2) {
+		t.Fatalf("indexes at version 2: %v, want %v", got, v2)
+	}
+	if _, err := db.SQL.ExecContext(ctx, `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, headers, created_at, state, published_at)
+		VALUES (UUID(), 't', 'a', 'e', '{}', '{}', UTC_TIMESTAMP(6), 'pending', NULL),
+		       (UUID(), 't', 'a', 'e', '{}', '{}', UTC_TIMESTAMP(6), 'dead', NULL),
+		       (UUID(), 't', 'b', 'e', '{}', '{}', UTC_TIMESTAMP(6), 'published', UTC_TIMESTAMP(6))`); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := m.Down(ctx); err != nil || v != 2 {
+		t.Fatalf("Down = %d, %v; want 2", v, err)
+	}
+	if got := indexes(); !slices.Equal(got, v1) {
+		t.Fatalf("indexes after Down to version 1: %v, want %v", got, v1)
+	}
+	if err := m.Check(ctx, migrations.Outbox.MySQLLatest()); !errors.Is(err, migrations.ErrSchemaTooOld) {
+		t.Fatalf("Check at version 1 = %v, want ErrSchemaTooOld", err)
+	}
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{2}) {
+		t.Fatalf("Up from version 1 = %v, %v; want version 2", applied, err)
+	}
+	if got := indexes(); !slices.Equal(got, v2) {
+		t.Fatalf("indexes after Up from version 1: %v, want %v", got, v2)
+	}
+	if err := m.Check(ctx, migrations.Outbox.MySQLLatest()); err != nil {
+		t.Fatalf("Check at version 2 = %v", err)
+	}
+	if n := mustColumn[int](t, db.SQL, `SELECT COUNT(*) FROM outbox`)[0]; n != 3 {
+		t.Fatalf("%d rows after Down and Up, want 3", n)
 	}
 }

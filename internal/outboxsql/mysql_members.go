@@ -201,8 +201,8 @@ const MySQLLeaveRelay = `DELETE FROM {{relays}} WHERE id = ?`
 // still hold rows claimed by another live incarnation under a valid lease
 // among the rows a claim of the new owner would read first, as
 // ShardsInHandover does. The MySQL claim reads two windows, not one: the
-// first Window first attempts in id order (outbox_fresh_idx) and the
-// first Window due retries in retry_at order (outbox_retry_idx), so this
+// first Window first attempts in id order and the first Window due
+// retries in retry_at order (both on outbox_lane_idx), so this
 // reads the same two, Window entries of each at most, whatever the
 // backlog; and nothing while the incarnation is the only live one (the
 // test of the relays table comes first in each). Binds MySQLHandoverArgs.
@@ -210,11 +210,11 @@ func MySQLShardsInHandover(n Names, shards int) string {
 	const others = `EXISTS (SELECT 1 FROM {{relays}} WHERE id <> ?)`
 	filter := mysqlShardFilter("o", shards)
 	return n.Render(`SELECT DISTINCT w.shard FROM (
-    (SELECT o.shard, o.lease_owner, o.lease_expires_at FROM {{table}} o FORCE INDEX (outbox_fresh_idx)
+    (SELECT o.shard, o.lease_owner, o.lease_expires_at FROM {{table}} o FORCE INDEX (outbox_lane_idx)
      WHERE o.lane = 1 AND ` + others + filter + `
-     ORDER BY o.lane, o.id LIMIT ?)
+     ORDER BY o.lane, o.retry_at, o.id LIMIT ?)
     UNION ALL
-    (SELECT o.shard, o.lease_owner, o.lease_expires_at FROM {{table}} o FORCE INDEX (outbox_retry_idx)
+    (SELECT o.shard, o.lease_owner, o.lease_expires_at FROM {{table}} o FORCE INDEX (outbox_lane_idx)
      WHERE o.lane = 2 AND ` + others + ` AND o.retry_at <= UTC_TIMESTAMP(6)` + filter + `
      ORDER BY o.lane, o.retry_at LIMIT ?)
 ) w
@@ -342,7 +342,7 @@ const MySQLStatsLags = `SELECT ` + mysqlOldestUnpublished + `,
   UTC_TIMESTAMP(6)`
 
 // MySQLStatsBacklogScheduled is StatsBacklogScheduled: the unpublished
-// rows, counted on outbox_fresh_idx up to Cap, and the scheduled ones
+// rows, counted on outbox_lane_idx up to Cap, and the scheduled ones
 // among them (a not_before still to come), counted up to Cap. A scheduled
 // row waits as a retry whose due_at has not come (MySQLInsert sets its
 // retry_at to its not_before), so the count reads lane 2 of outbox_due_idx
@@ -360,18 +360,20 @@ const MySQLStatsBacklogScheduled = `SELECT
 // mysqlUnpublishedCount and mysqlScheduledCount are
 // MySQLStatsBacklogScheduled's counts, each binding its cap.
 const (
-	mysqlUnpublishedCount = `(SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_fresh_idx) WHERE lane IN (1, 2) LIMIT ?) b)`
+	mysqlUnpublishedCount = `(SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_lane_idx) WHERE lane IN (1, 2) LIMIT ?) b)`
 	mysqlScheduledCount   = `(SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_due_idx)
        WHERE lane = 2 AND due_at > UTC_TIMESTAMP(6) AND not_before > UTC_TIMESTAMP(6) LIMIT ?) s)`
 )
 
-// MySQLStatsDead is StatsDead: the dead rows, counted on outbox_state_idx
-// up to Cap, with no estimate beyond (see MySQLStatsBacklogScheduled).
+// MySQLStatsDead is StatsDead: the dead rows, counted on outbox_prune_idx
+// (state, published_at, id; a dead row's published_at is NULL) up to Cap,
+// with no estimate beyond (see MySQLStatsBacklogScheduled).
 // Binds MySQLCountArgs.
 const MySQLStatsDead = `SELECT ` + mysqlDeadCount
 
 // mysqlDeadCount is MySQLStatsDead's count, as a scalar subquery.
-const mysqlDeadCount = `(SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_state_idx) WHERE state = 'dead' LIMIT ?) d)`
+const mysqlDeadCount = `(SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_prune_idx)
+       WHERE state = 'dead' AND published_at IS NULL LIMIT ?) d)`
 
 // MySQLStats is txoutbox.ReadStats on MySQL, in one statement: the
 // unpublished, dead and scheduled rows counted up to a cap each

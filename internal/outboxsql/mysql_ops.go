@@ -13,7 +13,7 @@ import (
 //   - An operator transaction is READ COMMITTED, as a claim is: its locking
 //     reads then take no gap or next-key locks on the ranges they walk
 //     (under REPEATABLE READ, locking the dead letters would lock the gaps
-//     of outbox_state_idx that a failure making a row dead inserts into),
+//     of outbox_prune_idx that a failure making a row dead inserts into),
 //     and InnoDB releases at once the rows a locking read reads but does
 //     not return.
 //   - Lists of ids and aggregates are bound one placeholder each (no
@@ -65,13 +65,14 @@ const mysqlOpsRowColumns = `id, event_id, topic, aggregate_type, aggregate_id, e
 //     id), until the page is full: bounded by the aggregate's rows, not by
 //     the page (PostgreSQL's dead aggregate index holds dead rows only).
 //   - otherwise (no filter, topic, event type, creation window): the dead
-//     rows above the page's start, in id order on outbox_state_idx
-//     (state, id), until the page is full. With no filter, or a filter
+//     rows above the page's start, in id order on outbox_prune_idx
+//     (state, published_at, id: a dead row's published_at is NULL, so
+//     state = 'dead' AND published_at IS NULL is one range in id order),
+//     until the page is full. With no filter, or a filter
 //     most dead rows match, that is the page; a filter few match reads
 //     the dead rows between its matches, up to every dead row above the
 //     start. No index of this schema gives dead rows by topic, type or
-//     creation time (outbox_topic_due_idx holds published rows too, in
-//     due_at order), so these cannot be bounded by their page here.
+//     creation time, so these cannot be bounded by their page here.
 //
 // Every form reads no published row but, led by an aggregate, that
 // aggregate's.
@@ -85,14 +86,15 @@ func mysqlDeadLead(f DeadFilters) (index, cond string) {
 	case f&DeadAggregate != 0:
 		return "outbox_aggregate_idx", " AND lane IS NULL"
 	}
-	return "outbox_state_idx", ""
+	return "outbox_prune_idx", " AND published_at IS NULL"
 }
 
 // mysqlDeadWhere is the FROM and WHERE of the dead rows the filters f
 // select, ids ids given, then " AND id > ?" with after. Each set filter's
 // parameters come in DeadFilters' order (MySQLDeadArgs), after's last.
 // Each leading index gives its rows in id order (its equalities, lane IS
-// NULL among them, fix the columns before id), so ORDER BY id ... LIMIT
+// NULL or published_at IS NULL among them, fix the columns before id), so
+// ORDER BY id ... LIMIT
 // stops at the page with no sort (MariaDB sorts if the order names lane).
 func mysqlDeadWhere(f DeadFilters, ids int, after bool) string {
 	index, lead := mysqlDeadLead(f)
@@ -441,7 +443,7 @@ func (a MySQLLookupArgs) Args() []any {
 
 // MySQLOpsCounts is OpsSnapshotScheduled on MySQL, the figures status and
 // the console show, in one statement: the unpublished rows (lane 1 or 2,
-// on outbox_fresh_idx), the dead rows (on outbox_state_idx) and the
+// on outbox_lane_idx), the dead rows (on outbox_prune_idx) and the
 // scheduled rows (unpublished, with a not_before still to come, on
 // outbox_due_idx from now on), each counted up to a cap (MySQLCountArgs,
 // Counts 3: a count of the cap means at least that many); the earliest
@@ -455,8 +457,8 @@ func (a MySQLLookupArgs) Args() []any {
 // counts from its statistics; here they stay at the cap (CountsOf marks
 // them estimated), as InnoDB's row estimates are too rough to add.
 const MySQLOpsCounts = `SELECT
-    (SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_fresh_idx) WHERE lane IN (1, 2) LIMIT ?) u),
-    (SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_state_idx) WHERE state = 'dead' LIMIT ?) d),
+    (SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_lane_idx) WHERE lane IN (1, 2) LIMIT ?) u),
+    ` + mysqlDeadCount + `,
     (SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_due_idx)
         WHERE lane IN (1, 2) AND due_at > UTC_TIMESTAMP(6) AND not_before > UTC_TIMESTAMP(6) LIMIT ?) s),
     LEAST(COALESCE(` + mysqlOldestDue1 + `, ` + mysqlOldestDue2 + `), COALESCE(` + mysqlOldestDue2 + `, ` + mysqlOldestDue1 + `)),
@@ -507,17 +509,18 @@ ORDER BY id`
 const MySQLOpsShards = `SELECT shard, COALESCE(owner, '') FROM {{shards}} ORDER BY shard`
 
 // MySQLOpsHandovers is OpsHandovers on MySQL: the shards holding, among
-// the first unpublished rows in id order (a window, as on PostgreSQL),
-// rows that a live incarnation other than the shard's owner holds under a
-// live lease. The window is read on outbox_fresh_idx, lane by lane, the
-// window's size of each, then cut to the window in id order: twice the
-// window's entries at most, whatever the backlog. Binds
-// MySQLHandoversArgs.
+// the first unpublished rows (a window, as on PostgreSQL), rows that a
+// live incarnation other than the shard's owner holds under a live lease.
+// The window is read on outbox_lane_idx as the claim reads it, the first
+// attempts in id order and the retries in retry_at order (leased retries,
+// whose retry_at has passed, come first), the window's size of each, then
+// cut to the window in id order: twice the window's entries at most,
+// whatever the backlog. Binds MySQLHandoversArgs.
 const MySQLOpsHandovers = `SELECT DISTINCT w.shard FROM (
     SELECT id, shard, lease_owner, lease_expires_at FROM (
-        (SELECT id, shard, lease_owner, lease_expires_at FROM {{table}} FORCE INDEX (outbox_fresh_idx) WHERE lane = 1 ORDER BY lane, id LIMIT ?)
+        (SELECT id, shard, lease_owner, lease_expires_at FROM {{table}} FORCE INDEX (outbox_lane_idx) WHERE lane = 1 ORDER BY lane, retry_at, id LIMIT ?)
         UNION ALL
-        (SELECT id, shard, lease_owner, lease_expires_at FROM {{table}} FORCE INDEX (outbox_fresh_idx) WHERE lane = 2 ORDER BY lane, id LIMIT ?)
+        (SELECT id, shard, lease_owner, lease_expires_at FROM {{table}} FORCE INDEX (outbox_lane_idx) WHERE lane = 2 ORDER BY lane, retry_at, id LIMIT ?)
     ) u
     ORDER BY id
     LIMIT ?

@@ -33,10 +33,10 @@ const MySQLClaimGate = `SELECT floor, UTC_TIMESTAMP(6) FROM {{floor}} WHERE one 
 // claim could take anything: a first attempt (lane 1, due on commit) or a
 // retry or scheduled event whose retry_at has passed (lane 2). Rows held
 // under a live lease count too, so it errs only towards claiming. With no
-// LISTEN/NOTIFY the relay polls often; an idle poll costs this one index
-// probe of each lane instead of a claim's transaction.
-const MySQLAnyDue = `SELECT EXISTS (SELECT 1 FROM {{table}} FORCE INDEX (outbox_fresh_idx) WHERE lane = 1)
-    OR EXISTS (SELECT 1 FROM {{table}} FORCE INDEX (outbox_retry_idx) WHERE lane = 2 AND retry_at <= UTC_TIMESTAMP(6))`
+// LISTEN/NOTIFY the relay polls often; an idle poll costs this one probe
+// of each lane of outbox_lane_idx instead of a claim's transaction.
+const MySQLAnyDue = `SELECT EXISTS (SELECT 1 FROM {{table}} FORCE INDEX (outbox_lane_idx) WHERE lane = 1)
+    OR EXISTS (SELECT 1 FROM {{table}} FORCE INDEX (outbox_lane_idx) WHERE lane = 2 AND retry_at <= UTC_TIMESTAMP(6))`
 
 // MySQLLockWait bounds how long the statements after it in the session
 // wait for a row lock (whole seconds, at least 1; MySQLLockWaitArgs): a
@@ -58,7 +58,10 @@ const mysqlNotOwnLive = `(lease_owner IS NULL OR lease_owner <> ? OR lease_expir
 
 // MySQLClaimFresh reads, without locking, the first Limit first
 // attempts (lane 1) from the claim floor on, in id order on
-// outbox_fresh_idx, of shards shard lists (0: every shard), but those the
+// outbox_lane_idx (lane, retry_at, id, shard: a first attempt's retry_at
+// is MySQLNeverRetried, so lane 1 is in id order there, and the order
+// names retry_at so that neither server sorts), of shards shard lists
+// (0: every shard), but those the
 // incarnation holds under a live lease. It passes over a row behind an
 // earlier retry of its aggregate (lane 2) that is neither held by the
 // incarnation under a live lease nor one of the retries MySQLClaimRetry
@@ -67,7 +70,7 @@ const mysqlNotOwnLive = `(lease_owner IS NULL OR lease_owner <> ? OR lease_expir
 // per row and stop at its first match. So an aggregate in backoff cannot
 // fill the window and hold back every other, and a first attempt is never
 // a candidate while an earlier retry of its aggregate is not. While the
-// table has no retry at all, which one probe of outbox_retry_idx tells
+// table has no retry at all, which one probe of lane 2 tells
 // (uncorrelated: both servers evaluate it once, in the statement's read
 // view), the per-row probes are not run: OR stops at it. Columns: id,
 // aggregate_id, lease_owner, lease_expires_at (not the payload's length:
@@ -80,19 +83,19 @@ func MySQLClaimFresh(n Names, shards, retries int) string {
 		notRead = " AND b.id NOT IN (" + mysqlPlaceholders(retries) + ")"
 	}
 	return n.Render(`SELECT o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at
-FROM {{table}} o FORCE INDEX (outbox_fresh_idx)
+FROM {{table}} o FORCE INDEX (outbox_lane_idx)
 WHERE o.lane = 1 AND o.id >= ?` + mysqlShardFilter("o", shards) + ` AND ` + strings.ReplaceAll(mysqlNotOwnLive, "lease_", "o.lease_") + `
-  AND (NOT EXISTS (SELECT 1 FROM {{table}} r FORCE INDEX (outbox_retry_idx) WHERE r.lane = 2)
+  AND (NOT EXISTS (SELECT 1 FROM {{table}} r FORCE INDEX (outbox_lane_idx) WHERE r.lane = 2)
     OR (SELECT 1 FROM {{table}} b FORCE INDEX (outbox_aggregate_idx)
        WHERE b.aggregate_id = o.aggregate_id AND b.lane = 2 AND b.id < o.id` + notRead + `
          AND ` + strings.ReplaceAll(mysqlNotOwnLive, "lease_", "b.lease_") + `
        LIMIT 1) IS NULL)
-ORDER BY o.lane, o.id
+ORDER BY o.lane, o.retry_at, o.id
 LIMIT ?`)
 }
 
 // MySQLClaimRetry reads, without locking, the first Limit retries (lane
-// 2) whose retry_at has passed, in retry_at order on outbox_retry_idx, of
+// 2) whose retry_at has passed, in retry_at order on outbox_lane_idx, of
 // shards shard lists (0: every shard), but those the incarnation holds
 // under a live lease. A retry in backoff is not read at all, and a retry
 // behind an earlier row of its aggregate still in backoff (one probe of
@@ -100,7 +103,7 @@ LIMIT ?`)
 // Columns as MySQLClaimFresh's. Binds MySQLClaimReadArgs.
 func MySQLClaimRetry(n Names, shards int) string {
 	return n.Render(`SELECT o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at
-FROM {{table}} o FORCE INDEX (outbox_retry_idx)
+FROM {{table}} o FORCE INDEX (outbox_lane_idx)
 WHERE o.lane = 2 AND o.retry_at <= ?` + mysqlShardFilter("o", shards) + ` AND ` + strings.ReplaceAll(mysqlNotOwnLive, "lease_", "o.lease_") + `
   AND ` + mysqlNotInBackoff + `
 ORDER BY o.lane, o.retry_at
