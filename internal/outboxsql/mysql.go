@@ -43,6 +43,7 @@ func MySQLNamesFor(schema, name string) (Names, error) {
 		Shards:   MySQLQuote(name + "_shards"),
 		Floor:    MySQLQuote(name + "_claim_floor"),
 		Versions: MySQLQuote(name + "_schema_migrations"),
+		Base:     name,
 	}, nil
 }
 

@@ -210,11 +210,11 @@ func MySQLShardsInHandover(n Names, shards int) string {
 	const others = `EXISTS (SELECT 1 FROM {{relays}} WHERE id <> ?)`
 	filter := mysqlShardFilter("o", shards)
 	return n.Render(`SELECT DISTINCT w.shard FROM (
-    (SELECT o.shard, o.lease_owner, o.lease_expires_at FROM {{table}} o FORCE INDEX (outbox_lane_idx)
+    (SELECT o.shard, o.lease_owner, o.lease_expires_at FROM {{table}} o FORCE INDEX ({{index lane}})
      WHERE o.lane = 1 AND ` + others + filter + `
      ORDER BY o.lane, o.retry_at, o.id LIMIT ?)
     UNION ALL
-    (SELECT o.shard, o.lease_owner, o.lease_expires_at FROM {{table}} o FORCE INDEX (outbox_lane_idx)
+    (SELECT o.shard, o.lease_owner, o.lease_expires_at FROM {{table}} o FORCE INDEX ({{index lane}})
      WHERE o.lane = 2 AND ` + others + ` AND o.retry_at <= UTC_TIMESTAMP(6)` + filter + `
      ORDER BY o.lane, o.retry_at LIMIT ?)
 ) w
@@ -249,7 +249,7 @@ func (a MySQLHandoverArgs) Args() []any {
 // in published_at order: the range it reads is the batch, however many
 // dead or unpublished rows there are and however many published rows are
 // retained. MySQLPrune then deletes them by id. Binds MySQLPruneArgs.
-const MySQLPruneBatch = `SELECT id FROM {{table}} FORCE INDEX (outbox_prune_idx)
+const MySQLPruneBatch = `SELECT id FROM {{table}} FORCE INDEX ({{index prune}})
 WHERE state = 'published' AND published_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
 ORDER BY state, published_at
 LIMIT ?`
@@ -297,8 +297,8 @@ func (a MySQLPruneDeleteArgs) Args() []any {
 // rows, one entry of outbox_due_idx per lane (LEAST is NULL when either
 // side is).
 const mysqlOldestUnpublished = `(SELECT LEAST(COALESCE(f.d, r.d), COALESCE(r.d, f.d)) FROM
-     (SELECT MIN(due_at) AS d FROM {{table}} FORCE INDEX (outbox_due_idx) WHERE lane = 1) f,
-     (SELECT MIN(due_at) AS d FROM {{table}} FORCE INDEX (outbox_due_idx) WHERE lane = 2) r)`
+     (SELECT MIN(due_at) AS d FROM {{table}} FORCE INDEX ({{index due}}) WHERE lane = 1) f,
+     (SELECT MIN(due_at) AS d FROM {{table}} FORCE INDEX ({{index due}}) WHERE lane = 2) r)`
 
 // mysqlDueWalk is one lane's part of mysqlOldestDue, the lane's number
 // between its two halves: the first due row of the lane in due_at order
@@ -308,7 +308,7 @@ const mysqlOldestUnpublished = `(SELECT LEAST(COALESCE(f.d, r.d), COALESCE(r.d, 
 // until the first row that passes (no LATERAL on MariaDB).
 const (
 	mysqlDueWalk = `(SELECT o.due_at AS due, GREATEST(o.due_at, COALESCE(` + mysqlHeldUntil + `, o.due_at)) AS v
-      FROM {{table}} o FORCE INDEX (outbox_due_idx)
+      FROM {{table}} o FORCE INDEX ({{index due}})
       WHERE o.lane = `
 	mysqlDueWalkEnd = ` AND o.due_at <= UTC_TIMESTAMP(6) AND COALESCE(` + mysqlHeldUntil + ` <= UTC_TIMESTAMP(6), TRUE)
       ORDER BY o.lane, o.due_at LIMIT 1)`
@@ -317,7 +317,7 @@ const (
 // mysqlHeldUntil is the latest not_before of the earlier rows of o's
 // aggregate that wait as retries (a failed row, or one written for later),
 // on outbox_aggregate_idx; NULL when there is none.
-const mysqlHeldUntil = `(SELECT MAX(h.not_before) FROM {{table}} h FORCE INDEX (outbox_aggregate_idx)
+const mysqlHeldUntil = `(SELECT MAX(h.not_before) FROM {{table}} h FORCE INDEX ({{index aggregate}})
              WHERE h.aggregate_id = o.aggregate_id AND h.lane = 2 AND h.id < o.id)`
 
 // mysqlOldestDue is OldestDue: of the two lanes' first rows not held, the
@@ -360,8 +360,8 @@ const MySQLStatsBacklogScheduled = `SELECT
 // mysqlUnpublishedCount and mysqlScheduledCount are
 // MySQLStatsBacklogScheduled's counts, each binding its cap.
 const (
-	mysqlUnpublishedCount = `(SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_lane_idx) WHERE lane IN (1, 2) LIMIT ?) b)`
-	mysqlScheduledCount   = `(SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_due_idx)
+	mysqlUnpublishedCount = `(SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX ({{index lane}}) WHERE lane IN (1, 2) LIMIT ?) b)`
+	mysqlScheduledCount   = `(SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX ({{index due}})
        WHERE lane = 2 AND due_at > UTC_TIMESTAMP(6) AND not_before > UTC_TIMESTAMP(6) LIMIT ?) s)`
 )
 
@@ -372,7 +372,7 @@ const (
 const MySQLStatsDead = `SELECT ` + mysqlDeadCount
 
 // mysqlDeadCount is MySQLStatsDead's count, as a scalar subquery.
-const mysqlDeadCount = `(SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_prune_idx)
+const mysqlDeadCount = `(SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX ({{index prune}})
        WHERE state = 'dead' AND published_at IS NULL LIMIT ?) d)`
 
 // MySQLStats is txoutbox.ReadStats on MySQL, in one statement: the

@@ -84,9 +84,9 @@ func mysqlDeadLead(f DeadFilters) (index, cond string) {
 	case f&DeadIDs != 0:
 		return "PRIMARY", ""
 	case f&DeadAggregate != 0:
-		return "outbox_aggregate_idx", " AND lane IS NULL"
+		return "{{index aggregate}}", " AND lane IS NULL"
 	}
-	return "outbox_prune_idx", " AND published_at IS NULL"
+	return "{{index prune}}", " AND published_at IS NULL"
 }
 
 // mysqlDeadWhere is the FROM and WHERE of the dead rows the filters f
@@ -281,7 +281,7 @@ func (a MySQLOpsTimeoutsArgs) Args() []any {
 // above a retried one. Binds MySQLIDsArgs (strings).
 func MySQLOpsLockUnpublished(n Names, aggs int) string {
 	return n.Render(`SELECT id, aggregate_id, ` + StateColumn + `
-FROM {{table}} FORCE INDEX (outbox_aggregate_idx)
+FROM {{table}} FORCE INDEX ({{index aggregate}})
 WHERE aggregate_id IN (` + mysqlPlaceholders(aggs) + `) AND lane IN (1, 2)
 ORDER BY id
 FOR UPDATE`)
@@ -342,7 +342,7 @@ func MySQLOpsDrop(n Names, ids int) string {
 // aggregates in the order of their first row, as it reads them. Columns:
 // aggregate_id (bytes), id, topic. Binds MySQLReplaySelectArgs.
 const MySQLOpsReplaySelect = `SELECT aggregate_id, id, topic
-FROM {{table}} FORCE INDEX (outbox_prune_idx)
+FROM {{table}} FORCE INDEX ({{index prune}})
 WHERE state = 'published' AND published_at >= ?
   AND (? IS NULL OR topic = ?)
   AND (? IS NULL OR aggregate_id = ?)
@@ -401,7 +401,7 @@ WHERE id IN (` + mysqlPlaceholders(ids) + `) AND state = 'published'`)
 // PostgreSQL's finds them among the newest LookupArgs.Recent rows only.
 // Binds MySQLLookupArgs.
 const MySQLOpsLookupEventID = `SELECT ` + mysqlOpsRowColumns + `
-FROM {{table}} FORCE INDEX (outbox_event_idx)
+FROM {{table}} FORCE INDEX ({{index event}})
 WHERE event_id = ?
 ORDER BY id DESC
 LIMIT ?`
@@ -415,11 +415,11 @@ LIMIT ?`
 const MySQLOpsLookupAggregate = `SELECT ` + mysqlOpsRowColumns + `
 FROM {{table}}
 WHERE id IN (SELECT id FROM (
-    (SELECT id FROM {{table}} FORCE INDEX (outbox_aggregate_idx) WHERE aggregate_id = ? AND lane IS NULL ORDER BY id DESC LIMIT ?)
+    (SELECT id FROM {{table}} FORCE INDEX ({{index aggregate}}) WHERE aggregate_id = ? AND lane IS NULL ORDER BY id DESC LIMIT ?)
     UNION ALL
-    (SELECT id FROM {{table}} FORCE INDEX (outbox_aggregate_idx) WHERE aggregate_id = ? AND lane = 1 ORDER BY id DESC LIMIT ?)
+    (SELECT id FROM {{table}} FORCE INDEX ({{index aggregate}}) WHERE aggregate_id = ? AND lane = 1 ORDER BY id DESC LIMIT ?)
     UNION ALL
-    (SELECT id FROM {{table}} FORCE INDEX (outbox_aggregate_idx) WHERE aggregate_id = ? AND lane = 2 ORDER BY id DESC LIMIT ?)
+    (SELECT id FROM {{table}} FORCE INDEX ({{index aggregate}}) WHERE aggregate_id = ? AND lane = 2 ORDER BY id DESC LIMIT ?)
 ) k)
 ORDER BY id DESC
 LIMIT ?`
@@ -457,9 +457,9 @@ func (a MySQLLookupArgs) Args() []any {
 // counts from its statistics; here they stay at the cap (CountsOf marks
 // them estimated), as InnoDB's row estimates are too rough to add.
 const MySQLOpsCounts = `SELECT
-    (SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_lane_idx) WHERE lane IN (1, 2) LIMIT ?) u),
+    (SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX ({{index lane}}) WHERE lane IN (1, 2) LIMIT ?) u),
     ` + mysqlDeadCount + `,
-    (SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX (outbox_due_idx)
+    (SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX ({{index due}})
         WHERE lane IN (1, 2) AND due_at > UTC_TIMESTAMP(6) AND not_before > UTC_TIMESTAMP(6) LIMIT ?) s),
     LEAST(COALESCE(` + mysqlOldestDue1 + `, ` + mysqlOldestDue2 + `), COALESCE(` + mysqlOldestDue2 + `, ` + mysqlOldestDue1 + `)),
     ` + mysqlNextScheduled + `,
@@ -478,8 +478,8 @@ const MySQLOpsLag = `SELECT ` + mysqlOldestUnpublished + `, UTC_TIMESTAMP(6)`
 // an equality prefix). LEAST with a NULL is NULL on MySQL, hence the
 // COALESCEs around them.
 const (
-	mysqlOldestDue1 = `(SELECT MIN(due_at) FROM {{table}} FORCE INDEX (outbox_due_idx) WHERE lane = 1)`
-	mysqlOldestDue2 = `(SELECT MIN(due_at) FROM {{table}} FORCE INDEX (outbox_due_idx) WHERE lane = 2)`
+	mysqlOldestDue1 = `(SELECT MIN(due_at) FROM {{table}} FORCE INDEX ({{index due}}) WHERE lane = 1)`
+	mysqlOldestDue2 = `(SELECT MIN(due_at) FROM {{table}} FORCE INDEX ({{index due}}) WHERE lane = 2)`
 )
 
 // mysqlNextScheduled is when the next scheduled row is due, of both
@@ -491,9 +491,9 @@ const mysqlNextScheduled = `LEAST(COALESCE(` + mysqlNextScheduled1 + `, ` + mysq
 // to the first row with a not_before to come (due_at is its not_before,
 // unless created_at is later still).
 const (
-	mysqlNextScheduled1 = `(SELECT due_at FROM {{table}} FORCE INDEX (outbox_due_idx)
+	mysqlNextScheduled1 = `(SELECT due_at FROM {{table}} FORCE INDEX ({{index due}})
         WHERE lane = 1 AND due_at > UTC_TIMESTAMP(6) AND not_before > UTC_TIMESTAMP(6) ORDER BY lane, due_at LIMIT 1)`
-	mysqlNextScheduled2 = `(SELECT due_at FROM {{table}} FORCE INDEX (outbox_due_idx)
+	mysqlNextScheduled2 = `(SELECT due_at FROM {{table}} FORCE INDEX ({{index due}})
         WHERE lane = 2 AND due_at > UTC_TIMESTAMP(6) AND not_before > UTC_TIMESTAMP(6) ORDER BY lane, due_at LIMIT 1)`
 )
 
@@ -518,9 +518,9 @@ const MySQLOpsShards = `SELECT shard, COALESCE(owner, '') FROM {{shards}} ORDER 
 // whatever the backlog. Binds MySQLHandoversArgs.
 const MySQLOpsHandovers = `SELECT DISTINCT w.shard FROM (
     SELECT id, shard, lease_owner, lease_expires_at FROM (
-        (SELECT id, shard, lease_owner, lease_expires_at FROM {{table}} FORCE INDEX (outbox_lane_idx) WHERE lane = 1 ORDER BY lane, retry_at, id LIMIT ?)
+        (SELECT id, shard, lease_owner, lease_expires_at FROM {{table}} FORCE INDEX ({{index lane}}) WHERE lane = 1 ORDER BY lane, retry_at, id LIMIT ?)
         UNION ALL
-        (SELECT id, shard, lease_owner, lease_expires_at FROM {{table}} FORCE INDEX (outbox_lane_idx) WHERE lane = 2 ORDER BY lane, retry_at, id LIMIT ?)
+        (SELECT id, shard, lease_owner, lease_expires_at FROM {{table}} FORCE INDEX ({{index lane}}) WHERE lane = 2 ORDER BY lane, retry_at, id LIMIT ?)
     ) u
     ORDER BY id
     LIMIT ?

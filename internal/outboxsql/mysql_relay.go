@@ -35,8 +35,8 @@ const MySQLClaimGate = `SELECT floor, UTC_TIMESTAMP(6) FROM {{floor}} WHERE one 
 // under a live lease count too, so it errs only towards claiming. With no
 // LISTEN/NOTIFY the relay polls often; an idle poll costs this one probe
 // of each lane of outbox_lane_idx instead of a claim's transaction.
-const MySQLAnyDue = `SELECT EXISTS (SELECT 1 FROM {{table}} FORCE INDEX (outbox_lane_idx) WHERE lane = 1)
-    OR EXISTS (SELECT 1 FROM {{table}} FORCE INDEX (outbox_lane_idx) WHERE lane = 2 AND retry_at <= UTC_TIMESTAMP(6))`
+const MySQLAnyDue = `SELECT EXISTS (SELECT 1 FROM {{table}} FORCE INDEX ({{index lane}}) WHERE lane = 1)
+    OR EXISTS (SELECT 1 FROM {{table}} FORCE INDEX ({{index lane}}) WHERE lane = 2 AND retry_at <= UTC_TIMESTAMP(6))`
 
 // MySQLLockWait bounds how long the statements after it in the session
 // wait for a row lock (whole seconds, at least 1; MySQLLockWaitArgs): a
@@ -83,10 +83,10 @@ func MySQLClaimFresh(n Names, shards, retries int) string {
 		notRead = " AND b.id NOT IN (" + mysqlPlaceholders(retries) + ")"
 	}
 	return n.Render(`SELECT o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at
-FROM {{table}} o FORCE INDEX (outbox_lane_idx)
+FROM {{table}} o FORCE INDEX ({{index lane}})
 WHERE o.lane = 1 AND o.id >= ?` + mysqlShardFilter("o", shards) + ` AND ` + strings.ReplaceAll(mysqlNotOwnLive, "lease_", "o.lease_") + `
-  AND (NOT EXISTS (SELECT 1 FROM {{table}} r FORCE INDEX (outbox_lane_idx) WHERE r.lane = 2)
-    OR (SELECT 1 FROM {{table}} b FORCE INDEX (outbox_aggregate_idx)
+  AND (NOT EXISTS (SELECT 1 FROM {{table}} r FORCE INDEX ({{index lane}}) WHERE r.lane = 2)
+    OR (SELECT 1 FROM {{table}} b FORCE INDEX ({{index aggregate}})
        WHERE b.aggregate_id = o.aggregate_id AND b.lane = 2 AND b.id < o.id` + notRead + `
          AND ` + strings.ReplaceAll(mysqlNotOwnLive, "lease_", "b.lease_") + `
        LIMIT 1) IS NULL)
@@ -103,7 +103,7 @@ LIMIT ?`)
 // Columns as MySQLClaimFresh's. Binds MySQLClaimReadArgs.
 func MySQLClaimRetry(n Names, shards int) string {
 	return n.Render(`SELECT o.id, o.aggregate_id, o.lease_owner, o.lease_expires_at
-FROM {{table}} o FORCE INDEX (outbox_lane_idx)
+FROM {{table}} o FORCE INDEX ({{index lane}})
 WHERE o.lane = 2 AND o.retry_at <= ?` + mysqlShardFilter("o", shards) + ` AND ` + strings.ReplaceAll(mysqlNotOwnLive, "lease_", "o.lease_") + `
   AND ` + mysqlNotInBackoff + `
 ORDER BY o.lane, o.retry_at
@@ -115,7 +115,7 @@ LIMIT ?`)
 // come): one probe of outbox_aggregate_idx, a scalar subquery, which both
 // servers run per row and stop at its first match (MariaDB may rewrite an
 // EXISTS into a join).
-const mysqlNotInBackoff = `(SELECT 1 FROM {{table}} b FORCE INDEX (outbox_aggregate_idx)
+const mysqlNotInBackoff = `(SELECT 1 FROM {{table}} b FORCE INDEX ({{index aggregate}})
        WHERE b.aggregate_id = o.aggregate_id AND b.lane = 2 AND b.id < o.id AND b.retry_at > ?
        LIMIT 1) IS NULL`
 
@@ -184,7 +184,7 @@ func MySQLClaimLive(n Names, k int) string {
 // one, however many rows it has in backoff. Columns: aggregate_id, id.
 // Binds MySQLClaimBlockersArgs.
 func MySQLClaimBlockers(n Names, aggs int) string {
-	const part = `(SELECT aggregate_id, id FROM {{table}} FORCE INDEX (outbox_aggregate_idx)
+	const part = `(SELECT aggregate_id, id FROM {{table}} FORCE INDEX ({{index aggregate}})
  WHERE aggregate_id = ? AND lane = %d AND id < ? AND ` + mysqlNotOwnLive + `
  ORDER BY lane, id LIMIT ?)`
 	parts := make([]string, 0, 2*aggs)

@@ -51,6 +51,7 @@ func NamesFor(schema, name string) (Names, error) {
 		Floor:    ident.Qualified(schema, name+"_claim_floor"),
 		Versions: ident.Qualified(schema, name+"_schema_migrations"),
 		Channel:  Channel(schema, name),
+		Base:     name,
 	}, nil
 }
 

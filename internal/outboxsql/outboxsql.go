@@ -5,6 +5,7 @@
 package outboxsql
 
 import (
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,11 @@ type Names struct {
 	// (migrations.Migrator).
 	Versions string
 	Channel  string // the LISTEN/NOTIFY channel, a plain string (not an identifier)
+	// Base is the table's own name, unquoted, which the migrator gives
+	// its indexes' names ("events" has events_lane_idx): MySQL's
+	// statements name the index they read ({{index lane}}). Empty:
+	// TableNameDefault.
+	Base string
 }
 
 // Render substitutes the placeholders {{table}}, {{relays}}, {{shards}},
@@ -33,8 +39,12 @@ type Names struct {
 // {{claimkey}} and {{prunekey}} (the claim gate's and prune lock's
 // two-part advisory lock keys) in a statement template; {{claimkey $4}} is
 // the claim gate's key of the table named by parameter $4, the same
-// lock as {{claimkey}} for that table.
+// lock as {{claimkey}} for that table; {{index lane}} is the table's
+// index the migrator named outbox_lane_idx, quoted for MySQL.
 func (n Names) Render(tmpl string) string {
+	tmpl = indexRef.ReplaceAllStringFunc(tmpl, func(ref string) string {
+		return n.Index(indexRef.FindStringSubmatch(ref)[1])
+	})
 	return strings.NewReplacer(
 		"{{table}}", n.Table,
 		"{{versions}}", n.Versions,
@@ -50,6 +60,19 @@ func (n Names) Render(tmpl string) string {
 		"{{claimkey}}", lockKey("txoutbox.claim", quoteLiteral(n.Table)),
 		"{{prunekey}}", lockKey("txoutbox.prune", quoteLiteral(n.Table)),
 	).Replace(tmpl)
+}
+
+// indexRef is an index placeholder of Render: {{index lane}}.
+var indexRef = regexp.MustCompile(`\{\{index ([a-z_]+)\}\}`)
+
+// Index is the table's index of a kind ("lane": outbox_lane_idx under the
+// default name) as MySQL names it in FORCE INDEX, quoted.
+func (n Names) Index(kind string) string {
+	base := n.Base
+	if base == "" {
+		base = TableNameDefault
+	}
+	return MySQLQuote(base + "_" + kind + "_idx")
 }
 
 // lockKey is a two-part advisory lock key: a class, and the OID of the
