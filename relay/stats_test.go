@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -107,30 +108,51 @@ func TestStatsGaugesFollowTheTable(t *testing.T) {
 }
 
 // TestStatsCountLessOftenWhenSlow: a count that takes 50ms is not run
-// again for statsSpacing times as long, and a count that takes a second
-// does not hold up the lag. The statements are replaced by ones that
-// number their runs.
+// again for statsSpacing times as long (5s), and a count that has not
+// ended does not hold up the lag. The statements are replaced by ones
+// that number their runs; the dead count waits for an advisory lock the
+// test holds until the lag has been read ten times.
 func TestStatsCountLessOftenWhenSlow(t *testing.T) {
 	b := setupInternal(t)
 	b.exec(t, `CREATE SEQUENCE counts`)
 	b.exec(t, `CREATE SEQUENCE lags`)
+	ctx := context.Background()
+	hold, err := b.db.SQL.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	var key int64
+	if err := hold.QueryRowContext(ctx, `SELECT hashtext($1)::bigint`, b.db.Schema).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key); err != nil {
+		t.Fatal(err)
+	}
 	r, start := statsRelay(t, b)
 	// $1 is the counts' cap (outboxsql.CountArgs).
 	r.sql.statsBacklog = `SELECT nextval('counts'), 0::bigint FROM pg_sleep(0.05) WHERE $1::int > 0`
-	r.sql.statsDead = `SELECT 0::bigint FROM pg_sleep(1) WHERE $1::int > 0`
+	r.sql.statsDead = fmt.Sprintf(`SELECT 0::bigint FROM (SELECT pg_advisory_xact_lock_shared(%d)) l WHERE $1::int > 0`, key)
 	r.sql.statsLag = `SELECT l, l, now() FROM (SELECT now() - make_interval(secs => nextval('lags')) AS l) s WHERE $1::int > 0`
 	start()
-	time.Sleep(900 * time.Millisecond) // about time: how often each statement runs in 0.9s
+	testkit.WaitFor(t, 30*time.Second, "the lag read ten times while the dead count waits", func() bool {
+		lag, _, _ := r.met.sample()
+		return lag >= 10*time.Second
+	})
 	lag, counts, dead := r.met.sample()
 	if counts != 1 {
-		t.Errorf("the backlog was counted %d times in 0.9s, each count taking 50ms; want once", counts)
-	}
-	if lag < 10*time.Second {
-		t.Errorf("the lag was read %.0f times in 0.9s at 20ms while a count took a second; want 10 or more", lag.Seconds())
+		t.Errorf("the backlog was counted %d times while the lag was read %.0f times at 20ms, each count taking 50ms; want once", counts, lag.Seconds())
 	}
 	if dead != -1 {
-		t.Errorf("dead gauge %d before its count of a second ended", dead)
+		t.Errorf("dead gauge %d before its count ended", dead)
 	}
+	if _, err := hold.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, key); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 30*time.Second, "the dead count once the lock is gone", func() bool {
+		_, _, dead := r.met.sample()
+		return dead == 0
+	})
 }
 
 // TestStatsEmptyTableClearsASlowBacklogCount: once no row is unpublished,
