@@ -105,6 +105,42 @@ type opTx interface {
 	wake(ctx context.Context) error
 }
 
+// victimAttempts is how many times an operator's transaction runs when the
+// database ends it as a deadlock's victim (victim): a retry or replay
+// locks rows and the claim gate in one order, a relay settling its claims
+// takes them in another, so one of them may be chosen while relays run.
+// The victim's work was rolled back whole; running it again is what the
+// operator would do.
+const victimAttempts = 3
+
+// victim reports whether err is the database ending the transaction so
+// that another could go on: a deadlock (PostgreSQL 40P01, MySQL 1213) or
+// a serialization failure (40001).
+func victim(err error) bool {
+	switch outboxsql.SQLState(err) {
+	case "40P01", "40001":
+		return true
+	}
+	return outboxsql.MySQLErrorNumber(err) == 1213
+}
+
+// retryVictim runs op, and again, up to victimAttempts in all, while it
+// fails as a deadlock's victim (a short pause between, growing), and
+// returns its last error.
+func retryVictim(ctx context.Context, op func() error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		if err = op(); err == nil || !victim(err) || attempt == victimAttempts {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt*attempt) * 20 * time.Millisecond):
+		}
+	}
+}
+
 // runTx begins a transaction on b (the pool, or one connection of it)
 // with opts, runs fn in it, and commits it if commit, else rolls it back:
 // adminDB.inTx's frame.

@@ -334,14 +334,17 @@ func (m *mysqlAdminDB) locks(context.Context) ([]Lock, error) {
 // session's statement time limit, after MySQLOpsTimeouts: a lock wait
 // longer than timeout fails (error 1205), and so does the session left
 // idle longer. Under READ COMMITTED the locking reads take no gap locks,
-// and InnoDB releases at once the rows they read and do not return.
+// and InnoDB releases at once the rows they read and do not return. A
+// deadlock's victim runs again (retryVictim).
 func (m *mysqlAdminDB) inTx(ctx context.Context, timeout time.Duration, commit bool, fn func(opTx) error) error {
-	return m.withConn(ctx, func(conn *sql.Conn) error {
-		if err := execInline(ctx, conn, outboxsql.MySQLOpsTimeouts, outboxsql.MySQLOpsTimeoutsArgs{Timeout: timeout}.Args()); err != nil {
-			return fmt.Errorf("set timeouts: %w", err)
-		}
-		return runTx(ctx, conn, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, commit, func(tx *sql.Tx) error {
-			return fn(&mysqlOpTx{tx: tx, m: m})
+	return retryVictim(ctx, func() error {
+		return m.withConn(ctx, func(conn *sql.Conn) error {
+			if err := execInline(ctx, conn, outboxsql.MySQLOpsTimeouts, outboxsql.MySQLOpsTimeoutsArgs{Timeout: timeout}.Args()); err != nil {
+				return fmt.Errorf("set timeouts: %w", err)
+			}
+			return runTx(ctx, conn, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, commit, func(tx *sql.Tx) error {
+				return fn(&mysqlOpTx{tx: tx, m: m})
+			})
 		})
 	})
 }

@@ -224,13 +224,16 @@ func (p *pgAdminDB) locks(ctx context.Context) ([]Lock, error) {
 }
 
 // inTx runs fn in a transaction of the pool's default isolation (READ
-// COMMITTED unless the server says otherwise) after OpsTimeouts.
+// COMMITTED unless the server says otherwise) after OpsTimeouts, again if
+// it was a deadlock's victim (retryVictim).
 func (p *pgAdminDB) inTx(ctx context.Context, timeout time.Duration, commit bool, fn func(opTx) error) error {
-	return runTx(ctx, p.db, nil, commit, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, p.sql.timeouts, outboxsql.TimeoutArgs{Timeout: timeout}.Args()...); err != nil {
-			return fmt.Errorf("set timeouts: %w", err)
-		}
-		return fn(&pgOpTx{tx: tx, p: p})
+	return retryVictim(ctx, func() error {
+		return runTx(ctx, p.db, nil, commit, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, p.sql.timeouts, outboxsql.TimeoutArgs{Timeout: timeout}.Args()...); err != nil {
+				return fmt.Errorf("set timeouts: %w", err)
+			}
+			return fn(&pgOpTx{tx: tx, p: p})
+		})
 	})
 }
 

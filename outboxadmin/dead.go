@@ -151,6 +151,7 @@ func (a *Admin) Retry(ctx context.Context, f Filter, dryRun bool) ([]Retried, er
 	}
 	var out []Retried
 	err := a.db.inTx(ctx, a.cfg.StatementTimeout, !dryRun, func(tx opTx) error {
+		out = nil // inTx may run this again (a deadlock's victim)
 		if err := refuseWhileStreamed(tx.walSlots(ctx)); err != nil {
 			return err
 		}
@@ -248,6 +249,7 @@ func (a *Admin) Drop(ctx context.Context, f Filter, dryRun bool) ([]Row, error) 
 	}
 	var out []Row
 	err := a.db.inTx(ctx, a.cfg.StatementTimeout, !dryRun, func(tx opTx) error {
+		out = nil // inTx may run this again (a deadlock's victim)
 		dead, err := lockDead(ctx, tx, f.bind())
 		if err != nil || len(dead) == 0 {
 			return err

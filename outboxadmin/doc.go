@@ -19,7 +19,10 @@
 // is still pending (see Retry for the ones already in flight). Drop deletes
 // it. Both act on rows that are dead when they run, under row locks, so a
 // concurrent relay never sees half an operation, and both take a Filter that
-// must select something explicitly (ErrNoSelection).
+// must select something explicitly (ErrNoSelection). While relays run, the
+// database may end a retry's or a replay's transaction as a deadlock's
+// victim (their row locks meet a relay's settlement in another order); it
+// was rolled back whole, and it runs again, up to three times in all.
 //
 // # Looking events up
 //

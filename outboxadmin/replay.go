@@ -109,6 +109,7 @@ func (a *Admin) Replay(ctx context.Context, f ReplayFilter, dryRun bool) (Replay
 		}
 		var done []replayRow // the rows this transaction reset
 		err := a.db.inTx(ctx, a.cfg.StatementTimeout, true, func(tx opTx) error {
+			done = nil // inTx may run this again (a deadlock's victim)
 			if err := refuseWhileStreamed(tx.walSlots(ctx)); err != nil {
 				return err
 			}
