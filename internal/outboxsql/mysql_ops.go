@@ -41,15 +41,27 @@ const MySQLOpsMaxIDs = 5000
 // row, else the end of its backoff (retry_at, kept by a failure that made
 // it dead too) or the time it became due (due_at: created_at, or a later
 // not_before), whichever is later. MySQLNeverRetried is earlier than any.
-const mysqlNextAttempt = `CASE WHEN lane IS NOT NULL AND lease_owner IS NOT NULL THEN lease_expires_at ELSE GREATEST(retry_at, due_at) END`
+const mysqlNextAttempt = `CASE WHEN lane IS NOT NULL AND lease_owner <> ` + MySQLNoLeaseOwner + ` THEN lease_expires_at ELSE GREATEST(retry_at, due_at) END`
+
+// mysqlLeaseHolder is who holds a row's lease as operators see it: the
+// relay whose id's key (MySQLLeaseKey) it is, or the key in hex when no relay in the
+// relays table has it (its holder left); empty when no one holds it. The
+// table stores a key, not the token (MySQLLeaseKey).
+const mysqlLeaseHolder = `CASE WHEN lease_owner = ` + MySQLNoLeaseOwner + ` THEN ''
+       ELSE COALESCE((SELECT r.id FROM {{relays}} r WHERE ` + mysqlRelayLeaseKey + ` = lease_owner), LOWER(HEX(lease_owner))) END`
+
+// MySQLStateColumn is StateColumn on MySQL: "claimed" for an unpublished
+// row a relay holds under a lease, live or expired (lease_owner is not
+// MySQLNoLeaseOwner).
+const MySQLStateColumn = `CASE WHEN state IN ('pending', 'claimed') AND lease_owner <> ` + MySQLNoLeaseOwner + ` THEN 'claimed' ELSE state END`
 
 // mysqlOpsRowColumns is opsRowColumns on MySQL: what an operator sees of a
 // row, in the same order (outboxadmin's scanRow), with the state as
-// StateColumn gives it. Times are DATETIME (MySQLTime); aggregate_id is
+// MySQLStateColumn gives it, and published_at NULL until published. Times are DATETIME (MySQLTime); aggregate_id is
 // bytes.
 const mysqlOpsRowColumns = `id, event_id, topic, aggregate_type, aggregate_id, event_type, content_type,
-       LENGTH(payload), CAST(headers AS CHAR), created_at, ` + StateColumn + `, attempts, ` + mysqlNextAttempt + `,
-       COALESCE(last_error, ''), published_at, COALESCE(lease_owner, '')`
+       LENGTH(payload), CAST(headers AS CHAR), created_at, ` + MySQLStateColumn + `, attempts, ` + mysqlNextAttempt + `,
+       COALESCE(last_error, ''), NULLIF(published_at, '` + MySQLUnpublished + `'), ` + mysqlLeaseHolder
 
 // The dead-letter selections (MySQLOpsDeadList, MySQLOpsDeadCount,
 // MySQLOpsDeadLock) take the filters of DeadArgs, and come in one form per
@@ -66,8 +78,9 @@ const mysqlOpsRowColumns = `id, event_id, topic, aggregate_type, aggregate_id, e
 //     the page (PostgreSQL's dead aggregate index holds dead rows only).
 //   - otherwise (no filter, topic, event type, creation window): the dead
 //     rows above the page's start, in id order on outbox_prune_idx
-//     (state, published_at, id: a dead row's published_at is NULL, so
-//     state = 'dead' AND published_at IS NULL is one range in id order),
+//     (state, published_at, id: a dead row's published_at is
+//     MySQLUnpublished, so state = 'dead' AND published_at =
+//     MySQLUnpublished is one range in id order),
 //     until the page is full. With no filter, or a filter
 //     most dead rows match, that is the page; a filter few match reads
 //     the dead rows between its matches, up to every dead row above the
@@ -86,14 +99,14 @@ func mysqlDeadLead(f DeadFilters) (index, cond string) {
 	case f&DeadAggregate != 0:
 		return "{{index aggregate}}", " AND lane IS NULL"
 	}
-	return "{{index prune}}", " AND published_at IS NULL"
+	return "{{index prune}}", " AND published_at = '" + MySQLUnpublished + "'"
 }
 
 // mysqlDeadWhere is the FROM and WHERE of the dead rows the filters f
 // select, ids ids given, then " AND id > ?" with after. Each set filter's
 // parameters come in DeadFilters' order (MySQLDeadArgs), after's last.
 // Each leading index gives its rows in id order (its equalities, lane IS
-// NULL or published_at IS NULL among them, fix the columns before id), so
+// NULL or published_at = MySQLUnpublished among them, fix the columns before id), so
 // ORDER BY id ... LIMIT
 // stops at the page with no sort (MariaDB sorts if the order names lane).
 func mysqlDeadWhere(f DeadFilters, ids int, after bool) string {
@@ -273,14 +286,14 @@ func (a MySQLOpsTimeoutsArgs) Args() []any {
 // MySQLOpsLockUnpublished is OpsLockUnpublished on MySQL: it locks the
 // unpublished rows (lane 1 or 2) of aggs aggregates, on
 // outbox_aggregate_idx, and returns id, aggregate_id and the state
-// (StateColumn: "claimed" for a row under a lease, live or expired). FOR
+// (MySQLStateColumn: "claimed" for a row under a lease, live or expired). FOR
 // UPDATE without SKIP LOCKED waits for a session holding one (a failure
 // being recorded). A retry runs it holding the claim gate
 // (MySQLOpsClaimGate), so no claim is in progress: the rows claimed then
 // are the ones in flight, which Retried.Overtaken reports for the rows
 // above a retried one. Binds MySQLIDsArgs (strings).
 func MySQLOpsLockUnpublished(n Names, aggs int) string {
-	return n.Render(`SELECT id, aggregate_id, ` + StateColumn + `
+	return n.Render(`SELECT id, aggregate_id, ` + MySQLStateColumn + `
 FROM {{table}} FORCE INDEX ({{index aggregate}})
 WHERE aggregate_id IN (` + mysqlPlaceholders(aggs) + `) AND lane IN (1, 2)
 ORDER BY id
@@ -295,7 +308,7 @@ FOR UPDATE`)
 // locked (MySQLOpsDeadLock), so every id changes. Binds MySQLIDsArgs.
 func MySQLOpsRetry(n Names, ids int) string {
 	return n.Render(`UPDATE {{table}}
-SET state = 'pending', attempts = 0, retry_at = '` + MySQLNeverRetried + `', lease_owner = NULL, lease_expires_at = NULL
+SET state = 'pending', attempts = 0, retry_at = '` + MySQLNeverRetried + `', ` + MySQLNoLease + `
 WHERE id IN (` + mysqlPlaceholders(ids) + `) AND state = 'dead'`)
 }
 
@@ -384,14 +397,14 @@ FOR UPDATE`)
 
 // MySQLOpsReplay is OpsReplay on MySQL: it returns ids rows to pending,
 // as first attempts due at once with attempts reset, if they are still
-// published, and clears published_at and the lease, so no settlement of
+// published, and clears published_at (MySQLUnpublished) and the lease, so no settlement of
 // an earlier claim of them (a late Mark with its version) lands on the
 // replayed row. It returns nothing: MySQLOpsReplayLock read the rows it
 // changes. Binds MySQLIDsArgs.
 func MySQLOpsReplay(n Names, ids int) string {
 	return n.Render(`UPDATE {{table}}
-SET state = 'pending', attempts = 0, retry_at = '` + MySQLNeverRetried + `', published_at = NULL,
-    lease_owner = NULL, lease_expires_at = NULL
+SET state = 'pending', attempts = 0, retry_at = '` + MySQLNeverRetried + `', published_at = '` + MySQLUnpublished + `',
+    ` + MySQLNoLease + `
 WHERE id IN (` + mysqlPlaceholders(ids) + `) AND state = 'published'`)
 }
 
@@ -525,9 +538,8 @@ const MySQLOpsHandovers = `SELECT DISTINCT w.shard FROM (
     ORDER BY id
     LIMIT ?
 ) w JOIN {{shards}} s ON s.shard = w.shard
-WHERE w.lease_owner IS NOT NULL AND w.lease_expires_at > UTC_TIMESTAMP(6)
-  AND (s.owner IS NULL OR w.lease_owner <> s.owner)
-  AND w.lease_owner IN (SELECT id FROM {{relays}})
+WHERE w.lease_expires_at > UTC_TIMESTAMP(6)
+  AND w.lease_owner IN (SELECT ` + mysqlRelayLeaseKey + ` FROM {{relays}} r WHERE s.owner IS NULL OR r.id <> s.owner)
 ORDER BY 1`
 
 // MySQLHandoversArgs binds MySQLOpsHandovers.
