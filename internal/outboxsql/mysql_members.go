@@ -366,8 +366,9 @@ const (
 )
 
 // MySQLStatsDead is StatsDead: the dead rows, counted on outbox_prune_idx
-// (state, published_at, id; a dead row's published_at is MySQLUnpublished) up to Cap,
-// with no estimate beyond (see MySQLStatsBacklogScheduled).
+// (state, published_at, id; a dead row's published_at is
+// MySQLUnpublished) up to Cap, with no estimate beyond (see
+// MySQLStatsBacklogScheduled).
 // Binds MySQLCountArgs.
 const MySQLStatsDead = `SELECT ` + mysqlDeadCount
 

@@ -44,9 +44,9 @@ const MySQLOpsMaxIDs = 5000
 const mysqlNextAttempt = `CASE WHEN lane IS NOT NULL AND lease_owner <> ` + MySQLNoLeaseOwner + ` THEN lease_expires_at ELSE GREATEST(retry_at, due_at) END`
 
 // mysqlLeaseHolder is who holds a row's lease as operators see it: the
-// relay whose id's key (MySQLLeaseKey) it is, or the key in hex when no relay in the
-// relays table has it (its holder left); empty when no one holds it. The
-// table stores a key, not the token (MySQLLeaseKey).
+// outbox stores a key of the holder's token (MySQLLeaseKey), so this is
+// the relay whose id has that key, or the key in hex when no relay in the
+// relays table has it (its holder left); empty when no one holds it.
 const mysqlLeaseHolder = `CASE WHEN lease_owner = ` + MySQLNoLeaseOwner + ` THEN ''
        ELSE COALESCE((SELECT r.id FROM {{relays}} r WHERE ` + mysqlRelayLeaseKey + ` = lease_owner), LOWER(HEX(lease_owner))) END`
 
@@ -57,8 +57,8 @@ const MySQLStateColumn = `CASE WHEN state IN ('pending', 'claimed') AND lease_ow
 
 // mysqlOpsRowColumns is opsRowColumns on MySQL: what an operator sees of a
 // row, in the same order (outboxadmin's scanRow), with the state as
-// MySQLStateColumn gives it, and published_at NULL until published. Times are DATETIME (MySQLTime); aggregate_id is
-// bytes.
+// MySQLStateColumn gives it, and published_at NULL until published.
+// Times are DATETIME (MySQLTime); aggregate_id is bytes.
 const mysqlOpsRowColumns = `id, event_id, topic, aggregate_type, aggregate_id, event_type, content_type,
        LENGTH(payload), CAST(headers AS CHAR), created_at, ` + MySQLStateColumn + `, attempts, ` + mysqlNextAttempt + `,
        COALESCE(last_error, ''), NULLIF(published_at, '` + MySQLUnpublished + `'), ` + mysqlLeaseHolder
@@ -106,9 +106,9 @@ func mysqlDeadLead(f DeadFilters) (index, cond string) {
 // select, ids ids given, then " AND id > ?" with after. Each set filter's
 // parameters come in DeadFilters' order (MySQLDeadArgs), after's last.
 // Each leading index gives its rows in id order (its equalities, lane IS
-// NULL or published_at = MySQLUnpublished among them, fix the columns before id), so
-// ORDER BY id ... LIMIT
-// stops at the page with no sort (MariaDB sorts if the order names lane).
+// NULL or published_at = MySQLUnpublished among them, fix the columns
+// before id), so ORDER BY id ... LIMIT stops at the page with no sort
+// (MariaDB sorts if the order names lane).
 func mysqlDeadWhere(f DeadFilters, ids int, after bool) string {
 	index, lead := mysqlDeadLead(f)
 	var b strings.Builder
@@ -397,9 +397,9 @@ FOR UPDATE`)
 
 // MySQLOpsReplay is OpsReplay on MySQL: it returns ids rows to pending,
 // as first attempts due at once with attempts reset, if they are still
-// published, and clears published_at (MySQLUnpublished) and the lease, so no settlement of
-// an earlier claim of them (a late Mark with its version) lands on the
-// replayed row. It returns nothing: MySQLOpsReplayLock read the rows it
+// published, and clears published_at (MySQLUnpublished) and the lease,
+// so no settlement of an earlier claim of them (a late Mark with its
+// version) lands on the replayed row. It returns nothing: MySQLOpsReplayLock read the rows it
 // changes. Binds MySQLIDsArgs.
 func MySQLOpsReplay(n Names, ids int) string {
 	return n.Render(`UPDATE {{table}}
