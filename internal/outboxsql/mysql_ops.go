@@ -41,7 +41,7 @@ const MySQLOpsMaxIDs = 5000
 // row, else the end of its backoff (retry_at, kept by a failure that made
 // it dead too) or the time it became due (due_at: created_at, or a later
 // not_before), whichever is later. MySQLNeverRetried is earlier than any.
-const mysqlNextAttempt = `CASE WHEN lane IS NOT NULL AND lease_owner <> ` + MySQLNoLeaseOwner + ` THEN lease_expires_at ELSE GREATEST(retry_at, due_at) END`
+const mysqlNextAttempt = `CASE WHEN lane > 0 AND lease_owner <> ` + MySQLNoLeaseOwner + ` THEN lease_expires_at ELSE GREATEST(retry_at, due_at) END`
 
 // mysqlLeaseHolder is who holds a row's lease as operators see it: the
 // outbox stores a key of the holder's token (MySQLLeaseKey), so this is
@@ -68,12 +68,12 @@ const mysqlOpsRowColumns = `id, event_id, topic, aggregate_type, aggregate_id, e
 // set of filters given (DeadFilters) and number of ids, which names only
 // those and binds them in one order (MySQLDeadArgs). The MySQL schema has
 // fewer indexes for them than PostgreSQL's (no dead topic, type or
-// creation index, and no partial index: lane is NULL for published and
+// creation index, and no partial index: lane is 0 for published and
 // dead rows alike), so what a form reads is, by its leading filter:
 //
 //   - ids: the rows given, on the primary key.
 //   - aggregate: the aggregate's published and dead rows above the page's
-//     start, in id order on outbox_aggregate_idx (aggregate_id, NULL lane,
+//     start, in id order on outbox_aggregate_idx (aggregate_id, lane 0,
 //     id), until the page is full: bounded by the aggregate's rows, not by
 //     the page (PostgreSQL's dead aggregate index holds dead rows only).
 //   - otherwise (no filter, topic, event type, creation window): the dead
@@ -97,7 +97,7 @@ func mysqlDeadLead(f DeadFilters) (index, cond string) {
 	case f&DeadIDs != 0:
 		return "PRIMARY", ""
 	case f&DeadAggregate != 0:
-		return "{{index aggregate}}", " AND lane IS NULL"
+		return "{{index aggregate}}", " AND lane = 0"
 	}
 	return "{{index prune}}", " AND published_at = '" + MySQLUnpublished + "'"
 }
@@ -105,8 +105,8 @@ func mysqlDeadLead(f DeadFilters) (index, cond string) {
 // mysqlDeadWhere is the FROM and WHERE of the dead rows the filters f
 // select, ids ids given, then " AND id > ?" with after. Each set filter's
 // parameters come in DeadFilters' order (MySQLDeadArgs), after's last.
-// Each leading index gives its rows in id order (its equalities, lane IS
-// NULL or published_at = MySQLUnpublished among them, fix the columns
+// Each leading index gives its rows in id order (its equalities, lane =
+// 0 or published_at = MySQLUnpublished among them, fix the columns
 // before id), so ORDER BY id ... LIMIT stops at the page with no sort
 // (MariaDB sorts if the order names lane).
 func mysqlDeadWhere(f DeadFilters, ids int, after bool) string {
@@ -422,13 +422,13 @@ LIMIT ?`
 // MySQLOpsLookupAggregate is OpsLookupAggregate on MySQL: an aggregate's
 // rows in any state, newest first, at most a limit. outbox_aggregate_idx
 // (aggregate_id, lane, id) covers every row, published and dead ones in
-// its NULL lane: it reads each lane's newest rows, a limit of each, so
+// its lane 0: it reads each lane's newest rows, a limit of each, so
 // published rows of any age are found, at the cost of three limits'
 // entries. Binds MySQLLookupArgs.
 const MySQLOpsLookupAggregate = `SELECT ` + mysqlOpsRowColumns + `
 FROM {{table}}
 WHERE id IN (SELECT id FROM (
-    (SELECT id FROM {{table}} FORCE INDEX ({{index aggregate}}) WHERE aggregate_id = ? AND lane IS NULL ORDER BY id DESC LIMIT ?)
+    (SELECT id FROM {{table}} FORCE INDEX ({{index aggregate}}) WHERE aggregate_id = ? AND lane = 0 ORDER BY id DESC LIMIT ?)
     UNION ALL
     (SELECT id FROM {{table}} FORCE INDEX ({{index aggregate}}) WHERE aggregate_id = ? AND lane = 1 ORDER BY id DESC LIMIT ?)
     UNION ALL

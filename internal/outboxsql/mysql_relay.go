@@ -288,7 +288,7 @@ func MySQLClaimLock(n Names, ids, gone int) string {
 	return n.Render(`SELECT id, event_id, topic, aggregate_type, aggregate_id, event_type, content_type, payload,
        CAST(headers AS CHAR), created_at, attempts
 FROM {{table}} FORCE INDEX (PRIMARY)
-WHERE id IN (` + mysqlPlaceholders(ids) + `) AND lane IS NOT NULL AND retry_at <= ?
+WHERE id IN (` + mysqlPlaceholders(ids) + `) AND lane > 0 AND retry_at <= ?
   AND (lease_expires_at <= ?` + goneTest + `)
 FOR UPDATE SKIP LOCKED`)
 }

@@ -8,10 +8,10 @@
 -- Version 2's lease columns were NULL from the insert, so the claim's
 -- lease grew every row it took by the token and the time (about 4 KB of
 -- redo a row, more than the insert), and the mark grew it again: state
--- 'pending' to 'published' in a VARCHAR, published_at from NULL. Here
--- each of these columns has a fixed size and a value from the insert on
--- (their defaults: no writer names them), so the lease, and the mark but
--- for lane (see below), change a row's bytes without changing its size:
+-- 'pending' to 'published' in a VARCHAR, published_at from NULL, lane
+-- to NULL. Here each of these columns has a fixed size and a value from
+-- the insert on (their defaults: no writer names them), so the lease and
+-- the mark change a row's bytes without changing its size:
 --
 --   * lease_owner BINARY(16) is the holder's key, not its token: the
 --     first 16 bytes of the SHA-256 of the incarnation's token
@@ -34,9 +34,10 @@
 --     then follow sql_mode's PAD_CHAR_TO_FULL_LENGTH.) The statements
 --     compare it with the same strings; no statement sorts by it but
 --     within one state.
---
--- The mark still changes lane (1 or 2 to NULL, one byte less), which
--- moves the row's entries in the indexes led by lane anyway.
+--   * lane is 0, not NULL, for a published or dead row: the claim reads
+--     lanes 1 and 2 only, and the operators read lane 0 where they read
+--     NULL. (The mark still moves the row's entries in the indexes led by
+--     lane.)
 --
 -- The conversion: NULLs become those values; a leased row keeps its lease
 -- under its holder's key, so a relay of this version fences it as its
@@ -61,4 +62,5 @@ ALTER TABLE outbox
     MODIFY COLUMN state ENUM('pending', 'claimed', 'published', 'dead') CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'pending',
     MODIFY COLUMN lease_owner BINARY(16) NOT NULL DEFAULT X'00000000000000000000000000000000',
     MODIFY COLUMN lease_expires_at DATETIME(6) NOT NULL DEFAULT '1000-01-01 00:00:00',
-    MODIFY COLUMN published_at DATETIME(6) NOT NULL DEFAULT '1000-01-01 00:00:00';
+    MODIFY COLUMN published_at DATETIME(6) NOT NULL DEFAULT '1000-01-01 00:00:00',
+    MODIFY COLUMN lane TINYINT GENERATED ALWAYS AS (CASE WHEN state IN ('pending', 'claimed') THEN IF(retry_at > '1000-01-01 00:00:00', 2, 1) ELSE 0 END) STORED;
