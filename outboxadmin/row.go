@@ -41,7 +41,10 @@ type Row struct {
 	NextAttemptAt time.Time
 	LastError     string
 	PublishedAt   *time.Time
-	LeaseOwner    string // the relay holding a claimed row
+	// LeaseOwner is the relay incarnation holding a claimed row. On MySQL,
+	// whose outbox stores a key of it, it is the incarnation's id from the
+	// relays table, or the key in hex when that relay has left.
+	LeaseOwner string
 }
 
 // scanner is *sql.Row or *sql.Rows.

@@ -106,7 +106,8 @@ type Config struct {
 	// running relays: a relay that starts under an id declares the
 	// earlier incarnation of that id dead and takes over its work at once.
 	// In the relays table, lease_owner and the shards' owner each run
-	// appears as "<ID>#<random>". Default: host-pid-random, fresh for
+	// appears as "<ID>#<random>" (on MySQL, lease_owner holds the first 16
+	// bytes of that token's SHA-256). Default: host-pid-random, fresh for
 	// every New.
 	ID string
 

@@ -201,7 +201,7 @@ func TestDeadRetryReportsInFlightEvents(t *testing.T) {
 		dead := e.writeDead(t, "orders", "o-1", "order.placed")
 		inFlight, _ := e.write(t, "orders", "o-1", "order.paid")
 		e.write(t, "orders", "o-1", "order.shipped")
-		e.exec(t, `UPDATE outbox SET lease_owner = 'relay-a', lease_expires_at = $1 WHERE id = $2`, time.Now().UTC().Add(30*time.Second), inFlight)
+		e.exec(t, `UPDATE outbox SET lease_owner = $1, lease_expires_at = $2 WHERE id = $3`, engine.LeaseOwner("relay-a"), time.Now().UTC().Add(30*time.Second), inFlight)
 
 		var res struct {
 			Retried []rowOutput `json:"retried"`

@@ -82,7 +82,7 @@ func TestStatus(t *testing.T) {
 
 		// A live relay still holding a row of a shard it does not own: the
 		// shard is in handover.
-		e.exec(t, `UPDATE outbox SET lease_owner = 'relay-a', lease_expires_at = $1 WHERE aggregate_id = 'o-1'`, time.Now().UTC().Add(time.Hour))
+		e.exec(t, `UPDATE outbox SET lease_owner = $1, lease_expires_at = $2 WHERE aggregate_id = 'o-1'`, engine.LeaseOwner("relay-a"), time.Now().UTC().Add(time.Hour))
 		var shard int
 		if err := e.db.SQL.QueryRow(`SELECT shard FROM outbox WHERE aggregate_id = 'o-1'`).Scan(&shard); err != nil {
 			t.Fatal(err)

@@ -208,7 +208,7 @@ func TestAdminStatus(t *testing.T) {
 
 		// relay-a still holds o-1's row under a live lease, and relay-b
 		// owns its shard now: a handover.
-		c.exec(t, `UPDATE outbox SET lease_owner = 'relay-a', lease_expires_at = $1 WHERE id = $2`, now.Add(time.Hour), o1)
+		c.exec(t, `UPDATE outbox SET lease_owner = $1, lease_expires_at = $2 WHERE id = $3`, c.e.LeaseOwner("relay-a"), now.Add(time.Hour), o1)
 		var shard int
 		if err := c.db.SQL.QueryRow(c.db.Q(`SELECT shard FROM outbox WHERE id = $1`), o1).Scan(&shard); err != nil {
 			t.Fatal(err)
@@ -311,7 +311,7 @@ func TestAdminDeadLetters(t *testing.T) {
 		}
 		// o-1's later event is in flight, claimed by a relay: it
 		// overtakes the retried one.
-		c.exec(t, `UPDATE outbox SET lease_owner = 'relay-x', lease_expires_at = $1 WHERE id = $2`, time.Now().UTC().Add(time.Hour), alive)
+		c.exec(t, `UPDATE outbox SET lease_owner = $1, lease_expires_at = $2 WHERE id = $3`, c.e.LeaseOwner("relay-x"), time.Now().UTC().Add(time.Hour), alive)
 		retried, err = c.adm.Retry(ctx, outboxadmin.Filter{IDs: []int64{a1}}, false)
 		if err != nil || len(retried) != 1 || retried[0].ID != a1 || !slices.Equal(retried[0].Overtaken, []int64{alive}) {
 			t.Fatalf("Retry(a1) = %+v, %v; want a1 overtaken by %d", retried, err, alive)

@@ -530,7 +530,7 @@ func (b *claimBundle) bulkRows(t *testing.T, k int, prefix, state, retryAt strin
 	n, from := testkit.MySQLNumbers(k)
 	b.exec(t, `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, headers, created_at, state, attempts, retry_at, published_at)
 		SELECT UUID(), 'orders', CONCAT(?, n), 'order.placed', '{}', '{}', UTC_TIMESTAMP(6), ?, IF(? = 'published', 0, 1), `+retryAt+`,
-		       IF(? = 'published', UTC_TIMESTAMP(6), NULL)
+		       IF(? = 'published', UTC_TIMESTAMP(6), '`+outboxsql.MySQLUnpublished+`')
 		FROM (SELECT `+n+` AS n FROM `+from+`) s
 		WHERE n < ?`, prefix, state, state, state, k)
 }

@@ -465,7 +465,7 @@ func TestMySQLShardsInHandover(t *testing.T) {
 		}
 	}
 	lease := func(c, owner, expires string) {
-		b.exec(t, `UPDATE outbox SET lease_owner = ?, lease_expires_at = `+expires+` WHERE id = ?`, owner, cases[c])
+		b.exec(t, `UPDATE outbox SET lease_owner = ?, lease_expires_at = `+expires+` WHERE id = ?`, outboxsql.MySQLLeaseKey(owner), cases[c])
 	}
 	lease("peer", "peer", "UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE")
 	lease("peer-retry", "peer", "UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE")
@@ -568,7 +568,7 @@ func TestMySQLPrune(t *testing.T) {
 	}
 	// The next batch's oldest row replayed between the read and the delete.
 	ids, n = b.prune(t, b.db, 24*time.Hour, 3, func(ids []int64) {
-		b.exec(t, `UPDATE outbox SET state = 'pending', published_at = NULL WHERE id = ?`, ids[0])
+		b.exec(t, `UPDATE outbox SET state = 'pending', published_at = ? WHERE id = ?`, outboxsql.MySQLUnpublished, ids[0])
 	})
 	if !slices.Equal(ids, old[2:5]) || n != 2 {
 		t.Fatalf("second batch: read %v, deleted %d; want %v read and 2 deleted", ids, n, old[2:5])
@@ -595,7 +595,7 @@ func TestMySQLStats(t *testing.T) {
 	// nb and retry_at retry (SQL expressions), in state.
 	row := func(agg, state, ago, nb, retry string) {
 		b.exec(t, `INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, headers, created_at, not_before, retry_at, state, published_at)
-			VALUES (UUID(), 'orders', ?, 'order.placed', '{}', '{}', UTC_TIMESTAMP(6) - INTERVAL `+ago+`, `+nb+`, `+retry+`, ?, IF(? = 'published', UTC_TIMESTAMP(6), NULL))`,
+			VALUES (UUID(), 'orders', ?, 'order.placed', '{}', '{}', UTC_TIMESTAMP(6) - INTERVAL `+ago+`, `+nb+`, `+retry+`, ?, IF(? = 'published', UTC_TIMESTAMP(6), '`+outboxsql.MySQLUnpublished+`'))`,
 			agg, state, state)
 	}
 	never := "'" + outboxsql.MySQLNeverRetried + "'"

@@ -3,7 +3,10 @@ package engines_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,7 +94,8 @@ func TestMySQLMigrationLockIsPerDatabase(t *testing.T) {
 // TestMySQLVersion2MovesFewerIndexes: the MySQL outbox's version 2 drops
 // the secondary indexes a mark moved and no statement needs, and its
 // down gives version 1's back, with rows in the table either way; a
-// table at version 1 is too old for the relay (MySQLLatest).
+// table at version 1 is too old for the relay (MySQLLatest). It runs at
+// version 2, below version 3's columns.
 func TestMySQLVersion2MovesFewerIndexes(t *testing.T) {
 	t.Parallel()
 	testkit.MySQLURL(t)
@@ -101,8 +105,11 @@ func TestMySQLVersion2MovesFewerIndexes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2}) {
-		t.Fatalf("Up = %v, %v; want versions 1 and 2", applied, err)
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2, 3}) {
+		t.Fatalf("Up = %v, %v; want versions 1 to 3", applied, err)
+	}
+	if v, err := m.Down(ctx); err != nil || v != 3 {
+		t.Fatalf("Down = %d, %v; want 3", v, err)
 	}
 	indexes := func() []string {
 		t.Helper()
@@ -132,16 +139,139 @@ func TestMySQLVersion2MovesFewerIndexes(t *testing.T) {
 	if err := m.Check(ctx, migrations.Outbox.MySQLLatest()); !errors.Is(err, migrations.ErrSchemaTooOld) {
 		t.Fatalf("Check at version 1 = %v, want ErrSchemaTooOld", err)
 	}
-	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{2}) {
-		t.Fatalf("Up from version 1 = %v, %v; want version 2", applied, err)
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{2, 3}) {
+		t.Fatalf("Up from version 1 = %v, %v; want versions 2 and 3", applied, err)
 	}
 	if got := indexes(); !slices.Equal(got, v2) {
 		t.Fatalf("indexes after Up from version 1: %v, want %v", got, v2)
 	}
 	if err := m.Check(ctx, migrations.Outbox.MySQLLatest()); err != nil {
-		t.Fatalf("Check at version 2 = %v", err)
+		t.Fatalf("Check at version 3 = %v", err)
 	}
 	if n := mustColumn[int](t, db.SQL, `SELECT COUNT(*) FROM outbox`)[0]; n != 3 {
 		t.Fatalf("%d rows after Down and Up, want 3", n)
+	}
+}
+
+// TestMySQLVersion3ConvertsLeases: version 3 stores a lease's holder as
+// its key and an unset lease or published_at as values, not NULL. Up
+// converts version 2's rows: the NULLs become those values, and a leased
+// row keeps its lease under its holder's key (a token of 16 bytes too);
+// its statements run again over a table they converted change nothing
+// (the migrator's rule for MySQL). Down gives back the token of each
+// holder still in the relays table, the key in hex of any other, and the
+// NULLs.
+func TestMySQLVersion3ConvertsLeases(t *testing.T) {
+	t.Parallel()
+	testkit.MySQLURL(t)
+	ctx := context.Background()
+	db := testkit.NewDBOn(t, testkit.MySQL)
+	m, err := migrations.New(db.SQL, migrations.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2, 3}) {
+		t.Fatalf("Up = %v, %v; want versions 1 to 3", applied, err)
+	}
+	if v, err := m.Down(ctx); err != nil || v != 3 {
+		t.Fatalf("Down = %d, %v; want 3", v, err)
+	}
+
+	// At version 2: three leases, of a live relay, of a live relay whose
+	// token has 16 bytes, and of one that left; and no lease on the rest.
+	const live, short, gone, until = "relay-a#0123abcd", "relay07#89abcdef", "relay-gone#fedcba98", "2030-01-02 03:04:05.678901"
+	if len(short) != 16 {
+		t.Fatal("the short token is not 16 bytes long")
+	}
+	exec := func(query string, args ...any) {
+		t.Helper()
+		if _, err := db.SQL.ExecContext(ctx, query, args...); err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+	}
+	exec(`INSERT INTO outbox_relays (id, started_at, heartbeat_at) VALUES (?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)), (?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`, live, short)
+	exec(`INSERT INTO outbox (event_id, topic, aggregate_id, event_type, payload, headers, created_at, state, lease_owner, lease_expires_at, published_at)
+		VALUES (UUID(), 't', 'a', 'e', '{}', '{}', UTC_TIMESTAMP(6), 'pending', NULL, NULL, NULL),
+		       (UUID(), 't', 'b', 'e', '{}', '{}', UTC_TIMESTAMP(6), 'pending', ?, ?, NULL),
+		       (UUID(), 't', 'c', 'e', '{}', '{}', UTC_TIMESTAMP(6), 'pending', ?, ?, NULL),
+		       (UUID(), 't', 'd', 'e', '{}', '{}', UTC_TIMESTAMP(6), 'pending', ?, ?, NULL),
+		       (UUID(), 't', 'e', 'e', '{}', '{}', UTC_TIMESTAMP(6), 'dead', NULL, NULL, NULL),
+		       (UUID(), 't', 'f', 'e', '{}', '{}', UTC_TIMESTAMP(6), 'published', NULL, NULL, ?)`,
+		live, until, short, until, gone, until, until)
+
+	// Each row as text: state, lease owner (hex at version 3), lease end
+	// and published_at, "-" for NULL.
+	rows := func() []string {
+		t.Helper()
+		return mustColumn[string](t, db.SQL, `SELECT CONCAT_WS(' ', state,
+			COALESCE(IF(LENGTH(lease_owner) = 16 AND lease_owner NOT IN (SELECT id FROM outbox_relays), LOWER(HEX(lease_owner)), lease_owner), '-'),
+			COALESCE(CAST(lease_expires_at AS CHAR), '-'), COALESCE(CAST(published_at AS CHAR), '-'))
+			FROM outbox ORDER BY id`)
+	}
+	hexKey := func(token string) string { return fmt.Sprintf("%x", outboxsql.MySQLLeaseKey(token)) }
+	const never = "1000-01-01 00:00:00.000000"
+	none := strings.Repeat("00", 16) + " " + never
+	v2 := []string{
+		"pending - - -",
+		"pending " + live + " " + until + " -",
+		"pending " + short + " " + until + " -",
+		"pending " + gone + " " + until + " -",
+		"dead - - -",
+		"published - - " + until,
+	}
+	if got := rows(); !slices.Equal(got, v2) {
+		t.Fatalf("rows at version 2:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(v2, "\n"))
+	}
+	v3 := []string{
+		"pending " + none + " " + never,
+		"pending " + hexKey(live) + " " + until + " " + never,
+		"pending " + hexKey(short) + " " + until + " " + never,
+		"pending " + hexKey(gone) + " " + until + " " + never,
+		"dead " + none + " " + never,
+		"published " + none + " " + until,
+	}
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{3}) {
+		t.Fatalf("Up from version 2 = %v, %v; want version 3", applied, err)
+	}
+	if got := rows(); !slices.Equal(got, v3) {
+		t.Fatalf("rows at version 3:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(v3, "\n"))
+	}
+
+	// Up's statements again, as after a run interrupted before it recorded
+	// the version.
+	up, err := fs.ReadFile(migrations.Outbox.MySQLFS(), "0003_fixed_lease.up.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range outboxsql.SplitStatements(string(up)) {
+		exec(stmt)
+	}
+	if got := rows(); !slices.Equal(got, v3) {
+		t.Fatalf("rows after version 3's statements ran again:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(v3, "\n"))
+	}
+
+	// Down: the live relays' tokens come back, the key of the one that
+	// left stays, in hex.
+	if v, err := m.Down(ctx); err != nil || v != 3 {
+		t.Fatalf("Down = %d, %v; want 3", v, err)
+	}
+	down := slices.Clone(v2)
+	down[3] = "pending " + hexKey(gone) + " " + until + " -"
+	if got := rows(); !slices.Equal(got, down) {
+		t.Fatalf("rows after Down to version 2:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(down, "\n"))
+	}
+	if typ := mustColumn[string](t, db.SQL, `SELECT COLUMN_TYPE FROM information_schema.COLUMNS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'outbox' AND COLUMN_NAME = 'state'`)[0]; typ != "varchar(9)" {
+		t.Fatalf("state is %s after Down, want varchar(9)", typ)
+	}
+	// Up again: the hex left for the holder that left is a token to it,
+	// whose key no relay has either.
+	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{3}) {
+		t.Fatalf("Up again = %v, %v; want version 3", applied, err)
+	}
+	again := slices.Clone(v3)
+	again[3] = "pending " + hexKey(hexKey(gone)) + " " + until + " " + never
+	if got := rows(); !slices.Equal(got, again) {
+		t.Fatalf("rows at version 3 again:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(again, "\n"))
 	}
 }

@@ -443,7 +443,7 @@ func TestMySQLOpsRetry(t *testing.T) {
 			pending := b.insert(t, spec{agg: "g0"})
 			// A lease left on the dead rows (a claim's, as Fail would
 			// clear it): the retry clears it.
-			b.exec(t, `UPDATE outbox SET lease_owner = 'r0', lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE state = 'dead'`)
+			b.exec(t, `UPDATE outbox SET lease_owner = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE state = 'dead'`, outboxsql.MySQLLeaseKey("r0"))
 			// The floor above every row, as a claim floor that passed them.
 			b.exec(t, `UPDATE outbox_claim_floor SET floor = ?`, pending+1)
 			_, gen := b.floor(t)
@@ -472,12 +472,13 @@ func TestMySQLOpsRetry(t *testing.T) {
 					t.Fatalf("retried row %d: state %s, attempts %d, lease %q, last error %q", id, r.State, r.Attempts, r.LeaseOwner, r.LastError)
 				}
 				var lane sql.NullInt64
-				var expires sql.NullString
-				if err := b.db.QueryRow(`SELECT lane, lease_expires_at FROM outbox WHERE id = ?`, id).Scan(&lane, &expires); err != nil {
+				var held bool
+				if err := b.db.QueryRow(`SELECT lane, lease_owner <> `+outboxsql.MySQLNoLeaseOwner+` OR lease_expires_at <> '`+outboxsql.MySQLNeverRetried+`'
+FROM outbox WHERE id = ?`, id).Scan(&lane, &held); err != nil {
 					t.Fatal(err)
 				}
-				if lane.Int64 != 1 || expires.Valid {
-					t.Fatalf("retried row %d: lane %v, lease_expires_at %v; want a first attempt with no lease", id, lane, expires)
+				if lane.Int64 != 1 || held {
+					t.Fatalf("retried row %d: lane %v, a lease %t; want a first attempt with no lease", id, lane, held)
 				}
 			}
 			if r := b.row(t, published); r.State != "published" {
@@ -960,7 +961,7 @@ func TestMySQLOpsStatus(t *testing.T) {
 // dead rows are the filter's matches (ids, an aggregate: the rows given,
 // the aggregate's rows; no filter, a topic, a type, a creation window:
 // the dead rows walked in id order on outbox_prune_idx, where the
-// unpublished rows' published_at is NULL too).
+// unpublished rows' published_at is MySQLUnpublished too).
 func TestMySQLOpsDeadListCostIsItsPage(t *testing.T) {
 	t.Parallel()
 	type form struct {

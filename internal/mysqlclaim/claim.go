@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -128,7 +129,7 @@ type Undecodable struct {
 type candidate struct {
 	id        int64
 	aggregate string
-	owner     sql.NullString
+	owner     string // the lease's holder: its key (outboxsql.MySQLLeaseKey) as bytes
 	expires   outboxsql.MySQLTime
 	retry     bool // read by MySQLClaimRetry
 }
@@ -298,11 +299,12 @@ func markUndecodable(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Param
 	return nil
 }
 
-// due reports whether c was due as read: unleased, or under a lease that
-// expired or whose holder is gone. The rows the claimer holds under a
-// live lease were not read.
+// due reports whether c was due as read: unleased (its lease ended long
+// ago: outboxsql.MySQLNoLease), or under a lease that expired or whose
+// holder is gone. The rows the claimer holds under a live lease were not
+// read.
 func due(c candidate, now time.Time, gone map[string]bool) bool {
-	return !c.owner.Valid || !c.expires.Time.After(now) || gone[c.owner.String]
+	return !c.expires.Time.After(now) || gone[c.owner]
 }
 
 // candidates reads the first attempts and the due retries, and keeps the
@@ -327,14 +329,14 @@ func candidates(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Params, fl
 		}
 		for rows.Next() {
 			var (
-				c   candidate
-				agg []byte
+				c          candidate
+				agg, owner []byte
 			)
-			if err := rows.Scan(&c.id, &agg, &c.owner, &c.expires); err != nil {
+			if err := rows.Scan(&c.id, &agg, &owner, &c.expires); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("mysqlclaim: read candidates: %w", err)
 			}
-			c.aggregate, c.retry = string(agg), retry
+			c.aggregate, c.owner, c.retry = string(agg), string(owner), retry
 			if retry {
 				retries = append(retries, c.id)
 			}
@@ -362,30 +364,31 @@ func candidates(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Params, fl
 }
 
 // liveness reports whether owner is in the relays table (ok), and which
-// holders of the candidates' unexpired leases are not (gone).
+// holders of the candidates' unexpired leases are not (gone, by key).
 func liveness(ctx context.Context, tx *sql.Tx, n outboxsql.Names, owner string, cands []candidate, now time.Time) (gone map[string]bool, ok bool, err error) {
-	asked := []string{owner}
+	own := outboxsql.MySQLLeaseKey(owner)
+	asked := [][]byte{own}
 	gone = map[string]bool{}
 	for _, c := range cands {
-		if c.owner.Valid && c.owner.String != owner && c.expires.Time.After(now) && !gone[c.owner.String] {
-			gone[c.owner.String] = true
-			asked = append(asked, c.owner.String)
+		if c.owner != string(own) && c.expires.Time.After(now) && !gone[c.owner] {
+			gone[c.owner] = true
+			asked = append(asked, []byte(c.owner))
 		}
 	}
-	rows, err := query(ctx, tx, outboxsql.MySQLClaimLive(n, len(asked)), outboxsql.MySQLIDsArgs[string]{IDs: asked}.Args())
+	rows, err := query(ctx, tx, outboxsql.MySQLClaimLive(n, len(asked)), outboxsql.MySQLLeaseKeysArgs{Keys: asked}.Args())
 	if err != nil {
 		return nil, false, fmt.Errorf("mysqlclaim: read the live relays: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var key []byte
+		if err := rows.Scan(&key); err != nil {
 			return nil, false, fmt.Errorf("mysqlclaim: read the live relays: %w", err)
 		}
-		if id == owner {
+		if string(key) == string(own) {
 			ok = true
 		}
-		delete(gone, id)
+		delete(gone, string(key))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, false, fmt.Errorf("mysqlclaim: read the live relays: %w", err)
@@ -459,10 +462,10 @@ func blockers(ctx context.Context, tx *sql.Tx, n outboxsql.Names, owner string, 
 // holds, and returns them by id.
 func lockDue(ctx context.Context, tx *sql.Tx, n outboxsql.Names, ids []int64, now time.Time, gone map[string]bool) (map[int64]Row, error) {
 	args := outboxsql.MySQLClaimLockArgs{IDs: ids, Now: now}
-	for o := range gone {
-		args.Gone = append(args.Gone, o)
+	keys := slices.Sorted(maps.Keys(gone))
+	for _, k := range keys {
+		args.Gone = append(args.Gone, []byte(k))
 	}
-	slices.Sort(args.Gone)
 	rows, err := query(ctx, tx, outboxsql.MySQLClaimLock(n, len(ids), len(args.Gone)), args.Args())
 	if err != nil {
 		return nil, fmt.Errorf("mysqlclaim: lock %d rows: %w", len(ids), err)

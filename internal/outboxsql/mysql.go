@@ -22,6 +22,11 @@ import (
 // '-infinity'): DATETIME's lowest value.
 const MySQLNeverRetried = "1000-01-01 00:00:00"
 
+// MySQLUnpublished is published_at of a row not published: the column is
+// NOT NULL (schema version 3), so that the mark writes it in place, and
+// holds DATETIME's lowest value, as retry_at does, until then.
+const MySQLUnpublished = "1000-01-01 00:00:00"
+
 // MySQLNamesFor is NamesFor for MySQL: the same names, quoted with
 // backticks. A schema is refused: in MySQL a schema is a database, and the
 // outbox lives in the database the connection names (Table.Schema may

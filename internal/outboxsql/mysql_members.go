@@ -218,14 +218,14 @@ func MySQLShardsInHandover(n Names, shards int) string {
      WHERE o.lane = 2 AND ` + others + ` AND o.retry_at <= UTC_TIMESTAMP(6)` + filter + `
      ORDER BY o.lane, o.retry_at LIMIT ?)
 ) w
-WHERE w.lease_owner IS NOT NULL AND w.lease_owner <> ? AND w.lease_expires_at > UTC_TIMESTAMP(6)
-  AND w.lease_owner IN (SELECT id FROM {{relays}})
+WHERE w.lease_owner <> ? AND w.lease_expires_at > UTC_TIMESTAMP(6)
+  AND w.lease_owner IN (SELECT ` + mysqlRelayLeaseKey + ` FROM {{relays}} r)
 ORDER BY w.shard`)
 }
 
 // MySQLHandoverArgs binds MySQLShardsInHandover.
 type MySQLHandoverArgs struct {
-	Owner  string  // the incarnation
+	Owner  string  // the incarnation's token
 	Shards []int16 // the shards to check, as many as the statement was built for
 	Window int     // how many rows of each window to read, a claim's batch
 }
@@ -240,7 +240,7 @@ func (a MySQLHandoverArgs) Args() []any {
 		}
 		args = append(args, a.Window)
 	}
-	return append(args, a.Owner)
+	return append(args, MySQLLeaseKey(a.Owner))
 }
 
 // MySQLPruneBatch is Prune's first half: the ids of up to Batch published
@@ -366,14 +366,15 @@ const (
 )
 
 // MySQLStatsDead is StatsDead: the dead rows, counted on outbox_prune_idx
-// (state, published_at, id; a dead row's published_at is NULL) up to Cap,
-// with no estimate beyond (see MySQLStatsBacklogScheduled).
+// (state, published_at, id; a dead row's published_at is
+// MySQLUnpublished) up to Cap, with no estimate beyond (see
+// MySQLStatsBacklogScheduled).
 // Binds MySQLCountArgs.
 const MySQLStatsDead = `SELECT ` + mysqlDeadCount
 
 // mysqlDeadCount is MySQLStatsDead's count, as a scalar subquery.
 const mysqlDeadCount = `(SELECT COUNT(*) FROM (SELECT 1 FROM {{table}} FORCE INDEX ({{index prune}})
-       WHERE state = 'dead' AND published_at IS NULL LIMIT ?) d)`
+       WHERE state = 'dead' AND published_at = '` + MySQLUnpublished + `' LIMIT ?) d)`
 
 // MySQLStats is txoutbox.ReadStats on MySQL, in one statement: the
 // unpublished, dead and scheduled rows counted up to a cap each

@@ -41,33 +41,46 @@ const MySQLOpsMaxIDs = 5000
 // row, else the end of its backoff (retry_at, kept by a failure that made
 // it dead too) or the time it became due (due_at: created_at, or a later
 // not_before), whichever is later. MySQLNeverRetried is earlier than any.
-const mysqlNextAttempt = `CASE WHEN lane IS NOT NULL AND lease_owner IS NOT NULL THEN lease_expires_at ELSE GREATEST(retry_at, due_at) END`
+const mysqlNextAttempt = `CASE WHEN lane > 0 AND lease_owner <> ` + MySQLNoLeaseOwner + ` THEN lease_expires_at ELSE GREATEST(retry_at, due_at) END`
+
+// mysqlLeaseHolder is who holds a row's lease as operators see it: the
+// outbox stores a key of the holder's token (MySQLLeaseKey), so this is
+// the relay whose id has that key, or the key in hex when no relay in the
+// relays table has it (its holder left); empty when no one holds it.
+const mysqlLeaseHolder = `CASE WHEN lease_owner = ` + MySQLNoLeaseOwner + ` THEN ''
+       ELSE COALESCE((SELECT r.id FROM {{relays}} r WHERE ` + mysqlRelayLeaseKey + ` = lease_owner), LOWER(HEX(lease_owner))) END`
+
+// MySQLStateColumn is StateColumn on MySQL: "claimed" for an unpublished
+// row a relay holds under a lease, live or expired (lease_owner is not
+// MySQLNoLeaseOwner).
+const MySQLStateColumn = `CASE WHEN state IN ('pending', 'claimed') AND lease_owner <> ` + MySQLNoLeaseOwner + ` THEN 'claimed' ELSE state END`
 
 // mysqlOpsRowColumns is opsRowColumns on MySQL: what an operator sees of a
 // row, in the same order (outboxadmin's scanRow), with the state as
-// StateColumn gives it. Times are DATETIME (MySQLTime); aggregate_id is
-// bytes.
+// MySQLStateColumn gives it, and published_at NULL until published.
+// Times are DATETIME (MySQLTime); aggregate_id is bytes.
 const mysqlOpsRowColumns = `id, event_id, topic, aggregate_type, aggregate_id, event_type, content_type,
-       LENGTH(payload), CAST(headers AS CHAR), created_at, ` + StateColumn + `, attempts, ` + mysqlNextAttempt + `,
-       COALESCE(last_error, ''), published_at, COALESCE(lease_owner, '')`
+       LENGTH(payload), CAST(headers AS CHAR), created_at, ` + MySQLStateColumn + `, attempts, ` + mysqlNextAttempt + `,
+       COALESCE(last_error, ''), NULLIF(published_at, '` + MySQLUnpublished + `'), ` + mysqlLeaseHolder
 
 // The dead-letter selections (MySQLOpsDeadList, MySQLOpsDeadCount,
 // MySQLOpsDeadLock) take the filters of DeadArgs, and come in one form per
 // set of filters given (DeadFilters) and number of ids, which names only
 // those and binds them in one order (MySQLDeadArgs). The MySQL schema has
 // fewer indexes for them than PostgreSQL's (no dead topic, type or
-// creation index, and no partial index: lane is NULL for published and
+// creation index, and no partial index: lane is 0 for published and
 // dead rows alike), so what a form reads is, by its leading filter:
 //
 //   - ids: the rows given, on the primary key.
 //   - aggregate: the aggregate's published and dead rows above the page's
-//     start, in id order on outbox_aggregate_idx (aggregate_id, NULL lane,
+//     start, in id order on outbox_aggregate_idx (aggregate_id, lane 0,
 //     id), until the page is full: bounded by the aggregate's rows, not by
 //     the page (PostgreSQL's dead aggregate index holds dead rows only).
 //   - otherwise (no filter, topic, event type, creation window): the dead
 //     rows above the page's start, in id order on outbox_prune_idx
-//     (state, published_at, id: a dead row's published_at is NULL, so
-//     state = 'dead' AND published_at IS NULL is one range in id order),
+//     (state, published_at, id: a dead row's published_at is
+//     MySQLUnpublished, so state = 'dead' AND published_at =
+//     MySQLUnpublished is one range in id order),
 //     until the page is full. With no filter, or a filter
 //     most dead rows match, that is the page; a filter few match reads
 //     the dead rows between its matches, up to every dead row above the
@@ -84,18 +97,18 @@ func mysqlDeadLead(f DeadFilters) (index, cond string) {
 	case f&DeadIDs != 0:
 		return "PRIMARY", ""
 	case f&DeadAggregate != 0:
-		return "{{index aggregate}}", " AND lane IS NULL"
+		return "{{index aggregate}}", " AND lane = 0"
 	}
-	return "{{index prune}}", " AND published_at IS NULL"
+	return "{{index prune}}", " AND published_at = '" + MySQLUnpublished + "'"
 }
 
 // mysqlDeadWhere is the FROM and WHERE of the dead rows the filters f
 // select, ids ids given, then " AND id > ?" with after. Each set filter's
 // parameters come in DeadFilters' order (MySQLDeadArgs), after's last.
-// Each leading index gives its rows in id order (its equalities, lane IS
-// NULL or published_at IS NULL among them, fix the columns before id), so
-// ORDER BY id ... LIMIT
-// stops at the page with no sort (MariaDB sorts if the order names lane).
+// Each leading index gives its rows in id order (its equalities, lane =
+// 0 or published_at = MySQLUnpublished among them, fix the columns
+// before id), so ORDER BY id ... LIMIT stops at the page with no sort
+// (MariaDB sorts if the order names lane).
 func mysqlDeadWhere(f DeadFilters, ids int, after bool) string {
 	index, lead := mysqlDeadLead(f)
 	var b strings.Builder
@@ -273,14 +286,14 @@ func (a MySQLOpsTimeoutsArgs) Args() []any {
 // MySQLOpsLockUnpublished is OpsLockUnpublished on MySQL: it locks the
 // unpublished rows (lane 1 or 2) of aggs aggregates, on
 // outbox_aggregate_idx, and returns id, aggregate_id and the state
-// (StateColumn: "claimed" for a row under a lease, live or expired). FOR
+// (MySQLStateColumn: "claimed" for a row under a lease, live or expired). FOR
 // UPDATE without SKIP LOCKED waits for a session holding one (a failure
 // being recorded). A retry runs it holding the claim gate
 // (MySQLOpsClaimGate), so no claim is in progress: the rows claimed then
 // are the ones in flight, which Retried.Overtaken reports for the rows
 // above a retried one. Binds MySQLIDsArgs (strings).
 func MySQLOpsLockUnpublished(n Names, aggs int) string {
-	return n.Render(`SELECT id, aggregate_id, ` + StateColumn + `
+	return n.Render(`SELECT id, aggregate_id, ` + MySQLStateColumn + `
 FROM {{table}} FORCE INDEX ({{index aggregate}})
 WHERE aggregate_id IN (` + mysqlPlaceholders(aggs) + `) AND lane IN (1, 2)
 ORDER BY id
@@ -295,7 +308,7 @@ FOR UPDATE`)
 // locked (MySQLOpsDeadLock), so every id changes. Binds MySQLIDsArgs.
 func MySQLOpsRetry(n Names, ids int) string {
 	return n.Render(`UPDATE {{table}}
-SET state = 'pending', attempts = 0, retry_at = '` + MySQLNeverRetried + `', lease_owner = NULL, lease_expires_at = NULL
+SET state = 'pending', attempts = 0, retry_at = '` + MySQLNeverRetried + `', ` + MySQLNoLease + `
 WHERE id IN (` + mysqlPlaceholders(ids) + `) AND state = 'dead'`)
 }
 
@@ -384,14 +397,14 @@ FOR UPDATE`)
 
 // MySQLOpsReplay is OpsReplay on MySQL: it returns ids rows to pending,
 // as first attempts due at once with attempts reset, if they are still
-// published, and clears published_at and the lease, so no settlement of
-// an earlier claim of them (a late Mark with its version) lands on the
-// replayed row. It returns nothing: MySQLOpsReplayLock read the rows it
+// published, and clears published_at (MySQLUnpublished) and the lease,
+// so no settlement of an earlier claim of them (a late Mark with its
+// version) lands on the replayed row. It returns nothing: MySQLOpsReplayLock read the rows it
 // changes. Binds MySQLIDsArgs.
 func MySQLOpsReplay(n Names, ids int) string {
 	return n.Render(`UPDATE {{table}}
-SET state = 'pending', attempts = 0, retry_at = '` + MySQLNeverRetried + `', published_at = NULL,
-    lease_owner = NULL, lease_expires_at = NULL
+SET state = 'pending', attempts = 0, retry_at = '` + MySQLNeverRetried + `', published_at = '` + MySQLUnpublished + `',
+    ` + MySQLNoLease + `
 WHERE id IN (` + mysqlPlaceholders(ids) + `) AND state = 'published'`)
 }
 
@@ -409,13 +422,13 @@ LIMIT ?`
 // MySQLOpsLookupAggregate is OpsLookupAggregate on MySQL: an aggregate's
 // rows in any state, newest first, at most a limit. outbox_aggregate_idx
 // (aggregate_id, lane, id) covers every row, published and dead ones in
-// its NULL lane: it reads each lane's newest rows, a limit of each, so
+// its lane 0: it reads each lane's newest rows, a limit of each, so
 // published rows of any age are found, at the cost of three limits'
 // entries. Binds MySQLLookupArgs.
 const MySQLOpsLookupAggregate = `SELECT ` + mysqlOpsRowColumns + `
 FROM {{table}}
 WHERE id IN (SELECT id FROM (
-    (SELECT id FROM {{table}} FORCE INDEX ({{index aggregate}}) WHERE aggregate_id = ? AND lane IS NULL ORDER BY id DESC LIMIT ?)
+    (SELECT id FROM {{table}} FORCE INDEX ({{index aggregate}}) WHERE aggregate_id = ? AND lane = 0 ORDER BY id DESC LIMIT ?)
     UNION ALL
     (SELECT id FROM {{table}} FORCE INDEX ({{index aggregate}}) WHERE aggregate_id = ? AND lane = 1 ORDER BY id DESC LIMIT ?)
     UNION ALL
@@ -525,9 +538,8 @@ const MySQLOpsHandovers = `SELECT DISTINCT w.shard FROM (
     ORDER BY id
     LIMIT ?
 ) w JOIN {{shards}} s ON s.shard = w.shard
-WHERE w.lease_owner IS NOT NULL AND w.lease_expires_at > UTC_TIMESTAMP(6)
-  AND (s.owner IS NULL OR w.lease_owner <> s.owner)
-  AND w.lease_owner IN (SELECT id FROM {{relays}})
+WHERE w.lease_expires_at > UTC_TIMESTAMP(6)
+  AND w.lease_owner IN (SELECT ` + mysqlRelayLeaseKey + ` FROM {{relays}} r WHERE s.owner IS NULL OR r.id <> s.owner)
 ORDER BY 1`
 
 // MySQLHandoversArgs binds MySQLOpsHandovers.

@@ -1,6 +1,7 @@
 package outboxsql
 
 import (
+	"crypto/sha256"
 	"strings"
 	"time"
 )
@@ -18,6 +19,40 @@ import (
 // A claim's version, which fences the statements that settle its rows, is
 // the lease_expires_at it wrote (the schema has no xmin): every change a
 // claim, mark, fail or release makes to a row sets or clears it.
+//
+// The lease is two fixed-size NOT NULL columns (schema version 3), so that
+// leasing a row and clearing its lease rewrite it in place instead of
+// growing it on a page the inserts packed full: lease_owner is the
+// holder's MySQLLeaseKey, lease_expires_at its end; a row no one holds has
+// MySQLNoLease in both, which never matches a key and has long expired.
+
+// MySQLLeaseKey is the lease_owner an incarnation's token is stored as:
+// the first 16 bytes of its SHA-256. A token ("<Config.ID>#<random>") has
+// no fixed length, and a fixed-size column is what lets a lease be written
+// in place. Two live incarnations collide with a chance of about 2^-128.
+// SQL finds a lease's holder in the relays table by the same key of each
+// relay's id (mysqlRelayLeaseKey): the table holds a row per live relay, so
+// computing it there costs nothing, and it needs no column of its own.
+func MySQLLeaseKey(token string) []byte {
+	h := sha256.Sum256([]byte(token))
+	return h[:16]
+}
+
+// mysqlRelayLeaseKey is MySQLLeaseKey in SQL, of the id of a relay r in
+// the relays table (utf8mb4, whose bytes SHA2 hashes as Go's do): the
+// first 32 hexadecimal digits of its SHA-256, as bytes. Both servers have
+// SHA2 and UNHEX.
+const mysqlRelayLeaseKey = "UNHEX(LEFT(SHA2(r.id, 256), 32))"
+
+// MySQLNoLeaseOwner is lease_owner of a row no one holds: sixteen zero
+// bytes, which no key is but with a chance of 2^-128.
+const MySQLNoLeaseOwner = "X'00000000000000000000000000000000'"
+
+// MySQLNoLease is the assignment that clears a row's lease: the columns'
+// defaults, which the writers' inserts leave them at. lease_expires_at
+// has MySQLNeverRetried, earlier than any clock, so a lease test on it
+// alone (lease_expires_at <= now) holds of a row no one holds.
+const MySQLNoLease = "lease_owner = " + MySQLNoLeaseOwner + ", lease_expires_at = '" + MySQLNeverRetried + "'"
 
 // MySQLClaimGate opens a claim: it takes the claim gate shared, an S lock
 // on the claim floor's one row, which operators' retry and replay take
@@ -53,8 +88,9 @@ type MySQLLockWaitArgs struct {
 func (a MySQLLockWaitArgs) Args() []any { return []any{max(1, int64(a.Wait/time.Second))} }
 
 // mysqlNotOwnLive is true of a row the claiming incarnation does not hold
-// under a live lease; its parameters are the owner and the claim's clock.
-const mysqlNotOwnLive = `(lease_owner IS NULL OR lease_owner <> ? OR lease_expires_at <= ?)`
+// under a live lease (a row no one holds too: MySQLNoLease); its
+// parameters are the owner's key and the claim's clock.
+const mysqlNotOwnLive = `(lease_owner <> ? OR lease_expires_at <= ?)`
 
 // MySQLClaimFresh reads, without locking, the first Limit first
 // attempts (lane 1) from the claim floor on, in id order on
@@ -139,14 +175,14 @@ type MySQLClaimReadArgs struct {
 	Floor   int64     // the claim floor (fresh only)
 	Now     time.Time // the claim's clock (MySQLClaimGate)
 	Shards  []int16   // as many as the statement was built for
-	Owner   string    // the claiming incarnation
+	Owner   string    // the claiming incarnation's token
 	Retries []int64   // the retries read (fresh only), as many as the statement was built for
 	Limit   int
 }
 
 // Args returns the parameters in order.
 func (a MySQLClaimReadArgs) Args() []any {
-	now := a.Now.UTC()
+	now, key := a.Now.UTC(), MySQLLeaseKey(a.Owner)
 	args := make([]any, 0, 6+len(a.Shards))
 	if a.Retry {
 		args = append(args, now)
@@ -156,22 +192,37 @@ func (a MySQLClaimReadArgs) Args() []any {
 	for _, s := range a.Shards {
 		args = append(args, s)
 	}
-	args = append(args, a.Owner, now)
+	args = append(args, key, now)
 	if a.Retry {
 		return append(args, now, a.Limit)
 	}
 	for _, id := range a.Retries {
 		args = append(args, id)
 	}
-	return append(args, a.Owner, now, a.Limit)
+	return append(args, key, now, a.Limit)
 }
 
-// MySQLClaimLive reads which of k incarnations are live: in the relays
-// table. The claim asks for itself (it takes nothing when it is not) and
-// for the holders of unexpired leases on the rows it read: a lease whose
-// holder has left counts as expired. Binds MySQLIDsArgs (strings).
+// MySQLClaimLive reads which of k lease keys (MySQLLeaseKey) belong to
+// live incarnations: in the relays table, by its id's key. The claim
+// asks for itself (it takes nothing when it is not) and for the holders
+// of unexpired leases on the rows it read: a lease whose holder has left
+// counts as expired. Columns: the key. Binds MySQLLeaseKeysArgs.
 func MySQLClaimLive(n Names, k int) string {
-	return n.Render(`SELECT id FROM {{relays}} WHERE id IN (` + mysqlPlaceholders(k) + `)`)
+	return n.Render(`SELECT ` + mysqlRelayLeaseKey + ` FROM {{relays}} r WHERE ` + mysqlRelayLeaseKey + ` IN (` + mysqlPlaceholders(k) + `)`)
+}
+
+// MySQLLeaseKeysArgs binds MySQLClaimLive: one key per placeholder.
+type MySQLLeaseKeysArgs struct {
+	Keys [][]byte
+}
+
+// Args returns the parameters in order.
+func (a MySQLLeaseKeysArgs) Args() []any {
+	args := make([]any, len(a.Keys))
+	for i, k := range a.Keys {
+		args[i] = k
+	}
+	return args
 }
 
 // MySQLClaimBlockers finds, for each of aggs aggregates, the rows that
@@ -197,7 +248,7 @@ func MySQLClaimBlockers(n Names, aggs int) string {
 // MySQLClaimBlockersArgs binds MySQLClaimBlockers.
 type MySQLClaimBlockersArgs struct {
 	Aggregates []MySQLAggregateProbe
-	Owner      string
+	Owner      string // the claiming incarnation's token
 	Now        time.Time
 }
 
@@ -211,11 +262,11 @@ type MySQLAggregateProbe struct {
 
 // Args returns the parameters in order.
 func (a MySQLClaimBlockersArgs) Args() []any {
-	now := a.Now.UTC()
+	now, key := a.Now.UTC(), MySQLLeaseKey(a.Owner)
 	args := make([]any, 0, 10*len(a.Aggregates))
 	for _, g := range a.Aggregates {
 		for range 2 {
-			args = append(args, []byte(g.AggregateID), g.Below, a.Owner, now, g.Candidates+1)
+			args = append(args, []byte(g.AggregateID), g.Below, key, now, g.Candidates+1)
 		}
 	}
 	return args
@@ -237,8 +288,8 @@ func MySQLClaimLock(n Names, ids, gone int) string {
 	return n.Render(`SELECT id, event_id, topic, aggregate_type, aggregate_id, event_type, content_type, payload,
        CAST(headers AS CHAR), created_at, attempts
 FROM {{table}} FORCE INDEX (PRIMARY)
-WHERE id IN (` + mysqlPlaceholders(ids) + `) AND lane IS NOT NULL AND retry_at <= ?
-  AND (lease_owner IS NULL OR lease_expires_at <= ?` + goneTest + `)
+WHERE id IN (` + mysqlPlaceholders(ids) + `) AND lane > 0 AND retry_at <= ?
+  AND (lease_expires_at <= ?` + goneTest + `)
 FOR UPDATE SKIP LOCKED`)
 }
 
@@ -246,7 +297,7 @@ FOR UPDATE SKIP LOCKED`)
 type MySQLClaimLockArgs struct {
 	IDs  []int64
 	Now  time.Time
-	Gone []string // holders of unexpired leases not in the relays table
+	Gone [][]byte // keys of holders of unexpired leases not in the relays table
 }
 
 // Args returns the parameters in order.
@@ -263,8 +314,9 @@ func (a MySQLClaimLockArgs) Args() []any {
 }
 
 // MySQLClaimTake leases the picked rows, which the claim's transaction
-// holds locked, to the incarnation: lease_owner and lease_expires_at, the
-// claim's version. It sets nothing else: a row claimed stays pending, and
+// holds locked, to the incarnation: lease_owner (its key) and
+// lease_expires_at, the claim's version, both rewritten in place. It sets
+// nothing else: a row claimed stays pending, and
 // its retry_at (so its lane) is unchanged. Binds MySQLSettleArgs.
 func MySQLClaimTake(n Names, ids int) string {
 	return n.Render(`UPDATE {{table}} SET lease_owner = ?, lease_expires_at = ? WHERE id IN (` + mysqlPlaceholders(ids) + `)`)
@@ -273,10 +325,10 @@ func MySQLClaimTake(n Names, ids int) string {
 // MySQLMarkPublished records broker acknowledgements for ids rows that
 // the owner still holds under the claim of the version given: a row
 // taken over, re-claimed, released or replayed since has another
-// lease_expires_at (or none) and is left alone. Binds MySQLSettleArgs.
+// lease_expires_at (or none, MySQLNoLease) and is left alone. Binds MySQLSettleArgs.
 func MySQLMarkPublished(n Names, ids int) string {
 	return n.Render(`UPDATE {{table}}
-SET state = 'published', published_at = UTC_TIMESTAMP(6), lease_owner = NULL, lease_expires_at = NULL
+SET state = 'published', published_at = UTC_TIMESTAMP(6), ` + MySQLNoLease + `
 WHERE lease_owner = ? AND lease_expires_at = ? AND id IN (` + mysqlPlaceholders(ids) + `) AND state IN ('pending', 'claimed')`)
 }
 
@@ -286,14 +338,14 @@ WHERE lease_owner = ? AND lease_expires_at = ? AND id IN (` + mysqlPlaceholders(
 // retry_at, which has passed. Binds MySQLSettleArgs.
 func MySQLRelease(n Names, ids int) string {
 	return n.Render(`UPDATE {{table}}
-SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL
+SET state = 'pending', ` + MySQLNoLease + `
 WHERE lease_owner = ? AND lease_expires_at = ? AND id IN (` + mysqlPlaceholders(ids) + `) AND state IN ('pending', 'claimed')`)
 }
 
 // MySQLSettleArgs binds MySQLClaimTake, MySQLMarkPublished and
 // MySQLRelease.
 type MySQLSettleArgs struct {
-	Owner   string
+	Owner   string    // the claiming incarnation's token
 	Version time.Time // the claim's lease_expires_at
 	IDs     []int64
 }
@@ -301,7 +353,7 @@ type MySQLSettleArgs struct {
 // Args returns the parameters in order.
 func (a MySQLSettleArgs) Args() []any {
 	args := make([]any, 0, 2+len(a.IDs))
-	args = append(args, a.Owner, a.Version.UTC())
+	args = append(args, MySQLLeaseKey(a.Owner), a.Version.UTC())
 	for _, id := range a.IDs {
 		args = append(args, id)
 	}
@@ -321,8 +373,7 @@ SET state = CASE WHEN ? AND attempts + 1 >= ? THEN 'dead' ELSE 'pending' END,
     attempts = attempts + 1,
     retry_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
     last_error = ?,
-    lease_owner = NULL,
-    lease_expires_at = NULL
+    ` + MySQLNoLease + `
 WHERE id = ? AND lease_owner = ? AND lease_expires_at = ? AND state IN ('pending', 'claimed')`
 
 // MySQLFailArgs binds MySQLFail.
@@ -334,7 +385,7 @@ type MySQLFailArgs struct {
 // MySQLFailure is one failed publish.
 type MySQLFailure struct {
 	ID        int64
-	Owner     string    // the incarnation that claimed it
+	Owner     string    // the token of the incarnation that claimed it
 	Version   time.Time // the claim's version
 	Err       string
 	Permanent bool // the event's own fault: it may make the row dead
@@ -343,7 +394,7 @@ type MySQLFailure struct {
 
 // Args returns the parameters in order.
 func (a MySQLFailArgs) Args() []any {
-	return []any{a.Permanent, a.MaxAttempts, max(a.Delay, 0).Microseconds(), a.Err, a.ID, a.Owner, a.Version.UTC()}
+	return []any{a.Permanent, a.MaxAttempts, max(a.Delay, 0).Microseconds(), a.Err, a.ID, MySQLLeaseKey(a.Owner), a.Version.UTC()}
 }
 
 // MySQLMarkUndecodable makes dead a row the claim's transaction just
@@ -353,19 +404,21 @@ func (a MySQLFailArgs) Args() []any {
 // neither fails every claim nor is claimed again. Binds
 // MySQLUndecodableArgs.
 const MySQLMarkUndecodable = `UPDATE {{table}}
-SET state = 'dead', attempts = attempts + 1, last_error = ?, lease_owner = NULL, lease_expires_at = NULL
+SET state = 'dead', attempts = attempts + 1, last_error = ?, ` + MySQLNoLease + `
 WHERE id = ? AND lease_owner = ? AND lease_expires_at = ? AND state IN ('pending', 'claimed')`
 
 // MySQLUndecodableArgs binds MySQLMarkUndecodable.
 type MySQLUndecodableArgs struct {
 	ID      int64
 	Err     string
-	Owner   string
+	Owner   string    // the claiming incarnation's token
 	Version time.Time // the claim's
 }
 
 // Args returns the parameters in order.
-func (a MySQLUndecodableArgs) Args() []any { return []any{a.Err, a.ID, a.Owner, a.Version.UTC()} }
+func (a MySQLUndecodableArgs) Args() []any {
+	return []any{a.Err, a.ID, MySQLLeaseKey(a.Owner), a.Version.UTC()}
+}
 
 // MySQLFailOutcome reads the state of the failed rows recorded (dead or
 // pending), in the transaction that recorded them. Binds MySQLIDsArgs.
@@ -373,8 +426,8 @@ func MySQLFailOutcome(n Names, ids int) string {
 	return n.Render(`SELECT id, state FROM {{table}} WHERE id IN (` + mysqlPlaceholders(ids) + `)`)
 }
 
-// MySQLIDsArgs binds MySQLClaimLive and MySQLFailOutcome: one value per
-// placeholder.
+// MySQLIDsArgs binds MySQLFailOutcome and the operators' statements that
+// take lists: one value per placeholder.
 type MySQLIDsArgs[T int64 | string] struct {
 	IDs []T
 }
@@ -416,10 +469,10 @@ func mysqlRelayStatements(n Names) map[string]string {
 			Shards: []int16{1, 2, 3}, Owner: "r-1", Retries: []int64{4, 5}, Limit: 10}.Args()),
 		"MySQLClaimRetry(1) inlined": inlined(MySQLClaimRetry(n, 1), MySQLClaimReadArgs{Retry: true, Now: at,
 			Shards: []int16{7}, Owner: "r-1", Limit: 10}.Args()),
-		"MySQLClaimLive(2) inlined": inlined(MySQLClaimLive(n, 2), MySQLIDsArgs[string]{IDs: []string{"r-1", "it's"}}.Args()),
+		"MySQLClaimLive(2) inlined": inlined(MySQLClaimLive(n, 2), MySQLLeaseKeysArgs{Keys: [][]byte{MySQLLeaseKey("r-1"), MySQLLeaseKey("it's")}}.Args()),
 		"MySQLClaimBlockers(2) inlined": inlined(MySQLClaimBlockers(n, 2), MySQLClaimBlockersArgs{Owner: "r-1", Now: at,
 			Aggregates: []MySQLAggregateProbe{{AggregateID: "a", Below: 9, Candidates: 2}, {AggregateID: "", Below: 3, Candidates: 1}}}.Args()),
-		"MySQLClaimLock(2,1) inlined":   inlined(MySQLClaimLock(n, 2, 1), MySQLClaimLockArgs{IDs: []int64{1, 2}, Now: at, Gone: []string{"r-2"}}.Args()),
+		"MySQLClaimLock(2,1) inlined":   inlined(MySQLClaimLock(n, 2, 1), MySQLClaimLockArgs{IDs: []int64{1, 2}, Now: at, Gone: [][]byte{MySQLLeaseKey("r-2")}}.Args()),
 		"MySQLClaimTake(2) inlined":     inlined(MySQLClaimTake(n, 2), MySQLSettleArgs{Owner: "r-1", Version: at, IDs: []int64{1, 2}}.Args()),
 		"MySQLMarkPublished(2) inlined": inlined(MySQLMarkPublished(n, 2), MySQLSettleArgs{Owner: "r-1", Version: at, IDs: []int64{1, 2}}.Args()),
 		"MySQLFail inlined": inlined(n.Render(MySQLFail), MySQLFailArgs{MySQLFailure: MySQLFailure{ID: 1, Owner: "r-1", Version: at,

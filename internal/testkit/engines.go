@@ -25,6 +25,16 @@ type Engine struct {
 	Dialect txoutbox.Dialect
 }
 
+// LeaseOwner is the lease_owner value of a row the relay incarnation
+// token holds on e: the token on PostgreSQL, its key on MySQL
+// (outboxsql.MySQLLeaseKey). Tests that lease rows by hand bind it.
+func (e Engine) LeaseOwner(token string) any {
+	if e.Dialect == txoutbox.MySQL {
+		return outboxsql.MySQLLeaseKey(token)
+	}
+	return token
+}
+
 // Postgres is the PostgreSQL engine every test runs on.
 var Postgres = Engine{Name: "postgres", Dialect: txoutbox.PostgreSQL}
 

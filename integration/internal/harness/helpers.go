@@ -51,9 +51,19 @@ func (w *Writers) Emit(ctx context.Context, events ...txoutbox.Event) error {
 	return nil
 }
 
-// holdsClaims reports whether relay id holds claimed rows right now.
+// holdsClaims reports whether relay id (its Config.ID: the relays table's
+// name, whose id is the incarnation's token) holds claimed rows right now.
+// On MySQL a lease names the token's key (outboxsql.MySQLLeaseKey).
 func holdsClaims(ctx context.Context, env *Env, id string) bool {
-	return outboxHas(ctx, env, `state IN ('pending', 'claimed') AND lease_owner = $1`, id)
+	names, err := env.names()
+	if err != nil {
+		return false
+	}
+	holder := `SELECT r.id FROM ` + names.Relays + ` r WHERE r.name = $1`
+	if env.MySQL() {
+		holder = `SELECT UNHEX(LEFT(SHA2(r.id, 256), 32)) FROM ` + names.Relays + ` r WHERE r.name = $1`
+	}
+	return outboxHas(ctx, env, `state IN ('pending', 'claimed') AND lease_owner IN (`+holder+`)`, id)
 }
 
 // outboxHas reports whether an outbox row matches the SQL condition where

@@ -281,7 +281,11 @@ func describeStuck(ctx context.Context, env *Env) string {
 	if err != nil {
 		return err.Error()
 	}
-	rows, err := env.DB.SQL.QueryContext(ctx, `SELECT state, coalesce(lease_owner, '-'), attempts, count(*), min(id), max(id), min(coalesce(last_error, ''))
+	owner := `coalesce(lease_owner, '-')`
+	if env.MySQL() {
+		owner = `LOWER(HEX(lease_owner))` // a key (outboxsql.MySQLLeaseKey), zeros if none
+	}
+	rows, err := env.DB.SQL.QueryContext(ctx, `SELECT state, `+owner+`, attempts, count(*), min(id), max(id), min(coalesce(last_error, ''))
 		FROM `+names.Table+` WHERE state IN ('pending', 'claimed') GROUP BY 1, 2, 3 ORDER BY 4 DESC LIMIT 10`)
 	if err != nil {
 		return err.Error()

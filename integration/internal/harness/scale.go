@@ -106,7 +106,7 @@ INSERT INTO {{table}} (event_id, topic, aggregate_id, event_type, payload, heade
 SELECT UUID(), ?, CONCAT(?, g MOD ?), 'scale.event',
        CONCAT('{"seq":', g, ',"pad":"', REPEAT('x', ?), '"}'), '{}', UTC_TIMESTAMP(6), ?, ?,
        CASE WHEN ? > 0 AND ? = 'pending' THEN UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND ELSE '1000-01-01 00:00:00' END,
-       CASE WHEN ? = 'published' THEN UTC_TIMESTAMP(6) END, CASE WHEN ? > 0 THEN 'scale: failed before' END
+       CASE WHEN ? = 'published' THEN UTC_TIMESTAMP(6) ELSE '1000-01-01 00:00:00' END, CASE WHEN ? > 0 THEN 'scale: failed before' END
 FROM (SELECT ? + %s AS g FROM %s) s
 WHERE g < ?`
 
