@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/internal/mysqlgrammar
 go 1.26.8
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207125739-98d0fbbb7ccd
+	github.com/txoutbox/txoutbox v0.0.0-20261207152558-2caa355085dd
 	vitess.io/vitess v0.24.4
 )
 
