@@ -56,27 +56,9 @@ func TestVersion2ClaimLeavesVersion3ClaimsAlone(t *testing.T) {
 	claim := func() string {
 		t.Helper()
 		rows, err := b.db.SQL.QueryContext(context.Background(), claimV2, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		cols, err := rows.Columns()
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst := make([]any, len(cols))
-		for i := range dst {
-			dst[i] = new(any)
-		}
 		var ids []int64
-		for rows.Next() {
-			if err := rows.Scan(dst...); err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, (*dst[0].(*any)).(int64)) // the row id
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
+		for _, row := range testkit.ScanAll(t, rows, err) {
+			ids = append(ids, row[0].(int64)) // the row id
 		}
 		slices.Sort(ids) // as the relay sorts what a claim returns
 		return strings.Trim(fmt.Sprint(ids), "[]")

@@ -539,26 +539,7 @@ func (b *claimBundle) bulkRows(t *testing.T, k int, prefix, state, retryAt strin
 func drain(t *testing.T, conn *sql.Conn, stmt string, args []any) {
 	t.Helper()
 	rows, err := conn.QueryContext(context.Background(), stmt, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dest := make([]any, len(cols))
-	for i := range dest {
-		dest[i] = new(sql.RawBytes)
-	}
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	testkit.ScanAll(t, rows, err)
 }
 
 // handlerReads is the session's row reads so far: the Handler_read_*

@@ -98,19 +98,8 @@ func TestMySQLMigrationLockIsPerDatabase(t *testing.T) {
 // version 2, below version 3's columns.
 func TestMySQLVersion2MovesFewerIndexes(t *testing.T) {
 	t.Parallel()
-	testkit.MySQLURL(t)
 	ctx := context.Background()
-	db := testkit.NewDBOn(t, testkit.MySQL)
-	m, err := migrations.New(db.SQL, migrations.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2, 3}) {
-		t.Fatalf("Up = %v, %v; want versions 1 to 3", applied, err)
-	}
-	if v, err := m.Down(ctx); err != nil || v != 3 {
-		t.Fatalf("Down = %d, %v; want 3", v, err)
-	}
+	db, m := mysqlAtVersion2(t)
 	indexes := func() []string {
 		t.Helper()
 		names := mustColumn[string](t, db.SQL, `SELECT DISTINCT index_name FROM information_schema.statistics
@@ -163,19 +152,8 @@ func TestMySQLVersion2MovesFewerIndexes(t *testing.T) {
 // NULLs.
 func TestMySQLVersion3ConvertsLeases(t *testing.T) {
 	t.Parallel()
-	testkit.MySQLURL(t)
 	ctx := context.Background()
-	db := testkit.NewDBOn(t, testkit.MySQL)
-	m, err := migrations.New(db.SQL, migrations.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if applied, err := m.Up(ctx); err != nil || !slices.Equal(applied, []int{1, 2, 3}) {
-		t.Fatalf("Up = %v, %v; want versions 1 to 3", applied, err)
-	}
-	if v, err := m.Down(ctx); err != nil || v != 3 {
-		t.Fatalf("Down = %d, %v; want 3", v, err)
-	}
+	db, m := mysqlAtVersion2(t)
 
 	// At version 2: three leases, of a live relay, of a live relay whose
 	// token has 16 bytes, and of one that left; and no lease on the rest.
@@ -274,4 +252,23 @@ func TestMySQLVersion3ConvertsLeases(t *testing.T) {
 	if got := rows(); !slices.Equal(got, again) {
 		t.Fatalf("rows at version 3 again:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(again, "\n"))
 	}
+}
+
+// mysqlAtVersion2 is a MySQL database of the test's own migrated up to the
+// latest version and down to version 2, and its migrator.
+func mysqlAtVersion2(t *testing.T) (*testkit.DB, *migrations.Migrator) {
+	t.Helper()
+	testkit.MySQLURL(t)
+	db := testkit.NewDBOn(t, testkit.MySQL)
+	m, err := migrations.New(db.SQL, migrations.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := m.Up(context.Background()); err != nil || !slices.Equal(applied, []int{1, 2, 3}) {
+		t.Fatalf("Up = %v, %v; want versions 1 to 3", applied, err)
+	}
+	if v, err := m.Down(context.Background()); err != nil || v != 3 {
+		t.Fatalf("Down = %d, %v; want 3", v, err)
+	}
+	return db, m
 }

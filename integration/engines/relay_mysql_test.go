@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -465,9 +466,9 @@ func TestMySQLRelayRegistersBesideAnotherRegistering(t *testing.T) {
 VALUES ('other-1', 'other', '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`); err != nil {
 		t.Fatal(err)
 	}
-	logs := &warnings{t: t}
+	var logs testkit.SyncBuffer
 	cfg := b.config("relay")
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, &logs), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cfg.LockTimeout, cfg.StatementTimeout = 20*time.Second, 30*time.Second // the wait outlasts the test's steps
 	pub := relaytest.NewPublisher()
 	r, _ := b.start(t, pub, cfg)
@@ -490,24 +491,4 @@ WHERE ID <> CONNECTION_ID() AND DB = DATABASE() AND INFO LIKE '%outbox_relays%FO
 	if s := logs.String(); strings.Contains(s, "1213") || strings.Contains(s, "Deadlock") {
 		t.Errorf("the relay's registration deadlocked:\n%s", s)
 	}
-}
-
-// warnings keeps a relay's log lines, and writes them to the test's log.
-type warnings struct {
-	t  *testing.T
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *warnings) Write(p []byte) (int, error) {
-	w.t.Log(string(p))
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *warnings) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
