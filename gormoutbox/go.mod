@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207152558-2caa355085dd
+	github.com/txoutbox/txoutbox v0.0.0-20261207160458-b17789dcc31a
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )

@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/internal/mysqlgrammar
 go 1.26.8
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207152558-2caa355085dd
+	github.com/txoutbox/txoutbox v0.0.0-20261207160458-b17789dcc31a
 	vitess.io/vitess v0.24.4
 )
 
