@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/txoutbox/txoutbox"
@@ -34,12 +33,9 @@ import (
 type mysqlAdminDB struct {
 	db      *sql.DB
 	names   outboxsql.Names
-	timeout time.Duration // Config.StatementTimeout
-	// server is which server it is (outboxsql.MySQLServerOf), read on the
-	// first connection: serverKnown says it was.
-	server      atomic.Uint32
-	serverKnown atomic.Bool
-	sql         mysqlStatements
+	timeout time.Duration             // Config.StatementTimeout
+	server  outboxsql.MySQLServerOnce // which server it is, read on the first connection
+	sql     mysqlStatements
 }
 
 // mysqlStatements are the MySQL operator statements of one form, rendered
@@ -77,43 +73,17 @@ func (m *mysqlAdminDB) conn(ctx context.Context) (*sql.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	server, err := m.serverOf(ctx, conn)
+	server, err := m.server.Of(ctx, conn)
 	if err == nil {
-		err = execInline(ctx, conn, server.StatementTime(), outboxsql.MySQLStatementTimeArgs{Server: server, Limit: m.timeout}.Args())
+		// Inlined: the numbers go as text in one round trip, not as a
+		// prepare, an execute and a close before every operation.
+		_, err = outboxsql.MySQLExec(ctx, conn, server.StatementTime(), outboxsql.MySQLStatementTimeArgs{Server: server, Limit: m.timeout}.Args())
 	}
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("set the statement time limit: %w", err)
 	}
 	return conn, nil
-}
-
-// execInline runs a session setting with its arguments inlined
-// (outboxsql.MySQLInline), as the relay sets its own: the numbers go as
-// text in one round trip, not as a prepare, an execute and a close before
-// every operation.
-func execInline(ctx context.Context, conn *sql.Conn, query string, args []any) error {
-	stmt, err := outboxsql.MySQLInline(query, args)
-	if err != nil {
-		return err
-	}
-	_, err = conn.ExecContext(ctx, stmt)
-	return err
-}
-
-// serverOf returns which server conn's is, reading its version once.
-func (m *mysqlAdminDB) serverOf(ctx context.Context, conn *sql.Conn) (outboxsql.MySQLServer, error) {
-	if m.serverKnown.Load() {
-		return outboxsql.MySQLServer(m.server.Load()), nil
-	}
-	var v string
-	if err := conn.QueryRowContext(ctx, outboxsql.DialectProbe).Scan(&v); err != nil {
-		return 0, fmt.Errorf("read the server's version: %w", err)
-	}
-	s := outboxsql.MySQLServerOf(v)
-	m.server.Store(uint32(s))
-	m.serverKnown.Store(true)
-	return s, nil
 }
 
 // withConn runs fn on a connection with the session's limits (conn), and
@@ -133,8 +103,11 @@ func (m *mysqlAdminDB) withConn(ctx context.Context, fn func(*sql.Conn) error) e
 func (m *mysqlAdminDB) release(ctx context.Context, conn *sql.Conn) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.timeout)
 	defer cancel()
-	reset := outboxsql.MySQLOpsSessionReset(outboxsql.MySQLServer(m.server.Load()))
-	if _, err := conn.ExecContext(rctx, reset); err != nil {
+	server, err := m.server.Of(rctx, conn) // read by conn already
+	if err == nil {
+		_, err = conn.ExecContext(rctx, outboxsql.MySQLOpsSessionReset(server))
+	}
+	if err != nil {
 		// database/sql closes a connection whose Raw returns ErrBadConn.
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	}
@@ -339,7 +312,7 @@ func (m *mysqlAdminDB) locks(context.Context) ([]Lock, error) {
 func (m *mysqlAdminDB) inTx(ctx context.Context, timeout time.Duration, commit bool, fn func(opTx) error) error {
 	return retryVictim(ctx, func() error {
 		return m.withConn(ctx, func(conn *sql.Conn) error {
-			if err := execInline(ctx, conn, outboxsql.MySQLOpsTimeouts, outboxsql.MySQLOpsTimeoutsArgs{Timeout: timeout}.Args()); err != nil {
+			if _, err := outboxsql.MySQLExec(ctx, conn, outboxsql.MySQLOpsTimeouts, outboxsql.MySQLOpsTimeoutsArgs{Timeout: timeout}.Args()); err != nil {
 				return fmt.Errorf("set timeouts: %w", err)
 			}
 			return runTx(ctx, conn, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, commit, func(tx *sql.Tx) error {

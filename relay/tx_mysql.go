@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
@@ -23,14 +22,11 @@ import (
 // While the table is locked out (see lockout), a transaction that heeds
 // it does not run: it fails with errLockedOut, as tableTx's do.
 type mysqlTx struct {
-	db *sql.DB
-	// server is which server it is (outboxsql.MySQLServerOf), read on the
-	// first connection: serverKnown says it was.
-	server      atomic.Uint32
-	serverKnown atomic.Bool
-	timeout     time.Duration // Config.StatementTimeout
-	lock        time.Duration // Config.LockTimeout
-	out         *lockout
+	db      *sql.DB
+	server  outboxsql.MySQLServerOnce // which server it is, read on the first connection
+	timeout time.Duration             // Config.StatementTimeout
+	lock    time.Duration             // Config.LockTimeout
+	out     *lockout
 }
 
 // conn takes a connection from the pool with the session's settings set.
@@ -49,36 +45,17 @@ func (t *mysqlTx) conn(ctx context.Context) (*sql.Conn, error) {
 // session sets conn's lock waits to lock and its statement time limit,
 // in one statement.
 func (t *mysqlTx) session(ctx context.Context, conn *sql.Conn, lock time.Duration) error {
-	server, err := t.serverOf(ctx, conn)
+	server, err := t.server.Of(ctx, conn)
 	if err != nil {
 		return err
 	}
 	args := append(outboxsql.MySQLLockWaitsArgs{Wait: lock}.Args(), outboxsql.MySQLStatementTimeArgs{Server: server, Limit: t.timeout}.Args()...)
 	// Inlined, the numbers go as text in one round trip, not as a
 	// prepare, an execute and a close before every transaction.
-	stmt, err := outboxsql.MySQLInline(server.SessionLimits(), args)
-	if err != nil {
-		return fmt.Errorf("set the lock waits and statement time limit: %w", err)
-	}
-	if _, err := conn.ExecContext(ctx, stmt); err != nil {
+	if _, err := outboxsql.MySQLExec(ctx, conn, server.SessionLimits(), args); err != nil {
 		return fmt.Errorf("set the lock waits and statement time limit: %w", err)
 	}
 	return nil
-}
-
-// serverOf returns which server conn's is, reading its version once.
-func (t *mysqlTx) serverOf(ctx context.Context, conn *sql.Conn) (outboxsql.MySQLServer, error) {
-	if t.serverKnown.Load() {
-		return outboxsql.MySQLServer(t.server.Load()), nil
-	}
-	var v string
-	if err := conn.QueryRowContext(ctx, outboxsql.DialectProbe).Scan(&v); err != nil {
-		return 0, fmt.Errorf("read the server's version: %w", err)
-	}
-	s := outboxsql.MySQLServerOf(v)
-	t.server.Store(uint32(s))
-	t.serverKnown.Store(true)
-	return s, nil
 }
 
 // run runs fn in a READ COMMITTED transaction and commits it; heed: fail

@@ -169,7 +169,7 @@ func Claim(ctx context.Context, db TxBeginner, n outboxsql.Names, p Params) (Cla
 
 func claim(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Params) (Claimed, error) {
 	if p.LockWait > 0 {
-		if _, err := exec(ctx, tx, outboxsql.MySQLLockWait, outboxsql.MySQLLockWaitArgs{Wait: p.LockWait}.Args()); err != nil {
+		if _, err := outboxsql.MySQLExec(ctx, tx, outboxsql.MySQLLockWait, outboxsql.MySQLLockWaitArgs{Wait: p.LockWait}.Args()); err != nil {
 			return Claimed{}, fmt.Errorf("mysqlclaim: set lock wait: %w", err)
 		}
 	}
@@ -257,7 +257,7 @@ func claim(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Params) (Claime
 	for i, r := range out.Rows {
 		ids[i] = r.ID
 	}
-	res, err := exec(ctx, tx, outboxsql.MySQLClaimTake(n, len(ids)),
+	res, err := outboxsql.MySQLExec(ctx, tx, outboxsql.MySQLClaimTake(n, len(ids)),
 		outboxsql.MySQLSettleArgs{Owner: p.Owner, Version: version, IDs: ids}.Args())
 	if err != nil {
 		return Claimed{}, fmt.Errorf("mysqlclaim: lease %d rows: %w", len(ids), err)
@@ -290,7 +290,7 @@ func markUndecodable(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Param
 			stmt = n.Render(outboxsql.MySQLMarkUndecodable)
 		}
 		args := outboxsql.MySQLUndecodableArgs{ID: r.ID, Err: why, Owner: p.Owner, Version: out.Version}
-		if _, err := exec(ctx, tx, stmt, args.Args()); err != nil {
+		if _, err := outboxsql.MySQLExec(ctx, tx, stmt, args.Args()); err != nil {
 			return fmt.Errorf("mysqlclaim: make undecodable row %d dead: %w", r.ID, err)
 		}
 		out.Dead = append(out.Dead, Undecodable{ID: r.ID, Err: why})
@@ -323,7 +323,7 @@ func candidates(ctx context.Context, tx *sql.Tx, n outboxsql.Names, p Params, fl
 		}
 		args := outboxsql.MySQLClaimReadArgs{Retry: retry, Floor: floor, Now: now, Shards: p.Shards, Owner: p.Owner,
 			Retries: retries, Limit: p.Limit}
-		rows, err := query(ctx, tx, stmt, args.Args())
+		rows, err := outboxsql.MySQLQuery(ctx, tx, stmt, args.Args())
 		if err != nil {
 			return nil, fmt.Errorf("mysqlclaim: read candidates (retries: %t): %w", retry, err)
 		}
@@ -375,7 +375,7 @@ func liveness(ctx context.Context, tx *sql.Tx, n outboxsql.Names, owner string, 
 			asked = append(asked, []byte(c.owner))
 		}
 	}
-	rows, err := query(ctx, tx, outboxsql.MySQLClaimLive(n, len(asked)), outboxsql.MySQLLeaseKeysArgs{Keys: asked}.Args())
+	rows, err := outboxsql.MySQLQuery(ctx, tx, outboxsql.MySQLClaimLive(n, len(asked)), outboxsql.MySQLLeaseKeysArgs{Keys: asked}.Args())
 	if err != nil {
 		return nil, false, fmt.Errorf("mysqlclaim: read the live relays: %w", err)
 	}
@@ -431,7 +431,7 @@ func blockers(ctx context.Context, tx *sql.Tx, n outboxsql.Names, owner string, 
 		probes[i].Candidates++
 	}
 	args := outboxsql.MySQLClaimBlockersArgs{Aggregates: probes, Owner: owner, Now: now}
-	rows, err := query(ctx, tx, outboxsql.MySQLClaimBlockers(n, len(probes)), args.Args())
+	rows, err := outboxsql.MySQLQuery(ctx, tx, outboxsql.MySQLClaimBlockers(n, len(probes)), args.Args())
 	if err != nil {
 		return nil, fmt.Errorf("mysqlclaim: read the rows that hold back %d aggregates: %w", len(probes), err)
 	}
@@ -466,7 +466,7 @@ func lockDue(ctx context.Context, tx *sql.Tx, n outboxsql.Names, ids []int64, no
 	for _, k := range keys {
 		args.Gone = append(args.Gone, []byte(k))
 	}
-	rows, err := query(ctx, tx, outboxsql.MySQLClaimLock(n, len(ids), len(args.Gone)), args.Args())
+	rows, err := outboxsql.MySQLQuery(ctx, tx, outboxsql.MySQLClaimLock(n, len(ids), len(args.Gone)), args.Args())
 	if err != nil {
 		return nil, fmt.Errorf("mysqlclaim: lock %d rows: %w", len(ids), err)
 	}
@@ -489,24 +489,4 @@ func lockDue(ctx context.Context, tx *sql.Tx, n outboxsql.Names, ids []int64, no
 		return nil, fmt.Errorf("mysqlclaim: read the locked rows: %w", err)
 	}
 	return locked, nil
-}
-
-// query and exec send stmt with args inlined (outboxsql.MySQLInline): as
-// text, in one round trip, without the server-side prepare the driver
-// makes of a statement with arguments, which costs most for the lists of
-// ids the claim cycle binds.
-func query(ctx context.Context, tx *sql.Tx, stmt string, args []any) (*sql.Rows, error) {
-	text, err := outboxsql.MySQLInline(stmt, args)
-	if err != nil {
-		return nil, err
-	}
-	return tx.QueryContext(ctx, text)
-}
-
-func exec(ctx context.Context, e Execer, stmt string, args []any) (sql.Result, error) {
-	text, err := outboxsql.MySQLInline(stmt, args)
-	if err != nil {
-		return nil, err
-	}
-	return e.ExecContext(ctx, text)
 }

@@ -36,7 +36,7 @@ func settle(ctx context.Context, db Execer, what string, stmt func(outboxsql.Nam
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), maxIDsPerStatement)]
 		ids = ids[len(chunk):]
-		res, err := exec(ctx, db, stmt(n, len(chunk)), outboxsql.MySQLSettleArgs{Owner: owner, Version: version, IDs: chunk}.Args())
+		res, err := outboxsql.MySQLExec(ctx, db, stmt(n, len(chunk)), outboxsql.MySQLSettleArgs{Owner: owner, Version: version, IDs: chunk}.Args())
 		if err != nil {
 			return done, fmt.Errorf("mysqlclaim: %s %d rows: %w", what, len(chunk), err)
 		}
@@ -106,7 +106,7 @@ func FailTx(ctx context.Context, tx *sql.Tx, n outboxsql.Names, maxAttempts int,
 	stmt := n.Render(outboxsql.MySQLFail)
 	var recorded []int64
 	for _, f := range failures {
-		res, err := exec(ctx, tx, stmt, outboxsql.MySQLFailArgs{MySQLFailure: f, MaxAttempts: maxAttempts}.Args())
+		res, err := outboxsql.MySQLExec(ctx, tx, stmt, outboxsql.MySQLFailArgs{MySQLFailure: f, MaxAttempts: maxAttempts}.Args())
 		if err != nil {
 			return nil, fmt.Errorf("mysqlclaim: fail row %d: %w", f.ID, err)
 		}
@@ -133,7 +133,7 @@ func FailTx(ctx context.Context, tx *sql.Tx, n outboxsql.Names, maxAttempts int,
 
 // readStates reads the states of the rows ids into state.
 func readStates(ctx context.Context, tx *sql.Tx, n outboxsql.Names, ids []int64, state map[int64]string) error {
-	rows, err := query(ctx, tx, outboxsql.MySQLFailOutcome(n, len(ids)), outboxsql.MySQLIDsArgs[int64]{IDs: ids}.Args())
+	rows, err := outboxsql.MySQLQuery(ctx, tx, outboxsql.MySQLFailOutcome(n, len(ids)), outboxsql.MySQLIDsArgs[int64]{IDs: ids}.Args())
 	if err != nil {
 		return fmt.Errorf("mysqlclaim: read the failed rows: %w", err)
 	}

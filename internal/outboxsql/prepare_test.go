@@ -46,7 +46,7 @@ var notStatements = map[string]bool{
 // PostgreSQL cannot prepare: internal/mysqlgrammar holds every statement
 // MySQLStatements lists to MySQL 8's grammar, and the tests run them on
 // MariaDB (testkit.MySQLURL).
-var mysqlFiles = map[string]bool{"mysql.go": true, "mysql_relay.go": true, "mysql_members.go": true, "mysql_ops.go": true, "mysql_grants.go": true, "mysql_inline.go": true, "dialect.go": true}
+var mysqlFiles = map[string]bool{"mysql.go": true, "mysql_relay.go": true, "mysql_members.go": true, "mysql_ops.go": true, "mysql_grants.go": true, "mysql_inline.go": true, "mysql_conn.go": true, "dialect.go": true}
 
 // partitionDDL is the partition statements TestPartitionStatementsRun runs
 // (through partitions.Convert and partitions.Sweep) rather than one by one:
