@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/internal/mysqlgrammar
 go 1.26.8
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207160458-b17789dcc31a
+	github.com/txoutbox/txoutbox v0.0.0-20261207164819-e5f78d8cae04
 	vitess.io/vitess v0.24.4
 )
 
