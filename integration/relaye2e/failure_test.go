@@ -20,7 +20,10 @@ import (
 
 // flakyPublisher fails the first failures publishes of chosen aggregates and
 // records what it was asked to publish, in order, before passing it on to
-// the broker.
+// the broker. With no broker (next is nil) it acknowledges what it does not
+// fail: a relay may attempt an event again when its failure could not be
+// recorded (its lease ended meanwhile), so a test cannot count on one
+// attempt.
 type flakyPublisher struct {
 	next     message.Publisher
 	mu       sync.Mutex
@@ -41,6 +44,9 @@ func (p *flakyPublisher) Publish(topic string, msgs ...*message.Message) error {
 		if fail {
 			return errors.New("broker said no")
 		}
+	}
+	if p.next == nil {
+		return nil
 	}
 	return p.next.Publish(topic, msgs...)
 }
