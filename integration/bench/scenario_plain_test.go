@@ -216,3 +216,46 @@ func TestWALDrainReadsBackEveryEvent(t *testing.T) {
 		t.Fatalf("round %+v: no events/s or no CPU of this process", rd)
 	}
 }
+
+// The plain loop's claim reads its batch, whatever the table holds: the
+// bench compares the relay with it, so a plan that reads every row of the
+// table would flatter the relay more the larger the drain.
+func TestPlainClaimCostIsItsBatch(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dbURL, err := testkit.EnsureDatabase(ctx, testkit.ServerURL(), benchDatabase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := func(rows int) testkit.Work {
+		ts, err := testkit.CreateSchema(ctx, dbURL, testkit.SchemaName("plain_claim"), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ts.Drop(context.Background()) })
+		table, err := newPlainTable(ctx, &schemaDB{SQL: ts.SQL, Schema: ts.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := table.writeBacklog(ctx, rows, 1000); err != nil {
+			t.Fatal(err)
+		}
+		var most testkit.Work
+		for mode, w := range testkit.PlanWorkModes(t, ts.SQL, nil, table.render(plainClaimSQL), plainBatch) {
+			if w.Rows != plainBatch {
+				t.Fatalf("%s: claimed %d rows of %d, want %d", mode, w.Rows, rows, plainBatch)
+			}
+			if w.Buffers > most.Buffers {
+				most = w
+			}
+		}
+		return most
+	}
+	small, large := work(10_000), work(400_000)
+	if large.Buffers > small.Buffers*3/2 {
+		t.Errorf("a claim of %d rows read %d buffers in a table of 400,000 rows, %d in one of 10,000: want its batch's work at both sizes",
+			plainBatch, large.Buffers, small.Buffers)
+	}
+	t.Logf("claim of %d: %d buffers at 10,000 rows, %d at 400,000", plainBatch, small.Buffers, large.Buffers)
+}
