@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/txoutbox/txoutbox/internal/testkit"
@@ -30,14 +32,40 @@ func TestSpacing(t *testing.T) {
 
 // TestPacedRunsEveryIntervalWhileQuick: a quick reading runs on every
 // tick, not every other one.
+// In a synctest bubble the second passes on a fake clock, so the count is
+// exact however loaded the machine: the first reading at once, the second
+// at a random point of the first interval, then one every 20ms.
 func TestPacedRunsEveryIntervalWhileQuick(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	runs := 0
-	paced(ctx, 20*time.Millisecond, func(context.Context) time.Duration { runs++; return 0 })
-	if runs < 30 { // 50 on time
-		t.Errorf("%d runs in a second at 20ms, want about 50", runs)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		runs := 0
+		paced(ctx, 20*time.Millisecond, func(context.Context) time.Duration { runs++; return 0 })
+		if runs < 50 || runs > 51 {
+			t.Errorf("%d runs in a second at 20ms, want 50 or 51", runs)
+		}
+	})
+}
+
+// A slow reading spaces the next ones out: statsSpacing times as long as
+// it took, from its start, the second one included.
+func TestPacedSpacesOutASlowReading(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const took = 50 * time.Millisecond // over statsQuick
+		gap := statsSpacing * took
+		ctx, cancel := context.WithTimeout(context.Background(), 3*gap+gap/2)
+		defer cancel()
+		var starts []time.Duration
+		begin := time.Now()
+		paced(ctx, 20*time.Millisecond, func(context.Context) time.Duration {
+			starts = append(starts, time.Since(begin))
+			time.Sleep(took)
+			return took
+		})
+		if want := []time.Duration{0, gap, 2 * gap, 3 * gap}; !slices.Equal(starts, want) {
+			t.Errorf("readings at %v, want %v", starts, want)
+		}
+	})
 }
 
 // statsRelay is a relay whose stats are read every 20ms, and a function
