@@ -17,6 +17,7 @@ type Statement struct {
 	SQL        string
 	Start, End time.Time
 	Err        error
+	Rows       int64 // the rows its command tag counts (updated, returned, ...)
 }
 
 // Statements records what a traced pool ran: the signal that the code
@@ -57,7 +58,7 @@ func (s *Statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.
 func (s *Statements) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
 	st, _ := ctx.Value(startKey{}).(start)
 	s.mu.Lock()
-	s.done = append(s.done, Statement{SQL: st.sql, Start: st.at, End: time.Now(), Err: data.Err})
+	s.done = append(s.done, Statement{SQL: st.sql, Start: st.at, End: time.Now(), Err: data.Err, Rows: data.CommandTag.RowsAffected()})
 	s.mu.Unlock()
 }
 
@@ -74,7 +75,7 @@ func (s *Statements) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 func (s *Statements) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
 	at, _ := ctx.Value(batchKey{}).(time.Time)
 	s.mu.Lock()
-	s.done = append(s.done, Statement{SQL: data.SQL, Start: at, End: time.Now(), Err: data.Err})
+	s.done = append(s.done, Statement{SQL: data.SQL, Start: at, End: time.Now(), Err: data.Err, Rows: data.CommandTag.RowsAffected()})
 	s.mu.Unlock()
 }
 
