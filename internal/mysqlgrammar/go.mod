@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/internal/mysqlgrammar
 go 1.26.8
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207164819-e5f78d8cae04
+	github.com/txoutbox/txoutbox v0.0.0-20261207175805-bee6db35cf2b
 	vitess.io/vitess v0.24.4
 )
 
