@@ -375,7 +375,7 @@ func liveness(ctx context.Context, tx *sql.Tx, n outboxsql.Names, owner string, 
 			asked = append(asked, []byte(c.owner))
 		}
 	}
-	rows, err := outboxsql.MySQLQuery(ctx, tx, outboxsql.MySQLClaimLive(n, len(asked)), outboxsql.MySQLLeaseKeysArgs{Keys: asked}.Args())
+	rows, err := outboxsql.MySQLQuery(ctx, tx, outboxsql.MySQLClaimLive(n, len(asked)), outboxsql.MySQLIDsArgs[[]byte]{IDs: asked}.Args())
 	if err != nil {
 		return nil, false, fmt.Errorf("mysqlclaim: read the live relays: %w", err)
 	}

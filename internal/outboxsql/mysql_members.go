@@ -219,7 +219,7 @@ func MySQLShardsInHandover(n Names, shards int) string {
      ORDER BY o.lane, o.retry_at LIMIT ?)
 ) w
 WHERE w.lease_owner <> ? AND w.lease_expires_at > UTC_TIMESTAMP(6)
-  AND w.lease_owner IN (SELECT ` + mysqlRelayLeaseKey + ` FROM {{relays}} r)
+  AND w.lease_owner IN (SELECT ` + MySQLRelayLeaseKey + ` FROM {{relays}} r)
 ORDER BY w.shard`)
 }
 

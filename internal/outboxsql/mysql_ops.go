@@ -48,7 +48,7 @@ const mysqlNextAttempt = `CASE WHEN lane > 0 AND lease_owner <> ` + MySQLNoLease
 // the relay whose id has that key, or the key in hex when no relay in the
 // relays table has it (its holder left); empty when no one holds it.
 const mysqlLeaseHolder = `CASE WHEN lease_owner = ` + MySQLNoLeaseOwner + ` THEN ''
-       ELSE COALESCE((SELECT r.id FROM {{relays}} r WHERE ` + mysqlRelayLeaseKey + ` = lease_owner), LOWER(HEX(lease_owner))) END`
+       ELSE COALESCE((SELECT r.id FROM {{relays}} r WHERE ` + MySQLRelayLeaseKey + ` = lease_owner), LOWER(HEX(lease_owner))) END`
 
 // MySQLStateColumn is StateColumn on MySQL: "claimed" for an unpublished
 // row a relay holds under a lease, live or expired (lease_owner is not
@@ -539,7 +539,7 @@ const MySQLOpsHandovers = `SELECT DISTINCT w.shard FROM (
     LIMIT ?
 ) w JOIN {{shards}} s ON s.shard = w.shard
 WHERE w.lease_expires_at > UTC_TIMESTAMP(6)
-  AND w.lease_owner IN (SELECT ` + mysqlRelayLeaseKey + ` FROM {{relays}} r WHERE s.owner IS NULL OR r.id <> s.owner)
+  AND w.lease_owner IN (SELECT ` + MySQLRelayLeaseKey + ` FROM {{relays}} r WHERE s.owner IS NULL OR r.id <> s.owner)
 ORDER BY 1`
 
 // MySQLHandoversArgs binds MySQLOpsHandovers.

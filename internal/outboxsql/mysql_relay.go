@@ -31,18 +31,18 @@ import (
 // no fixed length, and a fixed-size column is what lets a lease be written
 // in place. Two live incarnations collide with a chance of about 2^-128.
 // SQL finds a lease's holder in the relays table by the same key of each
-// relay's id (mysqlRelayLeaseKey): the table holds a row per live relay, so
+// relay's id (MySQLRelayLeaseKey): the table holds a row per live relay, so
 // computing it there costs nothing, and it needs no column of its own.
 func MySQLLeaseKey(token string) []byte {
 	h := sha256.Sum256([]byte(token))
 	return h[:16]
 }
 
-// mysqlRelayLeaseKey is MySQLLeaseKey in SQL, of the id of a relay r in
+// MySQLRelayLeaseKey is MySQLLeaseKey in SQL, of the id of a relay r in
 // the relays table (utf8mb4, whose bytes SHA2 hashes as Go's do): the
 // first 32 hexadecimal digits of its SHA-256, as bytes. Both servers have
 // SHA2 and UNHEX.
-const mysqlRelayLeaseKey = "UNHEX(LEFT(SHA2(r.id, 256), 32))"
+const MySQLRelayLeaseKey = "UNHEX(LEFT(SHA2(r.id, 256), 32))"
 
 // MySQLNoLeaseOwner is lease_owner of a row no one holds: sixteen zero
 // bytes, which no key is but with a chance of 2^-128.
@@ -206,23 +206,9 @@ func (a MySQLClaimReadArgs) Args() []any {
 // live incarnations: in the relays table, by its id's key. The claim
 // asks for itself (it takes nothing when it is not) and for the holders
 // of unexpired leases on the rows it read: a lease whose holder has left
-// counts as expired. Columns: the key. Binds MySQLLeaseKeysArgs.
+// counts as expired. Columns: the key. Binds MySQLIDsArgs ([]byte keys).
 func MySQLClaimLive(n Names, k int) string {
-	return n.Render(`SELECT ` + mysqlRelayLeaseKey + ` FROM {{relays}} r WHERE ` + mysqlRelayLeaseKey + ` IN (` + mysqlPlaceholders(k) + `)`)
-}
-
-// MySQLLeaseKeysArgs binds MySQLClaimLive: one key per placeholder.
-type MySQLLeaseKeysArgs struct {
-	Keys [][]byte
-}
-
-// Args returns the parameters in order.
-func (a MySQLLeaseKeysArgs) Args() []any {
-	args := make([]any, len(a.Keys))
-	for i, k := range a.Keys {
-		args[i] = k
-	}
-	return args
+	return n.Render(`SELECT ` + MySQLRelayLeaseKey + ` FROM {{relays}} r WHERE ` + MySQLRelayLeaseKey + ` IN (` + mysqlPlaceholders(k) + `)`)
 }
 
 // MySQLClaimBlockers finds, for each of aggs aggregates, the rows that
@@ -428,7 +414,7 @@ func MySQLFailOutcome(n Names, ids int) string {
 
 // MySQLIDsArgs binds MySQLFailOutcome and the operators' statements that
 // take lists: one value per placeholder.
-type MySQLIDsArgs[T int64 | string] struct {
+type MySQLIDsArgs[T int64 | string | []byte] struct {
 	IDs []T
 }
 
@@ -469,7 +455,7 @@ func mysqlRelayStatements(n Names) map[string]string {
 			Shards: []int16{1, 2, 3}, Owner: "r-1", Retries: []int64{4, 5}, Limit: 10}.Args()),
 		"MySQLClaimRetry(1) inlined": inlined(MySQLClaimRetry(n, 1), MySQLClaimReadArgs{Retry: true, Now: at,
 			Shards: []int16{7}, Owner: "r-1", Limit: 10}.Args()),
-		"MySQLClaimLive(2) inlined": inlined(MySQLClaimLive(n, 2), MySQLLeaseKeysArgs{Keys: [][]byte{MySQLLeaseKey("r-1"), MySQLLeaseKey("it's")}}.Args()),
+		"MySQLClaimLive(2) inlined": inlined(MySQLClaimLive(n, 2), MySQLIDsArgs[[]byte]{IDs: [][]byte{MySQLLeaseKey("r-1"), MySQLLeaseKey("it's")}}.Args()),
 		"MySQLClaimBlockers(2) inlined": inlined(MySQLClaimBlockers(n, 2), MySQLClaimBlockersArgs{Owner: "r-1", Now: at,
 			Aggregates: []MySQLAggregateProbe{{AggregateID: "a", Below: 9, Candidates: 2}, {AggregateID: "", Below: 3, Candidates: 1}}}.Args()),
 		"MySQLClaimLock(2,1) inlined":   inlined(MySQLClaimLock(n, 2, 1), MySQLClaimLockArgs{IDs: []int64{1, 2}, Now: at, Gone: [][]byte{MySQLLeaseKey("r-2")}}.Args()),

@@ -11,6 +11,7 @@ import (
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/gormoutbox"
+	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
 
 // jsonEvent builds an event whose payload is a JSON string of size bytes.
@@ -61,7 +62,7 @@ func holdsClaims(ctx context.Context, env *Env, id string) bool {
 	}
 	holder := `SELECT r.id FROM ` + names.Relays + ` r WHERE r.name = $1`
 	if env.MySQL() {
-		holder = `SELECT UNHEX(LEFT(SHA2(r.id, 256), 32)) FROM ` + names.Relays + ` r WHERE r.name = $1`
+		holder = `SELECT ` + outboxsql.MySQLRelayLeaseKey + ` FROM ` + names.Relays + ` r WHERE r.name = $1`
 	}
 	return outboxHas(ctx, env, `state IN ('pending', 'claimed') AND lease_owner IN (`+holder+`)`, id)
 }
