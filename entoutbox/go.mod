@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	entgo.io/ent v0.14.5
-	github.com/txoutbox/txoutbox v0.0.0-20261207175805-bee6db35cf2b
-	github.com/txoutbox/txoutbox/internal/entest v0.0.0-20261207175805-bee6db35cf2b
+	github.com/txoutbox/txoutbox v0.0.0-20261207190740-ce671c36734f
+	github.com/txoutbox/txoutbox/internal/entest v0.0.0-20261207190740-ce671c36734f
 )
 
 require (

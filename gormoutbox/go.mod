@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207175805-bee6db35cf2b
+	github.com/txoutbox/txoutbox v0.0.0-20261207190740-ce671c36734f
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )

@@ -6,8 +6,8 @@ require (
 	entgo.io/ent v0.14.5
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/txoutbox/txoutbox v0.0.0-20261207175805-bee6db35cf2b
-	github.com/txoutbox/txoutbox/entoutbox v0.0.0-20261207175805-bee6db35cf2b
+	github.com/txoutbox/txoutbox v0.0.0-20261207190740-ce671c36734f
+	github.com/txoutbox/txoutbox/entoutbox v0.0.0-20261207190740-ce671c36734f
 )
 
 require (

@@ -8,8 +8,8 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-kafka/v3 v3.0.6
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/txoutbox/txoutbox v0.0.0-20261207175805-bee6db35cf2b
-	github.com/txoutbox/txoutbox/relay v0.0.0-20261207175805-bee6db35cf2b
+	github.com/txoutbox/txoutbox v0.0.0-20261207190740-ce671c36734f
+	github.com/txoutbox/txoutbox/relay v0.0.0-20261207190740-ce671c36734f
 )
 
 require (
