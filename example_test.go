@@ -8,8 +8,6 @@ import (
 	"log"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/txoutbox/txoutbox"
 )
 
@@ -17,7 +15,7 @@ import (
 // commit, or neither does.
 func ExampleWriter_Write() {
 	ctx := context.Background()
-	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/app")
+	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/app") // with _ "github.com/jackc/pgx/v5/stdlib" imported
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -75,7 +73,7 @@ func ExampleEvent_notBefore() {
 
 // ReadStats is the health check: alert on lag, not on relay liveness.
 func ExampleReadStats() {
-	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/app")
+	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/app") // with _ "github.com/jackc/pgx/v5/stdlib" imported
 	if err != nil {
 		log.Fatal(err)
 	}

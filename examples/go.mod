@@ -13,6 +13,7 @@ require (
 	github.com/txoutbox/txoutbox/entoutbox v0.0.0-20261207190740-ce671c36734f
 	github.com/txoutbox/txoutbox/gormoutbox v0.0.0-20261207190740-ce671c36734f
 	github.com/txoutbox/txoutbox/internal/kafkatest v0.0.0-20261207190740-ce671c36734f
+	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261207190740-ce671c36734f
 	github.com/txoutbox/txoutbox/relay v0.0.0-20261207190740-ce671c36734f
 	github.com/txoutbox/txoutbox/relay/kafkapub v0.0.0-20261207190740-ce671c36734f
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/txoutbox/txoutbox v0.0.0-20261207190740-ce671c36734f
+	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261207190740-ce671c36734f
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )

@@ -26,6 +26,7 @@ require (
 	github.com/txoutbox/txoutbox/inbox v0.0.0-20261207190740-ce671c36734f
 	github.com/txoutbox/txoutbox/internal/entest v0.0.0-20261207190740-ce671c36734f
 	github.com/txoutbox/txoutbox/internal/kafkatest v0.0.0-20261207190740-ce671c36734f
+	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261207190740-ce671c36734f
 	github.com/txoutbox/txoutbox/relay v0.0.0-20261207190740-ce671c36734f
 	github.com/txoutbox/txoutbox/relay/kafkapub v0.0.0-20261207190740-ce671c36734f
 	github.com/txoutbox/txoutbox/relay/walrelay v0.0.0-20261207190740-ce671c36734f
@@ -34,6 +35,7 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
+	gocloud.dev v0.49.0
 	gorm.io/driver/mysql v1.5.7
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
@@ -115,7 +117,6 @@ require (
 	github.com/zclconf/go-cty-yaml v1.1.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
-	gocloud.dev v0.49.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/mod v0.42.0 // indirect
 	golang.org/x/net v0.61.0 // indirect

@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"log"
 
-	_ "github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/migrations"
 )
@@ -14,7 +12,7 @@ import (
 // Apply the outbox schema at start-up; concurrent deploys apply each version
 // once.
 func Example() {
-	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/app")
+	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/app") // with _ "github.com/jackc/pgx/v5/stdlib" imported
 	if err != nil {
 		log.Fatal(err)
 	}

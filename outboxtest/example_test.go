@@ -5,9 +5,9 @@ import (
 	"database/sql"
 	"fmt"
 	"log"
+	"os"
 
 	"github.com/txoutbox/txoutbox"
-	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/outboxtest"
 )
 
@@ -35,8 +35,7 @@ func placeOrder(ctx context.Context, tx *sql.Tx, id string, total int64) error {
 // *testing.T; here a stand-in that prints failures.
 func Example() {
 	ctx := context.Background()
-	db, drop := exampleDB() // your test database, with the outbox migrated
-	defer drop()
+	db := exampleDB() // your test database, with the outbox migrated
 	t := printTB{}
 
 	tx, err := db.BeginTx(ctx, nil)
@@ -52,7 +51,7 @@ func Example() {
 	fmt.Println(e.Type, e.AggregateID, e.State)
 	fmt.Println(outboxtest.Payload[OrderPlaced](t, e).Total)
 	outboxtest.RequireNoEvent(ctx, t, db, outboxtest.Want{}) // not committed yet
-	// Output:
+	// Prints:
 	// order.placed 42 pending
 	// 1250
 }
@@ -61,8 +60,7 @@ func Example() {
 // not match.
 func ExampleRequireEvents() {
 	ctx := context.Background()
-	db, drop := exampleDB()
-	defer drop()
+	db := exampleDB()
 	t := printTB{}
 
 	tx, err := db.BeginTx(ctx, nil)
@@ -78,7 +76,7 @@ func ExampleRequireEvents() {
 		outboxtest.Want{AggregateID: "42", Type: "order.placed", Payload: OrderPlaced{Total: 1250}},
 		outboxtest.Want{AggregateID: "42", Type: "order.paid"},
 	)
-	// Output:
+	// Prints:
 	// outboxtest: want 2 events in this order:
 	//     1. {AggregateID: "42", Type: "order.placed", Payload: {"total":1250}}
 	//     2. {AggregateID: "42", Type: "order.paid"}
@@ -94,11 +92,14 @@ type printTB struct{}
 func (printTB) Helper()                           {}
 func (printTB) Fatalf(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 
-// exampleDB is a fresh schema with the outbox migrated, and how to drop it.
-func exampleDB() (*sql.DB, func()) {
-	s, drop, err := testkit.ExampleOutbox("outboxtest")
+// exampleDB is the test's database, with the outbox migrated. These
+// Examples are not run here: this module brings no database driver. Their
+// runnable copies, whose output is checked, are in the repository's
+// integration/dbtests/outboxtest.
+func exampleDB() *sql.DB {
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL")) // with _ "github.com/jackc/pgx/v5/stdlib" imported
 	if err != nil {
 		log.Fatal(err)
 	}
-	return s.SQL, drop
+	return db
 }

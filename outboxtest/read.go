@@ -8,8 +8,6 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/internal/outboxsql"
 )
@@ -29,7 +27,9 @@ const readTimeout = 10 * time.Second
 //   - *sql.Tx: what the transaction holds, committed or not;
 //   - an ent *Tx or *Client generated with ent's sql/execquery feature.
 //
-// pgx's Query ([PgxQuerier]): pgx.Tx, *pgxpool.Pool, *pgx.Conn.
+// pgx's Query: pgx.Tx, *pgxpool.Pool, *pgx.Conn. The method is found by
+// reflection, so this package brings no pgx into the module graph of a
+// service on MySQL.
 //
 // The ORMs' own handles, with no import of either:
 //   - GORM's *gorm.DB: the tx of db.Transaction (what the transaction
@@ -46,12 +46,6 @@ type Querier any
 // and GORM's ConnPool have it.
 type SQLQuerier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-// PgxQuerier is pgx's query method: pgx.Tx, *pgxpool.Pool and *pgx.Conn
-// have it.
-type PgxQuerier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // EntQuerier is the query method entoutboxext generates on ent's *Client
@@ -124,14 +118,16 @@ func ReadEvents(ctx context.Context, q Querier) ([]Event, error) {
 			return nil, fmt.Errorf("outboxtest: read %s: %w", names.Table, err)
 		}
 		r = sqlRows{sr}
-	case PgxQuerier:
-		pr, err := q.Query(ctx, query)
+	default:
+		pgxRead, ok := pgxQuery(q)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s", ErrNotQuerier, notQuerierHint(q))
+		}
+		pr, err := pgxRead(ctx, query)
 		if err != nil {
 			return nil, fmt.Errorf("outboxtest: read %s: %w", names.Table, err)
 		}
-		r = pgxRows{pr}
-	default:
-		return nil, fmt.Errorf("%w: %s", ErrNotQuerier, notQuerierHint(q))
+		r = pr
 	}
 	events, err := scan(r)
 	if err != nil {
@@ -239,9 +235,55 @@ type rows interface {
 
 type sqlRows struct{ *sql.Rows }
 
-type pgxRows struct{ pgx.Rows }
+// pgxRowsMethods is what this package uses of pgx.Rows, whose Close
+// returns nothing.
+type pgxRowsMethods interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
 
-func (r pgxRows) Close() error { r.Rows.Close(); return nil }
+type pgxRows struct{ pgxRowsMethods }
+
+func (r pgxRows) Close() error { r.pgxRowsMethods.Close(); return nil }
+
+var (
+	contextType = reflect.TypeFor[context.Context]()
+	errorType   = reflect.TypeFor[error]()
+	argsType    = reflect.TypeFor[[]any]()
+	pgxRowsType = reflect.TypeFor[pgxRowsMethods]()
+)
+
+// pgxQuery returns q's pgx Query method, Query(ctx, sql, args...)
+// (pgx.Rows, error), which pgx.Tx, *pgxpool.Pool and *pgx.Conn have.
+// Reflection keeps pgx out of the module graph of a service on MySQL;
+// the method has been pgx's since v4.
+func pgxQuery(q any) (func(ctx context.Context, query string) (rows, error), bool) {
+	m := reflect.ValueOf(q).MethodByName("Query")
+	if !m.IsValid() {
+		return nil, false
+	}
+	t := m.Type()
+	if t.NumIn() != 3 || !t.IsVariadic() || t.In(0) != contextType || t.In(1).Kind() != reflect.String || t.In(2) != argsType ||
+		t.NumOut() != 2 || t.Out(1) != errorType || !t.Out(0).Implements(pgxRowsType) {
+		return nil, false
+	}
+	return func(ctx context.Context, query string) (rows, error) {
+		out := m.Call([]reflect.Value{reflect.ValueOf(ctx), reflect.ValueOf(query).Convert(t.In(1))})
+		if err, _ := out[1].Interface().(error); err != nil {
+			if r, ok := out[0].Interface().(pgxRowsMethods); ok && !isNil(r) {
+				r.Close()
+			}
+			return nil, err
+		}
+		r, ok := out[0].Interface().(pgxRowsMethods)
+		if !ok || isNil(r) {
+			return nil, fmt.Errorf("%T's Query returned no rows and no error", q)
+		}
+		return pgxRows{r}, nil
+	}, true
+}
 
 func scan(r rows) ([]Event, error) {
 	defer r.Close()

@@ -13,6 +13,7 @@ require (
 	github.com/txoutbox/txoutbox v0.0.0-20261207190740-ce671c36734f
 	github.com/txoutbox/txoutbox/claimcheck v0.0.0-20261207190740-ce671c36734f
 	github.com/txoutbox/txoutbox/internal/kafkatest v0.0.0-20261207190740-ce671c36734f
+	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261207190740-ce671c36734f
 	github.com/txoutbox/txoutbox/relay v0.0.0-20261207190740-ce671c36734f
 	github.com/txoutbox/txoutbox/relay/kafkapub v0.0.0-20261207190740-ce671c36734f
 	github.com/txoutbox/txoutbox/relay/walrelay v0.0.0-20261207190740-ce671c36734f

@@ -13,20 +13,19 @@ import (
 	"github.com/txoutbox/txoutbox/internal/testkit"
 )
 
-// base is what every case brings: the root module (uuid, pgx, the OTel
-// API) and what those modules' own go.mod files require, test libraries
+// base is what every case brings: the root module (uuid, the OTel API)
+// and what those modules' own go.mod files require, test libraries
 // included (minimal version selection reads whole go.mod files).
 var base = []string{
 	"github.com/txoutbox/txoutbox",
 	"github.com/google/uuid",
-	"github.com/jackc/pgx/v5", "github.com/jackc/pgpassfile", "github.com/jackc/pgservicefile", "github.com/jackc/puddle/v2",
 	"go.opentelemetry.io/otel", "go.opentelemetry.io/otel/trace", "go.opentelemetry.io/otel/metric",
 	"go.opentelemetry.io/otel/log", "go.opentelemetry.io/auto/sdk",
 	"github.com/rogpeppe/go-internal", // auto/sdk's go.mod: the writer uses the global OTel propagator
 	"github.com/go-logr/logr", "github.com/go-logr/stdr", "github.com/cespare/xxhash/v2", "github.com/google/go-cmp",
 	"github.com/stretchr/testify", "github.com/stretchr/objx", "github.com/davecgh/go-spew", "github.com/pmezard/go-difflib",
 	"github.com/kr/pretty", "gopkg.in/check.v1", "gopkg.in/yaml.v3", "go.yaml.in/yaml/v3",
-	"golang.org/x/mod", "golang.org/x/sync", "golang.org/x/text", "golang.org/x/tools",
+	"golang.org/x/mod", "golang.org/x/tools",
 }
 
 // watermill is Watermill and its own go.mod's requirements (the Prometheus
@@ -39,6 +38,20 @@ var watermill = []string{
 	"github.com/prometheus/procfs", "github.com/beorn7/perks", "github.com/munnerz/goautoneg",
 	"github.com/klauspost/compress", "github.com/kr/text", "golang.org/x/sys", "google.golang.org/protobuf",
 }
+
+// pgx is pgx and what its go.mod requires. The root module (the Writer,
+// migrations, outboxadmin, outboxtest) brings none of it, so that a
+// service on MySQL does not get it; its tests on PostgreSQL are in
+// integration/dbtests.
+var pgx = []string{
+	"github.com/jackc/pgx/v5", "github.com/jackc/pgpassfile", "github.com/jackc/pgservicefile", "github.com/jackc/puddle/v2",
+	"golang.org/x/sync", "golang.org/x/text",
+}
+
+// testkit is the module of our test helpers: a module whose tests use it
+// requires it, and a user's graph lists it, but its own requirements (pgx,
+// the MySQL driver) are not read, as no package of it is built.
+var testHelpers = []string{"github.com/txoutbox/txoutbox/internal/testkit"}
 
 // gormoutbox is gormoutbox with GORM and what their go.mod files require:
 // gormoutbox's Examples use the PostgreSQL driver (its tests on both
@@ -72,12 +85,12 @@ var cases = []struct {
 	{
 		name:    "gormoutbox",
 		imports: []string{"github.com/txoutbox/txoutbox/gormoutbox"},
-		allowed: [][]string{base, gormoutbox},
+		allowed: [][]string{base, pgx, testHelpers, gormoutbox},
 	},
 	{
 		name:    "entoutbox",
 		imports: []string{"github.com/txoutbox/txoutbox/entoutbox"},
-		allowed: [][]string{base, {
+		allowed: [][]string{base, pgx, testHelpers, {
 			"github.com/txoutbox/txoutbox/entoutbox",
 			"github.com/txoutbox/txoutbox/internal/entest", // the generated ent code entoutbox's tests use
 			"entgo.io/ent", "ariga.io/atlas", "github.com/go-openapi/inflect", "github.com/hashicorp/hcl/v2",
@@ -95,7 +108,7 @@ var cases = []struct {
 	{
 		name:    "relay with the Kafka publisher",
 		imports: []string{"github.com/txoutbox/txoutbox/relay", "github.com/txoutbox/txoutbox/relay/kafkapub"},
-		allowed: [][]string{base, watermill, {
+		allowed: [][]string{base, pgx, testHelpers, watermill, {
 			"github.com/txoutbox/txoutbox/relay", "github.com/txoutbox/txoutbox/relay/kafkapub",
 			"github.com/IBM/sarama", "github.com/ThreeDotsLabs/watermill-kafka/v3",
 			"github.com/eapache/go-resiliency", "github.com/eapache/go-xerial-snappy", "github.com/eapache/queue",
@@ -112,7 +125,7 @@ var cases = []struct {
 	{
 		name:    "relay with only a Watermill publisher",
 		imports: []string{"github.com/txoutbox/txoutbox/relay", "github.com/ThreeDotsLabs/watermill/pubsub/gochannel"},
-		allowed: [][]string{base, watermill, {
+		allowed: [][]string{base, pgx, testHelpers, watermill, {
 			"github.com/txoutbox/txoutbox/relay",
 			"github.com/rogpeppe/go-internal", // go-cmp's go.mod, raised by Watermill's
 		}},
@@ -120,20 +133,23 @@ var cases = []struct {
 	{
 		name:    "WAL relay with only a Watermill publisher",
 		imports: []string{"github.com/txoutbox/txoutbox/relay/walrelay", "github.com/ThreeDotsLabs/watermill/pubsub/gochannel"},
-		allowed: [][]string{base, watermill, {
+		allowed: [][]string{base, pgx, testHelpers, watermill, {
 			"github.com/txoutbox/txoutbox/relay", "github.com/txoutbox/txoutbox/relay/walrelay",
 			"github.com/jackc/pglogrepl", "github.com/jackc/pgio", "golang.org/x/crypto", // pglogrepl and its go.mod
 			"github.com/rogpeppe/go-internal", // go-cmp's go.mod, raised by Watermill's
 		}},
 	},
 	{
-		// The Writer alone.
-		name:    "root module",
-		imports: []string{"github.com/txoutbox/txoutbox"},
+		// The Writer, migrations and outboxadmin: no pgx, as a
+		// service on MySQL needs none.
+		name: "root module",
+		imports: []string{"github.com/txoutbox/txoutbox", "github.com/txoutbox/txoutbox/migrations",
+			"github.com/txoutbox/txoutbox/outboxadmin", "github.com/txoutbox/txoutbox/outboxadmin/console"},
 		allowed: [][]string{base},
 	},
 	{
-		// The test assertions are in the root module: nothing beyond base.
+		// The test assertions are in the root module: nothing beyond base,
+		// and no pgx (pgx handles are found by their Query method).
 		name:    "outboxtest",
 		imports: []string{"github.com/txoutbox/txoutbox/outboxtest"},
 		allowed: [][]string{base},
@@ -143,13 +159,13 @@ var cases = []struct {
 		// and no more (no Watermill, no relay).
 		name:    "gormoutbox with outboxtest",
 		imports: []string{"github.com/txoutbox/txoutbox/gormoutbox", "github.com/txoutbox/txoutbox/outboxtest"},
-		allowed: [][]string{base, gormoutbox},
+		allowed: [][]string{base, pgx, testHelpers, gormoutbox},
 	},
 	{
 		// The recording publisher and Drain: the relay's graph.
 		name:    "relay/relaytest",
 		imports: []string{"github.com/txoutbox/txoutbox/relay/relaytest"},
-		allowed: [][]string{base, watermill, {
+		allowed: [][]string{base, pgx, testHelpers, watermill, {
 			"github.com/txoutbox/txoutbox/relay",
 			"github.com/rogpeppe/go-internal", // go-cmp's go.mod, raised by Watermill's
 		}},

@@ -4,9 +4,9 @@ go 1.26.0
 
 require (
 	github.com/IBM/sarama v1.61.1
-	github.com/eapache/go-resiliency v1.7.0
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-kafka/v3 v3.0.6
+	github.com/eapache/go-resiliency v1.7.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/txoutbox/txoutbox v0.0.0-20261207190740-ce671c36734f
 	github.com/txoutbox/txoutbox/relay v0.0.0-20261207190740-ce671c36734f

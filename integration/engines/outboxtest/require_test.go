@@ -374,6 +374,20 @@ func TestANilHandleIsRefused(t *testing.T) {
 	}
 }
 
+// notPgx has a Query method of another shape than pgx's: it is not taken
+// for a pgx handle, which the package finds by the method's signature.
+type notPgx struct{}
+
+func (notPgx) Query(ctx context.Context, sql string) (*sql.Rows, error) { return nil, nil }
+
+func TestAQueryOfAnotherShapeIsRefused(t *testing.T) {
+	t.Parallel()
+	_, err := outboxtest.ReadEvents(context.Background(), notPgx{})
+	if !errors.Is(err, outboxtest.ErrNotQuerier) || !strings.Contains(err.Error(), "outboxtest_test.notPgx has neither") {
+		t.Fatalf("ReadEvents(notPgx{}): %v, want ErrNotQuerier naming the type", err)
+	}
+}
+
 // ReadEvents shows a delayed event's NotBefore, and a failure lists it.
 func TestReadEventsShowsNotBefore(t *testing.T) {
 	t.Parallel()

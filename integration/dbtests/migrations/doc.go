@@ -1,0 +1,5 @@
+// Package migrations holds the tests of migrations that need
+// PostgreSQL. They live here, not beside the code, because a database
+// needs a driver and a module's go.mod requires what its tests import:
+// the root module requires no pgx (see docs/development.md, "Modules").
+package migrations

@@ -1,0 +1,5 @@
+// Package outboxadmin holds the tests of outboxadmin that need
+// PostgreSQL. They live here, not beside the code, because a database
+// needs a driver and a module's go.mod requires what its tests import:
+// the root module requires no pgx (see docs/development.md, "Modules").
+package outboxadmin

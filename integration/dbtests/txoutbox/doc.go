@@ -1,0 +1,6 @@
+// Package txoutbox holds the tests of the root package (the Writer,
+// ReadStats) that need PostgreSQL. They live here, not beside the code,
+// because a database needs a driver and a module's go.mod requires what
+// its tests import: the root module requires no pgx (see
+// docs/development.md, "Modules").
+package txoutbox
