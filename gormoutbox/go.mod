@@ -3,8 +3,8 @@ module github.com/txoutbox/txoutbox/gormoutbox
 go 1.26.0
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207190740-ce671c36734f
-	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261207190740-ce671c36734f
+	github.com/txoutbox/txoutbox v0.0.0-20261207204447-8fc4cf20aad9
+	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261207204447-8fc4cf20aad9
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )

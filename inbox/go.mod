@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/google/uuid v1.6.0
-	github.com/txoutbox/txoutbox v0.0.0-20261207190740-ce671c36734f
+	github.com/txoutbox/txoutbox v0.0.0-20261207204447-8fc4cf20aad9
 )
 
 require (

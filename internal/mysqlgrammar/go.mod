@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/internal/mysqlgrammar
 go 1.26.8
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207190740-ce671c36734f
+	github.com/txoutbox/txoutbox v0.0.0-20261207204447-8fc4cf20aad9
 	vitess.io/vitess v0.24.4
 )
 

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/txoutbox/txoutbox v0.0.0-20261207190740-ce671c36734f
+	github.com/txoutbox/txoutbox v0.0.0-20261207204447-8fc4cf20aad9
 )
 
 require (
