@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log"
+	"os"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
@@ -12,7 +13,6 @@ import (
 	"github.com/txoutbox/txoutbox/entoutbox"
 	"github.com/txoutbox/txoutbox/internal/entest" // stands for your generated package, ent
 	_ "github.com/txoutbox/txoutbox/internal/entest/runtime"
-	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/outboxtest"
 )
 
@@ -23,8 +23,7 @@ import (
 // t is the test's *testing.T; here a stand-in that prints failures.
 func Example_outboxtest() {
 	ctx := context.Background()
-	db, client, drop := exampleEnt() // your test database, with the outbox migrated
-	defer drop()
+	db, client := exampleEnt() // your test database, with the outbox migrated
 	t := printTB{}
 
 	var id int
@@ -46,7 +45,7 @@ func Example_outboxtest() {
 	change := outboxtest.Payload[entoutbox.ChangePayload](t, e)
 	fmt.Println(e.Type, e.AggregateType, change.Fields["total"], change.Fields["status"])
 	outboxtest.RequireNoEvent(ctx, t, db, outboxtest.Want{Type: "order.updated"})
-	// Output: order.created order 1250 placed
+	// Prints: order.created order 1250 placed
 }
 
 // printTB stands for a test's *testing.T in the Examples: it prints a
@@ -56,16 +55,15 @@ type printTB struct{}
 func (printTB) Helper()                           {}
 func (printTB) Fatalf(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 
-// exampleEnt opens an ent client on a fresh schema with the outbox and the
-// ent tables, and returns the *sql.DB under it and how to drop the schema.
-func exampleEnt() (*sql.DB, *entest.Client, func()) {
-	s, drop, err := testkit.ExampleOutbox("entoutbox")
+// exampleEnt opens an ent client on your test database, with the outbox
+// and the ent tables, and returns the *sql.DB under it. This module
+// imports no database driver, so that a service on either database gets
+// only its own; the Examples here are compiled, not run, and their
+// runnable copies are in the repository's integration/dbtests/entoutbox.
+func exampleEnt() (*sql.DB, *entest.Client) {
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL")) // with _ "github.com/jackc/pgx/v5/stdlib" imported
 	if err != nil {
 		log.Fatal(err)
 	}
-	client := entest.NewClient(entest.Driver(entsql.OpenDB(dialect.Postgres, s.SQL)))
-	if err = client.Schema.Create(context.Background()); err != nil {
-		log.Fatal(err)
-	}
-	return s.SQL, client, drop
+	return db, entest.NewClient(entest.Driver(entsql.OpenDB(dialect.Postgres, db)))
 }

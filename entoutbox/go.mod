@@ -6,7 +6,6 @@ require (
 	entgo.io/ent v0.14.5
 	github.com/txoutbox/txoutbox v0.0.0-20261207204447-8fc4cf20aad9
 	github.com/txoutbox/txoutbox/internal/entest v0.0.0-20261207204447-8fc4cf20aad9
-	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261207204447-8fc4cf20aad9
 )
 
 require (
@@ -21,10 +20,6 @@ require (
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hashicorp/hcl/v2 v2.18.1 // indirect
-	github.com/jackc/pgpassfile v1.0.0 // indirect
-	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.12.0 // indirect
-	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/mattn/go-sqlite3 v1.14.22 // indirect
 	github.com/mitchellh/go-wordwrap v1.0.1 // indirect
 	github.com/zclconf/go-cty v1.14.4 // indirect

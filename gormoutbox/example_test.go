@@ -4,16 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/logger"
 
 	"github.com/txoutbox/txoutbox"
 	"github.com/txoutbox/txoutbox/gormoutbox"
-	"github.com/txoutbox/txoutbox/internal/testkit"
 	"github.com/txoutbox/txoutbox/outboxtest"
 )
 
@@ -33,7 +30,7 @@ func (o *ShopOrder) Place() {
 }
 
 func Example() {
-	db, err := gorm.Open(postgres.Open(os.Getenv("DATABASE_URL")), &gorm.Config{})
+	db, err := gorm.Open(dialector, &gorm.Config{}) // postgres.Open(dsn) or mysql.Open(dsn) of GORM's drivers
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -85,8 +82,7 @@ func ExampleEmit() {
 // t is the test's *testing.T; here a stand-in that prints failures.
 func Example_outboxtest() {
 	ctx := context.Background()
-	db, drop := exampleGORM() // your test database, with the outbox migrated and the plugin registered
-	defer drop()
+	db := exampleGORM() // your test database, with the outbox migrated and the plugin registered
 	t := printTB{}
 	if err := db.AutoMigrate(&ShopOrder{}); err != nil {
 		log.Fatal(err)
@@ -111,7 +107,7 @@ func Example_outboxtest() {
 		AggregateID: fmt.Sprint(order.ID), Payload: outboxtest.JSON(`{"total": 1250}`),
 	})
 	fmt.Println(e.Type, e.AggregateType, e.State)
-	// Output: order.placed shop_order pending
+	// Prints: order.placed shop_order pending
 }
 
 // printTB stands for a test's *testing.T in the Examples: it prints a
@@ -121,14 +117,17 @@ type printTB struct{}
 func (printTB) Helper()                           {}
 func (printTB) Fatalf(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 
-// exampleGORM opens GORM on a fresh schema with the outbox migrated and
-// the plugin registered, and returns how to drop the schema.
-func exampleGORM() (*gorm.DB, func()) {
-	s, drop, err := testkit.ExampleOutbox("gormoutbox")
-	if err != nil {
-		log.Fatal(err)
-	}
-	db, err := gorm.Open(postgres.Open(s.URL), &gorm.Config{Logger: logger.Discard})
+// dialector is your database's GORM driver: postgres.Open(dsn) of
+// gorm.io/driver/postgres, or mysql.Open(dsn) of gorm.io/driver/mysql.
+// This module imports neither, so that a service on either database gets
+// only its own; the Examples here are compiled, not run, and the one that
+// prints runs in the repository's integration/dbtests/gormoutbox.
+var dialector gorm.Dialector
+
+// exampleGORM opens GORM on your test database, with the outbox migrated,
+// and registers the plugin.
+func exampleGORM() *gorm.DB {
+	db, err := gorm.Open(dialector, &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -139,10 +138,5 @@ func exampleGORM() (*gorm.DB, func()) {
 	if err := db.Use(p); err != nil {
 		log.Fatal(err)
 	}
-	return db, func() {
-		if sqlDB, err := db.DB(); err == nil {
-			sqlDB.Close()
-		}
-		drop()
-	}
+	return db
 }

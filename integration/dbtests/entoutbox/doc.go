@@ -1,0 +1,6 @@
+// Package entoutbox runs the Examples of package entoutbox that print, on
+// PostgreSQL, and checks that they are the package's own. The entoutbox
+// module's Examples import no database driver and are compiled, not run,
+// so that a service gets only its own driver (see docs/development.md,
+// "Modules").
+package entoutbox
