@@ -9,8 +9,8 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.3
 	github.com/aws/smithy-go v1.28.5
 	github.com/google/uuid v1.6.0
-	github.com/txoutbox/txoutbox v0.0.0-20261207204447-8fc4cf20aad9
-	github.com/txoutbox/txoutbox/relay v0.0.0-20261207204447-8fc4cf20aad9
+	github.com/txoutbox/txoutbox v0.0.0-20261207204707-9b707b0bcd1d
+	github.com/txoutbox/txoutbox/relay v0.0.0-20261207204707-9b707b0bcd1d
 	gocloud.dev v0.49.0
 )
 
@@ -41,7 +41,7 @@ require (
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
-	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261207204447-8fc4cf20aad9 // indirect
+	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261207204707-9b707b0bcd1d // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
