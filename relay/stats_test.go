@@ -73,7 +73,10 @@ func TestPacedSpacesOutASlowReading(t *testing.T) {
 func statsRelay(t *testing.T, b *internalBundle) (*Relay, func()) {
 	t.Helper()
 	r := b.newRelayWith(t, nopPublisher{}, Config{Table: b.db.Table(), ID: "stats", Logger: slog.New(slog.DiscardHandler),
-		StatsInterval: 20 * time.Millisecond})
+		// A reading that waits on a lock the test holds waits, rather than
+		// locking the table out (which stops every reading) after the
+		// default 200ms.
+		StatsInterval: 20 * time.Millisecond, LockTimeout: StatementTimeoutDefault})
 	return r, func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
@@ -135,11 +138,12 @@ func TestStatsGaugesFollowTheTable(t *testing.T) {
 	})
 }
 
-// TestStatsCountLessOftenWhenSlow: a count that takes 50ms is not run
-// again for statsSpacing times as long (5s), and a count that has not
-// ended does not hold up the lag. The statements are replaced by ones
-// that number their runs; the dead count waits for an advisory lock the
-// test holds until the lag has been read ten times.
+// TestStatsCountLessOftenWhenSlow: a count that takes 200ms is not run
+// again for statsSpacing times as long (20s: far more than ten lag reads
+// take on a loaded machine), and a count that has not ended does not
+// hold up the lag. The statements are replaced by ones that number their
+// runs; the dead count waits for an advisory lock the test holds until
+// the lag has been read ten times after the first count.
 func TestStatsCountLessOftenWhenSlow(t *testing.T) {
 	b := setupInternal(t)
 	b.exec(t, `CREATE SEQUENCE counts`)
@@ -159,17 +163,23 @@ func TestStatsCountLessOftenWhenSlow(t *testing.T) {
 	}
 	r, start := statsRelay(t, b)
 	// $1 is the counts' cap (outboxsql.CountArgs).
-	r.sql.statsBacklog = `SELECT nextval('counts'), 0::bigint FROM pg_sleep(0.05) WHERE $1::int > 0`
+	r.sql.statsBacklog = `SELECT nextval('counts'), 0::bigint FROM pg_sleep(0.2) WHERE $1::int > 0`
 	r.sql.statsDead = fmt.Sprintf(`SELECT 0::bigint FROM (SELECT pg_advisory_xact_lock_shared(%d)) l WHERE $1::int > 0`, key)
 	r.sql.statsLag = `SELECT l, l, now() FROM (SELECT now() - make_interval(secs => nextval('lags')) AS l) s WHERE $1::int > 0`
 	start()
-	testkit.WaitFor(t, 30*time.Second, "the lag read ten times while the dead count waits", func() bool {
+	var first time.Duration // the lag's reading when the first count has ended
+	testkit.WaitFor(t, 30*time.Second, "the first count", func() bool {
+		var counts int64
+		first, counts, _ = r.met.sample()
+		return counts >= 1
+	})
+	testkit.WaitFor(t, 30*time.Second, "the lag read ten times more while the dead count waits", func() bool {
 		lag, _, _ := r.met.sample()
-		return lag >= 10*time.Second
+		return lag >= first+10*time.Second
 	})
 	lag, counts, dead := r.met.sample()
 	if counts != 1 {
-		t.Errorf("the backlog was counted %d times while the lag was read %.0f times at 20ms, each count taking 50ms; want once", counts, lag.Seconds())
+		t.Errorf("the backlog was counted %d times while the lag was read %.0f times at 20ms, each count taking 200ms; want once", counts, (lag - first).Seconds())
 	}
 	if dead != -1 {
 		t.Errorf("dead gauge %d before its count ended", dead)
