@@ -275,13 +275,18 @@ func walStreamDrain(ctx context.Context, e *env, cfg walrelay.Config, rd *walRou
 	return nil
 }
 
+// walStartTimeout bounds the wait for a WAL relay to stream.
+const walStartTimeout = 90 * time.Second
+
 // runWALRelay runs r until the returned stop is called, returning once it
-// streams.
+// streams. Creating its slot waits for every transaction open on the
+// server to end, so another process's long transaction (a relay of the
+// crash suite stopped with SIGSTOP in one, in CI) delays the start.
 func runWALRelay(ctx context.Context, r *walrelay.Relay) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(walStartTimeout)
 	for !r.Active() {
 		select {
 		case err := <-done:
@@ -292,7 +297,7 @@ func runWALRelay(ctx context.Context, r *walrelay.Relay) (stop func(), err error
 		if time.Now().After(deadline) {
 			cancel()
 			<-done
-			return nil, fmt.Errorf("wal relay not streaming after 30s")
+			return nil, fmt.Errorf("wal relay not streaming after %s", walStartTimeout)
 		}
 	}
 	return func() {
