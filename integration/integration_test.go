@@ -670,7 +670,7 @@ func TestScaleDeadPrune(t *testing.T) {
 // the ratio fell to 0.73 there with the relays' code unchanged. The bound
 // (0.9) is judged at full size (go run ./integration/chaos -scale); at
 // CI's size the claim's plan work is
-// (internal/outboxsql.TestClaimCostIsItsBatchWithAnyPendingBacklog).
+// (integration/dbtests/outboxsql.TestClaimCostIsItsBatchWithAnyPendingBacklog).
 func TestScaleBigBacklog(t *testing.T) {
 	runScale(t, harness.BigBacklog(10_000, 100_000, 3, 0))
 }

@@ -23,9 +23,8 @@ var base = []string{
 	"go.opentelemetry.io/otel/log", "go.opentelemetry.io/auto/sdk",
 	"github.com/rogpeppe/go-internal", // auto/sdk's go.mod: the writer uses the global OTel propagator
 	"github.com/go-logr/logr", "github.com/go-logr/stdr", "github.com/cespare/xxhash/v2", "github.com/google/go-cmp",
-	"github.com/stretchr/testify", "github.com/stretchr/objx", "github.com/davecgh/go-spew", "github.com/pmezard/go-difflib",
+	"github.com/stretchr/testify", "github.com/davecgh/go-spew", "github.com/pmezard/go-difflib",
 	"github.com/kr/pretty", "gopkg.in/check.v1", "gopkg.in/yaml.v3", "go.yaml.in/yaml/v3",
-	"golang.org/x/mod", "golang.org/x/tools",
 }
 
 // watermill is Watermill and its own go.mod's requirements (the Prometheus
@@ -45,12 +44,13 @@ var watermill = []string{
 // integration/dbtests.
 var pgx = []string{
 	"github.com/jackc/pgx/v5", "github.com/jackc/pgpassfile", "github.com/jackc/pgservicefile", "github.com/jackc/puddle/v2",
-	"golang.org/x/sync", "golang.org/x/text",
+	"golang.org/x/sync", "golang.org/x/text", "golang.org/x/mod", "golang.org/x/tools", // x/text's go.mod
+	"github.com/stretchr/objx", // the testify pgx's go.mod raises to
 }
 
-// testkit is the module of our test helpers: a module whose tests use it
-// requires it, and a user's graph lists it, but its own requirements (pgx,
-// the MySQL driver) are not read, as no package of it is built.
+// testHelpers is internal/testkit's module: a module whose tests use it
+// requires it, and a user's graph lists it, but its own requirements
+// (pgx) are not read, as no package of it is built.
 var testHelpers = []string{"github.com/txoutbox/txoutbox/internal/testkit"}
 
 // gormoutbox is gormoutbox with GORM and what their go.mod files require:
@@ -61,6 +61,7 @@ var gormoutbox = []string{
 	"github.com/txoutbox/txoutbox/gormoutbox",
 	"gorm.io/gorm", "github.com/jinzhu/inflection", "github.com/jinzhu/now",
 	"gorm.io/driver/sqlite", "github.com/mattn/go-sqlite3", "golang.org/x/sync", "golang.org/x/text",
+	"golang.org/x/mod", "golang.org/x/tools", // x/text's go.mod
 }
 
 // claimCheckOnly are modules only the claim check (package claimcheck)
@@ -103,7 +104,7 @@ var cases = []struct {
 			"github.com/modern-go/concurrent", "github.com/modern-go/reflect2", "github.com/niemeyer/pretty",
 			"github.com/olekukonko/tablewriter", "github.com/rogpeppe/go-internal", "github.com/sergi/go-diff",
 			"github.com/spf13/cobra", "github.com/spf13/pflag", "go.opencensus.io", "golang.org/x/sys",
-			"golang.org/x/sync", "golang.org/x/text",
+			"golang.org/x/sync", "golang.org/x/text", "golang.org/x/mod", "golang.org/x/tools", "github.com/stretchr/objx",
 		}},
 	},
 	{

@@ -173,8 +173,8 @@ func MySQLNumbers(n int) (expr, from string) {
 // the tests' databases, opened once per test binary.
 var mysqlAdmin = sync.OnceValues(func() (*sql.DB, error) {
 	if !slices.Contains(sql.Drivers(), "mysql") {
-		// testkit is in the root module: importing the driver here would
-		// put it in the module graph of every user of the root module.
+		// The relay's tests use testkit: importing the driver here would
+		// put it in the module graph of every user of the relay.
 		return nil, fmt.Errorf("no %q database/sql driver in this test binary: a test package on MySQL imports _ \"github.com/go-sql-driver/mysql\", "+
 			"from a module users do not import (integration, cmd/outbox, examples)", "mysql")
 	}

@@ -338,18 +338,24 @@ func TestEveryStatementPrepares(t *testing.T) {
 	}
 }
 
+// outboxsqlDir is package outboxsql's directory, from this one.
+var outboxsqlDir = filepath.Join("..", "..", "..", "internal", "outboxsql")
+
 // exportedNames lists the exported constants, variables and functions the
 // package's own files declare (methods and types are no statements).
 func exportedNames(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob("*.go")
+	files, err := filepath.Glob(filepath.Join(outboxsqlDir, "*.go"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(files) < 5 {
+		t.Fatalf("%d Go files in %s: not package outboxsql's directory", len(files), outboxsqlDir)
 	}
 	var names []string
 	fset := token.NewFileSet()
 	for _, file := range files {
-		if strings.HasSuffix(file, "_test.go") || mysqlFiles[file] {
+		if strings.HasSuffix(file, "_test.go") || mysqlFiles[filepath.Base(file)] {
 			continue
 		}
 		src, err := os.ReadFile(file)
