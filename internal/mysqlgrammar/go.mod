@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/internal/mysqlgrammar
 go 1.26.8
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207204707-9b707b0bcd1d
+	github.com/txoutbox/txoutbox v0.0.0-20261207211736-bd83b71461d3
 	vitess.io/vitess v0.24.4
 )
 

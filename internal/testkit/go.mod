@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/txoutbox/txoutbox v0.0.0-20261207204707-9b707b0bcd1d
+	github.com/txoutbox/txoutbox v0.0.0-20261207211736-bd83b71461d3
 )
 
 require (
