@@ -161,6 +161,35 @@ func ExampleOutbox(name string) (*Schema, func(), error) {
 	}, nil
 }
 
+// exampleDrops are the drops DropAfterExamples was given, which
+// ExamplesMain calls.
+var exampleDrops struct {
+	sync.Mutex
+	fns []func()
+}
+
+// DropAfterExamples has ExamplesMain call drop (ExampleOutbox's) once the
+// test binary's Examples have run: a runnable copy of a package's Example
+// (SameExamples) cannot defer it, as its body is the package's, word for
+// word.
+func DropAfterExamples(drop func()) {
+	exampleDrops.Lock()
+	defer exampleDrops.Unlock()
+	exampleDrops.fns = append(exampleDrops.fns, drop)
+}
+
+// ExamplesMain is a TestMain that runs m, then every drop given to
+// DropAfterExamples, and exits with m's code.
+func ExamplesMain(m *testing.M) {
+	code := m.Run()
+	exampleDrops.Lock()
+	for _, drop := range exampleDrops.fns {
+		drop()
+	}
+	exampleDrops.Unlock()
+	os.Exit(code)
+}
+
 // NewDatabase creates a database of the test's own on the test server,
 // for what differs between databases (replication slots are the
 // server's), and returns its URL. When the test ends it ends the

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"log"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -59,14 +58,14 @@ func (printTB) Helper()                           {}
 func (printTB) Fatalf(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 
 // exampleEnt opens an ent client on a fresh schema with the outbox and the
-// ent tables, and returns the *sql.DB under it; TestMain drops the schema
-// when the Examples have run.
+// ent tables, and returns the *sql.DB under it; testkit.ExamplesMain drops
+// the schema when the Examples have run.
 func exampleEnt() (*sql.DB, *entest.Client) {
 	s, drop, err := testkit.ExampleOutbox("entoutbox")
 	if err != nil {
 		log.Fatal(err)
 	}
-	drops = append(drops, drop)
+	testkit.DropAfterExamples(drop)
 	client := entest.NewClient(entest.Driver(entsql.OpenDB(dialect.Postgres, s.SQL)))
 	if err = client.Schema.Create(context.Background()); err != nil {
 		log.Fatal(err)
@@ -74,16 +73,7 @@ func exampleEnt() (*sql.DB, *entest.Client) {
 	return s.SQL, client
 }
 
-// drops are the schemas the Examples made.
-var drops []func()
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	for _, drop := range drops {
-		drop()
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.ExamplesMain(m) }
 
 // entoutbox's Examples show their output in a "Prints:" comment, and its
 // module does not run them; this package's copies run, and must be theirs.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -74,14 +73,14 @@ func (printTB) Helper()                           {}
 func (printTB) Fatalf(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 
 // exampleGORM opens GORM on a fresh schema with the outbox migrated and
-// the plugin registered; TestMain drops the schema when the Examples have
-// run.
+// the plugin registered; testkit.ExamplesMain drops the schema when the
+// Examples have run.
 func exampleGORM() *gorm.DB {
 	s, drop, err := testkit.ExampleOutbox("gormoutbox")
 	if err != nil {
 		log.Fatal(err)
 	}
-	drops = append(drops, drop)
+	testkit.DropAfterExamples(drop)
 	db, err := gorm.Open(postgres.Open(s.URL), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		log.Fatal(err)
@@ -96,16 +95,7 @@ func exampleGORM() *gorm.DB {
 	return db
 }
 
-// drops are the schemas the Examples made.
-var drops []func()
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	for _, drop := range drops {
-		drop()
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.ExamplesMain(m) }
 
 // gormoutbox's Examples show their output in a "Prints:" comment, and its
 // module does not run them; this package's copies run, and must be theirs.

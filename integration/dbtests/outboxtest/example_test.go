@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"log"
-	"os"
 	"testing"
 
 	"github.com/txoutbox/txoutbox"
@@ -94,24 +93,15 @@ type printTB struct{}
 func (printTB) Helper()                           {}
 func (printTB) Fatalf(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 
-// exampleDB is a fresh schema with the outbox migrated; TestMain drops
-// it when the Examples have run.
+// exampleDB is a fresh schema with the outbox migrated;
+// testkit.ExamplesMain drops it when the Examples have run.
 func exampleDB() *sql.DB {
 	s, drop, err := testkit.ExampleOutbox("outboxtest")
 	if err != nil {
 		log.Fatal(err)
 	}
-	drops = append(drops, drop)
+	testkit.DropAfterExamples(drop)
 	return s.SQL
 }
 
-// drops are the schemas the Examples made.
-var drops []func()
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	for _, drop := range drops {
-		drop()
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.ExamplesMain(m) }
