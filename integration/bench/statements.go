@@ -19,7 +19,11 @@ import (
 type stmtStat struct {
 	Query string `json:"query"`
 	Calls int64  `json:"calls"`
-	Rows  int64  `json:"rows"`
+	// Plans is how many times the server planned it: once per call for a
+	// custom plan, once per connection and invalidation for a generic one
+	// (the cluster has pg_stat_statements.track_planning on).
+	Plans int64 `json:"plans"`
+	Rows  int64 `json:"rows"`
 	// ExecMS and PlanMS are the server's time (not CPU alone: a wait on a
 	// lock counts) executing and planning the statement.
 	ExecMS float64 `json:"exec_ms"`
@@ -46,7 +50,7 @@ func statementsReset(ctx context.Context, db *sql.DB) error {
 // costliest first; the meter's own readings are left out.
 func statementsRead(ctx context.Context, db *sql.DB) ([]stmtStat, error) {
 	rows, err := db.QueryContext(ctx, `
-SELECT query, calls, rows, total_exec_time, total_plan_time, shared_blks_hit, shared_blks_read, wal_bytes::int8
+SELECT query, calls, plans, rows, total_exec_time, total_plan_time, shared_blks_hit, shared_blks_read, wal_bytes::int8
 FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND query NOT LIKE '%pg_stat_statements%' AND query NOT LIKE '%pg_current_wal_lsn%'
@@ -58,7 +62,7 @@ ORDER BY total_exec_time + total_plan_time DESC`)
 	var out []stmtStat
 	for rows.Next() {
 		var s stmtStat
-		if err := rows.Scan(&s.Query, &s.Calls, &s.Rows, &s.ExecMS, &s.PlanMS, &s.BlocksHit, &s.BlocksRead, &s.WALBytes); err != nil {
+		if err := rows.Scan(&s.Query, &s.Calls, &s.Plans, &s.Rows, &s.ExecMS, &s.PlanMS, &s.BlocksHit, &s.BlocksRead, &s.WALBytes); err != nil {
 			return nil, fmt.Errorf("-statements: %w", err)
 		}
 		out = append(out, s)
@@ -77,14 +81,14 @@ func shortQuery(q string) string {
 	return q
 }
 
-// logStatements prints a drain's statements per event: calls, rows and
-// server time per 1,000 events, and the statement's first words.
+// logStatements prints a drain's statements per event: calls, plans, rows
+// and server time per 1,000 events, and the statement's first words.
 func logStatements(scenario string, round, events int, stats []stmtStat) {
-	logf("statements of %s round %d, per 1,000 events: calls rows exec_ms plan_ms blocks wal_kb | query", scenario, round)
+	logf("statements of %s round %d, per 1,000 events: calls plans rows exec_ms plan_ms blocks wal_kb | query", scenario, round)
 	per := 1000 / float64(events)
 	for _, s := range stats {
 		q := shortQuery(s.Query)
-		logf("  %8.2f %8.1f %8.2f %7.2f %8.0f %7.1f | %s", float64(s.Calls)*per, float64(s.Rows)*per, s.ExecMS*per, s.PlanMS*per,
+		logf("  %8.2f %8.2f %8.1f %8.2f %7.2f %8.0f %7.1f | %s", float64(s.Calls)*per, float64(s.Plans)*per, float64(s.Rows)*per, s.ExecMS*per, s.PlanMS*per,
 			float64(s.BlocksHit+s.BlocksRead)*per, float64(s.WALBytes)*per/1024, q)
 	}
 }
