@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"math"
@@ -31,6 +32,10 @@ type idleCost struct {
 	StatementsPerS float64    `json:"statements_per_s,omitempty"`
 	Statements     []stmtStat `json:"statements,omitempty"`
 }
+
+// idleMaxConns is each idle relay's pool bound: `outbox relay --schemas`'
+// default --max-conns, with as many kept idle, as it keeps them.
+const idleMaxConns = 40
 
 // idleShapes are the relays and tables the idle scenario measures.
 var idleShapes = []struct{ relays, tables int }{{1, 1}, {3, 1}, {1, 100}, {3, 100}}
@@ -74,18 +79,37 @@ func runIdleShape(ctx context.Context, e *env, replicas, tables int) (idleCost, 
 		names = append(names, s.Schema)
 	}
 	db := schemas[0].SQL
-	db.SetMaxOpenConns(0)
 	base, err := e.idleCluster(2 * time.Second)
 	if err != nil {
 		return idleCost{}, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
+	var (
+		wg    sync.WaitGroup
+		pools []*sql.DB
+	)
+	defer func() {
+		cancel()
+		wg.Wait()
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
 	for i := range replicas {
+		// Each replica on a pool of its own, bounded as `outbox relay
+		// --schemas` bounds its: a pool that keeps fewer idle connections
+		// than the relay's loops use closes and opens them all the time,
+		// and each new one plans every statement again.
+		pool, err := sql.Open("pgx", schemas[0].URL)
+		if err != nil {
+			return idleCost{}, fmt.Errorf("idle: %w", err)
+		}
+		pools = append(pools, pool)
+		pool.SetMaxOpenConns(idleMaxConns)
+		pool.SetMaxIdleConns(idleMaxConns)
 		cfg := relay.GroupConfig{Relay: relay.Config{ID: fmt.Sprintf("idle-%d", i),
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}, Schemas: names}
-		g, err := relay.NewGroup(db, message.Publisher(kafkatest.NopPublisher{}), cfg)
+		g, err := relay.NewGroup(pool, message.Publisher(kafkatest.NopPublisher{}), cfg)
 		if err != nil {
 			return idleCost{}, fmt.Errorf("idle: %w", err)
 		}
@@ -137,9 +161,9 @@ func runIdleShape(ctx context.Context, e *env, replicas, tables int) (idleCost, 
 			calls += s.Calls
 		}
 		c.StatementsPerS = math.Round(float64(calls)/secs*10) / 10
-		logf("statements of %d idle relays over %d tables, per second: calls exec_ms | query", replicas, tables)
+		logf("statements of %d idle relays over %d tables, per second: calls plans exec_ms plan_ms | query", replicas, tables)
 		for _, s := range c.Statements {
-			logf("  %7.2f %7.3f | %s", float64(s.Calls)/secs, s.ExecMS/secs, shortQuery(s.Query))
+			logf("  %7.2f %7.2f %7.3f %7.3f | %s", float64(s.Calls)/secs, float64(s.Plans)/secs, s.ExecMS/secs, s.PlanMS/secs, shortQuery(s.Query))
 		}
 	}
 	logf("idle: %d relays over %d tables cost PostgreSQL %.2f ms CPU per second", replicas, tables, c.PGCPUMSPerS)
