@@ -9,8 +9,8 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.3
 	github.com/aws/smithy-go v1.28.5
 	github.com/google/uuid v1.6.0
-	github.com/txoutbox/txoutbox v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/relay v0.0.0-20261207230712-d709daa18a70
+	github.com/txoutbox/txoutbox v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/relay v0.0.0-20261208001828-5e65e89aeb71
 	gocloud.dev v0.49.0
 )
 

@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	entgo.io/ent v0.14.5
-	github.com/txoutbox/txoutbox v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/internal/entest v0.0.0-20261207230712-d709daa18a70
+	github.com/txoutbox/txoutbox v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/internal/entest v0.0.0-20261208001828-5e65e89aeb71
 )
 
 require (

@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/google/uuid v1.6.0
-	github.com/txoutbox/txoutbox v0.0.0-20261207230712-d709daa18a70
+	github.com/txoutbox/txoutbox v0.0.0-20261208001828-5e65e89aeb71
 )
 
 require (

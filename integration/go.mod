@@ -18,18 +18,18 @@ require (
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
-	github.com/txoutbox/txoutbox v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/claimcheck v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/entoutbox v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/examples v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/gormoutbox v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/inbox v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/internal/entest v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/internal/kafkatest v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/relay v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/relay/kafkapub v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/relay/walrelay v0.0.0-20261207230712-d709daa18a70
+	github.com/txoutbox/txoutbox v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/claimcheck v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/entoutbox v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/examples v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/gormoutbox v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/inbox v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/internal/entest v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/internal/kafkatest v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/relay v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/relay/kafkapub v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/relay/walrelay v0.0.0-20261208001828-5e65e89aeb71
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0

@@ -10,13 +10,13 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
-	github.com/txoutbox/txoutbox v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/claimcheck v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/internal/kafkatest v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/relay v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/relay/kafkapub v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/relay/walrelay v0.0.0-20261207230712-d709daa18a70
+	github.com/txoutbox/txoutbox v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/claimcheck v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/internal/kafkatest v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/relay v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/relay/kafkapub v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/relay/walrelay v0.0.0-20261208001828-5e65e89aeb71
 	github.com/xdg-go/scram v1.4.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0

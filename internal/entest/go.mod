@@ -6,9 +6,9 @@ require (
 	entgo.io/ent v0.14.5
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/txoutbox/txoutbox v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/entoutbox v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261207230712-d709daa18a70
+	github.com/txoutbox/txoutbox v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/entoutbox v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261208001828-5e65e89aeb71
 )
 
 require (

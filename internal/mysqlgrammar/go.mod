@@ -3,7 +3,7 @@ module github.com/txoutbox/txoutbox/internal/mysqlgrammar
 go 1.26.8
 
 require (
-	github.com/txoutbox/txoutbox v0.0.0-20261207230712-d709daa18a70
+	github.com/txoutbox/txoutbox v0.0.0-20261208001828-5e65e89aeb71
 	vitess.io/vitess v0.24.4
 )
 

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/txoutbox/txoutbox v0.0.0-20261207230712-d709daa18a70
+	github.com/txoutbox/txoutbox v0.0.0-20261208001828-5e65e89aeb71
 )
 
 require (

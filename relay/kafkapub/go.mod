@@ -8,8 +8,8 @@ require (
 	github.com/ThreeDotsLabs/watermill-kafka/v3 v3.0.6
 	github.com/eapache/go-resiliency v1.7.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/txoutbox/txoutbox v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/relay v0.0.0-20261207230712-d709daa18a70
+	github.com/txoutbox/txoutbox v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/relay v0.0.0-20261208001828-5e65e89aeb71
 )
 
 require (

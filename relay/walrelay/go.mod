@@ -7,9 +7,9 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/txoutbox/txoutbox v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261207230712-d709daa18a70
-	github.com/txoutbox/txoutbox/relay v0.0.0-20261207230712-d709daa18a70
+	github.com/txoutbox/txoutbox v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/internal/testkit v0.0.0-20261208001828-5e65e89aeb71
+	github.com/txoutbox/txoutbox/relay v0.0.0-20261208001828-5e65e89aeb71
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
