@@ -96,10 +96,9 @@ func runIdleShape(ctx context.Context, e *env, replicas, tables int) (idleCost, 
 		}
 	}()
 	for i := range replicas {
-		// Each replica on a pool of its own, bounded as `outbox relay
-		// --schemas` bounds its: a pool that keeps fewer idle connections
-		// than the relay's loops use closes and opens them all the time,
-		// and each new one plans every statement again.
+		// Each replica on a pool of its own, bounded and kept as `outbox
+		// relay --schemas` bounds and keeps its: three relays on one
+		// unbounded pool ran the server out of connections at their start.
 		pool, err := sql.Open("pgx", schemas[0].URL)
 		if err != nil {
 			return idleCost{}, fmt.Errorf("idle: %w", err)
